@@ -1,0 +1,25 @@
+# The two commands a fresh Debian machine needs: `make run` and `make test`.
+BUILD ?= build
+STUDY ?= configs/studies/default.json
+JOBS ?= $(shell nproc)
+
+.PHONY: setup build run test bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+build: setup
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	@$(BUILD)/cli/tpusim run $(STUDY) --out out
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+bench: build
+	@bash scripts/bench.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD) out

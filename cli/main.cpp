@@ -1,0 +1,269 @@
+// The tpusim command: engine-free commands (check, describe) and `run`, which plays one
+// training step of a study on the simulated slice and reports it.
+// Exit codes: 0 success; 1 the simulation ran and something failed (deadlock, --require-fit
+// not met); 2 bad input (the message names the JSON path, the value and what is expected).
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "hardware/torus.hpp"
+#include "reports/run_report.hpp"
+#include "schedules/study.hpp"
+#include "sim/engine.hpp"
+
+namespace fs = std::filesystem;
+using namespace tpusim;
+
+namespace {
+
+reports::RunInfo run_info(const Study& study, const BuiltStep& step) {
+  reports::RunInfo info;
+  Json echo = study.json;
+  echo["schedule"] = study.schedule->resolved();
+  info.study = echo;
+  info.hardware = study.hardware.name;
+  info.slice = study.slice.name;
+  info.chips_x = study.slice.chips_x;
+  info.chips_y = study.slice.chips_y;
+  info.wrap_x = study.slice.wrap_x;
+  info.wrap_y = study.slice.wrap_y;
+  info.cores_per_chip = study.hardware.chip.cores;
+  info.model_kind = study.model.kind;
+  info.model_name = study.model.name;
+  info.params = study.model.params();
+  info.layers = std::int64_t(study.model.layers.size());
+  info.batch = study.batch;
+  info.schedule = study.schedule->resolved().value("kind", "");
+  info.schedule_details = step.details;
+  info.peak_flops_per_core = study.hardware.core.peak_matmul_flops_per_s();
+  info.model_flops = step.model_flops;
+  info.hardware_flops = step.hardware_flops;
+  return info;
+}
+
+void write_file(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw ConfigError("--out", "", path.string(), "a writable output path");
+  out << text;
+}
+
+struct RunOptions {
+  std::string study;
+  std::vector<std::string> sets;
+  std::string out;
+  bool json = false;
+  bool trace = false;
+  bool require_fit = false;
+  bool no_symmetry = false;
+};
+
+int cmd_run(const RunOptions& o) {
+  const Study study = load_study(o.study, o.sets);
+  BuiltStep step = study.schedule->build(study);
+  sim::EngineOptions engine;
+  engine.record_flows = o.trace;
+  engine.symmetric_collectives = !o.no_symmetry;
+  spdlog::debug("simulating {} tasks on {} cores", step.graph.size(), step.graph.cores());
+  const sim::SimResult result = sim::simulate(step.graph, study.hardware, study.slice, engine);
+  const Json j = reports::result_json(run_info(study, step), step.graph, result);
+  if (!o.out.empty()) {
+    fs::create_directories(o.out);
+    write_file(fs::path(o.out) / "result.json", j.dump(2) + "\n");
+    if (o.trace) write_file(fs::path(o.out) / "trace.json", reports::chrome_trace(step.graph, result, study.hardware.chip.cores).dump() + "\n");
+  }
+  if (o.json) {
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << reports::summary_text(j);
+    if (!o.out.empty()) std::cout << "  wrote             " << (fs::path(o.out) / "result.json").string() << (o.trace ? " and trace.json" : "") << "\n";
+  }
+  if (o.require_fit && !result.fits) {
+    std::cerr << "tpusim: the study does not fit in HBM (--require-fit)\n";
+    return 1;
+  }
+  return 0;
+}
+
+int cmd_check(const std::string& file, const std::vector<std::string>& sets) {
+  const Study study = load_study(file, sets);
+  std::cout << file << ": ok (" << study.model.name << ", " << study.model.params() << " params, " << study.hardware.name
+            << " " << study.slice.name << ", " << study.cores() << " cores, "
+            << study.schedule->resolved().value("kind", "") << ")\n";
+  return 0;
+}
+
+void print_row(const char* label, const std::string& value, const std::string& source = {}) {
+  std::printf("  %-34s %-22s %s\n", label, value.c_str(), source.c_str());
+}
+
+std::string num(double v, const char* unit = "") {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.4g%s", v, unit);
+  return buf;
+}
+
+int cmd_describe_hardware(const std::string& name, bool as_json) {
+  const HardwareSpec hw = load_hardware(name);
+  const double core_peak = hw.core.peak_matmul_flops_per_s();
+  if (as_json) {
+    Json j{{"name", hw.name},
+           {"file", hw.file},
+           {"cores_per_chip", hw.chip.cores},
+           {"peak_bf16_flops_per_s_per_core", core_peak},
+           {"peak_bf16_flops_per_s_per_chip", hw.chip.peak_bf16_flops_per_s},
+           {"vector_ops_per_s_per_core", hw.core.vector_ops_per_s()},
+           {"hbm_bytes_per_core", hw.core.hbm_bytes},
+           {"hbm_bandwidth_bytes_per_s_per_core", hw.core.hbm_bandwidth_bytes_per_s},
+           {"ridge_flops_per_byte", core_peak / hw.core.hbm_bandwidth_bytes_per_s},
+           {"ici_bandwidth_bytes_per_s_per_link_per_direction", hw.chip.ici_bandwidth_bytes_per_s},
+           {"pod_chips", {hw.pod.chips_x, hw.pod.chips_y}},
+           {"slices", Json::array()},
+           {"sources", hw.sources}};
+    for (const auto& [n, s] : hw.slices) j["slices"].push_back(n);
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("%s (%s)\n%s\n\n", hw.name.c_str(), hw.file.c_str(), hw.description.c_str());
+  auto src = [&](const std::string& path) {
+    auto it = hw.sources.find(path);
+    return it == hw.sources.end() ? std::string() : it->second;
+  };
+  print_row("cores per chip", std::to_string(hw.chip.cores), src("chip.cores_per_chip"));
+  print_row("MXUs per core", std::to_string(hw.core.mxus) + " x " + std::to_string(hw.core.mxu_rows) + "x" + std::to_string(hw.core.mxu_cols), src("core.mxus_per_core"));
+  print_row("clock", num(hw.core.clock_hz / 1e6, " MHz"), src("core.clock_hz"));
+  print_row("peak bf16 per core", num(core_peak / 1e12, " TFLOP/s"), "derived: MXUs x rows x cols x 2 x clock");
+  print_row("peak bf16 per chip", num(hw.chip.peak_bf16_flops_per_s / 1e12, " TFLOP/s"), src("chip.peak_bf16_flops_per_s_per_chip"));
+  print_row("vector unit per core", num(hw.core.vector_ops_per_s() / 1e12, " Tops/s"), "derived: sublanes x lanes x ops x clock");
+  print_row("HBM per core", reports::human_bytes(hw.core.hbm_bytes), src("core.hbm_bytes_per_core"));
+  print_row("HBM bandwidth per core", num(hw.core.hbm_bandwidth_bytes_per_s / 1e9, " GB/s"), src("core.hbm_bandwidth_bytes_per_s_per_core"));
+  print_row("roofline ridge", num(core_peak / hw.core.hbm_bandwidth_bytes_per_s, " FLOP/byte"), "derived: peak / HBM bandwidth");
+  print_row("ICI links per chip", std::to_string(hw.chip.ici_links), src("chip.ici_links_per_chip"));
+  print_row("ICI per link per direction", num(hw.chip.ici_bandwidth_bytes_per_s / 1e9, " GB/s"), src("chip.ici_bandwidth_bytes_per_s_per_link_per_direction"));
+  print_row("ICI latency per hop", num(hw.chip.ici_latency_s * 1e6, " us"), src("chip.ici_latency_s_per_hop"));
+  print_row("per-op overhead", num(hw.core.op_overhead_s * 1e6, " us"), src("core.op_overhead_s"));
+  print_row("pod", std::to_string(hw.pod.chips_x) + "x" + std::to_string(hw.pod.chips_y) + " chips", src("pod"));
+  std::string names;
+  for (const auto& [n, s] : hw.slices) names += (names.empty() ? "" : " ") + n;
+  print_row("slices", names);
+  return 0;
+}
+
+int cmd_describe_slice(const std::string& name, const std::string& hardware, bool as_json) {
+  HardwareSpec hw;
+  bool found = false;
+  std::vector<std::string> candidates = hardware.empty() ? shipped_hardware() : std::vector<std::string>{hardware};
+  for (const auto& h : candidates) {
+    HardwareSpec candidate = load_hardware(h);
+    if (candidate.slices.count(name)) {
+      hw = candidate;
+      found = true;
+      break;
+    }
+  }
+  if (!found) throw ConfigError("describe slice", "", "\"" + name + "\"", "a slice named in a hardware file (e.g. v3-32, v2-512)");
+  const SliceSpec& s = hw.slices.at(name);
+  const Torus torus(s);
+  const int cores = s.chips() * hw.chip.cores;
+  const double peak = cores * hw.core.peak_matmul_flops_per_s();
+  const double bisection = torus.bisection_links() * hw.chip.ici_bandwidth_bytes_per_s;
+  if (as_json) {
+    std::cout << Json{{"slice", name},          {"hardware", hw.name},
+                      {"chips", {s.chips_x, s.chips_y}}, {"wraparound", {torus.wraps(0), torus.wraps(1)}},
+                      {"cores", cores},         {"peak_bf16_flops_per_s", peak},
+                      {"hbm_bytes", cores * hw.core.hbm_bytes},
+                      {"ici_links_directed", torus.link_count()}, {"diameter_hops", torus.diameter()},
+                      {"bisection_bytes_per_s_per_direction", bisection}}
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  std::printf("%s on %s\n", name.c_str(), hw.name.c_str());
+  print_row("chips", std::to_string(s.chips_x) + " x " + std::to_string(s.chips_y) + " = " + std::to_string(s.chips()));
+  print_row("wrap-around", std::string(torus.wraps(0) ? "x " : "") + (torus.wraps(1) ? "y" : "") + (torus.wraps(0) || torus.wraps(1) ? "" : "none"),
+            hw.sources.count("slices") ? hw.sources.at("slices") : "");
+  print_row("cores", std::to_string(cores));
+  print_row("peak bf16", num(peak / 1e15, " PFLOP/s"));
+  print_row("HBM total", reports::human_bytes(cores * hw.core.hbm_bytes));
+  print_row("ICI links (directed)", std::to_string(torus.link_count()));
+  print_row("diameter", std::to_string(torus.diameter()) + " hops");
+  print_row("bisection (one way)", num(bisection / 1e12, " TB/s"), std::to_string(torus.bisection_links()) + " links");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto logger = spdlog::stderr_color_st("tpusim");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::warn);
+
+  CLI::App app{"tpusim: a discrete-event simulator of TPU pods and their training schedules"};
+  app.require_subcommand(1);
+  bool verbose = false;
+  app.add_flag("-v,--verbose", verbose, "log progress to stderr");
+
+  RunOptions run;
+  auto* run_cmd = app.add_subcommand("run", "simulate one training step of a study");
+  run_cmd->add_option("study", run.study, "study JSON file")->required();
+  run_cmd->add_option("--set", run.sets, "override a study field: dotted.path=value (repeatable)");
+  run_cmd->add_option("--out", run.out, "write result.json (and trace.json) into this directory");
+  run_cmd->add_flag("--json", run.json, "print result.json to stdout instead of the summary");
+  run_cmd->add_flag("--trace", run.trace, "also write a Chrome/Perfetto trace (needs --out)");
+  run_cmd->add_flag("--require-fit", run.require_fit, "exit 1 if the step does not fit in HBM");
+  run_cmd->add_flag("--no-symmetry", run.no_symmetry, "simulate every ring of every collective (slower; same result)");
+
+  std::string check_file;
+  std::vector<std::string> check_sets;
+  auto* check_cmd = app.add_subcommand("check", "validate a study without simulating");
+  check_cmd->add_option("study", check_file, "study JSON file")->required();
+  check_cmd->add_option("--set", check_sets, "override a study field: dotted.path=value");
+
+  auto* describe = app.add_subcommand("describe", "print derived figures of hardware or a slice");
+  describe->require_subcommand(1);
+  std::string hw_name, slice_name, slice_hw;
+  bool describe_json = false;
+  auto* d_hw = describe->add_subcommand("hardware", "a hardware generation (name or path)");
+  d_hw->add_option("name", hw_name, "e.g. tpu-v3 or path/to/hardware.json")->required();
+  d_hw->add_flag("--json", describe_json, "machine-readable output");
+  auto* d_slice = describe->add_subcommand("slice", "a named slice");
+  d_slice->add_option("name", slice_name, "e.g. v3-32")->required();
+  d_slice->add_option("--hardware", slice_hw, "hardware to look the slice up in (default: every shipped one)");
+  d_slice->add_flag("--json", describe_json, "machine-readable output");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  if (verbose) spdlog::set_level(spdlog::level::debug);
+
+  try {
+    if (*run_cmd) {
+      if (run.trace && run.out.empty()) throw ConfigError("--trace", "", "no --out directory", "--out DIR to write trace.json into");
+      return cmd_run(run);
+    }
+    if (*check_cmd) return cmd_check(check_file, check_sets);
+    if (*d_hw) return cmd_describe_hardware(hw_name, describe_json);
+    if (*d_slice) return cmd_describe_slice(slice_name, slice_hw, describe_json);
+  } catch (const ConfigError& e) {
+    std::cerr << "tpusim: bad input\n" << e.what() << "\n";
+    return 2;
+  } catch (const SimulationError& e) {
+    std::cerr << "tpusim: simulation failed: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "tpusim: internal error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

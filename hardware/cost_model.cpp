@@ -1,0 +1,83 @@
+#include "hardware/cost_model.hpp"
+
+#include <algorithm>
+
+namespace tpusim {
+
+Op dense_op(std::string name, std::int64_t m, std::int64_t k, std::int64_t n, double activation_bytes,
+            double weight_bytes) {
+  Op op;
+  op.kind = OpKind::MatMul;
+  op.name = std::move(name);
+  op.m = m;
+  op.k = k;
+  op.n = n;
+  op.bytes = double(m) * double(k) * activation_bytes + double(k) * double(n) * weight_bytes +
+             double(m) * double(n) * activation_bytes;
+  return op;
+}
+
+Op batched_matmul_op(std::string name, std::int64_t batch, std::int64_t m, std::int64_t k, std::int64_t n,
+                     double activation_bytes) {
+  Op op;
+  op.kind = OpKind::MatMul;
+  op.name = std::move(name);
+  op.batch = batch;
+  op.m = m;
+  op.k = k;
+  op.n = n;
+  op.bytes = double(batch) * (double(m) * k + double(k) * n + double(m) * n) * activation_bytes;
+  return op;
+}
+
+Op vector_op(std::string name, double elements, double ops_per_element, double bytes_per_element, bool fusible) {
+  Op op;
+  op.kind = OpKind::Vector;
+  op.name = std::move(name);
+  op.elements = elements;
+  op.ops_per_element = ops_per_element;
+  op.bytes = 2.0 * elements * bytes_per_element;  // read once, write once
+  op.fusible = fusible;
+  return op;
+}
+
+Op memory_op(std::string name, double bytes) {
+  Op op;
+  op.kind = OpKind::Vector;
+  op.name = std::move(name);
+  op.bytes = bytes;
+  return op;
+}
+
+OpCost CostModel::cost(const Op& op) const {
+  OpCost c;
+  c.model_flops = op.model_flops();
+  if (op.kind == OpKind::MatMul) {
+    const double padded = 2.0 * double(op.batch) * double(pad(op.m, core_.matmul_row_padding)) *
+                          double(pad(op.k, core_.mxu_rows)) * double(pad(op.n, core_.mxu_cols));
+    c.hardware_flops = padded;
+    c.mxu_s = padded / core_.peak_matmul_flops_per_s();
+  } else {
+    c.vpu_s = op.elements * op.ops_per_element / core_.vector_ops_per_s();
+  }
+  if (op.fusible && core_.fuse_elementwise) {
+    // Folded into the producer's pass over the data: its VPU work overlaps the producer's
+    // MXU or HBM time, so only the VPU time can show (no HBM pass, no launch of its own).
+    c.seconds = c.vpu_s;
+    c.bound = "fused";
+    return c;
+  }
+  c.hbm_s = op.bytes / core_.hbm_bandwidth_bytes_per_s;
+  const double compute = std::max(c.mxu_s, c.vpu_s);
+  c.seconds = std::max(compute, c.hbm_s) + core_.op_overhead_s;
+  if (c.mxu_s >= std::max(c.vpu_s, c.hbm_s) && c.mxu_s > 0) {
+    c.bound = "mxu";
+  } else if (c.vpu_s >= c.hbm_s && c.vpu_s > 0) {
+    c.bound = "vpu";
+  } else if (c.hbm_s > 0) {
+    c.bound = "hbm";
+  }
+  return c;
+}
+
+}  // namespace tpusim

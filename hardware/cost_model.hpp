@@ -1,0 +1,71 @@
+// The op vocabulary models lower to, and the TPU core cost model that times an op on one
+// TensorCore: MXU time with dimensions padded to the systolic array, VPU time for vector
+// work, HBM time for the bytes moved; op time = max(compute, memory) + fixed overhead.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "hardware/hardware_spec.hpp"
+
+namespace tpusim {
+
+enum class OpKind {
+  MatMul,  ///< batch x (m x k) . (k x n) on the MXUs
+  Vector,  ///< element-wise or reduction work on the VPU (elements x ops each)
+};
+
+/// One op of a lowered layer. Sizes are element counts; `bytes` is HBM traffic (read + write).
+struct Op {
+  OpKind kind = OpKind::Vector;
+  std::string name;
+  std::int64_t batch = 1;  ///< MatMul: independent products (e.g. attention heads x examples)
+  std::int64_t m = 0;      ///< MatMul: streamed (row) dimension
+  std::int64_t k = 0;      ///< MatMul: contraction dimension
+  std::int64_t n = 0;      ///< MatMul: output (column) dimension
+  double elements = 0;     ///< Vector: elements processed
+  double ops_per_element = 0;
+  double bytes = 0;        ///< HBM bytes moved if the op runs on its own
+  bool fusible = false;    ///< element-wise: fuses into its producer when the core says so
+
+  /// The math: 2 x batch x m x k x n for a MatMul, 0 for vector work.
+  double model_flops() const { return kind == OpKind::MatMul ? 2.0 * double(batch) * double(m) * double(k) * double(n) : 0.0; }
+};
+
+/// A dense layer's matmul: (m x k) activations times a (k x n) weight shared by all rows.
+Op dense_op(std::string name, std::int64_t m, std::int64_t k, std::int64_t n, double activation_bytes,
+            double weight_bytes);
+/// A batched matmul whose two operands are both activations (attention scores, context).
+Op batched_matmul_op(std::string name, std::int64_t batch, std::int64_t m, std::int64_t k, std::int64_t n,
+                     double activation_bytes);
+/// Element-wise or reduction work: `elements` read and written once at `bytes_per_element`.
+Op vector_op(std::string name, double elements, double ops_per_element, double bytes_per_element, bool fusible);
+/// Pure data movement (gather, copy): `bytes` of HBM traffic, no compute to speak of.
+Op memory_op(std::string name, double bytes);
+
+/// What an op costs on one core.
+struct OpCost {
+  double seconds = 0;         ///< max(mxu, vpu, hbm) + overhead (0 if fused away)
+  double mxu_s = 0;
+  double vpu_s = 0;
+  double hbm_s = 0;
+  double model_flops = 0;     ///< the math (unpadded)
+  double hardware_flops = 0;  ///< what the MXU really executes (padded)
+  const char* bound = "overhead";  ///< "mxu", "vpu", "hbm", "overhead" or "fused"
+};
+
+/// Times ops on one core of a hardware generation. Behind one interface so the model
+/// library can refine it without touching schedules or the engine.
+class CostModel {
+ public:
+  explicit CostModel(const CoreSpec& core) : core_(core) {}
+  OpCost cost(const Op& op) const;
+  /// A dimension rounded up to a multiple of `tile`.
+  static std::int64_t pad(std::int64_t dim, std::int64_t tile) { return (dim + tile - 1) / tile * tile; }
+  const CoreSpec& core() const { return core_; }
+
+ private:
+  CoreSpec core_;
+};
+
+}  // namespace tpusim

@@ -1,0 +1,289 @@
+#include "hardware/hardware_spec.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#ifndef TPUSIM_CONFIG_DIR
+#define TPUSIM_CONFIG_DIR "configs"
+#endif
+
+namespace tpusim {
+namespace fs = std::filesystem;
+
+fs::path config_dir() {
+  if (const char* env = std::getenv("TPUSIM_CONFIG_DIR"); env && *env) return fs::path(env);
+  return fs::path(TPUSIM_CONFIG_DIR);
+}
+
+Json read_json_file(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) throw ConfigError(file.string(), "", "no readable file", "an existing JSON file");
+  try {
+    return Json::parse(in, nullptr, true, /*ignore_comments=*/false);
+  } catch (const Json::parse_error& e) {
+    // e.what() carries "at line L, column C"; keep it, it is the useful part.
+    std::string what = e.what();
+    const auto at = what.find("at line");
+    throw ConfigError(file.string(), "", "malformed JSON (" + what.substr(at == std::string::npos ? 0 : at) + ")",
+                      "valid JSON");
+  }
+}
+
+namespace {
+
+/// Reader for the hardware file's figures: each is {"value": number, "source": "..."}.
+class SourcedReader {
+ public:
+  SourcedReader(Fields& fields, HardwareSpec& hw) : fields_(fields), hw_(hw) {}
+
+  double number(const std::string& key, double min, double max) {
+    const Json* v = fields_.value(key);
+    if (!v) return min;
+    Fields inner(*v, fields_.path_of(key), fields_.problems());
+    if (!inner.ok()) return min;
+    const double d = inner.number("value", min, max);
+    hw_.sources[inner.path()] = inner.string("source");
+    inner.finish();
+    return d;
+  }
+  double positive(const std::string& key) {
+    const Json* v = fields_.value(key);
+    if (!v) return 1.0;
+    Fields inner(*v, fields_.path_of(key), fields_.problems());
+    if (!inner.ok()) return 1.0;
+    const double d = inner.positive("value");
+    hw_.sources[inner.path()] = inner.string("source");
+    inner.finish();
+    return d;
+  }
+  int count(const std::string& key, int min, int max) {
+    const Json* v = fields_.value(key);
+    if (!v) return min;
+    Fields inner(*v, fields_.path_of(key), fields_.problems());
+    if (!inner.ok()) return min;
+    const auto i = inner.integer("value", min, max);
+    hw_.sources[inner.path()] = inner.string("source");
+    inner.finish();
+    return int(i);
+  }
+  bool flag(const std::string& key) {
+    const Json* v = fields_.value(key);
+    if (!v) return false;
+    Fields inner(*v, fields_.path_of(key), fields_.problems());
+    if (!inner.ok()) return false;
+    const bool b = inner.boolean("value");
+    hw_.sources[inner.path()] = inner.string("source");
+    inner.finish();
+    return b;
+  }
+
+ private:
+  Fields& fields_;
+  HardwareSpec& hw_;
+};
+
+constexpr int kMaxChipsPerDim = 1024;
+
+/// Reads {"chips": [x, y], "wraparound": [bool, bool]} (and optional extra keys the caller allowed).
+void read_shape(Fields& f, SliceSpec& s) {
+  s.chips_x = s.chips_y = 1;
+  if (const Json* chips = f.value("chips")) {
+    if (!chips->is_array() || chips->size() != 2) {
+      f.problems().add(f.path_of("chips"), *chips, "[chips along x, chips along y], two integers >= 1");
+    } else {
+      for (std::size_t i = 0; i < 2; ++i) {
+        const Json& c = (*chips)[i];
+        if (!c.is_number_integer() || c.get<std::int64_t>() < 1 || c.get<std::int64_t>() > kMaxChipsPerDim) {
+          f.problems().add(index_path(f.path_of("chips"), i), c,
+                           "an integer in [1, " + std::to_string(kMaxChipsPerDim) + "]");
+        } else {
+          (i == 0 ? s.chips_x : s.chips_y) = int(c.get<std::int64_t>());
+        }
+      }
+    }
+  }
+  if (const Json* wrap = f.value("wraparound")) {
+    if (!wrap->is_array() || wrap->size() != 2) {
+      f.problems().add(f.path_of("wraparound"), *wrap, "[bool, bool]: whether each torus dimension wraps around");
+    } else {
+      for (std::size_t i = 0; i < 2; ++i) {
+        const Json& w = (*wrap)[i];
+        if (!w.is_boolean()) {
+          f.problems().add(index_path(f.path_of("wraparound"), i), w, "true or false");
+        } else {
+          (i == 0 ? s.wrap_x : s.wrap_y) = w.get<bool>();
+        }
+      }
+    }
+  }
+}
+
+std::string strip_prefix_number(const std::string& name, bool& ok) {
+  // "v3-32" -> "32"
+  const auto dash = name.rfind('-');
+  ok = dash != std::string::npos && dash + 1 < name.size() &&
+       name.find_first_not_of("0123456789", dash + 1) == std::string::npos;
+  return ok ? name.substr(dash + 1) : std::string();
+}
+
+}  // namespace
+
+HardwareSpec parse_hardware(const Json& json, const std::string& context) {
+  Problems problems(context);
+  HardwareSpec hw;
+  Fields top(json, "", problems);
+  if (!top.ok()) problems.throw_if_any();
+  top.string("schema", {"tpusim.hardware/1"});
+  hw.name = top.string("name");
+  if (const Json* d = top.optional("description")) hw.description = d->is_string() ? d->get<std::string>() : "";
+
+  if (const Json* core = top.value("core")) {
+    Fields f(*core, "core", problems);
+    SourcedReader r(f, hw);
+    CoreSpec& c = hw.core;
+    c.mxus = r.count("mxus_per_core", 1, 64);
+    c.mxu_rows = r.count("mxu_rows", 1, 4096);
+    c.mxu_cols = r.count("mxu_cols", 1, 4096);
+    c.matmul_row_padding = r.count("matmul_row_padding", 1, 4096);
+    c.clock_hz = r.positive("clock_hz");
+    c.vpu_sublanes = r.count("vpu_sublanes", 1, 4096);
+    c.vpu_lanes = r.count("vpu_lanes", 1, 4096);
+    c.vpu_ops_per_alu_per_cycle = r.positive("vpu_ops_per_alu_per_cycle");
+    c.hbm_bytes = r.positive("hbm_bytes_per_core");
+    c.hbm_bandwidth_bytes_per_s = r.positive("hbm_bandwidth_bytes_per_s_per_core");
+    c.vmem_bytes = r.positive("vmem_bytes_per_core");
+    c.op_overhead_s = r.number("op_overhead_s", 0.0, 1.0);
+    c.fuse_elementwise = r.flag("fuse_elementwise");
+    f.finish();
+  }
+  if (const Json* chip = top.value("chip")) {
+    Fields f(*chip, "chip", problems);
+    SourcedReader r(f, hw);
+    ChipSpec& c = hw.chip;
+    c.cores = r.count("cores_per_chip", 1, 64);
+    c.peak_bf16_flops_per_s = r.positive("peak_bf16_flops_per_s_per_chip");
+    c.ici_links = r.count("ici_links_per_chip", 0, 64);
+    c.ici_bandwidth_bytes_per_s = r.positive("ici_bandwidth_bytes_per_s_per_link_per_direction");
+    c.ici_latency_s = r.number("ici_latency_s_per_hop", 0.0, 1.0);
+    c.onchip_bandwidth_bytes_per_s = r.positive("onchip_core_to_core_bandwidth_bytes_per_s");
+    c.onchip_latency_s = r.number("onchip_core_to_core_latency_s", 0.0, 1.0);
+    c.host_link_bandwidth_bytes_per_s = r.positive("host_link_bandwidth_bytes_per_s_per_chip");
+    c.tdp_w = r.positive("tdp_w");
+    f.finish();
+  }
+  if (const Json* pod = top.value("pod")) {
+    Fields f(*pod, "pod", problems);
+    read_shape(f, hw.pod);
+    hw.sources["pod"] = f.string("source");
+    hw.pod.name = hw.name + "-pod";
+    f.finish();
+  }
+  if (const Json* slices = top.value("slices")) {
+    Fields f(*slices, "slices", problems);
+    if (f.ok()) {
+      hw.sources["slices"] = f.string("source");
+      for (auto it = slices->begin(); it != slices->end(); ++it) {
+        if (it.key() == "source") continue;
+        f.allow(it.key());
+        Fields s(it.value(), f.path_of(it.key()), problems);
+        SliceSpec slice;
+        slice.name = it.key();
+        read_shape(s, slice);
+        s.finish();
+        hw.slices[slice.name] = slice;
+      }
+    }
+    f.finish();
+  }
+  top.finish();
+  problems.throw_if_any();
+
+  // Cross-field checks, now that every value is sound.
+  const double derived_peak = hw.chip.cores * hw.core.peak_matmul_flops_per_s();
+  if (std::fabs(derived_peak - hw.chip.peak_bf16_flops_per_s) > 0.01 * hw.chip.peak_bf16_flops_per_s) {
+    std::ostringstream msg;
+    msg << "a value within 1% of cores x mxus x rows x cols x 2 x clock = " << derived_peak;
+    problems.add("chip.peak_bf16_flops_per_s_per_chip.value", Json(hw.chip.peak_bf16_flops_per_s), msg.str());
+  }
+  if (hw.chip.ici_links != 4) {
+    problems.add("chip.ici_links_per_chip.value", Json(hw.chip.ici_links),
+                 "4 (one per 2D-torus neighbour; other topologies are not modelled)");
+  }
+  for (const auto& [name, s] : hw.slices) {
+    const std::string path = "slices." + name;
+    if (s.chips_x > hw.pod.chips_x || s.chips_y > hw.pod.chips_y) {
+      problems.add(path + ".chips", Json::array({s.chips_x, s.chips_y}),
+                   "at most the pod's [" + std::to_string(hw.pod.chips_x) + ", " + std::to_string(hw.pod.chips_y) +
+                       "] chips");
+    }
+    bool numbered = false;
+    const std::string cores = strip_prefix_number(name, numbered);
+    if (numbered && std::stoll(cores) != std::int64_t(s.chips()) * hw.chip.cores) {
+      problems.add(path + ".chips", Json::array({s.chips_x, s.chips_y}),
+                   "a shape with " + cores + " cores, as the name says (" + std::to_string(hw.chip.cores) +
+                       " cores per chip)");
+    }
+  }
+  problems.throw_if_any();
+  hw.file = context;
+  return hw;
+}
+
+std::vector<std::string> shipped_hardware() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(config_dir() / "hardware", ec)) {
+    if (entry.path().extension() == ".json") names.push_back(entry.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+HardwareSpec load_hardware(const std::string& name_or_path, const fs::path& base_dir) {
+  const bool is_path = name_or_path.find('/') != std::string::npos ||
+                       (name_or_path.size() > 5 && name_or_path.ends_with(".json"));
+  fs::path file;
+  if (is_path) {
+    file = name_or_path;
+    if (file.is_relative() && !base_dir.empty() && fs::exists(base_dir / file)) file = base_dir / file;
+  } else {
+    file = config_dir() / "hardware" / (name_or_path + ".json");
+    if (!fs::exists(file)) {
+      std::string known;
+      for (const auto& n : shipped_hardware()) known += (known.empty() ? "" : ", ") + n;
+      throw ConfigError("hardware", "", "\"" + name_or_path + "\"",
+                        "a shipped hardware name (" + known + ") or a path to a hardware JSON file");
+    }
+  }
+  return parse_hardware(read_json_file(file), file.string());
+}
+
+SliceSpec parse_slice(const Json& value, const std::string& path, const HardwareSpec& hw, Problems& problems) {
+  SliceSpec s;
+  if (value.is_string()) {
+    auto it = hw.slices.find(value.get<std::string>());
+    if (it == hw.slices.end()) {
+      std::string known;
+      for (const auto& [n, _] : hw.slices) known += (known.empty() ? "" : ", ") + n;
+      problems.add(path, value, "a slice of " + hw.name + " (" + known + ") or {\"chips\": [x, y], \"wraparound\": [bool, bool]}");
+      return s;
+    }
+    return it->second;
+  }
+  Fields f(value, path, problems);
+  if (!f.ok()) return s;
+  read_shape(f, s);
+  f.finish();
+  s.name = "custom";
+  if (s.chips_x > hw.pod.chips_x || s.chips_y > hw.pod.chips_y) {
+    problems.add(f.path_of("chips"), Json::array({s.chips_x, s.chips_y}),
+                 "at most the " + hw.name + " pod's [" + std::to_string(hw.pod.chips_x) + ", " +
+                     std::to_string(hw.pod.chips_y) + "] chips");
+  }
+  if (s.chips_x > 0 && s.chips_y > 0) s.name = std::to_string(s.chips_x) + "x" + std::to_string(s.chips_y);
+  return s;
+}
+
+}  // namespace tpusim

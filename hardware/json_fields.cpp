@@ -1,0 +1,173 @@
+#include "hardware/json_fields.hpp"
+
+#include <cmath>
+#include <sstream>
+
+namespace tpusim {
+
+void Problems::add(std::string path, std::string found, std::string expected) {
+  list_.push_back(Problem{std::move(path), std::move(found), std::move(expected)});
+}
+
+void Problems::add(std::string path, const Json& found, std::string expected) {
+  add(std::move(path), show(found), std::move(expected));
+}
+
+void Problems::throw_if_any() const {
+  if (!list_.empty()) throw ConfigError(context_, list_);
+}
+
+std::string show(const Json& value) {
+  std::string text = value.dump();
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
+
+std::string join_path(const std::string& parent, const std::string& key) {
+  return parent.empty() ? key : parent + "." + key;
+}
+
+std::string index_path(const std::string& parent, std::size_t index) {
+  return parent + "[" + std::to_string(index) + "]";
+}
+
+namespace {
+
+std::string format_bound(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+std::string range_text(double min, double max, bool integer) {
+  const std::string kind = integer ? "an integer" : "a number";
+  const bool has_min = std::isfinite(min);
+  const bool has_max = std::isfinite(max);
+  if (has_min && has_max) return kind + " in [" + format_bound(min) + ", " + format_bound(max) + "]";
+  if (has_min) return kind + " >= " + format_bound(min);
+  if (has_max) return kind + " <= " + format_bound(max);
+  return kind;
+}
+
+}  // namespace
+
+Fields::Fields(const Json& object, std::string path, Problems& problems)
+    : object_(&object), path_(std::move(path)), problems_(problems) {
+  if (!object.is_object()) {
+    problems_.add(path_, object, "a JSON object");
+    object_ = nullptr;
+  }
+}
+
+bool Fields::has(const std::string& key) const { return object_ && object_->contains(key); }
+
+const Json* Fields::optional(const std::string& key) {
+  known_.insert(key);
+  if (!object_) return nullptr;
+  auto it = object_->find(key);
+  return it == object_->end() ? nullptr : &*it;
+}
+
+const Json* Fields::value(const std::string& key) {
+  const Json* v = optional(key);
+  if (!v && object_) problems_.add(path_of(key), std::string("missing"), "a value for required key '" + key + "'");
+  return v;
+}
+
+void Fields::allow(const std::string& key) { known_.insert(key); }
+
+double Fields::number(const std::string& key, double min, double max) {
+  const Json* v = value(key);
+  if (!v) return std::isfinite(min) ? min : 0.0;
+  if (!v->is_number()) {
+    problems_.add(path_of(key), *v, range_text(min, max, false));
+    return std::isfinite(min) ? min : 0.0;
+  }
+  const double d = v->get<double>();
+  if (!std::isfinite(d) || d < min || d > max) {
+    problems_.add(path_of(key), *v, range_text(min, max, false));
+    return std::isfinite(min) ? min : 0.0;
+  }
+  return d;
+}
+
+double Fields::positive(const std::string& key) {
+  const Json* v = value(key);
+  if (!v) return 1.0;
+  if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() <= 0.0) {
+    problems_.add(path_of(key), *v, "a number > 0");
+    return 1.0;
+  }
+  return v->get<double>();
+}
+
+std::int64_t Fields::integer(const std::string& key, std::int64_t min, std::int64_t max) {
+  const Json* v = value(key);
+  const std::int64_t fallback = std::max<std::int64_t>(min, std::min<std::int64_t>(max, 1));
+  if (!v) return fallback;
+  const std::string expected = range_text(min == std::numeric_limits<std::int64_t>::min() ? -INFINITY : double(min),
+                                          max == std::numeric_limits<std::int64_t>::max() ? INFINITY : double(max),
+                                          true);
+  bool whole = v->is_number_integer();
+  if (v->is_number_float()) {
+    const double d = v->get<double>();
+    whole = std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15;
+  }
+  if (!whole) {
+    problems_.add(path_of(key), *v, expected);
+    return fallback;
+  }
+  const std::int64_t i = v->is_number_float() ? std::int64_t(v->get<double>()) : v->get<std::int64_t>();
+  if (v->is_number_unsigned() && v->get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max())) {
+    problems_.add(path_of(key), *v, expected);
+    return fallback;
+  }
+  if (i < min || i > max) {
+    problems_.add(path_of(key), *v, expected);
+    return fallback;
+  }
+  return i;
+}
+
+bool Fields::boolean(const std::string& key) {
+  const Json* v = value(key);
+  if (!v) return false;
+  if (!v->is_boolean()) {
+    problems_.add(path_of(key), *v, "true or false");
+    return false;
+  }
+  return v->get<bool>();
+}
+
+std::string Fields::string(const std::string& key, const std::vector<std::string>& allowed) {
+  const Json* v = value(key);
+  std::string expected = "a string";
+  if (!allowed.empty()) {
+    expected = "one of";
+    for (std::size_t i = 0; i < allowed.size(); ++i) expected += (i ? ", \"" : " \"") + allowed[i] + "\"";
+  }
+  if (!v) return allowed.empty() ? std::string() : allowed.front();
+  if (!v->is_string() || v->get<std::string>().empty()) {
+    problems_.add(path_of(key), *v, allowed.empty() ? "a non-empty string" : expected);
+    return allowed.empty() ? std::string() : allowed.front();
+  }
+  std::string s = v->get<std::string>();
+  if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
+    problems_.add(path_of(key), *v, expected);
+    return allowed.front();
+  }
+  return s;
+}
+
+void Fields::finish() {
+  if (!object_) return;
+  for (auto it = object_->begin(); it != object_->end(); ++it) {
+    if (!known_.count(it.key())) {
+      std::string expected = "no such key; known keys:";
+      for (const auto& k : known_) expected += " " + k;
+      problems_.add(path_of(it.key()), std::string("an unknown key"), expected);
+    }
+  }
+}
+
+}  // namespace tpusim

@@ -1,0 +1,57 @@
+#include "models/model.hpp"
+
+namespace tpusim {
+
+std::int64_t Layer::params() const {
+  std::int64_t total = 0;
+  for (const auto& shape : weights) {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    total += n;
+  }
+  return total;
+}
+
+std::int64_t Model::params() const {
+  std::int64_t total = 0;
+  for (const auto& l : layers) total += l.params();
+  return total;
+}
+
+const std::map<std::string, ModelBuilder>& model_builders() {
+  static const std::map<std::string, ModelBuilder> builders = {
+      {"mlp", build_mlp},
+      {"transformer", build_transformer},
+  };
+  return builders;
+}
+
+double read_activation_bytes(Fields& fields) {
+  if (!fields.has("activation_dtype")) {
+    fields.allow("activation_dtype");
+    return 2.0;
+  }
+  return fields.string("activation_dtype", {"bf16", "fp32"}) == "fp32" ? 4.0 : 2.0;
+}
+
+Model build_model(const Json& json, const std::string& path, Problems& problems) {
+  Fields fields(json, path, problems);
+  if (!fields.ok()) return {};
+  std::vector<std::string> kinds;
+  for (const auto& [k, _] : model_builders()) kinds.push_back(k);
+  const Json* k = fields.value("kind");
+  if (!k) return {};
+  const std::string kind = k->is_string() ? k->get<std::string>() : std::string();
+  if (!model_builders().count(kind)) {
+    std::string expected = "a model kind, one of";
+    for (const auto& name : kinds) expected += " \"" + name + "\"";
+    problems.add(fields.path_of("kind"), *k, expected);
+    return {};  // the other keys belong to a kind we do not know: do not report them
+  }
+  Model model = model_builders().at(kind)(fields, problems);
+  fields.finish();
+  model.kind = kind;
+  return model;
+}
+
+}  // namespace tpusim

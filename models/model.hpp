@@ -1,0 +1,61 @@
+// Models as sequences of layers (the unit GPipe partitions), each lowered to ops of the
+// hardware op vocabulary for a given per-core batch. Builders are registered by the JSON
+// `kind` string, so a new model is one file plus one registry line.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hardware/cost_model.hpp"
+#include "hardware/json_fields.hpp"
+
+namespace tpusim {
+
+/// What one layer does for a batch of examples on one core.
+struct LayerWork {
+  std::vector<Op> forward;    ///< forward pass
+  std::vector<Op> backward;   ///< input gradients and weight gradients
+  double output_bytes = 0;    ///< activation handed to the next layer (crosses a stage boundary)
+  double stash_bytes = 0;     ///< activations kept from forward for backward (no re-materialization)
+  double workspace_bytes = 0; ///< transient buffers alive only while the layer computes
+};
+
+/// One layer: its weight tensors and how it lowers for a batch.
+struct Layer {
+  std::string name;
+  std::vector<std::vector<std::int64_t>> weights;  ///< shapes of the parameter tensors
+  std::function<LayerWork(std::int64_t batch)> work;
+
+  std::int64_t params() const;
+};
+
+/// A model: an ordered sequence of layers.
+struct Model {
+  std::string kind;
+  std::string name;               ///< human-readable, e.g. "transformer L=24 d=1024"
+  double activation_bytes = 2;    ///< bytes per activation element (bf16 = 2)
+  std::vector<Layer> layers;
+
+  std::int64_t params() const;
+};
+
+/// Builds a model from its JSON description; records problems at `path`.
+using ModelBuilder = std::function<Model(Fields& fields, Problems& problems)>;
+
+/// Every registered builder, by kind.
+const std::map<std::string, ModelBuilder>& model_builders();
+
+/// Builds the model `json` describes (its "kind" picks the builder). Throws ConfigError.
+Model build_model(const Json& json, const std::string& path, Problems& problems);
+
+// Registered builders (one per file).
+Model build_mlp(Fields& fields, Problems& problems);
+Model build_transformer(Fields& fields, Problems& problems);
+
+/// Reads the optional "activation_dtype" ("bf16" default, or "fp32") as bytes per element.
+double read_activation_bytes(Fields& fields);
+
+}  // namespace tpusim

@@ -1,0 +1,238 @@
+#include "reports/run_report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+namespace tpusim::reports {
+
+using sim::TaskKind;
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::fabs(bytes) >= 1024.0 && u < 4) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+std::string human_seconds(double s) {
+  char buf[32];
+  if (s >= 1.0) std::snprintf(buf, sizeof buf, "%.3f s", s);
+  else if (s >= 1e-3) std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
+  else std::snprintf(buf, sizeof buf, "%.3f us", s * 1e6);
+  return buf;
+}
+
+namespace {
+
+using Interval = std::pair<double, double>;
+
+/// Sorted, merged union of intervals.
+std::vector<Interval> merge(std::vector<Interval> v) {
+  std::sort(v.begin(), v.end());
+  std::vector<Interval> out;
+  for (const auto& iv : v) {
+    if (iv.second <= iv.first) continue;
+    if (!out.empty() && iv.first <= out.back().second) out.back().second = std::max(out.back().second, iv.second);
+    else out.push_back(iv);
+  }
+  return out;
+}
+
+double length(const std::vector<Interval>& v) {
+  double total = 0;
+  for (const auto& iv : v) total += iv.second - iv.first;
+  return total;
+}
+
+/// Length of `a` not covered by `b` (both merged).
+double uncovered(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  double total = 0;
+  std::size_t j = 0;
+  for (const auto& iv : a) {
+    double cursor = iv.first;
+    while (j < b.size() && b[j].second <= cursor) ++j;
+    for (std::size_t k = j; k < b.size() && b[k].first < iv.second; ++k) {
+      if (b[k].first > cursor) total += b[k].first - cursor;
+      cursor = std::max(cursor, b[k].second);
+    }
+    if (cursor < iv.second) total += iv.second - cursor;
+  }
+  return total;
+}
+
+}  // namespace
+
+Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::SimResult& r) {
+  const int cores = graph.cores();
+  std::vector<std::vector<Interval>> busy(cores);
+  std::vector<std::map<std::string, double>> by_phase(cores);
+  std::vector<Interval> comm;
+  std::map<std::string, double> comm_by_phase;
+  for (int id = 0; id < graph.size(); ++id) {
+    const sim::Task& t = graph.task(id);
+    const auto& tm = r.tasks[id];
+    if (t.kind == TaskKind::Compute) {
+      busy[t.core].emplace_back(tm.start_s, tm.end_s);
+      by_phase[t.core][t.phase] += t.seconds;
+    } else {
+      comm.emplace_back(tm.start_s, tm.end_s);
+      comm_by_phase[t.phase] += tm.end_s - tm.start_s;
+    }
+  }
+  int critical = 0;
+  for (int c = 1; c < cores; ++c)
+    if (r.cores[c].busy_s > r.cores[critical].busy_s) critical = c;
+  const auto comm_union = merge(comm);
+  const auto critical_busy = merge(busy[critical]);
+
+  double peak = 0;
+  int peak_core = 0;
+  Json per_core = Json::array();
+  for (int c = 0; c < cores; ++c) {
+    const auto& cs = r.cores[c];
+    if (cs.peak_hbm_bytes > peak) {
+      peak = cs.peak_hbm_bytes;
+      peak_core = c;
+    }
+    Json at_peak;
+    for (int k = 0; k < sim::kMemoryCategories; ++k) at_peak[sim::to_string(sim::MemoryCategory(k))] = cs.hbm_at_peak[k];
+    per_core.push_back(Json{{"core", c},
+                            {"chip", c / info.cores_per_chip},
+                            {"busy_s", cs.busy_s},
+                            {"idle_s", r.step_time_s - cs.busy_s},
+                            {"peak_hbm_bytes", cs.peak_hbm_bytes},
+                            {"hbm_at_peak", at_peak}});
+  }
+
+  Json overflow = nullptr;
+  if (r.overflow.happened) {
+    overflow = Json{{"core", r.overflow.core},
+                    {"task", r.overflow.task >= 0 ? Json(graph.task(r.overflow.task).name) : Json("resident state")},
+                    {"time_s", r.overflow.time_s},
+                    {"bytes_over", r.overflow.bytes_over}};
+  }
+  Json phases = Json::object();
+  for (const auto& [phase, s] : by_phase[critical]) phases[phase] = s;
+  Json comm_phases = Json::object();
+  for (const auto& [phase, s] : comm_by_phase) comm_phases[phase] = s;
+
+  const double step = r.step_time_s;
+  Json out;
+  out["schema"] = "tpusim.result/1";
+  out["fits"] = r.fits;
+  out["step_time_s"] = step;
+  out["examples_per_s"] = step > 0 ? double(info.batch) / step : 0.0;
+  out["mxu_utilization"] = step > 0 ? info.model_flops / (info.peak_flops_per_core * cores * step) : 0.0;
+  out["hardware_flops_utilization"] = step > 0 ? info.hardware_flops / (info.peak_flops_per_core * cores * step) : 0.0;
+  out["model_flops_per_step"] = info.model_flops;
+  out["hardware_flops_per_step"] = info.hardware_flops;
+  out["params"] = info.params;
+  out["batch"] = info.batch;
+  out["peak_hbm_bytes"] = peak;
+  out["peak_hbm_core"] = peak_core;
+  out["hbm_capacity_bytes"] = r.hbm_capacity_bytes;
+  out["overflow"] = overflow;
+  out["hardware"] = info.hardware;
+  out["slice"] = Json{{"name", info.slice},
+                      {"chips", {info.chips_x, info.chips_y}},
+                      {"wraparound", {info.wrap_x, info.wrap_y}},
+                      {"cores", cores}};
+  out["model"] = Json{{"kind", info.model_kind}, {"name", info.model_name}, {"params", info.params}, {"layers", info.layers}};
+  out["schedule"] = Json{{"kind", info.schedule}, {"details", info.schedule_details}};
+  out["breakdown"] = Json{{"critical_core", critical},
+                          {"compute_s", phases},
+                          {"communication_s", length(comm_union)},
+                          {"communication_by_phase_s", comm_phases},
+                          {"exposed_communication_s", uncovered(comm_union, critical_busy)}};
+  out["engine"] = Json{{"symmetric_collectives", r.symmetric_collectives}, {"flows_simulated", r.flows_simulated}};
+  out["cores"] = per_core;
+  out["study"] = info.study;
+  return out;
+}
+
+std::string summary_text(const Json& j) {
+  std::ostringstream out;
+  char buf[256];
+  const auto& slice = j["slice"];
+  out << "tpusim: " << j["model"]["name"].get<std::string>() << " on " << j["hardware"].get<std::string>() << " "
+      << slice["name"].get<std::string>() << " (" << slice["cores"].get<int>() << " cores), "
+      << j["schedule"]["kind"].get<std::string>() << "\n";
+  std::snprintf(buf, sizeof buf, "  params            %.3f M\n", j["params"].get<double>() / 1e6);
+  out << buf;
+  std::snprintf(buf, sizeof buf, "  batch             %lld examples per step\n", (long long)j["batch"].get<std::int64_t>());
+  out << buf;
+  out << "  step time         " << human_seconds(j["step_time_s"].get<double>()) << "\n";
+  std::snprintf(buf, sizeof buf, "  examples/s        %.1f\n", j["examples_per_s"].get<double>());
+  out << buf;
+  std::snprintf(buf, sizeof buf, "  MXU utilization   %.1f %% (model FLOPs / peak)\n", 100.0 * j["mxu_utilization"].get<double>());
+  out << buf;
+  const auto& b = j["breakdown"];
+  out << "  communication     " << human_seconds(b["communication_s"].get<double>()) << " ("
+      << human_seconds(b["exposed_communication_s"].get<double>()) << " exposed)\n";
+  out << "  peak HBM per core " << human_bytes(j["peak_hbm_bytes"].get<double>()) << " of "
+      << human_bytes(j["hbm_capacity_bytes"].get<double>());
+  const auto& at_peak = j["cores"][j["peak_hbm_core"].get<int>()]["hbm_at_peak"];
+  out << " (";
+  bool first = true;
+  for (auto it = at_peak.begin(); it != at_peak.end(); ++it) {
+    if (it.value().get<double>() <= 0) continue;
+    out << (first ? "" : ", ") << it.key() << " " << human_bytes(it.value().get<double>());
+    first = false;
+  }
+  out << ")\n";
+  out << "  fits              " << (j["fits"].get<bool>() ? "yes" : "NO");
+  if (!j["overflow"].is_null()) {
+    out << ": core " << j["overflow"]["core"].get<int>() << " over by " << human_bytes(j["overflow"]["bytes_over"].get<double>())
+        << " at " << j["overflow"]["task"].get<std::string>();
+  }
+  out << "\n";
+  return out.str();
+}
+
+Json chrome_trace(const sim::TaskGraph& graph, const sim::SimResult& r, int cores_per_chip) {
+  Json events = Json::array();
+  const int chips = graph.cores() / cores_per_chip;
+  const int comm_pid = chips;
+  for (int chip = 0; chip < chips; ++chip) {
+    events.push_back(Json{{"ph", "M"}, {"pid", chip}, {"name", "process_name"}, {"args", {{"name", "chip " + std::to_string(chip)}}}});
+    for (int i = 0; i < cores_per_chip; ++i)
+      events.push_back(Json{{"ph", "M"}, {"pid", chip}, {"tid", i}, {"name", "thread_name"},
+                            {"args", {{"name", "core " + std::to_string(chip * cores_per_chip + i)}}}});
+    const char* dirs[] = {"link +x", "link -x", "link +y", "link -y"};
+    for (int d = 0; d < 4; ++d)
+      events.push_back(Json{{"ph", "M"}, {"pid", chip}, {"tid", 100 + d}, {"name", "thread_name"}, {"args", {{"name", dirs[d]}}}});
+  }
+  events.push_back(Json{{"ph", "M"}, {"pid", comm_pid}, {"name", "process_name"}, {"args", {{"name", "collectives and transfers"}}}});
+  for (int id = 0; id < graph.size(); ++id) {
+    const sim::Task& t = graph.task(id);
+    const auto& tm = r.tasks[id];
+    Json e{{"ph", "X"}, {"name", t.name}, {"cat", t.phase}, {"ts", tm.start_s * 1e6}, {"dur", (tm.end_s - tm.start_s) * 1e6}};
+    if (t.kind == TaskKind::Compute) {
+      e["pid"] = t.core / cores_per_chip;
+      e["tid"] = t.core % cores_per_chip;
+    } else {
+      e["pid"] = comm_pid;
+      e["tid"] = id;
+      e["args"] = Json{{"bytes", t.bytes}, {"kind", sim::to_string(t.kind)}};
+    }
+    events.push_back(std::move(e));
+  }
+  for (const auto& f : r.flows) {
+    for (int link : f.links) {
+      events.push_back(Json{{"ph", "X"}, {"name", graph.task(f.task).name}, {"cat", "flow"}, {"pid", link / 4},
+                            {"tid", 100 + link % 4}, {"ts", f.start_s * 1e6}, {"dur", (f.end_s - f.start_s) * 1e6},
+                            {"args", {{"bytes", f.bytes}, {"from_core", f.src_core}, {"to_core", f.dst_core}}}});
+    }
+  }
+  return Json{{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+}
+
+}  // namespace tpusim::reports

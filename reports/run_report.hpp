@@ -1,0 +1,52 @@
+// Writers for one simulated step: result.json (schema tpusim.result/1), the terminal summary
+// (rendered from result.json, so both always agree) and a Chrome/Perfetto trace.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/result.hpp"
+#include "sim/task_graph.hpp"
+
+namespace tpusim::reports {
+
+using Json = nlohmann::json;
+
+/// What the reports need to know about the study beyond the simulation itself.
+struct RunInfo {
+  Json study;                  ///< the resolved study, echoed into result.json
+  std::string hardware;        ///< hardware name
+  std::string slice;           ///< slice name
+  int chips_x = 0, chips_y = 0;
+  bool wrap_x = false, wrap_y = false;
+  int cores_per_chip = 1;
+  std::string model_kind, model_name;
+  std::int64_t params = 0;
+  std::int64_t layers = 0;
+  std::int64_t batch = 0;
+  std::string schedule;
+  Json schedule_details;
+  double peak_flops_per_core = 0;
+  double model_flops = 0;      ///< per step, all cores
+  double hardware_flops = 0;
+};
+
+/// Builds result.json.
+Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::SimResult& result);
+
+/// The short human summary of a result.json.
+std::string summary_text(const Json& result);
+
+/// Chrome trace event format (chrome://tracing, ui.perfetto.dev): a process per chip with a
+/// track per core (compute) and per outgoing link (flows, when recorded), and a process for
+/// collectives and transfers.
+Json chrome_trace(const sim::TaskGraph& graph, const sim::SimResult& result, int cores_per_chip);
+
+/// "1.50 GiB", "12.3 MiB" ...
+std::string human_bytes(double bytes);
+/// "12.3 ms", "4.56 s" ...
+std::string human_seconds(double seconds);
+
+}  // namespace tpusim::reports

@@ -1,0 +1,14 @@
+// Every schedule kind a study can name. A new schedule is one file plus one line here.
+#include "schedules/data_parallel.hpp"
+
+namespace tpusim {
+
+const std::map<std::string, ScheduleFactory>& schedule_registry() {
+  static const std::map<std::string, ScheduleFactory> registry = {
+      {"data_parallel",
+       [](Fields& f, const Study& s, Problems& p) -> std::unique_ptr<Schedule> { return std::make_unique<DataParallel>(f, s, p); }},
+  };
+  return registry;
+}
+
+}  // namespace tpusim

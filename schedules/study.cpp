@@ -1,0 +1,106 @@
+#include "schedules/study.hpp"
+
+namespace tpusim {
+
+void apply_override(Json& study, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw ConfigError("--set", "", "\"" + assignment + "\"", "dotted.path=value, e.g. batch=256 or schedule.kind=data_parallel");
+  }
+  const std::string path = assignment.substr(0, eq);
+  const std::string text = assignment.substr(eq + 1);
+  Json value;
+  try {
+    value = Json::parse(text);
+  } catch (const Json::parse_error&) {
+    value = text;  // a bare word is a string
+  }
+  Json* node = &study;
+  std::size_t begin = 0;
+  std::string walked;
+  while (true) {
+    const auto dot = path.find('.', begin);
+    const std::string key = path.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin);
+    if (key.empty()) throw ConfigError("--set", path, "an empty path component", "dotted.path=value");
+    walked = walked.empty() ? key : walked + "." + key;
+    Json* next = nullptr;
+    if (node->is_array()) {
+      const bool digits = key.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits || std::stoull(key) >= node->size()) {
+        throw ConfigError("--set", walked, "\"" + key + "\"",
+                          "an index below " + std::to_string(node->size()) + " into the array at " + walked);
+      }
+      next = &(*node)[std::stoull(key)];
+    } else if (node->is_object() || node->is_null()) {
+      next = &(*node)[key];
+    } else {
+      throw ConfigError("--set", walked, show(*node), "an object or array to descend into");
+    }
+    if (dot == std::string::npos) {
+      *next = value;
+      return;
+    }
+    node = next;
+    begin = dot + 1;
+  }
+}
+
+Study parse_study(const Json& json, const std::string& context, const std::filesystem::path& base_dir) {
+  Study study;
+  study.json = json;
+  study.file = context;
+  Problems problems(context);
+  Fields top(json, "", problems);
+  if (!top.ok()) problems.throw_if_any();
+  top.allow("description");
+  if (top.has("schema")) top.string("schema", {"tpusim.study/1"});
+  else top.allow("schema");
+
+  bool have_hardware = false;
+  if (const Json* hw = top.value("hardware")) {
+    if (!hw->is_string() || hw->get<std::string>().empty()) {
+      problems.add("hardware", *hw, "a hardware name (e.g. \"tpu-v3\") or a path to a hardware JSON file");
+    } else {
+      try {
+        study.hardware = load_hardware(hw->get<std::string>(), base_dir);
+        have_hardware = true;
+      } catch (const ConfigError& e) {
+        // Carry the hardware file's problems, prefixed so the user knows which file.
+        for (const auto& p : e.problems())
+          problems.add(p.path.empty() ? "hardware" : "hardware(" + e.context() + ")." + p.path, p.found, p.expected);
+      }
+    }
+  }
+  if (const Json* slice = top.value("slice"); slice && have_hardware) {
+    study.slice = parse_slice(*slice, "slice", study.hardware, problems);
+  }
+  if (const Json* model = top.value("model")) study.model = build_model(*model, "model", problems);
+  study.batch = top.integer("batch", 1, std::int64_t(1) << 40);
+  if (const Json* opt = top.value("optimizer")) study.optimizer = parse_optimizer(*opt, "optimizer", problems);
+  const Json* schedule = top.value("schedule");
+  top.finish();
+  problems.throw_if_any();
+
+  if (schedule) {
+    Fields f(*schedule, "schedule", problems);
+    if (f.ok()) {
+      std::vector<std::string> kinds;
+      for (const auto& [k, _] : schedule_registry()) kinds.push_back(k);
+      const std::string kind = f.string("kind", kinds);
+      if (problems.empty()) {
+        study.schedule = schedule_registry().at(kind)(f, study, problems);
+        f.finish();
+      }
+    }
+  }
+  problems.throw_if_any();
+  return study;
+}
+
+Study load_study(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
+  Json json = read_json_file(file);
+  for (const auto& o : overrides) apply_override(json, o);
+  return parse_study(json, file.string(), file.parent_path());
+}
+
+}  // namespace tpusim

@@ -1,0 +1,68 @@
+// A study: which hardware, which slice, which model, how many examples per step, which
+// optimizer and which schedule. Loaded from JSON (with `--set path=value` overrides applied
+// first), validated in one pass that reports every problem with its JSON path.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hardware/hardware_spec.hpp"
+#include "models/model.hpp"
+#include "schedules/optimizer.hpp"
+#include "sim/task_graph.hpp"
+
+namespace tpusim {
+
+struct Study;
+
+/// What a schedule hands the engine and the reports.
+struct BuiltStep {
+  sim::TaskGraph graph{0};
+  double model_flops = 0;     ///< the math of one step over all cores
+  double hardware_flops = 0;  ///< what the MXUs execute (padding, recomputation)
+  Json details;               ///< schedule-specific facts for result.json (buckets, stages, ...)
+};
+
+/// A way of running a training step on a slice. Implementations register under their JSON
+/// "kind" (schedule_registry()); a new schedule never touches the engine.
+class Schedule {
+ public:
+  virtual ~Schedule() = default;
+  /// Builds the task graph of one training step. Called only on a validated study.
+  virtual BuiltStep build(const Study& study) const = 0;
+  /// The schedule's settings with defaults filled in (echoed in result.json).
+  virtual Json resolved() const = 0;
+};
+
+/// Parses a schedule's fields (the "kind" key is already read) and checks them against the
+/// rest of the study (batch divisibility, core counts); records problems.
+using ScheduleFactory = std::function<std::unique_ptr<Schedule>(Fields& fields, const Study& study, Problems& problems)>;
+const std::map<std::string, ScheduleFactory>& schedule_registry();
+
+struct Study {
+  std::string file;       ///< where it came from ("" if built in memory)
+  Json json;              ///< the study after overrides, as given
+  HardwareSpec hardware;
+  SliceSpec slice;
+  Model model;
+  std::int64_t batch = 0;  ///< global examples per step
+  Optimizer optimizer;
+  std::shared_ptr<const Schedule> schedule;
+
+  int cores() const { return slice.chips() * hardware.chip.cores; }
+};
+
+/// Applies one `dotted.path=value` override to a study's JSON. The value is read as JSON when
+/// it parses (numbers, true, [1,2], {"a":1}), else as a string. Array elements are addressed
+/// as `path.0`. Throws ConfigError on a malformed assignment.
+void apply_override(Json& study, const std::string& assignment);
+
+/// Validates and resolves a study. `base_dir` resolves a relative hardware path.
+Study parse_study(const Json& json, const std::string& context, const std::filesystem::path& base_dir = {});
+
+/// Reads, overrides, validates. Throws ConfigError.
+Study load_study(const std::filesystem::path& file, const std::vector<std::string>& overrides = {});
+
+}  // namespace tpusim

@@ -1,0 +1,319 @@
+#include "sim/engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <set>
+#include <simgrid/s4u.hpp>
+
+#include "hardware/errors.hpp"
+#include "hardware/torus.hpp"
+#include "sim/collective_plan.hpp"
+
+namespace tpusim::sim {
+namespace sg = simgrid::s4u;
+
+namespace {
+
+bool g_engine_used = false;
+
+/// Creates the one SimGrid engine of this process with the network model pinned to what ICI
+/// is: CM02 without cross-traffic or TCP window (see shared/SIMGRID.md).
+std::unique_ptr<sg::Engine> make_engine() {
+  if (g_engine_used) throw SimulationError("SimGrid allows one simulation per process; this process already ran one");
+  g_engine_used = true;
+  static int argc = 3;
+  static char arg0[] = "tpusim";
+  static char arg1[] = "--log=root.thres:critical";
+  static char arg2[] = "--log=xbt_cfg.thres:critical";
+  static char* argv[] = {arg0, arg1, arg2, nullptr};
+  auto engine = std::make_unique<sg::Engine>(&argc, argv);
+  sg::Engine::set_config("network/model:CM02");
+  sg::Engine::set_config("network/crosstraffic:0");
+  sg::Engine::set_config("network/TCP-gamma:0");
+  return engine;
+}
+
+/// The slice as a SimGrid platform: hosts per core, directed ICI and on-chip links, and
+/// routes for the core pairs that will talk.
+class Platform {
+ public:
+  Platform(const HardwareSpec& hw, const SliceSpec& slice) : torus_(slice), cpc_(hw.chip.cores) {
+    zone_ = sg::create_full_zone("ici");
+    const int cores = torus_.chips() * cpc_;
+    hosts_.resize(cores);
+    for (int c = 0; c < cores; ++c) hosts_[c] = zone_->create_host("core" + std::to_string(c), 1e12)->seal();
+    links_.assign(std::size_t(torus_.chips()) * 4, nullptr);
+    for (int r = 0; r < torus_.chips(); ++r)
+      for (int d = 0; d < 4; ++d)
+        if (torus_.link_exists(r, Direction(d))) {
+          links_[Torus::link_id(r, Direction(d))] =
+              zone_->create_link("ici" + std::to_string(r) + "_" + std::to_string(d), hw.chip.ici_bandwidth_bytes_per_s)
+                  ->set_latency(hw.chip.ici_latency_s)
+                  ->seal();
+        }
+    onchip_.assign(std::size_t(cores) * cpc_, nullptr);
+    for (int r = 0; r < torus_.chips(); ++r)
+      for (int i = 0; i < cpc_; ++i)
+        for (int j = 0; j < cpc_; ++j)
+          if (i != j) {
+            onchip_[std::size_t(r * cpc_ + i) * cpc_ + j] =
+                zone_->create_link("chip" + std::to_string(r) + "_" + std::to_string(i) + "to" + std::to_string(j),
+                                   hw.chip.onchip_bandwidth_bytes_per_s)
+                    ->set_latency(hw.chip.onchip_latency_s)
+                    ->seal();
+          }
+  }
+
+  void add_route(int src, int dst) {
+    if (src == dst || !routed_.insert({src, dst}).second) return;
+    std::vector<sg::LinkInRoute> route;
+    const int sc = src / cpc_, dc = dst / cpc_;
+    if (sc == dc) {
+      route.emplace_back(onchip_[std::size_t(src) * cpc_ + dst % cpc_]);
+    } else {
+      for (int id : torus_.route(sc, dc)) route.emplace_back(links_[id]);
+    }
+    zone_->add_route(hosts_[src]->get_netpoint(), hosts_[dst]->get_netpoint(), nullptr, nullptr, route, false);
+  }
+
+  void seal() { zone_->seal(); }
+  sg::Host* host(int core) const { return hosts_[core]; }
+  const Torus& torus() const { return torus_; }
+  int cores_per_chip() const { return cpc_; }
+
+ private:
+  Torus torus_;
+  int cpc_;
+  sg::NetZone* zone_ = nullptr;
+  std::vector<sg::Host*> hosts_;
+  std::vector<sg::Link*> links_;
+  std::vector<sg::Link*> onchip_;
+  std::set<std::pair<int, int>> routed_;
+};
+
+class Runner {
+ public:
+  Runner(const TaskGraph& g, const HardwareSpec& hw, const SliceSpec& slice, const EngineOptions& opt)
+      : g_(g), opt_(opt), platform_(hw, slice), memory_(g.cores(), hw.core.hbm_bytes) {
+    const int n = g.size();
+    remaining_.resize(n);
+    for (int id = 0; id < n; ++id) remaining_[id] = g.in_degree(id);
+    waiting_.assign(g.cores(), -1);
+    for (int c = 0; c < g.cores(); ++c) semaphores_.push_back(sg::Semaphore::create(0));
+    result_.tasks.assign(n, TaskTiming{});
+    result_.cores.assign(g.cores(), CoreStats{});
+    for (int c = 0; c < g.cores(); ++c) memory_.set_resident(c, g.resident()[c]);
+
+    bool symmetric = opt.symmetric_collectives;
+    for (int id = 0; id < n; ++id) {
+      const Task& t = g.task(id);
+      if (t.kind == TaskKind::Transfer) symmetric = false;
+      if (t.kind == TaskKind::Collective && int(t.group.size()) != g.cores()) symmetric = false;
+    }
+    result_.symmetric_collectives = symmetric;
+    plans_.resize(n);
+    for (int id = 0; id < n; ++id) {
+      const Task& t = g.task(id);
+      if (t.kind == TaskKind::Transfer) platform_.add_route(t.src_core, t.dst_core);
+      if (t.kind != TaskKind::Collective) continue;
+      plans_[id] = plan_collective(platform_.torus(), platform_.cores_per_chip(), t.op, t.group, t.bytes);
+      for (auto& phase : plans_[id]) {
+        if (symmetric) {
+          std::erase_if(phase.rings, [](const PlannedRing& r) { return !r.representative; });
+        }
+        for (const auto& ring : phase.rings)
+          for (std::size_t i = 0; i < ring.cores.size(); ++i)
+            platform_.add_route(ring.cores[i], ring.cores[(i + 1) % ring.cores.size()]);
+      }
+    }
+    platform_.seal();
+  }
+
+  void start_actors() {
+    for (int c = 0; c < g_.cores(); ++c)
+      if (!g_.program(c).empty()) sg::Actor::create("core" + std::to_string(c), platform_.host(c), [this, c] { guarded([&] { run_core(c); }); });
+    for (int id = 0; id < g_.size(); ++id)
+      if (remaining_[id] == 0 && g_.task(id).kind != TaskKind::Compute) launch(id);
+  }
+
+  SimResult finish() {
+    if (!error_.empty()) throw SimulationError(error_);
+    if (done_ != g_.size()) {
+      std::string names;
+      int shown = 0;
+      for (int id = 0; id < g_.size() && shown < 5; ++id)
+        if (result_.tasks[id].end_s < 0) names += (shown++ ? ", " : "") + g_.task(id).name;
+      throw SimulationError("deadlock: " + std::to_string(g_.size() - done_) + " of " + std::to_string(g_.size()) +
+                            " tasks never ran (first: " + names + ")");
+    }
+    for (int id = 0; id < g_.size(); ++id) result_.step_time_s = std::max(result_.step_time_s, result_.tasks[id].end_s);
+    for (int c = 0; c < g_.cores(); ++c) {
+      result_.cores[c].peak_hbm_bytes = memory_.peak(c);
+      result_.cores[c].hbm_at_peak = memory_.at_peak(c);
+    }
+    result_.hbm_capacity_bytes = memory_.capacity();
+    result_.overflow = memory_.overflow();
+    result_.fits = !memory_.overflow().happened;
+    return std::move(result_);
+  }
+
+ private:
+  template <class F>
+  void guarded(F&& body) {
+    // An exception escaping an actor would abort the process: record it and stop this actor.
+    try {
+      body();
+    } catch (const std::exception& e) {
+      if (error_.empty()) error_ = e.what();
+    }
+  }
+
+  void run_core(int core) {
+    for (int id : g_.program(core)) {
+      if (remaining_[id] > 0) {
+        waiting_[core] = id;
+        semaphores_[core]->acquire();
+        if (!error_.empty()) return;
+      }
+      begin(id);
+      const Task& t = g_.task(id);
+      if (t.seconds > 0) sg::this_actor::sleep_for(t.seconds);
+      result_.cores[core].busy_s += t.seconds;
+      end(id);
+    }
+  }
+
+  void launch(int id) {
+    const Task& t = g_.task(id);
+    const int where = t.kind == TaskKind::Transfer ? t.src_core : t.group.front();
+    sg::Actor::create(t.name, platform_.host(where), [this, id] { guarded([&] { run_communication(id); }); });
+  }
+
+  void run_communication(int id) {
+    const Task& t = g_.task(id);
+    begin(id);
+    if (t.kind == TaskKind::Transfer) {
+      if (t.src_core != t.dst_core && t.bytes > 0) play_step({{t.src_core, t.dst_core, t.bytes}}, id);
+    } else {
+      for (const Phase& phase : plans_[id]) {
+        std::vector<FlowSpec> flows;
+        for (const auto& ring : phase.rings)
+          for (std::size_t i = 0; i < ring.cores.size(); ++i)
+            flows.push_back({ring.cores[i], ring.cores[(i + 1) % ring.cores.size()], ring.chunk_bytes});
+        const int steps = phase.rings.empty() ? 0 : phase.rings.front().steps;
+        for (int s = 0; s < steps; ++s) play_step(flows, id);
+      }
+    }
+    end(id);
+  }
+
+  struct FlowSpec {
+    int src, dst;
+    double bytes;
+  };
+
+  /// Starts every flow at once and returns when all have arrived.
+  void play_step(const std::vector<FlowSpec>& flows, int task) {
+    std::vector<sg::CommPtr> comms;
+    comms.reserve(flows.size());
+    const double t0 = sg::Engine::get_clock();
+    for (const auto& f : flows) {
+      const auto bytes = std::uint64_t(std::max(1.0, std::round(f.bytes)));
+      comms.push_back(sg::Comm::sendto_async(platform_.host(f.src), platform_.host(f.dst), bytes));
+    }
+    result_.flows_simulated += (long long)flows.size();
+    if (!opt_.record_flows) {
+      sg::Comm::wait_all(comms);
+      return;
+    }
+    std::vector<std::size_t> index(comms.size());
+    for (std::size_t i = 0; i < index.size(); ++i) index[i] = i;
+    while (!comms.empty()) {
+      const auto k = std::size_t(sg::Comm::wait_any(comms));
+      const FlowSpec& f = flows[index[k]];
+      FlowRecord rec{task, f.src, f.dst, f.bytes, t0, sg::Engine::get_clock(), {}};
+      const int cpc = platform_.cores_per_chip();
+      if (f.src / cpc != f.dst / cpc) rec.links = platform_.torus().route(f.src / cpc, f.dst / cpc);
+      result_.flows.push_back(std::move(rec));
+      comms.erase(comms.begin() + std::ptrdiff_t(k));
+      index.erase(index.begin() + std::ptrdiff_t(k));
+    }
+  }
+
+  void begin(int id) {
+    const double now = sg::Engine::get_clock();
+    result_.tasks[id].start_s = now;
+    for (const auto& m : g_.task(id).memory)
+      if (m.when == MemoryEffect::When::Start) memory_.apply(m, id, now);
+  }
+
+  void end(int id) {
+    const double now = sg::Engine::get_clock();
+    const Task& t = g_.task(id);
+    result_.tasks[id].end_s = now;
+    for (const auto& m : t.memory)
+      if (m.when == MemoryEffect::When::End) memory_.apply(m, id, now);
+    if (opt_.functional && t.host) t.host();
+    ++done_;
+    for (int s : g_.successors(id)) {
+      if (--remaining_[s] != 0) continue;
+      const Task& st = g_.task(s);
+      if (st.kind == TaskKind::Compute) {
+        if (waiting_[st.core] == s) {
+          waiting_[st.core] = -1;
+          semaphores_[st.core]->release();
+        }
+      } else {
+        launch(s);
+      }
+    }
+  }
+
+  const TaskGraph& g_;
+  EngineOptions opt_;
+  Platform platform_;
+  MemoryTracker memory_;
+  std::vector<int> remaining_;
+  std::vector<int> waiting_;
+  std::vector<sg::SemaphorePtr> semaphores_;
+  std::vector<std::vector<Phase>> plans_;
+  SimResult result_;
+  int done_ = 0;
+  std::string error_;
+};
+
+}  // namespace
+
+SimResult simulate(const TaskGraph& graph, const HardwareSpec& hw, const SliceSpec& slice, const EngineOptions& options) {
+  if (graph.cores() != slice_cores(hw, slice)) {
+    throw SimulationError("task graph is for " + std::to_string(graph.cores()) + " cores, the slice has " +
+                          std::to_string(slice_cores(hw, slice)));
+  }
+  graph.validate();
+  auto engine = make_engine();
+  Runner runner(graph, hw, slice, options);
+  runner.start_actors();
+  engine->run();
+  return runner.finish();
+}
+
+std::vector<int> simgrid_route_hops(const HardwareSpec& hw, const SliceSpec& slice,
+                                    const std::vector<std::pair<int, int>>& core_pairs) {
+  auto engine = make_engine();
+  Platform platform(hw, slice);
+  for (const auto& [a, b] : core_pairs) platform.add_route(a, b);
+  platform.seal();
+  std::vector<int> hops;
+  for (const auto& [a, b] : core_pairs) {
+    std::vector<sg::Link*> links;
+    double latency = 0;
+    platform.host(a)->route_to(platform.host(b), links, &latency);
+    int ici = 0;
+    for (auto* l : links) ici += l->get_name().rfind("ici", 0) == 0 ? 1 : 0;
+    hops.push_back(ici);
+  }
+  return hops;
+}
+
+}  // namespace tpusim::sim

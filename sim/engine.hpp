@@ -1,0 +1,39 @@
+// Plays a TaskGraph on a SimGrid model of a TPU slice: one host per TensorCore, one link per
+// direction of every ICI link (latency + bandwidth, max-min sharing), a link per direction
+// between the cores of a chip, and dimension-order routes. Compute tasks run one at a time per
+// core in program order; transfers and collectives are flows overlapping with compute.
+// This is the only code that includes SimGrid.
+#pragma once
+
+#include "hardware/hardware_spec.hpp"
+#include "sim/result.hpp"
+#include "sim/task_graph.hpp"
+
+namespace tpusim::sim {
+
+struct EngineOptions {
+  /// Simulate collectives on one representative row/column/chip when that is provably exact:
+  /// the graph has no point-to-point transfers and every collective spans every core, so all
+  /// traffic is translation-symmetric over the torus and every ring starts together.
+  bool symmetric_collectives = true;
+  /// Record every flow (for trace link tracks). Costs memory and time on big slices.
+  bool record_flows = false;
+  /// Run the tasks' host closures (functional mode) as they complete in simulated order.
+  bool functional = false;
+};
+
+/// Simulates one step. Throws SimulationError on an invalid graph, a deadlock or an error in a
+/// task. SimGrid allows one simulation per process: a second call throws SimulationError.
+SimResult simulate(const TaskGraph& graph, const HardwareSpec& hw, const SliceSpec& slice,
+                   const EngineOptions& options = {});
+
+/// Cores of the slice (chips x cores per chip), numbered chip * cores_per_chip + index.
+inline int slice_cores(const HardwareSpec& hw, const SliceSpec& slice) { return slice.chips() * hw.chip.cores; }
+
+/// Torus links crossed between two cores according to the SimGrid platform (for tests):
+/// builds a platform for `slice` (counts as this process's one simulation) and returns, for
+/// each pair, the number of ICI links in SimGrid's route.
+std::vector<int> simgrid_route_hops(const HardwareSpec& hw, const SliceSpec& slice,
+                                    const std::vector<std::pair<int, int>>& core_pairs);
+
+}  // namespace tpusim::sim

@@ -1,0 +1,46 @@
+// What the engine reports about one simulated step: when every task ran, per-core busy time
+// and HBM occupancy, whether it fits, and the traffic each link carried (for traces).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sim/memory_tracker.hpp"
+
+namespace tpusim::sim {
+
+struct TaskTiming {
+  double start_s = -1;
+  double end_s = -1;
+};
+
+struct CoreStats {
+  double busy_s = 0;            ///< time running compute tasks
+  double peak_hbm_bytes = 0;
+  MemoryBreakdown hbm_at_peak{};
+};
+
+/// One flow on the wire (recorded only when asked): for Chrome-trace link tracks.
+struct FlowRecord {
+  int task = -1;
+  int src_core = -1;
+  int dst_core = -1;
+  double bytes = 0;
+  double start_s = 0;
+  double end_s = 0;
+  std::vector<int> links;  ///< torus link ids crossed (Torus::link_id); empty on-chip
+};
+
+struct SimResult {
+  double step_time_s = 0;
+  std::vector<TaskTiming> tasks;  ///< by task id
+  std::vector<CoreStats> cores;
+  double hbm_capacity_bytes = 0;
+  Overflow overflow;
+  bool fits = true;
+  bool symmetric_collectives = false;  ///< collectives were simulated on representative rings
+  long long flows_simulated = 0;
+  std::vector<FlowRecord> flows;       ///< filled when EngineOptions::record_flows
+};
+
+}  // namespace tpusim::sim

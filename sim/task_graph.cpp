@@ -1,0 +1,121 @@
+#include "sim/task_graph.hpp"
+
+#include <boost/graph/topological_sort.hpp>
+#include <cmath>
+#include <set>
+
+#include "hardware/errors.hpp"
+
+namespace tpusim::sim {
+
+const char* to_string(MemoryCategory c) {
+  static const char* names[] = {"weights", "optimizer", "gradients", "activations", "workspace"};
+  return names[int(c)];
+}
+
+const char* to_string(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::AllReduce: return "all_reduce";
+    case CollectiveOp::ReduceScatter: return "reduce_scatter";
+    case CollectiveOp::AllGather: return "all_gather";
+  }
+  return "?";
+}
+
+const char* to_string(TaskKind k) {
+  switch (k) {
+    case TaskKind::Compute: return "compute";
+    case TaskKind::Transfer: return "transfer";
+    case TaskKind::Collective: return "collective";
+  }
+  return "?";
+}
+
+TaskGraph::TaskGraph(int cores) : cores_(cores), programs_(cores), resident_(cores) {
+  for (auto& r : resident_) r.fill(0.0);
+}
+
+int TaskGraph::add(Task task) {
+  const int id = int(boost::add_vertex(graph_));
+  if (task.kind == TaskKind::Compute && task.core >= 0 && task.core < cores_) programs_[task.core].push_back(id);
+  tasks_.push_back(std::move(task));
+  return id;
+}
+
+void TaskGraph::depend(int before, int after) { boost::add_edge(before, after, graph_); }
+
+void TaskGraph::resident(int core, MemoryCategory category, double bytes) { resident_.at(core)[int(category)] += bytes; }
+
+std::vector<int> TaskGraph::successors(int id) const {
+  std::vector<int> out;
+  for (auto [it, end] = boost::adjacent_vertices(id, graph_); it != end; ++it) out.push_back(int(*it));
+  return out;
+}
+
+std::vector<int> TaskGraph::predecessors(int id) const {
+  std::vector<int> out;
+  for (auto [it, end] = boost::inv_adjacent_vertices(id, graph_); it != end; ++it) out.push_back(int(*it));
+  return out;
+}
+
+int TaskGraph::in_degree(int id) const { return int(boost::in_degree(id, graph_)); }
+
+void TaskGraph::validate() const {
+  auto fail = [](const std::string& msg) { throw SimulationError("invalid task graph: " + msg); };
+  auto core_ok = [&](int c) { return c >= 0 && c < cores_; };
+  for (int id = 0; id < size(); ++id) {
+    const Task& t = tasks_[id];
+    switch (t.kind) {
+      case TaskKind::Compute:
+        if (!core_ok(t.core)) fail("task '" + t.name + "' runs on core " + std::to_string(t.core) + " of " + std::to_string(cores_));
+        if (!(t.seconds >= 0) || !std::isfinite(t.seconds)) fail("task '" + t.name + "' has duration " + std::to_string(t.seconds));
+        break;
+      case TaskKind::Transfer:
+        if (!core_ok(t.src_core) || !core_ok(t.dst_core)) fail("transfer '" + t.name + "' names a core outside the slice");
+        if (!(t.bytes >= 0)) fail("transfer '" + t.name + "' moves a negative byte count");
+        break;
+      case TaskKind::Collective: {
+        if (t.group.empty()) fail("collective '" + t.name + "' has an empty group");
+        std::set<int> seen;
+        for (int c : t.group) {
+          if (!core_ok(c)) fail("collective '" + t.name + "' names core " + std::to_string(c) + " outside the slice");
+          if (!seen.insert(c).second) fail("collective '" + t.name + "' lists core " + std::to_string(c) + " twice");
+        }
+        if (!(t.bytes >= 0)) fail("collective '" + t.name + "' has a negative payload");
+        break;
+      }
+    }
+    for (const auto& m : t.memory) {
+      if (!core_ok(m.core)) fail("task '" + t.name + "' has a memory effect on core " + std::to_string(m.core));
+    }
+  }
+
+  // Dependencies plus program order must be acyclic, or some core would wait forever.
+  Graph combined = graph_;
+  for (const auto& program : programs_)
+    for (std::size_t i = 1; i < program.size(); ++i) boost::add_edge(program[i - 1], program[i], combined);
+  std::vector<Graph::vertex_descriptor> order;
+  try {
+    boost::topological_sort(combined, std::back_inserter(order));
+  } catch (const boost::not_a_dag&) {
+    fail("the dependencies together with the per-core program order contain a cycle");
+  }
+
+  // A step leaves memory as it found it.
+  std::vector<std::array<double, kMemoryCategories>> net(cores_);
+  for (auto& n : net) n.fill(0.0);
+  double largest = 1.0;
+  for (const auto& t : tasks_)
+    for (const auto& m : t.memory) {
+      net[m.core][int(m.category)] += m.bytes;
+      largest = std::max(largest, std::fabs(m.bytes));
+    }
+  for (int c = 0; c < cores_; ++c)
+    for (int k = 0; k < kMemoryCategories; ++k)
+      if (std::fabs(net[c][k]) > 1e-9 * largest) {
+        fail("core " + std::to_string(c) + " ends the step with " + std::to_string(net[c][k]) + " bytes of " +
+             to_string(MemoryCategory(k)) + " allocated and not freed (or freed and not allocated)");
+      }
+}
+
+}  // namespace tpusim::sim

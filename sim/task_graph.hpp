@@ -1,0 +1,95 @@
+// The program of a training step as the engine plays it: a DAG (Boost.Graph) of compute
+// tasks on cores, core-to-core transfers and collectives over groups of cores, with the order
+// in which each core runs its compute tasks, memory effects, and optional host closures
+// (functional mode). Schedules build it; the engine knows nothing about the schedule.
+#pragma once
+
+#include <array>
+#include <boost/graph/adjacency_list.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tpusim::sim {
+
+enum class TaskKind { Compute, Transfer, Collective };
+enum class CollectiveOp { AllReduce, ReduceScatter, AllGather };
+
+/// HBM categories tracked per core.
+enum class MemoryCategory { Weights = 0, Optimizer, Gradients, Activations, Workspace };
+inline constexpr int kMemoryCategories = 5;
+const char* to_string(MemoryCategory c);
+const char* to_string(CollectiveOp op);
+const char* to_string(TaskKind k);
+
+/// Allocate (bytes > 0) or free (bytes < 0) HBM on a core when a task starts or ends.
+struct MemoryEffect {
+  enum class When { Start, End };
+  int core = 0;
+  MemoryCategory category = MemoryCategory::Workspace;
+  double bytes = 0;
+  When when = When::Start;
+};
+
+struct Task {
+  TaskKind kind = TaskKind::Compute;
+  std::string name;       ///< unique-ish, for traces and messages ("fwd L3 core 5")
+  std::string phase;      ///< what it counts as in breakdowns: forward, backward, update, allreduce, ...
+  // Compute
+  int core = -1;
+  double seconds = 0;          ///< duration on its core, from the cost model
+  double model_flops = 0;      ///< the math it performs
+  double hardware_flops = 0;   ///< what the MXU executes (padding, recomputation)
+  // Transfer: src_core -> dst_core, `bytes`.  Collective: `op` over `group`, `bytes` = the
+  // full buffer each member holds before an all-reduce / reduce-scatter, after an all-gather.
+  int src_core = -1;
+  int dst_core = -1;
+  CollectiveOp op = CollectiveOp::AllReduce;
+  std::vector<int> group;
+  double bytes = 0;
+  // Labels for reports (-1 when not applicable).
+  int layer = -1;
+  int stage = -1;
+  int micro_batch = -1;
+  std::vector<MemoryEffect> memory;
+  std::function<void()> host;  ///< functional mode: run when the task completes in simulated order
+};
+
+class TaskGraph {
+ public:
+  /// `cores` cores in the slice, numbered chip * cores_per_chip + index.
+  explicit TaskGraph(int cores);
+
+  /// Adds a task; a compute task is appended to its core's program. Returns its id.
+  int add(Task task);
+  /// `after` may start only once `before` has finished.
+  void depend(int before, int after);
+  /// Memory already held when the step starts (weights, optimizer slots).
+  void resident(int core, MemoryCategory category, double bytes);
+
+  int cores() const { return cores_; }
+  int size() const { return int(tasks_.size()); }
+  const Task& task(int id) const { return tasks_[id]; }
+  Task& task(int id) { return tasks_[id]; }
+  const std::vector<int>& program(int core) const { return programs_[core]; }
+  std::vector<int> successors(int id) const;
+  std::vector<int> predecessors(int id) const;
+  int in_degree(int id) const;
+  const std::vector<std::array<double, kMemoryCategories>>& resident() const { return resident_; }
+
+  /// Throws SimulationError unless: every task is well formed (cores in range, groups of
+  /// distinct cores, non-negative sizes), the dependencies with each core's program order form
+  /// a DAG (otherwise the engine would deadlock), and every core's memory effects over the
+  /// step sum to zero per category (a step leaves memory as it found it).
+  void validate() const;
+
+ private:
+  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS>;
+  int cores_;
+  Graph graph_;
+  std::vector<Task> tasks_;
+  std::vector<std::vector<int>> programs_;
+  std::vector<std::array<double, kMemoryCategories>> resident_;
+};
+
+}  // namespace tpusim::sim
