@@ -1,1 +1,159 @@
+// Hardware files, slices, studies and overrides: loading, validation and error messages.
 #include <catch2/catch.hpp>
+#include <fstream>
+
+#include "schedules/study.hpp"
+#include "test_support.hpp"
+
+using namespace tpusim;
+
+namespace {
+
+Json v3_json() { return read_json_file(config_dir() / "hardware" / "tpu-v3.json"); }
+
+/// The problems a ConfigError reports, as "path" strings.
+std::vector<std::string> problem_paths(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    std::vector<std::string> paths;
+    for (const auto& p : e.problems()) paths.push_back(p.path);
+    return paths;
+  }
+  FAIL("no ConfigError thrown");
+  return {};
+}
+
+Json minimal_study() {
+  return Json::parse(R"({
+    "hardware": "tpu-v3", "slice": "v3-8",
+    "model": {"kind": "mlp", "layers": 2, "width": 256, "input": 256, "classes": 10},
+    "batch": 64, "optimizer": {"kind": "sgd"}, "schedule": {"kind": "data_parallel"}})");
+}
+
+}  // namespace
+
+TEST_CASE("shipped hardware loads with the documented figures", "[config]") {
+  const auto v2 = load_hardware("tpu-v2");
+  const auto v3 = load_hardware("tpu-v3");
+  CHECK(v2.chip.cores == 2);
+  CHECK(v3.core.mxus == 2);
+  CHECK(v2.core.hbm_bytes == 8.0 * (1 << 30));
+  CHECK(v3.core.hbm_bytes == 16.0 * (1 << 30));
+  CHECK(v2.chip.cores * v2.core.peak_matmul_flops_per_s() == Approx(45.9e12).epsilon(0.005));
+  CHECK(v3.chip.cores * v3.core.peak_matmul_flops_per_s() == Approx(123e12).epsilon(0.005));
+  CHECK(v3.pod.chips() == 1024);
+  CHECK(v2.pod.chips() == 256);
+  CHECK(v3.slices.at("v3-32").chips() * 2 == 32);
+  CHECK(v3.slices.at("v3-2048").wrap_x);
+  CHECK_FALSE(v3.slices.at("v3-32").wrap_x);
+  CHECK(v3.slices.at("v3-1024").wrap_y);
+  CHECK_FALSE(v3.slices.at("v3-1024").wrap_x);
+  CHECK(v3.sources.at("core.hbm_bytes_per_core").rfind("doc", 0) == 0);
+}
+
+TEST_CASE("every figure of the shipped hardware carries a source", "[config]") {
+  for (const auto& name : shipped_hardware()) {
+    const auto hw = load_hardware(name);
+    CHECK(hw.sources.size() >= 23);
+    for (const auto& [path, source] : hw.sources) {
+      INFO(name << " " << path);
+      CHECK(!source.empty());
+    }
+  }
+}
+
+TEST_CASE("a hypothetical 32 GiB TPU is a one-value change", "[config]") {
+  Json j = v3_json();
+  j["core"]["hbm_bytes_per_core"]["value"] = 32.0 * (1 << 30);
+  const auto hw = parse_hardware(j, "test");
+  CHECK(hw.core.hbm_bytes == 32.0 * (1 << 30));
+}
+
+TEST_CASE("hardware validation reports every problem with its path", "[config]") {
+  Json j = v3_json();
+  j["core"]["clock_hz"]["value"] = -1;
+  j["core"]["mxu_rowz"] = j["core"]["mxu_rows"];
+  j["chip"]["tdp_w"].erase("source");
+  j["pod"]["chips"] = Json::array({32});
+  const auto paths = problem_paths([&] { parse_hardware(j, "test"); });
+  CHECK(std::count(paths.begin(), paths.end(), "core.clock_hz.value") == 1);
+  CHECK(std::count(paths.begin(), paths.end(), "core.mxu_rowz") == 1);
+  CHECK(std::count(paths.begin(), paths.end(), "chip.tdp_w.source") == 1);
+  CHECK(std::count(paths.begin(), paths.end(), "pod.chips") == 1);
+}
+
+TEST_CASE("a stated peak that disagrees with the derived one is rejected", "[config]") {
+  Json j = v3_json();
+  j["chip"]["peak_bf16_flops_per_s_per_chip"]["value"] = 200e12;
+  const auto paths = problem_paths([&] { parse_hardware(j, "test"); });
+  CHECK(paths == std::vector<std::string>{"chip.peak_bf16_flops_per_s_per_chip.value"});
+}
+
+TEST_CASE("a named slice must have the cores its name says", "[config]") {
+  Json j = v3_json();
+  j["slices"]["v3-32"]["chips"] = Json::array({4, 8});
+  const auto paths = problem_paths([&] { parse_hardware(j, "test"); });
+  CHECK(paths == std::vector<std::string>{"slices.v3-32.chips"});
+}
+
+TEST_CASE("custom slices are validated against the pod", "[config]") {
+  const auto hw = load_hardware("tpu-v2");
+  Problems problems("test");
+  const auto ok = parse_slice(Json::parse(R"({"chips": [4, 2], "wraparound": [false, true]})"), "slice", hw, problems);
+  CHECK(problems.empty());
+  CHECK(ok.chips() == 8);
+  CHECK(ok.wrap_y);
+  parse_slice(Json::parse(R"({"chips": [32, 2], "wraparound": [false, false]})"), "slice", hw, problems);
+  parse_slice(Json("v3-32"), "slice", hw, problems);
+  CHECK_THROWS_WITH(problems.throw_if_any(), Catch::Contains("slice.chips") && Catch::Contains("\"v3-32\""));
+}
+
+TEST_CASE("a minimal study loads", "[config]") {
+  const Study s = parse_study(minimal_study(), "test");
+  CHECK(s.cores() == 8);
+  CHECK(s.model.layers.size() == 3);
+  CHECK(s.optimizer.kind == "sgd");
+}
+
+TEST_CASE("study problems are all reported at once", "[config]") {
+  Json j = minimal_study();
+  j["batch"] = 0;
+  j["model"]["width"] = "wide";
+  j["optimizer"]["kind"] = "adamw";
+  j["extra"] = 1;
+  const auto paths = problem_paths([&] { parse_study(j, "test"); });
+  CHECK(paths.size() == 4);
+  for (const char* p : {"batch", "model.width", "optimizer.kind", "extra"}) CHECK(std::count(paths.begin(), paths.end(), p) == 1);
+}
+
+TEST_CASE("batch must divide over the cores", "[config]") {
+  Json j = minimal_study();
+  j["batch"] = 12;
+  CHECK_THROWS_WITH(parse_study(j, "test"), Catch::Contains("batch: found 12") && Catch::Contains("multiple of the 8 cores"));
+}
+
+TEST_CASE("overrides set nested fields, array elements, and parse JSON values", "[config]") {
+  Json j = minimal_study();
+  apply_override(j, "model.layers=7");
+  apply_override(j, "slice={\"chips\": [2, 1], \"wraparound\": [false, false]}");
+  apply_override(j, "slice.chips.0=1");
+  apply_override(j, "optimizer.kind=adam");
+  CHECK(j["model"]["layers"] == 7);
+  CHECK(j["slice"]["chips"] == Json::array({1, 1}));
+  CHECK(j["optimizer"]["kind"] == "adam");
+  CHECK_THROWS_AS(apply_override(j, "novalue"), ConfigError);
+  CHECK_THROWS_AS(apply_override(j, "slice.chips.5=1"), ConfigError);
+  CHECK_THROWS_AS(apply_override(j, "batch.x=1"), ConfigError);
+  CHECK_THROWS_AS(apply_override(j, "model..layers=1"), ConfigError);
+}
+
+TEST_CASE("an unknown hardware name lists the shipped ones", "[config]") {
+  CHECK_THROWS_WITH(load_hardware("tpu-v9"), Catch::Contains("tpu-v2") && Catch::Contains("tpu-v3"));
+}
+
+TEST_CASE("malformed JSON names the file and position", "[config]") {
+  const auto path = std::filesystem::temp_directory_path() / "tpusim_malformed.json";
+  { std::ofstream(path) << "{\"batch\": 1,\n \"x\": }"; }
+  CHECK_THROWS_WITH(load_study(path), Catch::Contains("tpusim_malformed.json") && Catch::Contains("line 2"));
+}

@@ -1,1 +1,60 @@
+// The TPU core cost model: padding to the MXU, the HBM roofline, fusion, overhead.
 #include <catch2/catch.hpp>
+
+#include "hardware/cost_model.hpp"
+#include "test_support.hpp"
+
+using namespace tpusim;
+
+TEST_CASE("a 129-wide matmul costs like a 256-wide one", "[cost]") {
+  const CostModel m(test::v3().core);
+  const auto c129 = m.cost(dense_op("a", 4096, 129, 129, 2, 2));
+  const auto c256 = m.cost(dense_op("b", 4096, 256, 256, 2, 2));
+  const auto c128 = m.cost(dense_op("c", 4096, 128, 128, 2, 2));
+  CHECK(c129.mxu_s == Approx(c256.mxu_s));
+  CHECK(c128.mxu_s == Approx(c256.mxu_s / 4));
+  CHECK(c129.hardware_flops == Approx(2.0 * 4096 * 256 * 256));
+  CHECK(c129.model_flops == Approx(2.0 * 4096 * 129 * 129));
+}
+
+TEST_CASE("the streamed dimension pads to 8 rows", "[cost]") {
+  const CostModel m(test::v3().core);
+  CHECK(m.cost(dense_op("a", 1, 1024, 1024, 2, 2)).hardware_flops == Approx(2.0 * 8 * 1024 * 1024));
+  CHECK(m.cost(dense_op("a", 9, 1024, 1024, 2, 2)).hardware_flops == Approx(2.0 * 16 * 1024 * 1024));
+}
+
+TEST_CASE("a large matmul is MXU-bound at the derived peak", "[cost]") {
+  const auto hw = test::v3();
+  const CostModel m(hw.core);
+  const auto c = m.cost(dense_op("big", 8192, 8192, 8192, 2, 2));
+  CHECK(std::string(c.bound) == "mxu");
+  CHECK(c.seconds == Approx(2.0 * 8192 * 8192 * 8192 / 61.6e12 + hw.core.op_overhead_s).epsilon(0.005));
+}
+
+TEST_CASE("a low-intensity op is memory-bound and scales with bytes", "[cost]") {
+  const auto hw = test::v3();
+  const CostModel m(hw.core);
+  const auto small = m.cost(vector_op("add", 1e8, 1, 2, false));
+  const auto large = m.cost(vector_op("add", 2e8, 1, 2, false));
+  CHECK(std::string(small.bound) == "hbm");
+  CHECK(small.hbm_s == Approx(2 * 1e8 * 2 / hw.core.hbm_bandwidth_bytes_per_s));
+  CHECK(large.seconds - hw.core.op_overhead_s == Approx(2 * (small.seconds - hw.core.op_overhead_s)));
+  // A skinny matmul (matrix-vector) is memory-bound too.
+  CHECK(std::string(m.cost(dense_op("gemv", 8, 8192, 8192, 2, 4)).bound) == "hbm");
+}
+
+TEST_CASE("fusible element-wise ops cost only their vector time when fusion is on", "[cost]") {
+  auto core = test::v3().core;
+  const Op relu = vector_op("relu", 1e8, 1, 2, true);
+  const auto fused = CostModel(core).cost(relu);
+  CHECK(fused.hbm_s == 0);
+  CHECK(fused.seconds == Approx(1e8 / core.vector_ops_per_s()));
+  core.fuse_elementwise = false;
+  const auto unfused = CostModel(core).cost(relu);
+  CHECK(unfused.seconds > fused.seconds * 2);
+}
+
+TEST_CASE("every op pays the fixed overhead", "[cost]") {
+  const auto core = test::v3().core;
+  CHECK(CostModel(core).cost(memory_op("tiny", 1)).seconds == Approx(core.op_overhead_s).epsilon(0.01));
+}

@@ -1,1 +1,263 @@
+// Engine tests: simulated times against the alpha-beta oracles of shared/HARDWARE.md.
+// Each TEST_CASE runs in its own process (catch_discover_tests): one SimGrid engine each.
 #include <catch2/catch.hpp>
+
+#include "hardware/torus.hpp"
+#include "sim/engine.hpp"
+#include "test_support.hpp"
+
+using namespace tpusim;
+using namespace tpusim::test;
+using sim::CollectiveOp;
+
+namespace {
+
+constexpr double kS = 64.0 * 1024 * 1024;  // payload: 64 MiB
+
+/// Ring half (reduce-scatter or all-gather) along one dimension of p chips.
+double ring_half(int p, bool ring, double bytes, double a, double B) {
+  if (p <= 1) return 0;
+  if (ring) return (p - 1) * (a + bytes / (2.0 * p * B));  // bidirectional ring
+  if (p == 2) return a + bytes / (2.0 * B);                // two chips: one exchange
+  return (p - 1) * (2 * a + bytes / (p * B));              // folded ring on a line: <= 2 hops per step
+}
+
+/// 2D all-reduce over a px x py grid (one core per chip): RS x, AR y on the 1/px shard, AG x.
+double allreduce_2d(int px, int py, bool wx, bool wy, double bytes, double a, double B) {
+  return 2 * ring_half(px, wx, bytes, a, B) + 2 * ring_half(py, wy, bytes / px, a, B);
+}
+
+/// Core 0 of every chip.
+std::vector<int> chip_leaders(const SliceSpec& s, int cpc) {
+  std::vector<int> g;
+  for (int chip = 0; chip < s.chips(); ++chip) g.push_back(chip * cpc);
+  return g;
+}
+
+double run_single(const HardwareSpec& hw, const SliceSpec& s, sim::Task t) {
+  sim::TaskGraph g(sim::slice_cores(hw, s));
+  const int id = g.add(std::move(t));
+  const auto r = sim::simulate(g, hw, s);
+  return r.tasks[id].end_s - r.tasks[id].start_s;
+}
+
+}  // namespace
+
+TEST_CASE("one hop takes latency + bytes / bandwidth", "[engine][oracle]") {
+  const auto hw = v3();
+  const auto s = slice(4, 4, true, true);
+  const double a = hw.chip.ici_latency_s, B = hw.chip.ici_bandwidth_bytes_per_s;
+  const double t = run_single(hw, s, transfer(0, 2, kS));  // chip 0 -> chip 1
+  const double oracle = a + kS / B;
+  CHECK(t == Approx(oracle).epsilon(1e-9));
+  CHECK(t > oracle * (1 - 1e-6));  // not done just before its predicted time
+}
+
+TEST_CASE("two flows in one direction on one link share it", "[engine][oracle]") {
+  const auto hw = v3();
+  const auto s = slice(4, 4, true, true);
+  sim::TaskGraph g(sim::slice_cores(hw, s));
+  const int f1 = g.add(transfer(0, 2, kS));  // chip0 core0 -> chip1 core0
+  const int f2 = g.add(transfer(1, 3, kS));  // chip0 core1 -> chip1 core1: same ICI link
+  const auto r = sim::simulate(g, hw, s);
+  const double oracle = hw.chip.ici_latency_s + 2 * kS / hw.chip.ici_bandwidth_bytes_per_s;
+  CHECK(r.tasks[f1].end_s == Approx(oracle).epsilon(1e-9));
+  CHECK(r.tasks[f2].end_s == Approx(oracle).epsilon(1e-9));
+}
+
+TEST_CASE("opposite directions do not interfere", "[engine][oracle]") {
+  const auto hw = v3();
+  const auto s = slice(4, 4, true, true);
+  sim::TaskGraph g(sim::slice_cores(hw, s));
+  const int f1 = g.add(transfer(0, 2, kS));
+  const int f2 = g.add(transfer(2, 0, kS));
+  const auto r = sim::simulate(g, hw, s);
+  const double oracle = hw.chip.ici_latency_s + kS / hw.chip.ici_bandwidth_bytes_per_s;
+  CHECK(r.tasks[f1].end_s == Approx(oracle).epsilon(1e-9));
+  CHECK(r.tasks[f2].end_s == Approx(oracle).epsilon(1e-9));
+}
+
+TEST_CASE("a multi-hop transfer pays latency per hop", "[engine][oracle]") {
+  const auto hw = v3();
+  const auto s = slice(8, 8, false, false);
+  const Torus torus(s);
+  const int to_chip = torus.rank(Coord{5, 3});
+  const double t = run_single(hw, s, transfer(0, to_chip * 2, kS));
+  CHECK(t == Approx(8 * hw.chip.ici_latency_s + kS / hw.chip.ici_bandwidth_bytes_per_s).epsilon(1e-9));
+}
+
+TEST_CASE("SimGrid routes have the torus hop counts", "[engine][topology]") {
+  const auto hw = v3();
+  for (auto s : {slice(4, 8, false, false)}) {
+    const Torus torus(s);
+    std::vector<std::pair<int, int>> pairs;
+    for (int a = 0; a < s.chips(); a += 3)
+      for (int b = 0; b < s.chips(); b += 5)
+        if (a != b) pairs.emplace_back(a * 2, b * 2 + 1);
+    const auto hops = sim::simgrid_route_hops(hw, s, pairs);
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      INFO("chips " << pairs[i].first / 2 << " -> " << pairs[i].second / 2);
+      CHECK(hops[i] == torus.hops(pairs[i].first / 2, pairs[i].second / 2));
+    }
+  }
+}
+
+TEST_CASE("SimGrid routes on a wrapped torus take the short way round", "[engine][topology]") {
+  const auto hw = v3();
+  const auto s = slice(8, 8, true, true);
+  const Torus torus(s);
+  std::vector<std::pair<int, int>> pairs;
+  for (int b = 1; b < s.chips(); ++b) pairs.emplace_back(0, b * 2);
+  const auto hops = sim::simgrid_route_hops(hw, s, pairs);
+  for (std::size_t i = 0; i < pairs.size(); ++i) CHECK(hops[i] == torus.hops(0, pairs[i].second / 2));
+  CHECK(*std::max_element(hops.begin(), hops.end()) == 8);  // 4 + 4 on an 8x8 torus
+}
+
+// Ring and 2D all-reduce on 4x4 and 8x8, with and without wrap-around, one core per chip.
+#define ALLREDUCE_2D_CASE(X, Y, WX, WY)                                                            \
+  TEST_CASE("2D all-reduce " #X "x" #Y " wrap " #WX "," #WY " matches the oracle", "[engine][oracle]") { \
+    const auto hw = v3();                                                                          \
+    const auto s = slice(X, Y, WX, WY);                                                            \
+    const double t = run_single(hw, s, collective(CollectiveOp::AllReduce, chip_leaders(s, 2), kS)); \
+    const double oracle = allreduce_2d(X, Y, WX, WY, kS, hw.chip.ici_latency_s, hw.chip.ici_bandwidth_bytes_per_s); \
+    CHECK(t == Approx(oracle).epsilon(0.01));                                                      \
+  }
+ALLREDUCE_2D_CASE(4, 4, true, true)
+ALLREDUCE_2D_CASE(4, 4, false, false)
+ALLREDUCE_2D_CASE(8, 8, true, true)
+ALLREDUCE_2D_CASE(8, 8, false, false)
+ALLREDUCE_2D_CASE(8, 8, true, false)
+
+TEST_CASE("1D ring all-reduce along a wrapped row matches the oracle", "[engine][oracle]") {
+  const auto hw = v3();
+  const auto s = slice(8, 8, true, true);
+  std::vector<int> row;
+  for (int x = 0; x < 8; ++x) row.push_back(x * 2);  // chips (x, 0), core 0
+  const double t = run_single(hw, s, collective(CollectiveOp::AllReduce, row, kS));
+  const double a = hw.chip.ici_latency_s, B = hw.chip.ici_bandwidth_bytes_per_s;
+  CHECK(t == Approx(2 * 7 * (a + kS / (2 * 8 * B))).epsilon(0.01));
+}
+
+TEST_CASE("1D ring all-reduce along a line costs about twice the ring", "[engine][oracle]") {
+  const auto hw = v3();
+  const auto s = slice(8, 8, false, false);
+  std::vector<int> row;
+  for (int x = 0; x < 8; ++x) row.push_back(x * 2);
+  const double t = run_single(hw, s, collective(CollectiveOp::AllReduce, row, kS));
+  const double a = hw.chip.ici_latency_s, B = hw.chip.ici_bandwidth_bytes_per_s;
+  const double line = 2 * 7 * (2 * a + kS / (8 * B));
+  const double ring = 2 * 7 * (a + kS / (2 * 8 * B));
+  CHECK(t == Approx(line).epsilon(0.01));
+  CHECK(t / ring == Approx(2.0).epsilon(0.05));
+}
+
+TEST_CASE("all-reduce over every core adds the on-chip halves", "[engine][oracle]") {
+  const auto hw = v3();
+  const auto s = slice(4, 4, true, true);
+  std::vector<int> all(32);
+  for (int c = 0; c < 32; ++c) all[c] = c;
+  const double t = run_single(hw, s, collective(CollectiveOp::AllReduce, all, kS));
+  const double onchip = hw.chip.onchip_latency_s + (kS / 2) / hw.chip.onchip_bandwidth_bytes_per_s;
+  const double oracle = 2 * onchip + allreduce_2d(4, 4, true, true, kS, hw.chip.ici_latency_s, hw.chip.ici_bandwidth_bytes_per_s);
+  CHECK(t == Approx(oracle).epsilon(0.01));
+}
+
+TEST_CASE("reduce-scatter then all-gather costs what the all-reduce costs", "[engine][oracle]") {
+  const auto hw = v3();
+  const auto s = slice(8, 8, true, true);
+  sim::TaskGraph g(sim::slice_cores(hw, s));
+  const auto group = chip_leaders(s, 2);
+  const int rs = g.add(collective(CollectiveOp::ReduceScatter, group, kS));
+  const int ag = g.add(collective(CollectiveOp::AllGather, group, kS));
+  g.depend(rs, ag);
+  const auto r = sim::simulate(g, hw, s);
+  const double oracle = allreduce_2d(8, 8, true, true, kS, hw.chip.ici_latency_s, hw.chip.ici_bandwidth_bytes_per_s);
+  CHECK(r.tasks[ag].end_s == Approx(oracle).epsilon(0.01));
+  CHECK(r.tasks[rs].end_s == Approx(oracle / 2).epsilon(0.01));
+}
+
+TEST_CASE("compute runs in program order, one task at a time per core", "[engine]") {
+  const auto hw = v3();
+  const auto s = slice(2, 2, false, false);
+  sim::TaskGraph g(sim::slice_cores(hw, s));
+  const int a = g.add(compute(0, 1.0, "a"));
+  const int b = g.add(compute(0, 2.0, "b"));   // no dependency on a, but after it in program order
+  const int c = g.add(compute(1, 0.5, "c"));
+  const int x = g.add(transfer(1, 0, 1e6));
+  g.depend(c, x);
+  const int d = g.add(compute(0, 1.0, "d"));   // needs the transfer
+  g.depend(x, d);
+  const auto r = sim::simulate(g, hw, s);
+  CHECK(r.tasks[a].start_s == 0.0);
+  CHECK(r.tasks[b].start_s == Approx(1.0));
+  CHECK(r.tasks[c].end_s == Approx(0.5));
+  CHECK(r.tasks[x].start_s == Approx(0.5));
+  CHECK(r.tasks[d].start_s == Approx(3.0));  // core 0 busy until 3 even though the data came earlier
+  CHECK(r.step_time_s == Approx(4.0));
+  CHECK(r.cores[0].busy_s == Approx(4.0));
+  CHECK(r.cores[1].busy_s == Approx(0.5));
+}
+
+TEST_CASE("a core waits for a late dependency", "[engine]") {
+  const auto hw = v3();
+  const auto s = slice(2, 2, false, false);
+  sim::TaskGraph g(sim::slice_cores(hw, s));
+  const int c = g.add(compute(1, 2.0, "producer"));
+  const int x = g.add(transfer(1, 0, 8.2e9));  // on-chip: 0.1 s at 82 GB/s + latency
+  g.depend(c, x);
+  const int d = g.add(compute(0, 1.0, "consumer"));
+  g.depend(x, d);
+  const auto r = sim::simulate(g, hw, s);
+  const double arrival = 2.0 + hw.chip.onchip_latency_s + 8.2e9 / hw.chip.onchip_bandwidth_bytes_per_s;
+  CHECK(r.tasks[d].start_s == Approx(arrival).epsilon(1e-9));
+  CHECK(r.tasks[d].end_s == Approx(arrival + 1.0).epsilon(1e-9));
+}
+
+TEST_CASE("HBM occupancy is tracked over time: peak, breakdown, overflow", "[engine][memory]") {
+  auto hw = v3();
+  hw.core.hbm_bytes = 1000;
+  const auto s = slice(2, 2, false, false);
+  sim::TaskGraph g(sim::slice_cores(hw, s));
+  using sim::MemoryCategory;
+  using W = sim::MemoryEffect::When;
+  g.resident(0, MemoryCategory::Weights, 300);
+  auto t1 = compute(0, 1.0, "alloc");
+  t1.memory = {{0, MemoryCategory::Activations, 500, W::Start}};
+  auto t2 = compute(0, 1.0, "spike");
+  t2.memory = {{0, MemoryCategory::Workspace, 400, W::Start}, {0, MemoryCategory::Workspace, -400, W::End}};
+  auto t3 = compute(0, 1.0, "free");
+  t3.memory = {{0, MemoryCategory::Activations, -500, W::End}};
+  g.add(t1);
+  const int spike = g.add(t2);
+  g.add(t3);
+  const auto r = sim::simulate(g, hw, s);
+  CHECK(r.cores[0].peak_hbm_bytes == Approx(1200));
+  CHECK(r.cores[0].hbm_at_peak[int(MemoryCategory::Weights)] == Approx(300));
+  CHECK(r.cores[0].hbm_at_peak[int(MemoryCategory::Activations)] == Approx(500));
+  CHECK(r.cores[0].hbm_at_peak[int(MemoryCategory::Workspace)] == Approx(400));
+  CHECK_FALSE(r.fits);
+  CHECK(r.overflow.core == 0);
+  CHECK(r.overflow.task == spike);
+  CHECK(r.overflow.time_s == Approx(1.0));
+  CHECK(r.overflow.bytes_over == Approx(200));
+  CHECK(r.cores[1].peak_hbm_bytes == 0);
+}
+
+TEST_CASE("an invalid graph is refused before running", "[engine]") {
+  const auto hw = v3();
+  const auto s = slice(2, 2, false, false);
+  sim::TaskGraph g(sim::slice_cores(hw, s));
+  const int a = g.add(compute(0, 1.0, "a"));
+  const int b = g.add(compute(0, 1.0, "b"));
+  g.depend(b, a);  // contradicts core 0's program order: would deadlock
+  CHECK_THROWS_AS(sim::simulate(g, hw, s), SimulationError);
+}
+
+TEST_CASE("one simulation per process", "[engine]") {
+  const auto hw = v3();
+  const auto s = slice(2, 2, false, false);
+  sim::TaskGraph g(sim::slice_cores(hw, s));
+  g.add(compute(0, 1.0));
+  sim::simulate(g, hw, s);
+  CHECK_THROWS_AS(sim::simulate(g, hw, s), SimulationError);
+}

@@ -1,1 +1,51 @@
+// Task graph validation and collective plans: no engine needed.
 #include <catch2/catch.hpp>
+
+#include "sim/task_graph.hpp"
+#include "test_support.hpp"
+
+using namespace tpusim;
+using namespace tpusim::test;
+
+TEST_CASE("a well-formed graph validates and keeps program order", "[graph]") {
+  sim::TaskGraph g(2);
+  const int a = g.add(compute(0, 1));
+  const int b = g.add(compute(1, 1));
+  const int c = g.add(compute(0, 1));
+  g.depend(a, b);
+  CHECK_NOTHROW(g.validate());
+  CHECK(g.program(0) == std::vector<int>{a, c});
+  CHECK(g.successors(a) == std::vector<int>{b});
+  CHECK(g.predecessors(b) == std::vector<int>{a});
+}
+
+TEST_CASE("a dependency cycle through program order is caught", "[graph]") {
+  sim::TaskGraph g(2);
+  const int a = g.add(compute(0, 1));
+  const int b = g.add(compute(1, 1));
+  const int c = g.add(compute(0, 1));
+  const int d = g.add(compute(1, 1));
+  g.depend(c, b);  // b (core 1, first) waits for c (core 0, second)
+  g.depend(d, a);  // a (core 0, first) waits for d (core 1, second): deadlock
+  CHECK_THROWS_WITH(g.validate(), Catch::Contains("cycle"));
+}
+
+TEST_CASE("unbalanced memory effects are caught", "[graph]") {
+  sim::TaskGraph g(1);
+  auto t = compute(0, 1);
+  t.memory = {{0, sim::MemoryCategory::Activations, 100, sim::MemoryEffect::When::Start}};
+  g.add(t);
+  CHECK_THROWS_WITH(g.validate(), Catch::Contains("activations"));
+}
+
+TEST_CASE("malformed tasks are caught", "[graph]") {
+  sim::TaskGraph g(4);
+  g.add(collective(sim::CollectiveOp::AllReduce, {0, 1, 1}, 10));
+  CHECK_THROWS_WITH(g.validate(), Catch::Contains("twice"));
+  sim::TaskGraph h(4);
+  h.add(transfer(0, 9, 10));
+  CHECK_THROWS_AS(h.validate(), SimulationError);
+  sim::TaskGraph k(4);
+  k.add(compute(0, -1));
+  CHECK_THROWS_AS(k.validate(), SimulationError);
+}

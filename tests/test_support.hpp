@@ -1,0 +1,53 @@
+// Helpers shared by the tests: shipped hardware, custom slices, tiny graphs.
+#pragma once
+
+#include "hardware/hardware_spec.hpp"
+#include "sim/task_graph.hpp"
+
+namespace tpusim::test {
+
+inline HardwareSpec v3() { return load_hardware("tpu-v3"); }
+
+inline SliceSpec slice(int x, int y, bool wrap_x, bool wrap_y) {
+  SliceSpec s;
+  s.name = "test";
+  s.chips_x = x;
+  s.chips_y = y;
+  s.wrap_x = wrap_x;
+  s.wrap_y = wrap_y;
+  return s;
+}
+
+inline sim::Task compute(int core, double seconds, std::string name = "c") {
+  sim::Task t;
+  t.kind = sim::TaskKind::Compute;
+  t.core = core;
+  t.seconds = seconds;
+  t.name = std::move(name);
+  t.phase = "forward";
+  return t;
+}
+
+inline sim::Task transfer(int src, int dst, double bytes) {
+  sim::Task t;
+  t.kind = sim::TaskKind::Transfer;
+  t.src_core = src;
+  t.dst_core = dst;
+  t.bytes = bytes;
+  t.name = "xfer " + std::to_string(src) + "->" + std::to_string(dst);
+  t.phase = "transfer";
+  return t;
+}
+
+inline sim::Task collective(sim::CollectiveOp op, std::vector<int> group, double bytes) {
+  sim::Task t;
+  t.kind = sim::TaskKind::Collective;
+  t.op = op;
+  t.group = std::move(group);
+  t.bytes = bytes;
+  t.name = "collective";
+  t.phase = "allreduce";
+  return t;
+}
+
+}  // namespace tpusim::test
