@@ -196,13 +196,15 @@ class Runner {
     if (t.kind == TaskKind::Transfer) {
       if (t.src_core != t.dst_core && t.bytes > 0) play_step({{t.src_core, t.dst_core, t.bytes}}, id);
     } else {
+      // Each ring of a phase runs at its own pace in its own actor (a SimGrid actor handles
+      // thousands of simultaneous comms poorly); the next phase waits for every ring.
       for (const Phase& phase : plans_[id]) {
-        std::vector<FlowSpec> flows;
-        for (const auto& ring : phase.rings)
-          for (std::size_t i = 0; i < ring.cores.size(); ++i)
-            flows.push_back({ring.cores[i], ring.cores[(i + 1) % ring.cores.size()], ring.chunk_bytes});
-        const int steps = phase.rings.empty() ? 0 : phase.rings.front().steps;
-        for (int s = 0; s < steps; ++s) play_step(flows, id);
+        std::vector<sg::ActorPtr> rings;
+        for (const auto& ring : phase.rings) {
+          rings.push_back(sg::Actor::create(t.name, platform_.host(ring.cores.front()),
+                                            [this, id, &ring] { guarded([&] { play_ring(ring, id); }); }));
+        }
+        for (auto& actor : rings) actor->join();
       }
     }
     end(id);
@@ -212,6 +214,13 @@ class Runner {
     int src, dst;
     double bytes;
   };
+
+  void play_ring(const PlannedRing& ring, int task) {
+    std::vector<FlowSpec> flows;
+    for (std::size_t i = 0; i < ring.cores.size(); ++i)
+      flows.push_back({ring.cores[i], ring.cores[(i + 1) % ring.cores.size()], ring.chunk_bytes});
+    for (int s = 0; s < ring.steps; ++s) play_step(flows, task);
+  }
 
   /// Starts every flow at once and returns when all have arrived.
   void play_step(const std::vector<FlowSpec>& flows, int task) {

@@ -1,0 +1,76 @@
+// Engine benchmarks. SimGrid runs one simulation per process, so every engine benchmark does
+// exactly one iteration and scripts/bench.sh runs each in its own process
+// (--benchmark_filter=NAME). Graph building and lowering need no engine and iterate normally.
+#include <benchmark/benchmark.h>
+
+#include "schedules/study.hpp"
+#include "sim/engine.hpp"
+
+using namespace tpusim;
+
+namespace {
+
+Study transformer_dp(const std::string& slice, int batch, int layers) {
+  Json j = Json::parse(R"({"hardware": "tpu-v3",
+    "model": {"kind": "transformer", "d_model": 1024, "d_ff": 4096, "heads": 16, "vocab": 32768, "seq_len": 512},
+    "optimizer": {"kind": "adam"}, "schedule": {"kind": "data_parallel"}})");
+  j["slice"] = slice;
+  j["batch"] = batch;
+  j["model"]["layers"] = layers;
+  return parse_study(j, "bench");
+}
+
+/// A data-parallel 24-layer Transformer step on v3-2048 (2048 cores): study, graph, simulation.
+void BM_Engine_DataParallelTransformer24_v3_2048(benchmark::State& state) {
+  for (auto _ : state) {
+    const Study s = transformer_dp("v3-2048", 4096, 24);
+    const BuiltStep step = s.schedule->build(s);
+    const auto r = sim::simulate(step.graph, s.hardware, s.slice);
+    state.counters["tasks"] = double(step.graph.size());
+    state.counters["flows"] = double(r.flows_simulated);
+    state.counters["step_time_ms"] = r.step_time_s * 1e3;
+  }
+}
+BENCHMARK(BM_Engine_DataParallelTransformer24_v3_2048)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void allreduce_1024_chips(benchmark::State& state, bool symmetric) {
+  for (auto _ : state) {
+    const HardwareSpec hw = load_hardware("tpu-v3");
+    const SliceSpec& slice = hw.slices.at("v3-2048");
+    sim::TaskGraph g(sim::slice_cores(hw, slice));
+    sim::Task t;
+    t.kind = sim::TaskKind::Collective;
+    t.name = "allreduce";
+    t.group.resize(g.cores());
+    for (int c = 0; c < g.cores(); ++c) t.group[c] = c;
+    t.bytes = 100e6;
+    g.add(std::move(t));
+    sim::EngineOptions options;
+    options.symmetric_collectives = symmetric;
+    const auto r = sim::simulate(g, hw, slice, options);
+    state.counters["flows"] = double(r.flows_simulated);
+    state.counters["allreduce_ms"] = r.step_time_s * 1e3;
+  }
+}
+
+/// One 100 MB all-reduce over every core of v3-2048 (1024 chips), every ring simulated.
+void BM_Engine_AllReduce1024Chips_Full(benchmark::State& state) { allreduce_1024_chips(state, false); }
+BENCHMARK(BM_Engine_AllReduce1024Chips_Full)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+/// The same with the exact representative-ring reduction.
+void BM_Engine_AllReduce1024Chips_Symmetric(benchmark::State& state) { allreduce_1024_chips(state, true); }
+BENCHMARK(BM_Engine_AllReduce1024Chips_Symmetric)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+/// Building (no simulation) the 2048-core data-parallel graph.
+void BM_BuildGraph_DataParallelTransformer24_v3_2048(benchmark::State& state) {
+  const Study s = transformer_dp("v3-2048", 4096, 24);
+  for (auto _ : state) {
+    BuiltStep step = s.schedule->build(s);
+    benchmark::DoNotOptimize(step.graph.size());
+  }
+}
+BENCHMARK(BM_BuildGraph_DataParallelTransformer24_v3_2048)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

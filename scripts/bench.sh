@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Runs the benchmarks: every engine benchmark in its own process (SimGrid allows one
+# simulation per process), the others together. Usage: scripts/bench.sh [BUILD_DIR]
+set -euo pipefail
+build="${1:-build}"
+bin="$build/bench/bench_engine"
+for name in $("$bin" --benchmark_list_tests | grep '^BM_Engine_'); do
+  "$bin" --benchmark_filter="^${name}\$" --benchmark_format=console 2>&1 | grep -E "^BM_|^-|^Benchmark"
+done
+"$bin" --benchmark_filter='-^BM_Engine_' 2>/dev/null | grep -E '^BM_'
