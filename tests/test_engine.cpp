@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "hardware/torus.hpp"
+#include "schedules/study.hpp"
 #include "sim/engine.hpp"
 #include "test_support.hpp"
 
@@ -260,4 +261,39 @@ TEST_CASE("one simulation per process", "[engine]") {
   g.add(compute(0, 1.0));
   sim::simulate(g, hw, s);
   CHECK_THROWS_AS(sim::simulate(g, hw, s), SimulationError);
+}
+
+TEST_CASE("a data-parallel step equals forward + backward + exposed all-reduce + update", "[engine][oracle][schedules]") {
+  // One gradient bucket, so the all-reduce starts after the last backward on every core and
+  // nothing overlaps it: the step time follows by hand from the cost model and HARDWARE.md.
+  Json j = Json::parse(R"({"hardware": "tpu-v3", "slice": "v3-8",
+    "model": {"kind": "mlp", "layers": 3, "width": 1024, "input": 1024, "classes": 1000},
+    "batch": 256, "optimizer": {"kind": "momentum"},
+    "schedule": {"kind": "data_parallel", "gradient_bucket_bytes": 1e12}})");
+  const Study s = parse_study(j, "test");
+  BuiltStep step = s.schedule->build(s);
+  const auto r = sim::simulate(step.graph, s.hardware, s.slice);
+
+  const CostModel cm(s.hardware.core);
+  double compute = 0, update = 0;
+  for (const auto& layer : s.model.layers) {
+    const auto w = layer.work(s.batch / s.cores());
+    for (const auto& op : w.forward) compute += cm.cost(op).seconds;
+    for (const auto& op : w.backward) compute += cm.cost(op).seconds;
+    update += cm.cost(s.optimizer.update_op(layer)).seconds;
+  }
+  const double S = 4.0 * double(s.model.params());
+  const auto& c = s.hardware.chip;
+  const double onchip = c.onchip_latency_s + (S / 2) / c.onchip_bandwidth_bytes_per_s;
+  const double a = c.ici_latency_s, B = c.ici_bandwidth_bytes_per_s;
+  // v3-8 is 2x2 chips: each dimension is a 2-chip exchange (a + S/(2B)), y on the half shard.
+  const double allreduce = 2 * onchip + 2 * (a + S / (2 * B)) + 2 * (a + (S / 2) / (2 * B));
+  CHECK(step.details["gradient_buckets"].size() == 1);
+  CHECK(r.step_time_s == Approx(compute + allreduce + update).epsilon(1e-6));
+  // Memory at the peak: weights + one momentum slot resident; activations of every layer.
+  double stash = 0;
+  for (const auto& layer : s.model.layers) stash += layer.work(s.batch / s.cores()).stash_bytes;
+  CHECK(r.cores[0].hbm_at_peak[int(sim::MemoryCategory::Weights)] == Approx(S));
+  CHECK(r.cores[0].hbm_at_peak[int(sim::MemoryCategory::Optimizer)] == Approx(S));
+  CHECK(r.cores[0].peak_hbm_bytes >= 2 * S + stash);
 }
