@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "hardware/torus.hpp"
+#include "models/describe.hpp"
 #include "reports/run_report.hpp"
 #include "schedules/study.hpp"
 #include "sim/engine.hpp"
@@ -195,6 +196,69 @@ int cmd_describe_slice(const std::string& name, const std::string& hardware, boo
   return 0;
 }
 
+int cmd_describe_model(const std::string& file, const std::vector<std::string>& sets, bool as_json) {
+  const Study study = load_study(file, sets);
+  const std::int64_t batch = study.schedule->layer_batch(study);
+  const auto rows = describe_layers(study.model, CostModel(study.hardware.core), batch);
+  LayerSummary total;
+  total.name = "total";
+  for (const auto& r : rows) {
+    total.params += r.params;
+    total.forward_flops += r.forward_flops;
+    total.backward_input_flops += r.backward_input_flops;
+    total.backward_weight_flops += r.backward_weight_flops;
+    total.hardware_flops += r.hardware_flops;
+    total.output_bytes = std::max(total.output_bytes, r.output_bytes);
+    total.stash_bytes += r.stash_bytes;
+    total.stash_remat_bytes += r.stash_remat_bytes;
+    total.workspace_bytes = std::max(total.workspace_bytes, r.workspace_bytes);
+    total.forward_s += r.forward_s;
+    total.backward_s += r.backward_s;
+    total.compute_s += r.compute_s;
+    total.memory_s += r.memory_s;
+  }
+  auto row_json = [](const LayerSummary& r) {
+    return Json{{"name", r.name},
+                {"params", r.params},
+                {"forward_flops", r.forward_flops},
+                {"backward_input_flops", r.backward_input_flops},
+                {"backward_weight_flops", r.backward_weight_flops},
+                {"hardware_flops", r.hardware_flops},
+                {"output_bytes", r.output_bytes},
+                {"stash_bytes", r.stash_bytes},
+                {"stash_remat_bytes", r.stash_remat_bytes},
+                {"workspace_bytes", r.workspace_bytes},
+                {"forward_s", r.forward_s},
+                {"backward_s", r.backward_s},
+                {"bound", r.compute_bound() ? "compute" : "memory"}};
+  };
+  if (as_json) {
+    Json layers = Json::array();
+    for (const auto& r : rows) layers.push_back(row_json(r));
+    std::cout << Json{{"model", study.model.name}, {"kind", study.model.kind}, {"hardware", study.hardware.name},
+                      {"batch_per_core", batch}, {"layers", layers}, {"total", row_json(total)}}
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  std::printf("%s on one %s core, %lld examples per layer call\n", study.model.name.c_str(), study.hardware.name.c_str(),
+              (long long)batch);
+  std::printf("%-22s %12s %10s %10s %10s %10s %10s %12s  %s\n", "layer", "params", "fwd GFLOP", "bwd GFLOP", "out MB",
+              "stash MB", "remat MB", "fwd+bwd ms", "bound");
+  auto print = [](const LayerSummary& r) {
+    std::printf("%-22s %12lld %10.3f %10.3f %10.2f %10.2f %10.2f %12.4f  %s\n", r.name.c_str(), (long long)r.params,
+                r.forward_flops / 1e9, (r.backward_input_flops + r.backward_weight_flops) / 1e9, r.output_bytes / 1e6,
+                r.stash_bytes / 1e6, r.stash_remat_bytes / 1e6, (r.forward_s + r.backward_s) * 1e3,
+                r.compute_bound() ? "compute" : "memory");
+  };
+  for (const auto& r : rows) print(r);
+  print(total);
+  std::printf("MXU efficiency (model / padded FLOPs): %.1f %%\n",
+              100.0 * (total.forward_flops + total.backward_input_flops + total.backward_weight_flops) /
+                  std::max(1.0, total.hardware_flops));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -230,6 +294,12 @@ int main(int argc, char** argv) {
   auto* d_hw = describe->add_subcommand("hardware", "a hardware generation (name or path)");
   d_hw->add_option("name", hw_name, "e.g. tpu-v3 or path/to/hardware.json")->required();
   d_hw->add_flag("--json", describe_json, "machine-readable output");
+  std::string model_study;
+  std::vector<std::string> model_sets;
+  auto* d_model = describe->add_subcommand("model", "per-layer table of a study's model on one core");
+  d_model->add_option("study", model_study, "study JSON file")->required();
+  d_model->add_option("--set", model_sets, "override a study field: dotted.path=value");
+  d_model->add_flag("--json", describe_json, "machine-readable output");
   auto* d_slice = describe->add_subcommand("slice", "a named slice");
   d_slice->add_option("name", slice_name, "e.g. v3-32")->required();
   d_slice->add_option("--hardware", slice_hw, "hardware to look the slice up in (default: every shipped one)");
@@ -255,6 +325,7 @@ int main(int argc, char** argv) {
     if (*check_cmd) return cmd_check(check_file, check_sets);
     if (*d_hw) return cmd_describe_hardware(hw_name, describe_json);
     if (*d_slice) return cmd_describe_slice(slice_name, slice_hw, describe_json);
+    if (*d_model) return cmd_describe_model(model_study, model_sets, describe_json);
   } catch (const ConfigError& e) {
     std::cerr << "tpusim: bad input\n" << e.what() << "\n";
     return 2;

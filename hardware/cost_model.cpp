@@ -30,6 +30,35 @@ Op batched_matmul_op(std::string name, std::int64_t batch, std::int64_t m, std::
   return op;
 }
 
+Op conv_op(std::string name, const ConvShape& c, double act, double weight_bytes) {
+  Op op;
+  op.kind = OpKind::MatMul;
+  op.name = std::move(name);
+  op.m = c.batch * c.out_h() * c.out_w();
+  op.k = c.kernel_h * c.kernel_w * c.in_channels;
+  op.n = c.out_channels;
+  op.bytes = double(c.batch) * c.in_h * c.in_w * c.in_channels * act + double(c.params()) * weight_bytes +
+             double(op.m) * c.out_channels * act;
+  return op;
+}
+
+Op conv_input_grad_op(std::string name, const ConvShape& c, double act, double weight_bytes) {
+  Op op = conv_op(std::move(name), c, act, weight_bytes);
+  // dX = dY (pixels x out) . W^T (out x kernel*in), scattered back: same MACs, same tensors.
+  std::swap(op.k, op.n);
+  return op;
+}
+
+Op conv_weight_grad_op(std::string name, const ConvShape& c, double act, double weight_bytes) {
+  Op op = conv_op(std::move(name), c, act, weight_bytes);
+  // dW = X^T (kernel*in x pixels) . dY (pixels x out).
+  const std::int64_t pixels = op.m;
+  op.m = op.k;
+  op.k = pixels;
+  op.weight_gradient = true;
+  return op;
+}
+
 Op vector_op(std::string name, double elements, double ops_per_element, double bytes_per_element, bool fusible) {
   Op op;
   op.kind = OpKind::Vector;

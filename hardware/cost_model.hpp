@@ -27,6 +27,7 @@ struct Op {
   double ops_per_element = 0;
   double bytes = 0;        ///< HBM bytes moved if the op runs on its own
   bool fusible = false;    ///< element-wise: fuses into its producer when the core says so
+  bool weight_gradient = false;  ///< backward op computing a weight gradient (vs. an input gradient)
 
   /// The math: 2 x batch x m x k x n for a MatMul, 0 for vector work.
   double model_flops() const { return kind == OpKind::MatMul ? 2.0 * double(batch) * double(m) * double(k) * double(n) : 0.0; }
@@ -38,6 +39,22 @@ Op dense_op(std::string name, std::int64_t m, std::int64_t k, std::int64_t n, do
 /// A batched matmul whose two operands are both activations (attention scores, context).
 Op batched_matmul_op(std::string name, std::int64_t batch, std::int64_t m, std::int64_t k, std::int64_t n,
                      double activation_bytes);
+/// A 2D convolution as the MXU runs it: a matmul of (batch x out_h x out_w) output pixels by
+/// (kernel_h x kernel_w x in_channels) by out_channels. HBM traffic is the real tensors (input,
+/// weights, output), not an im2col copy.
+struct ConvShape {
+  std::int64_t batch = 1, in_h = 1, in_w = 1, in_channels = 1;
+  std::int64_t kernel_h = 1, kernel_w = 1, stride = 1, out_channels = 1;
+  std::int64_t out_h() const { return (in_h + stride - 1) / stride; }  ///< "SAME" padding
+  std::int64_t out_w() const { return (in_w + stride - 1) / stride; }
+  std::int64_t params() const { return kernel_h * kernel_w * in_channels * out_channels; }
+};
+Op conv_op(std::string name, const ConvShape& c, double activation_bytes, double weight_bytes);
+/// The input gradient of a convolution (a transposed convolution: same MACs).
+Op conv_input_grad_op(std::string name, const ConvShape& c, double activation_bytes, double weight_bytes);
+/// The weight gradient of a convolution: (kernel x in) by pixels by out.
+Op conv_weight_grad_op(std::string name, const ConvShape& c, double activation_bytes, double weight_bytes);
+
 /// Element-wise or reduction work: `elements` read and written once at `bytes_per_element`.
 Op vector_op(std::string name, double elements, double ops_per_element, double bytes_per_element, bool fusible);
 /// Pure data movement (gather, copy): `bytes` of HBM traffic, no compute to speak of.

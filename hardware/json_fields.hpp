@@ -24,6 +24,7 @@ class Problems {
   void add(std::string path, std::string found, std::string expected);
   void add(std::string path, const Json& found, std::string expected);
   bool empty() const { return list_.empty(); }
+  std::size_t size() const { return list_.size(); }
   const std::string& context() const { return context_; }
   /// Throws ConfigError with everything recorded so far, if anything was.
   void throw_if_any() const;

@@ -1,7 +1,7 @@
 // A multi-layer perceptron: `layers` hidden dense layers of `width` (bias + ReLU), then a
 // classifier to `classes` with softmax cross-entropy. The simplest model with identical layers,
 // used for schedule oracles.
-#include "models/model.hpp"
+#include "models/work_builder.hpp"
 
 namespace tpusim {
 
@@ -12,24 +12,17 @@ Layer dense_layer(const std::string& name, std::int64_t in, std::int64_t out, do
   layer.name = name;
   layer.weights = {{in, out}, {out}};
   layer.work = [in, out, act, classifier](std::int64_t b) {
-    LayerWork w;
-    constexpr double kWeightBytes = 4.0;  // fp32 master weights, cast to bf16 on the fly
-    w.forward.push_back(dense_op("matmul", b, in, out, act, kWeightBytes));
-    w.forward.push_back(vector_op("bias", double(b) * out, 1, act, true));
+    WorkBuilder w(act);
+    w.dense("matmul", b, in, out);
+    w.bias("bias", b, out);
     if (classifier) {
-      w.forward.push_back(vector_op("softmax_xent", double(b) * out, 5, act, false));
+      w.softmax_xent("softmax_xent", double(b) * out);
     } else {
-      w.forward.push_back(vector_op("relu", double(b) * out, 1, act, true));
+      w.elementwise("relu", double(b) * out, 1, 1);
+      w.stash(double(b) * out * act);  // the activation (its sign drives the ReLU gradient)
+      w.workspace(double(b) * out * act);
     }
-    // Backward: the activation derivative, then dX = dY.W^T and dW = X^T.dY.
-    w.backward.push_back(vector_op(classifier ? "softmax_xent_grad" : "relu_grad", double(b) * out, 2, act, !classifier));
-    w.backward.push_back(dense_op("matmul_dx", b, out, in, act, kWeightBytes));
-    w.backward.push_back(dense_op("matmul_dw", in, b, out, act, kWeightBytes));
-    w.backward.push_back(vector_op("bias_grad", double(b) * out, 1, act, true));
-    w.output_bytes = double(b) * out * act;
-    w.stash_bytes = double(b) * (in + out) * act;  // the input (for dW) and the pre-activation
-    w.workspace_bytes = double(b) * out * act;
-    return w;
+    return w.finish(double(b) * in * act, classifier ? double(b) * 4 : double(b) * out * act);
   };
   return layer;
 }

@@ -18,9 +18,12 @@ namespace tpusim {
 struct LayerWork {
   std::vector<Op> forward;    ///< forward pass
   std::vector<Op> backward;   ///< input gradients and weight gradients
-  double output_bytes = 0;    ///< activation handed to the next layer (crosses a stage boundary)
+  double input_bytes = 0;     ///< activations the layer reads from earlier layers
+  double output_bytes = 0;    ///< activations handed on to later layers (crosses a stage boundary)
   double stash_bytes = 0;     ///< activations kept from forward for backward (no re-materialization)
   double workspace_bytes = 0; ///< transient buffers alive only while the layer computes
+  /// With re-materialization a layer keeps only its input for backward and recomputes the rest.
+  double stash_remat_bytes() const { return input_bytes; }
 };
 
 /// One layer: its weight tensors and how it lowers for a batch.
@@ -54,6 +57,10 @@ Model build_model(const Json& json, const std::string& path, Problems& problems)
 // Registered builders (one per file).
 Model build_mlp(Fields& fields, Problems& problems);
 Model build_transformer(Fields& fields, Problems& problems);
+Model build_mesh_lm(Fields& fields, Problems& problems);
+Model build_resnet50(Fields& fields, Problems& problems);
+Model build_amoebanet_d(Fields& fields, Problems& problems);
+Model build_sequential(Fields& fields, Problems& problems);
 
 /// Reads the optional "activation_dtype" ("bf16" default, or "fp32") as bytes per element.
 double read_activation_bytes(Fields& fields);

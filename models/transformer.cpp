@@ -1,143 +1,228 @@
-// A decoder-only Transformer as the GPipe paper scales it: an embedding layer, `layers`
-// identical blocks (pre-norm self-attention + ReLU feed-forward, biases and layer norms
-// counted), and an output layer (final norm, projection to the vocabulary, softmax
-// cross-entropy). Input and output embeddings are separate matrices.
-#include "models/model.hpp"
+// Transformers as sequences of layers: the GPipe paper's Transformer-L (decoder-only, separate
+// input and output embeddings), the MLPerf Transformer-big (encoder-decoder, shared
+// embeddings), and the Mesh-TensorFlow language models (`mesh_lm`, no biases). Pre-norm blocks:
+// self-attention (+ cross-attention in a decoder block of an encoder-decoder) and a ReLU
+// feed-forward; biases and layer norms are counted.
+#include <cmath>
+
+#include "models/blocks.hpp"
+#include "models/work_builder.hpp"
 
 namespace tpusim {
 
 namespace {
 
-constexpr double kWeightBytes = 4.0;  // fp32 master weights
-constexpr double kLayerNormOps = 8;   // mean, variance, normalize, scale, shift per element
-constexpr double kSoftmaxOps = 5;     // max, subtract, exp, sum, divide per element
-
-/// Forward and backward ops of a dense projection t x k -> t x n.
-void dense_fwd_bwd(LayerWork& w, const std::string& name, std::int64_t t, std::int64_t k, std::int64_t n, double act) {
-  w.forward.push_back(dense_op(name, t, k, n, act, kWeightBytes));
-  w.backward.push_back(dense_op(name + "_dx", t, n, k, act, kWeightBytes));
-  w.backward.push_back(dense_op(name + "_dw", k, t, n, act, kWeightBytes));
-}
-
 struct Dims {
-  std::int64_t d_model, d_ff, heads, d_kv, vocab, seq;
+  std::int64_t layers = 0, encoder_layers = 0, d_model = 0, d_ff = 0, heads = 0, d_kv = 0, vocab = 0, seq = 0;
+  bool biases = true;
+  bool shared_embeddings = false;
+  std::int64_t inner() const { return heads * d_kv; }
 };
 
-Layer embedding_layer(const Dims& d, double act) {
-  Layer l;
-  l.name = "embedding";
-  l.weights = {{d.vocab, d.d_model}};
-  l.work = [d, act](std::int64_t b) {
-    LayerWork w;
-    const double t = double(b) * d.seq;
-    w.forward.push_back(memory_op("gather", t * d.d_model * (kWeightBytes + act) + t * 4));
-    // The gradient of a gather is a scatter-add into a dense fp32 table.
-    w.backward.push_back(memory_op("scatter_add", double(d.vocab) * d.d_model * kWeightBytes + t * d.d_model * act));
-    w.output_bytes = t * d.d_model * act;
-    w.stash_bytes = t * 4;  // token ids
-    w.workspace_bytes = 0;
-    return w;
-  };
-  return l;
+/// Weight tensors of a dense projection k -> n (with its bias if the model has biases).
+void add_dense_weights(Layer& l, const Dims& d, std::int64_t k, std::int64_t n) {
+  l.weights.push_back({k, n});
+  if (d.biases) l.weights.push_back({n});
 }
 
-Layer block_layer(int index, const Dims& d, double act) {
+void dense(WorkBuilder& w, const Dims& d, const std::string& name, std::int64_t t, std::int64_t k, std::int64_t n) {
+  w.dense(name, t, k, n);
+  if (d.biases) w.bias(name + "_bias", t, n);
+}
+
+/// Attention of `t` query tokens (batch b, length s) over `s_kv` keys: projections, scores,
+/// softmax, context and output projection. `cross`: keys and values come from the encoder.
+void attention(WorkBuilder& w, const Dims& d, const std::string& name, std::int64_t b, std::int64_t s_kv, bool cross) {
+  const std::int64_t t = b * d.seq;
+  const std::int64_t inner = d.inner();
+  if (cross) {
+    dense(w, d, name + "_q", t, d.d_model, inner);
+    dense(w, d, name + "_kv", b * s_kv, d.d_model, 2 * inner);
+  } else {
+    dense(w, d, name + "_qkv", t, d.d_model, 3 * inner);
+  }
+  const double scores = double(b) * d.heads * d.seq * s_kv;
+  w.batched_matmul(name + "_scores", b * d.heads, d.seq, d.d_kv, s_kv);
+  w.softmax(name + "_softmax", scores);
+  w.batched_matmul(name + "_context", b * d.heads, d.seq, s_kv, d.d_kv, /*keep_a=*/false, /*keep_b=*/true);
+  dense(w, d, name + "_out", t, inner, d.d_model);
+  w.elementwise(name + "_residual", double(t) * d.d_model, 1, 1);
+  w.workspace(scores * w.act());  // pre-softmax scores, not kept
+}
+
+Layer block(const std::string& name, const Dims& d, double act, bool decoder_with_encoder) {
   Layer l;
-  l.name = "block" + std::to_string(index);
-  const std::int64_t inner = d.heads * d.d_kv;
-  l.weights = {{d.d_model}, {d.d_model},             // layer norm 1
-               {d.d_model, 3 * inner}, {3 * inner},  // Q, K, V
-               {inner, d.d_model}, {d.d_model},      // output projection
-               {d.d_model}, {d.d_model},             // layer norm 2
-               {d.d_model, d.d_ff}, {d.d_ff},        // feed-forward in
-               {d.d_ff, d.d_model}, {d.d_model}};    // feed-forward out
-  l.work = [d, act, inner](std::int64_t b) {
-    LayerWork w;
+  l.name = name;
+  const std::int64_t inner = d.inner();
+  l.weights = {{d.d_model}, {d.d_model}};  // layer norm before self-attention
+  add_dense_weights(l, d, d.d_model, 3 * inner);
+  add_dense_weights(l, d, inner, d.d_model);
+  if (decoder_with_encoder) {
+    l.weights.push_back({d.d_model});
+    l.weights.push_back({d.d_model});
+    add_dense_weights(l, d, d.d_model, inner);
+    add_dense_weights(l, d, d.d_model, 2 * inner);
+    add_dense_weights(l, d, inner, d.d_model);
+  }
+  l.weights.push_back({d.d_model});
+  l.weights.push_back({d.d_model});
+  add_dense_weights(l, d, d.d_model, d.d_ff);
+  add_dense_weights(l, d, d.d_ff, d.d_model);
+  l.work = [d, act, decoder_with_encoder](std::int64_t b) {
+    WorkBuilder w(act);
     const std::int64_t t = b * d.seq;
     const double td = double(t) * d.d_model;
-    const double scores = double(b) * d.heads * d.seq * d.seq;
-    w.forward.push_back(vector_op("layernorm1", td, kLayerNormOps, act, false));
-    w.backward.push_back(vector_op("layernorm1_grad", td, 2 * kLayerNormOps, act, false));
-    dense_fwd_bwd(w, "qkv", t, d.d_model, 3 * inner, act);
-    w.forward.push_back(vector_op("qkv_bias", double(t) * 3 * inner, 1, act, true));
-    w.forward.push_back(batched_matmul_op("scores", b * d.heads, d.seq, d.d_kv, d.seq, act));
-    w.backward.push_back(batched_matmul_op("scores_dq", b * d.heads, d.seq, d.seq, d.d_kv, act));
-    w.backward.push_back(batched_matmul_op("scores_dk", b * d.heads, d.seq, d.seq, d.d_kv, act));
-    w.forward.push_back(vector_op("softmax", scores, kSoftmaxOps, act, false));
-    w.backward.push_back(vector_op("softmax_grad", scores, 4, act, false));
-    w.forward.push_back(batched_matmul_op("context", b * d.heads, d.seq, d.seq, d.d_kv, act));
-    w.backward.push_back(batched_matmul_op("context_dp", b * d.heads, d.seq, d.d_kv, d.seq, act));
-    w.backward.push_back(batched_matmul_op("context_dv", b * d.heads, d.seq, d.seq, d.d_kv, act));
-    dense_fwd_bwd(w, "attn_out", t, inner, d.d_model, act);
-    w.forward.push_back(vector_op("residual1", td, 2, act, true));
-    w.forward.push_back(vector_op("layernorm2", td, kLayerNormOps, act, false));
-    w.backward.push_back(vector_op("layernorm2_grad", td, 2 * kLayerNormOps, act, false));
-    dense_fwd_bwd(w, "ffn_in", t, d.d_model, d.d_ff, act);
-    w.forward.push_back(vector_op("relu", double(t) * d.d_ff, 2, act, true));
-    w.backward.push_back(vector_op("relu_grad", double(t) * d.d_ff, 1, act, true));
-    dense_fwd_bwd(w, "ffn_out", t, d.d_ff, d.d_model, act);
-    w.forward.push_back(vector_op("residual2", td, 2, act, true));
-    w.backward.push_back(vector_op("bias_grads", double(t) * (3 * inner + d.d_ff + 2 * d.d_model), 1, act, true));
-    w.output_bytes = td * act;
-    // Kept for backward: block input, norm1 output, Q, K, V, softmax output, context,
-    // attention residual, norm2 output, feed-forward pre-activation and activation.
-    w.stash_bytes = (td * 6 + double(t) * 3 * inner + scores + 2.0 * double(t) * d.d_ff) * act;
-    w.workspace_bytes = scores * act;  // pre-softmax scores, not kept
-    return w;
+    w.layer_norm("layernorm_self", td);
+    attention(w, d, "self", b, d.seq, false);
+    if (decoder_with_encoder) {
+      w.layer_norm("layernorm_cross", td);
+      attention(w, d, "cross", b, d.seq, true);
+    }
+    w.layer_norm("layernorm_ffn", td);
+    dense(w, d, "ffn_in", t, d.d_model, d.d_ff);
+    w.elementwise("relu", double(t) * d.d_ff, 1, 1);
+    dense(w, d, "ffn_out", t, d.d_ff, d.d_model);
+    w.elementwise("ffn_residual", td, 1, 1);
+    // A decoder block also passes the encoder output on to the next decoder block.
+    const double carried = decoder_with_encoder ? td * act : 0.0;
+    return w.finish(td * act + carried, td * act + carried);
   };
   return l;
 }
 
-Layer output_layer(const Dims& d, double act) {
+Layer embedding(const std::string& name, const Dims& d, double act, bool owns_table, double carried_bytes) {
+  Layer l;
+  l.name = name;
+  if (owns_table) l.weights = {{d.vocab, d.d_model}};
+  l.work = [d, act, carried_bytes](std::int64_t b) {
+    WorkBuilder w(act);
+    const double t = double(b) * d.seq;
+    w.gather("gather", t, d.vocab, d.d_model);
+    return w.finish(t * 4 + carried_bytes * double(b), t * d.d_model * act + carried_bytes * double(b));
+  };
+  return l;
+}
+
+Layer output(const Dims& d, double act, bool owns_table) {
   Layer l;
   l.name = "output";
-  l.weights = {{d.d_model}, {d.d_model}, {d.d_model, d.vocab}};
+  l.weights = {{d.d_model}, {d.d_model}};
+  if (owns_table) l.weights.push_back({d.d_model, d.vocab});
   l.work = [d, act](std::int64_t b) {
-    LayerWork w;
+    WorkBuilder w(act);
     const std::int64_t t = b * d.seq;
     const double td = double(t) * d.d_model;
-    const double logits = double(t) * d.vocab;
-    w.forward.push_back(vector_op("final_layernorm", td, kLayerNormOps, act, false));
-    w.backward.push_back(vector_op("final_layernorm_grad", td, 2 * kLayerNormOps, act, false));
-    dense_fwd_bwd(w, "logits", t, d.d_model, d.vocab, act);
-    w.forward.push_back(vector_op("softmax_xent", logits, kSoftmaxOps, act, false));
-    w.backward.push_back(vector_op("softmax_xent_grad", logits, 2, act, false));
-    w.output_bytes = double(t) * 4;  // the per-token loss
-    w.stash_bytes = (2 * td + logits) * act;
-    w.workspace_bytes = logits * act;
-    return w;
+    w.layer_norm("final_layernorm", td);
+    w.dense("logits", t, d.d_model, d.vocab);
+    w.softmax_xent("softmax_xent", double(t) * d.vocab);
+    return w.finish(td * act, double(t) * 4);
   };
   return l;
+}
+
+Model assemble(const Dims& d, double act, const std::string& name) {
+  Model m;
+  m.activation_bytes = act;
+  m.name = name;
+  const bool encdec = d.encoder_layers > 0;
+  // Per example: the target token ids ride along the encoder half of the pipeline.
+  const double tokens_per_example = double(d.seq) * 4;
+  m.layers.push_back(embedding(encdec ? "source_embedding" : "embedding", d, act, true, encdec ? tokens_per_example : 0));
+  for (std::int64_t i = 0; i < d.encoder_layers; ++i) m.layers.push_back(block("encoder" + std::to_string(i), d, act, false));
+  if (encdec) {
+    // The target embedding reads the target ids and passes the encoder output along.
+    m.layers.push_back(embedding("target_embedding", d, act, !d.shared_embeddings, double(d.seq) * d.d_model * act));
+  }
+  for (std::int64_t i = 0; i < d.layers; ++i)
+    m.layers.push_back(block((encdec ? "decoder" : "block") + std::to_string(i), d, act, encdec));
+  m.layers.push_back(output(d, act, !d.shared_embeddings));
+  return m;
+}
+
+/// Reads the dimensions; `defaults` (from mesh_lm's size) fill any that are absent.
+Dims read_dims(Fields& f, Problems& problems, const Dims* defaults) {
+  Dims d = defaults ? *defaults : Dims{};
+  auto get = [&](const char* key, std::int64_t& into, std::int64_t min, std::int64_t max) {
+    if (defaults && !f.has(key)) {
+      f.allow(key);
+      return;
+    }
+    into = f.integer(key, min, max);
+  };
+  get("layers", d.layers, 1, 100000);
+  get("d_model", d.d_model, 1, 1 << 20);
+  get("d_ff", d.d_ff, 1, 1 << 24);
+  get("heads", d.heads, 1, 1 << 16);
+  get("vocab", d.vocab, 1, 1 << 24);
+  get("seq_len", d.seq, 1, 1 << 20);
+  if (f.has("encoder_layers")) d.encoder_layers = f.integer("encoder_layers", 0, 100000);
+  else f.allow("encoder_layers");
+  if (f.has("biases")) d.biases = f.boolean("biases");
+  else f.allow("biases");
+  if (f.has("shared_embeddings")) d.shared_embeddings = f.boolean("shared_embeddings");
+  else f.allow("shared_embeddings");
+  if (f.has("d_kv")) {
+    d.d_kv = f.integer("d_kv", 1, 1 << 16);
+  } else {
+    f.allow("d_kv");
+    if (!defaults) {
+      if (problems.empty() && d.d_model % d.heads != 0) {
+        problems.add(f.path_of("heads"), Json(d.heads),
+                     "a divisor of d_model (" + std::to_string(d.d_model) + "), or give d_kv explicitly");
+      }
+      d.d_kv = d.heads > 0 ? d.d_model / d.heads : 1;
+    }
+  }
+  return d;
 }
 
 }  // namespace
 
 Model build_transformer(Fields& f, Problems& problems) {
-  Model m;
-  Dims d{};
-  const auto layers = f.integer("layers", 1, 100000);
-  d.d_model = f.integer("d_model", 1, 1 << 20);
-  d.d_ff = f.integer("d_ff", 1, 1 << 22);
-  d.heads = f.integer("heads", 1, 1 << 14);
-  d.vocab = f.integer("vocab", 1, 1 << 24);
-  d.seq = f.integer("seq_len", 1, 1 << 20);
-  if (f.has("d_kv")) {
-    d.d_kv = f.integer("d_kv", 1, 1 << 16);
-  } else {
-    f.allow("d_kv");
-    if (problems.empty() && d.d_model % d.heads != 0) {
-      problems.add(f.path_of("heads"), Json(d.heads),
-                   "a divisor of d_model (" + std::to_string(d.d_model) + "), or give d_kv explicitly");
-    }
-    d.d_kv = d.heads > 0 ? d.d_model / d.heads : 1;
-  }
-  m.activation_bytes = read_activation_bytes(f);
-  if (!problems.empty()) return m;
-  m.name = "transformer L=" + std::to_string(layers) + " d_model=" + std::to_string(d.d_model);
-  m.layers.push_back(embedding_layer(d, m.activation_bytes));
-  for (std::int64_t i = 0; i < layers; ++i) m.layers.push_back(block_layer(int(i), d, m.activation_bytes));
-  m.layers.push_back(output_layer(d, m.activation_bytes));
-  return m;
+  Dims d = read_dims(f, problems, nullptr);
+  const double act = read_activation_bytes(f);
+  if (!problems.empty()) return {};
+  std::string name = "transformer L=" + std::to_string(d.layers) + " d_model=" + std::to_string(d.d_model);
+  if (d.encoder_layers > 0) name = "transformer " + std::to_string(d.encoder_layers) + "+" + std::to_string(d.layers) +
+                                   " d_model=" + std::to_string(d.d_model);
+  return assemble(d, act, name);
+}
+
+Model build_mesh_lm(Fields& f, Problems& problems) {
+  // The Mesh-TensorFlow paper's language models: 6 layers, d_model 1024, d_kv 256,
+  // d_ff = 8192 * 2^s, heads = 8 * 2^s, vocabulary 32k, sequence 256, no biases.
+  const auto s = f.integer("size", -1, 5);
+  if (!problems.empty()) return {};
+  const double scale = std::ldexp(1.0, int(s));
+  Dims defaults;
+  defaults.layers = 6;
+  defaults.d_model = 1024;
+  defaults.d_kv = 256;
+  defaults.d_ff = std::int64_t(8192 * scale);
+  defaults.heads = std::int64_t(8 * scale);
+  defaults.vocab = 32768;
+  defaults.seq = 256;
+  defaults.biases = false;
+  Dims d = read_dims(f, problems, &defaults);
+  const double act = read_activation_bytes(f);
+  if (!problems.empty()) return {};
+  return assemble(d, act, "mesh_lm s=" + std::to_string(s));
+}
+
+}  // namespace tpusim
+
+namespace tpusim {
+
+Layer transformer_block_layer(const std::string& name, std::int64_t d_model, std::int64_t d_ff, std::int64_t heads,
+                              std::int64_t d_kv, std::int64_t seq, bool biases, double act) {
+  Dims d;
+  d.d_model = d_model;
+  d.d_ff = d_ff;
+  d.heads = heads;
+  d.d_kv = d_kv;
+  d.seq = seq;
+  d.biases = biases;
+  return block(name, d, act, false);
 }
 
 }  // namespace tpusim

@@ -14,6 +14,7 @@ class DataParallel : public Schedule {
   DataParallel(Fields& fields, const Study& study, Problems& problems);
   BuiltStep build(const Study& study) const override;
   Json resolved() const override;
+  std::int64_t layer_batch(const Study& study) const override { return study.batch / study.cores(); }
 
   /// Default gradient bucket: the all-reduce combiner threshold.
   static constexpr double kDefaultBucketBytes = 32.0 * 1024 * 1024;

@@ -34,6 +34,8 @@ class Schedule {
   virtual BuiltStep build(const Study& study) const = 0;
   /// The schedule's settings with defaults filled in (echoed in result.json).
   virtual Json resolved() const = 0;
+  /// Examples one layer processes at once on a core (the per-core batch, or the micro-batch).
+  virtual std::int64_t layer_batch(const Study& study) const = 0;
 };
 
 /// Parses a schedule's fields (the "kind" key is already read) and checks them against the

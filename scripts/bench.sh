@@ -8,3 +8,4 @@ for name in $("$bin" --benchmark_list_tests | grep '^BM_Engine_'); do
   "$bin" --benchmark_filter="^${name}\$" --benchmark_format=console 2>&1 | grep -E "^BM_|^-|^Benchmark"
 done
 "$bin" --benchmark_filter='-^BM_Engine_' 2>/dev/null | grep -E '^BM_'
+"$build/bench/bench_models" 2>/dev/null | grep -E '^BM_'

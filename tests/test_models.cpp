@@ -1,6 +1,8 @@
 // Model descriptions: parameter counts and FLOPs against hand-derived formulas.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "models/model.hpp"
 
 using namespace tpusim;
@@ -68,7 +70,94 @@ TEST_CASE("model validation names the field", "[models]") {
 }
 
 TEST_CASE("every registered model kind builds", "[models][registry]") {
-  CHECK(model_builders().size() == 2);
+  CHECK(model_builders().size() == 6);
+  for (const char* k : {"amoebanet_d", "mesh_lm", "resnet50", "sequential"}) CHECK(model_builders().count(k));
   CHECK(model_builders().count("mlp"));
   CHECK(model_builders().count("transformer"));
+}
+
+TEST_CASE("AmoebaNet-D parameter counts match the check values exactly", "[models]") {
+  const std::vector<std::tuple<int, int, std::int64_t>> checks = {
+      {6, 64, 3701096}, {18, 128, 31694440}, {12, 192, 48362344}, {6, 256, 46654184}, {18, 256, 122470120}};
+  for (const auto& [L, D, params] : checks) {
+    const Model m = build(Json{{"kind", "amoebanet_d"}, {"normal_cells", L}, {"filters", D}}.dump());
+    INFO("AmoebaNet-D(" << L << ", " << D << ")");
+    CHECK(m.params() == params);
+    CHECK(m.layers.size() == std::size_t(L + 6));  // stem, 2 stem reductions, L normal, 2 reductions, head
+  }
+}
+
+TEST_CASE("ResNet-50 v1.5 has 25,557,032 parameters and ~4.1 G MACs per image", "[models]") {
+  const Model m = build(R"({"kind": "resnet50"})");
+  CHECK(m.params() == 25557032);
+  CHECK(m.layers.size() == 18);
+  CHECK(total_flops(m, 1, false) / 2 == Approx(4.1e9).epsilon(0.02));
+}
+
+TEST_CASE("Mesh-TensorFlow language model sizes to 0.01B", "[models]") {
+  const std::vector<std::pair<int, double>> sizes = {{-1, 0.14}, {0, 0.22}, {1, 0.37}, {2, 0.67}, {3, 1.28}, {4, 2.48}, {5, 4.90}};
+  for (const auto& [s, billions] : sizes) {
+    const Model m = build(Json{{"kind", "mesh_lm"}, {"size", s}}.dump());
+    INFO("s = " << s);
+    CHECK(std::round(double(m.params()) / 1e7) / 100 == Approx(billions));
+  }
+  // Explicit dimensions override the size's.
+  CHECK(build(R"({"kind": "mesh_lm", "size": 0, "layers": 12})").layers.size() == 14);
+}
+
+TEST_CASE("convolution FLOPs: output pixels x kernel area x in x out", "[models][cost]") {
+  ConvShape c{2, 56, 56, 64, 3, 3, 1, 128};
+  const Op op = conv_op("c", c, 2, 4);
+  CHECK(op.model_flops() == Approx(2.0 * 2 * 56 * 56 * 3 * 3 * 64 * 128));
+  ConvShape s = c;
+  s.stride = 2;
+  CHECK(conv_op("s", s, 2, 4).model_flops() == Approx(op.model_flops() / 4));
+  CHECK(conv_input_grad_op("dx", c, 2, 4).model_flops() == Approx(op.model_flops()));
+  const Op dw = conv_weight_grad_op("dw", c, 2, 4);
+  CHECK(dw.model_flops() == Approx(op.model_flops()));
+  CHECK(dw.weight_gradient);
+  CHECK(dw.m == 3 * 3 * 64);
+  CHECK(dw.k == 2 * 56 * 56);
+}
+
+TEST_CASE("backward FLOPs split into input and weight gradients", "[models]") {
+  const Model m = build(R"({"kind": "mlp", "layers": 2, "width": 64, "input": 64, "classes": 10})");
+  const auto w = m.layers[1].work(8);
+  double input_grad = 0, weight_grad = 0;
+  for (const auto& op : w.backward) (op.weight_gradient ? weight_grad : input_grad) += op.model_flops();
+  CHECK(input_grad == Approx(2.0 * 8 * 64 * 64));
+  CHECK(weight_grad == Approx(2.0 * 8 * 64 * 64));
+}
+
+TEST_CASE("encoder-decoder transformer with shared embeddings", "[models]") {
+  const Model m = build(R"({"kind": "transformer", "encoder_layers": 6, "layers": 6, "d_model": 1024, "d_ff": 4096,
+                             "heads": 16, "vocab": 33708, "seq_len": 256, "shared_embeddings": true})");
+  const std::int64_t d = 1024, ff = 4096, V = 33708;
+  const std::int64_t enc = 4 * d * d + 2 * d * ff + (4 * d + ff + d) + 4 * d;
+  const std::int64_t dec = enc + 4 * d * d + 4 * d + 2 * d;  // + cross-attention (q, kv, out) and its norm
+  CHECK(m.params() == 6 * enc + 6 * dec + V * d + 2 * d);
+  CHECK(m.layers.size() == 15);
+}
+
+TEST_CASE("re-materialization keeps only the layer input", "[models]") {
+  const Model m = build(R"({"kind": "amoebanet_d", "normal_cells": 6, "filters": 64})");
+  for (const auto& layer : m.layers) {
+    const auto w = layer.work(4);
+    INFO(layer.name);
+    CHECK(w.stash_remat_bytes() == w.input_bytes);
+    CHECK(w.stash_bytes > w.stash_remat_bytes());
+  }
+}
+
+TEST_CASE("sequential models chain their shapes", "[models]") {
+  const Model m = build(R"({"kind": "sequential", "layers": [
+      {"kind": "conv2d", "size": 32, "in_channels": 3, "out_channels": 64, "kernel": 3},
+      {"kind": "conv2d", "size": 32, "in_channels": 64, "out_channels": 64, "kernel": 3, "count": 3},
+      {"kind": "conv2d", "size": 32, "in_channels": 64, "out_channels": 128, "kernel": 3, "stride": 2}]})");
+  CHECK(m.layers.size() == 5);
+  CHECK(m.params() == (27 * 64 + 128) + 3 * (576 * 64 + 128) + (576 * 128 + 256));
+  Problems p("test");
+  build_model(Json::parse(R"({"kind": "sequential", "layers": [{"kind": "dense", "in": 8, "out": 16},
+      {"kind": "dense", "in": 32, "out": 4}]})"), "model", p);
+  CHECK_THROWS_WITH(p.throw_if_any(), Catch::Contains("model.layers[1].in: found 32"));
 }

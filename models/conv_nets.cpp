@@ -1,0 +1,43 @@
+#include "models/conv_nets.hpp"
+
+namespace tpusim {
+
+FeatureMap conv_bn(WorkBuilder& w, const std::string& name, std::int64_t batch, const FeatureMap& in,
+                   std::int64_t kh, std::int64_t kw, std::int64_t stride, std::int64_t out_channels, bool relu) {
+  if (relu) w.elementwise(name + "_relu", in.elements(batch), 1, 1);
+  ConvShape c;
+  c.batch = batch;
+  c.in_h = c.in_w = in.size;
+  c.in_channels = in.channels;
+  c.kernel_h = kh;
+  c.kernel_w = kw;
+  c.stride = stride;
+  c.out_channels = out_channels;
+  w.conv(name, c);
+  const FeatureMap out{c.out_h(), out_channels};
+  w.batch_norm(name + "_bn", out.elements(batch));
+  return out;
+}
+
+void conv_bn_weights(Layer& layer, std::int64_t kh, std::int64_t kw, std::int64_t in, std::int64_t out) {
+  layer.weights.push_back({kh, kw, in, out});
+  layer.weights.push_back({out});
+  layer.weights.push_back({out});
+}
+
+Layer classifier_head(const FeatureMap& in, std::int64_t classes, double act) {
+  Layer l;
+  l.name = "head";
+  l.weights = {{in.channels, classes}, {classes}};
+  l.work = [in, classes, act](std::int64_t b) {
+    WorkBuilder w(act);
+    w.pool("global_avg_pool", in.elements(b), double(b) * in.channels, double(in.size) * in.size);
+    w.dense("fc", b, in.channels, classes);
+    w.bias("fc_bias", b, classes);
+    w.softmax_xent("softmax_xent", double(b) * classes);
+    return w.finish(in.elements(b) * act, double(b) * 4);
+  };
+  return l;
+}
+
+}  // namespace tpusim

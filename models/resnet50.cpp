@@ -1,0 +1,79 @@
+// ResNet-50 v1.5 (the MLPerf model): a 7x7 stem with max pooling, 16 bottleneck blocks in four
+// stages (3, 4, 6, 3) with the stride on the 3x3 convolution, projection shortcuts at the first
+// block of each stage, then global pooling and a 1000-way classifier. One layer per block.
+#include "models/conv_nets.hpp"
+
+namespace tpusim {
+
+namespace {
+
+Layer stem(std::int64_t image, double act) {
+  Layer l;
+  l.name = "stem";
+  conv_bn_weights(l, 7, 7, 3, 64);
+  l.work = [image, act](std::int64_t b) {
+    WorkBuilder w(act);
+    const FeatureMap in{image, 3};
+    ConvShape c{b, image, image, 3, 7, 7, 2, 64};
+    w.conv("conv1", c, /*input_gradient=*/false);
+    const FeatureMap conv{c.out_h(), 64};
+    w.batch_norm("bn1", conv.elements(b));
+    w.elementwise("relu", conv.elements(b), 1, 1);
+    const FeatureMap pooled{(conv.size + 1) / 2, 64};
+    w.pool("max_pool", conv.elements(b), pooled.elements(b), 9);
+    return w.finish(in.elements(b) * act, pooled.elements(b) * act);
+  };
+  return l;
+}
+
+Layer bottleneck(const std::string& name, const FeatureMap& in, std::int64_t width, std::int64_t stride, double act) {
+  Layer l;
+  l.name = name;
+  const std::int64_t out_channels = 4 * width;
+  const bool projection = stride != 1 || in.channels != out_channels;
+  conv_bn_weights(l, 1, 1, in.channels, width);
+  conv_bn_weights(l, 3, 3, width, width);
+  conv_bn_weights(l, 1, 1, width, out_channels);
+  if (projection) conv_bn_weights(l, 1, 1, in.channels, out_channels);
+  l.work = [in, width, stride, out_channels, projection, act](std::int64_t b) {
+    WorkBuilder w(act);
+    FeatureMap x = conv_bn(w, "conv1", b, in, 1, 1, 1, width, false);
+    x = conv_bn(w, "conv2", b, x, 3, 3, stride, width);
+    x = conv_bn(w, "conv3", b, x, 1, 1, 1, out_channels);
+    if (projection) conv_bn(w, "shortcut", b, in, 1, 1, stride, out_channels, false);
+    w.elementwise("residual_relu", x.elements(b), 2, 2);
+    w.stash(x.elements(b) * act);  // the block output, for the ReLU gradient
+    return w.finish(in.elements(b) * act, x.elements(b) * act);
+  };
+  return l;
+}
+
+}  // namespace
+
+Model build_resnet50(Fields& f, Problems& problems) {
+  std::int64_t image = 224, classes = 1000;
+  if (f.has("image_size")) image = f.integer("image_size", 32, 4096);
+  else f.allow("image_size");
+  if (f.has("classes")) classes = f.integer("classes", 1, 1 << 20);
+  else f.allow("classes");
+  Model m;
+  m.activation_bytes = read_activation_bytes(f);
+  if (!problems.empty()) return m;
+  m.name = "resnet50 " + std::to_string(image) + "px";
+  m.layers.push_back(stem(image, m.activation_bytes));
+  FeatureMap x{(image + 3) / 4, 64};  // after the stride-2 conv and the stride-2 max pool
+  const std::int64_t blocks[] = {3, 4, 6, 3};
+  for (int stage = 0; stage < 4; ++stage) {
+    const std::int64_t width = 64 << stage;
+    for (std::int64_t i = 0; i < blocks[stage]; ++i) {
+      const std::int64_t stride = (stage > 0 && i == 0) ? 2 : 1;
+      m.layers.push_back(bottleneck("stage" + std::to_string(stage + 1) + "_block" + std::to_string(i + 1), x, width, stride,
+                                    m.activation_bytes));
+      x = FeatureMap{(x.size + stride - 1) / stride, 4 * width};
+    }
+  }
+  m.layers.push_back(classifier_head(x, classes, m.activation_bytes));
+  return m;
+}
+
+}  // namespace tpusim

@@ -1,0 +1,142 @@
+// A model the user lists layer by layer in JSON: "layers": [{"kind": "dense", ...}, ...], each
+// entry optionally repeated "count" times. Shapes must chain: a layer's input must be what the
+// previous layer produces (checked, with the JSON path of the mismatch).
+#include "models/blocks.hpp"
+#include "models/conv_nets.hpp"
+
+namespace tpusim {
+
+namespace {
+
+/// What one example looks like between layers, to check that layers chain.
+struct Shape {
+  enum Kind { Unknown, Flat, Image, Sequence } kind = Unknown;
+  std::int64_t features = 0;  // Flat: width; Image: size*size*channels; Sequence: seq*d_model
+};
+
+Layer dense_layer(const std::string& name, std::int64_t in, std::int64_t out, bool relu, bool bias, bool classifier,
+                  double act) {
+  Layer l;
+  l.name = name;
+  l.weights = {{in, out}};
+  if (bias) l.weights.push_back({out});
+  l.work = [=](std::int64_t b) {
+    WorkBuilder w(act);
+    w.dense("matmul", b, in, out);
+    if (bias) w.bias("bias", b, out);
+    if (classifier) w.softmax_xent("softmax_xent", double(b) * out);
+    if (relu) {
+      w.elementwise("relu", double(b) * out, 1, 1);
+      w.stash(double(b) * out * act);
+    }
+    return w.finish(double(b) * in * act, classifier ? double(b) * 4 : double(b) * out * act);
+  };
+  return l;
+}
+
+Layer conv_layer(const std::string& name, const FeatureMap& in, std::int64_t kernel, std::int64_t stride,
+                 std::int64_t out_channels, bool batch_norm, double act) {
+  Layer l;
+  l.name = name;
+  l.weights = {{kernel, kernel, in.channels, out_channels}};
+  if (batch_norm) {
+    l.weights.push_back({out_channels});
+    l.weights.push_back({out_channels});
+  }
+  l.work = [=](std::int64_t b) {
+    WorkBuilder w(act);
+    ConvShape c{b, in.size, in.size, in.channels, kernel, kernel, stride, out_channels};
+    w.conv("conv", c);
+    const FeatureMap out{c.out_h(), out_channels};
+    if (batch_norm) w.batch_norm("bn", out.elements(b));
+    w.elementwise("relu", out.elements(b), 1, 1);
+    return w.finish(in.elements(b) * act, out.elements(b) * act);
+  };
+  return l;
+}
+
+}  // namespace
+
+Model build_sequential(Fields& f, Problems& problems) {
+  Model m;
+  m.activation_bytes = read_activation_bytes(f);
+  const double act = m.activation_bytes;
+  const Json* layers = f.value("layers");
+  if (!layers) return m;
+  if (!layers->is_array() || layers->empty()) {
+    problems.add(f.path_of("layers"), *layers, "a non-empty array of layers");
+    return m;
+  }
+  Shape shape;
+  for (std::size_t i = 0; i < layers->size(); ++i) {
+    const std::string path = index_path(f.path_of("layers"), i);
+    Fields e((*layers)[i], path, problems);
+    if (!e.ok()) continue;
+    const std::size_t problems_before = problems.size();
+    const std::string kind = e.string("kind", {"dense", "classifier", "conv2d", "transformer_block"});
+    if (problems.size() != problems_before) continue;  // other keys belong to a kind we do not know
+    std::int64_t count = 1;
+    if (e.has("count")) count = e.integer("count", 1, 100000);
+    else e.allow("count");
+    auto expect_input = [&](const char* key, Shape::Kind k, std::int64_t features) {
+      if (shape.kind != Shape::Unknown && (shape.kind != k || shape.features != features)) {
+        problems.add(e.path_of(key), Json(features),
+                     "the previous layer's output (" + std::to_string(shape.features) + " values per example)");
+      }
+    };
+    const std::size_t before = m.layers.size();
+    if (kind == "dense" || kind == "classifier") {
+      const auto in = e.integer("in", 1, 1 << 24);
+      const auto out = e.integer(kind == "dense" ? "out" : "classes", 1, 1 << 24);
+      bool relu = kind == "dense", bias = true;
+      if (kind == "dense" && e.has("activation")) relu = e.string("activation", {"relu", "none"}) == "relu";
+      else e.allow("activation");
+      if (e.has("bias")) bias = e.boolean("bias");
+      else e.allow("bias");
+      if (kind == "classifier" && count != 1) problems.add(e.path_of("count"), Json(count), "1 (a classifier ends the model)");
+      expect_input("in", Shape::Flat, in);
+      if (kind == "dense" && count > 1 && in != out) problems.add(e.path_of("count"), Json(count), "1 unless in == out");
+      for (std::int64_t r = 0; r < count && problems.empty(); ++r)
+        m.layers.push_back(dense_layer(kind + std::to_string(i) + (count > 1 ? "_" + std::to_string(r) : ""), in, out, relu,
+                                       bias, kind == "classifier", act));
+      shape = {Shape::Flat, kind == "classifier" ? 0 : out};
+    } else if (kind == "conv2d") {
+      const auto size = e.integer("size", 1, 1 << 14);
+      const auto cin = e.integer("in_channels", 1, 1 << 16);
+      const auto cout = e.integer("out_channels", 1, 1 << 16);
+      const auto kernel = e.integer("kernel", 1, 64);
+      std::int64_t stride = 1;
+      if (e.has("stride")) stride = e.integer("stride", 1, 64);
+      else e.allow("stride");
+      bool bn = true;
+      if (e.has("batch_norm")) bn = e.boolean("batch_norm");
+      else e.allow("batch_norm");
+      if (count > 1 && (stride != 1 || cin != cout)) problems.add(e.path_of("count"), Json(count), "1 unless stride is 1 and in_channels == out_channels");
+      expect_input("in_channels", Shape::Image, size * size * cin);
+      FeatureMap in{size, cin};
+      for (std::int64_t r = 0; r < count && problems.empty(); ++r) {
+        m.layers.push_back(conv_layer("conv" + std::to_string(i) + (count > 1 ? "_" + std::to_string(r) : ""), in, kernel, stride,
+                                      cout, bn, act));
+        in = FeatureMap{(in.size + stride - 1) / stride, cout};
+      }
+      shape = {Shape::Image, in.size * in.size * cout};
+    } else if (kind == "transformer_block") {
+      const auto d = e.integer("d_model", 1, 1 << 20);
+      const auto ff = e.integer("d_ff", 1, 1 << 24);
+      const auto heads = e.integer("heads", 1, 1 << 16);
+      const auto seq = e.integer("seq_len", 1, 1 << 20);
+      if (problems.empty() && d % heads != 0) problems.add(e.path_of("heads"), Json(heads), "a divisor of d_model");
+      expect_input("d_model", Shape::Sequence, seq * d);
+      for (std::int64_t r = 0; r < count && problems.empty(); ++r)
+        m.layers.push_back(transformer_block_layer("block" + std::to_string(i) + (count > 1 ? "_" + std::to_string(r) : ""), d, ff,
+                                                   heads, d / heads, seq, true, act));
+      shape = {Shape::Sequence, seq * d};
+    }
+    e.finish();
+    if (!problems.empty()) m.layers.resize(before);
+  }
+  m.name = "sequential (" + std::to_string(m.layers.size()) + " layers)";
+  return m;
+}
+
+}  // namespace tpusim

@@ -1,0 +1,92 @@
+#include "models/work_builder.hpp"
+
+namespace tpusim {
+
+namespace {
+constexpr double kNormOps = 8;     // mean, variance, normalize, scale, shift per element
+constexpr double kSoftmaxOps = 5;  // max, subtract, exp, sum, divide per element
+}  // namespace
+
+void WorkBuilder::dense(const std::string& name, std::int64_t t, std::int64_t k, std::int64_t n) {
+  work_.forward.push_back(dense_op(name, t, k, n, act_, kWeightBytes));
+  work_.backward.push_back(dense_op(name + "_dx", t, n, k, act_, kWeightBytes));
+  Op dw = dense_op(name + "_dw", k, t, n, act_, kWeightBytes);
+  dw.weight_gradient = true;
+  work_.backward.push_back(dw);
+  stash(double(t) * k * act_);
+}
+
+void WorkBuilder::bias(const std::string& name, std::int64_t t, std::int64_t n) {
+  work_.forward.push_back(vector_op(name, double(t) * n, 1, act_, true));
+  Op grad = vector_op(name + "_grad", double(t) * n, 1, act_, true);
+  grad.weight_gradient = true;
+  work_.backward.push_back(grad);
+}
+
+void WorkBuilder::batched_matmul(const std::string& name, std::int64_t batch, std::int64_t m, std::int64_t k,
+                                 std::int64_t n, bool keep_a, bool keep_b) {
+  work_.forward.push_back(batched_matmul_op(name, batch, m, k, n, act_));
+  work_.backward.push_back(batched_matmul_op(name + "_da", batch, m, n, k, act_));
+  work_.backward.push_back(batched_matmul_op(name + "_db", batch, k, m, n, act_));
+  stash(double(batch) * ((keep_a ? double(m) * k : 0.0) + (keep_b ? double(k) * n : 0.0)) * act_);
+}
+
+void WorkBuilder::conv(const std::string& name, const ConvShape& c, bool input_gradient) {
+  work_.forward.push_back(conv_op(name, c, act_, kWeightBytes));
+  if (input_gradient) work_.backward.push_back(conv_input_grad_op(name + "_dx", c, act_, kWeightBytes));
+  work_.backward.push_back(conv_weight_grad_op(name + "_dw", c, act_, kWeightBytes));
+  stash(double(c.batch) * c.in_h * c.in_w * c.in_channels * act_);
+}
+
+void WorkBuilder::batch_norm(const std::string& name, double elements) {
+  work_.forward.push_back(vector_op(name, elements, kNormOps, act_, false));
+  Op grad = vector_op(name + "_grad", elements, 2 * kNormOps, act_, false);
+  work_.backward.push_back(grad);
+  stash(elements * act_);
+}
+
+void WorkBuilder::layer_norm(const std::string& name, double elements) { batch_norm(name, elements); }
+
+void WorkBuilder::elementwise(const std::string& name, double elements, double ops, double grad_ops) {
+  work_.forward.push_back(vector_op(name, elements, ops, act_, true));
+  work_.backward.push_back(vector_op(name + "_grad", elements, grad_ops, act_, true));
+}
+
+void WorkBuilder::softmax(const std::string& name, double elements) {
+  work_.forward.push_back(vector_op(name, elements, kSoftmaxOps, act_, false));
+  work_.backward.push_back(vector_op(name + "_grad", elements, 4, act_, false));
+  stash(elements * act_);
+}
+
+void WorkBuilder::pool(const std::string& name, double in_elements, double out_elements, double window) {
+  Op fwd = vector_op(name, out_elements, window, act_, false);
+  fwd.bytes = (in_elements + out_elements) * act_;
+  work_.forward.push_back(fwd);
+  Op bwd = vector_op(name + "_grad", in_elements, 2, act_, false);
+  bwd.bytes = (in_elements + out_elements) * act_;
+  work_.backward.push_back(bwd);
+  stash(in_elements * act_);
+}
+
+void WorkBuilder::gather(const std::string& name, double rows, std::int64_t vocab, std::int64_t width) {
+  work_.forward.push_back(memory_op(name, rows * width * (kWeightBytes + act_) + rows * 4));
+  Op grad = memory_op(name + "_scatter_add", double(vocab) * width * kWeightBytes + rows * width * act_);
+  grad.weight_gradient = true;
+  work_.backward.push_back(grad);
+  stash(rows * 4);  // the ids
+}
+
+void WorkBuilder::softmax_xent(const std::string& name, double elements) {
+  work_.forward.push_back(vector_op(name, elements, kSoftmaxOps, act_, false));
+  work_.backward.push_back(vector_op(name + "_grad", elements, 2, act_, false));
+  stash(elements * act_);
+  workspace(elements * act_);
+}
+
+LayerWork WorkBuilder::finish(double input_bytes, double output_bytes) {
+  work_.input_bytes = input_bytes;
+  work_.output_bytes = output_bytes;
+  return std::move(work_);
+}
+
+}  // namespace tpusim
