@@ -159,6 +159,38 @@ std::string Fields::string(const std::string& key, const std::vector<std::string
   return s;
 }
 
+std::int64_t Fields::integer_or(const std::string& key, std::int64_t fallback, std::int64_t min, std::int64_t max) {
+  if (!has(key)) {
+    allow(key);
+    return fallback;
+  }
+  return integer(key, min, max);
+}
+
+double Fields::positive_or(const std::string& key, double fallback) {
+  if (!has(key)) {
+    allow(key);
+    return fallback;
+  }
+  return positive(key);
+}
+
+bool Fields::boolean_or(const std::string& key, bool fallback) {
+  if (!has(key)) {
+    allow(key);
+    return fallback;
+  }
+  return boolean(key);
+}
+
+std::string Fields::string_or(const std::string& key, const std::string& fallback, const std::vector<std::string>& allowed) {
+  if (!has(key)) {
+    allow(key);
+    return fallback;
+  }
+  return string(key, allowed);
+}
+
 void Fields::finish() {
   if (!object_) return;
   for (auto it = object_->begin(); it != object_->end(); ++it) {

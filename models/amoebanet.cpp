@@ -173,11 +173,7 @@ Layer stem_layer(std::int64_t image, std::int64_t c, double act) {
 Model build_amoebanet_d(Fields& f, Problems& problems) {
   const auto L = f.integer("normal_cells", 3, 3000);
   const auto D = f.integer("filters", 8, 1 << 16);
-  std::int64_t image = 224, classes = 1000;
-  if (f.has("image_size")) image = f.integer("image_size", 32, 4096);
-  else f.allow("image_size");
-  if (f.has("classes")) classes = f.integer("classes", 1, 1 << 20);
-  else f.allow("classes");
+  const auto [image, classes] = read_image_input(f);
   Model m;
   m.activation_bytes = read_activation_bytes(f);
   if (problems.empty() && L % 3 != 0) problems.add(f.path_of("normal_cells"), Json(L), "a multiple of 3 (three stacks of L/3 normal cells)");

@@ -25,6 +25,10 @@ void conv_bn_weights(Layer& layer, std::int64_t kh, std::int64_t kw, std::int64_
   layer.weights.push_back({out});
 }
 
+std::pair<std::int64_t, std::int64_t> read_image_input(Fields& f) {
+  return {f.integer_or("image_size", 224, 32, 4096), f.integer_or("classes", 1000, 1, 1 << 20)};
+}
+
 Layer classifier_head(const FeatureMap& in, std::int64_t classes, double act) {
   Layer l;
   l.name = "head";

@@ -21,6 +21,9 @@ FeatureMap conv_bn(WorkBuilder& w, const std::string& name, std::int64_t batch, 
 /// Weight shapes of a conv (kh x kw x in x out) followed by batch norm (scale and shift).
 void conv_bn_weights(Layer& layer, std::int64_t kh, std::int64_t kw, std::int64_t in, std::int64_t out);
 
+/// The optional "image_size" (224) and "classes" (1000) of an image classifier.
+std::pair<std::int64_t, std::int64_t> read_image_input(Fields& fields);
+
 /// Global average pooling, a fully connected classifier with bias, softmax cross-entropy.
 Layer classifier_head(const FeatureMap& in, std::int64_t classes, double act);
 

@@ -27,11 +27,7 @@ const std::map<std::string, ModelBuilder>& model_builders() {
 }
 
 double read_activation_bytes(Fields& fields) {
-  if (!fields.has("activation_dtype")) {
-    fields.allow("activation_dtype");
-    return 2.0;
-  }
-  return fields.string("activation_dtype", {"bf16", "fp32"}) == "fp32" ? 4.0 : 2.0;
+  return fields.string_or("activation_dtype", "bf16", {"bf16", "fp32"}) == "fp32" ? 4.0 : 2.0;
 }
 
 Model build_model(const Json& json, const std::string& path, Problems& problems) {

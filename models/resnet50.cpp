@@ -51,11 +51,7 @@ Layer bottleneck(const std::string& name, const FeatureMap& in, std::int64_t wid
 }  // namespace
 
 Model build_resnet50(Fields& f, Problems& problems) {
-  std::int64_t image = 224, classes = 1000;
-  if (f.has("image_size")) image = f.integer("image_size", 32, 4096);
-  else f.allow("image_size");
-  if (f.has("classes")) classes = f.integer("classes", 1, 1 << 20);
-  else f.allow("classes");
+  const auto [image, classes] = read_image_input(f);
   Model m;
   m.activation_bytes = read_activation_bytes(f);
   if (!problems.empty()) return m;

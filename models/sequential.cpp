@@ -75,9 +75,7 @@ Model build_sequential(Fields& f, Problems& problems) {
     const std::size_t problems_before = problems.size();
     const std::string kind = e.string("kind", {"dense", "classifier", "conv2d", "transformer_block"});
     if (problems.size() != problems_before) continue;  // other keys belong to a kind we do not know
-    std::int64_t count = 1;
-    if (e.has("count")) count = e.integer("count", 1, 100000);
-    else e.allow("count");
+    const std::int64_t count = e.integer_or("count", 1, 1, 100000);
     auto expect_input = [&](const char* key, Shape::Kind k, std::int64_t features) {
       if (shape.kind != Shape::Unknown && (shape.kind != k || shape.features != features)) {
         problems.add(e.path_of(key), Json(features),
@@ -88,11 +86,8 @@ Model build_sequential(Fields& f, Problems& problems) {
     if (kind == "dense" || kind == "classifier") {
       const auto in = e.integer("in", 1, 1 << 24);
       const auto out = e.integer(kind == "dense" ? "out" : "classes", 1, 1 << 24);
-      bool relu = kind == "dense", bias = true;
-      if (kind == "dense" && e.has("activation")) relu = e.string("activation", {"relu", "none"}) == "relu";
-      else e.allow("activation");
-      if (e.has("bias")) bias = e.boolean("bias");
-      else e.allow("bias");
+      const bool relu = kind == "dense" && e.string_or("activation", "relu", {"relu", "none"}) == "relu";
+      const bool bias = e.boolean_or("bias", true);
       if (kind == "classifier" && count != 1) problems.add(e.path_of("count"), Json(count), "1 (a classifier ends the model)");
       expect_input("in", Shape::Flat, in);
       if (kind == "dense" && count > 1 && in != out) problems.add(e.path_of("count"), Json(count), "1 unless in == out");
@@ -105,12 +100,8 @@ Model build_sequential(Fields& f, Problems& problems) {
       const auto cin = e.integer("in_channels", 1, 1 << 16);
       const auto cout = e.integer("out_channels", 1, 1 << 16);
       const auto kernel = e.integer("kernel", 1, 64);
-      std::int64_t stride = 1;
-      if (e.has("stride")) stride = e.integer("stride", 1, 64);
-      else e.allow("stride");
-      bool bn = true;
-      if (e.has("batch_norm")) bn = e.boolean("batch_norm");
-      else e.allow("batch_norm");
+      const std::int64_t stride = e.integer_or("stride", 1, 1, 64);
+      const bool bn = e.boolean_or("batch_norm", true);
       if (count > 1 && (stride != 1 || cin != cout)) problems.add(e.path_of("count"), Json(count), "1 unless stride is 1 and in_channels == out_channels");
       expect_input("in_channels", Shape::Image, size * size * cin);
       FeatureMap in{size, cin};

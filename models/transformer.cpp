@@ -143,11 +143,7 @@ Model assemble(const Dims& d, double act, const std::string& name) {
 Dims read_dims(Fields& f, Problems& problems, const Dims* defaults) {
   Dims d = defaults ? *defaults : Dims{};
   auto get = [&](const char* key, std::int64_t& into, std::int64_t min, std::int64_t max) {
-    if (defaults && !f.has(key)) {
-      f.allow(key);
-      return;
-    }
-    into = f.integer(key, min, max);
+    into = defaults ? f.integer_or(key, into, min, max) : f.integer(key, min, max);
   };
   get("layers", d.layers, 1, 100000);
   get("d_model", d.d_model, 1, 1 << 20);
@@ -155,12 +151,9 @@ Dims read_dims(Fields& f, Problems& problems, const Dims* defaults) {
   get("heads", d.heads, 1, 1 << 16);
   get("vocab", d.vocab, 1, 1 << 24);
   get("seq_len", d.seq, 1, 1 << 20);
-  if (f.has("encoder_layers")) d.encoder_layers = f.integer("encoder_layers", 0, 100000);
-  else f.allow("encoder_layers");
-  if (f.has("biases")) d.biases = f.boolean("biases");
-  else f.allow("biases");
-  if (f.has("shared_embeddings")) d.shared_embeddings = f.boolean("shared_embeddings");
-  else f.allow("shared_embeddings");
+  d.encoder_layers = f.integer_or("encoder_layers", 0, 0, 100000);
+  d.biases = f.boolean_or("biases", d.biases);
+  d.shared_embeddings = f.boolean_or("shared_embeddings", false);
   if (f.has("d_kv")) {
     d.d_kv = f.integer("d_kv", 1, 1 << 16);
   } else {

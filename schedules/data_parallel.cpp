@@ -5,8 +5,7 @@
 namespace tpusim {
 
 DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
-  if (f.has("gradient_bucket_bytes")) bucket_bytes_ = f.positive("gradient_bucket_bytes");
-  else f.allow("gradient_bucket_bytes");
+  bucket_bytes_ = f.positive_or("gradient_bucket_bytes", kDefaultBucketBytes);
   if (study.batch % study.cores() != 0) {
     problems.add("batch", Json(study.batch),
                  "a multiple of the " + std::to_string(study.cores()) + " cores of slice " + study.slice.name +

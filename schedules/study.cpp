@@ -53,8 +53,7 @@ Study parse_study(const Json& json, const std::string& context, const std::files
   Fields top(json, "", problems);
   if (!top.ok()) problems.throw_if_any();
   top.allow("description");
-  if (top.has("schema")) top.string("schema", {"tpusim.study/1"});
-  else top.allow("schema");
+  top.string_or("schema", "tpusim.study/1", {"tpusim.study/1"});
 
   bool have_hardware = false;
   if (const Json* hw = top.value("hardware")) {
