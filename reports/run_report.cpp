@@ -72,26 +72,57 @@ double uncovered(const std::vector<Interval>& a, const std::vector<Interval>& b)
 
 Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::SimResult& r) {
   const int cores = graph.cores();
-  std::vector<std::vector<Interval>> busy(cores);
+  const double step = r.step_time_s;
+  std::vector<std::vector<Interval>> busy(cores), waits_transfer(cores), waits_collective(cores);
   std::vector<std::map<std::string, double>> by_phase(cores);
   std::vector<Interval> comm;
   std::map<std::string, double> comm_by_phase;
   for (int id = 0; id < graph.size(); ++id) {
     const sim::Task& t = graph.task(id);
-    const auto& tm = r.tasks[id];
+    const Interval iv{r.tasks[id].start_s, r.tasks[id].end_s};
     if (t.kind == TaskKind::Compute) {
-      busy[t.core].emplace_back(tm.start_s, tm.end_s);
+      busy[t.core].push_back(iv);
       by_phase[t.core][t.phase] += t.seconds;
+      continue;
+    }
+    comm.push_back(iv);
+    comm_by_phase[t.phase] += iv.second - iv.first;
+    if (t.kind == TaskKind::Transfer) {
+      waits_transfer[t.src_core].push_back(iv);
+      waits_transfer[t.dst_core].push_back(iv);
     } else {
-      comm.emplace_back(tm.start_s, tm.end_s);
-      comm_by_phase[t.phase] += tm.end_s - tm.start_s;
+      for (int c : t.group) waits_collective[c].push_back(iv);
     }
   }
-  int critical = 0;
-  for (int c = 1; c < cores; ++c)
-    if (r.cores[c].busy_s > r.cores[critical].busy_s) critical = c;
+  std::vector<int> used;
+  int critical = -1;
+  for (int c = 0; c < cores; ++c) {
+    if (busy[c].empty()) continue;
+    used.push_back(c);
+    if (critical < 0 || r.cores[c].busy_s > r.cores[critical].busy_s) critical = c;
+  }
+  if (critical < 0) critical = 0;
   const auto comm_union = merge(comm);
-  const auto critical_busy = merge(busy[critical]);
+
+  // Each used core's step: busy by phase, then its idle time split by what it was waiting on.
+  std::map<std::string, double> split;
+  double bubble = 0;
+  for (int c : used) {
+    for (const auto& [phase, s] : by_phase[c]) split[phase] += s;
+    const auto b = merge(busy[c]);
+    const auto idle = uncovered({{0.0, step}}, b);
+    const auto t_exposed = uncovered(merge(waits_transfer[c]), b);
+    auto covered = b;
+    covered.insert(covered.end(), waits_transfer[c].begin(), waits_transfer[c].end());
+    const auto c_exposed = uncovered(merge(waits_collective[c]), merge(covered));
+    split["exposed_transfer"] += t_exposed;
+    split["exposed_collective"] += c_exposed;
+    split["idle"] += idle - t_exposed - c_exposed;
+    bubble += step > 0 ? idle / step : 0.0;
+  }
+  const double n_used = std::max<double>(1.0, double(used.size()));
+  Json split_json = Json::object();
+  for (const auto& [k, v] : split) split_json[k] = v / n_used;
 
   double peak = 0;
   int peak_core = 0;
@@ -107,7 +138,7 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
     per_core.push_back(Json{{"core", c},
                             {"chip", c / info.cores_per_chip},
                             {"busy_s", cs.busy_s},
-                            {"idle_s", r.step_time_s - cs.busy_s},
+                            {"idle_s", step - cs.busy_s},
                             {"peak_hbm_bytes", cs.peak_hbm_bytes},
                             {"hbm_at_peak", at_peak}});
   }
@@ -124,16 +155,32 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
   Json comm_phases = Json::object();
   for (const auto& [phase, s] : comm_by_phase) comm_phases[phase] = s;
 
-  const double step = r.step_time_s;
+  // Per-stage measured figures for pipeline schedules.
+  Json details = info.schedule_details;
+  if (details.contains("stages")) {
+    for (auto& st : details["stages"]) {
+      double stage_busy = 0, stage_peak = 0;
+      for (const auto& c : st["cores"]) {
+        stage_busy += r.cores[c.get<int>()].busy_s;
+        stage_peak = std::max(stage_peak, r.cores[c.get<int>()].peak_hbm_bytes);
+      }
+      st["busy_s"] = stage_busy / double(st["cores"].size());
+      st["peak_hbm_bytes"] = stage_peak;
+    }
+  }
+
+  const double peak_flops = info.peak_flops_per_core * n_used * step;
   Json out;
   out["schema"] = "tpusim.result/1";
   out["fits"] = r.fits;
   out["step_time_s"] = step;
   out["examples_per_s"] = step > 0 ? double(info.batch) / step : 0.0;
-  out["mxu_utilization"] = step > 0 ? info.model_flops / (info.peak_flops_per_core * cores * step) : 0.0;
-  out["hardware_flops_utilization"] = step > 0 ? info.hardware_flops / (info.peak_flops_per_core * cores * step) : 0.0;
+  out["mxu_utilization"] = step > 0 ? info.model_flops / peak_flops : 0.0;
+  out["hardware_flops_utilization"] = step > 0 ? info.hardware_flops / peak_flops : 0.0;
   out["model_flops_per_step"] = info.model_flops;
   out["hardware_flops_per_step"] = info.hardware_flops;
+  out["bubble_fraction"] = bubble / n_used;
+  out["bubble_fraction_ideal"] = details.contains("bubble_fraction_ideal") ? details["bubble_fraction_ideal"] : Json(nullptr);
   out["params"] = info.params;
   out["batch"] = info.batch;
   out["peak_hbm_bytes"] = peak;
@@ -144,14 +191,16 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
   out["slice"] = Json{{"name", info.slice},
                       {"chips", {info.chips_x, info.chips_y}},
                       {"wraparound", {info.wrap_x, info.wrap_y}},
-                      {"cores", cores}};
+                      {"cores", cores},
+                      {"cores_used", used.size()}};
   out["model"] = Json{{"kind", info.model_kind}, {"name", info.model_name}, {"params", info.params}, {"layers", info.layers}};
-  out["schedule"] = Json{{"kind", info.schedule}, {"details", info.schedule_details}};
+  out["schedule"] = Json{{"kind", info.schedule}, {"details", details}};
   out["breakdown"] = Json{{"critical_core", critical},
                           {"compute_s", phases},
+                          {"step_split_s", split_json},
                           {"communication_s", length(comm_union)},
                           {"communication_by_phase_s", comm_phases},
-                          {"exposed_communication_s", uncovered(comm_union, critical_busy)}};
+                          {"exposed_communication_s", uncovered(comm_union, merge(busy[critical]))}};
   out["engine"] = Json{{"symmetric_collectives", r.symmetric_collectives}, {"flows_simulated", r.flows_simulated}};
   out["cores"] = per_core;
   out["study"] = info.study;
@@ -174,6 +223,11 @@ std::string summary_text(const Json& j) {
   out << buf;
   std::snprintf(buf, sizeof buf, "  MXU utilization   %.1f %% (model FLOPs / peak)\n", 100.0 * j["mxu_utilization"].get<double>());
   out << buf;
+  if (!j["bubble_fraction_ideal"].is_null()) {
+    std::snprintf(buf, sizeof buf, "  pipeline bubble   %.1f %% of the step (ideal (K-1)/(M+K-1) = %.1f %%)\n",
+                  100.0 * j["bubble_fraction"].get<double>(), 100.0 * j["bubble_fraction_ideal"].get<double>());
+    out << buf;
+  }
   const auto& b = j["breakdown"];
   out << "  communication     " << human_seconds(b["communication_s"].get<double>()) << " ("
       << human_seconds(b["exposed_communication_s"].get<double>()) << " exposed)\n";

@@ -29,10 +29,11 @@ BuiltStep DataParallel::build(const Study& study) const {
   std::vector<std::vector<int>> bwd(cores, std::vector<int>(layers));
   std::vector<int> last_bwd(cores);
   for (int c = 0; c < cores; ++c) {
-    b.resident_weights(c, 0, layers, 1.0);
+    b.resident_weights(c, {0, layers}, 1.0);
     int prev = -1;
-    for (int l = 0; l < layers; ++l) prev = b.forward(c, l, local_batch, prev);
-    for (int l = layers - 1; l >= 0; --l) bwd[c][l] = prev = b.backward(c, l, local_batch, prev);
+    for (int l = 0; l < layers; ++l) prev = b.forward(c, {l, l + 1}, local_batch, prev, Keep::All);
+    for (int l = layers - 1; l >= 0; --l)
+      bwd[c][l] = prev = b.backward(c, {l, l + 1}, local_batch, prev, Keep::All, /*allocate_gradients=*/true);
     last_bwd[c] = prev;
   }
 
@@ -62,7 +63,7 @@ BuiltStep DataParallel::build(const Study& study) const {
   }
 
   for (int c = 0; c < cores; ++c) {
-    const int upd = b.update(c, 0, layers, 1.0);
+    const int upd = b.update(c, {0, layers}, 1.0);
     b.graph().depend(last_bwd[c], upd);
     for (int id : allreduces) b.graph().depend(id, upd);
   }

@@ -4,6 +4,7 @@ namespace tpusim {
 
 using sim::MemoryCategory;
 using sim::MemoryEffect;
+using When = sim::MemoryEffect::When;
 
 StepBuilder::StepBuilder(const Study& study, int cores)
     : study_(study), cost_model_(study.hardware.core), graph_(cores) {
@@ -30,32 +31,82 @@ const LayerCost& StepBuilder::cost(int layer, std::int64_t batch) {
   }
   c.stash_bytes = w.stash_bytes;
   c.workspace_bytes = w.workspace_bytes;
+  c.input_bytes = w.input_bytes;
   c.output_bytes = w.output_bytes;
   return cache_.emplace(key, c).first->second;
 }
 
-void StepBuilder::resident_weights(int core, int first, int last, double slot_fraction) {
-  for (int l = first; l < last; ++l) {
+LayerCost StepBuilder::cost(LayerRange layers, std::int64_t batch) {
+  LayerCost sum;
+  for (int l = layers.first; l < layers.last; ++l) {
+    const LayerCost& c = cost(l, batch);
+    sum.forward_s += c.forward_s;
+    sum.backward_s += c.backward_s;
+    sum.forward_flops += c.forward_flops;
+    sum.backward_flops += c.backward_flops;
+    sum.forward_hardware_flops += c.forward_hardware_flops;
+    sum.backward_hardware_flops += c.backward_hardware_flops;
+    sum.stash_bytes += c.stash_bytes;
+    // Under re-materialization a layer's activations exist only while it computes.
+    sum.workspace_bytes = std::max(sum.workspace_bytes, c.workspace_bytes);
+  }
+  if (layers.size() > 0) {
+    sum.input_bytes = cost(layers.first, batch).input_bytes;
+    sum.output_bytes = cost(layers.last - 1, batch).output_bytes;
+  }
+  return sum;
+}
+
+double StepBuilder::gradient_bytes(LayerRange layers) const {
+  double bytes = 0;
+  for (int l = layers.first; l < layers.last; ++l) bytes += 4.0 * double(study_.model.layers[l].params());
+  return bytes;
+}
+
+void StepBuilder::resident_weights(int core, LayerRange layers, double slot_fraction) {
+  for (int l = layers.first; l < layers.last; ++l) {
     const Layer& layer = study_.model.layers[l];
     graph_.resident(core, MemoryCategory::Weights, 4.0 * double(layer.params()));
     graph_.resident(core, MemoryCategory::Optimizer, 4.0 * study_.optimizer.slot_elements(layer) * slot_fraction);
   }
 }
 
-int StepBuilder::forward(int core, int layer, std::int64_t batch, int prev) {
-  const LayerCost& c = cost(layer, batch);
+std::string StepBuilder::describe(LayerRange layers) const {
+  const auto& ls = study_.model.layers;
+  if (layers.size() == 1) return ls[layers.first].name;
+  return ls[layers.first].name + ".." + ls[layers.last - 1].name;
+}
+
+sim::Task StepBuilder::compute_task(const char* phase, int core, LayerRange layers, Labels labels) const {
   sim::Task t;
   t.kind = sim::TaskKind::Compute;
-  t.name = "fwd " + study_.model.layers[layer].name + " core " + std::to_string(core);
-  t.phase = "forward";
+  t.phase = phase;
   t.core = core;
-  t.layer = layer;
+  t.layer = layers.size() == 1 ? layers.first : -1;
+  t.stage = labels.stage;
+  t.micro_batch = labels.micro_batch;
+  t.name = std::string(phase) + " " + describe(layers) + (labels.micro_batch >= 0 ? " mb" + std::to_string(labels.micro_batch) : "") +
+           " core " + std::to_string(core);
+  return t;
+}
+
+int StepBuilder::forward(int core, LayerRange layers, std::int64_t batch, int prev, Keep keep, Labels labels) {
+  const LayerCost c = cost(layers, batch);
+  sim::Task t = compute_task("forward", core, layers, labels);
   t.seconds = c.forward_s;
   t.model_flops = c.forward_flops;
   t.hardware_flops = c.forward_hardware_flops;
-  t.memory = {{core, MemoryCategory::Activations, c.stash_bytes, MemoryEffect::When::Start},
-              {core, MemoryCategory::Workspace, c.workspace_bytes, MemoryEffect::When::Start},
-              {core, MemoryCategory::Workspace, -c.workspace_bytes, MemoryEffect::When::End}};
+  // Keeping everything: the activations pile up as the layers run. Keeping only the input:
+  // each layer's activations live while it computes, then are dropped.
+  const double kept = keep == Keep::All ? c.stash_bytes : c.input_bytes;
+  double transient = c.workspace_bytes;
+  if (keep == Keep::Input) {
+    for (int l = layers.first; l < layers.last; ++l)
+      transient = std::max(transient, cost(l, batch).stash_bytes + cost(l, batch).workspace_bytes);
+  }
+  t.memory = {{core, MemoryCategory::Activations, kept, When::Start},
+              {core, MemoryCategory::Workspace, transient, When::Start},
+              {core, MemoryCategory::Workspace, -transient, When::End}};
   model_flops_ += c.forward_flops;
   hardware_flops_ += c.forward_hardware_flops;
   const int id = graph_.add(std::move(t));
@@ -63,21 +114,32 @@ int StepBuilder::forward(int core, int layer, std::int64_t batch, int prev) {
   return id;
 }
 
-int StepBuilder::backward(int core, int layer, std::int64_t batch, int prev) {
-  const LayerCost& c = cost(layer, batch);
-  sim::Task t;
-  t.kind = sim::TaskKind::Compute;
-  t.name = "bwd " + study_.model.layers[layer].name + " core " + std::to_string(core);
-  t.phase = "backward";
-  t.core = core;
-  t.layer = layer;
+int StepBuilder::recompute(int core, LayerRange layers, std::int64_t batch, int prev, Labels labels) {
+  const LayerCost c = cost(layers, batch);
+  sim::Task t = compute_task("recompute", core, layers, labels);
+  t.seconds = c.forward_s;
+  t.hardware_flops = c.forward_hardware_flops;
+  t.memory = {{core, MemoryCategory::Activations, c.stash_bytes, When::Start},
+              {core, MemoryCategory::Workspace, c.workspace_bytes, When::Start},
+              {core, MemoryCategory::Workspace, -c.workspace_bytes, When::End}};
+  hardware_flops_ += c.forward_hardware_flops;
+  const int id = graph_.add(std::move(t));
+  if (prev >= 0) graph_.depend(prev, id);
+  return id;
+}
+
+int StepBuilder::backward(int core, LayerRange layers, std::int64_t batch, int prev, Keep kept, bool allocate_gradients,
+                          Labels labels) {
+  const LayerCost c = cost(layers, batch);
+  sim::Task t = compute_task("backward", core, layers, labels);
   t.seconds = c.backward_s;
   t.model_flops = c.backward_flops;
   t.hardware_flops = c.backward_hardware_flops;
-  t.memory = {{core, MemoryCategory::Gradients, gradient_bytes(layer), MemoryEffect::When::Start},
-              {core, MemoryCategory::Workspace, c.workspace_bytes, MemoryEffect::When::Start},
-              {core, MemoryCategory::Workspace, -c.workspace_bytes, MemoryEffect::When::End},
-              {core, MemoryCategory::Activations, -c.stash_bytes, MemoryEffect::When::End}};
+  const double freed = c.stash_bytes + (kept == Keep::Input ? c.input_bytes : 0.0);
+  if (allocate_gradients) t.memory.push_back({core, MemoryCategory::Gradients, gradient_bytes(layers), When::Start});
+  t.memory.push_back({core, MemoryCategory::Workspace, c.workspace_bytes, When::Start});
+  t.memory.push_back({core, MemoryCategory::Workspace, -c.workspace_bytes, When::End});
+  t.memory.push_back({core, MemoryCategory::Activations, -freed, When::End});
   model_flops_ += c.backward_flops;
   hardware_flops_ += c.backward_hardware_flops;
   const int id = graph_.add(std::move(t));
@@ -85,18 +147,31 @@ int StepBuilder::backward(int core, int layer, std::int64_t batch, int prev) {
   return id;
 }
 
-int StepBuilder::update(int core, int first, int last, double fraction) {
+int StepBuilder::transfer(int src, int dst, double bytes, int prev, const std::string& phase, Labels labels) {
   sim::Task t;
-  t.kind = sim::TaskKind::Compute;
+  t.kind = sim::TaskKind::Transfer;
+  t.phase = phase;
+  t.src_core = src;
+  t.dst_core = dst;
+  t.bytes = bytes;
+  t.stage = labels.stage;
+  t.micro_batch = labels.micro_batch;
+  t.name = phase + " core " + std::to_string(src) + "->" + std::to_string(dst) +
+           (labels.micro_batch >= 0 ? " mb" + std::to_string(labels.micro_batch) : "");
+  const int id = graph_.add(std::move(t));
+  if (prev >= 0) graph_.depend(prev, id);
+  return id;
+}
+
+int StepBuilder::update(int core, LayerRange layers, double fraction, Labels labels) {
+  sim::Task t = compute_task("update", core, layers, labels);
   t.name = "update core " + std::to_string(core);
-  t.phase = "update";
-  t.core = core;
-  for (int l = first; l < last; ++l) {
+  for (int l = layers.first; l < layers.last; ++l) {
     // The update's duration scales with the shard; the fixed per-op overhead does not.
     const double overhead = study_.hardware.core.op_overhead_s;
     t.seconds += (update_s_[l] - overhead) * fraction + overhead;
-    t.memory.push_back({core, MemoryCategory::Gradients, -gradient_bytes(l), MemoryEffect::When::End});
   }
+  t.memory.push_back({core, MemoryCategory::Gradients, -gradient_bytes(layers), When::End});
   return graph_.add(std::move(t));
 }
 

@@ -1,6 +1,7 @@
-// Shared bricks of every schedule: forward, backward and update tasks of a layer on a core,
-// timed by the cost model and carrying their memory effects, with the results cached per
-// (layer, batch) so that thousands of identical cores cost one lowering.
+// Shared bricks of every schedule: forward, recompute, backward and update tasks over a range
+// of layers on a core, transfers and collectives, each timed by the cost model and carrying its
+// memory effects. Layer costs are cached per (layer, batch), so thousands of identical cores or
+// micro-batches cost one lowering.
 #pragma once
 
 #include <map>
@@ -15,7 +16,24 @@ struct LayerCost {
   double forward_s = 0, backward_s = 0;
   double forward_flops = 0, backward_flops = 0;                    ///< model FLOPs
   double forward_hardware_flops = 0, backward_hardware_flops = 0;  ///< padded MXU FLOPs
-  double stash_bytes = 0, workspace_bytes = 0, output_bytes = 0;
+  double stash_bytes = 0, workspace_bytes = 0, input_bytes = 0, output_bytes = 0;
+};
+
+/// Layers [first, last).
+struct LayerRange {
+  int first = 0;
+  int last = 0;
+  int size() const { return last - first; }
+};
+
+/// What a forward keeps for its backward: every activation, or (re-materialization) only the
+/// input of the range, the rest being recomputed before the backward.
+enum class Keep { All, Input };
+
+/// Report labels of a task.
+struct Labels {
+  int stage = -1;
+  int micro_batch = -1;
 };
 
 class StepBuilder {
@@ -24,25 +42,38 @@ class StepBuilder {
 
   sim::TaskGraph& graph() { return graph_; }
   const LayerCost& cost(int layer, std::int64_t batch);
-  /// fp32 gradient bytes of a layer.
-  double gradient_bytes(int layer) const { return 4.0 * double(study_.model.layers[layer].params()); }
+  /// The summed cost of a range of layers (stash and time add up; workspace is the largest).
+  LayerCost cost(LayerRange layers, std::int64_t batch);
+  /// fp32 gradient bytes of layers.
+  double gradient_bytes(LayerRange layers) const;
+  double gradient_bytes(int layer) const { return gradient_bytes(LayerRange{layer, layer + 1}); }
 
-  /// Weights and optimizer slots of layers [first, last) resident on `core` from the start;
+  /// Weights and optimizer slots of `layers` resident on `core` from the start;
   /// `slot_fraction` of the slots (1 unless the update is sharded).
-  void resident_weights(int core, int first, int last, double slot_fraction);
-  /// Forward of `layer` on `core` for `batch` examples after task `prev` (-1: none). Holds the
-  /// layer's stashed activations from its start until the matching backward frees them.
-  int forward(int core, int layer, std::int64_t batch, int prev);
-  /// Backward of `layer`: allocates the layer's gradient buffer, frees the stash at its end.
-  int backward(int core, int layer, std::int64_t batch, int prev);
-  /// Optimizer update of layers [first, last) on `core` (a `fraction` of each when sharded);
-  /// frees the gradient buffers at its end.
-  int update(int core, int first, int last, double fraction);
+  void resident_weights(int core, LayerRange layers, double slot_fraction);
+  /// Forward of `layers` on `core` for `batch` examples after task `prev` (-1: none). Holds what
+  /// it keeps from its start until the matching backward frees it.
+  int forward(int core, LayerRange layers, std::int64_t batch, int prev, Keep keep, Labels labels = {});
+  /// Re-materialization: the forward again, keeping every activation this time (counted in
+  /// hardware FLOPs, not model FLOPs).
+  int recompute(int core, LayerRange layers, std::int64_t batch, int prev, Labels labels = {});
+  /// Backward of `layers`: frees what the forward (and recompute) kept at its end. The first
+  /// backward of a step over these layers allocates their gradient buffer; later ones accumulate.
+  int backward(int core, LayerRange layers, std::int64_t batch, int prev, Keep kept, bool allocate_gradients,
+               Labels labels = {});
+  /// `bytes` from core `src` to core `dst` after `prev`.
+  int transfer(int src, int dst, double bytes, int prev, const std::string& phase, Labels labels = {});
+  /// Optimizer update of `layers` on `core` (a `fraction` of each when sharded); frees the
+  /// gradient buffers at its end.
+  int update(int core, LayerRange layers, double fraction, Labels labels = {});
 
   /// Hands over the graph with the FLOP totals.
   BuiltStep finish();
 
  private:
+  std::string describe(LayerRange layers) const;
+  sim::Task compute_task(const char* phase, int core, LayerRange layers, Labels labels) const;
+
   const Study& study_;
   CostModel cost_model_;
   sim::TaskGraph graph_;

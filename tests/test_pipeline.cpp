@@ -1,0 +1,179 @@
+// Pipeline schedules without the engine: partitioner, placement, program order, validation.
+#include <catch2/catch.hpp>
+#include <random>
+
+#include "hardware/torus.hpp"
+#include "schedules/partitioner.hpp"
+#include "schedules/pipeline.hpp"
+
+using namespace tpusim;
+
+namespace {
+
+/// Smallest achievable bottleneck by trying every split (small inputs only).
+double brute_force(const std::vector<double>& costs, int stages, std::size_t from = 0) {
+  if (stages == 1) {
+    double sum = 0;
+    for (std::size_t i = from; i < costs.size(); ++i) sum += costs[i];
+    return sum;
+  }
+  double best = 1e300, sum = 0;
+  for (std::size_t end = from + 1; end + (stages - 1) <= costs.size(); ++end) {
+    sum += costs[end - 1];
+    best = std::min(best, std::max(sum, brute_force(costs, stages - 1, end)));
+  }
+  return best;
+}
+
+double bottleneck(const std::vector<double>& costs, const std::vector<int>& sizes) {
+  double worst = 0;
+  std::size_t i = 0;
+  for (int n : sizes) {
+    double sum = 0;
+    for (int k = 0; k < n; ++k) sum += costs[i++];
+    worst = std::max(worst, sum);
+  }
+  return worst;
+}
+
+Study pipeline_study(const std::string& schedule, const std::string& slice = "v3-32", int batch = 64) {
+  Json j = Json::parse(R"({"hardware": "tpu-v3",
+    "model": {"kind": "transformer", "layers": 14, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64},
+    "optimizer": {"kind": "adam"}})");
+  j["slice"] = slice;
+  j["batch"] = batch;
+  j["schedule"] = Json::parse(schedule);
+  return parse_study(j, "test");
+}
+
+}  // namespace
+
+TEST_CASE("identical layers split evenly", "[partition]") {
+  CHECK(balanced_partition(std::vector<double>(32, 1.0), 8) == std::vector<int>(8, 4));
+  CHECK(balanced_partition(std::vector<double>(5, 1.0), 5) == std::vector<int>(5, 1));
+  CHECK(balanced_partition(std::vector<double>(7, 1.0), 1) == std::vector<int>{7});
+}
+
+TEST_CASE("the partition is optimal and contiguous (against brute force)", "[partition]") {
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<double> cost(0.1, 10.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 2 + int(rng() % 11);
+    const int k = 1 + int(rng() % n);
+    std::vector<double> costs(n);
+    for (auto& c : costs) c = cost(rng);
+    const auto sizes = balanced_partition(costs, k);
+    REQUIRE(int(sizes.size()) == k);
+    int total = 0;
+    for (int s : sizes) {
+      REQUIRE(s >= 1);
+      total += s;
+    }
+    REQUIRE(total == n);
+    REQUIRE(bottleneck(costs, sizes) == Approx(brute_force(costs, k)).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("imbalance is the largest stage over the mean", "[partition]") {
+  CHECK(partition_imbalance({1, 1, 1, 1}, {2, 2}) == Approx(0.0));
+  CHECK(partition_imbalance({3, 1, 1, 1}, {1, 3}) == Approx(0.0));
+  CHECK(partition_imbalance({4, 1, 1}, {1, 2}) == Approx(4.0 / 3.0 - 1.0));
+}
+
+TEST_CASE("auto placement: consecutive stages on the same or neighbouring chips", "[pipeline][placement]") {
+  for (const char* slice : {"v3-32", "v3-64", "v3-128"}) {
+    const auto hw = load_hardware("tpu-v3");
+    const SliceSpec s = hw.slices.at(slice);
+    const Torus torus(s);
+    for (int chips_per_pipeline : {1, 2, 4, 8}) {
+      const auto order = pipeline_core_order(s, 2, chips_per_pipeline);
+      REQUIRE(int(order.size()) == s.chips() * 2);
+      for (std::size_t i = 1; i < order.size(); ++i) {
+        if (i % std::size_t(2 * chips_per_pipeline) == 0) continue;  // next pipeline
+        INFO(slice << " pipeline of " << chips_per_pipeline << " chips, position " << i);
+        CHECK(torus.hops(order[i - 1] / 2, order[i] / 2) <= 1);
+      }
+    }
+  }
+}
+
+TEST_CASE("auto placement lines replicas up so stage groups form torus lines", "[pipeline][placement]") {
+  // K = 8 on v3-32 (4x4 chips): each pipeline fills a row of 4 chips; stage s of the 4 replicas
+  // sits in one column.
+  const Study s = pipeline_study(R"({"kind": "gpipe", "stages": 8, "microbatches": 4, "replicas": 4})");
+  const auto* p = dynamic_cast<const Pipeline*>(s.schedule.get());
+  const auto cores = p->placement(s);
+  const Torus torus(s.slice);
+  for (int stage = 0; stage < 8; ++stage) {
+    const int x = torus.coord(cores[0][stage] / 2).x;
+    for (int r = 0; r < 4; ++r) CHECK(torus.coord(cores[r][stage] / 2).x == x);
+  }
+}
+
+TEST_CASE("GPipe program order: all forwards, then backwards last micro-batch first", "[pipeline]") {
+  const Study s = pipeline_study(R"({"kind": "gpipe", "stages": 2, "microbatches": 3, "remat": true, "placement": [[0, 1]]})", "v3-32", 48);
+  const BuiltStep step = s.schedule->build(s);
+  REQUIRE_NOTHROW(step.graph.validate());
+  std::vector<std::string> program;
+  for (int id : step.graph.program(0)) {
+    const auto& t = step.graph.task(id);
+    program.push_back(t.phase.substr(0, 1) + std::to_string(t.micro_batch));
+  }
+  CHECK(program == std::vector<std::string>{"f0", "f1", "f2", "r2", "b2", "r1", "b1", "r0", "b0", "u-1"});
+}
+
+TEST_CASE("1F1B program order: warm-up, one forward one backward, drain", "[pipeline]") {
+  const Study s = pipeline_study(R"({"kind": "one_f_one_b", "stages": 3, "microbatches": 4, "remat": false, "placement": [[0, 1, 2]]})");
+  const BuiltStep step = s.schedule->build(s);
+  REQUIRE_NOTHROW(step.graph.validate());
+  auto program = [&](int core) {
+    std::string p;
+    for (int id : step.graph.program(core)) {
+      const auto& t = step.graph.task(id);
+      if (t.phase != "update") p += t.phase.substr(0, 1) + std::to_string(t.micro_batch) + " ";
+    }
+    return p;
+  };
+  CHECK(program(0) == "f0 f1 f2 b0 f3 b1 b2 b3 ");
+  CHECK(program(1) == "f0 f1 b0 f2 b1 f3 b2 b3 ");
+  CHECK(program(2) == "f0 b0 f1 b1 f2 b2 f3 b3 ");
+}
+
+TEST_CASE("pipeline graph: transfers per boundary and micro-batch, all-reduce per stage", "[pipeline]") {
+  const Study s = pipeline_study(R"({"kind": "gpipe", "stages": 4, "microbatches": 8, "replicas": 2})");
+  const BuiltStep step = s.schedule->build(s);
+  int activations = 0, gradients = 0, allreduces = 0;
+  double reduced = 0;
+  for (int id = 0; id < step.graph.size(); ++id) {
+    const auto& t = step.graph.task(id);
+    activations += t.phase == "activation_transfer";
+    gradients += t.phase == "gradient_transfer";
+    if (t.kind == sim::TaskKind::Collective) {
+      ++allreduces;
+      reduced += t.bytes;
+      CHECK(t.group.size() == 2);
+    }
+  }
+  CHECK(activations == 2 * 3 * 8);
+  CHECK(gradients == 2 * 3 * 8);
+  CHECK(allreduces == 4);
+  CHECK(reduced == Approx(4.0 * double(s.model.params())));
+  CHECK(step.details["bubble_fraction_ideal"].get<double>() == Approx(3.0 / 11.0));
+  CHECK(step.details["micro_batch_size"] == 4);
+}
+
+TEST_CASE("pipeline settings are validated against the study", "[pipeline][config]") {
+  auto fails = [](const std::string& schedule, int batch, const std::string& path) {
+    INFO(schedule);
+    CHECK_THROWS_WITH(pipeline_study(schedule, "v3-32", batch), Catch::Contains(path));
+  };
+  fails(R"({"kind": "gpipe", "stages": 17, "microbatches": 4})", 64, "schedule.stages: found 17");            // > layers
+  fails(R"({"kind": "gpipe", "stages": 8, "microbatches": 4, "replicas": 8})", 64, "schedule.stages");     // > cores
+  fails(R"({"kind": "gpipe", "stages": 2, "microbatches": 5})", 64, "batch: found 64");                    // divisibility
+  fails(R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "partition": [3, 3]})", 64, "schedule.partition");
+  fails(R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "partition": [16, 0]})", 64, "schedule.partition[1]");
+  fails(R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "placement": [[0, 0]]})", 64, "schedule.placement[0][1]");
+  fails(R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "placement": [[0, 99]]})", 64, "schedule.placement[0][1]");
+  fails(R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "remat": "yes"})", 64, "schedule.remat");
+  fails(R"({"kind": "gpipe", "stages": 2})", 64, "schedule.microbatches: found missing");
+}
