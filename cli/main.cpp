@@ -14,6 +14,7 @@
 #include "hardware/torus.hpp"
 #include "models/describe.hpp"
 #include "reports/run_report.hpp"
+#include "reports/svg.hpp"
 #include "schedules/study.hpp"
 #include "sim/engine.hpp"
 
@@ -75,13 +76,16 @@ int cmd_run(const RunOptions& o) {
   if (!o.out.empty()) {
     fs::create_directories(o.out);
     write_file(fs::path(o.out) / "result.json", j.dump(2) + "\n");
+    write_file(fs::path(o.out) / "report.md", reports::report_markdown(j));
+    write_file(fs::path(o.out) / "timeline.svg", reports::timeline_svg(step.graph, result));
+    write_file(fs::path(o.out) / "memory.svg", reports::memory_svg(j));
     if (o.trace) write_file(fs::path(o.out) / "trace.json", reports::chrome_trace(step.graph, result, study.hardware.chip.cores).dump() + "\n");
   }
   if (o.json) {
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << reports::summary_text(j);
-    if (!o.out.empty()) std::cout << "  wrote             " << (fs::path(o.out) / "result.json").string() << (o.trace ? " and trace.json" : "") << "\n";
+    if (!o.out.empty()) std::cout << "  wrote             " << o.out << "/: result.json report.md timeline.svg memory.svg" << (o.trace ? " trace.json" : "") << "\n";
   }
   if (o.require_fit && !result.fits) {
     std::cerr << "tpusim: the study does not fit in HBM (--require-fit)\n";

@@ -36,6 +36,9 @@ struct RunInfo {
 /// Builds result.json.
 Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::SimResult& result);
 
+/// report.md for one run: summary, timeline, step split, pipeline bubble and stages, memory.
+std::string report_markdown(const Json& result);
+
 /// The short human summary of a result.json.
 std::string summary_text(const Json& result);
 

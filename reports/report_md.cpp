@@ -1,0 +1,87 @@
+#include <cstdio>
+#include <sstream>
+
+#include "reports/run_report.hpp"
+
+namespace tpusim::reports {
+
+namespace {
+
+std::string pct(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f %%", 100.0 * v);
+  return buf;
+}
+
+std::string num(double v, const char* format = "%.3g") {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+}  // namespace
+
+std::string report_markdown(const Json& j) {
+  std::ostringstream md;
+  const double step = j["step_time_s"].get<double>();
+  md << "# " << j["model"]["name"].get<std::string>() << " on " << j["hardware"].get<std::string>() << " "
+     << j["slice"]["name"].get<std::string>() << " (" << j["schedule"]["kind"].get<std::string>() << ")\n\n";
+  md << "| figure | value |\n| --- | --- |\n";
+  md << "| step time | " << human_seconds(step) << " |\n";
+  md << "| examples per second | " << num(j["examples_per_s"].get<double>(), "%.1f") << " |\n";
+  md << "| MXU utilization (model FLOPs / peak of the " << j["slice"]["cores_used"].get<int>() << " cores used) | "
+     << pct(j["mxu_utilization"].get<double>()) << " |\n";
+  md << "| parameters | " << num(j["params"].get<double>() / 1e6, "%.2f") << " M |\n";
+  md << "| batch | " << j["batch"].get<std::int64_t>() << " |\n";
+  md << "| peak HBM per core | " << human_bytes(j["peak_hbm_bytes"].get<double>()) << " of "
+     << human_bytes(j["hbm_capacity_bytes"].get<double>()) << " |\n";
+  md << "| fits | " << (j["fits"].get<bool>() ? "yes" : "**no**") << " |\n\n";
+
+  md << "## Timeline\n\n![timeline](timeline.svg)\n\n";
+
+  const auto& split = j["breakdown"]["step_split_s"];
+  md << "## Where the step goes (average over the cores used)\n\n| part | time | share |\n| --- | --- | --- |\n";
+  for (auto it = split.begin(); it != split.end(); ++it) {
+    md << "| " << it.key() << " | " << human_seconds(it.value().get<double>()) << " | "
+       << pct(step > 0 ? it.value().get<double>() / step : 0) << " |\n";
+  }
+  md << "\n";
+
+  const auto& details = j["schedule"]["details"];
+  if (!j["bubble_fraction_ideal"].is_null()) {
+    const double measured = j["bubble_fraction"].get<double>(), ideal = j["bubble_fraction_ideal"].get<double>();
+    md << "## Pipeline bubble\n\n";
+    md << "Measured idle time of the pipeline cores: **" << pct(measured) << "** of the step; an ideally balanced pipeline "
+       << "with free communication would idle (K-1)/(M+K-1) = **" << pct(ideal) << "**.";
+    if (details.contains("stage_imbalance"))
+      md << " The stages' estimated costs differ by up to " << pct(details["stage_imbalance"].get<double>())
+         << " over the mean (the slowest stage sets the pace).";
+    md << " Idle time beyond the ideal comes from that imbalance, from transfers between stages that are not hidden ("
+       << human_seconds(split.value("exposed_transfer", 0.0)) << " per core on average), from the all-reduce of gradients ("
+       << human_seconds(split.value("exposed_collective", 0.0)) << ") and from the update; recomputation scheduled early fills part of it.\n\n";
+    md << "| stage | layers | parameters | cost per micro-batch | busy | peak HBM |\n| --- | --- | --- | --- | --- | --- |\n";
+    for (const auto& st : details["stages"]) {
+      md << "| " << st["stage"].get<int>() << " | " << st["first_layer"].get<std::string>() << " .. "
+         << st["last_layer"].get<std::string>() << " (" << st["layers"][1].get<int>() - st["layers"][0].get<int>() + 1
+         << ") | " << num(st["params"].get<double>() / 1e6, "%.2f") << " M | " << human_seconds(st["cost_s"].get<double>())
+         << " | " << human_seconds(st["busy_s"].get<double>()) << " | " << human_bytes(st["peak_hbm_bytes"].get<double>())
+         << " |\n";
+    }
+    md << "\n";
+  }
+
+  md << "## Memory\n\n![memory](memory.svg)\n\n";
+  const auto& at_peak = j["cores"][j["peak_hbm_core"].get<int>()]["hbm_at_peak"];
+  md << "Core " << j["peak_hbm_core"].get<int>() << " peaks at " << human_bytes(j["peak_hbm_bytes"].get<double>()) << " ("
+     << pct(j["peak_hbm_bytes"].get<double>() / j["hbm_capacity_bytes"].get<double>()) << " of its HBM):\n\n";
+  md << "| category | bytes at the peak |\n| --- | --- |\n";
+  for (auto it = at_peak.begin(); it != at_peak.end(); ++it) md << "| " << it.key() << " | " << human_bytes(it.value().get<double>()) << " |\n";
+  if (!j["overflow"].is_null()) {
+    md << "\n**Does not fit**: core " << j["overflow"]["core"].get<int>() << " exceeds its HBM by "
+       << human_bytes(j["overflow"]["bytes_over"].get<double>()) << " at " << human_seconds(j["overflow"]["time_s"].get<double>())
+       << ", when `" << j["overflow"]["task"].get<std::string>() << "` allocates.\n";
+  }
+  return md.str();
+}
+
+}  // namespace tpusim::reports

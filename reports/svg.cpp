@@ -1,0 +1,196 @@
+#include "reports/svg.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+namespace tpusim::reports {
+
+namespace {
+
+std::string fmt(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  return buf;
+}
+
+std::string escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+/// A "nice" tick step for an axis spanning `range`.
+double tick_step(double range, int ticks) {
+  const double raw = range / ticks;
+  double p = 1;
+  while (p * 10 <= raw) p *= 10;
+  while (p > raw) p /= 10;
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (p * m >= raw) return p * m;
+  return p * 10;
+}
+
+std::string time_label(double s) {
+  char buf[32];
+  if (s >= 1) std::snprintf(buf, sizeof buf, "%.3g s", s);
+  else if (s >= 1e-3) std::snprintf(buf, sizeof buf, "%.3g ms", s * 1e3);
+  else std::snprintf(buf, sizeof buf, "%.3g us", s * 1e6);
+  return buf;
+}
+
+}  // namespace
+
+const char* phase_colour(const std::string& phase) {
+  if (phase == "forward") return "#4e79a7";
+  if (phase == "backward") return "#59a14f";
+  if (phase == "recompute") return "#f28e2b";
+  if (phase == "update") return "#b07aa1";
+  if (phase == "activation_transfer" || phase == "gradient_transfer" || phase == "transfer") return "#e15759";
+  if (phase == "weights") return "#4e79a7";
+  if (phase == "optimizer") return "#b07aa1";
+  if (phase == "gradients") return "#59a14f";
+  if (phase == "activations") return "#f28e2b";
+  if (phase == "workspace") return "#bab0ac";
+  return "#9c755f";  // collectives and anything else
+}
+
+std::string timeline_svg(const sim::TaskGraph& graph, const sim::SimResult& r, int max_rows) {
+  std::vector<int> rows;
+  for (int c = 0; c < graph.cores() && int(rows.size()) < max_rows; ++c)
+    if (!graph.program(c).empty()) rows.push_back(c);
+  std::vector<int> row_of(graph.cores(), -1);
+  for (std::size_t i = 0; i < rows.size(); ++i) row_of[rows[i]] = int(i);
+
+  const double left = 80, right = 20, top = 40, row_h = 26, lane_h = 6, width = 1200;
+  const double plot_w = width - left - right;
+  const double height = top + row_h * double(rows.size()) + 60;
+  const double step = std::max(r.step_time_s, 1e-12);
+  auto x = [&](double t) { return left + plot_w * t / step; };
+
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << fmt(height)
+    << "\" font-family=\"sans-serif\" font-size=\"10\">\n";
+  s << "<text x=\"" << left << "\" y=\"16\" font-size=\"13\">Step timeline: " << time_label(r.step_time_s);
+  int shown_of = 0;
+  for (int c = 0; c < graph.cores(); ++c) shown_of += graph.program(c).empty() ? 0 : 1;
+  if (shown_of > int(rows.size())) s << " (first " << rows.size() << " of " << shown_of << " busy cores)";
+  s << "</text>\n";
+  // Legend.
+  double lx = left;
+  for (const char* p : {"forward", "backward", "recompute", "update", "transfer", "collective"}) {
+    s << "<rect x=\"" << fmt(lx) << "\" y=\"22\" width=\"10\" height=\"10\" fill=\"" << phase_colour(p) << "\"/>"
+      << "<text x=\"" << fmt(lx + 14) << "\" y=\"31\">" << p << "</text>\n";
+    lx += 90;
+  }
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const double y = top + row_h * double(i);
+    s << "<text x=\"4\" y=\"" << fmt(y + 14) << "\">core " << rows[i] << "</text>\n";
+    s << "<line x1=\"" << left << "\" x2=\"" << fmt(left + plot_w) << "\" y1=\"" << fmt(y + row_h - 1) << "\" y2=\""
+      << fmt(y + row_h - 1) << "\" stroke=\"#eee\"/>\n";
+  }
+  for (int id = 0; id < graph.size(); ++id) {
+    const sim::Task& t = graph.task(id);
+    const double t0 = r.tasks[id].start_s, t1 = r.tasks[id].end_s;
+    const double w = std::max(0.5, x(t1) - x(t0));
+    std::string title = escape(t.name) + " (" + time_label(t1 - t0) + ")";
+    if (t.kind == sim::TaskKind::Compute) {
+      if (row_of[t.core] < 0) continue;
+      const double y = top + row_h * row_of[t.core];
+      s << "<rect x=\"" << fmt(x(t0)) << "\" y=\"" << fmt(y + 2) << "\" width=\"" << fmt(w) << "\" height=\""
+        << fmt(row_h - lane_h - 5) << "\" fill=\"" << phase_colour(t.phase) << "\" stroke=\"#fff\" stroke-width=\"0.5\"><title>"
+        << title << "</title></rect>\n";
+      if (t.micro_batch >= 0 && w > 12) {
+        s << "<text x=\"" << fmt(x(t0) + w / 2) << "\" y=\"" << fmt(y + 14) << "\" fill=\"#fff\" text-anchor=\"middle\">"
+          << t.micro_batch << "</text>\n";
+      }
+      continue;
+    }
+    // Communication: a thin box in the lane of every shown core taking part.
+    std::vector<int> cores = t.kind == sim::TaskKind::Transfer ? std::vector<int>{t.src_core, t.dst_core} : t.group;
+    const char* colour = t.kind == sim::TaskKind::Transfer ? phase_colour("transfer") : phase_colour("collective");
+    for (int c : cores) {
+      if (row_of[c] < 0) continue;
+      const double y = top + row_h * row_of[c] + row_h - lane_h - 2;
+      s << "<rect x=\"" << fmt(x(t0)) << "\" y=\"" << fmt(y) << "\" width=\"" << fmt(w) << "\" height=\"" << fmt(lane_h)
+        << "\" fill=\"" << colour << "\" opacity=\"0.8\"><title>" << title << "</title></rect>\n";
+    }
+  }
+  // Time axis.
+  const double axis_y = top + row_h * double(rows.size()) + 8;
+  s << "<line x1=\"" << left << "\" x2=\"" << fmt(left + plot_w) << "\" y1=\"" << fmt(axis_y) << "\" y2=\"" << fmt(axis_y)
+    << "\" stroke=\"#333\"/>\n";
+  const double dt = tick_step(step, 8);
+  for (double t = 0; t <= step * (1 + 1e-9); t += dt) {
+    s << "<line x1=\"" << fmt(x(t)) << "\" x2=\"" << fmt(x(t)) << "\" y1=\"" << fmt(axis_y) << "\" y2=\"" << fmt(axis_y + 4)
+      << "\" stroke=\"#333\"/><text x=\"" << fmt(x(t)) << "\" y=\"" << fmt(axis_y + 16) << "\" text-anchor=\"middle\">"
+      << time_label(t) << "</text>\n";
+  }
+  s << "</svg>\n";
+  return s.str();
+}
+
+std::string memory_svg(const Json& result, int max_bars) {
+  const auto& cores = result["cores"];
+  std::vector<int> shown;
+  for (std::size_t c = 0; c < cores.size() && int(shown.size()) < max_bars; ++c)
+    if (cores[c]["peak_hbm_bytes"].get<double>() > 0) shown.push_back(int(c));
+  const double capacity = result["hbm_capacity_bytes"].get<double>();
+  double top_value = capacity;
+  for (int c : shown) top_value = std::max(top_value, cores[c]["peak_hbm_bytes"].get<double>());
+  top_value *= 1.1;
+  const double left = 70, top = 40, plot_h = 260, bar_w = std::clamp(700.0 / std::max<std::size_t>(1, shown.size()), 4.0, 40.0);
+  const double width = std::max(400.0, left + bar_w * double(shown.size()) + 140), height = top + plot_h + 50;
+  auto y = [&](double bytes) { return top + plot_h * (1 - bytes / top_value); };
+  const char* cats[] = {"weights", "optimizer", "gradients", "activations", "workspace"};
+
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << fmt(width) << "\" height=\"" << fmt(height)
+    << "\" font-family=\"sans-serif\" font-size=\"10\">\n";
+  s << "<text x=\"" << left << "\" y=\"16\" font-size=\"13\">Peak HBM per core, by category at the peak</text>\n";
+  const double gib = 1024.0 * 1024 * 1024;
+  const double dy = tick_step(top_value / gib, 5);
+  for (double v = 0; v * gib <= top_value; v += dy) {
+    s << "<line x1=\"" << left << "\" x2=\"" << fmt(left + bar_w * double(shown.size())) << "\" y1=\"" << fmt(y(v * gib))
+      << "\" y2=\"" << fmt(y(v * gib)) << "\" stroke=\"#eee\"/><text x=\"" << left - 4 << "\" y=\"" << fmt(y(v * gib) + 3)
+      << "\" text-anchor=\"end\">" << fmt(v) << " GiB</text>\n";
+  }
+  for (std::size_t i = 0; i < shown.size(); ++i) {
+    const auto& core = cores[shown[i]];
+    double base = 0;
+    for (const char* cat : cats) {
+      const double v = core["hbm_at_peak"][cat].get<double>();
+      if (v <= 0) continue;
+      s << "<rect x=\"" << fmt(left + bar_w * double(i) + 1) << "\" y=\"" << fmt(y(base + v)) << "\" width=\"" << fmt(bar_w - 2)
+        << "\" height=\"" << fmt(y(base) - y(base + v)) << "\" fill=\"" << phase_colour(cat) << "\"><title>core "
+        << shown[i] << " " << cat << " " << human_bytes(v) << "</title></rect>\n";
+      base += v;
+    }
+    if (bar_w >= 14 || i % 8 == 0)
+      s << "<text x=\"" << fmt(left + bar_w * (double(i) + 0.5)) << "\" y=\"" << fmt(top + plot_h + 14)
+        << "\" text-anchor=\"middle\">" << shown[i] << "</text>\n";
+  }
+  s << "<line x1=\"" << left << "\" x2=\"" << fmt(left + bar_w * double(shown.size())) << "\" y1=\"" << fmt(y(capacity))
+    << "\" y2=\"" << fmt(y(capacity)) << "\" stroke=\"#d00\" stroke-width=\"2\" stroke-dasharray=\"6 3\"/>"
+    << "<text x=\"" << fmt(left + 4) << "\" y=\"" << fmt(y(capacity) - 4) << "\" fill=\"#d00\">HBM capacity "
+    << human_bytes(capacity) << "</text>\n";
+  double ly = top + 20;
+  for (const char* cat : cats) {
+    s << "<rect x=\"" << fmt(left + bar_w * double(shown.size()) + 10) << "\" y=\"" << fmt(ly) << "\" width=\"10\" height=\"10\" fill=\""
+      << phase_colour(cat) << "\"/><text x=\"" << fmt(left + bar_w * double(shown.size()) + 24) << "\" y=\"" << fmt(ly + 9) << "\">"
+      << cat << "</text>\n";
+    ly += 16;
+  }
+  s << "<text x=\"" << fmt(left) << "\" y=\"" << fmt(top + plot_h + 30) << "\">core</text>\n</svg>\n";
+  return s.str();
+}
+
+}  // namespace tpusim::reports

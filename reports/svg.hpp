@@ -1,0 +1,24 @@
+// Self-contained SVG charts of one simulated step: the timeline (a row per core, a box per
+// task) and the per-core HBM peak as stacked bars against the capacity line.
+#pragma once
+
+#include <string>
+
+#include "reports/run_report.hpp"
+
+namespace tpusim::reports {
+
+/// Timeline of the step: one row per core (at most `max_rows` cores that ran compute), boxes
+/// coloured by phase (forward, backward, recompute, update) with micro-batch numbers, and a
+/// lane under each row for the transfers and collectives the core takes part in; time axis.
+std::string timeline_svg(const sim::TaskGraph& graph, const sim::SimResult& result, int max_rows = 64);
+
+/// Peak HBM per core (at most `max_bars` cores, those with the highest peaks in core order) as
+/// stacked bars of weights, optimizer, gradients, activations and workspace at the peak, with
+/// the capacity as a line. Reads result.json.
+std::string memory_svg(const Json& result, int max_bars = 64);
+
+/// Colour used for a task phase or memory category (shared with the HTML reports).
+const char* phase_colour(const std::string& phase);
+
+}  // namespace tpusim::reports
