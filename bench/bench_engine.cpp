@@ -61,6 +61,23 @@ BENCHMARK(BM_Engine_AllReduce1024Chips_Full)->Iterations(1)->Unit(benchmark::kMi
 void BM_Engine_AllReduce1024Chips_Symmetric(benchmark::State& state) { allreduce_1024_chips(state, true); }
 BENCHMARK(BM_Engine_AllReduce1024Chips_Symmetric)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+/// GPipe Transformer-48 (d_model 2048) with K = 8 stages and M = 32 micro-batches on v3-8:
+/// study, partition, graph and simulation, in-process.
+void BM_Engine_GPipeTransformer48_K8_M32(benchmark::State& state) {
+  for (auto _ : state) {
+    Json j = Json::parse(R"({"hardware": "tpu-v3", "slice": "v3-8",
+      "model": {"kind": "transformer", "layers": 48, "d_model": 2048, "d_ff": 8192, "heads": 32, "vocab": 32000, "seq_len": 1024},
+      "batch": 32, "optimizer": {"kind": "rmsprop"},
+      "schedule": {"kind": "gpipe", "stages": 8, "microbatches": 32, "remat": true}})");
+    const Study s = parse_study(j, "bench");
+    const BuiltStep step = s.schedule->build(s);
+    const auto r = sim::simulate(step.graph, s.hardware, s.slice);
+    state.counters["tasks"] = double(step.graph.size());
+    state.counters["step_time_ms"] = r.step_time_s * 1e3;
+  }
+}
+BENCHMARK(BM_Engine_GPipeTransformer48_K8_M32)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 /// Building (no simulation) the 2048-core data-parallel graph.
 void BM_BuildGraph_DataParallelTransformer24_v3_2048(benchmark::State& state) {
   const Study s = transformer_dp("v3-2048", 4096, 24);

@@ -11,6 +11,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "cli/fit.hpp"
 #include "hardware/torus.hpp"
 #include "models/describe.hpp"
 #include "reports/run_report.hpp"
@@ -291,6 +292,19 @@ int main(int argc, char** argv) {
   check_cmd->add_option("study", check_file, "study JSON file")->required();
   check_cmd->add_option("--set", check_sets, "override a study field: dotted.path=value");
 
+  std::string fit_study, fit_path;
+  std::vector<std::string> fit_sets;
+  std::optional<double> fit_min, fit_max, fit_step;
+  bool fit_json = false;
+  auto* fit_cmd = app.add_subcommand("fit", "the largest value of a numeric field for which the study fits in HBM");
+  fit_cmd->add_option("study", fit_study, "study JSON file")->required();
+  fit_cmd->add_option("--maximize", fit_path, "dotted path of the field, e.g. model.layers")->required();
+  fit_cmd->add_option("--min", fit_min, "smallest value (default 1)");
+  fit_cmd->add_option("--max", fit_max, "largest value (default: search upwards by doubling)");
+  fit_cmd->add_option("--step", fit_step, "granularity of the answer (default 1)");
+  fit_cmd->add_option("--set", fit_sets, "override a study field: dotted.path=value");
+  fit_cmd->add_flag("--json", fit_json, "machine-readable output");
+
   auto* describe = app.add_subcommand("describe", "print derived figures of hardware or a slice");
   describe->require_subcommand(1);
   std::string hw_name, slice_name, slice_hw;
@@ -327,6 +341,7 @@ int main(int argc, char** argv) {
       return cmd_run(run);
     }
     if (*check_cmd) return cmd_check(check_file, check_sets);
+    if (*fit_cmd) return cli::cmd_fit(fit_study, fit_path, fit_sets, fit_min, fit_max, fit_step, fit_json);
     if (*d_hw) return cmd_describe_hardware(hw_name, describe_json);
     if (*d_slice) return cmd_describe_slice(slice_name, slice_hw, describe_json);
     if (*d_model) return cmd_describe_model(model_study, model_sets, describe_json);

@@ -1,0 +1,173 @@
+#include "cli/fit.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+
+#include "cli/child_process.hpp"
+#include "reports/run_report.hpp"
+#include "schedules/study.hpp"
+
+namespace tpusim::cli {
+
+FitOutcome fit_search(const FitSearch& s, const std::function<Probe(double)>& probe) {
+  FitOutcome out;
+  std::map<double, bool> seen;
+  auto eval = [&](double v) {
+    auto it = seen.find(v);
+    if (it != seen.end()) return it->second;
+    Probe p = probe(v);
+    const bool fits = p.fits && p.error.empty();
+    out.probes.push_back(std::move(p));
+    seen[v] = fits;
+    return fits;
+  };
+  // Values live on the grid min + k * step.
+  auto on_grid = [&](double k) { return s.min + k * s.step; };
+  if (!eval(on_grid(0))) return out;
+
+  double lo = 0, hi = -1;  // grid indices: lo fits; hi does not (or -1: unknown)
+  if (s.max) {
+    const double top = std::floor((*s.max - s.min) / s.step + 1e-9);
+    if (eval(on_grid(top))) {
+      lo = top;
+    } else {
+      hi = top;
+    }
+  } else {
+    double k = std::max(1.0, std::floor((std::max(s.start, s.min) - s.min) / s.step + 1e-9));
+    while (hi < 0) {
+      if (on_grid(k) > s.limit) break;
+      if (eval(on_grid(k))) {
+        lo = k;
+        k *= 2;
+      } else {
+        hi = k;
+      }
+    }
+  }
+  while (hi >= 0 && hi - lo > 1) {
+    const double mid = std::floor((lo + hi) / 2);
+    if (eval(on_grid(mid))) lo = mid;
+    else hi = mid;
+  }
+  out.max_fitting = on_grid(lo);
+  // Bisection alone only ever sees fitting values below failing ones; a few check probes on
+  // both sides of the boundary can reveal fitting that is not monotonic.
+  for (int j = 1; j <= 3; ++j) eval(on_grid(std::floor(lo * j / 4.0)));
+  if (hi >= 0) {
+    const double top = s.max ? std::floor((*s.max - s.min) / s.step + 1e-9) : hi * 8;
+    for (int j = 1; j <= 3; ++j) {
+      const double k = std::floor(hi + (top - hi) * j / 3.0);
+      if (k > hi && on_grid(k) <= s.limit) eval(on_grid(k));
+    }
+  }
+  // Monotonic over what was probed: no fitting value above a non-fitting one.
+  bool failed_below = false;
+  for (const auto& [v, fits] : seen) {
+    if (!fits) failed_below = true;
+    else if (failed_below) out.monotonic = false;
+  }
+  return out;
+}
+
+namespace {
+
+std::string value_text(double v) {
+  char buf[64];
+  if (v == std::floor(v) && std::fabs(v) < 9e15) std::snprintf(buf, sizeof buf, "%lld", (long long)v);
+  else std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+/// The current numeric value at a dotted path of the study (after overrides), if any.
+std::optional<double> current_value(const std::string& study, const std::vector<std::string>& sets, const std::string& path) {
+  Json j = read_json_file(study);
+  for (const auto& s : sets) apply_override(j, s);
+  const Json* node = &j;
+  std::size_t begin = 0;
+  while (true) {
+    const auto dot = path.find('.', begin);
+    const std::string key = path.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin);
+    if (node->is_object() && node->contains(key)) node = &(*node)[key];
+    else if (node->is_array() && key.find_first_not_of("0123456789") == std::string::npos && !key.empty() &&
+             std::stoull(key) < node->size())
+      node = &(*node)[std::stoull(key)];
+    else return std::nullopt;
+    if (dot == std::string::npos) break;
+    begin = dot + 1;
+  }
+  if (!node->is_number()) throw ConfigError("--maximize", path, show(*node), "a numeric field of the study");
+  return node->get<double>();
+}
+
+}  // namespace
+
+int cmd_fit(const std::string& study, const std::string& path, const std::vector<std::string>& sets,
+            std::optional<double> min, std::optional<double> max, std::optional<double> step, bool as_json) {
+  FitSearch search;
+  search.min = min.value_or(1);
+  search.max = max;
+  search.step = step.value_or(1);
+  if (!(search.step > 0)) throw ConfigError("--step", "", value_text(search.step), "a number > 0");
+  if (max && *max < search.min) throw ConfigError("--max", "", value_text(*max), "a value >= --min (" + value_text(search.min) + ")");
+  search.start = current_value(study, sets, path).value_or(search.min);
+  // The study must be valid apart from the searched field.
+  load_study(study, sets);
+
+  auto probe = [&](double v) {
+    std::vector<std::string> args = {"run", study, "--json"};
+    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+    args.insert(args.end(), {"--set", path + "=" + value_text(v)});
+    const ChildResult child = run_self(args);
+    Probe p;
+    p.value = v;
+    if (child.exit_code != 0) {
+      p.error = child.err.empty() ? "exit code " + std::to_string(child.exit_code) : child.err;
+      while (!p.error.empty() && p.error.back() == '\n') p.error.pop_back();
+      return p;
+    }
+    p.result = Json::parse(child.out);
+    p.fits = p.result["fits"].get<bool>();
+    return p;
+  };
+  const FitOutcome outcome = fit_search(search, probe);
+  if (!outcome.max_fitting && !outcome.probes.front().error.empty()) {
+    throw ConfigError("--min", path, value_text(search.min),
+                      "a value at which the study is valid (there: " + outcome.probes.front().error + ")");
+  }
+
+  Json probes = Json::array();
+  Json best = nullptr;
+  for (const auto& p : outcome.probes) {
+    Json row{{"value", p.value}, {"fits", p.fits && p.error.empty()}};
+    if (!p.error.empty()) row["error"] = p.error;
+    else row["peak_hbm_bytes"] = p.result["peak_hbm_bytes"];
+    probes.push_back(row);
+    if (outcome.max_fitting && p.value == *outcome.max_fitting) best = p.result;
+  }
+  if (as_json) {
+    std::cout << Json{{"field", path},
+                      {"max_fitting", outcome.max_fitting ? Json(*outcome.max_fitting) : Json(nullptr)},
+                      {"monotonic", outcome.monotonic},
+                      {"probes", probes},
+                      {"result", best}}
+                     .dump(2)
+              << "\n";
+  } else {
+    std::cout << "tpusim fit: " << path << " in " << study << "\n";
+    for (const auto& p : outcome.probes) {
+      std::cout << "  " << path << " = " << value_text(p.value) << ": ";
+      if (!p.error.empty()) std::cout << "invalid or failed (" << p.error.substr(0, p.error.find('\n', p.error.find('\n') + 1)) << ")\n";
+      else std::cout << (p.fits ? "fits" : "does not fit") << ", peak " << reports::human_bytes(p.result["peak_hbm_bytes"].get<double>())
+                     << " of " << reports::human_bytes(p.result["hbm_capacity_bytes"].get<double>()) << "\n";
+    }
+    if (outcome.max_fitting) std::cout << "largest value that fits: " << value_text(*outcome.max_fitting) << "\n";
+    else std::cout << "even " << path << " = " << value_text(search.min) << " does not fit\n";
+    if (!outcome.monotonic) std::cout << "warning: fitting is not monotonic over the probed values; the answer is a boundary, not necessarily the largest\n";
+  }
+  return 0;
+}
+
+}  // namespace tpusim::cli

@@ -1,0 +1,46 @@
+// `tpusim fit`: the largest value of a numeric study field for which the step still fits in
+// HBM, found by probing (exponential search up when no maximum is given, then bisection on the
+// grid min + k * step, then three check probes on each side of the boundary to catch fitting
+// that is not monotonic). Probes run in child processes; the search itself is a pure function of
+// a probe callback, tested on its own.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tpusim::cli {
+
+/// What one probe found.
+struct Probe {
+  double value = 0;
+  bool fits = false;
+  std::string error;     ///< non-empty when the study is invalid or failed at this value
+  nlohmann::json result; ///< the run's result.json (null on error)
+};
+
+struct FitSearch {
+  double min = 1;
+  std::optional<double> max;  ///< absent: search upwards from `start` by doubling
+  double step = 1;
+  double start = 1;           ///< where the upward search begins (the field's current value)
+  double limit = 1e9;         ///< never probe beyond this when searching upwards
+};
+
+struct FitOutcome {
+  std::optional<double> max_fitting;  ///< none when even the minimum does not fit
+  std::vector<Probe> probes;          ///< in the order they ran
+  bool monotonic = true;              ///< false if a larger probed value fit where a smaller did not
+};
+
+/// Runs the search. `probe` evaluates one value.
+FitOutcome fit_search(const FitSearch& search, const std::function<Probe(double)>& probe);
+
+/// `tpusim fit` as a command: returns the exit code.
+int cmd_fit(const std::string& study, const std::string& path, const std::vector<std::string>& sets,
+            std::optional<double> min, std::optional<double> max, std::optional<double> step, bool as_json);
+
+}  // namespace tpusim::cli

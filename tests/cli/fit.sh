@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# `tpusim fit` end to end: the answer fits, the next value does not, and the result is the
+# answer's own result.json.
+set -euo pipefail
+tpusim="$1"; root="$2"
+out=$("$tpusim" fit "$root/configs/studies/default.json" --maximize model.layers --min 8 --max 2048 --json \
+  --set slice=v3-8 --set batch=32 --set 'schedule={"kind":"gpipe","stages":8,"microbatches":8}')
+python3 - "$out" <<'PY'
+import json, sys
+j = json.loads(sys.argv[1])
+best = j["max_fitting"]
+assert j["field"] == "model.layers" and j["monotonic"], j
+probes = {p["value"]: p for p in j["probes"]}
+assert probes[best]["fits"], probes[best]
+assert not probes[best + 1]["fits"], "the next value should not fit"
+assert j["result"]["fits"] and j["result"]["model"]["layers"] == best + 2, j["result"]["model"]
+assert j["result"]["peak_hbm_bytes"] <= j["result"]["hbm_capacity_bytes"]
+PY
+echo "1 passed, 0 failed"

@@ -1,0 +1,96 @@
+// The fit search on fake probes: boundaries, bounds, non-monotonic answers, invalid values.
+#include <catch2/catch.hpp>
+
+#include "cli/fit.hpp"
+
+using namespace tpusim::cli;
+
+namespace {
+std::function<Probe(double)> threshold(double largest_fitting, int* calls = nullptr) {
+  return [=](double v) {
+    if (calls) ++*calls;
+    Probe p;
+    p.value = v;
+    p.fits = v <= largest_fitting;
+    return p;
+  };
+}
+}  // namespace
+
+TEST_CASE("bisection between min and max finds the boundary", "[fit]") {
+  FitSearch s;
+  s.min = 1;
+  s.max = 4096;
+  int calls = 0;
+  const auto out = fit_search(s, threshold(1663, &calls));
+  REQUIRE(out.max_fitting);
+  CHECK(*out.max_fitting == 1663);
+  CHECK(out.monotonic);
+  CHECK(calls <= 20);
+}
+
+TEST_CASE("upward search by doubling when no maximum is given", "[fit]") {
+  FitSearch s;
+  s.min = 8;
+  s.start = 24;
+  const auto out = fit_search(s, threshold(300));
+  REQUIRE(out.max_fitting);
+  CHECK(*out.max_fitting == 300);
+}
+
+TEST_CASE("the step sets the grid of answers", "[fit]") {
+  FitSearch s;
+  s.min = 16;
+  s.max = 1024;
+  s.step = 16;
+  const auto out = fit_search(s, threshold(500));
+  REQUIRE(out.max_fitting);
+  CHECK(*out.max_fitting == 496);
+}
+
+TEST_CASE("nothing fits, or everything up to the maximum fits", "[fit]") {
+  FitSearch s;
+  s.min = 4;
+  s.max = 64;
+  CHECK_FALSE(fit_search(s, threshold(2)).max_fitting);
+  CHECK(*fit_search(s, threshold(1000)).max_fitting == 64);
+}
+
+TEST_CASE("a non-monotonic fit is reported", "[fit]") {
+  FitSearch s;
+  s.min = 1;
+  s.max = 100;
+  // Fits up to 60 except a hole between 10 and 20: bisection finds 60, a check probe below
+  // lands in the hole.
+  auto probe = [](double v) {
+    Probe p;
+    p.value = v;
+    p.fits = v <= 60 && !(v > 10 && v < 20);
+    return p;
+  };
+  const auto out = fit_search(s, probe);
+  CHECK(*out.max_fitting == 60);
+  CHECK_FALSE(out.monotonic);
+  // And a fitting island above the boundary.
+  auto island = [](double v) {
+    Probe p;
+    p.value = v;
+    p.fits = v <= 30 || (v >= 52 && v <= 58);  // the checks above land at 54, 77 and 100
+    return p;
+  };
+  CHECK_FALSE(fit_search(s, island).monotonic);
+}
+
+TEST_CASE("a probe that errors counts as not fitting", "[fit]") {
+  FitSearch s;
+  s.min = 1;
+  s.max = 16;
+  auto probe = [](double v) {
+    Probe p;
+    p.value = v;
+    p.fits = true;
+    if (v > 5) p.error = "invalid";
+    return p;
+  };
+  CHECK(*fit_search(s, probe).max_fitting == 5);
+}
