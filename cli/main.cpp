@@ -205,23 +205,7 @@ int cmd_describe_model(const std::string& file, const std::vector<std::string>& 
   const Study study = load_study(file, sets);
   const std::int64_t batch = study.schedule->layer_batch(study);
   const auto rows = describe_layers(study.model, CostModel(study.hardware.core), batch);
-  LayerSummary total;
-  total.name = "total";
-  for (const auto& r : rows) {
-    total.params += r.params;
-    total.forward_flops += r.forward_flops;
-    total.backward_input_flops += r.backward_input_flops;
-    total.backward_weight_flops += r.backward_weight_flops;
-    total.hardware_flops += r.hardware_flops;
-    total.output_bytes = std::max(total.output_bytes, r.output_bytes);
-    total.stash_bytes += r.stash_bytes;
-    total.stash_remat_bytes += r.stash_remat_bytes;
-    total.workspace_bytes = std::max(total.workspace_bytes, r.workspace_bytes);
-    total.forward_s += r.forward_s;
-    total.backward_s += r.backward_s;
-    total.compute_s += r.compute_s;
-    total.memory_s += r.memory_s;
-  }
+  const LayerSummary total = total_of(rows);
   auto row_json = [](const LayerSummary& r) {
     return Json{{"name", r.name},
                 {"params", r.params},

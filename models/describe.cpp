@@ -35,4 +35,25 @@ std::vector<LayerSummary> describe_layers(const Model& model, const CostModel& c
   return out;
 }
 
+LayerSummary total_of(const std::vector<LayerSummary>& layers) {
+  LayerSummary total;
+  total.name = "total";
+  for (const auto& r : layers) {
+    total.params += r.params;
+    total.forward_flops += r.forward_flops;
+    total.backward_input_flops += r.backward_input_flops;
+    total.backward_weight_flops += r.backward_weight_flops;
+    total.hardware_flops += r.hardware_flops;
+    total.output_bytes = std::max(total.output_bytes, r.output_bytes);
+    total.stash_bytes += r.stash_bytes;
+    total.stash_remat_bytes += r.stash_remat_bytes;
+    total.workspace_bytes = std::max(total.workspace_bytes, r.workspace_bytes);
+    total.forward_s += r.forward_s;
+    total.backward_s += r.backward_s;
+    total.compute_s += r.compute_s;
+    total.memory_s += r.memory_s;
+  }
+  return total;
+}
+
 }  // namespace tpusim

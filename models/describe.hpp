@@ -27,4 +27,7 @@ struct LayerSummary {
 
 std::vector<LayerSummary> describe_layers(const Model& model, const CostModel& cost, std::int64_t batch);
 
+/// The whole model: sums, except output and workspace bytes (the largest layer's).
+LayerSummary total_of(const std::vector<LayerSummary>& layers);
+
 }  // namespace tpusim

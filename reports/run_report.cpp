@@ -22,12 +22,20 @@ std::string human_bytes(double bytes) {
   return buf;
 }
 
-std::string human_seconds(double s) {
+std::string human_seconds(double s, bool compact) {
   char buf[32];
-  if (s >= 1.0) std::snprintf(buf, sizeof buf, "%.3f s", s);
-  else if (s >= 1e-3) std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
-  else std::snprintf(buf, sizeof buf, "%.3f us", s * 1e6);
-  return buf;
+  const char* number = compact ? "%.3g" : "%.3f";
+  double scaled = s * 1e6;
+  const char* unit = " us";
+  if (s >= 1.0) {
+    scaled = s;
+    unit = " s";
+  } else if (s >= 1e-3) {
+    scaled = s * 1e3;
+    unit = " ms";
+  }
+  std::snprintf(buf, sizeof buf, number, scaled);
+  return std::string(buf) + unit;
 }
 
 namespace {

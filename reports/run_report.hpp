@@ -49,7 +49,7 @@ Json chrome_trace(const sim::TaskGraph& graph, const sim::SimResult& result, int
 
 /// "1.50 GiB", "12.3 MiB" ...
 std::string human_bytes(double bytes);
-/// "12.3 ms", "4.56 s" ...
-std::string human_seconds(double seconds);
+/// "12.345 ms", "4.560 s" ...; `compact`: three significant digits ("12.3 ms", for axes).
+std::string human_seconds(double seconds, bool compact = false);
 
 }  // namespace tpusim::reports

@@ -39,13 +39,7 @@ double tick_step(double range, int ticks) {
   return p * 10;
 }
 
-std::string time_label(double s) {
-  char buf[32];
-  if (s >= 1) std::snprintf(buf, sizeof buf, "%.3g s", s);
-  else if (s >= 1e-3) std::snprintf(buf, sizeof buf, "%.3g ms", s * 1e3);
-  else std::snprintf(buf, sizeof buf, "%.3g us", s * 1e6);
-  return buf;
-}
+
 
 }  // namespace
 
@@ -79,7 +73,7 @@ std::string timeline_svg(const sim::TaskGraph& graph, const sim::SimResult& r, i
   std::ostringstream s;
   s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << fmt(height)
     << "\" font-family=\"sans-serif\" font-size=\"10\">\n";
-  s << "<text x=\"" << left << "\" y=\"16\" font-size=\"13\">Step timeline: " << time_label(r.step_time_s);
+  s << "<text x=\"" << left << "\" y=\"16\" font-size=\"13\">Step timeline: " << human_seconds(r.step_time_s, true);
   int shown_of = 0;
   for (int c = 0; c < graph.cores(); ++c) shown_of += graph.program(c).empty() ? 0 : 1;
   if (shown_of > int(rows.size())) s << " (first " << rows.size() << " of " << shown_of << " busy cores)";
@@ -101,7 +95,7 @@ std::string timeline_svg(const sim::TaskGraph& graph, const sim::SimResult& r, i
     const sim::Task& t = graph.task(id);
     const double t0 = r.tasks[id].start_s, t1 = r.tasks[id].end_s;
     const double w = std::max(0.5, x(t1) - x(t0));
-    std::string title = escape(t.name) + " (" + time_label(t1 - t0) + ")";
+    std::string title = escape(t.name) + " (" + human_seconds(t1 - t0, true) + ")";
     if (t.kind == sim::TaskKind::Compute) {
       if (row_of[t.core] < 0) continue;
       const double y = top + row_h * row_of[t.core];
@@ -132,7 +126,7 @@ std::string timeline_svg(const sim::TaskGraph& graph, const sim::SimResult& r, i
   for (double t = 0; t <= step * (1 + 1e-9); t += dt) {
     s << "<line x1=\"" << fmt(x(t)) << "\" x2=\"" << fmt(x(t)) << "\" y1=\"" << fmt(axis_y) << "\" y2=\"" << fmt(axis_y + 4)
       << "\" stroke=\"#333\"/><text x=\"" << fmt(x(t)) << "\" y=\"" << fmt(axis_y + 16) << "\" text-anchor=\"middle\">"
-      << time_label(t) << "</text>\n";
+      << human_seconds(t, true) << "</text>\n";
   }
   s << "</svg>\n";
   return s.str();
