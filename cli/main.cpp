@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/fit.hpp"
+#include "cli/sweep.hpp"
 #include "hardware/torus.hpp"
 #include "models/describe.hpp"
 #include "reports/run_report.hpp"
@@ -289,6 +290,23 @@ int main(int argc, char** argv) {
   fit_cmd->add_option("--set", fit_sets, "override a study field: dotted.path=value");
   fit_cmd->add_flag("--json", fit_json, "machine-readable output");
 
+  cli::SweepOptions sweep;
+  auto* sweep_cmd = app.add_subcommand("sweep", "run a study over a grid of settings, each point in its own process");
+  sweep_cmd->add_option("study", sweep.study, "study JSON file")->required();
+  sweep_cmd->add_option("--grid", sweep.grids, "PATH=v1,v2,... or a range a..b, a..b:+k, a..b:xk (repeatable: cartesian product)");
+  sweep_cmd->add_option("--zip", sweep.zips, "PATH=v1,v2,...: zip axes move together (same length)");
+  sweep_cmd->add_option("--set", sweep.sets, "override a study field for every point");
+  sweep_cmd->add_option("-j,--jobs", sweep.jobs, "points run at once (default: the number of cores)");
+  sweep_cmd->add_option("--out", sweep.out, "output directory (default out/sweep)");
+  sweep_cmd->add_flag("--resume", sweep.resume, "skip points already recorded in --out");
+  sweep_cmd->add_option("--shard", sweep.shard, "run shard i/n of the points (0 <= i < n); default from SLURM_ARRAY_TASK_ID/COUNT");
+
+  std::vector<std::string> merge_dirs;
+  std::string merge_out;
+  auto* merge_cmd = app.add_subcommand("merge", "combine the outputs of sweep shards");
+  merge_cmd->add_option("dirs", merge_dirs, "sweep output directories")->required();
+  merge_cmd->add_option("--out", merge_out, "output directory")->required();
+
   auto* describe = app.add_subcommand("describe", "print derived figures of hardware or a slice");
   describe->require_subcommand(1);
   std::string hw_name, slice_name, slice_hw;
@@ -325,6 +343,8 @@ int main(int argc, char** argv) {
       return cmd_run(run);
     }
     if (*check_cmd) return cmd_check(check_file, check_sets);
+    if (*sweep_cmd) return cli::cmd_sweep(sweep);
+    if (*merge_cmd) return cli::cmd_merge(merge_dirs, merge_out);
     if (*fit_cmd) return cli::cmd_fit(fit_study, fit_path, fit_sets, fit_min, fit_max, fit_step, fit_json);
     if (*d_hw) return cmd_describe_hardware(hw_name, describe_json);
     if (*d_slice) return cmd_describe_slice(slice_name, slice_hw, describe_json);

@@ -1,0 +1,272 @@
+#include "cli/sweep.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "cli/child_process.hpp"
+#include "cli/sweep_grid.hpp"
+#include "hardware/hardware_spec.hpp"
+#include "reports/sweep_report.hpp"
+#include "schedules/study.hpp"
+
+namespace fs = std::filesystem;
+
+namespace tpusim::cli {
+
+namespace {
+
+const char* kMetrics[] = {"step_time_s", "examples_per_s", "bubble_fraction", "bubble_fraction_ideal", "mxu_utilization",
+                          "peak_hbm_bytes", "fits"};
+
+std::string csv_field(const Json& v) {
+  if (v.is_null()) return "";
+  std::string s = v.is_string() ? v.get<std::string>() : v.dump();
+  if (s.find_first_of(",\"\n") != std::string::npos) {
+    std::string quoted = "\"";
+    for (char c : s) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return quoted + "\"";
+  }
+  return s;
+}
+
+std::string csv_header(const std::vector<std::string>& paths) {
+  std::string line;
+  for (const auto& p : paths) line += csv_field(Json(p)) + ",";
+  for (const char* m : kMetrics) line += std::string(m) + ",";
+  return line + "error\n";
+}
+
+std::string csv_row(const std::vector<std::string>& paths, const Json& record) {
+  std::string line;
+  for (const auto& p : paths) line += csv_field(record["point"].value(p, Json(nullptr))) + ",";
+  for (const char* m : kMetrics) line += (record["result"].is_null() ? "" : csv_field(record["result"].value(m, Json(nullptr)))) + ",";
+  return line + csv_field(record["error"]) + "\n";
+}
+
+std::vector<std::string> swept_paths(const Json& meta) {
+  std::vector<std::string> paths;
+  for (const auto& a : meta["axes"]) paths.push_back(a["path"].get<std::string>());
+  return paths;
+}
+
+/// Records of a results.jsonl; a torn last line (a killed run) is dropped.
+std::vector<Json> read_records(const fs::path& file) {
+  std::vector<Json> records;
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      Json j = Json::parse(line);
+      if (j.is_object() && j.contains("key") && j.contains("index")) records.push_back(std::move(j));
+    } catch (const Json::parse_error&) {
+    }
+  }
+  return records;
+}
+
+/// Writes results.jsonl and results.csv for `records` in point order, atomically, plus reports.
+void write_outputs(const fs::path& dir, const Json& meta, std::vector<Json> records) {
+  std::sort(records.begin(), records.end(),
+            [](const Json& a, const Json& b) { return a["index"].get<std::size_t>() < b["index"].get<std::size_t>(); });
+  const auto paths = swept_paths(meta);
+  {
+    std::ofstream jsonl(dir / "results.jsonl.tmp", std::ios::binary), csv(dir / "results.csv.tmp", std::ios::binary);
+    csv << csv_header(paths);
+    for (const auto& r : records) {
+      jsonl << r.dump() << "\n";
+      csv << csv_row(paths, r);
+    }
+  }
+  fs::rename(dir / "results.jsonl.tmp", dir / "results.jsonl");
+  fs::rename(dir / "results.csv.tmp", dir / "results.csv");
+  std::ofstream(dir / "report.html", std::ios::binary) << reports::sweep_html(meta, records);
+  std::ofstream(dir / "report.md", std::ios::binary) << reports::sweep_markdown(meta, records);
+  for (const auto& [name, svg] : reports::sweep_charts(meta, records))
+    std::ofstream(dir / ("sweep_" + name + ".svg"), std::ios::binary) << svg;
+}
+
+std::string one_line(std::string s) {
+  const std::string prefix = "tpusim: bad input\n";
+  if (s.rfind(prefix, 0) == 0) s = s.substr(prefix.size());
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  for (auto& c : s)
+    if (c == '\n') c = ';';
+  return s;
+}
+
+class Progress {
+ public:
+  Progress(std::size_t total, std::size_t already) : total_(total), done_(already), tty_(isatty(STDERR_FILENO)) {
+    start_ = std::chrono::steady_clock::now();
+  }
+  void point_done(bool failed, const std::string& key) {
+    ++done_;
+    ++ran_;
+    failed_ += failed ? 1 : 0;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const double eta = ran_ > 0 ? elapsed / double(ran_) * double(total_ - done_) : 0;
+    char buf[256];
+    if (tty_) {
+      const int width = 30, filled = int(width * double(done_) / double(std::max<std::size_t>(1, total_)));
+      std::snprintf(buf, sizeof buf, "\r[%s%s] %zu/%zu  failed %zu  elapsed %.1fs  ETA %.1fs ", std::string(filled, '#').c_str(),
+                    std::string(width - filled, '.').c_str(), done_, total_, failed_, elapsed, eta);
+      std::cerr << buf << (done_ == total_ ? "\n" : "") << std::flush;
+    } else {
+      std::snprintf(buf, sizeof buf, "sweep: %zu/%zu done, %zu failed, elapsed %.1f s, ETA %.1f s: %s %s\n", done_, total_, failed_,
+                    elapsed, eta, key.c_str(), failed ? "FAILED" : "ok");
+      std::cerr << buf << std::flush;
+    }
+  }
+
+ private:
+  std::size_t total_, done_, ran_ = 0, failed_ = 0;
+  bool tty_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace
+
+int cmd_sweep(const SweepOptions& o) {
+  std::vector<Axis> grid, zip;
+  for (const auto& g : o.grids) grid.push_back(parse_axis("--grid", g));
+  for (const auto& z : o.zips) zip.push_back(parse_axis("--zip", z));
+  if (grid.empty() && zip.empty()) throw ConfigError("sweep", "", "no --grid or --zip", "at least one axis to sweep");
+  const auto all = enumerate_points(grid, zip);
+  load_study(o.study, o.sets);  // the study itself must be valid; points may still fail
+
+  std::pair<int, int> shard{0, 1};
+  if (!o.shard.empty()) {
+    shard = parse_shard(o.shard);
+  } else if (const char* id = std::getenv("SLURM_ARRAY_TASK_ID"); id && std::getenv("SLURM_ARRAY_TASK_COUNT")) {
+    const int min = std::getenv("SLURM_ARRAY_TASK_MIN") ? std::atoi(std::getenv("SLURM_ARRAY_TASK_MIN")) : 0;
+    shard = parse_shard(std::to_string(std::atoi(id) - min) + "/" + std::getenv("SLURM_ARRAY_TASK_COUNT"));
+  }
+  const auto points = shard_points(all, shard.first, shard.second);
+
+  Json meta{{"schema", "tpusim.sweep/1"},
+            {"study", fs::absolute(o.study).lexically_normal().string()},
+            {"sets", o.sets},
+            {"axes", Json::array()},
+            {"points", all.size()},
+            {"shard", {shard.first, shard.second}}};
+  for (const auto* axes : {&grid, &zip})
+    for (const auto& a : *axes) meta["axes"].push_back(Json{{"path", a.path}, {"values", a.values}, {"zip", axes == &zip}});
+
+  const fs::path dir = o.out.empty() ? fs::path("out/sweep") : fs::path(o.out);
+  fs::create_directories(dir);
+  std::vector<Json> records;
+  if (fs::exists(dir / "results.jsonl")) {
+    if (!o.resume) {
+      throw ConfigError("--out", "", dir.string() + " already holds results.jsonl",
+                        "--resume to continue that sweep, or another --out directory");
+    }
+    Json old;
+    try {
+      old = read_json_file(dir / "sweep.json");
+    } catch (const ConfigError&) {
+    }
+    if (old.is_object() && (old["study"] != meta["study"] || old["axes"] != meta["axes"] || old["sets"] != meta["sets"])) {
+      throw ConfigError("--resume", "", "a different sweep in " + dir.string(), "the same study, --set and axes as the sweep being resumed");
+    }
+    std::map<std::string, std::size_t> wanted;
+    for (const auto& p : points) wanted[p.key()] = p.index;
+    std::map<std::string, bool> seen;
+    for (auto& r : read_records(dir / "results.jsonl"))
+      if (wanted.count(r["key"].get<std::string>()) && !seen[r["key"].get<std::string>()]) {
+        seen[r["key"].get<std::string>()] = true;
+        records.push_back(std::move(r));
+      }
+  }
+  std::ofstream(dir / "sweep.json", std::ios::binary) << meta.dump(2) << "\n";
+  write_outputs(dir, meta, records);  // a clean start: no torn line, CSV matching the record
+
+  std::map<std::string, bool> recorded;
+  for (const auto& r : records) recorded[r["key"].get<std::string>()] = true;
+  std::vector<Point> pending;
+  for (const auto& p : points)
+    if (!recorded.count(p.key())) pending.push_back(p);
+
+  std::ofstream jsonl(dir / "results.jsonl", std::ios::app | std::ios::binary);
+  std::ofstream csv(dir / "results.csv", std::ios::app | std::ios::binary);
+  const auto paths = swept_paths(meta);
+  std::mutex lock;
+  Progress progress(points.size(), points.size() - pending.size());
+  std::atomic<std::size_t> next{0};
+  const int jobs = o.jobs > 0 ? o.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
+  auto worker = [&] {
+    for (std::size_t i = next++; i < pending.size(); i = next++) {
+      const Point& p = pending[i];
+      std::vector<std::string> args = {"run", o.study, "--json"};
+      for (const auto& s : o.sets) args.insert(args.end(), {"--set", s});
+      for (auto& a : p.set_arguments()) args.push_back(a);
+      Json record{{"index", p.index}, {"key", p.key()}, {"point", Json::object()}, {"result", nullptr}, {"error", nullptr}};
+      for (const auto& [path, value] : p.settings) record["point"][path] = value;
+      try {
+        const ChildResult child = run_self(args);
+        if (child.exit_code == 0) record["result"] = Json::parse(child.out);
+        else record["error"] = one_line(child.err.empty() ? "exit code " + std::to_string(child.exit_code) : child.err);
+      } catch (const std::exception& e) {
+        record["error"] = std::string("could not run the point: ") + e.what();
+      }
+      std::lock_guard<std::mutex> guard(lock);
+      jsonl << record.dump() << "\n" << std::flush;
+      csv << csv_row(paths, record) << std::flush;
+      progress.point_done(!record["error"].is_null(), p.key());
+      records.push_back(std::move(record));
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < std::min<int>(jobs, int(pending.size())); ++t) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+  jsonl.close();
+  csv.close();
+  write_outputs(dir, meta, records);
+
+  std::size_t failed = 0;
+  for (const auto& r : records) failed += r["error"].is_null() ? 0 : 1;
+  std::cout << "tpusim sweep: " << records.size() << " points (" << failed << " failed) in " << dir.string()
+            << ": results.jsonl results.csv report.html report.md\n";
+  return failed == 0 ? 0 : 1;
+}
+
+int cmd_merge(const std::vector<std::string>& dirs, const std::string& out) {
+  Json meta;
+  std::vector<Json> records;
+  std::map<std::string, bool> seen;
+  for (const auto& d : dirs) {
+    Json m = read_json_file(fs::path(d) / "sweep.json");
+    if (meta.is_null()) {
+      meta = m;
+    } else if (m["study"] != meta["study"] || m["axes"] != meta["axes"] || m["sets"] != meta["sets"]) {
+      throw ConfigError("merge", "", d, "a shard of the same sweep as " + dirs.front() + " (same study, --set and axes)");
+    }
+    for (auto& r : read_records(fs::path(d) / "results.jsonl"))
+      if (!seen[r["key"].get<std::string>()]) {
+        seen[r["key"].get<std::string>()] = true;
+        records.push_back(std::move(r));
+      }
+  }
+  meta["shard"] = Json::array({0, 1});
+  fs::create_directories(out);
+  std::ofstream(fs::path(out) / "sweep.json", std::ios::binary) << meta.dump(2) << "\n";
+  write_outputs(out, meta, records);
+  std::size_t failed = 0;
+  for (const auto& r : records) failed += r["error"].is_null() ? 0 : 1;
+  std::cout << "tpusim merge: " << records.size() << " of " << meta["points"].get<std::size_t>() << " points (" << failed
+            << " failed) in " << out << "\n";
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace tpusim::cli

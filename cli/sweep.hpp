@@ -1,0 +1,30 @@
+// `tpusim sweep` and `tpusim merge`: every point of a grid run as its own `tpusim run` process
+// (N at a time), results appended point by point to results.jsonl (the record) and
+// results.csv as they finish, resumable after a crash, shardable over a batch system, and
+// summarized in report.html / report.md.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tpusim::cli {
+
+struct SweepOptions {
+  std::string study;
+  std::vector<std::string> sets;   ///< --set applied to every point
+  std::vector<std::string> grids;  ///< --grid PATH=values
+  std::vector<std::string> zips;   ///< --zip PATH=values
+  int jobs = 0;                    ///< 0: the number of cores
+  std::string out;
+  bool resume = false;
+  std::string shard;               ///< "i/n", or empty (then SLURM_ARRAY_TASK_ID/COUNT if set)
+};
+
+/// Returns the exit code: 0 when every point of this shard succeeded, 1 when any failed.
+int cmd_sweep(const SweepOptions& options);
+
+/// Combines the results of shards (or partial runs) of one sweep into `out`.
+int cmd_merge(const std::vector<std::string>& dirs, const std::string& out);
+
+}  // namespace tpusim::cli

@@ -1,0 +1,411 @@
+#include "reports/sweep_report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+#include "reports/run_report.hpp"
+#include "reports/svg.hpp"
+
+namespace tpusim::reports {
+
+namespace {
+
+std::string fmt(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  return buf;
+}
+
+std::string short_num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
+const char* kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
+
+std::string value_text(const Json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+bool ok(const Json& r) { return r["error"].is_null() && r["result"].is_object(); }
+
+/// The axes as (path, values) for the charts.
+struct Axes {
+  std::vector<std::string> paths;
+  std::string x, series, k, m;  // chosen paths ("" when absent)
+};
+
+Axes choose_axes(const Json& meta) {
+  Axes a;
+  std::vector<std::string> numeric;
+  for (const auto& axis : meta["axes"]) {
+    const std::string p = axis["path"].get<std::string>();
+    a.paths.push_back(p);
+    bool all_numbers = axis["values"].size() > 1;
+    for (const auto& v : axis["values"]) all_numbers = all_numbers && v.is_number();
+    if (all_numbers) numeric.push_back(p);
+    if (p == "schedule.stages") a.k = p;
+    if (p == "schedule.microbatches") a.m = p;
+  }
+  a.x = !a.m.empty() ? a.m : (numeric.empty() ? "" : numeric.back());
+  if (!a.k.empty() && a.k != a.x) a.series = a.k;
+  else
+    for (const auto& axis : meta["axes"])
+      if (axis["path"] != a.x && axis["values"].size() > 1) {
+        a.series = axis["path"].get<std::string>();
+        break;
+      }
+  return a;
+}
+
+double tick(double range, int n) {
+  const double raw = range / n;
+  double p = 1;
+  while (p * 10 <= raw) p *= 10;
+  while (p > raw) p /= 10;
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (p * m >= raw) return p * m;
+  return p * 10;
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '&') out += "&amp;";
+    else out += c;
+  }
+  return out;
+}
+
+/// The best fitting configurations, by examples per second.
+std::vector<const Json*> best_fitting(const std::vector<Json>& records, std::size_t n) {
+  std::vector<const Json*> fit;
+  for (const auto& r : records)
+    if (ok(r) && r["result"]["fits"].get<bool>()) fit.push_back(&r);
+  std::stable_sort(fit.begin(), fit.end(), [](const Json* a, const Json* b) {
+    return (*a)["result"]["examples_per_s"].get<double>() > (*b)["result"]["examples_per_s"].get<double>();
+  });
+  if (fit.size() > n) fit.resize(n);
+  return fit;
+}
+
+std::vector<std::string> table_header(const Axes& axes) {
+  std::vector<std::string> h = axes.paths;
+  for (const char* c : {"examples/s", "step time", "bubble (ideal)", "MXU util", "peak HBM", "fits"}) h.push_back(c);
+  return h;
+}
+
+std::vector<std::string> table_row(const Axes& axes, const Json& r) {
+  std::vector<std::string> row;
+  for (const auto& p : axes.paths) row.push_back(value_text(r["point"].value(p, Json(nullptr))));
+  const Json& j = r["result"];
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f", j["examples_per_s"].get<double>());
+  row.push_back(buf);
+  row.push_back(human_seconds(j["step_time_s"].get<double>()));
+  std::snprintf(buf, sizeof buf, "%.1f %%", 100 * j["bubble_fraction"].get<double>());
+  std::string bubble = buf;
+  if (!j["bubble_fraction_ideal"].is_null()) {
+    std::snprintf(buf, sizeof buf, " (%.1f %%)", 100 * j["bubble_fraction_ideal"].get<double>());
+    bubble += buf;
+  }
+  row.push_back(bubble);
+  std::snprintf(buf, sizeof buf, "%.1f %%", 100 * j["mxu_utilization"].get<double>());
+  row.push_back(buf);
+  row.push_back(human_bytes(j["peak_hbm_bytes"].get<double>()));
+  row.push_back(j["fits"].get<bool>() ? "yes" : "no");
+  return row;
+}
+
+}  // namespace
+
+std::string line_chart_svg(const LineChart& c) {
+  const double left = 80, top = 40, w = 560, h = 300, legend = 200;
+  double x0 = 1e300, x1 = -1e300, ymin = c.reference > 0 ? c.reference : 1e300, ymax = c.reference > 0 ? c.reference : 0;
+  for (const auto& [name, pts] : c.series)
+    for (const auto& [x, y] : pts) {
+      const double xv = c.log_x ? std::log2(std::max(x, 1e-300)) : x;
+      x0 = std::min(x0, xv);
+      x1 = std::max(x1, xv);
+      ymax = std::max(ymax, y);
+      if (y > 0) ymin = std::min(ymin, y);
+    }
+  if (x0 > x1) x0 = 0, x1 = 1;
+  if (x1 == x0) x1 = x0 + 1;
+  const bool log_y = ymin < 1e300 && ymax / ymin > 30;
+  double y0 = 0, y1 = ymax > 0 ? ymax * 1.1 : 1;
+  if (log_y) {
+    y0 = std::floor(std::log10(ymin));
+    y1 = std::ceil(std::log10(ymax) + 1e-9);
+  }
+  auto X = [&](double x) { return left + w * ((c.log_x ? std::log2(x) : x) - x0) / (x1 - x0); };
+  auto Y = [&](double y) {
+    const double v = log_y ? std::log10(std::max(y, std::pow(10.0, y0))) : y;
+    return top + h * (1 - (v - y0) / (y1 - y0));
+  };
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + w + legend << "\" height=\"" << top + h + 50
+    << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  s << "<text x=\"" << left << "\" y=\"20\" font-size=\"13\">" << html_escape(c.title) << "</text>\n";
+  std::vector<double> grid;
+  if (log_y) {
+    for (double e = y0; e <= y1; e += 1) grid.push_back(std::pow(10.0, e));
+  } else {
+    const double dy = tick(y1, 5);
+    for (double v = 0; v <= y1; v += dy) grid.push_back(v);
+  }
+  for (double v : grid)
+    s << "<line x1=\"" << left << "\" x2=\"" << left + w << "\" y1=\"" << fmt(Y(v)) << "\" y2=\"" << fmt(Y(v))
+      << "\" stroke=\"#eee\"/><text x=\"" << left - 5 << "\" y=\"" << fmt(Y(v) + 4) << "\" text-anchor=\"end\">" << short_num(v)
+      << "</text>\n";
+  std::set<double> xs;
+  for (const auto& [name, pts] : c.series)
+    for (const auto& [x, y] : pts) xs.insert(x);
+  for (double x : xs)
+    s << "<text x=\"" << fmt(X(x)) << "\" y=\"" << top + h + 16 << "\" text-anchor=\"middle\">" << short_num(x) << "</text>\n";
+  s << "<line x1=\"" << left << "\" x2=\"" << left + w << "\" y1=\"" << top + h << "\" y2=\"" << top + h << "\" stroke=\"#333\"/>\n";
+  s << "<text x=\"" << left + w / 2 << "\" y=\"" << top + h + 34 << "\" text-anchor=\"middle\">" << html_escape(c.x_label)
+    << (c.log_x ? " (log scale)" : "") << "</text>\n";
+  s << "<text x=\"14\" y=\"" << top + h / 2 << "\" transform=\"rotate(-90 14 " << top + h / 2 << ")\" text-anchor=\"middle\">"
+    << html_escape(c.y_label) << (log_y ? " (log scale)" : "") << "</text>\n";
+  if (c.reference > 0) {
+    s << "<line x1=\"" << left << "\" x2=\"" << left + w << "\" y1=\"" << fmt(Y(c.reference)) << "\" y2=\"" << fmt(Y(c.reference))
+      << "\" stroke=\"#d00\" stroke-width=\"2\" stroke-dasharray=\"6 3\"/><text x=\"" << left + 4 << "\" y=\""
+      << fmt(Y(c.reference) - 4) << "\" fill=\"#d00\">" << html_escape(c.reference_label) << "</text>\n";
+  }
+  int i = 0;
+  for (const auto& [name, pts0] : c.series) {
+    auto pts = pts0;
+    std::sort(pts.begin(), pts.end());
+    const char* colour = kPalette[i % 10];
+    std::string poly;
+    for (const auto& [x, y] : pts) poly += fmt(X(x)) + "," + fmt(Y(y)) + " ";
+    s << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"2\" points=\"" << poly << "\"/>\n";
+    for (const auto& [x, y] : pts)
+      s << "<circle cx=\"" << fmt(X(x)) << "\" cy=\"" << fmt(Y(y)) << "\" r=\"3\" fill=\"" << colour << "\"><title>" << html_escape(name)
+        << ": " << short_num(x) << " -> " << short_num(y) << "</title></circle>\n";
+    s << "<rect x=\"" << left + w + 15 << "\" y=\"" << top + 16 * i << "\" width=\"10\" height=\"10\" fill=\"" << colour
+      << "\"/><text x=\"" << left + w + 30 << "\" y=\"" << top + 16 * i + 9 << "\">" << html_escape(name) << "</text>\n";
+    ++i;
+  }
+  s << "</svg>\n";
+  return s.str();
+}
+
+std::string heatmap_svg(const std::string& title, const std::string& row_label, const std::vector<std::string>& rows,
+                        const std::string& col_label, const std::vector<std::string>& cols,
+                        const std::vector<std::vector<double>>& values) {
+  const double left = 70, top = 44, cw = std::clamp(360.0 / std::max<std::size_t>(1, cols.size()), 30.0, 60.0), ch = 26;
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << fmt(left + cw * double(cols.size()) + 20) << "\" height=\""
+    << fmt(top + ch * double(rows.size()) + 40) << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  s << "<text x=\"4\" y=\"18\" font-size=\"13\">" << html_escape(title) << "</text>\n";
+  s << "<text x=\"" << fmt(left) << "\" y=\"36\">" << html_escape(col_label) << " &#8594;</text>\n";
+  s << "<text x=\"4\" y=\"" << fmt(top - 4) << "\">" << html_escape(row_label) << " &#8595;</text>\n";
+  for (std::size_t c = 0; c < cols.size(); ++c)
+    s << "<text x=\"" << fmt(left + cw * (double(c) + 0.5)) << "\" y=\"" << fmt(top + ch * double(rows.size()) + 14)
+      << "\" text-anchor=\"middle\">" << html_escape(cols[c]) << "</text>\n";
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    s << "<text x=\"" << fmt(left - 6) << "\" y=\"" << fmt(top + ch * (double(r) + 0.65)) << "\" text-anchor=\"end\">"
+      << html_escape(rows[r]) << "</text>\n";
+    for (std::size_t c = 0; c < cols.size(); ++c) {
+      const double v = values[r][c];
+      const double x = left + cw * double(c), y = top + ch * double(r);
+      if (std::isnan(v)) {
+        s << "<rect x=\"" << fmt(x) << "\" y=\"" << fmt(y) << "\" width=\"" << fmt(cw - 1) << "\" height=\"" << ch - 1
+          << "\" fill=\"#f4f4f4\"/>\n";
+        continue;
+      }
+      // White (0) to dark red (1).
+      const int g = int(255 * (1 - std::clamp(v, 0.0, 1.0)));
+      char colour[16];
+      std::snprintf(colour, sizeof colour, "#%02x%02x%02x", 255, g, g);
+      char label[16];
+      std::snprintf(label, sizeof label, "%.0f%%", 100 * v);
+      s << "<rect x=\"" << fmt(x) << "\" y=\"" << fmt(y) << "\" width=\"" << fmt(cw - 1) << "\" height=\"" << ch - 1 << "\" fill=\""
+        << colour << "\"/><text x=\"" << fmt(x + cw / 2) << "\" y=\"" << fmt(y + ch * 0.65) << "\" text-anchor=\"middle\" fill=\""
+        << (v > 0.6 ? "#fff" : "#000") << "\">" << label << "</text>\n";
+    }
+  }
+  s << "</svg>\n";
+  return s.str();
+}
+
+std::map<std::string, std::string> sweep_charts(const Json& meta, const std::vector<Json>& records) {
+  std::map<std::string, std::string> charts;
+  const Axes axes = choose_axes(meta);
+  if (axes.x.empty()) return charts;
+  // Series appear in the order of their axis values.
+  auto value_rank = [&](const std::string& path, const Json& v) {
+    for (const auto& a : meta["axes"])
+      if (a["path"] == path)
+        for (std::size_t i = 0; i < a["values"].size(); ++i)
+          if (a["values"][i] == v) return int(i);
+    return 0;
+  };
+  auto series_of = [&](const std::string& path, const Json& r) {
+    if (path.empty()) return std::make_pair(0, std::string("all"));
+    const Json v = r["point"].value(path, Json(nullptr));
+    return std::make_pair(value_rank(path, v), path + "=" + value_text(v));
+  };
+  auto series_name = [&](const Json& r) { return series_of(axes.series, r); };
+  // Examples/s against x, best over any other axes.
+  LineChart throughput{"Examples per second", axes.x, "examples/s", {}, false, -1, ""};
+  std::map<std::pair<int, std::string>, std::map<double, double>> best;
+  bool positive = true;
+  for (const auto& r : records) {
+    if (!ok(r) || !r["point"].contains(axes.x) || !r["point"][axes.x].is_number()) continue;
+    const double x = r["point"][axes.x].get<double>();
+    positive = positive && x > 0;
+    double& v = best[series_name(r)][x];
+    v = std::max(v, r["result"]["examples_per_s"].get<double>());
+  }
+  for (const auto& [name, pts] : best) {
+    throughput.series.emplace_back(name.second, std::vector<std::pair<double, double>>(pts.begin(), pts.end()));
+  }
+  throughput.log_x = positive && axes.x == axes.m;
+  if (!throughput.series.empty()) charts["throughput"] = line_chart_svg(throughput);
+
+  if (!axes.k.empty() && !axes.m.empty()) {
+    std::vector<double> ks, ms;
+    for (const auto& a : meta["axes"]) {
+      if (a["path"] == axes.k)
+        for (const auto& v : a["values"]) ks.push_back(v.get<double>());
+      if (a["path"] == axes.m)
+        for (const auto& v : a["values"]) ms.push_back(v.get<double>());
+    }
+    std::vector<std::vector<double>> measured(ks.size(), std::vector<double>(ms.size(), 0)), ideal = measured, count = measured;
+    for (const auto& r : records) {
+      if (!ok(r)) continue;
+      const auto ki = std::find(ks.begin(), ks.end(), r["point"][axes.k].get<double>()) - ks.begin();
+      const auto mi = std::find(ms.begin(), ms.end(), r["point"][axes.m].get<double>()) - ms.begin();
+      measured[ki][mi] += r["result"]["bubble_fraction"].get<double>();
+      ideal[ki][mi] += r["result"]["bubble_fraction_ideal"].is_null() ? 0.0 : r["result"]["bubble_fraction_ideal"].get<double>();
+      count[ki][mi] += 1;
+    }
+    std::vector<std::string> klabels, mlabels;
+    for (double k : ks) klabels.push_back(short_num(k));
+    for (double m : ms) mlabels.push_back(short_num(m));
+    for (std::size_t i = 0; i < ks.size(); ++i)
+      for (std::size_t j = 0; j < ms.size(); ++j) {
+        measured[i][j] = count[i][j] > 0 ? measured[i][j] / count[i][j] : NAN;
+        ideal[i][j] = count[i][j] > 0 ? ideal[i][j] / count[i][j] : NAN;
+      }
+    charts["bubble"] = heatmap_svg("Bubble fraction, measured", "K", klabels, "M", mlabels, measured) +
+                       heatmap_svg("Bubble fraction, ideal (K-1)/(M+K-1)", "K", klabels, "M", mlabels, ideal);
+  }
+
+  // Peak HBM against K (or x), one line per M (or series), with the capacity.
+  const std::string mx = !axes.k.empty() ? axes.k : axes.x;
+  const std::string ms = !axes.k.empty() ? axes.m : axes.series;
+  LineChart memory{"Peak HBM per core", mx, "GiB", {}, false, -1, ""};
+  std::map<std::pair<int, std::string>, std::map<double, double>> peak;
+  for (const auto& r : records) {
+    if (!ok(r) || !r["point"].contains(mx) || !r["point"][mx].is_number()) continue;
+    double& v = peak[series_of(ms, r)][r["point"][mx].get<double>()];
+    v = std::max(v, r["result"]["peak_hbm_bytes"].get<double>() / (1024.0 * 1024 * 1024));
+    memory.reference = r["result"]["hbm_capacity_bytes"].get<double>() / (1024.0 * 1024 * 1024);
+  }
+  memory.reference_label = "HBM capacity";
+  for (const auto& [name, pts] : peak) {
+    memory.series.emplace_back(name.second, std::vector<std::pair<double, double>>(pts.begin(), pts.end()));
+  }
+  if (!memory.series.empty()) charts["memory"] = line_chart_svg(memory);
+  return charts;
+}
+
+std::string sweep_html(const Json& meta, const std::vector<Json>& records) {
+  const Axes axes = choose_axes(meta);
+  std::ostringstream h;
+  h << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>tpusim sweep</title>\n<style>"
+       "body{font-family:sans-serif;margin:24px;color:#222;max-width:1100px}table{border-collapse:collapse;margin:8px 0}"
+       "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:right}th{background:#f4f4f4}"
+       "h2{margin-top:28px}.fail{color:#b00}svg{margin:6px 12px 6px 0;vertical-align:top}</style></head><body>\n";
+  std::size_t failed = 0;
+  for (const auto& r : records) failed += ok(r) ? 0 : 1;
+  h << "<h1>tpusim sweep</h1>\n<p>Study <code>" << html_escape(meta["study"].get<std::string>()) << "</code>: " << records.size()
+    << " of " << meta["points"].get<std::size_t>() << " points recorded, " << failed << " failed. Axes: ";
+  for (const auto& a : meta["axes"]) h << "<code>" << html_escape(a["path"].get<std::string>()) << "</code> (" << a["values"].size() << ") ";
+  h << "</p>\n";
+  const auto charts = sweep_charts(meta, records);
+  for (const char* name : {"throughput", "bubble", "memory"}) {
+    auto it = charts.find(name);
+    if (it != charts.end()) h << "<div>" << it->second << "</div>\n";
+  }
+  auto table = [&](const std::vector<const Json*>& rows) {
+    h << "<table><tr>";
+    for (const auto& c : table_header(axes)) h << "<th>" << html_escape(c) << "</th>";
+    h << "</tr>\n";
+    for (const Json* r : rows) {
+      h << "<tr>";
+      for (const auto& c : table_row(axes, *r)) h << "<td>" << html_escape(c) << "</td>";
+      h << "</tr>\n";
+    }
+    h << "</table>\n";
+  };
+  h << "<h2>Best configurations that fit</h2>\n";
+  const auto best = best_fitting(records, 10);
+  if (best.empty()) h << "<p>No configuration fits.</p>\n";
+  else table(best);
+  std::vector<const Json*> all;
+  for (const auto& r : records)
+    if (ok(r)) all.push_back(&r);
+  h << "<h2>All points</h2>\n";
+  table(all);
+  if (failed > 0) {
+    h << "<h2 class=\"fail\">Failed points</h2>\n<table><tr><th>point</th><th>error</th></tr>\n";
+    for (const auto& r : records)
+      if (!ok(r))
+        h << "<tr><td>" << html_escape(r["key"].get<std::string>()) << "</td><td style=\"text-align:left\">"
+          << html_escape(r["error"].is_string() ? r["error"].get<std::string>() : "") << "</td></tr>\n";
+    h << "</table>\n";
+  }
+  h << "</body></html>\n";
+  return h.str();
+}
+
+std::string sweep_markdown(const Json& meta, const std::vector<Json>& records) {
+  const Axes axes = choose_axes(meta);
+  std::ostringstream md;
+  std::size_t failed = 0;
+  for (const auto& r : records) failed += ok(r) ? 0 : 1;
+  md << "# tpusim sweep\n\nStudy `" << meta["study"].get<std::string>() << "`: " << records.size() << " of "
+     << meta["points"].get<std::size_t>() << " points recorded, " << failed << " failed.\n\n";
+  const auto charts = sweep_charts(meta, records);
+  for (const auto& [name, svg] : charts) md << "![" << name << "](sweep_" << name << ".svg)\n\n";
+  auto table = [&](const std::vector<const Json*>& rows) {
+    const auto header = table_header(axes);
+    md << "|";
+    for (const auto& c : header) md << " " << c << " |";
+    md << "\n|";
+    for (std::size_t i = 0; i < header.size(); ++i) md << " --- |";
+    md << "\n";
+    for (const Json* r : rows) {
+      md << "|";
+      for (const auto& c : table_row(axes, *r)) md << " " << c << " |";
+      md << "\n";
+    }
+    md << "\n";
+  };
+  md << "## Best configurations that fit\n\n";
+  const auto best = best_fitting(records, 10);
+  if (best.empty()) md << "No configuration fits.\n\n";
+  else table(best);
+  std::vector<const Json*> all;
+  for (const auto& r : records)
+    if (ok(r)) all.push_back(&r);
+  md << "## All points\n\n";
+  table(all);
+  if (failed > 0) {
+    md << "## Failed points\n\n| point | error |\n| --- | --- |\n";
+    for (const auto& r : records)
+      if (!ok(r)) md << "| " << r["key"].get<std::string>() << " | " << (r["error"].is_string() ? r["error"].get<std::string>() : "") << " |\n";
+  }
+  return md.str();
+}
+
+}  // namespace tpusim::reports

@@ -1,0 +1,40 @@
+// Reports of a sweep (records as written to results.jsonl, meta as in sweep.json):
+// self-contained report.html (inline SVG and CSS, no network) and report.md with its charts
+// as SVG files. Charts follow the axes: examples/s against the micro-batch count (or the last
+// numeric axis) per partition count, measured and ideal bubble as K x M heatmaps, peak HBM
+// against K with the capacity line; then the best configurations that fit and the failures.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tpusim::reports {
+
+using Json = nlohmann::json;
+
+/// Chart name ("throughput", "bubble", "memory") -> SVG. Only the charts the axes allow.
+std::map<std::string, std::string> sweep_charts(const Json& meta, const std::vector<Json>& records);
+std::string sweep_html(const Json& meta, const std::vector<Json>& records);
+std::string sweep_markdown(const Json& meta, const std::vector<Json>& records);
+
+/// A line chart: one polyline per series of (x, y) points, in the given order; an optional
+/// horizontal reference line (e.g. the HBM capacity). x is drawn on a log2 scale when `log_x`;
+/// y on a log10 scale when its values span more than a factor of 30.
+struct LineChart {
+  std::string title, x_label, y_label;
+  std::vector<std::pair<std::string, std::vector<std::pair<double, double>>>> series;
+  bool log_x = false;
+  double reference = -1;  ///< < 0: none
+  std::string reference_label;
+};
+std::string line_chart_svg(const LineChart& chart);
+
+/// A heatmap of `values[row][col]` (NaN: no data), labelled with the values as percentages.
+std::string heatmap_svg(const std::string& title, const std::string& row_label, const std::vector<std::string>& rows,
+                        const std::string& col_label, const std::vector<std::string>& cols,
+                        const std::vector<std::vector<double>>& values);
+
+}  // namespace tpusim::reports
