@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
   auto* run_cmd = app.add_subcommand("run", "simulate one training step of a study");
   run_cmd->add_option("study", run.study, "study JSON file")->required();
   run_cmd->add_option("--set", run.sets, "override a study field: dotted.path=value (repeatable)");
-  run_cmd->add_option("--out", run.out, "write result.json (and trace.json) into this directory");
+  run_cmd->add_option("--out", run.out, "write result.json, report.md, timeline.svg, memory.svg (and trace.json) here");
   run_cmd->add_flag("--json", run.json, "print result.json to stdout instead of the summary");
   run_cmd->add_flag("--trace", run.trace, "also write a Chrome/Perfetto trace (needs --out)");
   run_cmd->add_flag("--require-fit", run.require_fit, "exit 1 if the step does not fit in HBM");

@@ -8,13 +8,16 @@ namespace tpusim::reports {
 
 namespace {
 
-std::string fmt(double v) {
+
+}  // namespace
+
+std::string svg_number(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f", v);
   return buf;
 }
 
-std::string escape(const std::string& s) {
+std::string xml_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
@@ -40,8 +43,6 @@ double tick_step(double range, int ticks) {
 }
 
 
-
-}  // namespace
 
 const char* phase_colour(const std::string& phase) {
   if (phase == "forward") return "#4e79a7";
@@ -71,7 +72,7 @@ std::string timeline_svg(const sim::TaskGraph& graph, const sim::SimResult& r, i
   auto x = [&](double t) { return left + plot_w * t / step; };
 
   std::ostringstream s;
-  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << fmt(height)
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << svg_number(height)
     << "\" font-family=\"sans-serif\" font-size=\"10\">\n";
   s << "<text x=\"" << left << "\" y=\"16\" font-size=\"13\">Step timeline: " << human_seconds(r.step_time_s, true);
   int shown_of = 0;
@@ -81,29 +82,29 @@ std::string timeline_svg(const sim::TaskGraph& graph, const sim::SimResult& r, i
   // Legend.
   double lx = left;
   for (const char* p : {"forward", "backward", "recompute", "update", "transfer", "collective"}) {
-    s << "<rect x=\"" << fmt(lx) << "\" y=\"22\" width=\"10\" height=\"10\" fill=\"" << phase_colour(p) << "\"/>"
-      << "<text x=\"" << fmt(lx + 14) << "\" y=\"31\">" << p << "</text>\n";
+    s << "<rect x=\"" << svg_number(lx) << "\" y=\"22\" width=\"10\" height=\"10\" fill=\"" << phase_colour(p) << "\"/>"
+      << "<text x=\"" << svg_number(lx + 14) << "\" y=\"31\">" << p << "</text>\n";
     lx += 90;
   }
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const double y = top + row_h * double(i);
-    s << "<text x=\"4\" y=\"" << fmt(y + 14) << "\">core " << rows[i] << "</text>\n";
-    s << "<line x1=\"" << left << "\" x2=\"" << fmt(left + plot_w) << "\" y1=\"" << fmt(y + row_h - 1) << "\" y2=\""
-      << fmt(y + row_h - 1) << "\" stroke=\"#eee\"/>\n";
+    s << "<text x=\"4\" y=\"" << svg_number(y + 14) << "\">core " << rows[i] << "</text>\n";
+    s << "<line x1=\"" << left << "\" x2=\"" << svg_number(left + plot_w) << "\" y1=\"" << svg_number(y + row_h - 1) << "\" y2=\""
+      << svg_number(y + row_h - 1) << "\" stroke=\"#eee\"/>\n";
   }
   for (int id = 0; id < graph.size(); ++id) {
     const sim::Task& t = graph.task(id);
     const double t0 = r.tasks[id].start_s, t1 = r.tasks[id].end_s;
     const double w = std::max(0.5, x(t1) - x(t0));
-    std::string title = escape(t.name) + " (" + human_seconds(t1 - t0, true) + ")";
+    std::string title = xml_escape(t.name) + " (" + human_seconds(t1 - t0, true) + ")";
     if (t.kind == sim::TaskKind::Compute) {
       if (row_of[t.core] < 0) continue;
       const double y = top + row_h * row_of[t.core];
-      s << "<rect x=\"" << fmt(x(t0)) << "\" y=\"" << fmt(y + 2) << "\" width=\"" << fmt(w) << "\" height=\""
-        << fmt(row_h - lane_h - 5) << "\" fill=\"" << phase_colour(t.phase) << "\" stroke=\"#fff\" stroke-width=\"0.5\"><title>"
+      s << "<rect x=\"" << svg_number(x(t0)) << "\" y=\"" << svg_number(y + 2) << "\" width=\"" << svg_number(w) << "\" height=\""
+        << svg_number(row_h - lane_h - 5) << "\" fill=\"" << phase_colour(t.phase) << "\" stroke=\"#fff\" stroke-width=\"0.5\"><title>"
         << title << "</title></rect>\n";
       if (t.micro_batch >= 0 && w > 12) {
-        s << "<text x=\"" << fmt(x(t0) + w / 2) << "\" y=\"" << fmt(y + 14) << "\" fill=\"#fff\" text-anchor=\"middle\">"
+        s << "<text x=\"" << svg_number(x(t0) + w / 2) << "\" y=\"" << svg_number(y + 14) << "\" fill=\"#fff\" text-anchor=\"middle\">"
           << t.micro_batch << "</text>\n";
       }
       continue;
@@ -114,18 +115,18 @@ std::string timeline_svg(const sim::TaskGraph& graph, const sim::SimResult& r, i
     for (int c : cores) {
       if (row_of[c] < 0) continue;
       const double y = top + row_h * row_of[c] + row_h - lane_h - 2;
-      s << "<rect x=\"" << fmt(x(t0)) << "\" y=\"" << fmt(y) << "\" width=\"" << fmt(w) << "\" height=\"" << fmt(lane_h)
+      s << "<rect x=\"" << svg_number(x(t0)) << "\" y=\"" << svg_number(y) << "\" width=\"" << svg_number(w) << "\" height=\"" << svg_number(lane_h)
         << "\" fill=\"" << colour << "\" opacity=\"0.8\"><title>" << title << "</title></rect>\n";
     }
   }
   // Time axis.
   const double axis_y = top + row_h * double(rows.size()) + 8;
-  s << "<line x1=\"" << left << "\" x2=\"" << fmt(left + plot_w) << "\" y1=\"" << fmt(axis_y) << "\" y2=\"" << fmt(axis_y)
+  s << "<line x1=\"" << left << "\" x2=\"" << svg_number(left + plot_w) << "\" y1=\"" << svg_number(axis_y) << "\" y2=\"" << svg_number(axis_y)
     << "\" stroke=\"#333\"/>\n";
   const double dt = tick_step(step, 8);
   for (double t = 0; t <= step * (1 + 1e-9); t += dt) {
-    s << "<line x1=\"" << fmt(x(t)) << "\" x2=\"" << fmt(x(t)) << "\" y1=\"" << fmt(axis_y) << "\" y2=\"" << fmt(axis_y + 4)
-      << "\" stroke=\"#333\"/><text x=\"" << fmt(x(t)) << "\" y=\"" << fmt(axis_y + 16) << "\" text-anchor=\"middle\">"
+    s << "<line x1=\"" << svg_number(x(t)) << "\" x2=\"" << svg_number(x(t)) << "\" y1=\"" << svg_number(axis_y) << "\" y2=\"" << svg_number(axis_y + 4)
+      << "\" stroke=\"#333\"/><text x=\"" << svg_number(x(t)) << "\" y=\"" << svg_number(axis_y + 16) << "\" text-anchor=\"middle\">"
       << human_seconds(t, true) << "</text>\n";
   }
   s << "</svg>\n";
@@ -147,15 +148,15 @@ std::string memory_svg(const Json& result, int max_bars) {
   const char* cats[] = {"weights", "optimizer", "gradients", "activations", "workspace"};
 
   std::ostringstream s;
-  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << fmt(width) << "\" height=\"" << fmt(height)
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << svg_number(width) << "\" height=\"" << svg_number(height)
     << "\" font-family=\"sans-serif\" font-size=\"10\">\n";
   s << "<text x=\"" << left << "\" y=\"16\" font-size=\"13\">Peak HBM per core, by category at the peak</text>\n";
   const double gib = 1024.0 * 1024 * 1024;
   const double dy = tick_step(top_value / gib, 5);
   for (double v = 0; v * gib <= top_value; v += dy) {
-    s << "<line x1=\"" << left << "\" x2=\"" << fmt(left + bar_w * double(shown.size())) << "\" y1=\"" << fmt(y(v * gib))
-      << "\" y2=\"" << fmt(y(v * gib)) << "\" stroke=\"#eee\"/><text x=\"" << left - 4 << "\" y=\"" << fmt(y(v * gib) + 3)
-      << "\" text-anchor=\"end\">" << fmt(v) << " GiB</text>\n";
+    s << "<line x1=\"" << left << "\" x2=\"" << svg_number(left + bar_w * double(shown.size())) << "\" y1=\"" << svg_number(y(v * gib))
+      << "\" y2=\"" << svg_number(y(v * gib)) << "\" stroke=\"#eee\"/><text x=\"" << left - 4 << "\" y=\"" << svg_number(y(v * gib) + 3)
+      << "\" text-anchor=\"end\">" << svg_number(v) << " GiB</text>\n";
   }
   for (std::size_t i = 0; i < shown.size(); ++i) {
     const auto& core = cores[shown[i]];
@@ -163,27 +164,27 @@ std::string memory_svg(const Json& result, int max_bars) {
     for (const char* cat : cats) {
       const double v = core["hbm_at_peak"][cat].get<double>();
       if (v <= 0) continue;
-      s << "<rect x=\"" << fmt(left + bar_w * double(i) + 1) << "\" y=\"" << fmt(y(base + v)) << "\" width=\"" << fmt(bar_w - 2)
-        << "\" height=\"" << fmt(y(base) - y(base + v)) << "\" fill=\"" << phase_colour(cat) << "\"><title>core "
+      s << "<rect x=\"" << svg_number(left + bar_w * double(i) + 1) << "\" y=\"" << svg_number(y(base + v)) << "\" width=\"" << svg_number(bar_w - 2)
+        << "\" height=\"" << svg_number(y(base) - y(base + v)) << "\" fill=\"" << phase_colour(cat) << "\"><title>core "
         << shown[i] << " " << cat << " " << human_bytes(v) << "</title></rect>\n";
       base += v;
     }
     if (bar_w >= 14 || i % 8 == 0)
-      s << "<text x=\"" << fmt(left + bar_w * (double(i) + 0.5)) << "\" y=\"" << fmt(top + plot_h + 14)
+      s << "<text x=\"" << svg_number(left + bar_w * (double(i) + 0.5)) << "\" y=\"" << svg_number(top + plot_h + 14)
         << "\" text-anchor=\"middle\">" << shown[i] << "</text>\n";
   }
-  s << "<line x1=\"" << left << "\" x2=\"" << fmt(left + bar_w * double(shown.size())) << "\" y1=\"" << fmt(y(capacity))
-    << "\" y2=\"" << fmt(y(capacity)) << "\" stroke=\"#d00\" stroke-width=\"2\" stroke-dasharray=\"6 3\"/>"
-    << "<text x=\"" << fmt(left + 4) << "\" y=\"" << fmt(y(capacity) - 4) << "\" fill=\"#d00\">HBM capacity "
+  s << "<line x1=\"" << left << "\" x2=\"" << svg_number(left + bar_w * double(shown.size())) << "\" y1=\"" << svg_number(y(capacity))
+    << "\" y2=\"" << svg_number(y(capacity)) << "\" stroke=\"#d00\" stroke-width=\"2\" stroke-dasharray=\"6 3\"/>"
+    << "<text x=\"" << svg_number(left + 4) << "\" y=\"" << svg_number(y(capacity) - 4) << "\" fill=\"#d00\">HBM capacity "
     << human_bytes(capacity) << "</text>\n";
   double ly = top + 20;
   for (const char* cat : cats) {
-    s << "<rect x=\"" << fmt(left + bar_w * double(shown.size()) + 10) << "\" y=\"" << fmt(ly) << "\" width=\"10\" height=\"10\" fill=\""
-      << phase_colour(cat) << "\"/><text x=\"" << fmt(left + bar_w * double(shown.size()) + 24) << "\" y=\"" << fmt(ly + 9) << "\">"
+    s << "<rect x=\"" << svg_number(left + bar_w * double(shown.size()) + 10) << "\" y=\"" << svg_number(ly) << "\" width=\"10\" height=\"10\" fill=\""
+      << phase_colour(cat) << "\"/><text x=\"" << svg_number(left + bar_w * double(shown.size()) + 24) << "\" y=\"" << svg_number(ly + 9) << "\">"
       << cat << "</text>\n";
     ly += 16;
   }
-  s << "<text x=\"" << fmt(left) << "\" y=\"" << fmt(top + plot_h + 30) << "\">core</text>\n</svg>\n";
+  s << "<text x=\"" << svg_number(left) << "\" y=\"" << svg_number(top + plot_h + 30) << "\">core</text>\n</svg>\n";
   return s.str();
 }
 

@@ -21,4 +21,13 @@ std::string memory_svg(const Json& result, int max_bars = 64);
 /// Colour used for a task phase or memory category (shared with the HTML reports).
 const char* phase_colour(const std::string& phase);
 
+/// A coordinate for SVG output: two decimals, so output is compact and deterministic.
+std::string svg_number(double v);
+
+/// Text escaped for SVG/HTML content and attributes.
+std::string xml_escape(const std::string& text);
+
+/// A round step (1, 2 or 5 times a power of ten) giving about `ticks` ticks over `range`.
+double tick_step(double range, int ticks);
+
 }  // namespace tpusim::reports

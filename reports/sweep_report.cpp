@@ -13,11 +13,6 @@ namespace tpusim::reports {
 
 namespace {
 
-std::string fmt(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", v);
-  return buf;
-}
 
 std::string short_num(double v) {
   char buf[32];
@@ -58,27 +53,6 @@ Axes choose_axes(const Json& meta) {
         break;
       }
   return a;
-}
-
-double tick(double range, int n) {
-  const double raw = range / n;
-  double p = 1;
-  while (p * 10 <= raw) p *= 10;
-  while (p > raw) p /= 10;
-  for (double m : {1.0, 2.0, 5.0, 10.0})
-    if (p * m >= raw) return p * m;
-  return p * 10;
-}
-
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
-  }
-  return out;
 }
 
 /// The best fitting configurations, by examples per second.
@@ -150,32 +124,32 @@ std::string line_chart_svg(const LineChart& c) {
   std::ostringstream s;
   s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + w + legend << "\" height=\"" << top + h + 50
     << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
-  s << "<text x=\"" << left << "\" y=\"20\" font-size=\"13\">" << html_escape(c.title) << "</text>\n";
+  s << "<text x=\"" << left << "\" y=\"20\" font-size=\"13\">" << xml_escape(c.title) << "</text>\n";
   std::vector<double> grid;
   if (log_y) {
     for (double e = y0; e <= y1; e += 1) grid.push_back(std::pow(10.0, e));
   } else {
-    const double dy = tick(y1, 5);
+    const double dy = tick_step(y1, 5);
     for (double v = 0; v <= y1; v += dy) grid.push_back(v);
   }
   for (double v : grid)
-    s << "<line x1=\"" << left << "\" x2=\"" << left + w << "\" y1=\"" << fmt(Y(v)) << "\" y2=\"" << fmt(Y(v))
-      << "\" stroke=\"#eee\"/><text x=\"" << left - 5 << "\" y=\"" << fmt(Y(v) + 4) << "\" text-anchor=\"end\">" << short_num(v)
+    s << "<line x1=\"" << left << "\" x2=\"" << left + w << "\" y1=\"" << svg_number(Y(v)) << "\" y2=\"" << svg_number(Y(v))
+      << "\" stroke=\"#eee\"/><text x=\"" << left - 5 << "\" y=\"" << svg_number(Y(v) + 4) << "\" text-anchor=\"end\">" << short_num(v)
       << "</text>\n";
   std::set<double> xs;
   for (const auto& [name, pts] : c.series)
     for (const auto& [x, y] : pts) xs.insert(x);
   for (double x : xs)
-    s << "<text x=\"" << fmt(X(x)) << "\" y=\"" << top + h + 16 << "\" text-anchor=\"middle\">" << short_num(x) << "</text>\n";
+    s << "<text x=\"" << svg_number(X(x)) << "\" y=\"" << top + h + 16 << "\" text-anchor=\"middle\">" << short_num(x) << "</text>\n";
   s << "<line x1=\"" << left << "\" x2=\"" << left + w << "\" y1=\"" << top + h << "\" y2=\"" << top + h << "\" stroke=\"#333\"/>\n";
-  s << "<text x=\"" << left + w / 2 << "\" y=\"" << top + h + 34 << "\" text-anchor=\"middle\">" << html_escape(c.x_label)
+  s << "<text x=\"" << left + w / 2 << "\" y=\"" << top + h + 34 << "\" text-anchor=\"middle\">" << xml_escape(c.x_label)
     << (c.log_x ? " (log scale)" : "") << "</text>\n";
   s << "<text x=\"14\" y=\"" << top + h / 2 << "\" transform=\"rotate(-90 14 " << top + h / 2 << ")\" text-anchor=\"middle\">"
-    << html_escape(c.y_label) << (log_y ? " (log scale)" : "") << "</text>\n";
+    << xml_escape(c.y_label) << (log_y ? " (log scale)" : "") << "</text>\n";
   if (c.reference > 0) {
-    s << "<line x1=\"" << left << "\" x2=\"" << left + w << "\" y1=\"" << fmt(Y(c.reference)) << "\" y2=\"" << fmt(Y(c.reference))
+    s << "<line x1=\"" << left << "\" x2=\"" << left + w << "\" y1=\"" << svg_number(Y(c.reference)) << "\" y2=\"" << svg_number(Y(c.reference))
       << "\" stroke=\"#d00\" stroke-width=\"2\" stroke-dasharray=\"6 3\"/><text x=\"" << left + 4 << "\" y=\""
-      << fmt(Y(c.reference) - 4) << "\" fill=\"#d00\">" << html_escape(c.reference_label) << "</text>\n";
+      << svg_number(Y(c.reference) - 4) << "\" fill=\"#d00\">" << xml_escape(c.reference_label) << "</text>\n";
   }
   int i = 0;
   for (const auto& [name, pts0] : c.series) {
@@ -183,13 +157,13 @@ std::string line_chart_svg(const LineChart& c) {
     std::sort(pts.begin(), pts.end());
     const char* colour = kPalette[i % 10];
     std::string poly;
-    for (const auto& [x, y] : pts) poly += fmt(X(x)) + "," + fmt(Y(y)) + " ";
+    for (const auto& [x, y] : pts) poly += svg_number(X(x)) + "," + svg_number(Y(y)) + " ";
     s << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"2\" points=\"" << poly << "\"/>\n";
     for (const auto& [x, y] : pts)
-      s << "<circle cx=\"" << fmt(X(x)) << "\" cy=\"" << fmt(Y(y)) << "\" r=\"3\" fill=\"" << colour << "\"><title>" << html_escape(name)
+      s << "<circle cx=\"" << svg_number(X(x)) << "\" cy=\"" << svg_number(Y(y)) << "\" r=\"3\" fill=\"" << colour << "\"><title>" << xml_escape(name)
         << ": " << short_num(x) << " -> " << short_num(y) << "</title></circle>\n";
     s << "<rect x=\"" << left + w + 15 << "\" y=\"" << top + 16 * i << "\" width=\"10\" height=\"10\" fill=\"" << colour
-      << "\"/><text x=\"" << left + w + 30 << "\" y=\"" << top + 16 * i + 9 << "\">" << html_escape(name) << "</text>\n";
+      << "\"/><text x=\"" << left + w + 30 << "\" y=\"" << top + 16 * i + 9 << "\">" << xml_escape(name) << "</text>\n";
     ++i;
   }
   s << "</svg>\n";
@@ -201,22 +175,22 @@ std::string heatmap_svg(const std::string& title, const std::string& row_label, 
                         const std::vector<std::vector<double>>& values) {
   const double left = 70, top = 44, cw = std::clamp(360.0 / std::max<std::size_t>(1, cols.size()), 30.0, 60.0), ch = 26;
   std::ostringstream s;
-  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << fmt(left + cw * double(cols.size()) + 20) << "\" height=\""
-    << fmt(top + ch * double(rows.size()) + 40) << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
-  s << "<text x=\"4\" y=\"18\" font-size=\"13\">" << html_escape(title) << "</text>\n";
-  s << "<text x=\"" << fmt(left) << "\" y=\"36\">" << html_escape(col_label) << " &#8594;</text>\n";
-  s << "<text x=\"4\" y=\"" << fmt(top - 4) << "\">" << html_escape(row_label) << " &#8595;</text>\n";
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << svg_number(left + cw * double(cols.size()) + 20) << "\" height=\""
+    << svg_number(top + ch * double(rows.size()) + 40) << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  s << "<text x=\"4\" y=\"18\" font-size=\"13\">" << xml_escape(title) << "</text>\n";
+  s << "<text x=\"" << svg_number(left) << "\" y=\"36\">" << xml_escape(col_label) << " &#8594;</text>\n";
+  s << "<text x=\"4\" y=\"" << svg_number(top - 4) << "\">" << xml_escape(row_label) << " &#8595;</text>\n";
   for (std::size_t c = 0; c < cols.size(); ++c)
-    s << "<text x=\"" << fmt(left + cw * (double(c) + 0.5)) << "\" y=\"" << fmt(top + ch * double(rows.size()) + 14)
-      << "\" text-anchor=\"middle\">" << html_escape(cols[c]) << "</text>\n";
+    s << "<text x=\"" << svg_number(left + cw * (double(c) + 0.5)) << "\" y=\"" << svg_number(top + ch * double(rows.size()) + 14)
+      << "\" text-anchor=\"middle\">" << xml_escape(cols[c]) << "</text>\n";
   for (std::size_t r = 0; r < rows.size(); ++r) {
-    s << "<text x=\"" << fmt(left - 6) << "\" y=\"" << fmt(top + ch * (double(r) + 0.65)) << "\" text-anchor=\"end\">"
-      << html_escape(rows[r]) << "</text>\n";
+    s << "<text x=\"" << svg_number(left - 6) << "\" y=\"" << svg_number(top + ch * (double(r) + 0.65)) << "\" text-anchor=\"end\">"
+      << xml_escape(rows[r]) << "</text>\n";
     for (std::size_t c = 0; c < cols.size(); ++c) {
       const double v = values[r][c];
       const double x = left + cw * double(c), y = top + ch * double(r);
       if (std::isnan(v)) {
-        s << "<rect x=\"" << fmt(x) << "\" y=\"" << fmt(y) << "\" width=\"" << fmt(cw - 1) << "\" height=\"" << ch - 1
+        s << "<rect x=\"" << svg_number(x) << "\" y=\"" << svg_number(y) << "\" width=\"" << svg_number(cw - 1) << "\" height=\"" << ch - 1
           << "\" fill=\"#f4f4f4\"/>\n";
         continue;
       }
@@ -226,8 +200,8 @@ std::string heatmap_svg(const std::string& title, const std::string& row_label, 
       std::snprintf(colour, sizeof colour, "#%02x%02x%02x", 255, g, g);
       char label[16];
       std::snprintf(label, sizeof label, "%.0f%%", 100 * v);
-      s << "<rect x=\"" << fmt(x) << "\" y=\"" << fmt(y) << "\" width=\"" << fmt(cw - 1) << "\" height=\"" << ch - 1 << "\" fill=\""
-        << colour << "\"/><text x=\"" << fmt(x + cw / 2) << "\" y=\"" << fmt(y + ch * 0.65) << "\" text-anchor=\"middle\" fill=\""
+      s << "<rect x=\"" << svg_number(x) << "\" y=\"" << svg_number(y) << "\" width=\"" << svg_number(cw - 1) << "\" height=\"" << ch - 1 << "\" fill=\""
+        << colour << "\"/><text x=\"" << svg_number(x + cw / 2) << "\" y=\"" << svg_number(y + ch * 0.65) << "\" text-anchor=\"middle\" fill=\""
         << (v > 0.6 ? "#fff" : "#000") << "\">" << label << "</text>\n";
     }
   }
@@ -327,9 +301,9 @@ std::string sweep_html(const Json& meta, const std::vector<Json>& records) {
        "h2{margin-top:28px}.fail{color:#b00}svg{margin:6px 12px 6px 0;vertical-align:top}</style></head><body>\n";
   std::size_t failed = 0;
   for (const auto& r : records) failed += ok(r) ? 0 : 1;
-  h << "<h1>tpusim sweep</h1>\n<p>Study <code>" << html_escape(meta["study"].get<std::string>()) << "</code>: " << records.size()
+  h << "<h1>tpusim sweep</h1>\n<p>Study <code>" << xml_escape(meta["study"].get<std::string>()) << "</code>: " << records.size()
     << " of " << meta["points"].get<std::size_t>() << " points recorded, " << failed << " failed. Axes: ";
-  for (const auto& a : meta["axes"]) h << "<code>" << html_escape(a["path"].get<std::string>()) << "</code> (" << a["values"].size() << ") ";
+  for (const auto& a : meta["axes"]) h << "<code>" << xml_escape(a["path"].get<std::string>()) << "</code> (" << a["values"].size() << ") ";
   h << "</p>\n";
   const auto charts = sweep_charts(meta, records);
   for (const char* name : {"throughput", "bubble", "memory"}) {
@@ -338,11 +312,11 @@ std::string sweep_html(const Json& meta, const std::vector<Json>& records) {
   }
   auto table = [&](const std::vector<const Json*>& rows) {
     h << "<table><tr>";
-    for (const auto& c : table_header(axes)) h << "<th>" << html_escape(c) << "</th>";
+    for (const auto& c : table_header(axes)) h << "<th>" << xml_escape(c) << "</th>";
     h << "</tr>\n";
     for (const Json* r : rows) {
       h << "<tr>";
-      for (const auto& c : table_row(axes, *r)) h << "<td>" << html_escape(c) << "</td>";
+      for (const auto& c : table_row(axes, *r)) h << "<td>" << xml_escape(c) << "</td>";
       h << "</tr>\n";
     }
     h << "</table>\n";
@@ -360,8 +334,8 @@ std::string sweep_html(const Json& meta, const std::vector<Json>& records) {
     h << "<h2 class=\"fail\">Failed points</h2>\n<table><tr><th>point</th><th>error</th></tr>\n";
     for (const auto& r : records)
       if (!ok(r))
-        h << "<tr><td>" << html_escape(r["key"].get<std::string>()) << "</td><td style=\"text-align:left\">"
-          << html_escape(r["error"].is_string() ? r["error"].get<std::string>() : "") << "</td></tr>\n";
+        h << "<tr><td>" << xml_escape(r["key"].get<std::string>()) << "</td><td style=\"text-align:left\">"
+          << xml_escape(r["error"].is_string() ? r["error"].get<std::string>() : "") << "</td></tr>\n";
     h << "</table>\n";
   }
   h << "</body></html>\n";
