@@ -78,6 +78,20 @@ void BM_Engine_GPipeTransformer48_K8_M32(benchmark::State& state) {
 }
 BENCHMARK(BM_Engine_GPipeTransformer48_K8_M32)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+/// One MLPerf ResNet-50 step (LARS, batch 32768, weight-update sharding) on v3-2048 (2048 cores).
+void BM_Engine_ResNet50Sharded_v3_2048(benchmark::State& state) {
+  for (auto _ : state) {
+    Json j = Json::parse(R"({"hardware": "tpu-v3", "slice": "v3-2048", "model": {"kind": "resnet50"}, "batch": 32768,
+      "optimizer": {"kind": "lars"}, "schedule": {"kind": "data_parallel", "weight_update": "sharded"}})");
+    const Study s = parse_study(j, "bench");
+    const BuiltStep step = s.schedule->build(s);
+    const auto r = sim::simulate(step.graph, s.hardware, s.slice);
+    state.counters["tasks"] = double(step.graph.size());
+    state.counters["step_time_ms"] = r.step_time_s * 1e3;
+  }
+}
+BENCHMARK(BM_Engine_ResNet50Sharded_v3_2048)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 /// Building (no simulation) the 2048-core data-parallel graph.
 void BM_BuildGraph_DataParallelTransformer24_v3_2048(benchmark::State& state) {
   const Study s = transformer_dp("v3-2048", 4096, 24);

@@ -84,7 +84,7 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
   std::vector<std::vector<Interval>> busy(cores), waits_transfer(cores), waits_collective(cores);
   std::vector<std::map<std::string, double>> by_phase(cores);
   std::vector<Interval> comm;
-  std::map<std::string, double> comm_by_phase;
+  std::map<std::string, std::vector<Interval>> comm_by_phase;
   for (int id = 0; id < graph.size(); ++id) {
     const sim::Task& t = graph.task(id);
     const Interval iv{r.tasks[id].start_s, r.tasks[id].end_s};
@@ -94,7 +94,7 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
       continue;
     }
     comm.push_back(iv);
-    comm_by_phase[t.phase] += iv.second - iv.first;
+    comm_by_phase[t.phase].push_back(iv);
     if (t.kind == TaskKind::Transfer) {
       waits_transfer[t.src_core].push_back(iv);
       waits_transfer[t.dst_core].push_back(iv);
@@ -160,8 +160,15 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
   }
   Json phases = Json::object();
   for (const auto& [phase, s] : by_phase[critical]) phases[phase] = s;
-  Json comm_phases = Json::object();
-  for (const auto& [phase, s] : comm_by_phase) comm_phases[phase] = s;
+  // Each communication phase: how long it was under way (its intervals' union) and how much
+  // of that the busiest core spent idle.
+  Json comm_phases = Json::object(), comm_exposed = Json::object();
+  const auto critical_busy = merge(busy[critical]);
+  for (const auto& [phase, intervals] : comm_by_phase) {
+    const auto u = merge(intervals);
+    comm_phases[phase] = length(u);
+    comm_exposed[phase] = uncovered(u, critical_busy);
+  }
 
   // Per-stage measured figures for pipeline schedules.
   Json details = info.schedule_details;
@@ -208,7 +215,8 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
                           {"step_split_s", split_json},
                           {"communication_s", length(comm_union)},
                           {"communication_by_phase_s", comm_phases},
-                          {"exposed_communication_s", uncovered(comm_union, merge(busy[critical]))}};
+                          {"exposed_communication_by_phase_s", comm_exposed},
+                          {"exposed_communication_s", uncovered(comm_union, critical_busy)}};
   out["engine"] = Json{{"symmetric_collectives", r.symmetric_collectives}, {"flows_simulated", r.flows_simulated}};
   out["cores"] = per_core;
   out["study"] = info.study;

@@ -292,6 +292,72 @@ std::map<std::string, std::string> sweep_charts(const Json& meta, const std::vec
   return charts;
 }
 
+namespace {
+
+/// Side-by-side comparison along a swept axis whose values are strings (e.g.
+/// schedule.weight_update=replicated,sharded): a row per setting of the other axes, for each
+/// compared value its step time, examples/s, update time, exposed communication and peak HBM.
+struct Comparison {
+  std::string axis;
+  std::vector<std::string> values;
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+};
+
+Comparison compare(const Json& meta, const std::vector<Json>& records) {
+  Comparison c;
+  // The string axis with the fewest values (the alternatives being compared); ties: the first.
+  for (const auto& a : meta["axes"]) {
+    bool strings = a["values"].size() > 1;
+    for (const auto& v : a["values"]) strings = strings && v.is_string();
+    if (strings && (c.axis.empty() || a["values"].size() < c.values.size())) {
+      c.axis = a["path"].get<std::string>();
+      c.values.clear();
+      for (const auto& v : a["values"]) c.values.push_back(v.get<std::string>());
+    }
+  }
+  if (c.axis.empty()) return c;
+  std::vector<std::string> others;
+  for (const auto& a : meta["axes"])
+    if (a["path"] != c.axis) others.push_back(a["path"].get<std::string>());
+  for (const auto& o : others) c.header.push_back(o);
+  for (const auto& v : c.values)
+    for (const char* m : {"step time", "examples/s", "update", "exposed comm.", "peak HBM"}) c.header.push_back(v + ": " + m);
+  std::vector<std::string> order;
+  std::map<std::string, std::map<std::string, const Json*>> by_setting;
+  for (const auto& r : records) {
+    std::string setting;
+    for (const auto& o : others) setting += value_text(r["point"].value(o, Json(nullptr))) + "\x1f";
+    if (!by_setting.count(setting)) order.push_back(setting);
+    by_setting[setting][value_text(r["point"].value(c.axis, Json(nullptr)))] = &r;
+  }
+  for (const auto& setting : order) {
+    std::vector<std::string> row;
+    const auto& cells = by_setting[setting];
+    const Json* any = cells.begin()->second;
+    for (const auto& o : others) row.push_back(value_text((*any)["point"].value(o, Json(nullptr))));
+    for (const auto& v : c.values) {
+      auto it = cells.find(v);
+      if (it == cells.end() || !ok(*it->second)) {
+        for (int k = 0; k < 5; ++k) row.push_back(it == cells.end() ? "" : "failed");
+        continue;
+      }
+      const Json& j = (*it->second)["result"];
+      char buf[64];
+      row.push_back(human_seconds(j["step_time_s"].get<double>()));
+      std::snprintf(buf, sizeof buf, "%.1f", j["examples_per_s"].get<double>());
+      row.push_back(buf);
+      row.push_back(human_seconds(j["breakdown"]["step_split_s"].value("update", 0.0)));
+      row.push_back(human_seconds(j["breakdown"]["exposed_communication_s"].get<double>()));
+      row.push_back(human_bytes(j["peak_hbm_bytes"].get<double>()));
+    }
+    c.rows.push_back(std::move(row));
+  }
+  return c;
+}
+
+}  // namespace
+
 std::string sweep_html(const Json& meta, const std::vector<Json>& records) {
   const Axes axes = choose_axes(meta);
   std::ostringstream h;
@@ -309,6 +375,18 @@ std::string sweep_html(const Json& meta, const std::vector<Json>& records) {
   for (const char* name : {"throughput", "bubble", "memory"}) {
     auto it = charts.find(name);
     if (it != charts.end()) h << "<div>" << it->second << "</div>\n";
+  }
+  const Comparison cmp = compare(meta, records);
+  if (!cmp.axis.empty()) {
+    h << "<h2>Comparison by <code>" << xml_escape(cmp.axis) << "</code></h2>\n<table><tr>";
+    for (const auto& c : cmp.header) h << "<th>" << xml_escape(c) << "</th>";
+    h << "</tr>\n";
+    for (const auto& row : cmp.rows) {
+      h << "<tr>";
+      for (const auto& c : row) h << "<td>" << xml_escape(c) << "</td>";
+      h << "</tr>\n";
+    }
+    h << "</table>\n";
   }
   auto table = [&](const std::vector<const Json*>& rows) {
     h << "<table><tr>";
@@ -365,6 +443,20 @@ std::string sweep_markdown(const Json& meta, const std::vector<Json>& records) {
     }
     md << "\n";
   };
+  const Comparison cmp = compare(meta, records);
+  if (!cmp.axis.empty()) {
+    md << "## Comparison by `" << cmp.axis << "`\n\n|";
+    for (const auto& c : cmp.header) md << " " << c << " |";
+    md << "\n|";
+    for (std::size_t i = 0; i < cmp.header.size(); ++i) md << " --- |";
+    md << "\n";
+    for (const auto& row : cmp.rows) {
+      md << "|";
+      for (const auto& c : row) md << " " << c << " |";
+      md << "\n";
+    }
+    md << "\n";
+  }
   md << "## Best configurations that fit\n\n";
   const auto best = best_fitting(records, 10);
   if (best.empty()) md << "No configuration fits.\n\n";

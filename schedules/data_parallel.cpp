@@ -1,10 +1,14 @@
 #include "schedules/data_parallel.hpp"
 
+#include <cmath>
+
 #include "schedules/step_builder.hpp"
 
 namespace tpusim {
 
 DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
+  sharded_ = f.string_or("weight_update", "replicated", {"replicated", "sharded"}) == "sharded";
+  gradient_wire_bytes_ = f.string_or("gradient_dtype", "fp32", {"fp32", "bf16"}) == "bf16" ? 2.0 : 4.0;
   bucket_bytes_ = f.positive_or("gradient_bucket_bytes", kDefaultBucketBytes);
   if (study.batch % study.cores() != 0) {
     problems.add("batch", Json(study.batch),
@@ -14,22 +18,48 @@ DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
 }
 
 Json DataParallel::resolved() const {
-  return Json{{"kind", "data_parallel"}, {"gradient_bucket_bytes", bucket_bytes_}};
+  return Json{{"kind", "data_parallel"},
+              {"weight_update", sharded_ ? "sharded" : "replicated"},
+              {"gradient_dtype", gradient_wire_bytes_ == 2.0 ? "bf16" : "fp32"},
+              {"gradient_bucket_bytes", bucket_bytes_}};
 }
 
 BuiltStep DataParallel::build(const Study& study) const {
   const int cores = study.cores();
-  const std::int64_t local_batch = study.batch / cores;
+  const std::int64_t local_batch = layer_batch(study);
   StepBuilder b(study, cores);
+  auto& g = b.graph();
   const int layers = int(study.model.layers.size());
   std::vector<int> group(cores);
   for (int c = 0; c < cores; ++c) group[c] = c;
+
+  // Gradient buckets in backward order: layers [first, last) each.
+  std::vector<LayerRange> buckets;
+  for (int l = layers - 1; l >= 0;) {
+    double bytes = 0;
+    const int last = l + 1;
+    do {
+      bytes += b.gradient_bytes(l);
+      --l;
+    } while (l >= 0 && bytes + b.gradient_bytes(l) <= bucket_bytes_);
+    buckets.push_back({l + 1, last});
+  }
+  auto params_of = [&](LayerRange r) {
+    double p = 0;
+    for (int k = r.first; k < r.last; ++k) p += double(study.model.layers[k].params());
+    return p;
+  };
+  // A shard is an equal piece of the bucket's flattened parameters, padded up to N pieces.
+  auto shard_fraction = [&](LayerRange r) {
+    const double params = params_of(r);
+    return params > 0 ? std::ceil(params / cores) / params : 1.0;
+  };
 
   // Resident state and the per-core forward/backward chains.
   std::vector<std::vector<int>> bwd(cores, std::vector<int>(layers));
   std::vector<int> last_bwd(cores);
   for (int c = 0; c < cores; ++c) {
-    b.resident_weights(c, {0, layers}, 1.0);
+    for (const auto& bucket : buckets) b.resident_weights(c, bucket, sharded_ && cores > 1 ? shard_fraction(bucket) : 1.0);
     int prev = -1;
     for (int l = 0; l < layers; ++l) prev = b.forward(c, {l, l + 1}, local_batch, prev, Keep::All);
     for (int l = layers - 1; l >= 0; --l)
@@ -37,38 +67,70 @@ BuiltStep DataParallel::build(const Study& study) const {
     last_bwd[c] = prev;
   }
 
-  // Gradient buckets in backward order; each all-reduce waits for its layers on every core.
-  std::vector<int> allreduces;
-  Json buckets = Json::array();
-  int l = layers - 1;
-  while (l >= 0 && cores > 1) {
-    double bytes = 0;
-    const int hi = l;
-    do {
-      bytes += b.gradient_bytes(l);
-      --l;
-    } while (l >= 0 && bytes + b.gradient_bytes(l) <= bucket_bytes_);
+  auto collective = [&](sim::CollectiveOp op, const std::string& phase, const std::string& name, double bytes) {
     sim::Task t;
     t.kind = sim::TaskKind::Collective;
-    t.op = sim::CollectiveOp::AllReduce;
-    t.name = "allreduce layers " + std::to_string(l + 1) + "-" + std::to_string(hi);
-    t.phase = "gradient_allreduce";
+    t.op = op;
+    t.name = name;
+    t.phase = phase;
     t.group = group;
     t.bytes = bytes;
-    const int id = b.graph().add(std::move(t));
+    return g.add(std::move(t));
+  };
+
+  Json bucket_json = Json::array();
+  double padding_params = 0;
+  for (std::size_t k = 0; k < buckets.size() && cores > 1; ++k) {
+    const LayerRange r = buckets[k];
+    const std::string range = "layers " + std::to_string(r.first) + "-" + std::to_string(r.last - 1);
+    const double params = params_of(r);
+    const double fraction = sharded_ ? shard_fraction(r) : 1.0;
+    const int reduce = collective(sharded_ ? sim::CollectiveOp::ReduceScatter : sim::CollectiveOp::AllReduce,
+                                  sharded_ ? "gradient_reduce_scatter" : "gradient_allreduce",
+                                  (sharded_ ? "reduce-scatter " : "all-reduce ") + range, params * gradient_wire_bytes_);
     for (int c = 0; c < cores; ++c)
-      for (int k = l + 1; k <= hi; ++k) b.graph().depend(bwd[c][k], id);
-    allreduces.push_back(id);
-    buckets.push_back(Json{{"layers", {l + 1, hi}}, {"bytes", bytes}});
+      for (int l = r.first; l < r.last; ++l) g.depend(bwd[c][l], reduce);
+    int ready = reduce;
+    if (sharded_) {
+      // After the reduce-scatter a core keeps only its shard of the gradients.
+      const double kept = b.gradient_bytes(r) * fraction;
+      for (int c = 0; c < cores; ++c)
+        g.task(reduce).memory.push_back({c, sim::MemoryCategory::Gradients, -(b.gradient_bytes(r) - kept), sim::MemoryEffect::When::End});
+      if (study.optimizer.kind == "lars") {
+        // LARS scales each layer by ||w|| / ||g||: the shards' partial norms are all-reduced.
+        ready = collective(sim::CollectiveOp::AllReduce, "lars_norms", "lars norms " + range, 8.0 * r.size());
+        g.depend(reduce, ready);
+      }
+      padding_params += std::ceil(params / cores) * cores - params;
+    }
+    std::vector<int> updates;
+    for (int c = 0; c < cores; ++c) {
+      const int upd = b.update(c, r, fraction);
+      g.depend(ready, upd);
+      g.depend(last_bwd[c], upd);
+      updates.push_back(upd);
+    }
+    Json bj{{"layers", {r.first, r.last - 1}}, {"params", params}, {"gradient_bytes_on_wire", params * gradient_wire_bytes_}};
+    if (sharded_) {
+      const int gather = collective(sim::CollectiveOp::AllGather, "weight_allgather", "all-gather weights " + range, 4.0 * params);
+      for (int upd : updates) g.depend(upd, gather);
+      bj["shard_params"] = std::ceil(params / cores);
+    }
+    bucket_json.push_back(bj);
+  }
+  if (cores == 1) {
+    const int upd = b.update(0, {0, layers}, 1.0);
+    g.depend(last_bwd[0], upd);
   }
 
-  for (int c = 0; c < cores; ++c) {
-    const int upd = b.update(c, {0, layers}, 1.0);
-    b.graph().depend(last_bwd[c], upd);
-    for (int id : allreduces) b.graph().depend(id, upd);
-  }
   BuiltStep step = b.finish();
-  step.details = Json{{"local_batch", local_batch}, {"gradient_buckets", buckets}};
+  step.details = Json{{"local_batch", local_batch},
+                      {"weight_update", sharded_ ? "sharded" : "replicated"},
+                      {"gradient_buckets", bucket_json}};
+  if (sharded_) {
+    step.details["shard_padding_params"] = padding_params;
+    step.details["shard_padding_bytes"] = padding_params * 4.0;
+  }
   return step;
 }
 

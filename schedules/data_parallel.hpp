@@ -1,7 +1,12 @@
 // Data parallelism: the weights replicated on every core, each core runs forward and backward
-// on its share of the batch, gradients are all-reduced across all cores in buckets as soon as
-// the layers of a bucket finish their backward (overlapping the rest of the backward), then
-// every core applies the optimizer update.
+// on its share of the batch, and gradients are reduced across all cores in buckets as soon as
+// the layers of a bucket finish their backward (overlapping the rest of the backward).
+//   replicated update: all-reduce each bucket, every core updates the whole bucket.
+//   sharded update (MLPerf-0.6 "weight-update sharding"): reduce-scatter each bucket, every
+//   core updates only its 1/N shard (padded so all shards are equal) and keeps only that
+//   shard's optimizer slots, then the updated weights are all-gathered. With LARS the per-layer
+//   weight and gradient norms of the shards are all-reduced before the update.
+// Gradients may be communicated in bf16 ("gradient_dtype"); they are kept in fp32.
 #pragma once
 
 #include "schedules/study.hpp"
@@ -10,16 +15,19 @@ namespace tpusim {
 
 class DataParallel : public Schedule {
  public:
-  /// Reads "gradient_bucket_bytes" (optional) and checks the batch divides over the cores.
+  /// Reads "weight_update", "gradient_dtype", "gradient_bucket_bytes" (all optional) and checks
+  /// that the batch divides over the cores.
   DataParallel(Fields& fields, const Study& study, Problems& problems);
   BuiltStep build(const Study& study) const override;
   Json resolved() const override;
   std::int64_t layer_batch(const Study& study) const override { return study.batch / study.cores(); }
 
-  /// Default gradient bucket: the all-reduce combiner threshold.
+  /// Default gradient bucket: the all-reduce combiner threshold (assumption).
   static constexpr double kDefaultBucketBytes = 32.0 * 1024 * 1024;
 
  private:
+  bool sharded_ = false;
+  double gradient_wire_bytes_ = 4;  ///< bytes per gradient element on the wire
   double bucket_bytes_ = kDefaultBucketBytes;
 };
 

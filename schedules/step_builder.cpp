@@ -171,7 +171,8 @@ int StepBuilder::update(int core, LayerRange layers, double fraction, Labels lab
     const double overhead = study_.hardware.core.op_overhead_s;
     t.seconds += (update_s_[l] - overhead) * fraction + overhead;
   }
-  t.memory.push_back({core, MemoryCategory::Gradients, -gradient_bytes(layers), When::End});
+  // The gradients it consumes: the whole buffer, or the shard a reduce-scatter left.
+  t.memory.push_back({core, MemoryCategory::Gradients, -gradient_bytes(layers) * fraction, When::End});
   return graph_.add(std::move(t));
 }
 

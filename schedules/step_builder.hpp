@@ -64,7 +64,7 @@ class StepBuilder {
   /// `bytes` from core `src` to core `dst` after `prev`.
   int transfer(int src, int dst, double bytes, int prev, const std::string& phase, Labels labels = {});
   /// Optimizer update of `layers` on `core` (a `fraction` of each when sharded); frees the
-  /// gradient buffers at its end.
+  /// gradients it consumed (that fraction of the layers' gradient buffers) at its end.
   int update(int core, LayerRange layers, double fraction, Labels labels = {});
 
   /// Hands over the graph with the FLOP totals.

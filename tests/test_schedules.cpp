@@ -1,7 +1,10 @@
 // Schedules build graphs without the engine: structure, memory effects, FLOP totals.
 #include <catch2/catch.hpp>
+#include <cmath>
 
+#include "hardware/torus.hpp"
 #include "schedules/study.hpp"
+#include "sim/collective_plan.hpp"
 
 using namespace tpusim;
 
@@ -25,7 +28,8 @@ TEST_CASE("data parallel: per-core forward/backward/update and bucketed all-redu
   const BuiltStep step = s.schedule->build(s);
   const int layers = int(s.model.layers.size());
   REQUIRE_NOTHROW(step.graph.validate());
-  for (int c = 0; c < s.cores(); ++c) CHECK(int(step.graph.program(c).size()) == 2 * layers + 1);
+  const int buckets = int(step.details["gradient_buckets"].size());
+  for (int c = 0; c < s.cores(); ++c) CHECK(int(step.graph.program(c).size()) == 2 * layers + buckets);  // one update per bucket
   int collectives = 0;
   double reduced = 0;
   for (int id = 0; id < step.graph.size(); ++id) {
@@ -81,4 +85,82 @@ TEST_CASE("a single chip all-reduces over its two cores", "[schedules]") {
 TEST_CASE("every registered schedule kind is listed", "[schedules][registry]") {
   CHECK(schedule_registry().size() == 3);
   for (const char* kind : {"data_parallel", "gpipe", "one_f_one_b"}) CHECK(schedule_registry().count(kind));
+}
+
+namespace {
+
+Study dp(const std::string& optimizer, const std::string& weight_update, const std::string& slice, int batch,
+         const std::string& gradient_dtype = "fp32") {
+  Json j = Json::parse(R"({"hardware": "tpu-v3", "model": {"kind": "resnet50"}})");
+  j["slice"] = slice;
+  j["batch"] = batch;
+  j["optimizer"] = Json{{"kind", optimizer}};
+  j["schedule"] = Json{{"kind", "data_parallel"}, {"weight_update", weight_update}, {"gradient_dtype", gradient_dtype}};
+  return parse_study(j, "test");
+}
+
+/// Bytes put on the ICI by every collective of a phase, per the collective plans.
+double wire_bytes(const Study& s, const BuiltStep& step, const std::vector<std::string>& phases) {
+  const Torus torus(s.slice);
+  double total = 0;
+  for (int id = 0; id < step.graph.size(); ++id) {
+    const auto& t = step.graph.task(id);
+    if (t.kind != sim::TaskKind::Collective || std::find(phases.begin(), phases.end(), t.phase) == phases.end()) continue;
+    total += sim::plan_wire_bytes(sim::plan_collective(torus, s.hardware.chip.cores, t.op, t.group, t.bytes));
+  }
+  return total;
+}
+
+}  // namespace
+
+TEST_CASE("sharded and replicated updates put the same bytes on the wire", "[schedules][sharding]") {
+  const Study rep = dp("momentum", "replicated", "v3-32", 1024), sh = dp("momentum", "sharded", "v3-32", 1024);
+  const BuiltStep a = rep.schedule->build(rep), b = sh.schedule->build(sh);
+  REQUIRE_NOTHROW(b.graph.validate());
+  const double allreduce = wire_bytes(rep, a, {"gradient_allreduce"});
+  CHECK(allreduce > 0);
+  CHECK(wire_bytes(sh, b, {"gradient_reduce_scatter", "weight_allgather"}) == Approx(allreduce).epsilon(1e-12));
+}
+
+TEST_CASE("sharding divides the optimizer slots per core by the replicas, up to padding", "[schedules][sharding]") {
+  for (const char* opt : {"momentum", "adam", "lars"}) {
+    const Study rep = dp(opt, "replicated", "v3-128", 1024), sh = dp(opt, "sharded", "v3-128", 1024);
+    const BuiltStep a = rep.schedule->build(rep), b = sh.schedule->build(sh);
+    const double full = a.graph.resident()[5][int(sim::MemoryCategory::Optimizer)];
+    const double shard = b.graph.resident()[5][int(sim::MemoryCategory::Optimizer)];
+    const double N = 128;
+    INFO(opt);
+    CHECK(shard * N >= full);
+    const double slots = std::string(opt) == "adam" ? 2 : 1;
+    CHECK(shard * N - full == Approx(4.0 * slots * b.details["shard_padding_params"].get<double>()).margin(1));
+    CHECK(b.graph.resident()[5][int(sim::MemoryCategory::Weights)] == a.graph.resident()[5][int(sim::MemoryCategory::Weights)]);
+  }
+}
+
+TEST_CASE("shard padding: every core gets an equal piece of each bucket", "[schedules][sharding]") {
+  const Study sh = dp("sgd", "sharded", "v3-2048", 4096);
+  const BuiltStep b = sh.schedule->build(sh);
+  double padding = 0;
+  for (const auto& bucket : b.details["gradient_buckets"]) {
+    const double params = bucket["params"].get<double>(), shard = bucket["shard_params"].get<double>();
+    CHECK(shard == std::ceil(params / 2048));
+    padding += shard * 2048 - params;
+  }
+  CHECK(b.details["shard_padding_params"].get<double>() == padding);
+  CHECK(padding < 2048.0 * double(b.details["gradient_buckets"].size()));
+}
+
+TEST_CASE("bf16 gradients halve the bytes reduced", "[schedules][sharding]") {
+  const Study a = dp("adam", "sharded", "v3-32", 1024, "fp32"), b = dp("adam", "sharded", "v3-32", 1024, "bf16");
+  const BuiltStep sa = a.schedule->build(a), sb = b.schedule->build(b);
+  CHECK(wire_bytes(b, sb, {"gradient_reduce_scatter"}) == Approx(wire_bytes(a, sa, {"gradient_reduce_scatter"}) / 2));
+  CHECK(wire_bytes(b, sb, {"weight_allgather"}) == Approx(wire_bytes(a, sa, {"weight_allgather"})));
+}
+
+TEST_CASE("sharded LARS all-reduces its per-layer norms", "[schedules][sharding]") {
+  const Study sh = dp("lars", "sharded", "v3-32", 1024);
+  const BuiltStep b = sh.schedule->build(sh);
+  int norms = 0;
+  for (int id = 0; id < b.graph.size(); ++id) norms += b.graph.task(id).phase == "lars_norms";
+  CHECK(norms == int(b.details["gradient_buckets"].size()));
 }
