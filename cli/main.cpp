@@ -16,6 +16,7 @@
 #include "hardware/torus.hpp"
 #include "models/describe.hpp"
 #include "reports/run_report.hpp"
+#include "schedules/functional_runtime.hpp"
 #include "reports/svg.hpp"
 #include "schedules/study.hpp"
 #include "sim/engine.hpp"
@@ -64,17 +65,44 @@ struct RunOptions {
   bool trace = false;
   bool require_fit = false;
   bool no_symmetry = false;
+  bool functional = false;
+  int steps = 3;
+  std::uint64_t seed = 1;
+  double host_memory_budget_bytes = 4.0 * 1024 * 1024 * 1024;
 };
 
 int cmd_run(const RunOptions& o) {
   const Study study = load_study(o.study, o.sets);
-  BuiltStep step = study.schedule->build(study);
+  std::unique_ptr<FunctionalRuntime> functional;
+  if (o.functional) {
+    FunctionalRuntime::check_supported(study);
+    if (o.steps < 1) throw ConfigError("--steps", "", std::to_string(o.steps), "at least 1 step");
+    const double need = FunctionalRuntime::host_bytes_needed(study, study.cores());
+    if (need > o.host_memory_budget_bytes) {
+      throw ConfigError("--functional", "", "a need of " + reports::human_bytes(need) + " of host memory for real tensors",
+                        "at most the budget of " + reports::human_bytes(o.host_memory_budget_bytes) +
+                            " (shrink the model or batch, or raise --host-memory-budget-bytes)");
+    }
+    functional = std::make_unique<FunctionalRuntime>(study, study.cores(), o.seed);
+    functional->begin_step(0);
+  }
+  BuiltStep step = study.schedule->build(study, functional.get());
   sim::EngineOptions engine;
   engine.record_flows = o.trace;
   engine.symmetric_collectives = !o.no_symmetry;
+  engine.functional = o.functional;
   spdlog::debug("simulating {} tasks on {} cores", step.graph.size(), step.graph.cores());
   const sim::SimResult result = sim::simulate(step.graph, study.hardware, study.slice, engine);
-  const Json j = reports::result_json(run_info(study, step), step.graph, result);
+  Json j = reports::result_json(run_info(study, step), step.graph, result);
+  if (functional) {
+    functional->replay(step.graph, result.completion_order, o.steps);
+    const auto reference = FunctionalRuntime::reference(study, o.steps, o.seed);
+    j["functional"] = Json{{"steps", o.steps},
+                           {"seed", o.seed},
+                           {"loss", functional->losses()},
+                           {"reference_loss", reference->losses()},
+                           {"max_rel_diff", functional->max_rel_diff(*reference)}};
+  }
   if (!o.out.empty()) {
     fs::create_directories(o.out);
     write_file(fs::path(o.out) / "result.json", j.dump(2) + "\n");
@@ -270,6 +298,11 @@ int main(int argc, char** argv) {
   run_cmd->add_flag("--trace", run.trace, "also write a Chrome/Perfetto trace (needs --out)");
   run_cmd->add_flag("--require-fit", run.require_fit, "exit 1 if the step does not fit in HBM");
   run_cmd->add_flag("--no-symmetry", run.no_symmetry, "simulate every ring of every collective (slower; same result)");
+  run_cmd->add_flag("--functional", run.functional, "also run the real math on the host and compare with one core");
+  run_cmd->add_option("--steps", run.steps, "functional mode: training steps (default 3)");
+  run_cmd->add_option("--seed", run.seed, "functional mode: seed of the weights and the synthetic data (default 1)");
+  run_cmd->add_option("--host-memory-budget-bytes", run.host_memory_budget_bytes,
+                      "functional mode: refuse studies whose real tensors need more host memory (default 4 GiB)");
 
   std::string check_file;
   std::vector<std::string> check_sets;

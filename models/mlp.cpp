@@ -40,8 +40,10 @@ Model build_mlp(Fields& f, Problems& problems) {
   m.name = "mlp " + std::to_string(layers) + "x" + std::to_string(width);
   for (std::int64_t i = 0; i < layers; ++i) {
     m.layers.push_back(dense_layer("dense" + std::to_string(i), i == 0 ? input : width, width, m.activation_bytes, false));
+    m.layers.back().function = mlp_dense_function(i == 0 ? input : width, width, i == 0, input, classes);
   }
   m.layers.push_back(dense_layer("classifier", width, classes, m.activation_bytes, true));
+  m.layers.back().function = mlp_classifier_function(width, classes, false, input);
   return m;
 }
 

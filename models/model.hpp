@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hardware/cost_model.hpp"
+#include "models/functional.hpp"
 #include "hardware/json_fields.hpp"
 
 namespace tpusim {
@@ -31,6 +32,8 @@ struct Layer {
   std::string name;
   std::vector<std::vector<std::int64_t>> weights;  ///< shapes of the parameter tensors
   std::function<LayerWork(std::int64_t batch)> work;
+  /// The host math for functional mode (null when the layer kind has none).
+  std::shared_ptr<const LayerFunction> function;
 
   std::int64_t params() const;
 };

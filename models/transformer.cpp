@@ -136,6 +136,13 @@ Model assemble(const Dims& d, double act, const std::string& name) {
   for (std::int64_t i = 0; i < d.layers; ++i)
     m.layers.push_back(block((encdec ? "decoder" : "block") + std::to_string(i), d, act, encdec));
   m.layers.push_back(output(d, act, !d.shared_embeddings));
+  // Functional mode covers the decoder-only model with its own input and output tables.
+  if (!encdec && !d.shared_embeddings) {
+    m.layers.front().function = embedding_function(d.vocab, d.d_model, d.seq);
+    for (std::size_t i = 1; i + 1 < m.layers.size(); ++i)
+      m.layers[i].function = block_function(d.d_model, d.d_ff, d.heads, d.d_kv, d.seq, d.biases);
+    m.layers.back().function = lm_output_function(d.d_model, d.vocab, d.seq);
+  }
   return m;
 }
 

@@ -258,6 +258,13 @@ std::string summary_text(const Json& j) {
     first = false;
   }
   out << ")\n";
+  if (j.contains("functional")) {
+    const auto& f = j["functional"];
+    std::snprintf(buf, sizeof buf, "  functional        %d steps, loss %.5g -> %.5g (one core: %.5g -> %.5g), max weight difference %.2g\n",
+                  f["steps"].get<int>(), f["loss"].front().get<double>(), f["loss"].back().get<double>(),
+                  f["reference_loss"].front().get<double>(), f["reference_loss"].back().get<double>(), f["max_rel_diff"].get<double>());
+    out << buf;
+  }
   out << "  fits              " << (j["fits"].get<bool>() ? "yes" : "NO");
   if (!j["overflow"].is_null()) {
     out << ": core " << j["overflow"]["core"].get<int>() << " over by " << human_bytes(j["overflow"]["bytes_over"].get<double>())

@@ -7,27 +7,29 @@
 namespace tpusim {
 
 DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
+  replicas_ = int(f.integer_or("replicas", study.cores(), 1, study.cores()));
   sharded_ = f.string_or("weight_update", "replicated", {"replicated", "sharded"}) == "sharded";
   gradient_wire_bytes_ = f.string_or("gradient_dtype", "fp32", {"fp32", "bf16"}) == "bf16" ? 2.0 : 4.0;
   bucket_bytes_ = f.positive_or("gradient_bucket_bytes", kDefaultBucketBytes);
-  if (study.batch % study.cores() != 0) {
+  if (problems.empty() && study.batch % replicas_ != 0) {
     problems.add("batch", Json(study.batch),
-                 "a multiple of the " + std::to_string(study.cores()) + " cores of slice " + study.slice.name +
+                 "a multiple of the " + std::to_string(replicas_) + " replicas (cores) on slice " + study.slice.name +
                      " (data parallelism splits the batch evenly)");
   }
 }
 
 Json DataParallel::resolved() const {
   return Json{{"kind", "data_parallel"},
+              {"replicas", replicas_},
               {"weight_update", sharded_ ? "sharded" : "replicated"},
               {"gradient_dtype", gradient_wire_bytes_ == 2.0 ? "bf16" : "fp32"},
               {"gradient_bucket_bytes", bucket_bytes_}};
 }
 
-BuiltStep DataParallel::build(const Study& study) const {
-  const int cores = study.cores();
+BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional) const {
+  const int cores = replicas_;
   const std::int64_t local_batch = layer_batch(study);
-  StepBuilder b(study, cores);
+  StepBuilder b(study, study.cores(), functional);
   auto& g = b.graph();
   const int layers = int(study.model.layers.size());
   std::vector<int> group(cores);
@@ -61,22 +63,13 @@ BuiltStep DataParallel::build(const Study& study) const {
   for (int c = 0; c < cores; ++c) {
     for (const auto& bucket : buckets) b.resident_weights(c, bucket, sharded_ && cores > 1 ? shard_fraction(bucket) : 1.0);
     int prev = -1;
-    for (int l = 0; l < layers; ++l) prev = b.forward(c, {l, l + 1}, local_batch, prev, Keep::All);
+    const Labels examples{-1, -1, c * local_batch};
+    for (int l = 0; l < layers; ++l) prev = b.forward(c, {l, l + 1}, local_batch, prev, Keep::All, examples);
     for (int l = layers - 1; l >= 0; --l)
-      bwd[c][l] = prev = b.backward(c, {l, l + 1}, local_batch, prev, Keep::All, /*allocate_gradients=*/true);
+      bwd[c][l] = prev = b.backward(c, {l, l + 1}, local_batch, prev, Keep::All, /*allocate_gradients=*/true, examples);
     last_bwd[c] = prev;
   }
 
-  auto collective = [&](sim::CollectiveOp op, const std::string& phase, const std::string& name, double bytes) {
-    sim::Task t;
-    t.kind = sim::TaskKind::Collective;
-    t.op = op;
-    t.name = name;
-    t.phase = phase;
-    t.group = group;
-    t.bytes = bytes;
-    return g.add(std::move(t));
-  };
 
   Json bucket_json = Json::array();
   double padding_params = 0;
@@ -85,9 +78,9 @@ BuiltStep DataParallel::build(const Study& study) const {
     const std::string range = "layers " + std::to_string(r.first) + "-" + std::to_string(r.last - 1);
     const double params = params_of(r);
     const double fraction = sharded_ ? shard_fraction(r) : 1.0;
-    const int reduce = collective(sharded_ ? sim::CollectiveOp::ReduceScatter : sim::CollectiveOp::AllReduce,
-                                  sharded_ ? "gradient_reduce_scatter" : "gradient_allreduce",
-                                  (sharded_ ? "reduce-scatter " : "all-reduce ") + range, params * gradient_wire_bytes_);
+    const int reduce = b.collective(sharded_ ? sim::CollectiveOp::ReduceScatter : sim::CollectiveOp::AllReduce,
+                                    sharded_ ? "gradient_reduce_scatter" : "gradient_allreduce",
+                                    (sharded_ ? "reduce-scatter " : "all-reduce ") + range, group, params * gradient_wire_bytes_, r);
     for (int c = 0; c < cores; ++c)
       for (int l = r.first; l < r.last; ++l) g.depend(bwd[c][l], reduce);
     int ready = reduce;
@@ -98,21 +91,21 @@ BuiltStep DataParallel::build(const Study& study) const {
         g.task(reduce).memory.push_back({c, sim::MemoryCategory::Gradients, -(b.gradient_bytes(r) - kept), sim::MemoryEffect::When::End});
       if (study.optimizer.kind == "lars") {
         // LARS scales each layer by ||w|| / ||g||: the shards' partial norms are all-reduced.
-        ready = collective(sim::CollectiveOp::AllReduce, "lars_norms", "lars norms " + range, 8.0 * r.size());
+        ready = b.collective(sim::CollectiveOp::AllReduce, "lars_norms", "lars norms " + range, group, 8.0 * r.size(), r);
         g.depend(reduce, ready);
       }
       padding_params += std::ceil(params / cores) * cores - params;
     }
     std::vector<int> updates;
     for (int c = 0; c < cores; ++c) {
-      const int upd = b.update(c, r, fraction);
+      const int upd = sharded_ ? b.update(c, r, fraction, {}, c, cores) : b.update(c, r, fraction);
       g.depend(ready, upd);
       g.depend(last_bwd[c], upd);
       updates.push_back(upd);
     }
     Json bj{{"layers", {r.first, r.last - 1}}, {"params", params}, {"gradient_bytes_on_wire", params * gradient_wire_bytes_}};
     if (sharded_) {
-      const int gather = collective(sim::CollectiveOp::AllGather, "weight_allgather", "all-gather weights " + range, 4.0 * params);
+      const int gather = b.collective(sim::CollectiveOp::AllGather, "weight_allgather", "all-gather weights " + range, group, 4.0 * params, r);
       for (int upd : updates) g.depend(upd, gather);
       bj["shard_params"] = std::ceil(params / cores);
     }

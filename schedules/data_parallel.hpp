@@ -15,17 +15,18 @@ namespace tpusim {
 
 class DataParallel : public Schedule {
  public:
-  /// Reads "weight_update", "gradient_dtype", "gradient_bucket_bytes" (all optional) and checks
-  /// that the batch divides over the cores.
+  /// Reads "replicas", "weight_update", "gradient_dtype", "gradient_bucket_bytes" (all
+  /// optional) and checks that the batch divides over the replicas.
   DataParallel(Fields& fields, const Study& study, Problems& problems);
-  BuiltStep build(const Study& study) const override;
+  BuiltStep build(const Study& study, FunctionalRuntime* functional = nullptr) const override;
   Json resolved() const override;
-  std::int64_t layer_batch(const Study& study) const override { return study.batch / study.cores(); }
+  std::int64_t layer_batch(const Study& study) const override { return study.batch / replicas_; }
 
   /// Default gradient bucket: the all-reduce combiner threshold (assumption).
   static constexpr double kDefaultBucketBytes = 32.0 * 1024 * 1024;
 
  private:
+  int replicas_ = 1;  ///< cores used: the first `replicas_` of the slice
   bool sharded_ = false;
   double gradient_wire_bytes_ = 4;  ///< bytes per gradient element on the wire
   double bucket_bytes_ = kDefaultBucketBytes;

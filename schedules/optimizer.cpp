@@ -70,6 +70,9 @@ Optimizer parse_optimizer(const Json& json, const std::string& path, Problems& p
   Fields f(json, path, problems);
   if (!f.ok()) return o;
   o.kind = f.string("kind", optimizer_kinds());
+  // Functional mode's step size; the defaults are the usual starting points for each rule.
+  const double fallback = o.kind == "adam" || o.kind == "rmsprop" ? 1e-3 : o.kind == "momentum" ? 0.01 : 0.1;
+  o.learning_rate = f.positive_or("learning_rate", fallback);
   f.finish();
   return o;
 }

@@ -13,6 +13,7 @@ namespace tpusim {
 
 struct Optimizer {
   std::string kind;  ///< sgd | momentum | rmsprop | adam | lars | adafactor
+  double learning_rate = 0;  ///< used by functional mode; default per kind (see optimizer.cpp)
 
   /// Optimizer-slot elements kept for one layer's weights (Adafactor factors matrices into
   /// row and column statistics; the others keep whole tensors).

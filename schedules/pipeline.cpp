@@ -175,7 +175,7 @@ std::vector<std::vector<int>> Pipeline::placement(const Study& study) const {
   return cores;
 }
 
-BuiltStep Pipeline::build(const Study& study) const {
+BuiltStep Pipeline::build(const Study& study, FunctionalRuntime* functional) const {
   const int K = stages_, M = microbatches_, R = replicas_;
   const std::int64_t b = layer_batch(study);
   const auto sizes = partition(study);
@@ -184,7 +184,7 @@ BuiltStep Pipeline::build(const Study& study) const {
   for (int s = 0, first = 0; s < K; first += sizes[s], ++s) ranges.push_back({first, first + sizes[s]});
   const Keep keep = remat_ ? Keep::Input : Keep::All;
 
-  StepBuilder builder(study, study.cores());
+  StepBuilder builder(study, study.cores(), functional);
   // Every compute task first, in each stage's program order (a core's program is the order its
   // tasks are added); dependencies afterwards.
   std::vector<std::vector<std::vector<int>>> F(R, std::vector<std::vector<int>>(K, std::vector<int>(M))), Rc = F, B = F;
@@ -195,7 +195,7 @@ BuiltStep Pipeline::build(const Study& study) const {
       builder.resident_weights(core, ranges[s], 1.0);
       bool first_backward = true;
       for (const Item& it : stage_program(order_, s, K, M, remat_)) {
-        const Labels labels{s, it.micro_batch};
+        const Labels labels{s, it.micro_batch, (std::int64_t(r) * M + it.micro_batch) * b};
         switch (it.kind) {
           case Item::Forward: F[r][s][it.micro_batch] = builder.forward(core, ranges[s], b, -1, keep, labels); break;
           case Item::Recompute: Rc[r][s][it.micro_batch] = builder.recompute(core, ranges[s], b, -1, labels); break;
@@ -211,14 +211,18 @@ BuiltStep Pipeline::build(const Study& study) const {
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < M; ++m)
       for (int s = 0; s < K; ++s) {
-        const Labels labels{s, m};
+        const Labels labels{s, m, (std::int64_t(r) * M + m) * b};
         if (s > 0) {
           const double bytes = builder.cost(ranges[s - 1], b).output_bytes;
-          g.depend(builder.transfer(cores[r][s - 1], cores[r][s], bytes, F[r][s - 1][m], "activation_transfer", labels), F[r][s][m]);
+          g.depend(builder.transfer(cores[r][s - 1], cores[r][s], bytes, F[r][s - 1][m], "activation_transfer", labels,
+                                    ranges[s].first, false),
+                   F[r][s][m]);
         }
         if (s < K - 1) {
           const double bytes = builder.cost(ranges[s], b).output_bytes;
-          g.depend(builder.transfer(cores[r][s + 1], cores[r][s], bytes, B[r][s + 1][m], "gradient_transfer", labels), B[r][s][m]);
+          g.depend(builder.transfer(cores[r][s + 1], cores[r][s], bytes, B[r][s + 1][m], "gradient_transfer", labels,
+                                    ranges[s].last, true),
+                   B[r][s][m]);
         } else {
           g.depend(F[r][s][m], B[r][s][m]);
         }
@@ -233,15 +237,11 @@ BuiltStep Pipeline::build(const Study& study) const {
   for (int s = 0; s < K; ++s) {
     int allreduce = -1;
     if (R > 1) {
-      sim::Task t;
-      t.kind = sim::TaskKind::Collective;
-      t.op = sim::CollectiveOp::AllReduce;
-      t.name = "allreduce stage " + std::to_string(s);
-      t.phase = "gradient_allreduce";
-      t.stage = s;
-      t.bytes = builder.gradient_bytes(ranges[s]);
-      for (int r = 0; r < R; ++r) t.group.push_back(cores[r][s]);
-      allreduce = g.add(std::move(t));
+      std::vector<int> group;
+      for (int r = 0; r < R; ++r) group.push_back(cores[r][s]);
+      allreduce = builder.collective(sim::CollectiveOp::AllReduce, "gradient_allreduce", "allreduce stage " + std::to_string(s), group,
+                                     builder.gradient_bytes(ranges[s]), ranges[s]);
+      g.task(allreduce).stage = s;
       for (int r = 0; r < R; ++r) g.depend(last_backward[r][s], allreduce);
     }
     for (int r = 0; r < R; ++r) {

@@ -19,7 +19,7 @@ class Pipeline : public Schedule {
 
   /// Reads "stages", "microbatches", "remat", "replicas", "partition", "placement".
   Pipeline(Order order, Fields& fields, const Study& study, Problems& problems);
-  BuiltStep build(const Study& study) const override;
+  BuiltStep build(const Study& study, FunctionalRuntime* functional = nullptr) const override;
   Json resolved() const override;
   std::int64_t layer_batch(const Study& study) const override { return study.batch / (replicas_ * microbatches_); }
 

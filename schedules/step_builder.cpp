@@ -1,13 +1,15 @@
 #include "schedules/step_builder.hpp"
 
+#include "schedules/functional_runtime.hpp"
+
 namespace tpusim {
 
 using sim::MemoryCategory;
 using sim::MemoryEffect;
 using When = sim::MemoryEffect::When;
 
-StepBuilder::StepBuilder(const Study& study, int cores)
-    : study_(study), cost_model_(study.hardware.core), graph_(cores) {
+StepBuilder::StepBuilder(const Study& study, int cores, FunctionalRuntime* functional)
+    : study_(study), functional_(functional), cost_model_(study.hardware.core), graph_(cores) {
   for (const auto& layer : study.model.layers) update_s_.push_back(cost_model_.cost(study.optimizer.update_op(layer)).seconds);
 }
 
@@ -64,6 +66,7 @@ double StepBuilder::gradient_bytes(LayerRange layers) const {
 }
 
 void StepBuilder::resident_weights(int core, LayerRange layers, double slot_fraction) {
+  if (functional_) functional_->hold(core, layers);
   for (int l = layers.first; l < layers.last; ++l) {
     const Layer& layer = study_.model.layers[l];
     graph_.resident(core, MemoryCategory::Weights, 4.0 * double(layer.params()));
@@ -109,6 +112,7 @@ int StepBuilder::forward(int core, LayerRange layers, std::int64_t batch, int pr
               {core, MemoryCategory::Workspace, -transient, When::End}};
   model_flops_ += c.forward_flops;
   hardware_flops_ += c.forward_hardware_flops;
+  if (functional_) t.host = functional_->forward(core, layers, labels.first_example, batch, keep);
   const int id = graph_.add(std::move(t));
   if (prev >= 0) graph_.depend(prev, id);
   return id;
@@ -123,6 +127,7 @@ int StepBuilder::recompute(int core, LayerRange layers, std::int64_t batch, int 
               {core, MemoryCategory::Workspace, c.workspace_bytes, When::Start},
               {core, MemoryCategory::Workspace, -c.workspace_bytes, When::End}};
   hardware_flops_ += c.forward_hardware_flops;
+  if (functional_) t.host = functional_->recompute(core, layers, labels.first_example, batch);
   const int id = graph_.add(std::move(t));
   if (prev >= 0) graph_.depend(prev, id);
   return id;
@@ -142,12 +147,14 @@ int StepBuilder::backward(int core, LayerRange layers, std::int64_t batch, int p
   t.memory.push_back({core, MemoryCategory::Activations, -freed, When::End});
   model_flops_ += c.backward_flops;
   hardware_flops_ += c.backward_hardware_flops;
+  if (functional_) t.host = functional_->backward(core, layers, labels.first_example, batch);
   const int id = graph_.add(std::move(t));
   if (prev >= 0) graph_.depend(prev, id);
   return id;
 }
 
-int StepBuilder::transfer(int src, int dst, double bytes, int prev, const std::string& phase, Labels labels) {
+int StepBuilder::transfer(int src, int dst, double bytes, int prev, const std::string& phase, Labels labels, int boundary,
+                          bool gradient) {
   sim::Task t;
   t.kind = sim::TaskKind::Transfer;
   t.phase = phase;
@@ -158,12 +165,29 @@ int StepBuilder::transfer(int src, int dst, double bytes, int prev, const std::s
   t.micro_batch = labels.micro_batch;
   t.name = phase + " core " + std::to_string(src) + "->" + std::to_string(dst) +
            (labels.micro_batch >= 0 ? " mb" + std::to_string(labels.micro_batch) : "");
+  if (functional_) t.host = functional_->transfer(src, dst, boundary, labels.first_example, gradient);
   const int id = graph_.add(std::move(t));
   if (prev >= 0) graph_.depend(prev, id);
   return id;
 }
 
-int StepBuilder::update(int core, LayerRange layers, double fraction, Labels labels) {
+int StepBuilder::collective(sim::CollectiveOp op, const std::string& phase, const std::string& name, std::vector<int> group,
+                            double bytes, LayerRange layers) {
+  sim::Task t;
+  t.kind = sim::TaskKind::Collective;
+  t.op = op;
+  t.name = name;
+  t.phase = phase;
+  t.bytes = bytes;
+  if (functional_) {
+    if (phase.rfind("gradient_", 0) == 0) t.host = functional_->reduce(group, layers);
+    else if (phase == "weight_allgather") t.host = functional_->gather(group, layers);
+  }
+  t.group = std::move(group);
+  return graph_.add(std::move(t));
+}
+
+int StepBuilder::update(int core, LayerRange layers, double fraction, Labels labels, int shard, int shards) {
   sim::Task t = compute_task("update", core, layers, labels);
   t.name = "update core " + std::to_string(core);
   for (int l = layers.first; l < layers.last; ++l) {
@@ -173,6 +197,7 @@ int StepBuilder::update(int core, LayerRange layers, double fraction, Labels lab
   }
   // The gradients it consumes: the whole buffer, or the shard a reduce-scatter left.
   t.memory.push_back({core, MemoryCategory::Gradients, -gradient_bytes(layers) * fraction, When::End});
+  if (functional_) t.host = functional_->update(core, layers, shard, shards);
   return graph_.add(std::move(t));
 }
 

@@ -30,15 +30,19 @@ struct LayerRange {
 /// input of the range, the rest being recomputed before the backward.
 enum class Keep { All, Input };
 
-/// Report labels of a task.
+/// Report labels of a task, and which examples it processes (functional mode).
 struct Labels {
   int stage = -1;
   int micro_batch = -1;
+  std::int64_t first_example = 0;  ///< the first of the task's examples in the global batch
 };
+
+class FunctionalRuntime;
 
 class StepBuilder {
  public:
-  StepBuilder(const Study& study, int cores);
+  /// With a `functional` runtime every task gets the host closure doing its math.
+  StepBuilder(const Study& study, int cores, FunctionalRuntime* functional = nullptr);
 
   sim::TaskGraph& graph() { return graph_; }
   const LayerCost& cost(int layer, std::int64_t batch);
@@ -61,11 +65,18 @@ class StepBuilder {
   /// backward of a step over these layers allocates their gradient buffer; later ones accumulate.
   int backward(int core, LayerRange layers, std::int64_t batch, int prev, Keep kept, bool allocate_gradients,
                Labels labels = {});
-  /// `bytes` from core `src` to core `dst` after `prev`.
-  int transfer(int src, int dst, double bytes, int prev, const std::string& phase, Labels labels = {});
-  /// Optimizer update of `layers` on `core` (a `fraction` of each when sharded); frees the
-  /// gradients it consumed (that fraction of the layers' gradient buffers) at its end.
-  int update(int core, LayerRange layers, double fraction, Labels labels = {});
+  /// `bytes` from core `src` to core `dst` after `prev`: the activation at layer boundary
+  /// `boundary` (its gradient when `gradient`) of the micro-batch in `labels`.
+  int transfer(int src, int dst, double bytes, int prev, const std::string& phase, Labels labels, int boundary, bool gradient);
+  /// A collective over `group` on the gradients or weights of `layers` (what it does
+  /// functionally follows from its phase: gradient_* reduce gradients, weight_allgather gathers
+  /// weights; anything else is timing only).
+  int collective(sim::CollectiveOp op, const std::string& phase, const std::string& name, std::vector<int> group, double bytes,
+                 LayerRange layers);
+  /// Optimizer update on `core` of shard `shard` of `shards` equal pieces of `layers`
+  /// (`fraction` of the work and memory, padding included); frees the gradients it consumed
+  /// (that fraction of the layers' gradient buffers) at its end.
+  int update(int core, LayerRange layers, double fraction, Labels labels = {}, int shard = 0, int shards = 1);
 
   /// Hands over the graph with the FLOP totals.
   BuiltStep finish();
@@ -75,6 +86,7 @@ class StepBuilder {
   sim::Task compute_task(const char* phase, int core, LayerRange layers, Labels labels) const;
 
   const Study& study_;
+  FunctionalRuntime* functional_;
   CostModel cost_model_;
   sim::TaskGraph graph_;
   std::map<std::pair<int, std::int64_t>, LayerCost> cache_;

@@ -16,6 +16,7 @@
 namespace tpusim {
 
 struct Study;
+class FunctionalRuntime;
 
 /// What a schedule hands the engine and the reports.
 struct BuiltStep {
@@ -30,8 +31,9 @@ struct BuiltStep {
 class Schedule {
  public:
   virtual ~Schedule() = default;
-  /// Builds the task graph of one training step. Called only on a validated study.
-  virtual BuiltStep build(const Study& study) const = 0;
+  /// Builds the task graph of one training step. Called only on a validated study. With a
+  /// `functional` runtime, tasks carry the host closures that do the step's math.
+  virtual BuiltStep build(const Study& study, FunctionalRuntime* functional = nullptr) const = 0;
   /// The schedule's settings with defaults filled in (echoed in result.json).
   virtual Json resolved() const = 0;
   /// Examples one layer processes at once on a core (the per-core batch, or the micro-batch).

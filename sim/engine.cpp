@@ -263,7 +263,10 @@ class Runner {
     result_.tasks[id].end_s = now;
     for (const auto& m : t.memory)
       if (m.when == MemoryEffect::When::End) memory_.apply(m, id, now);
-    if (opt_.functional && t.host) t.host();
+    if (opt_.functional) {
+      if (t.host) t.host();
+      result_.completion_order.push_back(id);
+    }
     ++done_;
     for (int s : g_.successors(id)) {
       if (--remaining_[s] != 0) continue;

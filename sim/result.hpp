@@ -41,6 +41,7 @@ struct SimResult {
   bool symmetric_collectives = false;  ///< collectives were simulated on representative rings
   long long flows_simulated = 0;
   std::vector<FlowRecord> flows;       ///< filled when EngineOptions::record_flows
+  std::vector<int> completion_order;   ///< task ids in the order they completed (functional mode)
 };
 
 }  // namespace tpusim::sim

@@ -130,7 +130,7 @@ TEST_CASE("study problems are all reported at once", "[config]") {
 TEST_CASE("batch must divide over the cores", "[config]") {
   Json j = minimal_study();
   j["batch"] = 12;
-  CHECK_THROWS_WITH(parse_study(j, "test"), Catch::Contains("batch: found 12") && Catch::Contains("multiple of the 8 cores"));
+  CHECK_THROWS_WITH(parse_study(j, "test"), Catch::Contains("batch: found 12") && Catch::Contains("multiple of the 8 replicas"));
 }
 
 TEST_CASE("overrides set nested fields, array elements, and parse JSON values", "[config]") {

@@ -1,0 +1,364 @@
+#include "models/kernels/kernels.hpp"
+
+#include <cblas-openblas.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace tpusim::kernels {
+
+void gemm(bool ta, bool tb, I m, I n, I k, float alpha, const float* A, const float* B, float beta, float* C) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k), alpha, A,
+              ta ? int(m) : int(k), B, tb ? int(k) : int(n), beta, C, int(n));
+}
+
+void dense_forward(const float* x, const float* W, const float* b, float* y, I t, I k, I n) {
+  gemm(false, false, t, n, k, 1.0f, x, W, 0.0f, y);
+  if (b)
+    for (I r = 0; r < t; ++r)
+      for (I j = 0; j < n; ++j) y[r * n + j] += b[j];
+}
+
+void dense_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, float* db, I t, I k, I n) {
+  if (dx) gemm(false, true, t, k, n, 1.0f, dy, W, 0.0f, dx);
+  gemm(true, false, k, n, t, 1.0f, x, dy, 1.0f, dW);
+  if (db)
+    for (I r = 0; r < t; ++r)
+      for (I j = 0; j < n; ++j) db[j] += dy[r * n + j];
+}
+
+void relu_forward(const float* x, float* y, I n) {
+  for (I i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0.0f;
+}
+
+void relu_backward(const float* y, const float* dy, float* dx, I n) {
+  for (I i = 0; i < n; ++i) dx[i] = y[i] > 0 ? dy[i] : 0.0f;
+}
+
+namespace {
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+}
+
+void gelu_forward(const float* x, float* y, I n) {
+  for (I i = 0; i < n; ++i) {
+    const float u = kGeluC * (x[i] + 0.044715f * x[i] * x[i] * x[i]);
+    y[i] = 0.5f * x[i] * (1.0f + std::tanh(u));
+  }
+}
+
+void gelu_backward(const float* x, const float* dy, float* dx, I n) {
+  for (I i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float u = kGeluC * (v + 0.044715f * v * v * v);
+    const float t = std::tanh(u);
+    const float du = kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
+    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+  }
+}
+
+void add(const float* x, const float* r, float* y, I n) {
+  for (I i = 0; i < n; ++i) y[i] = x[i] + r[i];
+}
+
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd, I rows, I cols,
+                       float eps) {
+  for (I r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    double m = 0, v = 0;
+    for (I j = 0; j < cols; ++j) m += xr[j];
+    m /= double(cols);
+    for (I j = 0; j < cols; ++j) v += (xr[j] - m) * (xr[j] - m);
+    v /= double(cols);
+    mean[r] = float(m);
+    rstd[r] = float(1.0 / std::sqrt(v + eps));
+    for (I j = 0; j < cols; ++j) y[r * cols + j] = (xr[j] - mean[r]) * rstd[r] * gamma[j] + beta[j];
+  }
+}
+
+void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy, float* dx,
+                        float* dgamma, float* dbeta, I rows, I cols) {
+  for (I r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    const float* dyr = dy + r * cols;
+    double sum_g = 0, sum_gx = 0;
+    for (I j = 0; j < cols; ++j) {
+      const float xhat = (xr[j] - mean[r]) * rstd[r];
+      const float g = dyr[j] * gamma[j];
+      dgamma[j] += dyr[j] * xhat;
+      dbeta[j] += dyr[j];
+      sum_g += g;
+      sum_gx += g * xhat;
+    }
+    for (I j = 0; j < cols; ++j) {
+      const float xhat = (xr[j] - mean[r]) * rstd[r];
+      const float g = dyr[j] * gamma[j];
+      dx[r * cols + j] = float(rstd[r] * (g - sum_g / double(cols) - xhat * sum_gx / double(cols)));
+    }
+  }
+}
+
+double softmax_xent_forward(const float* logits, const std::int32_t* targets, float* probs, I rows, I classes, double scale) {
+  double loss = 0;
+  for (I r = 0; r < rows; ++r) {
+    const float* l = logits + r * classes;
+    float* p = probs + r * classes;
+    const float mx = *std::max_element(l, l + classes);
+    double sum = 0;
+    for (I j = 0; j < classes; ++j) sum += std::exp(double(l[j] - mx));
+    for (I j = 0; j < classes; ++j) p[j] = float(std::exp(double(l[j] - mx)) / sum);
+    loss += -(double(l[targets[r]] - mx) - std::log(sum));
+  }
+  return loss * scale;
+}
+
+void softmax_xent_backward(const float* probs, const std::int32_t* targets, float* dlogits, I rows, I classes, double scale) {
+  for (I r = 0; r < rows; ++r)
+    for (I j = 0; j < classes; ++j)
+      dlogits[r * classes + j] = float((probs[r * classes + j] - (j == targets[r] ? 1.0 : 0.0)) * scale);
+}
+
+void embedding_forward(const std::int32_t* ids, const float* table, float* out, I rows, I width) {
+  for (I r = 0; r < rows; ++r) std::copy(table + I(ids[r]) * width, table + I(ids[r] + 1) * width, out + r * width);
+}
+
+void embedding_backward(const std::int32_t* ids, const float* dout, float* dtable, I rows, I width) {
+  for (I r = 0; r < rows; ++r)
+    for (I j = 0; j < width; ++j) dtable[I(ids[r]) * width + j] += dout[r * width + j];
+}
+
+// qkv layout [b, s, 3, h, d]: q(b, t, head) at ((b*s + t)*3 + 0)*h*d + head*d.
+void attention_forward(const float* qkv, float* ctx, float* probs, I B, I S, I H, I D) {
+  const float scale = 1.0f / std::sqrt(float(D));
+  std::vector<float> q(S * D), k(S * D), v(S * D), c(S * D);
+  for (I b = 0; b < B; ++b)
+    for (I h = 0; h < H; ++h) {
+      for (I t = 0; t < S; ++t)
+        for (I e = 0; e < D; ++e) {
+          const I base = (b * S + t) * 3 * H * D + h * D + e;
+          q[t * D + e] = qkv[base];
+          k[t * D + e] = qkv[base + H * D];
+          v[t * D + e] = qkv[base + 2 * H * D];
+        }
+      float* P = probs + (b * H + h) * S * S;
+      gemm(false, true, S, S, D, scale, q.data(), k.data(), 0.0f, P);
+      for (I t = 0; t < S; ++t) {
+        float* row = P + t * S;
+        float mx = row[0];
+        for (I u = 1; u <= t; ++u) mx = std::max(mx, row[u]);
+        double sum = 0;
+        for (I u = 0; u <= t; ++u) sum += std::exp(double(row[u] - mx));
+        for (I u = 0; u < S; ++u) row[u] = u <= t ? float(std::exp(double(row[u] - mx)) / sum) : 0.0f;
+      }
+      gemm(false, false, S, D, S, 1.0f, P, v.data(), 0.0f, c.data());
+      for (I t = 0; t < S; ++t)
+        for (I e = 0; e < D; ++e) ctx[((b * S + t) * H + h) * D + e] = c[t * D + e];
+    }
+}
+
+void attention_backward(const float* qkv, const float* probs, const float* dctx, float* dqkv, I B, I S, I H, I D) {
+  const float scale = 1.0f / std::sqrt(float(D));
+  std::vector<float> q(S * D), k(S * D), v(S * D), dc(S * D), dP(S * S), dq(S * D), dk(S * D), dv(S * D);
+  for (I b = 0; b < B; ++b)
+    for (I h = 0; h < H; ++h) {
+      for (I t = 0; t < S; ++t)
+        for (I e = 0; e < D; ++e) {
+          const I base = (b * S + t) * 3 * H * D + h * D + e;
+          q[t * D + e] = qkv[base];
+          k[t * D + e] = qkv[base + H * D];
+          v[t * D + e] = qkv[base + 2 * H * D];
+          dc[t * D + e] = dctx[((b * S + t) * H + h) * D + e];
+        }
+      const float* P = probs + (b * H + h) * S * S;
+      gemm(true, false, S, D, S, 1.0f, P, dc.data(), 0.0f, dv.data());   // dV = P^T dC
+      gemm(false, true, S, S, D, 1.0f, dc.data(), v.data(), 0.0f, dP.data());  // dP = dC V^T
+      for (I t = 0; t < S; ++t) {  // softmax backward: dS = P * (dP - sum(dP * P))
+        double dot = 0;
+        for (I u = 0; u < S; ++u) dot += double(dP[t * S + u]) * P[t * S + u];
+        for (I u = 0; u < S; ++u) dP[t * S + u] = float(P[t * S + u] * (dP[t * S + u] - dot)) * scale;
+      }
+      gemm(false, false, S, D, S, 1.0f, dP.data(), k.data(), 0.0f, dq.data());  // dQ = dS K
+      gemm(true, false, S, D, S, 1.0f, dP.data(), q.data(), 0.0f, dk.data());   // dK = dS^T Q
+      for (I t = 0; t < S; ++t)
+        for (I e = 0; e < D; ++e) {
+          const I base = (b * S + t) * 3 * H * D + h * D + e;
+          dqkv[base] = dq[t * D + e];
+          dqkv[base + H * D] = dk[t * D + e];
+          dqkv[base + 2 * H * D] = dv[t * D + e];
+        }
+    }
+}
+
+I Conv::pad() const {
+  const I total = std::max<I>(0, (out_h() - 1) * stride + k - h);
+  return total / 2;
+}
+
+namespace {
+
+/// im2col for one image: rows = output pixels, columns = (ky, kx, cin).
+void im2col(const Conv& c, const float* x, float* cols) {
+  const I oh = c.out_h(), ow = c.out_w(), p = c.pad();
+  for (I oy = 0; oy < oh; ++oy)
+    for (I ox = 0; ox < ow; ++ox) {
+      float* row = cols + (oy * ow + ox) * c.k * c.k * c.cin;
+      for (I ky = 0; ky < c.k; ++ky)
+        for (I kx = 0; kx < c.k; ++kx) {
+          const I iy = oy * c.stride + ky - p, ix = ox * c.stride + kx - p;
+          float* dst = row + (ky * c.k + kx) * c.cin;
+          if (iy < 0 || iy >= c.h || ix < 0 || ix >= c.w) std::fill(dst, dst + c.cin, 0.0f);
+          else std::copy(x + (iy * c.w + ix) * c.cin, x + (iy * c.w + ix + 1) * c.cin, dst);
+        }
+    }
+}
+
+void col2im(const Conv& c, const float* cols, float* dx) {
+  const I oh = c.out_h(), ow = c.out_w(), p = c.pad();
+  for (I oy = 0; oy < oh; ++oy)
+    for (I ox = 0; ox < ow; ++ox) {
+      const float* row = cols + (oy * ow + ox) * c.k * c.k * c.cin;
+      for (I ky = 0; ky < c.k; ++ky)
+        for (I kx = 0; kx < c.k; ++kx) {
+          const I iy = oy * c.stride + ky - p, ix = ox * c.stride + kx - p;
+          if (iy < 0 || iy >= c.h || ix < 0 || ix >= c.w) continue;
+          const float* src = row + (ky * c.k + kx) * c.cin;
+          float* dst = dx + (iy * c.w + ix) * c.cin;
+          for (I e = 0; e < c.cin; ++e) dst[e] += src[e];
+        }
+    }
+}
+
+}  // namespace
+
+void conv2d_forward(const Conv& c, const float* x, const float* W, float* y) {
+  const I pixels = c.out_h() * c.out_w(), patch = c.k * c.k * c.cin;
+  std::vector<float> cols(pixels * patch);
+  for (I n = 0; n < c.n; ++n) {
+    im2col(c, x + n * c.h * c.w * c.cin, cols.data());
+    gemm(false, false, pixels, c.cout, patch, 1.0f, cols.data(), W, 0.0f, y + n * pixels * c.cout);
+  }
+}
+
+void conv2d_backward(const Conv& c, const float* x, const float* W, const float* dy, float* dx, float* dW) {
+  const I pixels = c.out_h() * c.out_w(), patch = c.k * c.k * c.cin;
+  std::vector<float> cols(pixels * patch);
+  for (I n = 0; n < c.n; ++n) {
+    const float* dyn = dy + n * pixels * c.cout;
+    im2col(c, x + n * c.h * c.w * c.cin, cols.data());
+    gemm(true, false, patch, c.cout, pixels, 1.0f, cols.data(), dyn, 1.0f, dW);
+    if (dx) {
+      gemm(false, true, pixels, patch, c.cout, 1.0f, dyn, W, 0.0f, cols.data());
+      float* dxn = dx + n * c.h * c.w * c.cin;
+      std::fill(dxn, dxn + c.h * c.w * c.cin, 0.0f);
+      col2im(c, cols.data(), dxn);
+    }
+  }
+}
+
+void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd, I rows, I ch,
+                       float eps) {
+  std::vector<double> m(ch, 0.0), v(ch, 0.0);
+  for (I r = 0; r < rows; ++r)
+    for (I j = 0; j < ch; ++j) m[j] += x[r * ch + j];
+  for (I j = 0; j < ch; ++j) m[j] /= double(rows);
+  for (I r = 0; r < rows; ++r)
+    for (I j = 0; j < ch; ++j) v[j] += (x[r * ch + j] - m[j]) * (x[r * ch + j] - m[j]);
+  for (I j = 0; j < ch; ++j) {
+    mean[j] = float(m[j]);
+    rstd[j] = float(1.0 / std::sqrt(v[j] / double(rows) + eps));
+  }
+  for (I r = 0; r < rows; ++r)
+    for (I j = 0; j < ch; ++j) y[r * ch + j] = (x[r * ch + j] - mean[j]) * rstd[j] * gamma[j] + beta[j];
+}
+
+void batchnorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy, float* dx,
+                        float* dgamma, float* dbeta, I rows, I ch) {
+  std::vector<double> sum_dy(ch, 0.0), sum_dy_xhat(ch, 0.0);
+  for (I r = 0; r < rows; ++r)
+    for (I j = 0; j < ch; ++j) {
+      const double xhat = (x[r * ch + j] - mean[j]) * rstd[j];
+      sum_dy[j] += dy[r * ch + j];
+      sum_dy_xhat[j] += dy[r * ch + j] * xhat;
+    }
+  for (I j = 0; j < ch; ++j) {
+    dgamma[j] += float(sum_dy_xhat[j]);
+    dbeta[j] += float(sum_dy[j]);
+  }
+  for (I r = 0; r < rows; ++r)
+    for (I j = 0; j < ch; ++j) {
+      const double xhat = (x[r * ch + j] - mean[j]) * rstd[j];
+      dx[r * ch + j] = float(gamma[j] * rstd[j] * (dy[r * ch + j] - sum_dy[j] / double(rows) - xhat * sum_dy_xhat[j] / double(rows)));
+    }
+}
+
+namespace {
+
+/// Calls f(n, oy, ox, iy, ix) for every input pixel inside every pooling window.
+template <class F>
+void for_each_window(const Pool& p, F&& f) {
+  const I oh = p.out_h(), ow = p.out_w();
+  const I pad = std::max<I>(0, (oh - 1) * p.stride + p.k - p.h) / 2;
+  for (I n = 0; n < p.n; ++n)
+    for (I oy = 0; oy < oh; ++oy)
+      for (I ox = 0; ox < ow; ++ox)
+        for (I ky = 0; ky < p.k; ++ky)
+          for (I kx = 0; kx < p.k; ++kx) {
+            const I iy = oy * p.stride + ky - pad, ix = ox * p.stride + kx - pad;
+            if (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w) f(n, oy, ox, iy, ix);
+          }
+}
+
+}  // namespace
+
+void avgpool_forward(const Pool& p, const float* x, float* y) {
+  const I oh = p.out_h(), ow = p.out_w();
+  std::vector<float> count(p.n * oh * ow, 0.0f);
+  std::fill(y, y + p.n * oh * ow * p.c, 0.0f);
+  for_each_window(p, [&](I n, I oy, I ox, I iy, I ix) {
+    const I o = (n * oh + oy) * ow + ox;
+    count[o] += 1;
+    for (I c = 0; c < p.c; ++c) y[o * p.c + c] += x[((n * p.h + iy) * p.w + ix) * p.c + c];
+  });
+  for (I o = 0; o < p.n * oh * ow; ++o)
+    for (I c = 0; c < p.c; ++c) y[o * p.c + c] /= count[o];
+}
+
+void avgpool_backward(const Pool& p, const float* dy, float* dx) {
+  const I oh = p.out_h(), ow = p.out_w();
+  std::vector<float> count(p.n * oh * ow, 0.0f);
+  for_each_window(p, [&](I n, I oy, I ox, I, I) { count[(n * oh + oy) * ow + ox] += 1; });
+  std::fill(dx, dx + p.n * p.h * p.w * p.c, 0.0f);
+  for_each_window(p, [&](I n, I oy, I ox, I iy, I ix) {
+    const I o = (n * oh + oy) * ow + ox;
+    for (I c = 0; c < p.c; ++c) dx[((n * p.h + iy) * p.w + ix) * p.c + c] += dy[o * p.c + c] / count[o];
+  });
+}
+
+void maxpool_forward(const Pool& p, const float* x, float* y) {
+  const I oh = p.out_h(), ow = p.out_w();
+  std::fill(y, y + p.n * oh * ow * p.c, -INFINITY);
+  for_each_window(p, [&](I n, I oy, I ox, I iy, I ix) {
+    const I o = (n * oh + oy) * ow + ox;
+    for (I c = 0; c < p.c; ++c) y[o * p.c + c] = std::max(y[o * p.c + c], x[((n * p.h + iy) * p.w + ix) * p.c + c]);
+  });
+}
+
+void maxpool_backward(const Pool& p, const float* x, const float* dy, float* dx) {
+  // The gradient goes to the first maximum of each window (ties broken by scan order).
+  const I oh = p.out_h(), ow = p.out_w();
+  std::vector<float> y(p.n * oh * ow * p.c);
+  maxpool_forward(p, x, y.data());
+  std::vector<char> taken(y.size(), 0);
+  std::fill(dx, dx + p.n * p.h * p.w * p.c, 0.0f);
+  for_each_window(p, [&](I n, I oy, I ox, I iy, I ix) {
+    const I o = (n * oh + oy) * ow + ox;
+    for (I c = 0; c < p.c; ++c) {
+      const I xi = ((n * p.h + iy) * p.w + ix) * p.c + c;
+      if (!taken[o * p.c + c] && x[xi] == y[o * p.c + c]) {
+        taken[o * p.c + c] = 1;
+        dx[xi] += dy[o * p.c + c];
+      }
+    }
+  });
+}
+
+}  // namespace tpusim::kernels

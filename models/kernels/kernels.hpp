@@ -1,0 +1,85 @@
+// fp32 host kernels for functional mode: forward and backward of the layers' building blocks.
+// Matrices are row-major; images NHWC. Backward functions ACCUMULATE weight gradients (+=),
+// so micro-batches add up, and WRITE input gradients (=). Every backward is checked against
+// finite differences in tests/test_kernels.cpp.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace tpusim::kernels {
+
+using I = std::int64_t;
+
+/// C[m x n] = alpha * op(A) . op(B) + beta * C (OpenBLAS sgemm, row-major).
+void gemm(bool trans_a, bool trans_b, I m, I n, I k, float alpha, const float* A, const float* B, float beta, float* C);
+
+/// y[t x n] = x[t x k] . W[k x n] (+ b[n] when b is non-null).
+void dense_forward(const float* x, const float* W, const float* b, float* y, I t, I k, I n);
+/// dx = dy . W^T (if dx), dW += x^T . dy, db += column sums of dy (if db).
+void dense_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, float* db, I t, I k, I n);
+
+void relu_forward(const float* x, float* y, I n);
+/// dx = dy where y > 0 (y: the ReLU output).
+void relu_backward(const float* y, const float* dy, float* dx, I n);
+/// GELU, tanh approximation.
+void gelu_forward(const float* x, float* y, I n);
+void gelu_backward(const float* x, const float* dy, float* dx, I n);
+
+/// y = x + r (residual add).
+void add(const float* x, const float* r, float* y, I n);
+
+/// Layer norm over rows of `cols`: y = (x - mean) * rstd * gamma + beta; saves mean, rstd per row.
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd, I rows,
+                       I cols, float eps = 1e-5f);
+void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy, float* dx,
+                        float* dgamma, float* dbeta, I rows, I cols);
+
+/// Softmax cross-entropy of `rows` rows of `classes` logits against integer targets. Writes the
+/// probabilities, returns the summed loss times `scale`.
+double softmax_xent_forward(const float* logits, const std::int32_t* targets, float* probs, I rows, I classes, double scale);
+/// dlogits = (probs - onehot(target)) * scale.
+void softmax_xent_backward(const float* probs, const std::int32_t* targets, float* dlogits, I rows, I classes, double scale);
+
+/// out[r] = table[ids[r]] (rows of `width`).
+void embedding_forward(const std::int32_t* ids, const float* table, float* out, I rows, I width);
+/// dtable[ids[r]] += dout[r].
+void embedding_backward(const std::int32_t* ids, const float* dout, float* dtable, I rows, I width);
+
+/// Multi-head causal self-attention on qkv[b, s, 3, h, d] (q, k, v interleaved as a dense
+/// projection produces them): ctx[b, s, h, d] = softmax(q k^T / sqrt(d) + causal mask) v.
+/// Saves the probabilities probs[b, h, s, s].
+void attention_forward(const float* qkv, float* ctx, float* probs, I b, I s, I h, I d);
+void attention_backward(const float* qkv, const float* probs, const float* dctx, float* dqkv, I b, I s, I h, I d);
+
+/// 2D convolution, NHWC, "SAME" padding, square kernel k, stride; weights [k, k, cin, cout].
+struct Conv {
+  I n, h, w, cin, k, stride, cout;
+  I out_h() const { return (h + stride - 1) / stride; }
+  I out_w() const { return (w + stride - 1) / stride; }
+  I pad() const;  ///< padding before (top/left) giving out_h = ceil(h / stride)
+};
+void conv2d_forward(const Conv& c, const float* x, const float* W, float* y);
+/// dx (if non-null) = transposed convolution of dy; dW += im2col(x)^T . dy.
+void conv2d_backward(const Conv& c, const float* x, const float* W, const float* dy, float* dx, float* dW);
+
+/// Batch norm (training: batch statistics) over rows of `channels` (NHWC flattened): saves
+/// mean and rstd per channel.
+void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd, I rows,
+                       I channels, float eps = 1e-5f);
+void batchnorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy, float* dx,
+                        float* dgamma, float* dbeta, I rows, I channels);
+
+/// Pooling, NHWC, window k x k, stride, "SAME" padding (padding ignored by max, excluded from
+/// the average's count).
+struct Pool {
+  I n, h, w, c, k, stride;
+  I out_h() const { return (h + stride - 1) / stride; }
+  I out_w() const { return (w + stride - 1) / stride; }
+};
+void avgpool_forward(const Pool& p, const float* x, float* y);
+void avgpool_backward(const Pool& p, const float* dy, float* dx);
+void maxpool_forward(const Pool& p, const float* x, float* y);
+void maxpool_backward(const Pool& p, const float* x, const float* dy, float* dx);
+
+}  // namespace tpusim::kernels

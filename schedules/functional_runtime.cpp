@@ -1,0 +1,248 @@
+#include "schedules/functional_runtime.hpp"
+
+#include <cmath>
+
+namespace tpusim {
+
+namespace {
+
+constexpr double kMomentum = 0.9;                            // momentum
+constexpr double kRmsDecay = 0.9, kRmsEpsilon = 1e-10;       // rmsprop (TensorFlow's defaults)
+constexpr double kBeta1 = 0.9, kBeta2 = 0.999, kAdamEpsilon = 1e-8;  // adam
+
+int slots_of(const std::string& kind) { return kind == "adam" ? 2 : (kind == "momentum" || kind == "rmsprop") ? 1 : 0; }
+
+}  // namespace
+
+void FunctionalRuntime::check_supported(const Study& study) {
+  for (std::size_t l = 0; l < study.model.layers.size(); ++l) {
+    if (!study.model.layers[l].function) {
+      throw ConfigError(study.file, "model.kind", "\"" + study.model.kind + "\" (layer " + study.model.layers[l].name + ")",
+                        "a model functional mode can execute: mlp, or a decoder-only transformer without shared embeddings");
+    }
+  }
+  if (slots_of(study.optimizer.kind) == 0 && study.optimizer.kind != "sgd") {
+    throw ConfigError(study.file, "optimizer.kind", "\"" + study.optimizer.kind + "\"",
+                      "an optimizer functional mode updates with: sgd, momentum, rmsprop, adam");
+  }
+}
+
+double FunctionalRuntime::host_bytes_needed(const Study& study, int cores_holding_weights) {
+  const double params = double(study.model.params());
+  const double per_copy = 4.0 * params * (2.0 + slots_of(study.optimizer.kind));
+  double activations = 0;  // fp32 activations kept for backward, for the whole batch
+  for (const auto& layer : study.model.layers) activations += layer.work(1).stash_bytes * 4.0 / study.model.activation_bytes;
+  // The simulated run and the one-core reference.
+  return per_copy * (cores_holding_weights + 1) + 2.0 * activations * double(study.batch);
+}
+
+FunctionalRuntime::FunctionalRuntime(const Study& study, int cores, std::uint64_t seed)
+    : study_(study), seed_(seed), layers_(int(study.model.layers.size())), learning_rate_(study.optimizer.learning_rate) {
+  (void)cores;
+}
+
+FunctionalRuntime::Held& FunctionalRuntime::held(int core, int layer) {
+  auto it = held_.find({core, layer});
+  if (it == held_.end()) throw SimulationError("functional mode: core " + std::to_string(core) + " does not hold layer " + std::to_string(layer));
+  return it->second;
+}
+
+void FunctionalRuntime::hold(int core, LayerRange layers) {
+  for (int l = layers.first; l < layers.last; ++l) {
+    if (held_.count({core, l})) continue;
+    Held h;
+    h.params = fn(l).init(mix(seed_, 0xC0FFEE, std::uint64_t(l)));
+    for (const auto& p : h.params) h.grads.emplace_back(p.size(), 0.0f);
+    h.slots.assign(std::size_t(slots_of(study_.optimizer.kind)), h.grads);
+    held_[{core, l}] = std::move(h);
+  }
+}
+
+Batch FunctionalRuntime::batch(std::int64_t first, std::int64_t count) const {
+  return Batch{first, count, study_.batch, step_, seed_};
+}
+
+void FunctionalRuntime::begin_step(int step) {
+  step_ = step;
+  if (int(losses_.size()) <= step) losses_.resize(std::size_t(step) + 1, 0.0);
+  losses_[std::size_t(step)] = 0.0;
+  for (auto& [key, h] : held_)
+    for (auto& g : h.grads) std::fill(g.begin(), g.end(), 0.0f);
+  activations_.clear();
+  gradients_.clear();
+  saved_.clear();
+}
+
+void FunctionalRuntime::run_forward(int core, LayerRange r, std::int64_t first, std::int64_t count, bool keep_all, bool count_loss) {
+  const Batch b = batch(first, count);
+  Tensor x = r.first == 0 ? Tensor{} : activations_.at({core, first, r.first});
+  for (int l = r.first; l < r.last; ++l) {
+    Saved s;
+    double loss = 0;
+    x = fn(l).forward(held(core, l).params, x, b, s, loss);
+    if (count_loss) losses_[std::size_t(step_)] += loss;
+    if (keep_all) saved_[{core, first, l}] = std::move(s);
+  }
+  if (r.last < layers_) activations_[{core, first, r.last}] = std::move(x);
+}
+
+FunctionalRuntime::Closure FunctionalRuntime::forward(int core, LayerRange r, std::int64_t first, std::int64_t count, Keep keep) {
+  return [=, this] { run_forward(core, r, first, count, keep == Keep::All, true); };
+}
+
+FunctionalRuntime::Closure FunctionalRuntime::recompute(int core, LayerRange r, std::int64_t first, std::int64_t count) {
+  return [=, this] { run_forward(core, r, first, count, true, false); };
+}
+
+FunctionalRuntime::Closure FunctionalRuntime::backward(int core, LayerRange r, std::int64_t first, std::int64_t count) {
+  return [=, this] {
+    const Batch b = batch(first, count);
+    Tensor d = r.last == layers_ ? Tensor{} : gradients_.at({core, first, r.last});
+    for (int l = r.last - 1; l >= r.first; --l) {
+      auto it = saved_.find({core, first, l});
+      if (it == saved_.end()) throw SimulationError("functional mode: backward of layer " + std::to_string(l) + " without its forward");
+      Held& h = held(core, l);
+      d = fn(l).backward(h.params, d, b, it->second, h.grads);
+      saved_.erase(it);
+    }
+    gradients_.erase({core, first, r.last});
+    activations_.erase({core, first, r.first});
+    if (r.first > 0) gradients_[{core, first, r.first}] = std::move(d);
+  };
+}
+
+FunctionalRuntime::Closure FunctionalRuntime::transfer(int src, int dst, int boundary, std::int64_t first, bool gradient) {
+  return [=, this] {
+    auto& store = gradient ? gradients_ : activations_;
+    store[{dst, first, boundary}] = store.at({src, first, boundary});
+  };
+}
+
+FunctionalRuntime::Closure FunctionalRuntime::reduce(std::vector<int> group, LayerRange r) {
+  return [=, this] {
+    for (int l = r.first; l < r.last; ++l) {
+      Held& lead = held(group.front(), l);
+      for (std::size_t t = 0; t < lead.grads.size(); ++t) {
+        std::vector<double> sum(lead.grads[t].size(), 0.0);
+        for (int c : group) {
+          const Tensor& g = held(c, l).grads[t];
+          for (std::size_t i = 0; i < g.size(); ++i) sum[i] += g[i];
+        }
+        for (int c : group) {
+          Tensor& g = held(c, l).grads[t];
+          for (std::size_t i = 0; i < g.size(); ++i) g[i] = float(sum[i]);
+        }
+      }
+    }
+  };
+}
+
+
+FunctionalRuntime::Closure FunctionalRuntime::update(int core, LayerRange r, int shard, int shards) {
+  return [=, this] {
+    std::int64_t total = 0;
+    for (int l = r.first; l < r.last; ++l)
+      for (const auto& p : held(core, l).params) total += std::int64_t(p.size());
+    const std::int64_t size = (total + shards - 1) / shards;
+    const std::int64_t begin = std::int64_t(shard) * size, end = std::min(total, begin + size);
+    const std::string& kind = study_.optimizer.kind;
+    const double lr = learning_rate_, t = double(step_) + 1;
+    std::int64_t offset = 0;
+    for (int l = r.first; l < r.last; ++l) {
+      Held& h = held(core, l);
+      for (std::size_t k = 0; k < h.params.size(); ++k) {
+        Tensor& w = h.params[k];
+        const Tensor& g = h.grads[k];
+        const std::int64_t n = std::int64_t(w.size());
+        const std::int64_t lo = std::max<std::int64_t>(begin - offset, 0), hi = std::min<std::int64_t>(end - offset, n);
+        for (std::int64_t i = lo; i < hi; ++i) {
+          const double gi = g[std::size_t(i)];
+          double wi = w[std::size_t(i)];
+          if (kind == "sgd") {
+            wi -= lr * gi;
+          } else if (kind == "momentum") {
+            float& m = h.slots[0][k][std::size_t(i)];
+            m = float(kMomentum * m + gi);
+            wi -= lr * m;
+          } else if (kind == "rmsprop") {
+            float& ms = h.slots[0][k][std::size_t(i)];
+            ms = float(kRmsDecay * ms + (1 - kRmsDecay) * gi * gi);
+            wi -= lr * gi / (std::sqrt(double(ms)) + kRmsEpsilon);
+          } else {  // adam
+            float& m = h.slots[0][k][std::size_t(i)];
+            float& v = h.slots[1][k][std::size_t(i)];
+            m = float(kBeta1 * m + (1 - kBeta1) * gi);
+            v = float(kBeta2 * v + (1 - kBeta2) * gi * gi);
+            const double mhat = m / (1 - std::pow(kBeta1, t)), vhat = v / (1 - std::pow(kBeta2, t));
+            wi -= lr * mhat / (std::sqrt(vhat) + kAdamEpsilon);
+          }
+          w[std::size_t(i)] = float(wi);
+        }
+        offset += n;
+      }
+    }
+  };
+}
+
+FunctionalRuntime::Closure FunctionalRuntime::gather(std::vector<int> group, LayerRange r) {
+  return [=, this] {
+    std::int64_t total = 0;
+    for (int l = r.first; l < r.last; ++l)
+      for (const auto& p : held(group.front(), l).params) total += std::int64_t(p.size());
+    const std::int64_t size = (total + std::int64_t(group.size()) - 1) / std::int64_t(group.size());
+    for (std::size_t s = 0; s < group.size(); ++s) {
+      const std::int64_t begin = std::int64_t(s) * size, end = std::min(total, begin + size);
+      std::int64_t offset = 0;
+      for (int l = r.first; l < r.last; ++l) {
+        const std::size_t tensors = held(group[s], l).params.size();
+        for (std::size_t k = 0; k < tensors; ++k) {
+          const Tensor& src = held(group[s], l).params[k];
+          const std::int64_t n = std::int64_t(src.size());
+          const std::int64_t lo = std::max<std::int64_t>(begin - offset, 0), hi = std::min<std::int64_t>(end - offset, n);
+          for (int c : group)
+            if (c != group[s] && lo < hi) std::copy(src.begin() + lo, src.begin() + hi, held(c, l).params[k].begin() + lo);
+          offset += n;
+        }
+      }
+    }
+  };
+}
+
+void FunctionalRuntime::replay(const sim::TaskGraph& graph, const std::vector<int>& order, int steps) {
+  for (int s = 1; s < steps; ++s) {
+    begin_step(s);
+    for (int id : order)
+      if (graph.task(id).host) graph.task(id).host();
+  }
+}
+
+std::unique_ptr<FunctionalRuntime> FunctionalRuntime::reference(const Study& study, int steps, std::uint64_t seed) {
+  auto ref = std::make_unique<FunctionalRuntime>(study, 1, seed);
+  const LayerRange all{0, int(study.model.layers.size())};
+  ref->hold(0, all);
+  for (int s = 0; s < steps; ++s) {
+    ref->begin_step(s);
+    ref->forward(0, all, 0, study.batch, Keep::All)();
+    ref->backward(0, all, 0, study.batch)();
+    ref->update(0, all, 0, 1)();
+  }
+  return ref;
+}
+
+double FunctionalRuntime::max_rel_diff(const FunctionalRuntime& reference) const {
+  double worst = 0;
+  for (const auto& [key, h] : held_) {
+    const auto& ref = reference.held_.at({0, key.second}).params;
+    for (std::size_t k = 0; k < h.params.size(); ++k) {
+      double diff = 0, scale = 1e-30;
+      for (std::size_t i = 0; i < h.params[k].size(); ++i) {
+        diff = std::max(diff, std::fabs(double(h.params[k][i]) - ref[k][i]));
+        scale = std::max(scale, std::fabs(double(ref[k][i])));
+      }
+      worst = std::max(worst, diff / scale);
+    }
+  }
+  return worst;
+}
+
+}  // namespace tpusim

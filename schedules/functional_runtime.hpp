@@ -1,0 +1,84 @@
+// Functional mode's state and the host closures the schedules attach to their tasks: every
+// core holds real fp32 parameters, gradients and optimizer slots for the layers it owns, and
+// stores of activations and activation gradients keyed by (core, micro-batch, layer boundary).
+// Compute tasks run the layers' kernels (a recompute really recomputes), transfers copy
+// tensors between cores' stores, collectives really sum or gather, updates really update.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <tuple>
+
+#include "schedules/step_builder.hpp"
+
+namespace tpusim {
+
+class FunctionalRuntime {
+ public:
+  /// `cores` cores of the study's slice; `seed` fixes the initial weights and the data.
+  FunctionalRuntime(const Study& study, int cores, std::uint64_t seed);
+
+  /// Throws ConfigError when the study cannot run functionally (a layer without host math,
+  /// an optimizer without a functional update).
+  static void check_supported(const Study& study);
+  /// Host memory functional mode would use for the study, in bytes (an estimate).
+  static double host_bytes_needed(const Study& study, int cores_holding_weights);
+
+  /// `core` holds parameters (and gradients, optimizer slots) for `layers`, initialized
+  /// identically on every core.
+  void hold(int core, LayerRange layers);
+
+  using Closure = std::function<void()>;
+  /// `count` examples starting at `first` (the micro-batch's key) through `layers` on `core`.
+  Closure forward(int core, LayerRange layers, std::int64_t first, std::int64_t count, Keep keep);
+  Closure recompute(int core, LayerRange layers, std::int64_t first, std::int64_t count);
+  Closure backward(int core, LayerRange layers, std::int64_t first, std::int64_t count);
+  /// Copies the activation (or its gradient) at layer boundary `boundary` of micro-batch
+  /// `first` from `src` to `dst`.
+  Closure transfer(int src, int dst, int boundary, std::int64_t first, bool gradient);
+  /// Sums the gradients of `layers` over `group` (all-reduce; a reduce-scatter's shards are
+  /// the same sums).
+  Closure reduce(std::vector<int> group, LayerRange layers);
+  /// Optimizer update of shard `shard` of `shards` equal pieces of the layers' flattened
+  /// parameters (shards = 1: everything).
+  Closure update(int core, LayerRange layers, int shard, int shards);
+  /// All-gather: every core of `group` (in group order = shard order) sends its shard.
+  Closure gather(std::vector<int> group, LayerRange layers);
+
+  /// Starts step `step`: zero gradients, empty stores.
+  void begin_step(int step);
+  const std::vector<double>& losses() const { return losses_; }
+  /// The largest, over every parameter tensor held by any core, of max|w - w_ref| / max|w_ref|.
+  double max_rel_diff(const FunctionalRuntime& reference) const;
+
+  /// Steps 1 .. steps-1: the engine ran step 0 and recorded the order its tasks completed in;
+  /// the graph is the same every step, so later steps run the closures in that order.
+  void replay(const sim::TaskGraph& graph, const std::vector<int>& order, int steps);
+  /// Trains the study's model on one core with the whole batch for `steps` steps: the
+  /// reference every schedule must reproduce.
+  static std::unique_ptr<FunctionalRuntime> reference(const Study& study, int steps, std::uint64_t seed);
+
+ private:
+  struct Held {
+    std::vector<Tensor> params, grads;
+    std::vector<std::vector<Tensor>> slots;  // per optimizer slot, per tensor
+  };
+  using Key = std::tuple<int, std::int64_t, int>;  // core, micro-batch (first example), layer or boundary
+
+  Held& held(int core, int layer);
+  const LayerFunction& fn(int layer) const { return *study_.model.layers[std::size_t(layer)].function; }
+  Batch batch(std::int64_t first, std::int64_t count) const;
+  void run_forward(int core, LayerRange layers, std::int64_t first, std::int64_t count, bool keep_all, bool count_loss);
+
+  const Study& study_;
+  std::uint64_t seed_;
+  int step_ = 0;
+  int layers_;
+  double learning_rate_;
+  std::map<std::pair<int, int>, Held> held_;  // (core, layer)
+  std::map<Key, Tensor> activations_, gradients_;
+  std::map<Key, Saved> saved_;
+  std::vector<double> losses_;
+};
+
+}  // namespace tpusim
