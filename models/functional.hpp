@@ -34,10 +34,9 @@ class LayerFunction {
   virtual ~LayerFunction() = default;
   /// Initial parameters in the order and shapes of Layer::weights, deterministic in `seed`.
   virtual std::vector<Tensor> init(std::uint64_t seed) const = 0;
-  /// Forward: `in` is the previous layer's output (the first layer ignores it and reads the
-  /// data). Adds this call's share of the loss to `loss` if it is the loss layer.
-  virtual Tensor forward(const std::vector<Tensor>& params, const Tensor& in, const Batch& batch, Saved& saved,
-                         double& loss) const = 0;
+  /// Forward: `in` is the previous layer's output, handed over (the first layer ignores it and
+  /// reads the data). Adds this call's share of the loss to `loss` if it is the loss layer.
+  virtual Tensor forward(const std::vector<Tensor>& params, Tensor in, const Batch& batch, Saved& saved, double& loss) const = 0;
   /// Backward: returns the gradient of the input (empty for the first layer) and ADDS the
   /// parameter gradients to `grads`. The loss layer ignores `dout`.
   virtual Tensor backward(const std::vector<Tensor>& params, const Tensor& dout, const Batch& batch, const Saved& saved,

@@ -22,6 +22,15 @@ float unit(std::uint64_t h) { return float(double(h >> 11) * (2.0 / 900719925474
 
 namespace {
 
+/// A vector of tensors moved in (a braced list would copy them: its elements are const).
+template <class... T>
+std::vector<Tensor> take(T&&... tensors) {
+  std::vector<Tensor> v;
+  v.reserve(sizeof...(T));
+  (v.push_back(std::forward<T>(tensors)), ...);
+  return v;
+}
+
 /// Xavier-uniform matrix, zero vector, or ones (for norm scales).
 Tensor init_tensor(std::uint64_t seed, int index, std::int64_t rows, std::int64_t cols, const char* kind) {
   Tensor t(std::size_t(rows * cols));
@@ -71,12 +80,12 @@ class MlpDense : public LayerFunction {
   std::vector<Tensor> init(std::uint64_t seed) const override {
     return {init_tensor(seed, 0, in_, out_, "xavier"), init_tensor(seed, 1, 1, out_, "zeros")};
   }
-  Tensor forward(const std::vector<Tensor>& p, const Tensor& in, const Batch& b, Saved& s, double&) const override {
-    Tensor x = first_ ? data_.features(b) : in;
+  Tensor forward(const std::vector<Tensor>& p, Tensor in, const Batch& b, Saved& s, double&) const override {
+    Tensor x = first_ ? data_.features(b) : std::move(in);
     Tensor y(std::size_t(b.count * out_));
     kernels::dense_forward(x.data(), p[0].data(), p[1].data(), y.data(), b.count, in_, out_);
     kernels::relu_forward(y.data(), y.data(), I(y.size()));
-    s.tensors = {std::move(x), y};
+    s.tensors = take(std::move(x), Tensor(y));
     return y;
   }
   Tensor backward(const std::vector<Tensor>& p, const Tensor& dout, const Batch& b, const Saved& s, std::vector<Tensor>& g) const override {
@@ -100,13 +109,13 @@ class MlpClassifier : public LayerFunction {
   std::vector<Tensor> init(std::uint64_t seed) const override {
     return {init_tensor(seed, 0, in_, classes_, "xavier"), init_tensor(seed, 1, 1, classes_, "zeros")};
   }
-  Tensor forward(const std::vector<Tensor>& p, const Tensor& in, const Batch& b, Saved& s, double& loss) const override {
-    Tensor x = first_ ? data_.features(b) : in;
+  Tensor forward(const std::vector<Tensor>& p, Tensor in, const Batch& b, Saved& s, double& loss) const override {
+    Tensor x = first_ ? data_.features(b) : std::move(in);
     Tensor logits(std::size_t(b.count * classes_)), probs(logits.size());
     kernels::dense_forward(x.data(), p[0].data(), p[1].data(), logits.data(), b.count, in_, classes_);
     s.ids = data_.targets(b);
     loss += kernels::softmax_xent_forward(logits.data(), s.ids.data(), probs.data(), b.count, classes_, 1.0 / double(b.global));
-    s.tensors = {std::move(x), std::move(probs)};
+    s.tensors = take(std::move(x), std::move(probs));
     return Tensor{};
   }
   Tensor backward(const std::vector<Tensor>& p, const Tensor&, const Batch& b, const Saved& s, std::vector<Tensor>& g) const override {
@@ -140,7 +149,7 @@ class Embedding : public LayerFunction {
  public:
   Embedding(std::int64_t vocab, std::int64_t d, std::int64_t seq) : vocab_(vocab), d_(d), seq_(seq) {}
   std::vector<Tensor> init(std::uint64_t seed) const override { return {init_tensor(seed, 0, vocab_, d_, "xavier")}; }
-  Tensor forward(const std::vector<Tensor>& p, const Tensor&, const Batch& b, Saved& s, double&) const override {
+  Tensor forward(const std::vector<Tensor>& p, Tensor, const Batch& b, Saved& s, double&) const override {
     s.ids = lm_tokens(b, seq_, vocab_, false);
     Tensor out(s.ids.size() * std::size_t(d_));
     kernels::embedding_forward(s.ids.data(), p[0].data(), out.data(), I(s.ids.size()), d_);
@@ -191,7 +200,7 @@ class Block : public LayerFunction {
   static float* bias(std::vector<Tensor>& g, int i) { return i < 0 ? nullptr : g[std::size_t(i)].data(); }
 
   // Saved tensors: 0 x, 1 h1, 2 mean1, 3 rstd1, 4 qkv, 5 probs, 6 ctx, 7 x2, 8 h2, 9 mean2, 10 rstd2, 11 f.
-  Tensor forward(const std::vector<Tensor>& p, const Tensor& x, const Batch& b, Saved& s, double&) const override {
+  Tensor forward(const std::vector<Tensor>& p, Tensor x, const Batch& b, Saved& s, double&) const override {
     const Idx k = idx();
     const I T = b.count * seq_, inner = h_ * dkv_;
     Tensor h1(x.size()), mean1(static_cast<std::size_t>(T)), rstd1(static_cast<std::size_t>(T)), qkv(std::size_t(T * 3 * inner));
@@ -207,8 +216,8 @@ class Block : public LayerFunction {
     kernels::relu_forward(f.data(), f.data(), I(f.size()));
     kernels::dense_forward(f.data(), p[std::size_t(k.w2)].data(), bias(p, k.b2), y.data(), T, ff_, d_);
     kernels::add(y.data(), x2.data(), y.data(), I(y.size()));
-    s.tensors = {x, std::move(h1), std::move(mean1), std::move(rstd1), std::move(qkv), std::move(probs), std::move(ctx),
-                 std::move(x2), std::move(h2), std::move(mean2), std::move(rstd2), std::move(f)};
+    s.tensors = take(std::move(x), std::move(h1), std::move(mean1), std::move(rstd1), std::move(qkv), std::move(probs), std::move(ctx),
+                 std::move(x2), std::move(h2), std::move(mean2), std::move(rstd2), std::move(f));
     return y;
   }
 
@@ -246,14 +255,14 @@ class LmOutput : public LayerFunction {
     return {init_tensor(seed, 0, 1, d_, "ones"), init_tensor(seed, 1, 1, d_, "zeros"), init_tensor(seed, 2, d_, vocab_, "xavier")};
   }
   // Saved: 0 x, 1 h, 2 mean, 3 rstd, 4 probs.
-  Tensor forward(const std::vector<Tensor>& p, const Tensor& x, const Batch& b, Saved& s, double& loss) const override {
+  Tensor forward(const std::vector<Tensor>& p, Tensor x, const Batch& b, Saved& s, double& loss) const override {
     const I T = b.count * seq_;
     Tensor h(x.size()), mean(static_cast<std::size_t>(T)), rstd(static_cast<std::size_t>(T)), logits(std::size_t(T * vocab_)), probs(logits.size());
     kernels::layernorm_forward(x.data(), p[0].data(), p[1].data(), h.data(), mean.data(), rstd.data(), T, d_);
     kernels::dense_forward(h.data(), p[2].data(), nullptr, logits.data(), T, d_, vocab_);
     s.ids = lm_tokens(b, seq_, vocab_, true);
     loss += kernels::softmax_xent_forward(logits.data(), s.ids.data(), probs.data(), T, vocab_, 1.0 / double(b.global * seq_));
-    s.tensors = {x, std::move(h), std::move(mean), std::move(rstd), std::move(probs)};
+    s.tensors = take(std::move(x), std::move(h), std::move(mean), std::move(rstd), std::move(probs));
     return Tensor{};
   }
   Tensor backward(const std::vector<Tensor>& p, const Tensor&, const Batch& b, const Saved& s, std::vector<Tensor>& g) const override {

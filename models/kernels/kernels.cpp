@@ -28,10 +28,12 @@ void dense_backward(const float* x, const float* W, const float* dy, float* dx, 
 }
 
 void relu_forward(const float* x, float* y, I n) {
+#pragma omp parallel for schedule(static)
   for (I i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0.0f;
 }
 
 void relu_backward(const float* y, const float* dy, float* dx, I n) {
+#pragma omp parallel for schedule(static)
   for (I i = 0; i < n; ++i) dx[i] = y[i] > 0 ? dy[i] : 0.0f;
 }
 
@@ -57,11 +59,13 @@ void gelu_backward(const float* x, const float* dy, float* dx, I n) {
 }
 
 void add(const float* x, const float* r, float* y, I n) {
+#pragma omp parallel for schedule(static)
   for (I i = 0; i < n; ++i) y[i] = x[i] + r[i];
 }
 
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd, I rows, I cols,
                        float eps) {
+#pragma omp parallel for schedule(static)
   for (I r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;
     double m = 0, v = 0;
@@ -98,20 +102,29 @@ void layernorm_backward(const float* x, const float* gamma, const float* mean, c
 }
 
 double softmax_xent_forward(const float* logits, const std::int32_t* targets, float* probs, I rows, I classes, double scale) {
-  double loss = 0;
+  // Per-row losses summed in row order afterwards: the same total whatever the threads.
+  std::vector<double> row_loss(static_cast<std::size_t>(rows));
+#pragma omp parallel for schedule(static)
   for (I r = 0; r < rows; ++r) {
     const float* l = logits + r * classes;
     float* p = probs + r * classes;
     const float mx = *std::max_element(l, l + classes);
     double sum = 0;
-    for (I j = 0; j < classes; ++j) sum += std::exp(double(l[j] - mx));
-    for (I j = 0; j < classes; ++j) p[j] = float(std::exp(double(l[j] - mx)) / sum);
-    loss += -(double(l[targets[r]] - mx) - std::log(sum));
+    for (I j = 0; j < classes; ++j) {
+      p[j] = std::exp(l[j] - mx);
+      sum += p[j];
+    }
+    const float inv = float(1.0 / sum);
+    for (I j = 0; j < classes; ++j) p[j] *= inv;
+    row_loss[std::size_t(r)] = -(double(l[targets[r]] - mx) - std::log(sum));
   }
+  double loss = 0;
+  for (double v : row_loss) loss += v;
   return loss * scale;
 }
 
 void softmax_xent_backward(const float* probs, const std::int32_t* targets, float* dlogits, I rows, I classes, double scale) {
+#pragma omp parallel for schedule(static)
   for (I r = 0; r < rows; ++r)
     for (I j = 0; j < classes; ++j)
       dlogits[r * classes + j] = float((probs[r * classes + j] - (j == targets[r] ? 1.0 : 0.0)) * scale);
