@@ -101,7 +101,8 @@ int cmd_run(const RunOptions& o) {
                            {"seed", o.seed},
                            {"loss", functional->losses()},
                            {"reference_loss", reference->losses()},
-                           {"max_rel_diff", functional->max_rel_diff(*reference)}};
+                           {"max_rel_diff", functional->max_rel_diff(*reference)},
+                           {"weights_fingerprint", functional->weights_fingerprint()}};
   }
   if (!o.out.empty()) {
     fs::create_directories(o.out);

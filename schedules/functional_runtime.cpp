@@ -3,6 +3,7 @@
 #include <malloc.h>
 
 #include <cmath>
+#include <cstdio>
 
 namespace tpusim {
 
@@ -252,6 +253,22 @@ std::unique_ptr<FunctionalRuntime> FunctionalRuntime::reference(const Study& stu
     ref->update(0, all, 0, 1)();
   }
   return ref;
+}
+
+std::string FunctionalRuntime::weights_fingerprint() const {
+  std::uint64_t h = 1469598103934665603ULL;
+  std::map<int, const Held*> first_holder;  // held_ is ordered by (core, layer)
+  for (const auto& [key, held] : held_)
+    if (!first_holder.count(key.second)) first_holder[key.second] = &held;
+  for (const auto& [layer, held] : first_holder) {
+    for (const auto& t : held->params) {
+      const auto* bytes = reinterpret_cast<const unsigned char*>(t.data());
+      for (std::size_t i = 0; i < t.size() * sizeof(float); ++i) h = (h ^ bytes[i]) * 1099511628211ULL;
+    }
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
+  return buf;
 }
 
 double FunctionalRuntime::max_rel_diff(const FunctionalRuntime& reference) const {

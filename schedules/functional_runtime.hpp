@@ -50,6 +50,9 @@ class FunctionalRuntime {
   const std::vector<double>& losses() const { return losses_; }
   /// The largest, over every parameter tensor held by any core, of max|w - w_ref| / max|w_ref|.
   double max_rel_diff(const FunctionalRuntime& reference) const;
+  /// A hash (FNV-1a, hex) of the bytes of every layer's weights as held by the lowest core
+  /// holding the layer: equal fingerprints mean bit-identical models.
+  std::string weights_fingerprint() const;
 
   /// Steps 1 .. steps-1: the engine ran step 0 and recorded the order its tasks completed in;
   /// the graph is the same every step, so later steps run the closures in that order.
