@@ -41,9 +41,11 @@ Model build_mlp(Fields& f, Problems& problems) {
   for (std::int64_t i = 0; i < layers; ++i) {
     m.layers.push_back(dense_layer("dense" + std::to_string(i), i == 0 ? input : width, width, m.activation_bytes, false));
     m.layers.back().function = mlp_dense_function(i == 0 ? input : width, width, i == 0, input, classes);
+    m.layers.back().named_ops = dense_named_ops(i == 0 ? input : width, width, int(i), false);
   }
   m.layers.push_back(dense_layer("classifier", width, classes, m.activation_bytes, true));
   m.layers.back().function = mlp_classifier_function(width, classes, false, input);
+  m.layers.back().named_ops = dense_named_ops(width, classes, int(layers), true);
   return m;
 }
 

@@ -11,6 +11,7 @@
 
 #include "hardware/cost_model.hpp"
 #include "models/functional.hpp"
+#include "models/named_ops.hpp"
 #include "hardware/json_fields.hpp"
 
 namespace tpusim {
@@ -34,6 +35,9 @@ struct Layer {
   std::function<LayerWork(std::int64_t batch)> work;
   /// The host math for functional mode (null when the layer kind has none).
   std::shared_ptr<const LayerFunction> function;
+  /// The forward as ops over named dimensions for `batch` examples (for mesh layouts; empty
+  /// function when the layer kind has none).
+  std::function<std::vector<NamedOp>(std::int64_t batch)> named_ops;
 
   std::int64_t params() const;
 };

@@ -68,6 +68,7 @@ Model build_sequential(Fields& f, Problems& problems) {
     return m;
   }
   Shape shape;
+  int dense_index = 0;  // position among dense layers: names their activations for mesh layouts
   for (std::size_t i = 0; i < layers->size(); ++i) {
     const std::string path = index_path(f.path_of("layers"), i);
     Fields e((*layers)[i], path, problems);
@@ -91,9 +92,13 @@ Model build_sequential(Fields& f, Problems& problems) {
       if (kind == "classifier" && count != 1) problems.add(e.path_of("count"), Json(count), "1 (a classifier ends the model)");
       expect_input("in", Shape::Flat, in);
       if (kind == "dense" && count > 1 && in != out) problems.add(e.path_of("count"), Json(count), "1 unless in == out");
-      for (std::int64_t r = 0; r < count && problems.empty(); ++r)
+      for (std::int64_t r = 0; r < count && problems.empty(); ++r) {
         m.layers.push_back(dense_layer(kind + std::to_string(i) + (count > 1 ? "_" + std::to_string(r) : ""), in, out, relu,
                                        bias, kind == "classifier", act));
+        if (relu && bias) m.layers.back().named_ops = dense_named_ops(in, out, dense_index, false);
+        if (kind == "classifier" && bias) m.layers.back().named_ops = dense_named_ops(in, out, dense_index, true);
+        ++dense_index;
+      }
       shape = {Shape::Flat, kind == "classifier" ? 0 : out};
     } else if (kind == "conv2d") {
       const auto size = e.integer("size", 1, 1 << 14);

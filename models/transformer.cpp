@@ -120,6 +120,31 @@ Layer output(const Dims& d, double act, bool owns_table) {
   return l;
 }
 
+/// The decoder-only model's layers over named dimensions (for mesh layouts).
+std::vector<NamedOp> block_named_ops(const Dims& d, std::int64_t b) {
+  const Dim B{"batch", b}, S{"seq", d.seq}, Sk{"seq_k", d.seq}, M{"d_model", d.d_model}, F{"d_ff", d.d_ff},
+      H{"heads", d.heads}, K{"d_kv", d.d_kv};
+  auto bias = [&](std::vector<Dim> dims) { return d.biases ? weight(std::move(dims)) : NamedTensor{}; };
+  std::vector<NamedOp> ops;
+  ops.push_back(reduction("layernorm_self", tpusim::act({B, S, M}, true), "d_model", 8, weight({M}, 2)));
+  for (const char* p : {"q", "k", "v"}) {
+    // One input feeds the three projections: kept once.
+    ops.push_back(einsum(std::string(p) + "_projection", tpusim::act({B, S, M}, p[0] == 'q'), weight({M, H, K}), tpusim::act({B, S, H, K})));
+    if (d.biases) ops.push_back(elementwise(std::string(p) + "_bias", tpusim::act({B, S, H, K}), 1, bias({H, K})));
+  }
+  ops.push_back(einsum("scores", tpusim::act({B, S, H, K}, true), tpusim::act({B, Sk, H, K}, true), tpusim::act({B, H, S, Sk})));
+  ops.push_back(reduction("softmax", tpusim::act({B, H, S, Sk}), "seq_k", 5));
+  ops.push_back(einsum("context", tpusim::act({B, H, S, Sk}, true), tpusim::act({B, Sk, H, K}, true), tpusim::act({B, S, H, K})));
+  ops.push_back(einsum("attention_output", tpusim::act({B, S, H, K}, true), weight({H, K, M}), tpusim::act({B, S, M})));
+  ops.push_back(elementwise("attention_residual", tpusim::act({B, S, M}), 2, bias({M})));
+  ops.push_back(reduction("layernorm_ffn", tpusim::act({B, S, M}, true), "d_model", 8, weight({M}, 2)));
+  ops.push_back(einsum("ffn_in", tpusim::act({B, S, M}, true), weight({M, F}), tpusim::act({B, S, F})));
+  ops.push_back(elementwise("ffn_relu", tpusim::act({B, S, F}), 2, bias({F})));  // its output is kept by ffn_out
+  ops.push_back(einsum("ffn_out", tpusim::act({B, S, F}, true), weight({F, M}), tpusim::act({B, S, M})));
+  ops.push_back(elementwise("ffn_residual", tpusim::act({B, S, M}), 2, bias({M})));
+  return ops;
+}
+
 Model assemble(const Dims& d, double act, const std::string& name) {
   Model m;
   m.activation_bytes = act;
@@ -136,6 +161,20 @@ Model assemble(const Dims& d, double act, const std::string& name) {
   for (std::int64_t i = 0; i < d.layers; ++i)
     m.layers.push_back(block((encdec ? "decoder" : "block") + std::to_string(i), d, act, encdec));
   m.layers.push_back(output(d, act, !d.shared_embeddings));
+  if (!encdec) {
+    const Dim S{"seq", d.seq}, M{"d_model", d.d_model}, V{"vocab", d.vocab};
+    m.layers.front().named_ops = [=](std::int64_t b) {
+      const Dim B{"batch", b};
+      return std::vector<NamedOp>{gather("embedding", tpusim::act({B, S}), weight({V, M}), tpusim::act({B, S, M}))};
+    };
+    for (std::size_t i = 1; i + 1 < m.layers.size(); ++i) m.layers[i].named_ops = [d](std::int64_t b) { return block_named_ops(d, b); };
+    m.layers.back().named_ops = [=](std::int64_t b) {
+      const Dim B{"batch", b};
+      return std::vector<NamedOp>{reduction("final_layernorm", tpusim::act({B, S, M}, true), "d_model", 8, weight({M}, 2)),
+                                  einsum("logits", tpusim::act({B, S, M}, true), weight({M, V}), tpusim::act({B, S, V})),
+                                  reduction("softmax_xent", tpusim::act({B, S, V}, true), "vocab", 5)};
+    };
+  }
   // Functional mode covers the decoder-only model with its own input and output tables.
   if (!encdec && !d.shared_embeddings) {
     m.layers.front().function = embedding_function(d.vocab, d.d_model, d.seq);

@@ -95,12 +95,7 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
     }
     comm.push_back(iv);
     comm_by_phase[t.phase].push_back(iv);
-    if (t.kind == TaskKind::Transfer) {
-      waits_transfer[t.src_core].push_back(iv);
-      waits_transfer[t.dst_core].push_back(iv);
-    } else {
-      for (int c : t.group) waits_collective[c].push_back(iv);
-    }
+    for (int c : t.members()) (t.kind == TaskKind::Transfer ? waits_transfer : waits_collective)[c].push_back(iv);
   }
   std::vector<int> used;
   int critical = -1;

@@ -110,7 +110,7 @@ std::string timeline_svg(const sim::TaskGraph& graph, const sim::SimResult& r, i
       continue;
     }
     // Communication: a thin box in the lane of every shown core taking part.
-    std::vector<int> cores = t.kind == sim::TaskKind::Transfer ? std::vector<int>{t.src_core, t.dst_core} : t.group;
+    const std::vector<int> cores = t.members();
     const char* colour = t.kind == sim::TaskKind::Transfer ? phase_colour("transfer") : phase_colour("collective");
     for (int c : cores) {
       if (row_of[c] < 0) continue;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <map>
 #include <set>
 #include <simgrid/s4u.hpp>
 
@@ -109,15 +110,30 @@ class Runner {
     for (int id = 0; id < n; ++id) {
       const Task& t = g.task(id);
       if (t.kind == TaskKind::Transfer) symmetric = false;
-      if (t.kind == TaskKind::Collective && int(t.group.size()) != g.cores()) symmetric = false;
+      if (t.kind == TaskKind::Collective && int(t.members().size()) != g.cores()) symmetric = false;
     }
+    if (symmetric) symmetric = families_are_independent(g);
     result_.symmetric_collectives = symmetric;
     plans_.resize(n);
     for (int id = 0; id < n; ++id) {
       const Task& t = g.task(id);
       if (t.kind == TaskKind::Transfer) platform_.add_route(t.src_core, t.dst_core);
       if (t.kind != TaskKind::Collective) continue;
-      plans_[id] = plan_collective(platform_.torus(), platform_.cores_per_chip(), t.op, t.group, t.bytes);
+      // The groups of a family run together: their rings merge phase by phase.
+      auto groups = t.collective_groups();
+      if (symmetric) {
+        std::vector<std::vector<int>> cluster;
+        for (std::size_t gi : representatives_.at(groups)) cluster.push_back(groups[gi]);
+        groups = std::move(cluster);
+      }
+      for (const auto& group : groups) {
+        auto plan = plan_collective(platform_.torus(), platform_.cores_per_chip(), t.op, group, t.bytes);
+        if (plans_[id].size() < plan.size()) plans_[id].resize(plan.size());
+        for (std::size_t p = 0; p < plan.size(); ++p) {
+          if (plans_[id][p].name.empty()) plans_[id][p].name = plan[p].name;
+          for (auto& ring : plan[p].rings) plans_[id][p].rings.push_back(std::move(ring));
+        }
+      }
       for (auto& phase : plans_[id]) {
         if (symmetric) {
           std::erase_if(phase.rings, [](const PlannedRing& r) { return !r.representative; });
@@ -128,6 +144,67 @@ class Runner {
       }
     }
     platform_.seal();
+  }
+
+  /// The representative simulation of a collective is exact when its groups fall into
+  /// clusters (groups linked by shared links: e.g. the two cores of each chip in different
+  /// groups over the same column) that are congruent (the same rings, chunks and hop counts)
+  /// and use disjoint links, and when collectives with different groups use disjoint links:
+  /// then every cluster runs the same, undisturbed by the others, and one cluster (its groups'
+  /// first rows) stands for all. Fills `representatives_` with each family's first cluster.
+  bool families_are_independent(const TaskGraph& g) {
+    const Torus& torus = platform_.torus();
+    const int cpc = platform_.cores_per_chip();
+    std::map<std::vector<std::vector<int>>, std::set<long long>> family_links;
+    for (int id = 0; id < g.size(); ++id) {
+      const Task& t = g.task(id);
+      if (t.kind != TaskKind::Collective) continue;
+      const auto groups = t.collective_groups();
+      if (family_links.count(groups)) continue;
+      std::vector<std::set<long long>> links(groups.size());
+      std::vector<std::vector<double>> shapes(groups.size());
+      for (std::size_t gi = 0; gi < groups.size(); ++gi)
+        for (const auto& phase : plan_collective(torus, cpc, t.op, groups[gi], t.bytes))
+          for (const auto& ring : phase.rings) {
+            shapes[gi].insert(shapes[gi].end(), {double(ring.cores.size()), ring.chunk_bytes, double(ring.steps)});
+            for (std::size_t i = 0; i < ring.cores.size(); ++i) {
+              const int a = ring.cores[i], b = ring.cores[(i + 1) % ring.cores.size()];
+              const auto route = torus.route(a / cpc, b / cpc);
+              shapes[gi].push_back(double(route.size()));
+              if (a / cpc == b / cpc) links[gi].insert(-1 - (long long)(a) * cpc - b % cpc);  // on-chip a -> b
+              for (int l : route) links[gi].insert(l);
+            }
+          }
+      // Clusters: groups joined by a shared link (union-find over groups).
+      std::vector<std::size_t> parent(groups.size());
+      for (std::size_t i = 0; i < parent.size(); ++i) parent[i] = i;
+      auto root = [&](std::size_t i) {
+        while (parent[i] != i) i = parent[i] = parent[parent[i]];
+        return i;
+      };
+      std::map<long long, std::size_t> owner;
+      for (std::size_t gi = 0; gi < groups.size(); ++gi)
+        for (long long l : links[gi]) {
+          auto [it, fresh] = owner.emplace(l, gi);
+          if (!fresh) parent[root(gi)] = root(it->second);
+        }
+      std::map<std::size_t, std::vector<std::size_t>> clusters;
+      for (std::size_t gi = 0; gi < groups.size(); ++gi) clusters[root(gi)].push_back(gi);
+      const auto& first = clusters.begin()->second;
+      for (const auto& [r, members] : clusters) {
+        if (members.size() != first.size()) return false;
+        for (std::size_t k = 0; k < members.size(); ++k)
+          if (shapes[members[k]] != shapes[first[k]]) return false;
+      }
+      std::set<long long> all;
+      for (const auto& l : links) all.insert(l.begin(), l.end());
+      for (const auto& [other, other_links] : family_links)
+        for (long long l : all)
+          if (other_links.count(l)) return false;
+      family_links[groups] = std::move(all);
+      representatives_[groups] = first;
+    }
+    return true;
   }
 
   void start_actors() {
@@ -186,7 +263,7 @@ class Runner {
 
   void launch(int id) {
     const Task& t = g_.task(id);
-    const int where = t.kind == TaskKind::Transfer ? t.src_core : t.group.front();
+    const int where = t.members().front();
     sg::Actor::create(t.name, platform_.host(where), [this, id] { guarded([&] { run_communication(id); }); });
   }
 
@@ -290,6 +367,7 @@ class Runner {
   std::vector<int> waiting_;
   std::vector<sg::SemaphorePtr> semaphores_;
   std::vector<std::vector<Phase>> plans_;
+  std::map<std::vector<std::vector<int>>, std::vector<std::size_t>> representatives_;  // family -> its first cluster
   SimResult result_;
   int done_ = 0;
   std::string error_;

@@ -12,9 +12,12 @@
 namespace tpusim::sim {
 
 struct EngineOptions {
-  /// Simulate collectives on one representative row/column/chip when that is provably exact:
-  /// the graph has no point-to-point transfers and every collective spans every core, so all
-  /// traffic is translation-symmetric over the torus and every ring starts together.
+  /// Simulate collectives on one representative row/column/chip when that is exact: the graph
+  /// has no point-to-point transfers and every collective spans every core (one group, or a
+  /// family of groups partitioning the slice), so traffic is translation-symmetric over the torus
+  /// and every ring starts together. For families, each one is simulated on its first group
+  /// (exact when the families' groups are translations of each other over disjoint torus
+  /// links; tests compare with the full run).
   bool symmetric_collectives = true;
   /// Record every flow (for trace link tracks). Costs memory and time on big slices.
   bool record_flows = false;

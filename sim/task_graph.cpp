@@ -31,6 +31,13 @@ const char* to_string(TaskKind k) {
   return "?";
 }
 
+std::vector<int> Task::members() const {
+  if (kind == TaskKind::Transfer) return {src_core, dst_core};
+  std::vector<int> all;
+  for (const auto& g : collective_groups()) all.insert(all.end(), g.begin(), g.end());
+  return all;
+}
+
 TaskGraph::TaskGraph(int cores) : cores_(cores), programs_(cores), resident_(cores) {
   for (auto& r : resident_) r.fill(0.0);
 }
@@ -75,11 +82,13 @@ void TaskGraph::validate() const {
         if (!(t.bytes >= 0)) fail("transfer '" + t.name + "' moves a negative byte count");
         break;
       case TaskKind::Collective: {
-        if (t.group.empty()) fail("collective '" + t.name + "' has an empty group");
         std::set<int> seen;
-        for (int c : t.group) {
-          if (!core_ok(c)) fail("collective '" + t.name + "' names core " + std::to_string(c) + " outside the slice");
-          if (!seen.insert(c).second) fail("collective '" + t.name + "' lists core " + std::to_string(c) + " twice");
+        for (const auto& group : t.collective_groups()) {
+          if (group.empty()) fail("collective '" + t.name + "' has an empty group");
+          for (int c : group) {
+            if (!core_ok(c)) fail("collective '" + t.name + "' names core " + std::to_string(c) + " outside the slice");
+            if (!seen.insert(c).second) fail("collective '" + t.name + "' lists core " + std::to_string(c) + " twice");
+          }
         }
         if (!(t.bytes >= 0)) fail("collective '" + t.name + "' has a negative payload");
         break;

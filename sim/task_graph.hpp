@@ -46,6 +46,9 @@ struct Task {
   int dst_core = -1;
   CollectiveOp op = CollectiveOp::AllReduce;
   std::vector<int> group;
+  /// Instead of `group`: a family of disjoint groups each running the same collective at the
+  /// same time (an SPMD collective over the sub-groups of a mesh dimension).
+  std::vector<std::vector<int>> groups;
   double bytes = 0;
   // Labels for reports (-1 when not applicable).
   int layer = -1;
@@ -53,6 +56,11 @@ struct Task {
   int micro_batch = -1;
   std::vector<MemoryEffect> memory;
   std::function<void()> host;  ///< functional mode: run when the task completes in simulated order
+
+  /// The groups of a collective (`groups`, or `group` alone).
+  std::vector<std::vector<int>> collective_groups() const { return groups.empty() ? std::vector<std::vector<int>>{group} : groups; }
+  /// Every core a communication task involves.
+  std::vector<int> members() const;
 };
 
 class TaskGraph {

@@ -83,8 +83,8 @@ TEST_CASE("a single chip all-reduces over its two cores", "[schedules]") {
 }
 
 TEST_CASE("every registered schedule kind is listed", "[schedules][registry]") {
-  CHECK(schedule_registry().size() == 3);
-  for (const char* kind : {"data_parallel", "gpipe", "one_f_one_b"}) CHECK(schedule_registry().count(kind));
+  CHECK(schedule_registry().size() == 4);
+  for (const char* kind : {"data_parallel", "gpipe", "mesh", "one_f_one_b"}) CHECK(schedule_registry().count(kind));
 }
 
 namespace {

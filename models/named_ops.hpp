@@ -1,0 +1,69 @@
+// Ops over named dimensions (Mesh-TensorFlow's view of a model): every tensor says which
+// dimensions it has, so a layout that splits a dimension over a mesh dimension determines each
+// core's shard of every op and the collectives the split induces. Einsums cover matmuls
+// (contracted dimensions are those of the inputs absent from the output); the other kinds are
+// element-wise work, normalizations and softmaxes (which reduce over one dimension) and gathers.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tpusim {
+
+struct Dim {
+  std::string name;     ///< batch, seq, d_model, d_ff, heads, d_kv, vocab, ...
+  std::int64_t size = 0;
+};
+
+struct NamedTensor {
+  std::vector<Dim> dims;
+  bool weight = false;  ///< a parameter (its gradient is reduced; it is sharded in HBM)
+  bool keep = false;    ///< an activation kept from forward for backward
+  int copies = 1;       ///< identical-shape tensors it stands for (a norm's scale and shift)
+  double elements() const {
+    double n = copies;
+    for (const auto& d : dims) n *= double(d.size);
+    return n;
+  }
+  bool has(const std::string& name) const {
+    for (const auto& d : dims)
+      if (d.name == name) return true;
+    return false;
+  }
+};
+
+struct NamedOp {
+  enum class Kind {
+    Einsum,       ///< a . b -> out
+    Elementwise,  ///< a -> out, `ops` per element, fusible into its producer; b: optional bias
+    Reduction,    ///< a -> out, normalizing over `reduce_dim` (layer norm, softmax): needs its
+                  ///< statistics; b: optional scale and shift
+    Gather,       ///< rows of table b picked by ids a -> out (embedding)
+  };
+  Kind kind = Kind::Einsum;
+  std::string name;
+  NamedTensor a, b, out;
+  double ops = 1;          ///< per element (Elementwise, Reduction)
+  std::string reduce_dim;  ///< Reduction
+  std::vector<NamedTensor> tensors() const;  ///< a, b (if any), out
+};
+
+/// Dimension names a layout may split.
+const std::vector<std::string>& named_dims();
+
+/// Shorthands for building ops.
+NamedTensor act(std::vector<Dim> dims, bool keep = false);
+NamedTensor weight(std::vector<Dim> dims, int copies = 1);
+NamedOp einsum(std::string name, NamedTensor a, NamedTensor b, NamedTensor out);
+NamedOp elementwise(std::string name, NamedTensor a, double ops, NamedTensor bias = {});
+NamedOp reduction(std::string name, NamedTensor a, std::string reduce_dim, double ops, NamedTensor params = {});
+NamedOp gather(std::string name, NamedTensor ids, NamedTensor table, NamedTensor out);
+
+/// A dense layer (with bias; ReLU, or softmax cross-entropy when `classifier`) at position
+/// `index` of a stack: activations alternate between the names d_model and d_ff (d_model
+/// first), the classifier's output is vocab.
+std::function<std::vector<NamedOp>(std::int64_t)> dense_named_ops(std::int64_t in, std::int64_t out, int index, bool classifier);
+
+}  // namespace tpusim

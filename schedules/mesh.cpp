@@ -1,0 +1,483 @@
+#include "schedules/mesh.hpp"
+
+#include <numeric>
+#include <set>
+
+namespace tpusim {
+
+namespace {
+
+constexpr double kWeightBytes = 4.0;
+
+/// The layout's view of one op: local sizes, split mesh dimensions.
+struct Sharding {
+  const std::map<std::string, std::string>& layout;
+  const std::map<std::string, int>& sizes;  // mesh dimension -> size
+
+  int split(const std::string& dim) const {
+    auto it = layout.find(dim);
+    return it == layout.end() ? 1 : sizes.at(it->second);
+  }
+  std::int64_t local(const Dim& d) const { return d.size / split(d.name); }
+  double local_elements(const NamedTensor& t) const {
+    double n = t.copies;
+    for (const auto& d : t.dims) n *= double(local(d));
+    return n;
+  }
+  /// Mesh dimensions splitting the dimensions of `from` that `to` lacks (sorted, unique).
+  std::vector<std::string> split_missing(const std::vector<const NamedTensor*>& from, const NamedTensor& to) const {
+    std::set<std::string> mesh;
+    for (const NamedTensor* t : from)
+      for (const auto& d : t->dims)
+        if (!to.has(d.name) && layout.count(d.name)) mesh.insert(layout.at(d.name));
+    return {mesh.begin(), mesh.end()};
+  }
+};
+
+/// x . y -> z as a (batched) matmul of local sizes: batch dims in all three, m in x and z, k in
+/// x and y, n in y and z.
+Op local_matmul(const std::string& name, const Sharding& s, const NamedTensor& x, const NamedTensor& y, const NamedTensor& z,
+                double act) {
+  std::int64_t batch = 1, m = 1, k = 1, n = 1;
+  for (const auto& d : x.dims) {
+    const std::int64_t l = s.local(d);
+    if (y.has(d.name) && z.has(d.name)) batch *= l;
+    else if (z.has(d.name)) m *= l;
+    else if (y.has(d.name)) k *= l;
+  }
+  for (const auto& d : y.dims)
+    if (z.has(d.name) && !x.has(d.name)) n *= s.local(d);
+  Op op = batched_matmul_op(name, batch, m, k, n, act);
+  op.bytes = s.local_elements(x) * (x.weight ? kWeightBytes : act) + s.local_elements(y) * (y.weight ? kWeightBytes : act) +
+             s.local_elements(z) * (z.weight ? kWeightBytes : act);
+  return op;
+}
+
+/// One step of a layer's SPMD program: compute, or a collective (blocking the next compute, or
+/// running behind it as weight-gradient reductions do).
+struct Event {
+  enum Kind { Compute, BlockingAllReduce, GradientAllReduce } kind;
+  std::string name;
+  double seconds = 0, model_flops = 0, hardware_flops = 0;
+  std::vector<std::string> mesh_dims;  // collectives
+  double bytes = 0;                    // collectives: payload per core
+};
+
+struct LayerProgram {
+  std::vector<Event> forward, backward;
+  double kept_bytes = 0, workspace_bytes = 0, weight_elements = 0, total_weight_elements = 0;
+  Json ops = Json::array();  // per-op table
+};
+
+/// `model_input`: the layer's first op reads the model's input, which needs no gradient.
+LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, const CostModel& cost, double act, const std::string& layer,
+                         bool model_input) {
+  LayerProgram p;
+  auto compute = [&](std::vector<Event>& into, const Op& op) {
+    const OpCost c = cost.cost(op);
+    if (into.empty() || into.back().kind != Event::Compute) into.push_back(Event{Event::Compute, layer, 0, 0, 0, {}, 0});
+    into.back().seconds += c.seconds;
+    into.back().model_flops += c.model_flops;
+    into.back().hardware_flops += c.hardware_flops;
+    return c;
+  };
+  auto collective = [&](std::vector<Event>& into, Event::Kind kind, const std::string& name, std::vector<std::string> mesh, double bytes,
+                        Json& row) {
+    if (mesh.empty() || bytes <= 0) return;
+    into.push_back(Event{kind, layer + "/" + name, 0, 0, 0, mesh, bytes});
+    row["collectives"].push_back(Json{{"what", name}, {"mesh_dims", mesh}, {"bytes", bytes},
+                                      {"blocking", kind == Event::BlockingAllReduce}});
+  };
+  // Forward.
+  for (const auto& op : ops) {
+    Json row{{"layer", layer}, {"op", op.name}, {"collectives", Json::array()}};
+    for (const auto& t : op.tensors()) {
+      if (t.keep) p.kept_bytes += s.local_elements(t) * act;
+      if (t.weight) {
+        p.weight_elements += s.local_elements(t);
+        p.total_weight_elements += t.elements();
+      }
+    }
+    double flops = 0;
+    switch (op.kind) {
+      case NamedOp::Kind::Einsum: {
+        flops = compute(p.forward, local_matmul(op.name, s, op.a, op.b, op.out, act)).model_flops;
+        collective(p.forward, Event::BlockingAllReduce, op.name + " partial sums", s.split_missing({&op.a, &op.b}, op.out),
+                   s.local_elements(op.out) * act, row);
+        break;
+      }
+      case NamedOp::Kind::Elementwise:
+        compute(p.forward, vector_op(op.name, s.local_elements(op.out), op.ops, act, true));
+        break;
+      case NamedOp::Kind::Reduction: {
+        compute(p.forward, vector_op(op.name, s.local_elements(op.out), op.ops, act, false));
+        p.workspace_bytes = std::max(p.workspace_bytes, s.local_elements(op.a) * act);
+        const int parts = s.split(op.reduce_dim);
+        if (parts > 1) {
+          std::int64_t reduced = 1;
+          for (const auto& d : op.a.dims)
+            if (d.name == op.reduce_dim) reduced = s.local(d);
+          collective(p.forward, Event::BlockingAllReduce, op.name + " statistics", {s.layout.at(op.reduce_dim)},
+                     2.0 * 4.0 * s.local_elements(op.a) / double(reduced), row);
+        }
+        break;
+      }
+      case NamedOp::Kind::Gather:
+        compute(p.forward, memory_op(op.name, s.local_elements(op.out) * (kWeightBytes + act)));
+        // A split table gives each core the rows it holds (zeros elsewhere): summed over the split.
+        collective(p.forward, Event::BlockingAllReduce, op.name + " rows", s.split_missing({&op.b}, op.out),
+                   s.local_elements(op.out) * act, row);
+        break;
+    }
+    row["local_forward_flops"] = flops;
+    p.ops.push_back(std::move(row));
+  }
+  // Backward, ops in reverse.
+  for (std::size_t i = ops.size(); i-- > 0;) {
+    const NamedOp& op = ops[i];
+    Json& row = p.ops[i];
+    switch (op.kind) {
+      case NamedOp::Kind::Einsum: {
+        compute(p.backward, local_matmul(op.name + "_da", s, op.out, op.b, op.a, act));
+        if (!op.a.weight && !(model_input && i == 0))
+          collective(p.backward, Event::BlockingAllReduce, op.name + " input gradient", s.split_missing({&op.out, &op.b}, op.a),
+                     s.local_elements(op.a) * act, row);
+        Op db = local_matmul(op.name + "_db", s, op.a, op.out, op.b, act);
+        db.weight_gradient = op.b.weight;
+        compute(p.backward, db);
+        collective(p.backward, op.b.weight ? Event::GradientAllReduce : Event::BlockingAllReduce,
+                   op.name + (op.b.weight ? " weight gradient" : " input gradient"), s.split_missing({&op.a, &op.out}, op.b),
+                   s.local_elements(op.b) * (op.b.weight ? kWeightBytes : act), row);
+        break;
+      }
+      case NamedOp::Kind::Elementwise:
+        compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.out), op.ops, act, true));
+        if (!op.b.dims.empty())
+          collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient", s.split_missing({&op.a}, op.b),
+                     s.local_elements(op.b) * kWeightBytes, row);
+        break;
+      case NamedOp::Kind::Reduction: {
+        compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.out), 2 * op.ops, act, false));
+        const int parts = s.split(op.reduce_dim);
+        if (parts > 1) {
+          std::int64_t reduced = 1;
+          for (const auto& d : op.a.dims)
+            if (d.name == op.reduce_dim) reduced = s.local(d);
+          collective(p.backward, Event::BlockingAllReduce, op.name + " gradient statistics", {s.layout.at(op.reduce_dim)},
+                     2.0 * 4.0 * s.local_elements(op.a) / double(reduced), row);
+        }
+        if (!op.b.dims.empty())
+          collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient", s.split_missing({&op.a}, op.b),
+                     s.local_elements(op.b) * kWeightBytes, row);
+        break;
+      }
+      case NamedOp::Kind::Gather:
+        compute(p.backward, memory_op(op.name + "_scatter_add", s.local_elements(op.b) * kWeightBytes + s.local_elements(op.out) * act));
+        collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient", s.split_missing({&op.a}, op.b),
+                   s.local_elements(op.b) * kWeightBytes, row);
+        break;
+    }
+  }
+  return p;
+}
+
+std::string dims_text(const NamedTensor& t) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < t.dims.size(); ++i) s += (i ? ", " : "") + t.dims[i].name;
+  return s + "]";
+}
+
+}  // namespace
+
+MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
+  if (const Json* mesh = f.value("mesh")) {
+    const std::string path = f.path_of("mesh");
+    if (mesh->is_object()) {
+      for (auto it = mesh->begin(); it != mesh->end(); ++it) {
+        if (!it.value().is_number_integer() || it.value().get<std::int64_t>() < 1 || it.value().get<std::int64_t>() > 65536)
+          problems.add(path + "." + it.key(), it.value(), "a mesh dimension size: an integer in [1, 65536]");
+        else mesh_.emplace_back(it.key(), int(it.value().get<std::int64_t>()));
+      }
+    } else if (mesh->is_array()) {
+      for (std::size_t i = 0; i < mesh->size(); ++i) {
+        const Json& e = (*mesh)[i];
+        if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number_integer() || e[1].get<std::int64_t>() < 1)
+          problems.add(index_path(path, i), e, "[\"name\", size >= 1]");
+        else mesh_.emplace_back(e[0].get<std::string>(), int(e[1].get<std::int64_t>()));
+      }
+    } else {
+      problems.add(path, *mesh, "an object of mesh dimension sizes, e.g. {\"batch\": 16, \"model\": 32}");
+    }
+    if (problems.empty()) {
+      std::int64_t product = 1;
+      for (const auto& [name, size] : mesh_) product *= size;
+      if (mesh_.empty() || product != study.cores())
+        problems.add(path, *mesh, "mesh sizes multiplying to the " + std::to_string(study.cores()) + " cores of slice " + study.slice.name);
+    }
+  }
+  if (const Json* placement = f.optional("placement")) {
+    if (placement->is_string() && placement->get<std::string>() == "auto") {
+    } else if (placement->is_array() && placement->size() == mesh_.size()) {
+      std::vector<std::pair<std::string, int>> ordered;
+      for (const auto& name : *placement) {
+        auto it = std::find_if(mesh_.begin(), mesh_.end(), [&](const auto& m) { return name.is_string() && m.first == name.get<std::string>(); });
+        if (it == mesh_.end() || std::count(placement->begin(), placement->end(), name) > 1) {
+          problems.add(f.path_of("placement"), *placement, "\"auto\" or every mesh dimension once, outermost first");
+          break;
+        }
+        ordered.push_back(*it);
+      }
+      if (ordered.size() == mesh_.size()) mesh_ = ordered;
+    } else {
+      problems.add(f.path_of("placement"), *placement, "\"auto\" or every mesh dimension once, outermost first");
+    }
+  }
+  weight_update_ = f.string_or("weight_update", "replicated", {"replicated"});
+  std::map<std::string, int> sizes;
+  for (const auto& [name, size] : mesh_) sizes[name] = size;
+  if (const Json* layout = f.value("layout")) {
+    Fields l(*layout, f.path_of("layout"), problems);
+    if (l.ok()) {
+      for (auto it = layout->begin(); it != layout->end(); ++it) {
+        l.allow(it.key());
+        const auto& dims = named_dims();
+        if (std::find(dims.begin(), dims.end(), it.key()) == dims.end()) {
+          problems.add(l.path_of(it.key()), std::string("an unknown tensor dimension"),
+                       "one of batch, seq, d_model, d_ff, heads, d_kv, vocab");
+        } else if (!it.value().is_string() || !sizes.count(it.value().get<std::string>())) {
+          problems.add(l.path_of(it.key()), it.value(), "the name of a mesh dimension");
+        } else {
+          layout_[it.key()] = it.value().get<std::string>();
+        }
+      }
+    }
+  }
+  if (!problems.empty()) return;
+  if (study.batch % split("batch") != 0) {
+    problems.add("batch", Json(study.batch), "a multiple of the " + std::to_string(split("batch")) + " cores the layout splits the batch over");
+    return;
+  }
+  // Every op of every layer must have a legal, evenly divisible layout.
+  const Sharding s{layout_, sizes};
+  for (const auto& layer : study.model.layers) {
+    if (!layer.named_ops) {
+      problems.add("model.kind", Json(study.model.kind),
+                   "a model whose layers are described over named dimensions (transformer, mesh_lm, mlp, or dense layers of sequential)");
+      return;
+    }
+    for (const auto& op : layer.named_ops(study.batch)) {
+      for (const auto& t : op.tensors()) {
+        std::map<std::string, std::string> used;
+        for (const auto& d : t.dims) {
+          if (!layout_.count(d.name)) continue;
+          const std::string& mesh_dim = layout_.at(d.name);
+          if (used.count(mesh_dim)) {
+            problems.add(f.path_of("layout"), *f.value("layout"),
+                         "a layout where no tensor maps two of its dimensions to one mesh dimension: op " + layer.name + "/" + op.name +
+                             " has a tensor " + dims_text(t) + " mapping both " + used[mesh_dim] + " and " + d.name + " to " + mesh_dim);
+            return;
+          }
+          used[mesh_dim] = d.name;
+          if (d.size % sizes.at(mesh_dim) != 0) {
+            problems.add(f.path_of("layout") + "." + d.name, Json(mesh_dim),
+                         "a mesh dimension dividing " + d.name + " (" + std::to_string(d.size) + ") in op " + layer.name + "/" + op.name +
+                             ": " + mesh_dim + " has " + std::to_string(sizes.at(mesh_dim)) + " cores");
+            return;
+          }
+        }
+      }
+    }
+  }
+}
+
+int MeshSchedule::split(const std::string& dim) const {
+  auto it = layout_.find(dim);
+  if (it == layout_.end()) return 1;
+  for (const auto& [name, size] : mesh_)
+    if (name == it->second) return size;
+  return 1;
+}
+
+std::vector<int> MeshSchedule::coords(int core) const {
+  std::vector<int> c(mesh_.size());
+  for (std::size_t i = mesh_.size(); i-- > 0;) {
+    c[i] = core % mesh_[i].second;
+    core /= mesh_[i].second;
+  }
+  return c;
+}
+
+std::vector<std::vector<int>> MeshSchedule::groups(const std::vector<std::string>& mesh_dims) const {
+  int cores = 1;
+  for (const auto& [name, size] : mesh_) cores *= size;
+  std::map<std::vector<int>, std::vector<int>> by_key;
+  for (int c = 0; c < cores; ++c) {
+    auto key = coords(c);
+    for (std::size_t i = 0; i < mesh_.size(); ++i)
+      if (std::find(mesh_dims.begin(), mesh_dims.end(), mesh_[i].first) != mesh_dims.end()) key[i] = -1;
+    by_key[key].push_back(c);
+  }
+  std::vector<std::vector<int>> out;
+  for (auto& [key, members] : by_key) out.push_back(std::move(members));
+  return out;
+}
+
+Json MeshSchedule::resolved() const {
+  Json mesh = Json::array(), order = Json::array();
+  for (const auto& [name, size] : mesh_) {
+    mesh.push_back(Json::array({name, size}));
+    order.push_back(name);
+  }
+  return Json{{"kind", "mesh"}, {"mesh", mesh}, {"layout", layout_}, {"placement", order}, {"weight_update", weight_update_}};
+}
+
+BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional) const {
+  if (functional) throw ConfigError(study.file, "schedule.kind", "\"mesh\"", "a schedule functional mode supports (not mesh layouts yet)");
+  const int cores = study.cores();
+  std::map<std::string, int> sizes;
+  for (const auto& [name, size] : mesh_) sizes[name] = size;
+  const Sharding s{layout_, sizes};
+  const CostModel cost(study.hardware.core);
+  const double act = study.model.activation_bytes;
+  const int layers = int(study.model.layers.size());
+
+  std::vector<LayerProgram> programs;
+  Json ops = Json::array();
+  double model_flops = 0;
+  for (int l = 0; l < layers; ++l) {
+    const auto named = study.model.layers[std::size_t(l)].named_ops(study.batch);
+    programs.push_back(lower_layer(named, s, cost, act, study.model.layers[std::size_t(l)].name, l == 0));
+    for (auto& row : programs.back().ops) ops.push_back(std::move(row));
+    // The math, once: an einsum at full size.
+    const Sharding whole{{}, sizes};
+    for (const auto& op : named)
+      if (op.kind == NamedOp::Kind::Einsum) model_flops += 3 * local_matmul(op.name, whole, op.a, op.b, op.out, act).model_flops();
+  }
+
+  StepBuilder b(study, cores);
+  auto& g = b.graph();
+  using When = sim::MemoryEffect::When;
+  // Resident shards of weights and optimizer slots.
+  for (int c = 0; c < cores; ++c)
+    for (int l = 0; l < layers; ++l) {
+      const auto& p = programs[std::size_t(l)];
+      const double fraction = p.total_weight_elements > 0 ? p.weight_elements / p.total_weight_elements : 0;
+      g.resident(c, sim::MemoryCategory::Weights, kWeightBytes * p.weight_elements);
+      g.resident(c, sim::MemoryCategory::Optimizer, 4.0 * study.optimizer.slot_elements(study.model.layers[std::size_t(l)]) * fraction);
+    }
+
+  std::vector<int> last(cores, -1);  // each core's last compute task
+  std::vector<std::vector<int>> gradient_reductions(static_cast<std::size_t>(layers));  // per layer
+  double hardware_flops = 0;
+  auto play = [&](const std::vector<Event>& events, int l, bool forward) {
+    const auto& p = programs[std::size_t(l)];
+    std::size_t first_compute = events.size(), last_compute = 0;
+    for (std::size_t e = 0; e < events.size(); ++e)
+      if (events[e].kind == Event::Compute) {
+        first_compute = std::min(first_compute, e);
+        last_compute = e;
+      }
+    for (std::size_t e = 0; e < events.size(); ++e) {
+      const Event& ev = events[e];
+      if (ev.kind == Event::Compute) {
+        for (int c = 0; c < cores; ++c) {
+          sim::Task t;
+          t.kind = sim::TaskKind::Compute;
+          t.name = std::string(forward ? "forward " : "backward ") + ev.name + " core " + std::to_string(c);
+          t.phase = forward ? "forward" : "backward";
+          t.core = c;
+          t.layer = l;
+          t.seconds = ev.seconds;
+          t.model_flops = ev.model_flops;
+          t.hardware_flops = ev.hardware_flops;
+          // A layer's kept activations live from its first forward piece to its last backward piece.
+          const bool first_piece = e == first_compute, last_piece = e == last_compute;
+          if (forward && first_piece) t.memory.push_back({c, sim::MemoryCategory::Activations, p.kept_bytes, When::Start});
+          if (!forward && first_piece) t.memory.push_back({c, sim::MemoryCategory::Gradients, kWeightBytes * p.weight_elements, When::Start});
+          t.memory.push_back({c, sim::MemoryCategory::Workspace, p.workspace_bytes, When::Start});
+          t.memory.push_back({c, sim::MemoryCategory::Workspace, -p.workspace_bytes, When::End});
+          if (!forward && last_piece) t.memory.push_back({c, sim::MemoryCategory::Activations, -p.kept_bytes, When::End});
+          hardware_flops += ev.hardware_flops;
+          const int id = g.add(std::move(t));
+          if (last[c] >= 0) g.depend(last[c], id);
+          last[c] = id;
+        }
+        continue;
+      }
+      sim::Task t;
+      t.kind = sim::TaskKind::Collective;
+      t.op = sim::CollectiveOp::AllReduce;
+      t.name = "all-reduce " + ev.name + " over " + ev.mesh_dims.front() + (ev.mesh_dims.size() > 1 ? "+" : "");
+      t.phase = ev.kind == Event::GradientAllReduce ? "weight_gradient_allreduce" : "activation_allreduce";
+      t.layer = l;
+      t.bytes = ev.bytes;
+      t.groups = groups(ev.mesh_dims);
+      const int id = g.add(std::move(t));
+      for (int c = 0; c < cores; ++c)
+        if (last[c] >= 0) g.depend(last[c], id);
+      if (ev.kind == Event::GradientAllReduce) {
+        gradient_reductions[std::size_t(l)].push_back(id);
+      } else {
+        // The next compute piece waits for the sums; model it as a zero-length task per core so
+        // the program order stays a chain.
+        for (int c = 0; c < cores; ++c) {
+          sim::Task wait;
+          wait.kind = sim::TaskKind::Compute;
+          wait.name = "receive " + ev.name + " core " + std::to_string(c);
+          wait.phase = forward ? "forward" : "backward";
+          wait.core = c;
+          const int w = g.add(std::move(wait));
+          g.depend(id, w);
+          g.depend(last[c], w);
+          last[c] = w;
+        }
+      }
+    }
+  };
+  for (int l = 0; l < layers; ++l) play(programs[std::size_t(l)].forward, l, true);
+  for (int l = layers - 1; l >= 0; --l) play(programs[std::size_t(l)].backward, l, false);
+
+  // Each layer's shards are updated as soon as its weight gradients are reduced (layers in
+  // backward order, like data parallelism's buckets), after the core's backward.
+  for (int c = 0; c < cores; ++c) {
+    const int after_backward = last[c];
+    for (int l = layers - 1; l >= 0; --l) {
+      const auto& p = programs[std::size_t(l)];
+      const double fraction = p.total_weight_elements > 0 ? p.weight_elements / p.total_weight_elements : 0;
+      if (fraction <= 0) continue;
+      sim::Task t;
+      t.kind = sim::TaskKind::Compute;
+      t.name = "update " + study.model.layers[std::size_t(l)].name + " core " + std::to_string(c);
+      t.phase = "update";
+      t.core = c;
+      t.layer = l;
+      t.seconds = cost.cost(study.optimizer.update_op(study.model.layers[std::size_t(l)], fraction)).seconds;
+      t.memory.push_back({c, sim::MemoryCategory::Gradients, -kWeightBytes * p.weight_elements, When::End});
+      const int id = g.add(std::move(t));
+      g.depend(after_backward, id);
+      for (int r : gradient_reductions[std::size_t(l)]) g.depend(r, id);
+    }
+  }
+
+  BuiltStep step = b.finish();
+  step.model_flops = model_flops;
+  step.hardware_flops = hardware_flops;
+  Json mapping = Json::array();
+  int stride = 1;
+  for (std::size_t i = mesh_.size(); i-- > 0;) {
+    const int cpc = study.hardware.chip.cores;
+    const int first = stride, span = stride * mesh_[i].second;  // core-index digits this mesh dimension covers
+    std::vector<std::string> axes;
+    if (first < cpc) axes.push_back("cores of a chip");
+    const int chip_first = std::max(1, first / cpc), chip_span = std::max(1, span / cpc);
+    if (chip_span > 1 && chip_first < study.slice.chips_x) axes.push_back("x");
+    if (chip_span > study.slice.chips_x) axes.push_back("y");
+    mapping.push_back(Json{{"mesh_dim", mesh_[i].first}, {"size", mesh_[i].second}, {"core_stride", stride}, {"spans", axes}});
+    stride = span;
+  }
+  std::reverse(mapping.begin(), mapping.end());
+  step.details = Json{{"local_batch", layer_batch(study)}, {"placement", mapping}, {"ops", ops}};
+  return step;
+}
+
+}  // namespace tpusim

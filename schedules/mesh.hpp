@@ -1,0 +1,40 @@
+// Mesh-TensorFlow layouts: the cores form a named multi-dimensional mesh ("batch": 16,
+// "model": 32); a layout maps tensor dimensions (batch, seq, d_model, d_ff, heads, d_kv, vocab)
+// to mesh dimensions. Every core runs the same program on its shard (SPMD): each op's local
+// shape divides every split dimension by its mesh dimension's size; an einsum whose contracted
+// dimension is split leaves partial sums that are all-reduced over that mesh dimension (in
+// forward, and for the input gradient in backward); a weight's gradient is all-reduced over the
+// mesh dimensions that split dimensions the weight lacks (typically batch); a normalization over
+// a split dimension all-reduces its statistics. Collectives run on every sub-group of the mesh
+// dimensions at once (cores that share all other mesh coordinates), on the torus rings the
+// placement gives them. Weights, optimizer slots and activations are sharded in HBM.
+#pragma once
+
+#include "schedules/step_builder.hpp"
+
+namespace tpusim {
+
+class MeshSchedule : public Schedule {
+ public:
+  /// Reads "mesh" (object name -> size, or [[name, size], ...] in placement order), "layout"
+  /// (tensor dimension -> mesh dimension) and "placement" ("auto", or the mesh dimensions from
+  /// outermost to innermost). Validates every layer's ops against the layout.
+  MeshSchedule(Fields& fields, const Study& study, Problems& problems);
+  BuiltStep build(const Study& study, FunctionalRuntime* functional = nullptr) const override;
+  Json resolved() const override;
+  std::int64_t layer_batch(const Study& study) const override { return study.batch / split("batch"); }
+
+  /// The mesh size a tensor dimension is split by (1 when the layout does not split it).
+  int split(const std::string& dim) const;
+  /// The mesh coordinates of a core (placement order, innermost last).
+  std::vector<int> coords(int core) const;
+  /// Every group of cores that differ only along `mesh_dims`: a partition of the mesh's cores.
+  std::vector<std::vector<int>> groups(const std::vector<std::string>& mesh_dims) const;
+
+ private:
+  std::vector<std::pair<std::string, int>> mesh_;  ///< placement order: the last varies fastest over cores
+  std::map<std::string, std::string> layout_;      ///< tensor dimension -> mesh dimension
+  std::string weight_update_ = "replicated";
+};
+
+}  // namespace tpusim

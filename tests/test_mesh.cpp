@@ -1,0 +1,150 @@
+// Mesh-TensorFlow layouts without the engine: shards, induced collectives, memory, validation.
+#include <catch2/catch.hpp>
+
+#include "schedules/mesh.hpp"
+
+using namespace tpusim;
+
+namespace {
+
+/// A two-layer feed-forward net (d_io -> d_h -> d_io) and a classifier, as a sequential model.
+Json ffn_model(int d_io, int d_h) {
+  return Json{{"kind", "sequential"},
+              {"layers", Json::array({Json{{"kind", "dense"}, {"in", d_io}, {"out", d_h}},
+                                      Json{{"kind", "dense"}, {"in", d_h}, {"out", d_io}},
+                                      Json{{"kind", "classifier"}, {"in", d_io}, {"classes", 8}}})}};
+}
+
+Study mesh_study(const Json& model, const Json& schedule, const std::string& slice = "v3-32", int batch = 256) {
+  Json j{{"hardware", "tpu-v3"}, {"slice", slice}, {"model", model}, {"batch", batch}, {"optimizer", {{"kind", "adam"}}},
+         {"schedule", schedule}};
+  return parse_study(j, "test");
+}
+
+/// The collectives recorded for `op` of `layer` in the schedule's per-op table.
+Json collectives_of(const BuiltStep& step, const std::string& layer, const std::string& op) {
+  for (const auto& row : step.details["ops"])
+    if (row["layer"] == layer && row["op"] == op) return row["collectives"];
+  FAIL("no op " << layer << "/" << op);
+  return {};
+}
+
+double local_flops(const BuiltStep& step, const std::string& layer, const std::string& op) {
+  for (const auto& row : step.details["ops"])
+    if (row["layer"] == layer && row["op"] == op) return row["local_forward_flops"].get<double>();
+  FAIL("no op " << layer << "/" << op);
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("mesh coordinates and sub-groups", "[mesh]") {
+  const Study s = mesh_study(ffn_model(64, 128), Json::parse(R"({"kind": "mesh", "mesh": [["rows", 4], ["cols", 8]], "layout": {"batch": "rows"}})"));
+  const auto* m = dynamic_cast<const MeshSchedule*>(s.schedule.get());
+  CHECK(m->coords(13) == std::vector<int>{1, 5});
+  const auto cols = m->groups({"cols"});
+  REQUIRE(cols.size() == 4);
+  CHECK(cols[1] == std::vector<int>{8, 9, 10, 11, 12, 13, 14, 15});
+  const auto rows = m->groups({"rows"});
+  REQUIRE(rows.size() == 8);
+  CHECK(rows[3] == std::vector<int>{3, 11, 19, 27});
+  CHECK(m->split("batch") == 4);
+  CHECK(m->split("d_ff") == 1);
+}
+
+TEST_CASE("splitting d_ff k ways divides the feed-forward work and weights by k and adds the output all-reduce", "[mesh]") {
+  const Json model = Json::parse(R"({"kind": "transformer", "layers": 2, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 1024, "seq_len": 64})");
+  const Study one = mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"batch": 32}, "layout": {"batch": "batch"}})"));
+  for (int k : {2, 4, 8}) {
+    Json sched = Json::parse(R"({"kind": "mesh", "layout": {"batch": "batch", "d_ff": "model"}})");
+    sched["mesh"] = Json::array({Json::array({"batch", 32 / k}), Json::array({"model", k})});
+    const Study split = mesh_study(model, sched);
+    const BuiltStep a = one.schedule->build(one), b = split.schedule->build(split);
+    INFO("k = " << k);
+    // Per core the batch shrinks by 32/k vs 32 too: compare per example.
+    const double per_example_a = local_flops(a, "block0", "ffn_in") / (256.0 / 32);
+    const double per_example_b = local_flops(b, "block0", "ffn_in") / (256.0 / (32 / k));
+    CHECK(per_example_b == Approx(per_example_a / k));
+    CHECK(local_flops(b, "block0", "ffn_out") / (256.0 / (32 / k)) == Approx(local_flops(a, "block0", "ffn_out") / 8.0 / k));
+    // ffn_out contracts the split d_ff: its output [batch/(32/k), seq, d_model] is all-reduced over model.
+    const Json c = collectives_of(b, "block0", "ffn_out");
+    REQUIRE(c.size() >= 1);
+    CHECK(c[0]["mesh_dims"] == Json::array({"model"}));
+    CHECK(c[0]["blocking"] == true);
+    CHECK(c[0]["bytes"].get<double>() == Approx(256.0 / (32 / k) * 64 * 512 * 2));
+    CHECK(collectives_of(a, "block0", "ffn_out").size() == 1);  // only its weight gradient (over batch)
+    // Weights of the feed-forward per core: 1/k.
+    const double wa = a.graph.resident()[0][int(sim::MemoryCategory::Weights)];
+    const double wb = b.graph.resident()[0][int(sim::MemoryCategory::Weights)];
+    const double ffn = 4.0 * 2 * (2.0 * 512 * 2048 + 2048);  // both blocks' W1, W2 and b1
+    CHECK(wa - wb == Approx(ffn * (1 - 1.0 / k)));
+  }
+}
+
+TEST_CASE("batch on rows, hidden on columns: feed-forward traffic per core follows b d_io / r + d_io d_h / c", "[mesh]") {
+  const int r = 4, c = 8, b = 256, d_io = 512, d_h = 2048;
+  Json sched = Json::parse(R"({"kind": "mesh", "layout": {"batch": "rows", "d_ff": "cols"}})");
+  sched["mesh"] = Json::array({Json::array({"rows", r}), Json::array({"cols", c})});
+  const Study s = mesh_study(ffn_model(d_io, d_h), sched, "v3-32", b);
+  const BuiltStep step = s.schedule->build(s);
+  // Activations (bf16): the second layer's output [b/r, d_io], all-reduced over the c columns
+  // (the first layer reads the model input: no input gradient to reduce).
+  double activations = 0, weights = 0;
+  for (const char* layer : {"dense0", "dense1"})
+    for (const auto& col : collectives_of(step, layer, "matmul")) {
+      if (col["mesh_dims"] == Json::array({"cols"})) activations += col["bytes"].get<double>();
+      if (col["mesh_dims"] == Json::array({"rows"})) weights += col["bytes"].get<double>();
+    }
+  CHECK(activations == Approx((double(b) / r) * d_io * 2));
+  // Weight gradients (fp32): W1 [d_io, d_h/c] and W2 [d_h/c, d_io], all-reduced over the r rows.
+  CHECK(weights == Approx(2.0 * d_io * (double(d_h) / c) * 4));
+}
+
+TEST_CASE("illegal layouts are rejected naming the op and dimensions", "[mesh][config]") {
+  const Json model = Json::parse(R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 8, "vocab": 512, "seq_len": 32})");
+  CHECK_THROWS_WITH(mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"batch": 8, "model": 4}, "layout": {"heads": "model", "d_kv": "model"}})")),
+                    Catch::Contains("q_projection") && Catch::Contains("heads") && Catch::Contains("d_kv"));
+  CHECK_THROWS_WITH(mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"batch": 8, "model": 8}, "layout": {"batch": "batch"}})")),
+                    Catch::Contains("schedule.mesh") && Catch::Contains("32 cores"));
+  CHECK_THROWS_WITH(mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"model": 32}, "layout": {"heads": "model"}})")),
+                    Catch::Contains("schedule.layout.heads") && Catch::Contains("heads (8)"));
+  CHECK_THROWS_WITH(mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"model": 32}, "layout": {"height": "model"}})")),
+                    Catch::Contains("schedule.layout.height"));
+  CHECK_THROWS_WITH(mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"model": 32}, "layout": {"d_ff": "rows"}})")),
+                    Catch::Contains("schedule.layout.d_ff"));
+  CHECK_THROWS_WITH(mesh_study(Json::parse(R"({"kind": "resnet50"})"), Json::parse(R"({"kind": "mesh", "mesh": {"batch": 32}, "layout": {"batch": "batch"}})")),
+                    Catch::Contains("model.kind"));
+}
+
+TEST_CASE("a batch-only layout holds what data parallelism holds", "[mesh]") {
+  const Json model = Json::parse(R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})");
+  const Study mesh = mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"batch": 32}, "layout": {"batch": "batch"}})"));
+  const Study dp = mesh_study(model, Json::parse(R"({"kind": "data_parallel"})"));
+  const BuiltStep a = mesh.schedule->build(mesh), b = dp.schedule->build(dp);
+  REQUIRE_NOTHROW(a.graph.validate());
+  for (int k = 0; k < sim::kMemoryCategories; ++k) CHECK(a.graph.resident()[7][k] == Approx(b.graph.resident()[7][k]));
+  CHECK(a.model_flops == Approx(b.model_flops).epsilon(1e-9));
+  // The activations each layer keeps: the same tensors as the cost lowering's stash.
+  double kept_mesh = 0, kept_dp = 0;
+  for (int id = 0; id < a.graph.size(); ++id)
+    for (const auto& e : a.graph.task(id).memory)
+      if (e.core == 0 && e.category == sim::MemoryCategory::Activations && e.bytes > 0) kept_mesh += e.bytes;
+  for (int id = 0; id < b.graph.size(); ++id)
+    for (const auto& e : b.graph.task(id).memory)
+      if (e.core == 0 && e.category == sim::MemoryCategory::Activations && e.bytes > 0) kept_dp += e.bytes;
+  CHECK(kept_mesh == Approx(kept_dp).epsilon(0.01));
+}
+
+TEST_CASE("a deeper stack reduces every hidden layer's input gradient", "[mesh]") {
+  // dense2 (d_model -> d_ff) is not the model's first layer: its input gradient contracts the
+  // split d_ff and is summed over the columns; dense0 has the same shape but reads the model
+  // input; dense1 (d_ff -> d_model) contracts the unsplit d_model in its input gradient.
+  Json sched = Json::parse(R"({"kind": "mesh", "mesh": [["rows", 4], ["cols", 8]], "layout": {"batch": "rows", "d_ff": "cols"}})");
+  const Study s = mesh_study(Json::parse(R"({"kind": "mlp", "layers": 3, "width": 512, "input": 512, "classes": 8})"), sched);
+  const BuiltStep step = s.schedule->build(s);
+  int input_gradients = 0;
+  for (const auto& c : collectives_of(step, "dense2", "matmul")) input_gradients += c["what"] == "matmul input gradient";
+  CHECK(input_gradients == 1);
+  for (const char* layer : {"dense0", "dense1"})
+    for (const auto& c : collectives_of(step, layer, "matmul")) CHECK(c["what"] != "matmul input gradient");
+}
