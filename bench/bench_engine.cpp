@@ -92,6 +92,23 @@ void BM_Engine_ResNet50Sharded_v3_2048(benchmark::State& state) {
 }
 BENCHMARK(BM_Engine_ResNet50Sharded_v3_2048)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+/// The Mesh-TensorFlow 4.9B language model (s = 5) on 512 TPU-v2 cores, mesh batch:16 x
+/// model:32 with the paper's layout: study, layout, graph and simulation.
+void BM_Engine_MeshLM49B_v2_512(benchmark::State& state) {
+  for (auto _ : state) {
+    Json j = Json::parse(R"({"hardware": "tpu-v2", "slice": "v2-512", "model": {"kind": "mesh_lm", "size": 5}, "batch": 256,
+      "optimizer": {"kind": "adafactor"}, "schedule": {"kind": "mesh", "mesh": [["batch", 16], ["model", 32]],
+      "layout": {"batch": "batch", "vocab": "model", "d_ff": "model", "heads": "model"}}})");
+    const Study s = parse_study(j, "bench");
+    const BuiltStep step = s.schedule->build(s);
+    const auto r = sim::simulate(step.graph, s.hardware, s.slice);
+    state.counters["tasks"] = double(step.graph.size());
+    state.counters["flows"] = double(r.flows_simulated);
+    state.counters["step_time_ms"] = r.step_time_s * 1e3;
+  }
+}
+BENCHMARK(BM_Engine_MeshLM49B_v2_512)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 /// Building (no simulation) the 2048-core data-parallel graph.
 void BM_BuildGraph_DataParallelTransformer24_v3_2048(benchmark::State& state) {
   const Study s = transformer_dp("v3-2048", 4096, 24);
