@@ -70,6 +70,29 @@ std::string report_markdown(const Json& j) {
     md << "\n";
   }
 
+  if (details.contains("ops")) {
+    md << "## Ops under the layout\n\nEach core's share of every op, and the collectives the layout induces (time as "
+          "simulated; exposed: the part the busiest core waited for).\n\n";
+    md << "| layer | op | local forward GFLOP | collective | mesh dims | bytes per core | time | exposed |\n"
+          "| --- | --- | --- | --- | --- | --- | --- | --- |\n";
+    for (const auto& op : details["ops"]) {
+      const std::string head = "| " + op["layer"].get<std::string>() + " | " + op["op"].get<std::string>() + " | " +
+                               num(op.value("local_forward_flops", 0.0) / 1e9, "%.3f") + " | ";
+      if (op["collectives"].empty()) {
+        md << head << " | | | | |\n";
+        continue;
+      }
+      for (const auto& c : op["collectives"]) {
+        std::string dims;
+        for (const auto& d : c["mesh_dims"]) dims += (dims.empty() ? "" : "+") + d.get<std::string>();
+        md << head << c["what"].get<std::string>() << " | " << dims << " | " << human_bytes(c["bytes"].get<double>()) << " | "
+           << (c.contains("time_s") ? human_seconds(c["time_s"].get<double>()) : "") << " | "
+           << (c.contains("exposed_s") ? human_seconds(c["exposed_s"].get<double>()) : "") << " |\n";
+      }
+    }
+    md << "\n";
+  }
+
   md << "## Memory\n\n![memory](memory.svg)\n\n";
   const auto& at_peak = j["cores"][j["peak_hbm_core"].get<int>()]["hbm_at_peak"];
   md << "Core " << j["peak_hbm_core"].get<int>() << " peaks at " << human_bytes(j["peak_hbm_bytes"].get<double>()) << " ("

@@ -167,6 +167,21 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
 
   // Per-stage measured figures for pipeline schedules.
   Json details = info.schedule_details;
+  // Per-op collectives of mesh layouts: their measured time and how much the busiest core
+  // waited for them.
+  if (details.contains("ops")) {
+    std::map<std::string, Interval> by_name;
+    for (int id = 0; id < graph.size(); ++id)
+      if (graph.task(id).kind == TaskKind::Collective) by_name[graph.task(id).name] = {r.tasks[id].start_s, r.tasks[id].end_s};
+    const auto busy_critical = merge(busy[critical]);
+    for (auto& op : details["ops"])
+      for (auto& c : op["collectives"]) {
+        auto it = by_name.find(c.value("task", ""));
+        if (it == by_name.end()) continue;
+        c["time_s"] = it->second.second - it->second.first;
+        c["exposed_s"] = uncovered({it->second}, busy_critical);
+      }
+  }
   if (details.contains("stages")) {
     for (auto& st : details["stages"]) {
       double stage_busy = 0, stage_peak = 0;

@@ -53,6 +53,13 @@ Op local_matmul(const std::string& name, const Sharding& s, const NamedTensor& x
   return op;
 }
 
+/// The name of the collective task an event becomes (the per-op table refers to it).
+std::string collective_task_name(const std::string& event, const std::vector<std::string>& mesh_dims) {
+  std::string dims;
+  for (const auto& d : mesh_dims) dims += (dims.empty() ? "" : "+") + d;
+  return "all-reduce " + event + " over " + dims;
+}
+
 /// One step of a layer's SPMD program: compute, or a collective (blocking the next compute, or
 /// running behind it as weight-gradient reductions do).
 struct Event {
@@ -86,7 +93,8 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
     if (mesh.empty() || bytes <= 0) return;
     into.push_back(Event{kind, layer + "/" + name, 0, 0, 0, mesh, bytes});
     row["collectives"].push_back(Json{{"what", name}, {"mesh_dims", mesh}, {"bytes", bytes},
-                                      {"blocking", kind == Event::BlockingAllReduce}});
+                                      {"blocking", kind == Event::BlockingAllReduce},
+                                      {"task", collective_task_name(layer + "/" + name, mesh)}});
   };
   // Forward.
   for (const auto& op : ops) {
@@ -407,7 +415,7 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
       sim::Task t;
       t.kind = sim::TaskKind::Collective;
       t.op = sim::CollectiveOp::AllReduce;
-      t.name = "all-reduce " + ev.name + " over " + ev.mesh_dims.front() + (ev.mesh_dims.size() > 1 ? "+" : "");
+      t.name = collective_task_name(ev.name, ev.mesh_dims);
       t.phase = ev.kind == Event::GradientAllReduce ? "weight_gradient_allreduce" : "activation_allreduce";
       t.layer = l;
       t.bytes = ev.bytes;
