@@ -120,23 +120,32 @@ Layer output(const Dims& d, double act, bool owns_table) {
   return l;
 }
 
-/// The decoder-only model's layers over named dimensions (for mesh layouts).
-std::vector<NamedOp> block_named_ops(const Dims& d, std::int64_t b) {
+/// A block's ops over named dimensions (for mesh layouts): self-attention, cross-attention over
+/// the encoder output (seq_k positions) in a decoder block of an encoder-decoder, feed-forward.
+std::vector<NamedOp> block_named_ops(const Dims& d, std::int64_t b, bool cross) {
   const Dim B{"batch", b}, S{"seq", d.seq}, Sk{"seq_k", d.seq}, M{"d_model", d.d_model}, F{"d_ff", d.d_ff},
       H{"heads", d.heads}, K{"d_kv", d.d_kv};
   auto bias = [&](std::vector<Dim> dims) { return d.biases ? weight(std::move(dims)) : NamedTensor{}; };
   std::vector<NamedOp> ops;
-  ops.push_back(reduction("layernorm_self", tpusim::act({B, S, M}, true), "d_model", 8, weight({M}, 2)));
-  for (const char* p : {"q", "k", "v"}) {
-    // One input feeds the three projections: kept once.
-    ops.push_back(einsum(std::string(p) + "_projection", tpusim::act({B, S, M}, p[0] == 'q'), weight({M, H, K}), tpusim::act({B, S, H, K})));
-    if (d.biases) ops.push_back(elementwise(std::string(p) + "_bias", tpusim::act({B, S, H, K}), 1, bias({H, K})));
-  }
-  ops.push_back(einsum("scores", tpusim::act({B, S, H, K}, true), tpusim::act({B, Sk, H, K}, true), tpusim::act({B, H, S, Sk})));
-  ops.push_back(reduction("softmax", tpusim::act({B, H, S, Sk}), "seq_k", 5));
-  ops.push_back(einsum("context", tpusim::act({B, H, S, Sk}, true), tpusim::act({B, Sk, H, K}, true), tpusim::act({B, S, H, K})));
-  ops.push_back(einsum("attention_output", tpusim::act({B, S, H, K}, true), weight({H, K, M}), tpusim::act({B, S, M})));
-  ops.push_back(elementwise("attention_residual", tpusim::act({B, S, M}), 2, bias({M})));
+  auto attention = [&](const std::string& p, bool from_encoder) {
+    ops.push_back(reduction("layernorm_" + p, tpusim::act({B, S, M}, true), "d_model", 8, weight({M}, 2)));
+    for (const char* x : {"q", "k", "v"}) {
+      // Self-attention: one input feeds the three projections (kept once). Cross-attention: k
+      // and v project the encoder output.
+      const bool encoder_side = from_encoder && x[0] != 'q';
+      const auto input = tpusim::act({B, encoder_side ? Sk : S, M}, x[0] == 'q' || (encoder_side && x[0] == 'k'));
+      const auto out = tpusim::act({B, encoder_side ? Sk : S, H, K});
+      ops.push_back(einsum(p + "_" + x + "_projection", input, weight({M, H, K}), out));
+      if (d.biases) ops.push_back(elementwise(p + "_" + x + "_bias", out, 1, bias({H, K})));
+    }
+    ops.push_back(einsum(p + "_scores", tpusim::act({B, S, H, K}, true), tpusim::act({B, Sk, H, K}, true), tpusim::act({B, H, S, Sk})));
+    ops.push_back(reduction(p + "_softmax", tpusim::act({B, H, S, Sk}), "seq_k", 5));
+    ops.push_back(einsum(p + "_context", tpusim::act({B, H, S, Sk}, true), tpusim::act({B, Sk, H, K}, true), tpusim::act({B, S, H, K})));
+    ops.push_back(einsum(p + "_output", tpusim::act({B, S, H, K}, true), weight({H, K, M}), tpusim::act({B, S, M})));
+    ops.push_back(elementwise(p + "_residual", tpusim::act({B, S, M}), 2, bias({M})));
+  };
+  attention("self", false);
+  if (cross) attention("cross", true);
   ops.push_back(reduction("layernorm_ffn", tpusim::act({B, S, M}, true), "d_model", 8, weight({M}, 2)));
   ops.push_back(einsum("ffn_in", tpusim::act({B, S, M}, true), weight({M, F}), tpusim::act({B, S, F})));
   ops.push_back(elementwise("ffn_relu", tpusim::act({B, S, F}), 2, bias({F})));  // its output is kept by ffn_out
@@ -161,19 +170,33 @@ Model assemble(const Dims& d, double act, const std::string& name) {
   for (std::int64_t i = 0; i < d.layers; ++i)
     m.layers.push_back(block((encdec ? "decoder" : "block") + std::to_string(i), d, act, encdec));
   m.layers.push_back(output(d, act, !d.shared_embeddings));
-  if (!encdec) {
+  {
+    // Over named dimensions (mesh layouts). A table shared with an earlier layer is an input
+    // here, not a weight of this layer.
     const Dim S{"seq", d.seq}, M{"d_model", d.d_model}, V{"vocab", d.vocab};
-    m.layers.front().named_ops = [=](std::int64_t b) {
-      const Dim B{"batch", b};
-      return std::vector<NamedOp>{gather("embedding", tpusim::act({B, S}), weight({V, M}), tpusim::act({B, S, M}))};
-    };
-    for (std::size_t i = 1; i + 1 < m.layers.size(); ++i) m.layers[i].named_ops = [d](std::int64_t b) { return block_named_ops(d, b); };
-    m.layers.back().named_ops = [=](std::int64_t b) {
-      const Dim B{"batch", b};
-      return std::vector<NamedOp>{reduction("final_layernorm", tpusim::act({B, S, M}, true), "d_model", 8, weight({M}, 2)),
-                                  einsum("logits", tpusim::act({B, S, M}, true), weight({M, V}), tpusim::act({B, S, V})),
-                                  reduction("softmax_xent", tpusim::act({B, S, V}, true), "vocab", 5)};
-    };
+    auto table = [=](bool owned) { return owned ? weight({V, M}) : tpusim::act({V, M}); };
+    for (std::size_t i = 0; i < m.layers.size(); ++i) {
+      Layer& layer = m.layers[i];
+      if (layer.name == "embedding" || layer.name == "source_embedding" || layer.name == "target_embedding") {
+        const bool owned = !layer.weights.empty();
+        layer.named_ops = [=](std::int64_t b) {
+          const Dim B{"batch", b};
+          return std::vector<NamedOp>{gather(layer.name, tpusim::act({B, S}), table(owned), tpusim::act({B, S, M}))};
+        };
+      } else if (layer.name == "output") {
+        const bool owned = layer.weights.size() == 3;
+        layer.named_ops = [=](std::int64_t b) {
+          const Dim B{"batch", b};
+          return std::vector<NamedOp>{reduction("final_layernorm", tpusim::act({B, S, M}, true), "d_model", 8, weight({M}, 2)),
+                                      einsum("logits", tpusim::act({B, S, M}, true), owned ? weight({M, V}) : tpusim::act({M, V}),
+                                             tpusim::act({B, S, V})),
+                                      reduction("softmax_xent", tpusim::act({B, S, V}, true), "vocab", 5)};
+        };
+      } else {
+        const bool cross = encdec && layer.name.rfind("decoder", 0) == 0;
+        layer.named_ops = [d, cross](std::int64_t b) { return block_named_ops(d, b, cross); };
+      }
+    }
   }
   // Functional mode covers the decoder-only model with its own input and output tables.
   if (!encdec && !d.shared_embeddings) {
