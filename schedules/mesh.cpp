@@ -24,6 +24,14 @@ struct Sharding {
     for (const auto& d : t.dims) n *= double(local(d));
     return n;
   }
+  /// Bytes of a normalization's statistics (two fp32 values per normalized row) when its reduced
+  /// dimension is split, else 0.
+  double statistics_bytes(const NamedOp& op) const {
+    if (split(op.reduce_dim) <= 1) return 0;
+    for (const auto& d : op.a.dims)
+      if (d.name == op.reduce_dim) return 2.0 * 4.0 * local_elements(op.a) / double(local(d));
+    return 0;
+  }
   /// Mesh dimensions splitting the dimensions of `from` that `to` lacks (sorted, unique).
   std::vector<std::string> split_missing(const std::vector<const NamedTensor*>& from, const NamedTensor& to) const {
     std::set<std::string> mesh;
@@ -120,14 +128,8 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
       case NamedOp::Kind::Reduction: {
         compute(p.forward, vector_op(op.name, s.local_elements(op.out), op.ops, act, false));
         p.workspace_bytes = std::max(p.workspace_bytes, s.local_elements(op.a) * act);
-        const int parts = s.split(op.reduce_dim);
-        if (parts > 1) {
-          std::int64_t reduced = 1;
-          for (const auto& d : op.a.dims)
-            if (d.name == op.reduce_dim) reduced = s.local(d);
-          collective(p.forward, Event::BlockingAllReduce, op.name + " statistics", {s.layout.at(op.reduce_dim)},
-                     2.0 * 4.0 * s.local_elements(op.a) / double(reduced), row);
-        }
+        if (s.statistics_bytes(op) > 0)
+          collective(p.forward, Event::BlockingAllReduce, op.name + " statistics", {s.layout.at(op.reduce_dim)}, s.statistics_bytes(op), row);
         break;
       }
       case NamedOp::Kind::Gather:
@@ -166,14 +168,9 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
         break;
       case NamedOp::Kind::Reduction: {
         compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.out), 2 * op.ops, act, false));
-        const int parts = s.split(op.reduce_dim);
-        if (parts > 1) {
-          std::int64_t reduced = 1;
-          for (const auto& d : op.a.dims)
-            if (d.name == op.reduce_dim) reduced = s.local(d);
+        if (s.statistics_bytes(op) > 0)
           collective(p.backward, Event::BlockingAllReduce, op.name + " gradient statistics", {s.layout.at(op.reduce_dim)},
-                     2.0 * 4.0 * s.local_elements(op.a) / double(reduced), row);
-        }
+                     s.statistics_bytes(op), row);
         if (!op.b.dims.empty())
           collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient", s.split_missing({&op.a}, op.b),
                      s.local_elements(op.b) * kWeightBytes, row);

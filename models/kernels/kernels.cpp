@@ -139,19 +139,27 @@ void embedding_backward(const std::int32_t* ids, const float* dout, float* dtabl
     for (I j = 0; j < width; ++j) dtable[I(ids[r]) * width + j] += dout[r * width + j];
 }
 
-// qkv layout [b, s, 3, h, d]: q(b, t, head) at ((b*s + t)*3 + 0)*h*d + head*d.
+namespace {
+
+/// Copies head h of example b out of qkv [b, s, 3, h, d] into q, k, v [s, d].
+void unpack_head(const float* qkv, I b, I h, I S, I H, I D, float* q, float* k, float* v) {
+  for (I t = 0; t < S; ++t)
+    for (I e = 0; e < D; ++e) {
+      const I base = (b * S + t) * 3 * H * D + h * D + e;
+      q[t * D + e] = qkv[base];
+      k[t * D + e] = qkv[base + H * D];
+      v[t * D + e] = qkv[base + 2 * H * D];
+    }
+}
+
+}  // namespace
+
 void attention_forward(const float* qkv, float* ctx, float* probs, I B, I S, I H, I D) {
   const float scale = 1.0f / std::sqrt(float(D));
   std::vector<float> q(S * D), k(S * D), v(S * D), c(S * D);
   for (I b = 0; b < B; ++b)
     for (I h = 0; h < H; ++h) {
-      for (I t = 0; t < S; ++t)
-        for (I e = 0; e < D; ++e) {
-          const I base = (b * S + t) * 3 * H * D + h * D + e;
-          q[t * D + e] = qkv[base];
-          k[t * D + e] = qkv[base + H * D];
-          v[t * D + e] = qkv[base + 2 * H * D];
-        }
+      unpack_head(qkv, b, h, S, H, D, q.data(), k.data(), v.data());
       float* P = probs + (b * H + h) * S * S;
       gemm(false, true, S, S, D, scale, q.data(), k.data(), 0.0f, P);
       for (I t = 0; t < S; ++t) {
@@ -173,14 +181,9 @@ void attention_backward(const float* qkv, const float* probs, const float* dctx,
   std::vector<float> q(S * D), k(S * D), v(S * D), dc(S * D), dP(S * S), dq(S * D), dk(S * D), dv(S * D);
   for (I b = 0; b < B; ++b)
     for (I h = 0; h < H; ++h) {
+      unpack_head(qkv, b, h, S, H, D, q.data(), k.data(), v.data());
       for (I t = 0; t < S; ++t)
-        for (I e = 0; e < D; ++e) {
-          const I base = (b * S + t) * 3 * H * D + h * D + e;
-          q[t * D + e] = qkv[base];
-          k[t * D + e] = qkv[base + H * D];
-          v[t * D + e] = qkv[base + 2 * H * D];
-          dc[t * D + e] = dctx[((b * S + t) * H + h) * D + e];
-        }
+        for (I e = 0; e < D; ++e) dc[t * D + e] = dctx[((b * S + t) * H + h) * D + e];
       const float* P = probs + (b * H + h) * S * S;
       gemm(true, false, S, D, S, 1.0f, P, dc.data(), 0.0f, dv.data());   // dV = P^T dC
       gemm(false, true, S, S, D, 1.0f, dc.data(), v.data(), 0.0f, dP.data());  // dP = dC V^T
