@@ -9,4 +9,4 @@ for name in $("$bin" --benchmark_list_tests | grep '^BM_Engine_'); do
 done
 "$bin" --benchmark_filter='-^BM_Engine_' 2>/dev/null | grep -E '^BM_'
 "$build/bench/bench_models" 2>/dev/null | grep -E '^BM_'
-"$build/bench/bench_functional" 2>/dev/null | grep -E '^BM_'
+"$build/bench/bench_functional" --benchmark_min_time=3 2>/dev/null | grep -E '^BM_'
