@@ -10,6 +10,19 @@ using namespace tpusim;
 
 namespace {
 
+/// One simulation of the study `json` (graph built in the timed region), with its figures as
+/// counters.
+void simulate_study(benchmark::State& state, const char* json) {
+  for (auto _ : state) {
+    const Study s = parse_study(Json::parse(json), "bench");
+    const BuiltStep step = s.schedule->build(s);
+    const auto r = sim::simulate(step.graph, s.hardware, s.slice);
+    state.counters["tasks"] = double(step.graph.size());
+    state.counters["flows"] = double(r.flows_simulated);
+    state.counters["step_time_ms"] = r.step_time_s * 1e3;
+  }
+}
+
 Study transformer_dp(const std::string& slice, int batch, int layers) {
   Json j = Json::parse(R"({"hardware": "tpu-v3",
     "model": {"kind": "transformer", "d_model": 1024, "d_ff": 4096, "heads": 16, "vocab": 32768, "seq_len": 512},
@@ -22,14 +35,9 @@ Study transformer_dp(const std::string& slice, int batch, int layers) {
 
 /// A data-parallel 24-layer Transformer step on v3-2048 (2048 cores): study, graph, simulation.
 void BM_Engine_DataParallelTransformer24_v3_2048(benchmark::State& state) {
-  for (auto _ : state) {
-    const Study s = transformer_dp("v3-2048", 4096, 24);
-    const BuiltStep step = s.schedule->build(s);
-    const auto r = sim::simulate(step.graph, s.hardware, s.slice);
-    state.counters["tasks"] = double(step.graph.size());
-    state.counters["flows"] = double(r.flows_simulated);
-    state.counters["step_time_ms"] = r.step_time_s * 1e3;
-  }
+  simulate_study(state, R"({"hardware": "tpu-v3", "slice": "v3-2048", "batch": 4096,
+    "model": {"kind": "transformer", "layers": 24, "d_model": 1024, "d_ff": 4096, "heads": 16, "vocab": 32768, "seq_len": 512},
+    "optimizer": {"kind": "adam"}, "schedule": {"kind": "data_parallel"}})");
 }
 BENCHMARK(BM_Engine_DataParallelTransformer24_v3_2048)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -64,48 +72,26 @@ BENCHMARK(BM_Engine_AllReduce1024Chips_Symmetric)->Iterations(1)->Unit(benchmark
 /// GPipe Transformer-48 (d_model 2048) with K = 8 stages and M = 32 micro-batches on v3-8:
 /// study, partition, graph and simulation, in-process.
 void BM_Engine_GPipeTransformer48_K8_M32(benchmark::State& state) {
-  for (auto _ : state) {
-    Json j = Json::parse(R"({"hardware": "tpu-v3", "slice": "v3-8",
+  simulate_study(state, R"({"hardware": "tpu-v3", "slice": "v3-8",
       "model": {"kind": "transformer", "layers": 48, "d_model": 2048, "d_ff": 8192, "heads": 32, "vocab": 32000, "seq_len": 1024},
       "batch": 32, "optimizer": {"kind": "rmsprop"},
       "schedule": {"kind": "gpipe", "stages": 8, "microbatches": 32, "remat": true}})");
-    const Study s = parse_study(j, "bench");
-    const BuiltStep step = s.schedule->build(s);
-    const auto r = sim::simulate(step.graph, s.hardware, s.slice);
-    state.counters["tasks"] = double(step.graph.size());
-    state.counters["step_time_ms"] = r.step_time_s * 1e3;
-  }
 }
 BENCHMARK(BM_Engine_GPipeTransformer48_K8_M32)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 /// One MLPerf ResNet-50 step (LARS, batch 32768, weight-update sharding) on v3-2048 (2048 cores).
 void BM_Engine_ResNet50Sharded_v3_2048(benchmark::State& state) {
-  for (auto _ : state) {
-    Json j = Json::parse(R"({"hardware": "tpu-v3", "slice": "v3-2048", "model": {"kind": "resnet50"}, "batch": 32768,
+  simulate_study(state, R"({"hardware": "tpu-v3", "slice": "v3-2048", "model": {"kind": "resnet50"}, "batch": 32768,
       "optimizer": {"kind": "lars"}, "schedule": {"kind": "data_parallel", "weight_update": "sharded"}})");
-    const Study s = parse_study(j, "bench");
-    const BuiltStep step = s.schedule->build(s);
-    const auto r = sim::simulate(step.graph, s.hardware, s.slice);
-    state.counters["tasks"] = double(step.graph.size());
-    state.counters["step_time_ms"] = r.step_time_s * 1e3;
-  }
 }
 BENCHMARK(BM_Engine_ResNet50Sharded_v3_2048)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 /// The Mesh-TensorFlow 4.9B language model (s = 5) on 512 TPU-v2 cores, mesh batch:16 x
 /// model:32 with the paper's layout: study, layout, graph and simulation.
 void BM_Engine_MeshLM49B_v2_512(benchmark::State& state) {
-  for (auto _ : state) {
-    Json j = Json::parse(R"({"hardware": "tpu-v2", "slice": "v2-512", "model": {"kind": "mesh_lm", "size": 5}, "batch": 256,
+  simulate_study(state, R"({"hardware": "tpu-v2", "slice": "v2-512", "model": {"kind": "mesh_lm", "size": 5}, "batch": 256,
       "optimizer": {"kind": "adafactor"}, "schedule": {"kind": "mesh", "mesh": [["batch", 16], ["model", 32]],
       "layout": {"batch": "batch", "vocab": "model", "d_ff": "model", "heads": "model"}}})");
-    const Study s = parse_study(j, "bench");
-    const BuiltStep step = s.schedule->build(s);
-    const auto r = sim::simulate(step.graph, s.hardware, s.slice);
-    state.counters["tasks"] = double(step.graph.size());
-    state.counters["flows"] = double(r.flows_simulated);
-    state.counters["step_time_ms"] = r.step_time_s * 1e3;
-  }
 }
 BENCHMARK(BM_Engine_MeshLM49B_v2_512)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
