@@ -294,7 +294,7 @@ std::map<std::string, std::string> sweep_charts(const Json& meta, const std::vec
 
 namespace {
 
-/// Side-by-side comparison along a swept axis whose values are strings (e.g.
+/// Side-by-side comparison along a swept axis whose values are not numbers (e.g.
 /// schedule.weight_update=replicated,sharded): a row per setting of the other axes, for each
 /// compared value its step time, examples/s, update time, exposed communication and peak HBM.
 struct Comparison {
@@ -306,23 +306,53 @@ struct Comparison {
 
 Comparison compare(const Json& meta, const std::vector<Json>& records) {
   Comparison c;
-  // The string axis with the fewest values (the alternatives being compared); ties: the first.
+  // The non-numeric axis (names, or JSON values such as layouts) with the fewest values: the
+  // alternatives being compared; ties: the first.
   for (const auto& a : meta["axes"]) {
-    bool strings = a["values"].size() > 1;
-    for (const auto& v : a["values"]) strings = strings && v.is_string();
-    if (strings && (c.axis.empty() || a["values"].size() < c.values.size())) {
+    bool alternatives = a["values"].size() > 1;
+    for (const auto& v : a["values"]) alternatives = alternatives && !v.is_number();
+    if (alternatives && (c.axis.empty() || a["values"].size() < c.values.size())) {
       c.axis = a["path"].get<std::string>();
       c.values.clear();
-      for (const auto& v : a["values"]) c.values.push_back(v.get<std::string>());
+      for (const auto& v : a["values"]) c.values.push_back(value_text(v));
     }
   }
   if (c.axis.empty()) return c;
   std::vector<std::string> others;
   for (const auto& a : meta["axes"])
     if (a["path"] != c.axis) others.push_back(a["path"].get<std::string>());
+  const char* metrics[] = {"step time", "examples/s", "update", "exposed comm.", "peak HBM"};
+  auto cells = [&](const Json* record, std::vector<std::string>& row) {
+    if (!record || !ok(*record)) {
+      for (int k = 0; k < 5; ++k) row.push_back(record ? "failed" : "");
+      return;
+    }
+    const Json& j = (*record)["result"];
+    char buf[64];
+    row.push_back(human_seconds(j["step_time_s"].get<double>()));
+    std::snprintf(buf, sizeof buf, "%.1f", j["examples_per_s"].get<double>());
+    row.push_back(buf);
+    row.push_back(human_seconds(j["breakdown"]["step_split_s"].value("update", 0.0)));
+    row.push_back(human_seconds(j["breakdown"]["exposed_communication_s"].get<double>()));
+    row.push_back(human_bytes(j["peak_hbm_bytes"].get<double>()));
+  };
+  if (others.empty()) {
+    // Nothing else varies: one row per alternative.
+    c.header = {c.axis};
+    for (const char* m : metrics) c.header.push_back(m);
+    for (const auto& v : c.values) {
+      const Json* record = nullptr;
+      for (const auto& r : records)
+        if (value_text(r["point"].value(c.axis, Json(nullptr))) == v) record = &r;
+      std::vector<std::string> row = {v};
+      cells(record, row);
+      c.rows.push_back(std::move(row));
+    }
+    return c;
+  }
   for (const auto& o : others) c.header.push_back(o);
   for (const auto& v : c.values)
-    for (const char* m : {"step time", "examples/s", "update", "exposed comm.", "peak HBM"}) c.header.push_back(v + ": " + m);
+    for (const char* m : metrics) c.header.push_back(v + ": " + m);
   std::vector<std::string> order;
   std::map<std::string, std::map<std::string, const Json*>> by_setting;
   for (const auto& r : records) {
@@ -333,23 +363,12 @@ Comparison compare(const Json& meta, const std::vector<Json>& records) {
   }
   for (const auto& setting : order) {
     std::vector<std::string> row;
-    const auto& cells = by_setting[setting];
-    const Json* any = cells.begin()->second;
+    const auto& setting_cells = by_setting[setting];
+    const Json* any = setting_cells.begin()->second;
     for (const auto& o : others) row.push_back(value_text((*any)["point"].value(o, Json(nullptr))));
     for (const auto& v : c.values) {
-      auto it = cells.find(v);
-      if (it == cells.end() || !ok(*it->second)) {
-        for (int k = 0; k < 5; ++k) row.push_back(it == cells.end() ? "" : "failed");
-        continue;
-      }
-      const Json& j = (*it->second)["result"];
-      char buf[64];
-      row.push_back(human_seconds(j["step_time_s"].get<double>()));
-      std::snprintf(buf, sizeof buf, "%.1f", j["examples_per_s"].get<double>());
-      row.push_back(buf);
-      row.push_back(human_seconds(j["breakdown"]["step_split_s"].value("update", 0.0)));
-      row.push_back(human_seconds(j["breakdown"]["exposed_communication_s"].get<double>()));
-      row.push_back(human_bytes(j["peak_hbm_bytes"].get<double>()));
+      auto it = setting_cells.find(v);
+      cells(it == setting_cells.end() ? nullptr : it->second, row);
     }
     c.rows.push_back(std::move(row));
   }

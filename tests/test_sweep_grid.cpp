@@ -3,6 +3,7 @@
 
 #include "cli/sweep_grid.hpp"
 #include "hardware/errors.hpp"
+#include "reports/sweep_report.hpp"
 
 using namespace tpusim;
 using namespace tpusim::cli;
@@ -52,4 +53,29 @@ TEST_CASE("shards partition the points", "[sweep]") {
   CHECK(seen == std::vector<int>(10, 1));
   CHECK(parse_shard("2/3") == std::pair<int, int>{2, 3});
   for (const char* bad : {"3/3", "-1/3", "1", "a/b", "1/0"}) CHECK_THROWS_AS(parse_shard(bad), ConfigError);
+}
+
+namespace {
+Json fake_record(std::size_t index, const Json& point, double step) {
+  Json result{{"step_time_s", step}, {"examples_per_s", 100 / step}, {"mxu_utilization", 0.5}, {"bubble_fraction", 0.0},
+              {"bubble_fraction_ideal", nullptr}, {"peak_hbm_bytes", 1e9}, {"hbm_capacity_bytes", 16e9}, {"fits", true},
+              {"breakdown", {{"step_split_s", {{"update", 0.001}}}, {"exposed_communication_s", 0.002}}}};
+  return Json{{"index", index}, {"key", point.dump()}, {"point", point}, {"result", result}, {"error", nullptr}};
+}
+}  // namespace
+
+TEST_CASE("sweep reports compare the alternatives of a non-numeric axis side by side", "[sweep][reports]") {
+  const Json layouts = Json::array({Json{{"batch", "batch"}}, Json{{"batch", "batch"}, {"d_ff", "model"}}});
+  Json meta{{"study", "s.json"}, {"points", 2}, {"axes", Json::array({Json{{"path", "schedule.layout"}, {"values", layouts}}})}};
+  const std::vector<Json> records = {fake_record(0, Json{{"schedule.layout", layouts[0]}}, 0.5),
+                                     fake_record(1, Json{{"schedule.layout", layouts[1]}}, 0.25)};
+  const std::string md = tpusim::reports::sweep_markdown(meta, records);
+  CHECK_THAT(md, Catch::Contains("## Comparison by `schedule.layout`"));
+  CHECK_THAT(md, Catch::Contains("| {\"batch\":\"batch\"} | 500.000 ms | 200.0 |"));
+  CHECK_THAT(md, Catch::Contains("| {\"batch\":\"batch\",\"d_ff\":\"model\"} | 250.000 ms | 400.0 |"));
+  // With a numeric axis beside it, one row per setting of the other axes.
+  meta["axes"].push_back(Json{{"path", "batch"}, {"values", {64, 128}}});
+  const std::vector<Json> grid = {fake_record(0, Json{{"schedule.layout", layouts[0]}, {"batch", 64}}, 0.5),
+                                  fake_record(1, Json{{"schedule.layout", layouts[1]}, {"batch", 64}}, 0.25)};
+  CHECK_THAT(tpusim::reports::sweep_markdown(meta, grid), Catch::Contains("| 64 | 500.000 ms |"));
 }
