@@ -33,6 +33,13 @@ Layer classifier_head(const FeatureMap& in, std::int64_t classes, double act) {
   Layer l;
   l.name = "head";
   l.weights = {{in.channels, classes}, {classes}};
+  l.named_ops = [in, classes](std::int64_t b) {
+    const Dim B{"batch", b}, C{"channels", in.channels}, V{"vocab", classes};
+    return std::vector<NamedOp>{pool("global_avg_pool", b, in.size, in.channels, int(in.size), 1),
+                                einsum("fc", tpusim::act({B, C}, true), weight({C, V}), tpusim::act({B, V})),
+                                elementwise("fc_bias", tpusim::act({B, V}), 1, weight({V})),
+                                reduction("softmax_xent", tpusim::act({B, V}, true), "vocab", 5)};
+  };
   l.work = [in, classes, act](std::int64_t b) {
     WorkBuilder w(act);
     w.pool("global_avg_pool", in.elements(b), double(b) * in.channels, double(in.size) * in.size);

@@ -56,8 +56,48 @@ NamedOp gather(std::string name, NamedTensor ids, NamedTensor table, NamedTensor
 }
 
 const std::vector<std::string>& named_dims() {
-  static const std::vector<std::string> dims = {"batch", "seq", "d_model", "d_ff", "heads", "d_kv", "vocab"};
+  static const std::vector<std::string> dims = {"batch", "seq", "d_model", "d_ff", "heads", "d_kv", "vocab", "height", "width"};
   return dims;
+}
+
+NamedTensor image(std::int64_t batch, std::int64_t size, std::int64_t channels, bool keep) {
+  return act({{"batch", batch}, {"height", size}, {"width", size}, {"channels", channels}}, keep);
+}
+
+NamedOp conv(std::string name, std::int64_t batch, std::int64_t size, std::int64_t in, std::int64_t out, int window, int stride) {
+  NamedOp op;
+  op.kind = NamedOp::Kind::Conv;
+  op.name = std::move(name);
+  op.a = image(batch, size, in, true);
+  op.b = weight({{"kernel", std::int64_t(window) * window * in}, {"channels_out", out}});
+  op.out = image(batch, (size + stride - 1) / stride, out, false);
+  op.window = window;
+  op.stride = stride;
+  return op;
+}
+
+NamedOp batch_norm(std::string name, std::int64_t batch, std::int64_t size, std::int64_t channels) {
+  NamedOp op;
+  op.kind = NamedOp::Kind::BatchNorm;
+  op.name = std::move(name);
+  op.a = image(batch, size, channels, true);
+  op.b = weight({{"channels", channels}}, 2);
+  op.out = image(batch, size, channels, false);
+  op.ops = 8;
+  return op;
+}
+
+NamedOp pool(std::string name, std::int64_t batch, std::int64_t size, std::int64_t channels, int window, int stride) {
+  NamedOp op;
+  op.kind = NamedOp::Kind::Pool;
+  op.name = std::move(name);
+  op.a = image(batch, size, channels, true);
+  // A global pool leaves one value per channel: no image dimensions.
+  op.out = window >= size ? act({{"batch", batch}, {"channels", channels}}) : image(batch, (size + stride - 1) / stride, channels, false);
+  op.window = window;
+  op.stride = stride;
+  op.ops = double(window) * window;
+  return op;
 }
 
 std::function<std::vector<NamedOp>(std::int64_t)> dense_named_ops(std::int64_t in, std::int64_t out, int index, bool classifier) {

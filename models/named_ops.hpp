@@ -41,12 +41,20 @@ struct NamedOp {
     Reduction,    ///< a -> out, normalizing over `reduce_dim` (layer norm, softmax): needs its
                   ///< statistics; b: optional scale and shift
     Gather,       ///< rows of table b picked by ids a -> out (embedding)
+    Conv,         ///< a [batch, height, width, channels] * b [kernel, channels_out] -> out, a
+                  ///< `window` x `window` convolution with `stride` ("SAME" padding)
+    BatchNorm,    ///< a [batch, height, width, channels] -> out: per-channel statistics over the
+                  ///< batch and the image (b: scale and shift)
+    Pool,         ///< a -> out, a `window` x `window` pooling with `stride`; a window covering
+                  ///< the whole image is a global pool
   };
   Kind kind = Kind::Einsum;
   std::string name;
   NamedTensor a, b, out;
   double ops = 1;          ///< per element (Elementwise, Reduction)
   std::string reduce_dim;  ///< Reduction
+  int window = 1;          ///< Conv, Pool
+  int stride = 1;          ///< Conv, Pool
   std::vector<NamedTensor> tensors() const;  ///< a, b (if any), out
 };
 
@@ -60,6 +68,13 @@ NamedOp einsum(std::string name, NamedTensor a, NamedTensor b, NamedTensor out);
 NamedOp elementwise(std::string name, NamedTensor a, double ops, NamedTensor bias = {});
 NamedOp reduction(std::string name, NamedTensor a, std::string reduce_dim, double ops, NamedTensor params = {});
 NamedOp gather(std::string name, NamedTensor ids, NamedTensor table, NamedTensor out);
+/// An activation [batch, height, width, channels].
+NamedTensor image(std::int64_t batch, std::int64_t size, std::int64_t channels, bool keep = false);
+/// Image ops over [batch, height, width, channels] (height and width may be split: spatial
+/// partitioning).
+NamedOp conv(std::string name, std::int64_t batch, std::int64_t size, std::int64_t in, std::int64_t out, int window, int stride);
+NamedOp batch_norm(std::string name, std::int64_t batch, std::int64_t size, std::int64_t channels);
+NamedOp pool(std::string name, std::int64_t batch, std::int64_t size, std::int64_t channels, int window, int stride);
 
 /// A dense layer (with bias; ReLU, or softmax cross-entropy when `classifier`) at position
 /// `index` of a stack: activations alternate between the names d_model and d_ff (d_model

@@ -11,6 +11,11 @@ Layer stem(std::int64_t image, double act) {
   Layer l;
   l.name = "stem";
   conv_bn_weights(l, 7, 7, 3, 64);
+  l.named_ops = [image](std::int64_t b) {
+    const std::int64_t conv_size = (image + 1) / 2;
+    return std::vector<NamedOp>{conv("conv1", b, image, 3, 64, 7, 2), batch_norm("bn1", b, conv_size, 64),
+                                elementwise("relu", tpusim::image(b, conv_size, 64), 1), pool("max_pool", b, conv_size, 64, 3, 2)};
+  };
   l.work = [image, act](std::int64_t b) {
     WorkBuilder w(act);
     const FeatureMap in{image, 3};
@@ -35,6 +40,20 @@ Layer bottleneck(const std::string& name, const FeatureMap& in, std::int64_t wid
   conv_bn_weights(l, 3, 3, width, width);
   conv_bn_weights(l, 1, 1, width, out_channels);
   if (projection) conv_bn_weights(l, 1, 1, in.channels, out_channels);
+  l.named_ops = [in, width, stride, out_channels, projection](std::int64_t b) {
+    const std::int64_t out = (in.size + stride - 1) / stride;
+    std::vector<NamedOp> ops = {conv("conv1", b, in.size, in.channels, width, 1, 1), batch_norm("bn1", b, in.size, width),
+                                elementwise("relu1", tpusim::image(b, in.size, width), 1),
+                                conv("conv2", b, in.size, width, width, 3, int(stride)), batch_norm("bn2", b, out, width),
+                                elementwise("relu2", tpusim::image(b, out, width), 1),
+                                conv("conv3", b, out, width, out_channels, 1, 1), batch_norm("bn3", b, out, out_channels)};
+    if (projection) {
+      ops.push_back(conv("shortcut", b, in.size, in.channels, out_channels, 1, int(stride)));
+      ops.push_back(batch_norm("shortcut_bn", b, out, out_channels));
+    }
+    ops.push_back(elementwise("residual_relu", tpusim::image(b, out, out_channels, true), 2));
+    return ops;
+  };
   l.work = [in, width, stride, out_channels, projection, act](std::int64_t b) {
     WorkBuilder w(act);
     FeatureMap x = conv_bn(w, "conv1", b, in, 1, 1, 1, width, false);

@@ -18,7 +18,13 @@ struct Sharding {
     auto it = layout.find(dim);
     return it == layout.end() ? 1 : sizes.at(it->second);
   }
-  std::int64_t local(const Dim& d) const { return d.size / split(d.name); }
+  /// A core's extent of a dimension. An image split unevenly is padded (the last cores' rows
+  /// are partly padding), as spatial partitioning does; other dimensions divide evenly.
+  std::int64_t local(const Dim& d) const {
+    const int n = split(d.name);
+    return is_spatial(d.name) ? (d.size + n - 1) / n : d.size / n;
+  }
+  static bool is_spatial(const std::string& dim) { return dim == "height" || dim == "width"; }
   double local_elements(const NamedTensor& t) const {
     double n = t.copies;
     for (const auto& d : t.dims) n *= double(local(d));
@@ -71,11 +77,11 @@ std::string collective_task_name(const std::string& event, const std::vector<std
 /// One step of a layer's SPMD program: compute, or a collective (blocking the next compute, or
 /// running behind it as weight-gradient reductions do).
 struct Event {
-  enum Kind { Compute, BlockingAllReduce, GradientAllReduce } kind;
+  enum Kind { Compute, BlockingAllReduce, GradientAllReduce, Halo } kind;
   std::string name;
   double seconds = 0, model_flops = 0, hardware_flops = 0;
-  std::vector<std::string> mesh_dims;  // collectives
-  double bytes = 0;                    // collectives: payload per core
+  std::vector<std::string> mesh_dims;  // collectives; Halo: the mesh dimension of the neighbours
+  double bytes = 0;                    // collectives: payload per core; Halo: per neighbour
 };
 
 struct LayerProgram {
@@ -101,8 +107,50 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
     if (mesh.empty() || bytes <= 0) return;
     into.push_back(Event{kind, layer + "/" + name, 0, 0, 0, mesh, bytes});
     row["collectives"].push_back(Json{{"what", name}, {"mesh_dims", mesh}, {"bytes", bytes},
-                                      {"blocking", kind == Event::BlockingAllReduce},
+                                      {"blocking", kind != Event::GradientAllReduce},
                                       {"task", collective_task_name(layer + "/" + name, mesh)}});
+  };
+  // A window op on a split image needs its neighbours' edge rows: (window - 1) / 2 of them
+  // from each side, for every split spatial dimension.
+  auto halos = [&](std::vector<Event>& into, const NamedOp& op, const std::string& what, Json& row) {
+    if (op.window <= 1 || op.out.dims.size() < 4) return;
+    std::int64_t b = 1, h = 1, w = 1, c = 1;
+    for (const auto& d : op.a.dims) {
+      if (d.name == "batch") b = s.local(d);
+      if (d.name == "height") h = s.local(d);
+      if (d.name == "width") w = s.local(d);
+      if (d.name == "channels") c = s.local(d);
+    }
+    for (const auto& [dim, across] : {std::pair{std::string("height"), w}, std::pair{std::string("width"), h}}) {
+      if (s.split(dim) <= 1) continue;
+      const double bytes = double((op.window - 1) / 2) * double(across) * double(c) * double(b) * act;
+      into.push_back(Event{Event::Halo, layer + "/" + op.name + " " + what, 0, 0, 0, {s.layout.at(dim)}, bytes});
+      row["collectives"].push_back(Json{{"what", op.name + " " + what}, {"mesh_dims", {s.layout.at(dim)}}, {"bytes", bytes},
+                                        {"blocking", true}, {"halo", true}});
+    }
+  };
+  auto conv_shape = [&](const NamedOp& op) {
+    ConvShape c;
+    for (const auto& d : op.a.dims) {
+      if (d.name == "batch") c.batch = s.local(d);
+      if (d.name == "height") c.in_h = s.local(d);
+      if (d.name == "width") c.in_w = s.local(d);
+      if (d.name == "channels") c.in_channels = s.local(d);
+    }
+    c.kernel_h = c.kernel_w = op.window;
+    c.stride = op.stride;
+    c.out_channels = op.b.dims.back().size;
+    return c;
+  };
+  // Batch-norm statistics: per channel, summed over the split image (not over the batch,
+  // whose replicas keep their own statistics as in data parallelism).
+  auto spatial_mesh = [&]() {
+    std::vector<std::string> mesh;
+    for (const char* dim : {"height", "width"})
+      if (s.split(dim) > 1) mesh.push_back(s.layout.at(dim));
+    std::sort(mesh.begin(), mesh.end());
+    mesh.erase(std::unique(mesh.begin(), mesh.end()), mesh.end());
+    return mesh;
   };
   // Forward.
   for (const auto& op : ops) {
@@ -132,6 +180,23 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
           collective(p.forward, Event::BlockingAllReduce, op.name + " statistics", {s.layout.at(op.reduce_dim)}, s.statistics_bytes(op), row);
         break;
       }
+      case NamedOp::Kind::Conv:
+        halos(p.forward, op, "halo", row);
+        flops = compute(p.forward, conv_op(op.name, conv_shape(op), act, kWeightBytes)).model_flops;
+        break;
+      case NamedOp::Kind::BatchNorm:
+        compute(p.forward, vector_op(op.name, s.local_elements(op.out), op.ops, act, false));
+        collective(p.forward, Event::BlockingAllReduce, op.name + " statistics", spatial_mesh(), 2.0 * 4.0 * double(op.b.dims.front().size), row);
+        break;
+      case NamedOp::Kind::Pool:
+        if (op.out.dims.size() < 4) {  // global: partial sums over the split image
+          compute(p.forward, vector_op(op.name, s.local_elements(op.a), 1, act, false));
+          collective(p.forward, Event::BlockingAllReduce, op.name + " partial sums", spatial_mesh(), s.local_elements(op.out) * act, row);
+        } else {
+          halos(p.forward, op, "halo", row);
+          compute(p.forward, vector_op(op.name, s.local_elements(op.out), op.ops, act, false));
+        }
+        break;
       case NamedOp::Kind::Gather:
         compute(p.forward, memory_op(op.name, s.local_elements(op.out) * (kWeightBytes + act)));
         // A split table gives each core the rows it holds (zeros elsewhere): summed over the split.
@@ -176,6 +241,29 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
                      s.local_elements(op.b) * kWeightBytes, row);
         break;
       }
+      case NamedOp::Kind::Conv: {
+        const ConvShape c = conv_shape(op);
+        if (!(model_input && i == 0)) {
+          compute(p.backward, conv_input_grad_op(op.name + "_dx", c, act, kWeightBytes));
+          halos(p.backward, op, "halo gradient", row);
+        }
+        Op dw = conv_weight_grad_op(op.name + "_dw", c, act, kWeightBytes);
+        compute(p.backward, dw);
+        collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient", s.split_missing({&op.a, &op.out}, op.b),
+                   s.local_elements(op.b) * kWeightBytes, row);
+        break;
+      }
+      case NamedOp::Kind::BatchNorm:
+        compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.out), 2 * op.ops, act, false));
+        collective(p.backward, Event::BlockingAllReduce, op.name + " gradient statistics", spatial_mesh(),
+                   2.0 * 4.0 * double(op.b.dims.front().size), row);
+        collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient", s.split_missing({&op.a}, op.b),
+                   s.local_elements(op.b) * kWeightBytes, row);
+        break;
+      case NamedOp::Kind::Pool:
+        compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.a), 2, act, false));
+        if (op.out.dims.size() == 4) halos(p.backward, op, "halo gradient", row);
+        break;
       case NamedOp::Kind::Gather:
         compute(p.backward, memory_op(op.name + "_scatter_add", s.local_elements(op.b) * kWeightBytes + s.local_elements(op.out) * act));
         collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient", s.split_missing({&op.a}, op.b),
@@ -248,7 +336,7 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
         const auto& dims = named_dims();
         if (std::find(dims.begin(), dims.end(), it.key()) == dims.end()) {
           problems.add(l.path_of(it.key()), std::string("an unknown tensor dimension"),
-                       "one of batch, seq, d_model, d_ff, heads, d_kv, vocab");
+                       "one of batch, seq, d_model, d_ff, heads, d_kv, vocab, height, width");
         } else if (!it.value().is_string() || !sizes.count(it.value().get<std::string>())) {
           problems.add(l.path_of(it.key()), it.value(), "the name of a mesh dimension");
         } else {
@@ -283,7 +371,7 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
             return;
           }
           used[mesh_dim] = d.name;
-          if (d.size % sizes.at(mesh_dim) != 0) {
+          if (d.size % sizes.at(mesh_dim) != 0 && d.name != "height" && d.name != "width") {
             problems.add(f.path_of("layout") + "." + d.name, Json(mesh_dim),
                          "a mesh dimension dividing " + d.name + " (" + std::to_string(d.size) + ") in op " + layer.name + "/" + op.name +
                              ": " + mesh_dim + " has " + std::to_string(sizes.at(mesh_dim)) + " cores");
@@ -409,6 +497,39 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
         }
         continue;
       }
+      if (ev.kind == Event::Halo) {
+        // Every core sends its edge rows to its neighbours along the mesh dimension (the image
+        // does not wrap around); each core's next piece waits for what it receives.
+        std::size_t axis = 0;
+        while (mesh_[axis].first != ev.mesh_dims.front()) ++axis;
+        std::vector<std::vector<int>> incoming(static_cast<std::size_t>(cores));
+        for (int c = 0; c < cores; ++c) {
+          auto co = coords(c);
+          for (int step : {-1, 1}) {
+            const int n = co[axis] + step;
+            if (n < 0 || n >= mesh_[axis].second) continue;
+            auto nco = co;
+            nco[axis] = n;
+            int neighbour = 0;
+            for (std::size_t k = 0; k < nco.size(); ++k) neighbour = neighbour * mesh_[k].second + nco[k];
+            const int x = b.transfer(c, neighbour, ev.bytes, last[c], "halo_exchange", Labels{}, -1, false);
+            g.task(x).name = ev.name + " core " + std::to_string(c) + "->" + std::to_string(neighbour);
+            incoming[std::size_t(neighbour)].push_back(x);
+          }
+        }
+        for (int c = 0; c < cores; ++c) {
+          sim::Task wait;
+          wait.kind = sim::TaskKind::Compute;
+          wait.name = "receive " + ev.name + " core " + std::to_string(c);
+          wait.phase = forward ? "forward" : "backward";
+          wait.core = c;
+          const int w = g.add(std::move(wait));
+          if (last[c] >= 0) g.depend(last[c], w);
+          for (int x : incoming[std::size_t(c)]) g.depend(x, w);
+          last[c] = w;
+        }
+        continue;
+      }
       sim::Task t;
       t.kind = sim::TaskKind::Collective;
       t.op = sim::CollectiveOp::AllReduce;
@@ -433,7 +554,7 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
           wait.core = c;
           const int w = g.add(std::move(wait));
           g.depend(id, w);
-          g.depend(last[c], w);
+          if (last[c] >= 0) g.depend(last[c], w);
           last[c] = w;
         }
       }

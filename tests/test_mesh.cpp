@@ -108,11 +108,11 @@ TEST_CASE("illegal layouts are rejected naming the op and dimensions", "[mesh][c
                     Catch::Contains("schedule.mesh") && Catch::Contains("32 cores"));
   CHECK_THROWS_WITH(mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"model": 32}, "layout": {"heads": "model"}})")),
                     Catch::Contains("schedule.layout.heads") && Catch::Contains("heads (8)"));
-  CHECK_THROWS_WITH(mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"model": 32}, "layout": {"height": "model"}})")),
-                    Catch::Contains("schedule.layout.height"));
+  CHECK_THROWS_WITH(mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"model": 32}, "layout": {"depth": "model"}})")),
+                    Catch::Contains("schedule.layout.depth") && Catch::Contains("height, width"));
   CHECK_THROWS_WITH(mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"model": 32}, "layout": {"d_ff": "rows"}})")),
                     Catch::Contains("schedule.layout.d_ff"));
-  CHECK_THROWS_WITH(mesh_study(Json::parse(R"({"kind": "resnet50"})"), Json::parse(R"({"kind": "mesh", "mesh": {"batch": 32}, "layout": {"batch": "batch"}})")),
+  CHECK_THROWS_WITH(mesh_study(Json::parse(R"({"kind": "amoebanet_d", "normal_cells": 6, "filters": 64})"), Json::parse(R"({"kind": "mesh", "mesh": {"batch": 32}, "layout": {"batch": "batch"}})")),
                     Catch::Contains("model.kind"));
 }
 
@@ -147,4 +147,61 @@ TEST_CASE("a deeper stack reduces every hidden layer's input gradient", "[mesh]"
   CHECK(input_gradients == 1);
   for (const char* layer : {"dense0", "dense1"})
     for (const auto& c : collectives_of(step, layer, "matmul")) CHECK(c["what"] != "matmul input gradient");
+}
+
+namespace {
+const Json kSpatial = Json::parse(R"({"kind": "mesh", "mesh": [["batch", 8], ["spatial", 4]], "layout": {"batch": "batch", "height": "spatial"}})");
+
+Json collective_named(const Json& collectives, const std::string& what) {
+  for (const auto& c : collectives)
+    if (c["what"] == what) return c;
+  FAIL("no collective " << what << " in " << collectives.dump());
+  return {};
+}
+}  // namespace
+
+TEST_CASE("spatial partitioning: convolutions exchange halo rows with their neighbours", "[mesh][spatial]") {
+  const Study s = mesh_study(Json::parse(R"({"kind": "resnet50"})"), kSpatial, "v3-32", 256);
+  const BuiltStep step = s.schedule->build(s);
+  REQUIRE_NOTHROW(step.graph.validate());
+  // stage1_block1/conv2: 3x3 on a 56x56x64 image, 32 images per batch replica (256 / 8): one
+  // row of 56 x 64 bf16 values per image to each neighbour; a 1x1 conv needs none.
+  const Json conv2 = collectives_of(step, "stage1_block1", "conv2");
+  const Json halo = collective_named(conv2, "conv2 halo");
+  CHECK(halo["mesh_dims"] == Json::array({"spatial"}));
+  CHECK(halo["bytes"].get<double>() == Approx(1.0 * 56 * 64 * 32 * 2));
+  CHECK(collective_named(conv2, "conv2 halo gradient")["bytes"] == halo["bytes"]);
+  for (const auto& c : collectives_of(step, "stage1_block1", "conv1")) CHECK(c.value("halo", false) == false);
+  // The stem's 7x7 conv needs three rows from each side.
+  CHECK(collective_named(collectives_of(step, "stem", "conv1"), "conv1 halo")["bytes"].get<double>() == Approx(3.0 * 224 * 3 * 32 * 2));
+  int transfers = 0;
+  for (int id = 0; id < step.graph.size(); ++id) transfers += step.graph.task(id).phase == "halo_exchange";
+  CHECK(transfers > 0);
+}
+
+TEST_CASE("spatial partitioning: batch-norm statistics are summed over the image, not the batch", "[mesh][spatial]") {
+  const Study s = mesh_study(Json::parse(R"({"kind": "resnet50"})"), kSpatial, "v3-32", 256);
+  const BuiltStep step = s.schedule->build(s);
+  const Json bn = collectives_of(step, "stage2_block1", "bn2");
+  const Json stats = collective_named(bn, "bn2 statistics");
+  CHECK(stats["mesh_dims"] == Json::array({"spatial"}));
+  CHECK(stats["bytes"].get<double>() == Approx(2.0 * 4 * 128));  // mean and variance partial sums per channel, fp32
+  CHECK(collective_named(bn, "bn2 weight gradient")["mesh_dims"] == Json::array({"batch", "spatial"}));
+  // The conv weights' gradients are summed over both the batch and the image.
+  CHECK(collective_named(collectives_of(step, "stage2_block1", "conv2"), "conv2 weight gradient")["mesh_dims"] ==
+        Json::array({"batch", "spatial"}));
+  // The global pool sums its partial averages over the image.
+  CHECK(collective_named(collectives_of(step, "head", "global_avg_pool"), "global_avg_pool partial sums")["mesh_dims"] ==
+        Json::array({"spatial"}));
+}
+
+TEST_CASE("spatial partitioning pads an image that does not divide", "[mesh][spatial]") {
+  // The 7x7 stage on 4 cores: 2 rows each (8 with padding), so each core does 2/7 of the work.
+  const Study whole = mesh_study(Json::parse(R"({"kind": "resnet50"})"), Json::parse(R"({"kind": "mesh", "mesh": {"batch": 32}, "layout": {"batch": "batch"}})"), "v3-32", 256);
+  const Study split = mesh_study(Json::parse(R"({"kind": "resnet50"})"), kSpatial, "v3-32", 256);
+  const BuiltStep a = whole.schedule->build(whole), b = split.schedule->build(split);
+  // Per image: the batch replica holds 8 images vs 32.
+  const double per_image_whole = local_flops(a, "stage4_block2", "conv1") / 8;
+  const double per_image_split = local_flops(b, "stage4_block2", "conv1") / 32;
+  CHECK(per_image_split == Approx(per_image_whole * 2.0 / 7.0));
 }
