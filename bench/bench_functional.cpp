@@ -45,7 +45,7 @@ BENCHMARK(BM_Sgemm_2048x512x2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 /// One functional training step (forward, backward, Adam update) on one core.
 void BM_FunctionalStep_Transformer4(benchmark::State& state) {
   const Study s = transformer4();
-  FunctionalRuntime rt(s, 1, 1);
+  FunctionalRuntime rt(s, 1);
   const LayerRange all{0, int(s.model.layers.size())};
   rt.hold(0, all);
   int step = 0;

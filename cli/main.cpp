@@ -83,7 +83,7 @@ int cmd_run(const RunOptions& o) {
                         "at most the budget of " + reports::human_bytes(o.host_memory_budget_bytes) +
                             " (shrink the model or batch, or raise --host-memory-budget-bytes)");
     }
-    functional = std::make_unique<FunctionalRuntime>(study, study.cores(), o.seed);
+    functional = std::make_unique<FunctionalRuntime>(study, o.seed);
     functional->begin_step(0);
   }
   BuiltStep step = study.schedule->build(study, functional.get());

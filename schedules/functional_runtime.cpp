@@ -39,9 +39,8 @@ double FunctionalRuntime::host_bytes_needed(const Study& study, int cores_holdin
   return per_copy * (cores_holding_weights + 1) + 2.0 * activations * double(study.batch);
 }
 
-FunctionalRuntime::FunctionalRuntime(const Study& study, int cores, std::uint64_t seed)
+FunctionalRuntime::FunctionalRuntime(const Study& study, std::uint64_t seed)
     : study_(study), seed_(seed), layers_(int(study.model.layers.size())), learning_rate_(study.optimizer.learning_rate) {
-  (void)cores;
   // Every step allocates and frees the same large activation tensors. By default glibc maps
   // each large block afresh and unmaps it on free, so every step page-faults its tensors back
   // in (measured: a fifth of a step's time). Keep freed memory in the heap instead.
@@ -243,7 +242,7 @@ void FunctionalRuntime::replay(const sim::TaskGraph& graph, const std::vector<in
 }
 
 std::unique_ptr<FunctionalRuntime> FunctionalRuntime::reference(const Study& study, int steps, std::uint64_t seed) {
-  auto ref = std::make_unique<FunctionalRuntime>(study, 1, seed);
+  auto ref = std::make_unique<FunctionalRuntime>(study, seed);
   const LayerRange all{0, int(study.model.layers.size())};
   ref->hold(0, all);
   for (int s = 0; s < steps; ++s) {

@@ -15,8 +15,8 @@ namespace tpusim {
 
 class FunctionalRuntime {
  public:
-  /// `cores` cores of the study's slice; `seed` fixes the initial weights and the data.
-  FunctionalRuntime(const Study& study, int cores, std::uint64_t seed);
+  /// `seed` fixes the initial weights and the data.
+  FunctionalRuntime(const Study& study, std::uint64_t seed);
 
   /// Throws ConfigError when the study cannot run functionally (a layer without host math,
   /// an optimizer without a functional update).

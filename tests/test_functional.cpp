@@ -28,7 +28,7 @@ Outcome train(const char* model, const std::string& schedule, int steps = 3, con
   if (learning_rate > 0) j["optimizer"]["learning_rate"] = learning_rate;
   const Study s = parse_study(j, "test");
   FunctionalRuntime::check_supported(s);
-  FunctionalRuntime rt(s, s.cores(), 7);
+  FunctionalRuntime rt(s, 7);
   rt.begin_step(0);
   const BuiltStep step = s.schedule->build(s, &rt);
   sim::EngineOptions options;
