@@ -400,6 +400,12 @@ std::vector<int> MeshSchedule::coords(int core) const {
   return c;
 }
 
+int MeshSchedule::core_at(const std::vector<int>& c) const {
+  int core = 0;
+  for (std::size_t k = 0; k < c.size(); ++k) core = core * mesh_[k].second + c[k];
+  return core;
+}
+
 std::vector<std::vector<int>> MeshSchedule::groups(const std::vector<std::string>& mesh_dims) const {
   int cores = 1;
   for (const auto& [name, size] : mesh_) cores *= size;
@@ -462,6 +468,21 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   std::vector<int> last(cores, -1);  // each core's last compute task
   std::vector<std::vector<int>> gradient_reductions(static_cast<std::size_t>(layers));  // per layer
   double hardware_flops = 0;
+  // A zero-length task per core after data arrives (`arrivals`), so each core's program stays
+  // a chain and its next piece waits for what it receives.
+  auto receive = [&](const std::string& what, bool forward, const std::vector<std::vector<int>>& arrivals) {
+    for (int c = 0; c < cores; ++c) {
+      sim::Task wait;
+      wait.kind = sim::TaskKind::Compute;
+      wait.name = "receive " + what + " core " + std::to_string(c);
+      wait.phase = forward ? "forward" : "backward";
+      wait.core = c;
+      const int w = g.add(std::move(wait));
+      if (last[std::size_t(c)] >= 0) g.depend(last[std::size_t(c)], w);
+      for (int x : arrivals[std::size_t(c)]) g.depend(x, w);
+      last[std::size_t(c)] = w;
+    }
+  };
   auto play = [&](const std::vector<Event>& events, int l, bool forward) {
     const auto& p = programs[std::size_t(l)];
     std::size_t first_compute = events.size(), last_compute = 0;
@@ -510,24 +531,13 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
             if (n < 0 || n >= mesh_[axis].second) continue;
             auto nco = co;
             nco[axis] = n;
-            int neighbour = 0;
-            for (std::size_t k = 0; k < nco.size(); ++k) neighbour = neighbour * mesh_[k].second + nco[k];
+            const int neighbour = core_at(nco);
             const int x = b.transfer(c, neighbour, ev.bytes, last[c], "halo_exchange", Labels{}, -1, false);
             g.task(x).name = ev.name + " core " + std::to_string(c) + "->" + std::to_string(neighbour);
             incoming[std::size_t(neighbour)].push_back(x);
           }
         }
-        for (int c = 0; c < cores; ++c) {
-          sim::Task wait;
-          wait.kind = sim::TaskKind::Compute;
-          wait.name = "receive " + ev.name + " core " + std::to_string(c);
-          wait.phase = forward ? "forward" : "backward";
-          wait.core = c;
-          const int w = g.add(std::move(wait));
-          if (last[c] >= 0) g.depend(last[c], w);
-          for (int x : incoming[std::size_t(c)]) g.depend(x, w);
-          last[c] = w;
-        }
+        receive(ev.name, forward, incoming);
         continue;
       }
       sim::Task t;
@@ -544,19 +554,7 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
       if (ev.kind == Event::GradientAllReduce) {
         gradient_reductions[std::size_t(l)].push_back(id);
       } else {
-        // The next compute piece waits for the sums; model it as a zero-length task per core so
-        // the program order stays a chain.
-        for (int c = 0; c < cores; ++c) {
-          sim::Task wait;
-          wait.kind = sim::TaskKind::Compute;
-          wait.name = "receive " + ev.name + " core " + std::to_string(c);
-          wait.phase = forward ? "forward" : "backward";
-          wait.core = c;
-          const int w = g.add(std::move(wait));
-          g.depend(id, w);
-          if (last[c] >= 0) g.depend(last[c], w);
-          last[c] = w;
-        }
+        receive(ev.name, forward, std::vector<std::vector<int>>(static_cast<std::size_t>(cores), std::vector<int>{id}));
       }
     }
   };

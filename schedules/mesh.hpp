@@ -28,6 +28,8 @@ class MeshSchedule : public Schedule {
   int split(const std::string& dim) const;
   /// The mesh coordinates of a core (placement order, innermost last).
   std::vector<int> coords(int core) const;
+  /// The core at mesh coordinates (the inverse of coords()).
+  int core_at(const std::vector<int>& coords) const;
   /// Every group of cores that differ only along `mesh_dims`: a partition of the mesh's cores.
   std::vector<std::vector<int>> groups(const std::vector<std::string>& mesh_dims) const;
 
