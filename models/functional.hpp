@@ -41,6 +41,11 @@ class LayerFunction {
   /// parameter gradients to `grads`. The loss layer ignores `dout`.
   virtual Tensor backward(const std::vector<Tensor>& params, const Tensor& dout, const Batch& batch, const Saved& saved,
                           std::vector<Tensor>& grads) const = 0;
+  /// The data a first layer reads ([examples x features]) and the targets a loss layer scores
+  /// against (one class per example): for executors that run the layer's math themselves on
+  /// shards. Empty when the layer does not read data.
+  virtual Tensor input(const Batch&) const { return {}; }
+  virtual std::vector<std::int32_t> targets(const Batch&) const { return {}; }
 };
 
 /// A deterministic 64-bit hash of a few integers (splitmix64 rounds).

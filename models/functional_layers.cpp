@@ -77,6 +77,7 @@ struct MlpData {
 class MlpDense : public LayerFunction {
  public:
   MlpDense(std::int64_t in, std::int64_t out, bool first, MlpData data) : in_(in), out_(out), first_(first), data_(data) {}
+  Tensor input(const Batch& b) const override { return first_ ? data_.features(b) : Tensor{}; }
   std::vector<Tensor> init(std::uint64_t seed) const override {
     return {init_tensor(seed, 0, in_, out_, "xavier"), init_tensor(seed, 1, 1, out_, "zeros")};
   }
@@ -106,6 +107,8 @@ class MlpDense : public LayerFunction {
 class MlpClassifier : public LayerFunction {
  public:
   MlpClassifier(std::int64_t in, std::int64_t classes, bool first, MlpData data) : in_(in), classes_(classes), first_(first), data_(data) {}
+  Tensor input(const Batch& b) const override { return first_ ? data_.features(b) : Tensor{}; }
+  std::vector<std::int32_t> targets(const Batch& b) const override { return data_.targets(b); }
   std::vector<Tensor> init(std::uint64_t seed) const override {
     return {init_tensor(seed, 0, in_, classes_, "xavier"), init_tensor(seed, 1, 1, classes_, "zeros")};
   }

@@ -108,9 +108,12 @@ std::function<std::vector<NamedOp>(std::int64_t)> dense_named_ops(std::int64_t i
     std::vector<NamedOp> ops = {einsum("matmul", act({B, I}, true), weight({I, O}), act({B, O}))};
     if (classifier) {
       ops.push_back(elementwise("bias", act({B, O}), 1, weight({O})));
+      ops.back().math = NamedOp::Math::Bias;
       ops.push_back(reduction("softmax_xent", act({B, O}, true), out_name, 5));
+      ops.back().math = NamedOp::Math::SoftmaxXent;
     } else {
       ops.push_back(elementwise("bias_relu", act({B, O}, true), 2, weight({O})));
+      ops.back().math = NamedOp::Math::BiasRelu;
     }
     return ops;
   };

@@ -48,7 +48,16 @@ struct NamedOp {
     Pool,         ///< a -> out, a `window` x `window` pooling with `stride`; a window covering
                   ///< the whole image is a global pool
   };
+  /// What an element-wise op or a reduction computes, where functional mode can execute it on
+  /// shards (mesh layouts); Unspecified elsewhere (the cost is still known).
+  enum class Math {
+    Unspecified,
+    Bias,         ///< Elementwise: out = a + b (b over a's last dimension)
+    BiasRelu,     ///< Elementwise: out = max(a + b, 0)
+    SoftmaxXent,  ///< Reduction over the last dimension: softmax cross-entropy against the targets
+  };
   Kind kind = Kind::Einsum;
+  Math math = Math::Unspecified;
   std::string name;
   NamedTensor a, b, out;
   double ops = 1;          ///< per element (Elementwise, Reduction)

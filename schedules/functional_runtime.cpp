@@ -54,11 +54,27 @@ FunctionalRuntime::Held& FunctionalRuntime::held(int core, int layer) {
   return it->second;
 }
 
+std::vector<Tensor> FunctionalRuntime::initial_params(int layer) const {
+  return fn(layer).init(mix(seed_, 0xC0FFEE, std::uint64_t(layer)));
+}
+
 void FunctionalRuntime::hold(int core, LayerRange layers) {
   for (int l = layers.first; l < layers.last; ++l) {
     if (held_.count({core, l})) continue;
     Held h;
-    h.params = fn(l).init(mix(seed_, 0xC0FFEE, std::uint64_t(l)));
+    h.params = initial_params(l);
+    for (const auto& p : h.params) h.grads.emplace_back(p.size(), 0.0f);
+    h.slots.assign(std::size_t(slots_of(study_.optimizer.kind)), h.grads);
+    held_[{core, l}] = std::move(h);
+  }
+}
+
+void FunctionalRuntime::hold_shards(int core, LayerRange layers, std::shared_ptr<const Shards> shards) {
+  shards_ = std::move(shards);
+  for (int l = layers.first; l < layers.last; ++l) {
+    Held h;
+    const auto whole = initial_params(l);
+    for (std::size_t k = 0; k < whole.size(); ++k) h.params.push_back(shards_->slice(core, l, k, whole[k]));
     for (const auto& p : h.params) h.grads.emplace_back(p.size(), 0.0f);
     h.slots.assign(std::size_t(slots_of(study_.optimizer.kind)), h.grads);
     held_[{core, l}] = std::move(h);
@@ -256,14 +272,25 @@ std::unique_ptr<FunctionalRuntime> FunctionalRuntime::reference(const Study& stu
 
 std::string FunctionalRuntime::weights_fingerprint() const {
   std::uint64_t h = 1469598103934665603ULL;
-  std::map<int, const Held*> first_holder;  // held_ is ordered by (core, layer)
-  for (const auto& [key, held] : held_)
-    if (!first_holder.count(key.second)) first_holder[key.second] = &held;
-  for (const auto& [layer, held] : first_holder) {
-    for (const auto& t : held->params) {
-      const auto* bytes = reinterpret_cast<const unsigned char*>(t.data());
-      for (std::size_t i = 0; i < t.size() * sizeof(float); ++i) h = (h ^ bytes[i]) * 1099511628211ULL;
+  auto hash = [&](const Tensor& t) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(t.data());
+    for (std::size_t i = 0; i < t.size() * sizeof(float); ++i) h = (h ^ bytes[i]) * 1099511628211ULL;
+  };
+  if (shards_) {
+    // Whole tensors reassembled from every core's piece (cores in order).
+    for (int l = 0; l < layers_; ++l) {
+      std::vector<Tensor> whole = initial_params(l);
+      for (const auto& [key, held] : held_)
+        if (key.second == l)
+          for (std::size_t k = 0; k < whole.size(); ++k) shards_->place(key.first, l, k, held.params[k], whole[k]);
+      for (const auto& t : whole) hash(t);
     }
+  } else {
+    std::map<int, const Held*> first_holder;  // held_ is ordered by (core, layer)
+    for (const auto& [key, held] : held_)
+      if (!first_holder.count(key.second)) first_holder[key.second] = &held;
+    for (const auto& [layer, held] : first_holder)
+      for (const auto& t : held->params) hash(t);
   }
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
@@ -273,13 +300,13 @@ std::string FunctionalRuntime::weights_fingerprint() const {
 double FunctionalRuntime::max_rel_diff(const FunctionalRuntime& reference) const {
   double worst = 0;
   for (const auto& [key, h] : held_) {
-    const auto& ref = reference.held_.at({0, key.second}).params;
+    const auto& whole = reference.held_.at({0, key.second}).params;
     for (std::size_t k = 0; k < h.params.size(); ++k) {
+      // Pieces compare with the same piece of the reference; the scale is the whole tensor's.
+      const Tensor ref = shards_ ? shards_->slice(key.first, key.second, k, whole[k]) : whole[k];
       double diff = 0, scale = 1e-30;
-      for (std::size_t i = 0; i < h.params[k].size(); ++i) {
-        diff = std::max(diff, std::fabs(double(h.params[k][i]) - ref[k][i]));
-        scale = std::max(scale, std::fabs(double(ref[k][i])));
-      }
+      for (float v : whole[k]) scale = std::max(scale, std::fabs(double(v)));
+      for (std::size_t i = 0; i < h.params[k].size(); ++i) diff = std::max(diff, std::fabs(double(h.params[k][i]) - ref[i]));
       worst = std::max(worst, diff / scale);
     }
   }

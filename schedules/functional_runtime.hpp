@@ -28,6 +28,28 @@ class FunctionalRuntime {
   /// identically on every core.
   void hold(int core, LayerRange layers);
 
+  /// How the cores' pieces of a parameter relate to the whole tensor, when cores hold shards
+  /// (mesh layouts) instead of whole layers.
+  class Shards {
+   public:
+    virtual ~Shards() = default;
+    /// `core`'s piece of parameter `k` of `layer`, cut from the whole tensor.
+    virtual Tensor slice(int core, int layer, std::size_t k, const Tensor& whole) const = 0;
+    /// Writes `core`'s piece back into the whole tensor.
+    virtual void place(int core, int layer, std::size_t k, const Tensor& piece, Tensor& whole) const = 0;
+  };
+  /// `core` holds its pieces (as `shards` cuts them) of the parameters of `layers`, with
+  /// gradients and optimizer slots of the same shapes. Comparisons and fingerprints then
+  /// reassemble whole tensors.
+  void hold_shards(int core, LayerRange layers, std::shared_ptr<const Shards> shards);
+  /// Executors that run layers' math themselves (mesh layouts) read and accumulate through these.
+  std::vector<Tensor>& params(int core, int layer) { return held(core, layer).params; }
+  std::vector<Tensor>& grads(int core, int layer) { return held(core, layer).grads; }
+  void add_loss(double loss) { losses_[std::size_t(step_)] += loss; }
+  int step() const { return step_; }
+  Batch batch(std::int64_t first, std::int64_t count) const;
+  const LayerFunction& fn(int layer) const { return *study_.model.layers[std::size_t(layer)].function; }
+
   using Closure = std::function<void()>;
   /// `count` examples starting at `first` (the micro-batch's key) through `layers` on `core`.
   Closure forward(int core, LayerRange layers, std::int64_t first, std::int64_t count, Keep keep);
@@ -69,8 +91,7 @@ class FunctionalRuntime {
   using Key = std::tuple<int, std::int64_t, int>;  // core, micro-batch (first example), layer or boundary
 
   Held& held(int core, int layer);
-  const LayerFunction& fn(int layer) const { return *study_.model.layers[std::size_t(layer)].function; }
-  Batch batch(std::int64_t first, std::int64_t count) const;
+  std::vector<Tensor> initial_params(int layer) const;
   void run_forward(int core, LayerRange layers, std::int64_t first, std::int64_t count, bool keep_all, bool count_loss);
 
   const Study& study_;
@@ -82,6 +103,7 @@ class FunctionalRuntime {
   std::map<Key, Tensor> activations_, gradients_;
   std::map<Key, Saved> saved_;
   std::vector<double> losses_;
+  std::shared_ptr<const Shards> shards_;  // null: cores hold whole layers
 };
 
 }  // namespace tpusim

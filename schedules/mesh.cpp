@@ -1,5 +1,7 @@
 #include "schedules/mesh.hpp"
 
+#include "schedules/mesh_functional.hpp"
+
 #include <numeric>
 #include <set>
 
@@ -82,6 +84,7 @@ struct Event {
   double seconds = 0, model_flops = 0, hardware_flops = 0;
   std::vector<std::string> mesh_dims;  // collectives; Halo: the mesh dimension of the neighbours
   double bytes = 0;                    // collectives: payload per core; Halo: per neighbour
+  std::vector<MeshAction> actions;     // functional mode: the math this event performs
 };
 
 struct LayerProgram {
@@ -94,18 +97,20 @@ struct LayerProgram {
 LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, const CostModel& cost, double act, const std::string& layer,
                          bool model_input) {
   LayerProgram p;
-  auto compute = [&](std::vector<Event>& into, const Op& op) {
+  int at = 0;  // the op being lowered
+  auto compute = [&](std::vector<Event>& into, const Op& op, MeshAction::What what) {
     const OpCost c = cost.cost(op);
-    if (into.empty() || into.back().kind != Event::Compute) into.push_back(Event{Event::Compute, layer, 0, 0, 0, {}, 0});
+    if (into.empty() || into.back().kind != Event::Compute) into.push_back(Event{Event::Compute, layer, 0, 0, 0, {}, 0, {}});
+    into.back().actions.push_back(MeshAction{at, what});
     into.back().seconds += c.seconds;
     into.back().model_flops += c.model_flops;
     into.back().hardware_flops += c.hardware_flops;
     return c;
   };
   auto collective = [&](std::vector<Event>& into, Event::Kind kind, const std::string& name, std::vector<std::string> mesh, double bytes,
-                        Json& row) {
+                        Json& row, MeshAction::What what) {
     if (mesh.empty() || bytes <= 0) return;
-    into.push_back(Event{kind, layer + "/" + name, 0, 0, 0, mesh, bytes});
+    into.push_back(Event{kind, layer + "/" + name, 0, 0, 0, mesh, bytes, {MeshAction{at, what}}});
     row["collectives"].push_back(Json{{"what", name}, {"mesh_dims", mesh}, {"bytes", bytes},
                                       {"blocking", kind != Event::GradientAllReduce},
                                       {"task", collective_task_name(layer + "/" + name, mesh)}});
@@ -124,7 +129,7 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
     for (const auto& [dim, across] : {std::pair{std::string("height"), w}, std::pair{std::string("width"), h}}) {
       if (s.split(dim) <= 1) continue;
       const double bytes = double((op.window - 1) / 2) * double(across) * double(c) * double(b) * act;
-      into.push_back(Event{Event::Halo, layer + "/" + op.name + " " + what, 0, 0, 0, {s.layout.at(dim)}, bytes});
+      into.push_back(Event{Event::Halo, layer + "/" + op.name + " " + what, 0, 0, 0, {s.layout.at(dim)}, bytes, {}});
       row["collectives"].push_back(Json{{"what", op.name + " " + what}, {"mesh_dims", {s.layout.at(dim)}}, {"bytes", bytes},
                                         {"blocking", true}, {"halo", true}});
     }
@@ -153,7 +158,9 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
     return mesh;
   };
   // Forward.
+  using A = MeshAction;
   for (const auto& op : ops) {
+    at = int(p.ops.size());
     Json row{{"layer", layer}, {"op", op.name}, {"collectives", Json::array()}};
     for (const auto& t : op.tensors()) {
       if (t.keep) p.kept_bytes += s.local_elements(t) * act;
@@ -165,43 +172,43 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
     double flops = 0;
     switch (op.kind) {
       case NamedOp::Kind::Einsum: {
-        flops = compute(p.forward, local_matmul(op.name, s, op.a, op.b, op.out, act)).model_flops;
+        flops = compute(p.forward, local_matmul(op.name, s, op.a, op.b, op.out, act), A::Forward).model_flops;
         collective(p.forward, Event::BlockingAllReduce, op.name + " partial sums", s.split_missing({&op.a, &op.b}, op.out),
-                   s.local_elements(op.out) * act, row);
+                   s.local_elements(op.out) * act, row, A::SumOutput);
         break;
       }
       case NamedOp::Kind::Elementwise:
-        compute(p.forward, vector_op(op.name, s.local_elements(op.out), op.ops, act, true));
+        compute(p.forward, vector_op(op.name, s.local_elements(op.out), op.ops, act, true), A::Forward);
         break;
       case NamedOp::Kind::Reduction: {
-        compute(p.forward, vector_op(op.name, s.local_elements(op.out), op.ops, act, false));
+        compute(p.forward, vector_op(op.name, s.local_elements(op.out), op.ops, act, false), A::Forward);
         p.workspace_bytes = std::max(p.workspace_bytes, s.local_elements(op.a) * act);
         if (s.statistics_bytes(op) > 0)
-          collective(p.forward, Event::BlockingAllReduce, op.name + " statistics", {s.layout.at(op.reduce_dim)}, s.statistics_bytes(op), row);
+          collective(p.forward, Event::BlockingAllReduce, op.name + " statistics", {s.layout.at(op.reduce_dim)}, s.statistics_bytes(op), row, A::CombineStatistics);
         break;
       }
       case NamedOp::Kind::Conv:
         halos(p.forward, op, "halo", row);
-        flops = compute(p.forward, conv_op(op.name, conv_shape(op), act, kWeightBytes)).model_flops;
+        flops = compute(p.forward, conv_op(op.name, conv_shape(op), act, kWeightBytes), A::Forward).model_flops;
         break;
       case NamedOp::Kind::BatchNorm:
-        compute(p.forward, vector_op(op.name, s.local_elements(op.out), op.ops, act, false));
-        collective(p.forward, Event::BlockingAllReduce, op.name + " statistics", spatial_mesh(), 2.0 * 4.0 * double(op.b.dims.front().size), row);
+        compute(p.forward, vector_op(op.name, s.local_elements(op.out), op.ops, act, false), A::Forward);
+        collective(p.forward, Event::BlockingAllReduce, op.name + " statistics", spatial_mesh(), 2.0 * 4.0 * double(op.b.dims.front().size), row, A::CombineStatistics);
         break;
       case NamedOp::Kind::Pool:
         if (op.out.dims.size() < 4) {  // global: partial sums over the split image
-          compute(p.forward, vector_op(op.name, s.local_elements(op.a), 1, act, false));
-          collective(p.forward, Event::BlockingAllReduce, op.name + " partial sums", spatial_mesh(), s.local_elements(op.out) * act, row);
+          compute(p.forward, vector_op(op.name, s.local_elements(op.a), 1, act, false), A::Forward);
+          collective(p.forward, Event::BlockingAllReduce, op.name + " partial sums", spatial_mesh(), s.local_elements(op.out) * act, row, A::SumOutput);
         } else {
           halos(p.forward, op, "halo", row);
-          compute(p.forward, vector_op(op.name, s.local_elements(op.out), op.ops, act, false));
+          compute(p.forward, vector_op(op.name, s.local_elements(op.out), op.ops, act, false), A::Forward);
         }
         break;
       case NamedOp::Kind::Gather:
-        compute(p.forward, memory_op(op.name, s.local_elements(op.out) * (kWeightBytes + act)));
+        compute(p.forward, memory_op(op.name, s.local_elements(op.out) * (kWeightBytes + act)), A::Forward);
         // A split table gives each core the rows it holds (zeros elsewhere): summed over the split.
         collective(p.forward, Event::BlockingAllReduce, op.name + " rows", s.split_missing({&op.b}, op.out),
-                   s.local_elements(op.out) * act, row);
+                   s.local_elements(op.out) * act, row, A::SumOutput);
         break;
     }
     row["local_forward_flops"] = flops;
@@ -209,65 +216,69 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
   }
   // Backward, ops in reverse.
   for (std::size_t i = ops.size(); i-- > 0;) {
+    at = int(i);
     const NamedOp& op = ops[i];
     Json& row = p.ops[i];
     switch (op.kind) {
       case NamedOp::Kind::Einsum: {
-        compute(p.backward, local_matmul(op.name + "_da", s, op.out, op.b, op.a, act));
+        compute(p.backward, local_matmul(op.name + "_da", s, op.out, op.b, op.a, act), A::Backward);
         if (!op.a.weight && !(model_input && i == 0))
           collective(p.backward, Event::BlockingAllReduce, op.name + " input gradient", s.split_missing({&op.out, &op.b}, op.a),
-                     s.local_elements(op.a) * act, row);
+                     s.local_elements(op.a) * act, row, A::SumInputGradient);
         Op db = local_matmul(op.name + "_db", s, op.a, op.out, op.b, act);
         db.weight_gradient = op.b.weight;
-        compute(p.backward, db);
+        compute(p.backward, db, A::WeightGradient);
         collective(p.backward, op.b.weight ? Event::GradientAllReduce : Event::BlockingAllReduce,
                    op.name + (op.b.weight ? " weight gradient" : " input gradient"), s.split_missing({&op.a, &op.out}, op.b),
-                   s.local_elements(op.b) * (op.b.weight ? kWeightBytes : act), row);
+                   s.local_elements(op.b) * (op.b.weight ? kWeightBytes : act), row,
+                   A::SumWeightGradient);
         break;
       }
       case NamedOp::Kind::Elementwise:
-        compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.out), op.ops, act, true));
+        compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.out), op.ops, act, true), A::Backward);
         if (!op.b.dims.empty())
           collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient", s.split_missing({&op.a}, op.b),
-                     s.local_elements(op.b) * kWeightBytes, row);
+                     s.local_elements(op.b) * kWeightBytes, row, A::SumWeightGradient);
         break;
       case NamedOp::Kind::Reduction: {
-        compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.out), 2 * op.ops, act, false));
-        if (s.statistics_bytes(op) > 0)
+        compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.out), 2 * op.ops, act, false), A::Backward);
+        // Softmax cross-entropy's gradient needs only the forward's statistics; a normalization's
+        // needs its gradient's row sums.
+        if (s.statistics_bytes(op) > 0 && op.math != NamedOp::Math::SoftmaxXent)
           collective(p.backward, Event::BlockingAllReduce, op.name + " gradient statistics", {s.layout.at(op.reduce_dim)},
-                     s.statistics_bytes(op), row);
+                     s.statistics_bytes(op), row, A::CombineStatistics);
         if (!op.b.dims.empty())
           collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient", s.split_missing({&op.a}, op.b),
-                     s.local_elements(op.b) * kWeightBytes, row);
+                     s.local_elements(op.b) * kWeightBytes, row, A::SumWeightGradient);
         break;
       }
       case NamedOp::Kind::Conv: {
         const ConvShape c = conv_shape(op);
         if (!(model_input && i == 0)) {
-          compute(p.backward, conv_input_grad_op(op.name + "_dx", c, act, kWeightBytes));
+          compute(p.backward, conv_input_grad_op(op.name + "_dx", c, act, kWeightBytes), A::Backward);
           halos(p.backward, op, "halo gradient", row);
         }
         Op dw = conv_weight_grad_op(op.name + "_dw", c, act, kWeightBytes);
-        compute(p.backward, dw);
+        compute(p.backward, dw, A::WeightGradient);
         collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient", s.split_missing({&op.a, &op.out}, op.b),
-                   s.local_elements(op.b) * kWeightBytes, row);
+                   s.local_elements(op.b) * kWeightBytes, row, A::SumWeightGradient);
         break;
       }
       case NamedOp::Kind::BatchNorm:
-        compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.out), 2 * op.ops, act, false));
+        compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.out), 2 * op.ops, act, false), A::Backward);
         collective(p.backward, Event::BlockingAllReduce, op.name + " gradient statistics", spatial_mesh(),
-                   2.0 * 4.0 * double(op.b.dims.front().size), row);
+                   2.0 * 4.0 * double(op.b.dims.front().size), row, A::CombineStatistics);
         collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient", s.split_missing({&op.a}, op.b),
-                   s.local_elements(op.b) * kWeightBytes, row);
+                   s.local_elements(op.b) * kWeightBytes, row, A::SumWeightGradient);
         break;
       case NamedOp::Kind::Pool:
-        compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.a), 2, act, false));
+        compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.a), 2, act, false), A::Backward);
         if (op.out.dims.size() == 4) halos(p.backward, op, "halo gradient", row);
         break;
       case NamedOp::Kind::Gather:
-        compute(p.backward, memory_op(op.name + "_scatter_add", s.local_elements(op.b) * kWeightBytes + s.local_elements(op.out) * act));
+        compute(p.backward, memory_op(op.name + "_scatter_add", s.local_elements(op.b) * kWeightBytes + s.local_elements(op.out) * act), A::Backward);
         collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient", s.split_missing({&op.a}, op.b),
-                   s.local_elements(op.b) * kWeightBytes, row);
+                   s.local_elements(op.b) * kWeightBytes, row, A::SumWeightGradient);
         break;
     }
   }
@@ -351,7 +362,6 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
     return;
   }
   // Every op of every layer must have a legal, evenly divisible layout.
-  const Sharding s{layout_, sizes};
   for (const auto& layer : study.model.layers) {
     if (!layer.named_ops) {
       problems.add("model.kind", Json(study.model.kind),
@@ -431,8 +441,15 @@ Json MeshSchedule::resolved() const {
 }
 
 BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional) const {
-  if (functional) throw ConfigError(study.file, "schedule.kind", "\"mesh\"", "a schedule functional mode supports (not mesh layouts yet)");
   const int cores = study.cores();
+  // Functional mode: every core holds its shards and runs its pieces of the ops' math.
+  std::shared_ptr<MeshExecutor> exec;
+  if (functional) {
+    std::vector<std::vector<int>> all(static_cast<std::size_t>(cores));
+    for (int c = 0; c < cores; ++c) all[std::size_t(c)] = coords(c);
+    exec = std::make_shared<MeshExecutor>(study, *functional, mesh_, layout_, std::move(all));
+    exec->hold();
+  }
   std::map<std::string, int> sizes;
   for (const auto& [name, size] : mesh_) sizes[name] = size;
   const Sharding s{layout_, sizes};
@@ -512,6 +529,7 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
           t.memory.push_back({c, sim::MemoryCategory::Workspace, -p.workspace_bytes, When::End});
           if (!forward && last_piece) t.memory.push_back({c, sim::MemoryCategory::Activations, -p.kept_bytes, When::End});
           hardware_flops += ev.hardware_flops;
+          if (exec) t.host = exec->compute(c, l, ev.actions);
           const int id = g.add(std::move(t));
           if (last[c] >= 0) g.depend(last[c], id);
           last[c] = id;
@@ -548,6 +566,7 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
       t.layer = l;
       t.bytes = ev.bytes;
       t.groups = groups(ev.mesh_dims);
+      if (exec) t.host = exec->collective(t.groups, l, ev.actions.front());
       const int id = g.add(std::move(t));
       for (int c = 0; c < cores; ++c)
         if (last[c] >= 0) g.depend(last[c], id);
@@ -577,6 +596,7 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
       t.layer = l;
       t.seconds = cost.cost(study.optimizer.update_op(study.model.layers[std::size_t(l)], fraction)).seconds;
       t.memory.push_back({c, sim::MemoryCategory::Gradients, -kWeightBytes * p.weight_elements, When::End});
+      if (functional) t.host = functional->update(c, LayerRange{l, l + 1}, 0, 1);
       const int id = g.add(std::move(t));
       g.depend(after_backward, id);
       for (int r : gradient_reductions[std::size_t(l)]) g.depend(r, id);

@@ -19,9 +19,13 @@ struct Outcome {
   std::vector<double> loss, reference_loss;
 };
 
+// Four cores (two chips) for 2 x 2 meshes.
+const char* kFourCores = R"({"chips": [2, 1], "wraparound": [false, false]})";
+
 Outcome train(const char* model, const std::string& schedule, int steps = 3, const std::string& optimizer = "momentum",
-              double learning_rate = 0) {
-  Json j = Json::parse(R"({"hardware": "tpu-v3", "slice": "v3-8", "batch": 16})");
+              double learning_rate = 0, const char* slice = "\"v3-8\"") {
+  Json j = Json::parse(R"({"hardware": "tpu-v3", "batch": 16})");
+  j["slice"] = Json::parse(slice);
   j["model"] = Json::parse(model);
   j["schedule"] = Json::parse(schedule);
   j["optimizer"] = Json{{"kind", optimizer}};
@@ -39,8 +43,9 @@ Outcome train(const char* model, const std::string& schedule, int steps = 3, con
   return {rt.max_rel_diff(*ref), rt.losses(), ref->losses()};
 }
 
-void check_equivalent(const char* model, const std::string& schedule) {
-  const Outcome o = train(model, schedule);
+void check_equivalent(const char* model, const std::string& schedule, const std::string& optimizer = "momentum",
+                      const char* slice = "\"v3-8\"") {
+  const Outcome o = train(model, schedule, 3, optimizer, 0, slice);
   INFO(schedule << " max_rel_diff " << o.max_rel_diff);
   CHECK(o.max_rel_diff <= 1e-5);
   REQUIRE(o.loss.size() == 3);
@@ -99,6 +104,37 @@ TEST_CASE("sharded and replicated weight updates reach the same weights with Ada
   // Element-wise updates on shards are the same arithmetic as on the whole: equal to 1e-6.
   const Outcome o = train(kMlp, R"({"kind": "data_parallel", "replicas": 8, "weight_update": "sharded"})", 3, "adam");
   CHECK(o.max_rel_diff <= 1e-6);
+}
+
+// Mesh layouts: each core runs its shards of the ops and the collectives the layout induces
+// really sum the partial results (a forgotten or misplaced collective shows as a difference).
+#define MESH_CASE(NAME, LAYOUT, OPTIMIZER)                                                                                    \
+  TEST_CASE("functional mesh 2x2 " NAME " matches one core", "[functional][mesh]") {                                         \
+    check_equivalent(kMlp, R"({"kind": "mesh", "mesh": {"rows": 2, "cols": 2}, "layout": )" LAYOUT "}", OPTIMIZER, kFourCores); \
+  }
+MESH_CASE("batch x d_ff", R"({"batch": "rows", "d_ff": "cols"})", "momentum")
+MESH_CASE("batch x d_ff adam", R"({"batch": "rows", "d_ff": "cols"})", "adam")
+MESH_CASE("d_model x d_ff", R"({"d_model": "rows", "d_ff": "cols"})", "momentum")
+MESH_CASE("batch x vocab", R"({"batch": "rows", "vocab": "cols"})", "sgd")
+MESH_CASE("replicated", R"({})", "momentum")
+
+TEST_CASE("functional mesh rejects ops without host math on shards", "[functional][mesh]") {
+  Json j = Json::parse(R"({"hardware": "tpu-v3", "batch": 16, "optimizer": {"kind": "sgd"}})");
+  j["slice"] = Json::parse(kFourCores);
+  j["model"] = Json::parse(kTransformer);
+  j["schedule"] = Json::parse(R"({"kind": "mesh", "mesh": {"rows": 2, "cols": 2}, "layout": {"batch": "rows", "heads": "cols"}})");
+  const Study s = parse_study(j, "test");
+  FunctionalRuntime rt(s, 7);
+  rt.begin_step(0);
+  try {
+    (void)s.schedule->build(s, &rt);
+    FAIL("no error");
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("schedule.kind") != std::string::npos);
+    CHECK(what.find("embedding/embedding") != std::string::npos);  // names the first op it cannot execute
+  }
 }
 
 namespace {
