@@ -173,6 +173,42 @@ FunctionalRuntime::Closure FunctionalRuntime::reduce(std::vector<int> group, Lay
 }
 
 
+void FunctionalRuntime::update_range(Held& h, std::size_t k, std::int64_t lo, std::int64_t hi) const {
+  const std::string& kind = study_.optimizer.kind;
+  const double lr = learning_rate_, t = double(step_) + 1;
+  const double correction1 = 1 - std::pow(kBeta1, t), correction2 = 1 - std::pow(kBeta2, t);
+  float* w = h.params[k].data();
+  const float* g = h.grads[k].data();
+  // Element-wise rules: any thread may take any element, the result is the same.
+  if (kind == "sgd") {
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = lo; i < hi; ++i) w[i] = float(w[i] - lr * g[i]);
+  } else if (kind == "momentum") {
+    float* m = h.slots[0][k].data();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = lo; i < hi; ++i) {
+      m[i] = float(kMomentum * m[i] + g[i]);
+      w[i] = float(w[i] - lr * m[i]);
+    }
+  } else if (kind == "rmsprop") {
+    float* ms = h.slots[0][k].data();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = lo; i < hi; ++i) {
+      ms[i] = float(kRmsDecay * ms[i] + (1 - kRmsDecay) * double(g[i]) * g[i]);
+      w[i] = float(w[i] - lr * g[i] / (std::sqrt(double(ms[i])) + kRmsEpsilon));
+    }
+  } else {  // adam
+    float* m = h.slots[0][k].data();
+    float* v = h.slots[1][k].data();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = lo; i < hi; ++i) {
+      m[i] = float(kBeta1 * m[i] + (1 - kBeta1) * g[i]);
+      v[i] = float(kBeta2 * v[i] + (1 - kBeta2) * double(g[i]) * g[i]);
+      w[i] = float(w[i] - lr * (m[i] / correction1) / (std::sqrt(v[i] / correction2) + kAdamEpsilon));
+    }
+  }
+}
+
 FunctionalRuntime::Closure FunctionalRuntime::update(int core, LayerRange r, int shard, int shards) {
   return [=, this] {
     std::int64_t total = 0;
@@ -180,47 +216,30 @@ FunctionalRuntime::Closure FunctionalRuntime::update(int core, LayerRange r, int
       for (const auto& p : held(core, l).params) total += std::int64_t(p.size());
     const std::int64_t size = (total + shards - 1) / shards;
     const std::int64_t begin = std::int64_t(shard) * size, end = std::min(total, begin + size);
-    const std::string& kind = study_.optimizer.kind;
-    const double lr = learning_rate_, t = double(step_) + 1;
-    const double correction1 = 1 - std::pow(kBeta1, t), correction2 = 1 - std::pow(kBeta2, t);
     std::int64_t offset = 0;
     for (int l = r.first; l < r.last; ++l) {
       Held& h = held(core, l);
       for (std::size_t k = 0; k < h.params.size(); ++k) {
-        float* w = h.params[k].data();
-        const float* g = h.grads[k].data();
         const std::int64_t n = std::int64_t(h.params[k].size());
         const std::int64_t lo = std::max<std::int64_t>(begin - offset, 0), hi = std::min<std::int64_t>(end - offset, n);
         offset += n;
-        // Element-wise rules: any thread may take any element, the result is the same.
-        if (kind == "sgd") {
-#pragma omp parallel for schedule(static)
-          for (std::int64_t i = lo; i < hi; ++i) w[i] = float(w[i] - lr * g[i]);
-        } else if (kind == "momentum") {
-          float* m = h.slots[0][k].data();
-#pragma omp parallel for schedule(static)
-          for (std::int64_t i = lo; i < hi; ++i) {
-            m[i] = float(kMomentum * m[i] + g[i]);
-            w[i] = float(w[i] - lr * m[i]);
-          }
-        } else if (kind == "rmsprop") {
-          float* ms = h.slots[0][k].data();
-#pragma omp parallel for schedule(static)
-          for (std::int64_t i = lo; i < hi; ++i) {
-            ms[i] = float(kRmsDecay * ms[i] + (1 - kRmsDecay) * double(g[i]) * g[i]);
-            w[i] = float(w[i] - lr * g[i] / (std::sqrt(double(ms[i])) + kRmsEpsilon));
-          }
-        } else {  // adam
-          float* m = h.slots[0][k].data();
-          float* v = h.slots[1][k].data();
-#pragma omp parallel for schedule(static)
-          for (std::int64_t i = lo; i < hi; ++i) {
-            m[i] = float(kBeta1 * m[i] + (1 - kBeta1) * g[i]);
-            v[i] = float(kBeta2 * v[i] + (1 - kBeta2) * double(g[i]) * g[i]);
-            w[i] = float(w[i] - lr * (m[i] / correction1) / (std::sqrt(v[i] / correction2) + kAdamEpsilon));
-          }
-        }
+        update_range(h, k, lo, hi);
       }
+    }
+  };
+}
+
+std::pair<std::int64_t, std::int64_t> FunctionalRuntime::piece(std::int64_t n, int index, int count) {
+  const std::int64_t size = (n + count - 1) / count;
+  return {std::min(n, std::int64_t(index) * size), std::min(n, std::int64_t(index + 1) * size)};
+}
+
+FunctionalRuntime::Closure FunctionalRuntime::update_pieces(int core, int layer, std::vector<std::pair<int, int>> pieces) {
+  return [=, this] {
+    Held& h = held(core, layer);
+    for (std::size_t k = 0; k < h.params.size(); ++k) {
+      const auto [lo, hi] = piece(std::int64_t(h.params[k].size()), pieces[k].first, pieces[k].second);
+      update_range(h, k, lo, hi);
     }
   };
 }

@@ -64,6 +64,11 @@ class FunctionalRuntime {
   /// Optimizer update of shard `shard` of `shards` equal pieces of the layers' flattened
   /// parameters (shards = 1: everything).
   Closure update(int core, LayerRange layers, int shard, int shards);
+  /// Optimizer update of one piece of each parameter of `layer`: piece pieces[k].first of
+  /// pieces[k].second equal pieces (see piece()) of parameter k.
+  Closure update_pieces(int core, int layer, std::vector<std::pair<int, int>> pieces);
+  /// Elements [begin, end) of piece `index` of `count` equal pieces (the last ones padded) of n.
+  static std::pair<std::int64_t, std::int64_t> piece(std::int64_t n, int index, int count);
   /// All-gather: every core of `group` (in group order = shard order) sends its shard.
   Closure gather(std::vector<int> group, LayerRange layers);
 
@@ -92,6 +97,8 @@ class FunctionalRuntime {
 
   Held& held(int core, int layer);
   std::vector<Tensor> initial_params(int layer) const;
+  /// The optimizer's rule on elements [lo, hi) of parameter k.
+  void update_range(Held& h, std::size_t k, std::int64_t lo, std::int64_t hi) const;
   void run_forward(int core, LayerRange layers, std::int64_t first, std::int64_t count, bool keep_all, bool count_loss);
 
   const Study& study_;

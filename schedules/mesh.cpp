@@ -2,6 +2,7 @@
 
 #include "schedules/mesh_functional.hpp"
 
+#include <cmath>
 #include <numeric>
 #include <set>
 
@@ -70,11 +71,14 @@ Op local_matmul(const std::string& name, const Sharding& s, const NamedTensor& x
 }
 
 /// The name of the collective task an event becomes (the per-op table refers to it).
-std::string collective_task_name(const std::string& event, const std::vector<std::string>& mesh_dims) {
+std::string collective_task_name(const std::string& event, const std::vector<std::string>& mesh_dims, const char* op = "all-reduce") {
   std::string dims;
   for (const auto& d : mesh_dims) dims += (dims.empty() ? "" : "+") + d;
-  return "all-reduce " + event + " over " + dims;
+  return std::string(op) + " " + event + " over " + dims;
 }
+
+/// Elements of a core's piece when `elements` are split into `count` equal pieces (padded).
+double piece_elements(double elements, double count) { return std::ceil(elements / count); }
 
 /// One step of a layer's SPMD program: compute, or a collective (blocking the next compute, or
 /// running behind it as weight-gradient reductions do).
@@ -90,13 +94,18 @@ struct Event {
 struct LayerProgram {
   std::vector<Event> forward, backward;
   double kept_bytes = 0, workspace_bytes = 0, weight_elements = 0, total_weight_elements = 0;
+  /// Elements of its weight shards a core updates: all of them, or with weight-update sharding
+  /// its piece of each weight whose gradient is reduce-scattered.
+  double update_elements = 0;
   Json ops = Json::array();  // per-op table
 };
 
 /// `model_input`: the layer's first op reads the model's input, which needs no gradient.
+/// `sharded`: weight gradients are reduce-scattered (weight-update sharding) instead of all-reduced.
 LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, const CostModel& cost, double act, const std::string& layer,
-                         bool model_input) {
+                         bool model_input, bool sharded) {
   LayerProgram p;
+  double unshared_update = 0;  // elements of reduce-scattered weights a core does not update
   int at = 0;  // the op being lowered
   auto compute = [&](std::vector<Event>& into, const Op& op, MeshAction::What what) {
     const OpCost c = cost.cost(op);
@@ -111,9 +120,17 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
                         Json& row, MeshAction::What what) {
     if (mesh.empty() || bytes <= 0) return;
     into.push_back(Event{kind, layer + "/" + name, 0, 0, 0, mesh, bytes, {MeshAction{at, what}}});
+    const bool scatter = sharded && kind == Event::GradientAllReduce;
     row["collectives"].push_back(Json{{"what", name}, {"mesh_dims", mesh}, {"bytes", bytes},
                                       {"blocking", kind != Event::GradientAllReduce},
-                                      {"task", collective_task_name(layer + "/" + name, mesh)}});
+                                      {"task", collective_task_name(layer + "/" + name, mesh, scatter ? "reduce-scatter" : "all-reduce")}});
+    if (scatter) {
+      double members = 1;
+      for (const auto& m : mesh) members *= s.sizes.at(m);
+      const double local = bytes / kWeightBytes;
+      unshared_update += local - piece_elements(local, members);
+      row["collectives"].back()["allgather_task"] = collective_task_name(layer + "/" + name, mesh, "all-gather");
+    }
   };
   // A window op on a split image needs its neighbours' edge rows: (window - 1) / 2 of them
   // from each side, for every split spatial dimension.
@@ -282,6 +299,7 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
         break;
     }
   }
+  p.update_elements = p.weight_elements - unshared_update;
   return p;
 }
 
@@ -336,7 +354,7 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
       problems.add(f.path_of("placement"), *placement, "\"auto\" or every mesh dimension once, outermost first");
     }
   }
-  weight_update_ = f.string_or("weight_update", "replicated", {"replicated"});
+  weight_update_ = f.string_or("weight_update", "replicated", {"replicated", "sharded"});
   std::map<std::string, int> sizes;
   for (const auto& [name, size] : mesh_) sizes[name] = size;
   if (const Json* layout = f.value("layout")) {
@@ -456,13 +474,14 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   const CostModel cost(study.hardware.core);
   const double act = study.model.activation_bytes;
   const int layers = int(study.model.layers.size());
+  const bool sharded = weight_update_ == "sharded";
 
   std::vector<LayerProgram> programs;
   Json ops = Json::array();
   double model_flops = 0;
   for (int l = 0; l < layers; ++l) {
     const auto named = study.model.layers[std::size_t(l)].named_ops(study.batch);
-    programs.push_back(lower_layer(named, s, cost, act, study.model.layers[std::size_t(l)].name, l == 0));
+    programs.push_back(lower_layer(named, s, cost, act, study.model.layers[std::size_t(l)].name, l == 0, sharded));
     for (auto& row : programs.back().ops) ops.push_back(std::move(row));
     // The math, once: an einsum at full size.
     const Sharding whole{{}, sizes};
@@ -477,13 +496,21 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   for (int c = 0; c < cores; ++c)
     for (int l = 0; l < layers; ++l) {
       const auto& p = programs[std::size_t(l)];
-      const double fraction = p.total_weight_elements > 0 ? p.weight_elements / p.total_weight_elements : 0;
+      const double fraction = p.total_weight_elements > 0 ? p.update_elements / p.total_weight_elements : 0;
       g.resident(c, sim::MemoryCategory::Weights, kWeightBytes * p.weight_elements);
       g.resident(c, sim::MemoryCategory::Optimizer, 4.0 * study.optimizer.slot_elements(study.model.layers[std::size_t(l)]) * fraction);
     }
 
   std::vector<int> last(cores, -1);  // each core's last compute task
   std::vector<std::vector<int>> gradient_reductions(static_cast<std::size_t>(layers));  // per layer
+  // Weight-update sharding: per layer, the weights whose gradients are reduce-scattered.
+  struct Scattered {
+    MeshExecutor::ShardedWeight weight;
+    std::string name;
+    std::vector<std::string> mesh_dims;
+    double bytes;
+  };
+  std::vector<std::vector<Scattered>> scattered(static_cast<std::size_t>(layers));
   double hardware_flops = 0;
   // A zero-length task per core after data arrives (`arrivals`), so each core's program stays
   // a chain and its next piece waits for what it receives.
@@ -566,6 +593,17 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
       t.layer = l;
       t.bytes = ev.bytes;
       t.groups = groups(ev.mesh_dims);
+      if (ev.kind == Event::GradientAllReduce && sharded) {
+        // Each core keeps only its piece of the reduced gradient, updates it, and the updated
+        // pieces are all-gathered (after the layer's updates).
+        t.op = sim::CollectiveOp::ReduceScatter;
+        t.name = collective_task_name(ev.name, ev.mesh_dims, "reduce-scatter");
+        t.phase = "weight_gradient_reduce_scatter";
+        const double local = ev.bytes / kWeightBytes, members = double(t.groups.front().size());
+        for (int c = 0; c < cores; ++c)
+          t.memory.push_back({c, sim::MemoryCategory::Gradients, -kWeightBytes * (local - piece_elements(local, members)), When::End});
+        scattered[std::size_t(l)].push_back({{ev.actions.front().op, t.groups}, ev.name, ev.mesh_dims, ev.bytes});
+      }
       if (exec) t.host = exec->collective(t.groups, l, ev.actions.front());
       const int id = g.add(std::move(t));
       for (int c = 0; c < cores; ++c)
@@ -582,11 +620,12 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
 
   // Each layer's shards are updated as soon as its weight gradients are reduced (layers in
   // backward order, like data parallelism's buckets), after the core's backward.
+  std::vector<std::vector<int>> updates(static_cast<std::size_t>(layers));
   for (int c = 0; c < cores; ++c) {
     const int after_backward = last[c];
     for (int l = layers - 1; l >= 0; --l) {
       const auto& p = programs[std::size_t(l)];
-      const double fraction = p.total_weight_elements > 0 ? p.weight_elements / p.total_weight_elements : 0;
+      const double fraction = p.total_weight_elements > 0 ? p.update_elements / p.total_weight_elements : 0;
       if (fraction <= 0) continue;
       sim::Task t;
       t.kind = sim::TaskKind::Compute;
@@ -595,13 +634,32 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
       t.core = c;
       t.layer = l;
       t.seconds = cost.cost(study.optimizer.update_op(study.model.layers[std::size_t(l)], fraction)).seconds;
-      t.memory.push_back({c, sim::MemoryCategory::Gradients, -kWeightBytes * p.weight_elements, When::End});
-      if (functional) t.host = functional->update(c, LayerRange{l, l + 1}, 0, 1);
+      // What is left of the gradients (pieces of the reduce-scattered ones, the others whole).
+      t.memory.push_back({c, sim::MemoryCategory::Gradients, -kWeightBytes * p.update_elements, When::End});
+      std::vector<MeshExecutor::ShardedWeight> pieces;
+      for (const auto& w : scattered[std::size_t(l)]) pieces.push_back(w.weight);
+      if (exec) t.host = exec->update(c, l, pieces);
       const int id = g.add(std::move(t));
       g.depend(after_backward, id);
       for (int r : gradient_reductions[std::size_t(l)]) g.depend(r, id);
+      updates[std::size_t(l)].push_back(id);
     }
   }
+  // Weight-update sharding: the updated pieces are all-gathered within the reduce-scatter's groups.
+  for (int l = layers - 1; l >= 0; --l)
+    for (const auto& w : scattered[std::size_t(l)]) {
+      sim::Task t;
+      t.kind = sim::TaskKind::Collective;
+      t.op = sim::CollectiveOp::AllGather;
+      t.name = collective_task_name(w.name, w.mesh_dims, "all-gather");
+      t.phase = "weight_allgather";
+      t.layer = l;
+      t.bytes = w.bytes;
+      t.groups = w.weight.groups;
+      if (exec) t.host = exec->gather(l, w.weight);
+      const int id = g.add(std::move(t));
+      for (int u : updates[std::size_t(l)]) g.depend(u, id);
+    }
 
   BuiltStep step = b.finish();
   step.model_flops = model_flops;

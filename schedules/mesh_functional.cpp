@@ -1,5 +1,6 @@
 #include "schedules/mesh_functional.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "models/kernels/kernels.hpp"
@@ -301,6 +302,28 @@ FunctionalRuntime::Closure MeshExecutor::compute(int core, int layer, std::vecto
 FunctionalRuntime::Closure MeshExecutor::collective(std::vector<std::vector<int>> groups, int layer, MeshAction action) {
   return [this, groups = std::move(groups), layer, action] {
     for (const auto& g : groups) reduce(g, flat(layer, action.op), action.what);
+  };
+}
+
+FunctionalRuntime::Closure MeshExecutor::update(int core, int layer, const std::vector<ShardedWeight>& sharded) {
+  std::vector<std::pair<int, int>> pieces(params_[std::size_t(layer)].size(), {0, 1});
+  for (const auto& w : sharded)
+    for (const auto& g : w.groups)
+      if (auto it = std::find(g.begin(), g.end(), core); it != g.end())
+        pieces[std::size_t(param_of_[std::size_t(flat(layer, w.op))])] = {int(it - g.begin()), int(g.size())};
+  return rt_.update_pieces(core, layer, std::move(pieces));
+}
+
+FunctionalRuntime::Closure MeshExecutor::gather(int layer, ShardedWeight weight) {
+  return [this, layer, weight = std::move(weight)] {
+    const std::size_t k = std::size_t(param_of_[std::size_t(flat(layer, weight.op))]);
+    for (const auto& g : weight.groups)
+      for (std::size_t s = 0; s < g.size(); ++s) {
+        const Tensor& src = rt_.params(g[s], layer)[k];
+        const auto [lo, hi] = FunctionalRuntime::piece(std::int64_t(src.size()), int(s), int(g.size()));
+        for (int c : g)
+          if (c != g[s]) std::copy(src.begin() + lo, src.begin() + hi, rt_.params(c, layer)[k].begin() + lo);
+      }
   };
 }
 

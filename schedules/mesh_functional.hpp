@@ -42,6 +42,17 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
   FunctionalRuntime::Closure compute(int core, int layer, std::vector<MeshAction> actions);
   /// One collective over every group of a family at once.
   FunctionalRuntime::Closure collective(std::vector<std::vector<int>> groups, int layer, MeshAction action);
+  /// A weight whose gradient is reduce-scattered over `groups` (weight-update sharding): op
+  /// `op`'s weight; each core updates its piece (its position in its group) and all-gathers.
+  struct ShardedWeight {
+    int op;
+    std::vector<std::vector<int>> groups;
+  };
+  /// The optimizer update of `core`'s shards of `layer`: the piece of each sharded weight, the
+  /// whole of the others.
+  FunctionalRuntime::Closure update(int core, int layer, const std::vector<ShardedWeight>& sharded);
+  /// The all-gather of a sharded weight's updated pieces within each group.
+  FunctionalRuntime::Closure gather(int layer, ShardedWeight weight);
 
   Tensor slice(int core, int layer, std::size_t k, const Tensor& whole) const override;
   void place(int core, int layer, std::size_t k, const Tensor& piece, Tensor& whole) const override;

@@ -117,6 +117,14 @@ MESH_CASE("batch x d_ff adam", R"({"batch": "rows", "d_ff": "cols"})", "adam")
 MESH_CASE("d_model x d_ff", R"({"d_model": "rows", "d_ff": "cols"})", "momentum")
 MESH_CASE("batch x vocab", R"({"batch": "rows", "vocab": "cols"})", "sgd")
 MESH_CASE("replicated", R"({})", "momentum")
+// Weight-update sharding: each core updates a piece of its shards and the pieces are all-gathered.
+#define MESH_SHARDED_CASE(NAME, LAYOUT, OPTIMIZER)                                                                     \
+  TEST_CASE("functional mesh 2x2 " NAME " sharded update matches one core", "[functional][mesh][sharding]") {         \
+    check_equivalent(kMlp, R"({"kind": "mesh", "mesh": {"rows": 2, "cols": 2}, "weight_update": "sharded", "layout": )" LAYOUT "}", \
+                     OPTIMIZER, kFourCores);                                                                           \
+  }
+MESH_SHARDED_CASE("batch x d_ff", R"({"batch": "rows", "d_ff": "cols"})", "adam")
+MESH_SHARDED_CASE("batch x d_model", R"({"batch": "rows", "d_model": "cols"})", "momentum")
 
 TEST_CASE("functional mesh rejects ops without host math on shards", "[functional][mesh]") {
   Json j = Json::parse(R"({"hardware": "tpu-v3", "batch": 16, "optimizer": {"kind": "sgd"}})");

@@ -1,6 +1,8 @@
 // Mesh-TensorFlow layouts without the engine: shards, induced collectives, memory, validation.
 #include <catch2/catch.hpp>
 
+#include <set>
+
 #include "schedules/mesh.hpp"
 
 using namespace tpusim;
@@ -204,4 +206,62 @@ TEST_CASE("spatial partitioning pads an image that does not divide", "[mesh][spa
   const double per_image_whole = local_flops(a, "stage4_block2", "conv1") / 8;
   const double per_image_split = local_flops(b, "stage4_block2", "conv1") / 32;
   CHECK(per_image_split == Approx(per_image_whole * 2.0 / 7.0));
+}
+
+TEST_CASE("weight-update sharding under a mesh: reduce-scatter, update a piece, all-gather", "[mesh][sharding]") {
+  const Json model = Json::parse(R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 64})");
+  Json sched = Json::parse(R"({"kind": "mesh", "mesh": [["batch", 8], ["model", 4]], "layout": {"batch": "batch", "d_ff": "model", "heads": "model", "vocab": "model"}})");
+  const Study replicated = mesh_study(model, sched);
+  sched["weight_update"] = "sharded";
+  const Study sharded = mesh_study(model, sched);
+  const BuiltStep a = replicated.schedule->build(replicated), b = sharded.schedule->build(sharded);
+  REQUIRE_NOTHROW(b.graph.validate());  // gradients freed in two parts still net to zero
+  // Every weight-gradient all-reduce becomes a reduce-scatter and an all-gather of the same
+  // buffer over the same groups.
+  using Key = std::pair<double, std::vector<std::vector<int>>>;
+  std::multiset<Key> all_reduce, scatter, gather;
+  for (int id = 0; id < a.graph.size(); ++id)
+    if (a.graph.task(id).phase == "weight_gradient_allreduce") all_reduce.insert({a.graph.task(id).bytes, a.graph.task(id).groups});
+  for (int id = 0; id < b.graph.size(); ++id) {
+    const auto& t = b.graph.task(id);
+    CHECK(t.phase != "weight_gradient_allreduce");
+    if (t.phase == "weight_gradient_reduce_scatter") {
+      CHECK(t.op == sim::CollectiveOp::ReduceScatter);
+      scatter.insert({t.bytes, t.groups});
+    }
+    if (t.phase == "weight_allgather") {
+      CHECK(t.op == sim::CollectiveOp::AllGather);
+      gather.insert({t.bytes, t.groups});
+    }
+  }
+  CHECK(all_reduce.size() > 10);
+  CHECK(scatter == all_reduce);
+  CHECK(gather == all_reduce);
+  // Every weight's gradient is reduced over the batch mesh dimension (8 cores): each core keeps
+  // a piece of 1/8 of its slots (biases of a few elements pad up) and the same weights.
+  const auto& ra = a.graph.resident()[5];
+  const auto& rb = b.graph.resident()[5];
+  CHECK(rb[int(sim::MemoryCategory::Weights)] == ra[int(sim::MemoryCategory::Weights)]);
+  CHECK(rb[int(sim::MemoryCategory::Optimizer)] == Approx(ra[int(sim::MemoryCategory::Optimizer)] / 8).epsilon(0.01));
+  CHECK(rb[int(sim::MemoryCategory::Optimizer)] >= ra[int(sim::MemoryCategory::Optimizer)] / 8);
+  // Updates touch 1/8 of the elements.
+  auto update_seconds = [](const BuiltStep& s) {
+    double sum = 0;
+    for (int id = 0; id < s.graph.size(); ++id)
+      if (s.graph.task(id).phase == "update" && s.graph.task(id).core == 0) sum += s.graph.task(id).seconds;
+    return sum;
+  };
+  CHECK(update_seconds(b) < 0.25 * update_seconds(a));
+  // The per-op table names both collectives.
+  int weight_gradients = 0;
+  for (const auto& c : collectives_of(b, "block0", "ffn_in")) {
+    if (c["what"] != "ffn_in weight gradient") {
+      CHECK(c["task"].get<std::string>().rfind("all-reduce ", 0) == 0);  // activations are still all-reduced
+      continue;
+    }
+    ++weight_gradients;
+    CHECK(c["task"].get<std::string>().rfind("reduce-scatter ", 0) == 0);
+    CHECK(c["allgather_task"].get<std::string>().rfind("all-gather ", 0) == 0);
+  }
+  CHECK(weight_gradients == 1);
 }

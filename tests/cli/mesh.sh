@@ -18,7 +18,8 @@ n=1
 claimed=0
 for sched in '{"kind":"mesh","mesh":[["batch",8],["model",4]],"layout":{"batch":"batch","d_ff":"model","heads":"model","vocab":"model"}}' \
              '{"kind":"mesh","mesh":[["model",4],["batch",8]],"layout":{"batch":"batch","d_ff":"model","heads":"model"}}' \
-             '{"kind":"mesh","mesh":[["batch",4],["model",8]],"layout":{"batch":"batch","d_ff":"model","heads":"model","vocab":"model"}}'; do
+             '{"kind":"mesh","mesh":[["batch",4],["model",8]],"layout":{"batch":"batch","d_ff":"model","heads":"model","vocab":"model"}}' \
+             '{"kind":"mesh","mesh":[["batch",8],["model",4]],"layout":{"batch":"batch","d_ff":"model","heads":"model"},"weight_update":"sharded"}'; do
   a=$("$tpusim" run "$study" --set "schedule=$sched" --json)
   b=$("$tpusim" run "$study" --set "schedule=$sched" --json --no-symmetry)
   c=$(python3 - "$a" "$b" <<'PY'
@@ -34,12 +35,20 @@ PY
   n=$((n + 1))
 done
 [ "$claimed" -ge 1 ] || { echo "FAIL: no layout used the representative-group simulation"; exit 1; }
+# Weight-update sharding under a mesh: optimizer slots per core shrink by the batch group (8).
+slots() {
+  "$tpusim" run "$study" --set optimizer.kind=adam --json \
+    --set "schedule={\"kind\":\"mesh\",\"mesh\":[[\"batch\",8],[\"model\",4]],\"layout\":{\"batch\":\"batch\",\"d_ff\":\"model\",\"heads\":\"model\"},\"weight_update\":\"$1\"}" |
+    python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["cores"][0]["hbm_at_peak"]["optimizer"])'
+}
+python3 -c 'import sys; r, s = map(float, sys.argv[1:]); assert abs(s - r / 8) <= 0.01 * r / 8, (r, s)' "$(slots replicated)" "$(slots sharded)"
+n=$((n + 1))
 # Functional mode through the command line: a 2 x 2 layout of an mlp on four cores trains like
-# one core, and the run is deterministic.
+# one core (with either weight update), and the run is deterministic.
 mlp='{"kind":"mlp","layers":2,"width":32,"input":16,"classes":8}'
 functional() {
   "$tpusim" run "$root/configs/studies/default.json" --set 'slice={"chips":[2,1],"wraparound":[false,false]}' --set batch=16 \
-    --set "model=$mlp" --set 'schedule={"kind":"mesh","mesh":{"rows":2,"cols":2},"layout":{"batch":"rows","d_ff":"cols","vocab":"cols"}}' \
+    --set "model=$mlp" --set 'schedule={"kind":"mesh","mesh":{"rows":2,"cols":2},"layout":{"batch":"rows","d_ff":"cols","vocab":"cols"},"weight_update":"sharded"}' \
     --functional --json | python3 -c 'import json,sys; f=json.load(sys.stdin)["functional"]; assert f["max_rel_diff"] <= 1e-5, f; print(f["weights_fingerprint"])'
 }
 first=$(functional)
