@@ -337,21 +337,28 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
         problems.add(path, *mesh, "mesh sizes multiplying to the " + std::to_string(study.cores()) + " cores of slice " + study.slice.name);
     }
   }
+  axis_sizes_[0] = study.hardware.chip.cores;
+  axis_sizes_[1] = study.slice.chips_x;
+  axis_sizes_[2] = study.slice.chips_y;
   if (const Json* placement = f.optional("placement")) {
     if (placement->is_string() && placement->get<std::string>() == "auto") {
+    } else if (placement->is_object()) {
+      if (problems.empty()) read_axes(*placement, f.path_of("placement"), study, problems);
     } else if (placement->is_array() && placement->size() == mesh_.size()) {
       std::vector<std::pair<std::string, int>> ordered;
       for (const auto& name : *placement) {
         auto it = std::find_if(mesh_.begin(), mesh_.end(), [&](const auto& m) { return name.is_string() && m.first == name.get<std::string>(); });
         if (it == mesh_.end() || std::count(placement->begin(), placement->end(), name) > 1) {
-          problems.add(f.path_of("placement"), *placement, "\"auto\" or every mesh dimension once, outermost first");
+          problems.add(f.path_of("placement"), *placement,
+                       "\"auto\", every mesh dimension once (outermost first), or {mesh dimension: [torus axes]}");
           break;
         }
         ordered.push_back(*it);
       }
       if (ordered.size() == mesh_.size()) mesh_ = ordered;
     } else {
-      problems.add(f.path_of("placement"), *placement, "\"auto\" or every mesh dimension once, outermost first");
+      problems.add(f.path_of("placement"), *placement,
+                   "\"auto\", every mesh dimension once (outermost first), or {mesh dimension: [torus axes]}");
     }
   }
   weight_update_ = f.string_or("weight_update", "replicated", {"replicated", "sharded"});
@@ -411,6 +418,57 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
   }
 }
 
+void MeshSchedule::read_axes(const Json& placement, const std::string& path, const Study& study, Problems& problems) {
+  static const char* names[3] = {"core", "x", "y"};
+  const std::string expected = "the torus axes this mesh dimension spans, fastest first: \"core\" (the " +
+                               std::to_string(axis_sizes_[0]) + " cores of a chip), \"x\" (" + std::to_string(axis_sizes_[1]) +
+                               " chips), \"y\" (" + std::to_string(axis_sizes_[2]) + " chips), or [axis, part size]";
+  for (auto it = placement.begin(); it != placement.end(); ++it)
+    if (std::none_of(mesh_.begin(), mesh_.end(), [&](const auto& m) { return m.first == it.key(); }))
+      problems.add(path + "." + it.key(), it.value(), "a mesh dimension's torus axes (no mesh dimension " + it.key() + ")");
+  int next_stride[3] = {1, 1, 1};
+  for (const auto& [name, size] : mesh_) {
+    const std::string at = path + "." + name;
+    auto it = placement.find(name);
+    if (it == placement.end() || !it->is_array() || it->empty()) {
+      problems.add(at, it == placement.end() ? Json("nothing") : *it, expected);
+      continue;
+    }
+    std::vector<AxisPart> parts;
+    std::int64_t product = 1;
+    for (std::size_t i = 0; i < it->size(); ++i) {
+      const Json& e = (*it)[i];
+      const bool pair = e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_number_integer();
+      const std::string axis_name = e.is_string() ? e.get<std::string>() : pair ? e[0].get<std::string>() : "";
+      const int axis = int(std::find(names, names + 3, axis_name) - names);
+      if (axis == 3 || (pair && e[1].get<std::int64_t>() < 1)) {
+        problems.add(index_path(at, i), e, expected);
+        return;
+      }
+      AxisPart part{axis, next_stride[axis], pair ? int(e[1].get<std::int64_t>()) : axis_sizes_[axis]};
+      if (std::int64_t(part.stride) * part.size > axis_sizes_[axis] || axis_sizes_[axis] % (part.stride * part.size) != 0) {
+        problems.add(index_path(at, i), e,
+                     "a part of axis " + axis_name + " that fits: " + std::to_string(axis_sizes_[axis] / part.stride) +
+                         " positions of its " + std::to_string(axis_sizes_[axis]) + " are left, in parts dividing them");
+        return;
+      }
+      next_stride[axis] *= part.size;
+      product *= part.size;
+      parts.push_back(part);
+    }
+    if (product != size) {
+      problems.add(at, *it, "torus axes spanning the " + std::to_string(size) + " positions of mesh dimension " + name + " (these span " +
+                                std::to_string(product) + ")");
+      return;
+    }
+    axes_.push_back(std::move(parts));
+  }
+  for (int a = 0; a < 3 && problems.empty(); ++a)
+    if (next_stride[a] != axis_sizes_[a])
+      problems.add(path, placement, std::string("a placement using all of axis ") + names[a] + " (" + std::to_string(axis_sizes_[a]) +
+                                        " positions; it uses " + std::to_string(next_stride[a]) + ") on slice " + study.slice.name);
+}
+
 int MeshSchedule::split(const std::string& dim) const {
   auto it = layout_.find(dim);
   if (it == layout_.end()) return 1;
@@ -421,6 +479,17 @@ int MeshSchedule::split(const std::string& dim) const {
 
 std::vector<int> MeshSchedule::coords(int core) const {
   std::vector<int> c(mesh_.size());
+  if (!axes_.empty()) {
+    const int physical[3] = {core % axis_sizes_[0], (core / axis_sizes_[0]) % axis_sizes_[1], core / axis_sizes_[0] / axis_sizes_[1]};
+    for (std::size_t m = 0; m < mesh_.size(); ++m) {
+      int radix = 1;
+      for (const auto& part : axes_[m]) {
+        c[m] += (physical[part.axis] / part.stride) % part.size * radix;
+        radix *= part.size;
+      }
+    }
+    return c;
+  }
   for (std::size_t i = mesh_.size(); i-- > 0;) {
     c[i] = core % mesh_[i].second;
     core /= mesh_[i].second;
@@ -429,6 +498,17 @@ std::vector<int> MeshSchedule::coords(int core) const {
 }
 
 int MeshSchedule::core_at(const std::vector<int>& c) const {
+  if (!axes_.empty()) {
+    int physical[3] = {0, 0, 0};
+    for (std::size_t m = 0; m < mesh_.size(); ++m) {
+      int rest = c[m];
+      for (const auto& part : axes_[m]) {
+        physical[part.axis] += rest % part.size * part.stride;
+        rest /= part.size;
+      }
+    }
+    return physical[0] + axis_sizes_[0] * (physical[1] + axis_sizes_[1] * physical[2]);
+  }
   int core = 0;
   for (std::size_t k = 0; k < c.size(); ++k) core = core * mesh_[k].second + c[k];
   return core;
@@ -454,6 +534,12 @@ Json MeshSchedule::resolved() const {
   for (const auto& [name, size] : mesh_) {
     mesh.push_back(Json::array({name, size}));
     order.push_back(name);
+  }
+  if (!axes_.empty()) {
+    static const char* names[3] = {"core", "x", "y"};
+    order = Json::object();
+    for (std::size_t m = 0; m < mesh_.size(); ++m)
+      for (const auto& part : axes_[m]) order[mesh_[m].first].push_back(Json::array({names[part.axis], part.size}));
   }
   return Json{{"kind", "mesh"}, {"mesh", mesh}, {"layout", layout_}, {"placement", order}, {"weight_update", weight_update_}};
 }
@@ -666,7 +752,7 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   step.hardware_flops = hardware_flops;
   Json mapping = Json::array();
   int stride = 1;
-  for (std::size_t i = mesh_.size(); i-- > 0;) {
+  for (std::size_t i = mesh_.size(); i-- > 0 && axes_.empty();) {
     const int cpc = study.hardware.chip.cores;
     const int first = stride, span = stride * mesh_[i].second;  // core-index digits this mesh dimension covers
     std::vector<std::string> axes;
@@ -678,6 +764,15 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
     stride = span;
   }
   std::reverse(mapping.begin(), mapping.end());
+  for (std::size_t m = 0; m < axes_.size(); ++m) {
+    static const char* axis_names[3] = {"cores of a chip", "x", "y"};
+    Json spans = Json::array(), parts = Json::array();
+    for (const auto& part : axes_[m]) {
+      if (part.size > 1 && std::find(spans.begin(), spans.end(), axis_names[part.axis]) == spans.end()) spans.push_back(axis_names[part.axis]);
+      parts.push_back(Json{{"axis", axis_names[part.axis]}, {"size", part.size}, {"stride", part.stride}});
+    }
+    mapping.push_back(Json{{"mesh_dim", mesh_[m].first}, {"size", mesh_[m].second}, {"spans", spans}, {"parts", parts}});
+  }
   step.details = Json{{"local_batch", layer_batch(study)}, {"placement", mapping}, {"ops", ops}};
   return step;
 }

@@ -17,8 +17,11 @@ namespace tpusim {
 class MeshSchedule : public Schedule {
  public:
   /// Reads "mesh" (object name -> size, or [[name, size], ...] in placement order), "layout"
-  /// (tensor dimension -> mesh dimension) and "placement" ("auto", or the mesh dimensions from
-  /// outermost to innermost). Validates every layer's ops against the layout.
+  /// (tensor dimension -> mesh dimension) and "placement": "auto", the mesh dimensions from
+  /// outermost to innermost over the core numbering, or an object giving each mesh dimension
+  /// the torus axes it spans, fastest first ("core": the cores of a chip, "x", "y", or
+  /// ["x", n]: a part of n of an axis; an axis's parts go fastest first to the mesh dimensions
+  /// in mesh order). Validates every layer's ops against the layout.
   MeshSchedule(Fields& fields, const Study& study, Problems& problems);
   BuiltStep build(const Study& study, FunctionalRuntime* functional = nullptr) const override;
   Json resolved() const override;
@@ -26,7 +29,8 @@ class MeshSchedule : public Schedule {
 
   /// The mesh size a tensor dimension is split by (1 when the layout does not split it).
   int split(const std::string& dim) const;
-  /// The mesh coordinates of a core (placement order, innermost last).
+  /// The mesh coordinates of a core (in mesh order: placement order, innermost last, unless the
+  /// placement is given per torus axis).
   std::vector<int> coords(int core) const;
   /// The core at mesh coordinates (the inverse of coords()).
   int core_at(const std::vector<int>& coords) const;
@@ -34,7 +38,16 @@ class MeshSchedule : public Schedule {
   std::vector<std::vector<int>> groups(const std::vector<std::string>& mesh_dims) const;
 
  private:
+  /// A torus axis (0: the cores of a chip, 1: x, 2: y), or the part of one starting at `stride`.
+  struct AxisPart {
+    int axis = 0;
+    int stride = 1, size = 1;
+  };
+  void read_axes(const Json& placement, const std::string& path, const Study& study, Problems& problems);
+
   std::vector<std::pair<std::string, int>> mesh_;  ///< placement order: the last varies fastest over cores
+  std::vector<std::vector<AxisPart>> axes_;        ///< per mesh dimension, fastest first; empty: by core order
+  int axis_sizes_[3] = {1, 1, 1};                  ///< cores per chip, chips along x, chips along y
   std::map<std::string, std::string> layout_;      ///< tensor dimension -> mesh dimension
   std::string weight_update_ = "replicated";
 };

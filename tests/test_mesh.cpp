@@ -265,3 +265,36 @@ TEST_CASE("weight-update sharding under a mesh: reduce-scatter, update a piece, 
   }
   CHECK(weight_gradients == 1);
 }
+
+TEST_CASE("explicit placement maps mesh dimensions onto torus axes", "[mesh][placement]") {
+  // v3-32: 2 cores per chip, 4 x 4 chips; core = core of chip + 2 (x + 4 y).
+  const Json model = ffn_model(64, 128);
+  Json sched = Json::parse(R"({"kind": "mesh", "mesh": [["batch", 8], ["model", 4]], "layout": {"batch": "batch"},
+                               "placement": {"batch": ["core", "x"], "model": ["y"]}})");
+  const Study s = mesh_study(model, sched);
+  const auto* m = dynamic_cast<const MeshSchedule*>(s.schedule.get());
+  CHECK(m->coords(1) == std::vector<int>{1, 0});
+  CHECK(m->coords(2) == std::vector<int>{2, 0});   // the next chip along x
+  CHECK(m->coords(8) == std::vector<int>{0, 1});   // the next chip along y
+  CHECK(m->coords(31) == std::vector<int>{7, 3});
+  std::set<std::vector<int>> seen;
+  for (int c = 0; c < 32; ++c) {
+    CHECK(m->core_at(m->coords(c)) == c);
+    seen.insert(m->coords(c));
+  }
+  CHECK(seen.size() == 32);
+  CHECK(m->groups({"model"}).front() == std::vector<int>{0, 8, 16, 24});  // a column of chips
+  CHECK(m->resolved()["placement"] == Json::parse(R"({"batch": [["core", 2], ["x", 4]], "model": [["y", 4]]})"));
+  const BuiltStep step = s.schedule->build(s);
+  CHECK(step.details["placement"][1]["spans"] == Json::array({"y"}));
+
+  // Parts of an axis go fastest first to the mesh dimensions in mesh order: batch takes the
+  // fast half of x, so model's groups hold chips two apart.
+  sched["placement"] = Json::parse(R"({"batch": [["x", 2], "y"], "model": ["core", ["x", 2]]})");
+  const Study strided = mesh_study(model, sched);
+  const auto* ms = dynamic_cast<const MeshSchedule*>(strided.schedule.get());
+  CHECK(ms->groups({"model"}).front() == std::vector<int>{0, 1, 4, 5});
+  sched["mesh"] = Json::parse(R"([["model", 4], ["batch", 8]])");
+  const Study contiguous = mesh_study(model, sched);
+  CHECK(dynamic_cast<const MeshSchedule*>(contiguous.schedule.get())->groups({"model"}).front() == std::vector<int>{0, 1, 2, 3});
+}

@@ -35,6 +35,16 @@ PY
   n=$((n + 1))
 done
 [ "$claimed" -ge 1 ] || { echo "FAIL: no layout used the representative-group simulation"; exit 1; }
+# Explicit placement: model groups on chips two apart along x (batch takes the fast half of x)
+# pay in hops and contention against model groups on neighbouring chips.
+placed() {
+  "$tpusim" run "$study" --json --set "schedule={\"kind\":\"mesh\",\"mesh\":$1,\"layout\":{\"batch\":\"batch\",\"d_ff\":\"model\",\"heads\":\"model\"},\"placement\":{\"batch\":[[\"x\",2],\"y\"],\"model\":[\"core\",[\"x\",2]]}}" |
+    python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["breakdown"]["communication_by_phase_s"]["activation_allreduce"])'
+}
+near=$(placed '[["model",4],["batch",8]]')
+far=$(placed '[["batch",8],["model",4]]')
+python3 -c 'import sys; near, far = map(float, sys.argv[1:]); assert far > 1.05 * near, (near, far)' "$near" "$far"
+n=$((n + 1))
 # Weight-update sharding under a mesh: optimizer slots per core shrink by the batch group (8).
 slots() {
   "$tpusim" run "$study" --set optimizer.kind=adam --json \
