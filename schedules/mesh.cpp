@@ -97,6 +97,7 @@ struct LayerProgram {
   /// Elements of its weight shards a core updates: all of them, or with weight-update sharding
   /// its piece of each weight whose gradient is reduce-scattered.
   double update_elements = 0;
+  std::set<std::string> weight_mesh_dims;  ///< mesh dimensions splitting any of its weights
   Json ops = Json::array();  // per-op table
 };
 
@@ -184,6 +185,8 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
       if (t.weight) {
         p.weight_elements += s.local_elements(t);
         p.total_weight_elements += t.elements();
+        for (const auto& d : t.dims)
+          if (s.layout.count(d.name)) p.weight_mesh_dims.insert(s.layout.at(d.name));
       }
     }
     double flops = 0;
@@ -706,6 +709,28 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
 
   // Each layer's shards are updated as soon as its weight gradients are reduced (layers in
   // backward order, like data parallelism's buckets), after the core's backward.
+  // LARS scales each layer by ||w|| / ||g||: when the layer's weights are split over mesh
+  // dimensions, or their pieces spread by weight-update sharding, the two partial norms are
+  // all-reduced over those dimensions before the update.
+  if (study.optimizer.kind == "lars")
+    for (int l = 0; l < layers; ++l) {
+      std::set<std::string> dims = programs[std::size_t(l)].weight_mesh_dims;
+      for (const auto& w : scattered[std::size_t(l)]) dims.insert(w.mesh_dims.begin(), w.mesh_dims.end());
+      if (dims.empty()) continue;
+      const std::vector<std::string> over(dims.begin(), dims.end());
+      sim::Task t;
+      t.kind = sim::TaskKind::Collective;
+      t.op = sim::CollectiveOp::AllReduce;
+      t.name = collective_task_name(study.model.layers[std::size_t(l)].name + " lars norms", over);
+      t.phase = "lars_norms";
+      t.layer = l;
+      t.bytes = 8.0;
+      t.groups = groups(over);
+      const int id = g.add(std::move(t));
+      for (int c = 0; c < cores; ++c) g.depend(last[std::size_t(c)], id);
+      for (int r : gradient_reductions[std::size_t(l)]) g.depend(r, id);
+      gradient_reductions[std::size_t(l)].push_back(id);
+    }
   std::vector<std::vector<int>> updates(static_cast<std::size_t>(layers));
   for (int c = 0; c < cores; ++c) {
     const int after_backward = last[c];

@@ -298,3 +298,35 @@ TEST_CASE("explicit placement maps mesh dimensions onto torus axes", "[mesh][pla
   const Study contiguous = mesh_study(model, sched);
   CHECK(dynamic_cast<const MeshSchedule*>(contiguous.schedule.get())->groups({"model"}).front() == std::vector<int>{0, 1, 2, 3});
 }
+
+TEST_CASE("LARS under a mesh all-reduces each layer's norms over the mesh dimensions splitting its weights", "[mesh][lars]") {
+  Json j{{"hardware", "tpu-v3"}, {"slice", "v3-32"}, {"model", ffn_model(64, 128)}, {"batch", 256}, {"optimizer", {{"kind", "lars"}}}};
+  j["schedule"] = Json::parse(R"({"kind": "mesh", "mesh": [["batch", 8], ["model", 4]], "layout": {"batch": "batch", "d_ff": "model"}})");
+  const Study replicated = parse_study(j, "test");
+  j["schedule"]["weight_update"] = "sharded";
+  const Study sharded = parse_study(j, "test");
+  auto norms = [](const Study& s) {
+    const BuiltStep step = s.schedule->build(s);
+    std::map<int, std::vector<std::vector<int>>> by_layer;
+    for (int id = 0; id < step.graph.size(); ++id) {
+      const auto& t = step.graph.task(id);
+      if (t.phase != "lars_norms") continue;
+      CHECK(t.bytes == 8.0);
+      by_layer[t.layer] = t.groups;
+      // Every update of the layer waits for its norms.
+      for (int u : step.graph.successors(id)) CHECK(step.graph.task(u).phase == "update");
+      CHECK(step.graph.successors(id).size() == 32);
+    }
+    return by_layer;
+  };
+  // dense0 [d_model, d_ff] and dense1 [d_ff, d_model] are split over model; the classifier is not.
+  const auto r = norms(replicated);
+  REQUIRE(r.size() == 2);
+  CHECK(r.at(0).size() == 8);  // one group of 4 model cores per batch position
+  CHECK(r.at(0).front().size() == 4);
+  // With sharded updates every layer's pieces are spread over batch too (and model where split).
+  const auto s = norms(sharded);
+  REQUIRE(s.size() == 3);
+  CHECK(s.at(0).size() == 1);  // batch + model: all 32 cores
+  CHECK(s.at(2).front().size() == 8);  // the classifier: over batch
+}
