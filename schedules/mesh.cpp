@@ -747,9 +747,11 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
       t.seconds = cost.cost(study.optimizer.update_op(study.model.layers[std::size_t(l)], fraction)).seconds;
       // What is left of the gradients (pieces of the reduce-scattered ones, the others whole).
       t.memory.push_back({c, sim::MemoryCategory::Gradients, -kWeightBytes * p.update_elements, When::End});
-      std::vector<MeshExecutor::ShardedWeight> pieces;
-      for (const auto& w : scattered[std::size_t(l)]) pieces.push_back(w.weight);
-      if (exec) t.host = exec->update(c, l, pieces);
+      if (exec) {
+        std::vector<MeshExecutor::ShardedWeight> pieces;
+        for (const auto& w : scattered[std::size_t(l)]) pieces.push_back(w.weight);
+        t.host = exec->update(c, l, pieces);
+      }
       const int id = g.add(std::move(t));
       g.depend(after_backward, id);
       for (int r : gradient_reductions[std::size_t(l)]) g.depend(r, id);
