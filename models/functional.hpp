@@ -23,6 +23,18 @@ struct Batch {
   std::uint64_t seed = 0;
 };
 
+/// Where a weight of the layer's named ops sits in the layer's parameters: parameter `param`
+/// viewed with sizes `shape`, the weight's dimensions on axes `axes` (in order), every other
+/// axis at index `fixed` (e.g. the q projection [d_model, heads, d_kv] inside a fused
+/// [d_model, 3 x heads x d_kv] parameter: shape {d_model, 3, heads, d_kv}, axes {0, 2, 3},
+/// fixed {0, 0, 0, 0}).
+struct ParamView {
+  int param = 0;
+  std::vector<std::int64_t> shape;
+  std::vector<int> axes;
+  std::vector<std::int64_t> fixed;
+};
+
 /// What a forward keeps for its backward.
 struct Saved {
   std::vector<Tensor> tensors;
@@ -46,6 +58,12 @@ class LayerFunction {
   /// shards. Empty when the layer does not read data.
   virtual Tensor input(const Batch&) const { return {}; }
   virtual std::vector<std::int32_t> targets(const Batch&) const { return {}; }
+  /// Token ids a first layer looks up ([examples x positions]); empty when it reads features.
+  virtual std::vector<std::int32_t> tokens(const Batch&) const { return {}; }
+  /// Where the weights of the layer's named ops sit in its parameters, one view per weight (a
+  /// weight standing for several copies has one view per copy). Empty: each weight is the
+  /// next parameter, same layout.
+  virtual std::vector<ParamView> param_views() const { return {}; }
 };
 
 /// A deterministic 64-bit hash of a few integers (splitmix64 rounds).

@@ -152,6 +152,7 @@ class Embedding : public LayerFunction {
  public:
   Embedding(std::int64_t vocab, std::int64_t d, std::int64_t seq) : vocab_(vocab), d_(d), seq_(seq) {}
   std::vector<Tensor> init(std::uint64_t seed) const override { return {init_tensor(seed, 0, vocab_, d_, "xavier")}; }
+  std::vector<std::int32_t> tokens(const Batch& b) const override { return lm_tokens(b, seq_, vocab_, false); }
   Tensor forward(const std::vector<Tensor>& p, Tensor, const Batch& b, Saved& s, double&) const override {
     s.ids = lm_tokens(b, seq_, vocab_, false);
     Tensor out(s.ids.size() * std::size_t(d_));
@@ -198,6 +199,30 @@ class Block : public LayerFunction {
   Idx idx() const {
     if (biases_) return {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
     return {0, 1, 2, -1, 3, -1, 4, 5, 6, -1, 7, -1};
+  }
+  // The named ops' weights: layer norm scale and shift, q, k, v projections (and biases) inside
+  // the fused qkv parameter, output projection (bias), layer norm, feed-forward (biases).
+  std::vector<ParamView> param_views() const override {
+    const Idx k = idx();
+    auto whole = [](int param, std::vector<std::int64_t> shape) {
+      std::vector<int> axes(shape.size());
+      for (std::size_t i = 0; i < axes.size(); ++i) axes[i] = int(i);
+      return ParamView{param, shape, axes, std::vector<std::int64_t>(shape.size(), 0)};
+    };
+    std::vector<ParamView> v = {whole(k.ln1g, {d_}), whole(k.ln1b, {d_})};
+    for (std::int64_t which = 0; which < 3; ++which) {
+      v.push_back(ParamView{k.wqkv, {d_, 3, h_, dkv_}, {0, 2, 3}, {0, which, 0, 0}});
+      if (biases_) v.push_back(ParamView{k.bqkv, {3, h_, dkv_}, {1, 2}, {which, 0, 0}});
+    }
+    v.push_back(whole(k.wo, {h_, dkv_, d_}));
+    if (biases_) v.push_back(whole(k.bo, {d_}));
+    v.push_back(whole(k.ln2g, {d_}));
+    v.push_back(whole(k.ln2b, {d_}));
+    v.push_back(whole(k.w1, {d_, ff_}));
+    if (biases_) v.push_back(whole(k.b1, {ff_}));
+    v.push_back(whole(k.w2, {ff_, d_}));
+    if (biases_) v.push_back(whole(k.b2, {d_}));
+    return v;
   }
   static const float* bias(const std::vector<Tensor>& p, int i) { return i < 0 ? nullptr : p[std::size_t(i)].data(); }
   static float* bias(std::vector<Tensor>& g, int i) { return i < 0 ? nullptr : g[std::size_t(i)].data(); }
@@ -254,6 +279,7 @@ class Block : public LayerFunction {
 class LmOutput : public LayerFunction {
  public:
   LmOutput(std::int64_t d, std::int64_t vocab, std::int64_t seq) : d_(d), vocab_(vocab), seq_(seq) {}
+  std::vector<std::int32_t> targets(const Batch& b) const override { return lm_tokens(b, seq_, vocab_, true); }
   std::vector<Tensor> init(std::uint64_t seed) const override {
     return {init_tensor(seed, 0, 1, d_, "ones"), init_tensor(seed, 1, 1, d_, "zeros"), init_tensor(seed, 2, d_, vocab_, "xavier")};
   }

@@ -22,6 +22,10 @@ struct NamedTensor {
   bool weight = false;  ///< a parameter (its gradient is reduced; it is sharded in HBM)
   bool keep = false;    ///< an activation kept from forward for backward
   int copies = 1;       ///< identical-shape tensors it stands for (a norm's scale and shift)
+  /// Which activation of the layer this is, where an op reads something other than the previous
+  /// op's output ("in": the layer's input; otherwise the `id` of an earlier op's output).
+  /// Empty: the previous op's output (or, for an op's output, a name nobody refers to).
+  std::string id;
   double elements() const {
     double n = copies;
     for (const auto& d : dims) n *= double(d.size);
@@ -55,6 +59,10 @@ struct NamedOp {
     Bias,         ///< Elementwise: out = a + b (b over a's last dimension)
     BiasRelu,     ///< Elementwise: out = max(a + b, 0)
     SoftmaxXent,  ///< Reduction over the last dimension: softmax cross-entropy against the targets
+    LayerNorm,    ///< Reduction over the last dimension: (a - mean) / std * scale + shift (b: 2 copies)
+    Residual,     ///< Elementwise: out = a + b (optional bias over the last dimensions) + `skip`
+    CausalSoftmax,  ///< Reduction over the last dimension (positions attended to): softmax of
+                    ///< `scale` * a, positions after the query's (the second-to-last dimension) masked
   };
   Kind kind = Kind::Einsum;
   Math math = Math::Unspecified;
@@ -64,6 +72,8 @@ struct NamedOp {
   std::string reduce_dim;  ///< Reduction
   int window = 1;          ///< Conv, Pool
   int stride = 1;          ///< Conv, Pool
+  std::string skip;        ///< Residual: the id of the activation added
+  double scale = 1;        ///< CausalSoftmax
   std::vector<NamedTensor> tensors() const;  ///< a, b (if any), out
 };
 

@@ -127,30 +127,56 @@ std::vector<NamedOp> block_named_ops(const Dims& d, std::int64_t b, bool cross) 
       H{"heads", d.heads}, K{"d_kv", d.d_kv};
   auto bias = [&](std::vector<Dim> dims) { return d.biases ? weight(std::move(dims)) : NamedTensor{}; };
   std::vector<NamedOp> ops;
+  // Ids name the activations ops read other than their predecessor's output (functional
+  // mode executes the ops on mesh shards by following them).
+  auto named = [](NamedTensor t, const std::string& id) {
+    t.id = id;
+    return t;
+  };
   auto attention = [&](const std::string& p, bool from_encoder) {
-    ops.push_back(reduction("layernorm_" + p, tpusim::act({B, S, M}, true), "d_model", 8, weight({M}, 2)));
+    const std::string in = p == "self" ? "in" : "cross_in";
+    ops.push_back(reduction("layernorm_" + p, named(tpusim::act({B, S, M}, true), in), "d_model", 8, weight({M}, 2)));
+    ops.back().math = NamedOp::Math::LayerNorm;
+    ops.back().out.id = p + "_h";
     for (const char* x : {"q", "k", "v"}) {
       // Self-attention: one input feeds the three projections (kept once). Cross-attention: k
       // and v project the encoder output.
       const bool encoder_side = from_encoder && x[0] != 'q';
-      const auto input = tpusim::act({B, encoder_side ? Sk : S, M}, x[0] == 'q' || (encoder_side && x[0] == 'k'));
+      const auto input = named(tpusim::act({B, encoder_side ? Sk : S, M}, x[0] == 'q' || (encoder_side && x[0] == 'k')),
+                               encoder_side ? "encoder" : p + "_h");
       const auto out = tpusim::act({B, encoder_side ? Sk : S, H, K});
-      ops.push_back(einsum(p + "_" + x + "_projection", input, weight({M, H, K}), out));
-      if (d.biases) ops.push_back(elementwise(p + "_" + x + "_bias", out, 1, bias({H, K})));
+      ops.push_back(einsum(p + "_" + x + "_projection", input, weight({M, H, K}), named(out, p + "_" + x)));
+      if (d.biases) {
+        ops.back().out.id += "_unbiased";
+        ops.push_back(elementwise(p + "_" + x + "_bias", named(out, p + "_" + x + "_unbiased"), 1, bias({H, K})));
+        ops.back().math = NamedOp::Math::Bias;
+        ops.back().out.id = p + "_" + x;
+      }
     }
-    ops.push_back(einsum(p + "_scores", tpusim::act({B, S, H, K}, true), tpusim::act({B, Sk, H, K}, true), tpusim::act({B, H, S, Sk})));
+    ops.push_back(einsum(p + "_scores", named(tpusim::act({B, S, H, K}, true), p + "_q"), named(tpusim::act({B, Sk, H, K}, true), p + "_k"),
+                         tpusim::act({B, H, S, Sk})));
     ops.push_back(reduction(p + "_softmax", tpusim::act({B, H, S, Sk}), "seq_k", 5));
-    ops.push_back(einsum(p + "_context", tpusim::act({B, H, S, Sk}, true), tpusim::act({B, Sk, H, K}, true), tpusim::act({B, S, H, K})));
+    ops.back().math = NamedOp::Math::CausalSoftmax;
+    ops.back().scale = 1.0 / std::sqrt(double(d.d_kv));
+    ops.push_back(einsum(p + "_context", tpusim::act({B, H, S, Sk}, true), named(tpusim::act({B, Sk, H, K}, true), p + "_v"),
+                         tpusim::act({B, S, H, K})));
     ops.push_back(einsum(p + "_output", tpusim::act({B, S, H, K}, true), weight({H, K, M}), tpusim::act({B, S, M})));
     ops.push_back(elementwise(p + "_residual", tpusim::act({B, S, M}), 2, bias({M})));
+    ops.back().math = NamedOp::Math::Residual;
+    ops.back().skip = in;
+    ops.back().out.id = p == "self" && !cross ? "ffn_in" : (p == "self" ? "cross_in" : "ffn_in");
   };
   attention("self", false);
   if (cross) attention("cross", true);
-  ops.push_back(reduction("layernorm_ffn", tpusim::act({B, S, M}, true), "d_model", 8, weight({M}, 2)));
+  ops.push_back(reduction("layernorm_ffn", named(tpusim::act({B, S, M}, true), "ffn_in"), "d_model", 8, weight({M}, 2)));
+  ops.back().math = NamedOp::Math::LayerNorm;
   ops.push_back(einsum("ffn_in", tpusim::act({B, S, M}, true), weight({M, F}), tpusim::act({B, S, F})));
   ops.push_back(elementwise("ffn_relu", tpusim::act({B, S, F}), 2, bias({F})));  // its output is kept by ffn_out
+  ops.back().math = NamedOp::Math::BiasRelu;
   ops.push_back(einsum("ffn_out", tpusim::act({B, S, F}, true), weight({F, M}), tpusim::act({B, S, M})));
   ops.push_back(elementwise("ffn_residual", tpusim::act({B, S, M}), 2, bias({M})));
+  ops.back().math = NamedOp::Math::Residual;
+  ops.back().skip = "ffn_in";
   return ops;
 }
 
@@ -187,10 +213,13 @@ Model assemble(const Dims& d, double act, const std::string& name) {
         const bool owned = layer.weights.size() == 3;
         layer.named_ops = [=](std::int64_t b) {
           const Dim B{"batch", b};
-          return std::vector<NamedOp>{reduction("final_layernorm", tpusim::act({B, S, M}, true), "d_model", 8, weight({M}, 2)),
-                                      einsum("logits", tpusim::act({B, S, M}, true), owned ? weight({M, V}) : tpusim::act({M, V}),
-                                             tpusim::act({B, S, V})),
-                                      reduction("softmax_xent", tpusim::act({B, S, V}, true), "vocab", 5)};
+          std::vector<NamedOp> ops{reduction("final_layernorm", tpusim::act({B, S, M}, true), "d_model", 8, weight({M}, 2)),
+                                   einsum("logits", tpusim::act({B, S, M}, true), owned ? weight({M, V}) : tpusim::act({M, V}),
+                                          tpusim::act({B, S, V})),
+                                   reduction("softmax_xent", tpusim::act({B, S, V}, true), "vocab", 5)};
+          ops[0].math = NamedOp::Math::LayerNorm;
+          ops[2].math = NamedOp::Math::SoftmaxXent;
+          return ops;
         };
       } else {
         const bool cross = encdec && layer.name.rfind("decoder", 0) == 0;

@@ -73,8 +73,7 @@ void FunctionalRuntime::hold_shards(int core, LayerRange layers, std::shared_ptr
   shards_ = std::move(shards);
   for (int l = layers.first; l < layers.last; ++l) {
     Held h;
-    const auto whole = initial_params(l);
-    for (std::size_t k = 0; k < whole.size(); ++k) h.params.push_back(shards_->slice(core, l, k, whole[k]));
+    h.params = shards_->slice(core, l, initial_params(l));
     for (const auto& p : h.params) h.grads.emplace_back(p.size(), 0.0f);
     h.slots.assign(std::size_t(slots_of(study_.optimizer.kind)), h.grads);
     held_[{core, l}] = std::move(h);
@@ -300,8 +299,7 @@ std::string FunctionalRuntime::weights_fingerprint() const {
     for (int l = 0; l < layers_; ++l) {
       std::vector<Tensor> whole = initial_params(l);
       for (const auto& [key, held] : held_)
-        if (key.second == l)
-          for (std::size_t k = 0; k < whole.size(); ++k) shards_->place(key.first, l, k, held.params[k], whole[k]);
+        if (key.second == l) shards_->place(key.first, l, held.params, whole);
       for (const auto& t : whole) hash(t);
     }
   } else {
@@ -319,13 +317,21 @@ std::string FunctionalRuntime::weights_fingerprint() const {
 double FunctionalRuntime::max_rel_diff(const FunctionalRuntime& reference) const {
   double worst = 0;
   for (const auto& [key, h] : held_) {
-    const auto& whole = reference.held_.at({0, key.second}).params;
-    for (std::size_t k = 0; k < h.params.size(); ++k) {
-      // Pieces compare with the same piece of the reference; the scale is the whole tensor's.
-      const Tensor ref = shards_ ? shards_->slice(key.first, key.second, k, whole[k]) : whole[k];
+    const auto& ref = reference.held_.at({0, key.second}).params;
+    // A core holding pieces: its pieces written over the reference's whole parameters, so only
+    // they can differ from them.
+    std::vector<Tensor> mine;
+    if (shards_) {
+      mine = ref;
+      shards_->place(key.first, key.second, h.params, mine);
+    }
+    const std::vector<Tensor>& w = shards_ ? mine : h.params;
+    for (std::size_t k = 0; k < w.size(); ++k) {
       double diff = 0, scale = 1e-30;
-      for (float v : whole[k]) scale = std::max(scale, std::fabs(double(v)));
-      for (std::size_t i = 0; i < h.params[k].size(); ++i) diff = std::max(diff, std::fabs(double(h.params[k][i]) - ref[i]));
+      for (std::size_t i = 0; i < w[k].size(); ++i) {
+        diff = std::max(diff, std::fabs(double(w[k][i]) - ref[k][i]));
+        scale = std::max(scale, std::fabs(double(ref[k][i])));
+      }
       worst = std::max(worst, diff / scale);
     }
   }

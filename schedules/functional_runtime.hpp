@@ -33,14 +33,15 @@ class FunctionalRuntime {
   class Shards {
    public:
     virtual ~Shards() = default;
-    /// `core`'s piece of parameter `k` of `layer`, cut from the whole tensor.
-    virtual Tensor slice(int core, int layer, std::size_t k, const Tensor& whole) const = 0;
-    /// Writes `core`'s piece back into the whole tensor.
-    virtual void place(int core, int layer, std::size_t k, const Tensor& piece, Tensor& whole) const = 0;
+    /// `core`'s pieces of `layer`'s parameters, cut from the whole ones (as the layer's
+    /// function lays them out).
+    virtual std::vector<Tensor> slice(int core, int layer, const std::vector<Tensor>& whole) const = 0;
+    /// Writes `core`'s pieces back into the whole parameters.
+    virtual void place(int core, int layer, const std::vector<Tensor>& pieces, std::vector<Tensor>& whole) const = 0;
   };
   /// `core` holds its pieces (as `shards` cuts them) of the parameters of `layers`, with
   /// gradients and optimizer slots of the same shapes. Comparisons and fingerprints then
-  /// reassemble whole tensors.
+  /// reassemble whole parameters.
   void hold_shards(int core, LayerRange layers, std::shared_ptr<const Shards> shards);
   /// Executors that run layers' math themselves (mesh layouts) read and accumulate through these.
   std::vector<Tensor>& params(int core, int layer) { return held(core, layer).params; }

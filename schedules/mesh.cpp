@@ -266,7 +266,7 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
         // needs its gradient's row sums.
         if (s.statistics_bytes(op) > 0 && op.math != NamedOp::Math::SoftmaxXent)
           collective(p.backward, Event::BlockingAllReduce, op.name + " gradient statistics", {s.layout.at(op.reduce_dim)},
-                     s.statistics_bytes(op), row, A::CombineStatistics);
+                     s.statistics_bytes(op), row, A::CombineGradientStatistics);
         if (!op.b.dims.empty())
           collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient", s.split_missing({&op.a}, op.b),
                      s.local_elements(op.b) * kWeightBytes, row, A::SumWeightGradient);
@@ -287,7 +287,7 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
       case NamedOp::Kind::BatchNorm:
         compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.out), 2 * op.ops, act, false), A::Backward);
         collective(p.backward, Event::BlockingAllReduce, op.name + " gradient statistics", spatial_mesh(),
-                   2.0 * 4.0 * double(op.b.dims.front().size), row, A::CombineStatistics);
+                   2.0 * 4.0 * double(op.b.dims.front().size), row, A::CombineGradientStatistics);
         collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient", s.split_missing({&op.a}, op.b),
                    s.local_elements(op.b) * kWeightBytes, row, A::SumWeightGradient);
         break;
@@ -398,6 +398,14 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
     }
     for (const auto& op : layer.named_ops(study.batch)) {
       for (const auto& t : op.tensors()) {
+        if (t.has("seq_k") && split("seq") > 1) {
+          // Attention reads the keys and values of every position (seq_k): a split sequence would
+          // need them all-gathered (and their gradients reduce-scattered), not modelled yet.
+          problems.add(f.path_of("layout") + ".seq", Json(layout_.at("seq")),
+                       "no split of seq in a model with attention (op " + layer.name + "/" + op.name +
+                           " reads every position's keys: their all-gather is not modelled)");
+          return;
+        }
         std::map<std::string, std::string> used;
         for (const auto& d : t.dims) {
           if (!layout_.count(d.name)) continue;
@@ -693,7 +701,10 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
           t.memory.push_back({c, sim::MemoryCategory::Gradients, -kWeightBytes * (local - piece_elements(local, members)), When::End});
         scattered[std::size_t(l)].push_back({{ev.actions.front().op, t.groups}, ev.name, ev.mesh_dims, ev.bytes});
       }
-      if (exec) t.host = exec->collective(t.groups, l, ev.actions.front());
+      if (exec) {
+        exec->expect(l, ev.actions.front());
+        t.host = exec->collective(t.groups, l, ev.actions.front());
+      }
       const int id = g.add(std::move(t));
       for (int c = 0; c < cores; ++c)
         if (last[c] >= 0) g.depend(last[c], id);

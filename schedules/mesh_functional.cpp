@@ -9,11 +9,16 @@ namespace tpusim {
 
 namespace {
 
-bool same_dims(const NamedTensor& x, const NamedTensor& y) {
-  if (x.dims.size() != y.dims.size()) return false;
-  for (std::size_t i = 0; i < x.dims.size(); ++i)
-    if (x.dims[i].name != y.dims[i].name || x.dims[i].size != y.dims[i].size) return false;
-  return true;
+using Names = std::vector<std::string>;
+using Sizes = std::vector<std::int64_t>;
+constexpr float kLayerNormEpsilon = 1e-5f;  // the layer functions' (kernels::layernorm_forward's default)
+
+bool has(const Names& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+Names names_of(const NamedTensor& t) {
+  Names n;
+  for (const auto& d : t.dims) n.push_back(d.name);
+  return n;
 }
 
 /// Calls f(local flat index, whole flat index) for every element of the box (row-major).
@@ -33,6 +38,78 @@ void for_each_element(const MeshExecutor::Box& b, F&& f) {
   }
 }
 
+/// `x` (dimensions `from`, of `size`) laid out with its dimensions in the order `to`.
+Tensor permute(const Tensor& x, const Names& from, const std::map<std::string, std::int64_t>& size, const Names& to) {
+  if (from == to) return x;
+  const std::size_t rank = from.size();
+  Sizes stride(rank), to_size(rank), to_stride(rank);
+  std::int64_t s = 1;
+  for (std::size_t i = rank; i-- > 0;) {
+    stride[i] = s;
+    s *= size.at(from[i]);
+  }
+  for (std::size_t j = 0; j < rank; ++j) {
+    const std::size_t i = std::size_t(std::find(from.begin(), from.end(), to[j]) - from.begin());
+    to_size[j] = size.at(to[j]);
+    to_stride[j] = stride[i];
+  }
+  Tensor y(x.size());
+  std::vector<std::int64_t> at(rank, 0);
+  for (std::size_t n = 0; n < y.size(); ++n) {
+    std::int64_t src = 0;
+    for (std::size_t j = 0; j < rank; ++j) src += at[j] * to_stride[j];
+    y[n] = x[std::size_t(src)];
+    for (std::size_t j = rank; j-- > 0;) {
+      if (++at[j] < to_size[j]) break;
+      at[j] = 0;
+    }
+  }
+  return y;
+}
+
+/// out[on] = sum over the dimensions of a and b absent from out of a[an] * b[bn]: a batched
+/// matmul (dimensions in all three are batch, a's others rows, b's others columns).
+Tensor einsum(const Tensor& a, const Names& an, const Tensor& b, const Names& bn, const Names& on,
+              const std::map<std::string, std::int64_t>& size) {
+  Names batch, m, k, n;
+  for (const auto& d : an) {
+    if (has(bn, d) && has(on, d)) batch.push_back(d);
+    else if (has(on, d)) m.push_back(d);
+    else if (has(bn, d)) k.push_back(d);
+  }
+  for (const auto& d : bn)
+    if (has(on, d) && !has(an, d)) n.push_back(d);
+  auto product = [&](const Names& v) {
+    std::int64_t p = 1;
+    for (const auto& d : v) p *= size.at(d);
+    return p;
+  };
+  auto cat = [](Names x, const Names& y, const Names& z) {
+    x.insert(x.end(), y.begin(), y.end());
+    x.insert(x.end(), z.begin(), z.end());
+    return x;
+  };
+  const std::int64_t B = product(batch), M = product(m), K = product(k), N = product(n);
+  const Tensor ap = permute(a, an, size, cat(batch, m, k)), bp = permute(b, bn, size, cat(batch, k, n));
+  Tensor c(std::size_t(B * M * N));
+  for (std::int64_t i = 0; i < B; ++i)
+    kernels::gemm(false, false, M, N, K, 1.0f, ap.data() + i * M * K, bp.data() + i * K * N, 0.0f, c.data() + i * M * N);
+  return permute(c, cat(batch, m, n), size, on);
+}
+
+void add_into(Tensor& into, const Tensor& x) {
+  for (std::size_t i = 0; i < into.size(); ++i) into[i] += x[i];
+}
+
+/// Sums `pieces` element-wise (in double, in group order) and gives every one the sum.
+void sum_all(const std::vector<Tensor*>& pieces) {
+  std::vector<double> sum(pieces.front()->size(), 0.0);
+  for (const Tensor* p : pieces)
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += (*p)[i];
+  for (Tensor* p : pieces)
+    for (std::size_t i = 0; i < sum.size(); ++i) (*p)[i] = float(sum[i]);
+}
+
 }  // namespace
 
 std::int64_t MeshExecutor::Box::elements() const {
@@ -44,60 +121,151 @@ std::int64_t MeshExecutor::Box::elements() const {
 MeshExecutor::MeshExecutor(const Study& study, FunctionalRuntime& runtime, std::vector<std::pair<std::string, int>> mesh,
                            std::map<std::string, std::string> layout, std::vector<std::vector<int>> coords)
     : study_(study), rt_(runtime), mesh_(std::move(mesh)), layout_(std::move(layout)), coords_(std::move(coords)) {
+  const std::size_t cores = coords_.size();
+  out_.resize(cores);
+  dout_.resize(cores);
+  partial_.resize(cores);
+  stats_.resize(cores);
+  targets_.resize(cores);
+  tokens_.resize(cores);
+  input_.resize(cores);
   const int layers = int(study.model.layers.size());
   auto unsupported = [&](int layer, const NamedOp& op, const std::string& why) {
     return ConfigError(study.file, "schedule.kind",
                        "\"mesh\" with op " + study.model.layers[std::size_t(layer)].name + "/" + op.name + " (" + why + ")",
-                       "a model functional mode executes on mesh shards: chains of dense layers (two-dimensional einsums with a "
-                       "weight, bias, ReLU, softmax cross-entropy), as mlp has");
+                       "a model and layout functional mode executes on mesh shards: mlp, or a decoder-only transformer, with "
+                       "layouts not splitting seq");
   };
+  // An operand and the output it reads: the same sizes; names may differ (seq read as seq_k)
+  // only where neither is split.
+  auto same_layout = [&](const NamedTensor& produced, const NamedTensor& read) {
+    if (produced.dims.size() != read.dims.size()) return false;
+    for (std::size_t i = 0; i < read.dims.size(); ++i) {
+      const auto &p = produced.dims[i], &r = read.dims[i];
+      if (p.size != r.size || (p.name != r.name && (split(p.name) || split(r.name)))) return false;
+    }
+    return true;
+  };
+  int last_of_previous = -1;
   for (int l = 0; l < layers; ++l) {
     first_op_.push_back(int(ops_.size()));
     params_.emplace_back();
-    for (auto& op : study.model.layers[std::size_t(l)].named_ops(study.batch)) {
-      const bool first = ops_.empty();
-      const NamedOp* prev = first ? nullptr : &ops_.back();
-      if (prev && !same_dims(prev->out, op.a)) throw unsupported(l, op, "its input is not the previous op's output");
-      if (first && (op.a.dims.empty() || op.a.dims.front().name != "batch")) throw unsupported(l, op, "the model's input is not [batch, ...]");
-      if (prev && prev->math == NamedOp::Math::SoftmaxXent) throw unsupported(l, op, "it follows the loss");
-      int param = -1;
-      if (op.a.weight) throw unsupported(l, op, "a weight as first operand");
-      if (op.b.weight) {
-        param = int(params_.back().size());
-        params_.back().push_back(op.b);
+    std::map<std::string, int> produced{{"in", last_of_previous}};
+    auto named = study.model.layers[std::size_t(l)].named_ops(study.batch);
+    for (std::size_t i = 0; i < named.size(); ++i) {
+      Op op;
+      op.named = std::move(named[i]);
+      op.layer = l;
+      const NamedOp& n = op.named;
+      const int f = int(ops_.size());
+      auto source = [&](const NamedTensor& t, const std::string& id) {
+        const std::string key = id.empty() ? (i == 0 ? "in" : "") : id;
+        const int p = key.empty() ? f - 1 : produced.count(key) ? produced.at(key) : -2;
+        if (p == -2) throw unsupported(l, n, "it reads " + id + ", which no earlier op of the layer produces");
+        if (p >= 0 && !same_layout(ops_[std::size_t(p)].named.out, t)) throw unsupported(l, n, "an operand laid out unlike what produced it");
+        if (p == -1 && !(f == 0 && !t.dims.empty() && t.dims.front().name == "batch")) throw unsupported(l, n, "it reads no earlier op's output");
+        return p;
+      };
+      if (n.a.weight) throw unsupported(l, n, "a weight as first operand");
+      op.a = source(n.a, n.a.id);
+      if (!n.b.dims.empty()) {
+        if (n.b.weight) {
+          for (int c = 0; c < n.b.copies; ++c) {
+            op.params.push_back(int(params_.back().size()));
+            NamedTensor t = n.b;
+            t.copies = 1;
+            params_.back().push_back(Param{t, {}});
+          }
+        } else {
+          op.b = source(n.b, n.b.id);
+        }
       }
-      switch (op.kind) {
-        case NamedOp::Kind::Einsum:
-          if (op.a.dims.size() != 2 || op.b.dims.size() != 2 || !op.b.weight || op.a.dims[1].name != op.b.dims[0].name ||
-              op.out.dims.size() != 2 || op.out.dims[0].name != op.a.dims[0].name || op.out.dims[1].name != op.b.dims[1].name)
-            throw unsupported(l, op, "an einsum other than [b, i] . weight [i, o] -> [b, o]");
+      if (!n.skip.empty()) op.skip = source(n.out, n.skip);
+      auto suffix_bias = [&] {
+        if (n.b.dims.size() > n.a.dims.size()) return false;
+        for (std::size_t j = 0; j < n.b.dims.size(); ++j)
+          if (n.b.dims[j].name != n.a.dims[n.a.dims.size() - n.b.dims.size() + j].name) return false;
+        return n.b.dims.empty() || n.b.weight;
+      };
+      const bool reduces_last = !n.a.dims.empty() && n.reduce_dim == n.a.dims.back().name;
+      using M = NamedOp::Math;
+      switch (n.kind) {
+        case NamedOp::Kind::Einsum: {
+          const Names an = names_of(n.a), bn = names_of(n.b), on = names_of(n.out);
+          for (const auto& d : an)
+            if (!has(bn, d) && !has(on, d)) throw unsupported(l, n, "a dimension summed out of one operand alone");
+          for (const auto& d : on)
+            if (!has(an, d) && !has(bn, d)) throw unsupported(l, n, "an output dimension from no operand");
+          if (op.b == -1 && !n.b.weight) throw unsupported(l, n, "no second operand");
           break;
+        }
         case NamedOp::Kind::Elementwise:
-          if ((op.math != NamedOp::Math::Bias && op.math != NamedOp::Math::BiasRelu) || op.b.dims.size() != 1 ||
-              op.b.dims[0].name != op.a.dims.back().name || op.b.copies != 1)
-            throw unsupported(l, op, "an element-wise op other than a bias (+ ReLU) over the last dimension");
+          if (!(n.math == M::Bias || n.math == M::BiasRelu || n.math == M::Residual) || !suffix_bias() ||
+              (n.math != M::Residual && n.b.dims.empty()) || (n.math == M::Residual && op.skip < 0))
+            throw unsupported(l, n, "an element-wise op other than a bias (+ ReLU) or a residual add");
           break;
         case NamedOp::Kind::Reduction:
-          if (op.math != NamedOp::Math::SoftmaxXent || op.a.dims.size() != 2 || op.reduce_dim != op.a.dims.back().name || !op.b.dims.empty())
-            throw unsupported(l, op, "a reduction other than softmax cross-entropy over the last dimension");
+          if (!reduces_last || !(n.math == M::SoftmaxXent || n.math == M::LayerNorm || n.math == M::CausalSoftmax) ||
+              (n.math == M::LayerNorm && (n.b.dims.size() != 1 || n.b.copies != 2)) || (n.math != M::LayerNorm && !n.b.dims.empty()) ||
+              (n.math == M::CausalSoftmax && (split(n.reduce_dim) || n.a.dims.size() < 2)))
+            throw unsupported(l, n, "a reduction other than layer norm, causal softmax or softmax cross-entropy over the last dimension");
+          break;
+        case NamedOp::Kind::Gather:
+          if (f != 0 || n.a.dims.size() != 2 || n.b.dims.size() != 2 || !n.b.weight || n.out.dims.size() != 3)
+            throw unsupported(l, n, "a lookup other than the model's token embedding");
           break;
         default:
-          throw unsupported(l, op, "no host math for this kind of op on shards");
+          throw unsupported(l, n, "no host math for this kind of op on shards");
       }
-      param_of_.push_back(param);
-      layer_of_.push_back(l);
+      if (f > 0 && ops_.back().named.math == M::SoftmaxXent) throw unsupported(l, n, "it follows the loss");
+      if (!n.out.id.empty()) produced[n.out.id] = f;
       ops_.push_back(std::move(op));
     }
-    // The named weights must be the layer function's parameters, in order.
+    last_of_previous = int(ops_.size()) - 1;
+    // Where the named weights sit in the layer function's parameters.
     const auto init = runtime.fn(l).init(0);
-    bool match = init.size() == params_.back().size();
-    for (std::size_t k = 0; match && k < init.size(); ++k) match = double(init[k].size()) == params_.back()[k].elements();
+    auto views = runtime.fn(l).param_views();
+    auto& params = params_.back();
+    bool match = true;
+    if (views.empty()) {
+      match = init.size() == params.size();
+      for (std::size_t k = 0; match && k < params.size(); ++k) {
+        Sizes shape;
+        std::vector<int> axes;
+        for (const auto& d : params[k].tensor.dims) {
+          axes.push_back(int(shape.size()));
+          shape.push_back(d.size);
+        }
+        views.push_back(ParamView{int(k), shape, axes, Sizes(shape.size(), 0)});
+      }
+    }
+    match = match && views.size() == params.size();
+    for (std::size_t k = 0; match && k < params.size(); ++k) {
+      const ParamView& v = views[k];
+      std::int64_t elements = 1;
+      for (auto s : v.shape) elements *= s;
+      match = v.param >= 0 && std::size_t(v.param) < init.size() && double(init[std::size_t(v.param)].size()) == double(elements) &&
+              v.axes.size() == params[k].tensor.dims.size() && v.fixed.size() == v.shape.size();
+      for (std::size_t j = 0; match && j < v.axes.size(); ++j) match = v.shape[std::size_t(v.axes[j])] == params[k].tensor.dims[j].size;
+      if (match) params[k].view = v;
+    }
     if (!match)
       throw ConfigError(study.file, "model.kind", "\"" + study.model.kind + "\" (layer " + study.model.layers[std::size_t(l)].name + ")",
-                        "layers whose named weights are their functional parameters, in order");
+                        "layers whose named weights match their functional parameters");
   }
-  if (ops_.empty() || ops_.back().math != NamedOp::Math::SoftmaxXent)
+  if (ops_.empty() || ops_.back().named.math != NamedOp::Math::SoftmaxXent)
     throw ConfigError(study.file, "model.kind", "\"" + study.model.kind + "\"", "a model ending in softmax cross-entropy for functional mesh layouts");
+}
+
+std::size_t MeshExecutor::Param::index(std::int64_t element) const {
+  Sizes at = view.fixed;
+  for (std::size_t j = tensor.dims.size(); j-- > 0;) {
+    at[std::size_t(view.axes[j])] = element % tensor.dims[j].size;
+    element /= tensor.dims[j].size;
+  }
+  std::int64_t flat = 0;
+  for (std::size_t j = 0; j < at.size(); ++j) flat = flat * view.shape[j] + at[j];
+  return std::size_t(flat);
 }
 
 MeshExecutor::Box MeshExecutor::box(const NamedTensor& t, int core) const {
@@ -117,16 +285,24 @@ MeshExecutor::Box MeshExecutor::box(const NamedTensor& t, int core) const {
   return b;
 }
 
-Tensor MeshExecutor::slice(int core, int layer, std::size_t k, const Tensor& whole) const {
-  const Box b = box(params_[std::size_t(layer)][k], core);
-  Tensor piece(std::size_t(b.elements()));
-  for_each_element(b, [&](std::int64_t l, std::int64_t w) { piece[std::size_t(l)] = whole[std::size_t(w)]; });
-  return piece;
+std::vector<Tensor> MeshExecutor::slice(int core, int layer, const std::vector<Tensor>& whole) const {
+  std::vector<Tensor> pieces;
+  for (const auto& p : params_[std::size_t(layer)]) {
+    const Box b = box(p.tensor, core);
+    Tensor piece(std::size_t(b.elements()));
+    for_each_element(b, [&](std::int64_t l, std::int64_t w) { piece[std::size_t(l)] = whole[std::size_t(p.view.param)][p.index(w)]; });
+    pieces.push_back(std::move(piece));
+  }
+  return pieces;
 }
 
-void MeshExecutor::place(int core, int layer, std::size_t k, const Tensor& piece, Tensor& whole) const {
-  for_each_element(box(params_[std::size_t(layer)][k], core),
-                   [&](std::int64_t l, std::int64_t w) { whole[std::size_t(w)] = piece[std::size_t(l)]; });
+void MeshExecutor::place(int core, int layer, const std::vector<Tensor>& pieces, std::vector<Tensor>& whole) const {
+  const auto& params = params_[std::size_t(layer)];
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    const Param& p = params[k];
+    for_each_element(box(p.tensor, core),
+                     [&](std::int64_t l, std::int64_t w) { whole[std::size_t(p.view.param)][p.index(w)] = pieces[k][std::size_t(l)]; });
+  }
 }
 
 bool MeshExecutor::first_replica(int core, const std::vector<std::string>& dims) const {
@@ -138,159 +314,367 @@ bool MeshExecutor::first_replica(int core, const std::vector<std::string>& dims)
   return true;
 }
 
+void MeshExecutor::expect(int layer, const MeshAction& collective) { expected_.insert({flat(layer, collective.op), collective.what}); }
+
 void MeshExecutor::hold() {
   const LayerRange all{0, int(study_.model.layers.size())};
   for (int c = 0; c < int(coords_.size()); ++c) rt_.hold_shards(c, all, shared_from_this());
 }
 
-const Tensor& MeshExecutor::input_of(int core, int f) {
-  if (f > 0) return out_.at({core, f - 1});
-  // The model's input: this core's examples (rows) and its piece of the features.
-  auto it = input_.find(core);
-  if (it != input_.end() && it->second.first == rt_.step()) return it->second.second;
-  Box b = box(op(0).a, core);
-  const Tensor data = rt_.fn(0).input(rt_.batch(b.offset[0], b.local[0]));
+std::vector<std::int32_t> MeshExecutor::per_row(int core, const NamedTensor& rows, const std::vector<std::int32_t>& of_examples) const {
+  // `of_examples` covers this core's examples whole along the other dimensions.
+  Box b = box(rows, core);
   b.whole[0] = b.local[0];
   b.offset[0] = 0;
-  Tensor x(std::size_t(b.elements()));
-  for_each_element(b, [&](std::int64_t l, std::int64_t w) { x[std::size_t(l)] = data[std::size_t(w)]; });
-  return (input_[core] = {rt_.step(), std::move(x)}).second;
+  std::vector<std::int32_t> out(std::size_t(b.elements()));
+  for_each_element(b, [&](std::int64_t l, std::int64_t w) { out[std::size_t(l)] = of_examples[std::size_t(w)]; });
+  return out;
+}
+
+const Tensor& MeshExecutor::value(int core, int producer) {
+  if (producer >= 0) return out_[std::size_t(core)].at(producer);
+  // The model's input: this core's examples and its piece of their features.
+  Tensor& x = input_[std::size_t(core)];
+  if (x.empty()) {
+    Box b = box(ops_.front().named.a, core);
+    const Tensor data = rt_.fn(0).input(rt_.batch(b.offset[0], b.local[0]));
+    b.whole[0] = b.local[0];
+    b.offset[0] = 0;
+    x.resize(std::size_t(b.elements()));
+    for_each_element(b, [&](std::int64_t l, std::int64_t w) { x[std::size_t(l)] = data[std::size_t(w)]; });
+  }
+  return x;
+}
+
+void MeshExecutor::accumulate(int core, int producer, Tensor g) {
+  if (producer < 0) return;
+  auto& store = dout_[std::size_t(core)];
+  auto it = store.find(producer);
+  if (it == store.end()) store.emplace(producer, std::move(g));
+  else add_into(it->second, g);
 }
 
 void MeshExecutor::run(int core, int f, MeshAction::What what) {
   using kernels::I;
-  const NamedOp& o = op(f);
-  const int l = layer_of_[std::size_t(f)];
-  const Box in = box(o.a, core), out = box(o.out, core);
-  const I rows = in.local[0], k = in.local.back(), n = out.local.back();
-  switch (o.kind) {
+  using M = NamedOp::Math;
+  const std::size_t c = std::size_t(core);
+  if (f == 0 && what == MeshAction::Forward) {
+    // A new step: the model's input and every gradient start afresh.
+    input_[c].clear();
+    dout_[c].clear();
+    partial_[c].clear();
+  }
+  const Op& op = ops_[std::size_t(f)];
+  const NamedOp& n = op.named;
+  auto& params = rt_.params(core, op.layer);
+  auto& grads = rt_.grads(core, op.layer);
+  const Box in = box(n.a, core), out = box(n.out, core);
+  std::map<std::string, std::int64_t> size;
+  for (const NamedTensor* t : {&n.a, &n.b, &n.out}) {
+    const Box b = box(*t, core);
+    for (std::size_t i = 0; i < t->dims.size(); ++i) size[t->dims[i].name] = b.local[i];
+  }
+  const I cols = in.local.empty() ? 1 : in.local.back();
+  const I rows = in.elements() / std::max<I>(cols, 1);
+  switch (n.kind) {
     case NamedOp::Kind::Einsum: {
-      const Tensor& W = rt_.params(core, l)[std::size_t(param_of_[std::size_t(f)])];
+      const Names an = names_of(n.a), bn = names_of(n.b), on = names_of(n.out);
+      const Tensor& B = n.b.weight ? params[std::size_t(op.params[0])] : value(core, op.b);
       if (what == MeshAction::Forward) {
-        Tensor y(std::size_t(rows * n));
-        kernels::gemm(false, false, rows, n, k, 1.0f, input_of(core, f).data(), W.data(), 0.0f, y.data());
-        out_[{core, f}] = std::move(y);
+        out_[c][f] = einsum(value(core, op.a), an, B, bn, on, size);
       } else if (what == MeshAction::Backward) {
-        if (f == 0) return;  // the model's input needs no gradient
-        Tensor dx(std::size_t(rows * k));
-        kernels::gemm(false, true, rows, k, n, 1.0f, dout_.at({core, f}).data(), W.data(), 0.0f, dx.data());
-        dout_[{core, f - 1}] = std::move(dx);
+        if (op.a < 0) return;  // the model's input needs no gradient
+        Tensor da = einsum(dout_[c].at(f), on, B, bn, an, size);
+        if (expected_.count({f, MeshAction::SumInputGradient})) partial_[c][2 * f] = std::move(da);
+        else accumulate(core, op.a, std::move(da));
       } else {
-        Tensor& dW = rt_.grads(core, l)[std::size_t(param_of_[std::size_t(f)])];
-        kernels::gemm(true, false, k, n, rows, 1.0f, input_of(core, f).data(), dout_.at({core, f}).data(), 1.0f, dW.data());
+        Tensor db = einsum(value(core, op.a), an, dout_[c].at(f), on, bn, size);
+        if (n.b.weight) add_into(grads[std::size_t(op.params[0])], db);
+        else if (expected_.count({f, MeshAction::SumWeightGradient})) partial_[c][2 * f + 1] = std::move(db);
+        else accumulate(core, op.b, std::move(db));
       }
       return;
     }
     case NamedOp::Kind::Elementwise: {
-      const bool relu = o.math == NamedOp::Math::BiasRelu;
-      const std::size_t p = std::size_t(param_of_[std::size_t(f)]);
+      const I width = n.b.dims.empty() ? 1 : box(n.b, core).elements();  // the bias repeats every `width` elements
       if (what == MeshAction::Forward) {
-        Tensor y = input_of(core, f);
-        const Tensor& bias = rt_.params(core, l)[p];
-        for (I r = 0; r < rows; ++r)
-          for (I j = 0; j < n; ++j) {
-            float& v = y[std::size_t(r * n + j)];
-            v += bias[std::size_t(j)];
-            if (relu) v = std::max(v, 0.0f);
-          }
-        out_[{core, f}] = std::move(y);
+        Tensor y = value(core, op.a);
+        if (!n.b.dims.empty()) {
+          const Tensor& bias = params[std::size_t(op.params[0])];
+          for (std::size_t i = 0; i < y.size(); ++i) y[i] += bias[i % std::size_t(width)];
+        }
+        if (n.math == M::Residual) add_into(y, value(core, op.skip));
+        if (n.math == M::BiasRelu)
+          for (float& v : y) v = std::max(v, 0.0f);
+        out_[c][f] = std::move(y);
       } else {
-        Tensor dz = dout_.at({core, f});
-        if (relu) kernels::relu_backward(out_.at({core, f}).data(), dz.data(), dz.data(), I(dz.size()));
-        Tensor& db = rt_.grads(core, l)[p];
-        for (I r = 0; r < rows; ++r)
-          for (I j = 0; j < n; ++j) db[std::size_t(j)] += dz[std::size_t(r * n + j)];
-        if (f > 0) dout_[{core, f - 1}] = std::move(dz);
+        Tensor dz = dout_[c].at(f);
+        if (n.math == M::BiasRelu) kernels::relu_backward(out_[c].at(f).data(), dz.data(), dz.data(), I(dz.size()));
+        if (!n.b.dims.empty()) {
+          Tensor& db = grads[std::size_t(op.params[0])];
+          for (std::size_t i = 0; i < dz.size(); ++i) db[i % std::size_t(width)] += dz[i];
+        }
+        if (n.math == M::Residual) accumulate(core, op.skip, dz);
+        accumulate(core, op.a, std::move(dz));
       }
       return;
     }
-    case NamedOp::Kind::Reduction: {  // softmax cross-entropy over the (maybe split) last dimension
-      const Tensor& x = input_of(core, f);
+    case NamedOp::Kind::Reduction: {
+      const Tensor& x = value(core, op.a);
+      const bool split_reduce = split(n.reduce_dim);
+      if (n.math == M::CausalSoftmax) {
+        // Rows: [..., query position, positions attended to]; the query's position in the sequence.
+        const I queries = in.local[in.local.size() - 2], query_offset = in.offset[in.offset.size() - 2];
+        if (what == MeshAction::Forward) {
+          Tensor y(x.size());
+          for (I r = 0; r < rows; ++r) {
+            const I visible = std::min<I>(cols, query_offset + r % queries + 1);
+            double m = -INFINITY, sum = 0;
+            for (I j = 0; j < visible; ++j) m = std::max(m, n.scale * x[std::size_t(r * cols + j)]);
+            for (I j = 0; j < visible; ++j) sum += std::exp(n.scale * x[std::size_t(r * cols + j)] - m);
+            for (I j = 0; j < visible; ++j) y[std::size_t(r * cols + j)] = float(std::exp(n.scale * x[std::size_t(r * cols + j)] - m) / sum);
+          }
+          out_[c][f] = std::move(y);
+        } else {
+          const Tensor& y = out_[c].at(f);
+          const Tensor& dy = dout_[c].at(f);
+          Tensor dx(x.size());
+          for (I r = 0; r < rows; ++r) {
+            double dot = 0;
+            for (I j = 0; j < cols; ++j) dot += double(dy[std::size_t(r * cols + j)]) * y[std::size_t(r * cols + j)];
+            for (I j = 0; j < cols; ++j)
+              dx[std::size_t(r * cols + j)] = float(n.scale * y[std::size_t(r * cols + j)] * (dy[std::size_t(r * cols + j)] - dot));
+          }
+          accumulate(core, op.a, std::move(dx));
+        }
+        return;
+      }
+      if (n.math == M::LayerNorm) {
+        if (what == MeshAction::Forward) {
+          // Per row: the sum and the sum of squares over this core's part of the row.
+          std::vector<double> s(std::size_t(2 * rows), 0.0);
+          for (I r = 0; r < rows; ++r)
+            for (I j = 0; j < cols; ++j) {
+              const double v = x[std::size_t(r * cols + j)];
+              s[std::size_t(2 * r)] += v;
+              s[std::size_t(2 * r + 1)] += v * v;
+            }
+          stats_[c][2 * f] = std::move(s);
+          if (!split_reduce) finish_layer_norm(core, f);
+        } else {
+          // Weight gradients, and per row the sums the input gradient needs (over the whole row).
+          const auto& st = stats_[c].at(2 * f);  // mean, rstd per row
+          const Tensor& gamma = params[std::size_t(op.params[0])];
+          const Tensor& dy = dout_[c].at(f);
+          std::vector<double> s(std::size_t(2 * rows), 0.0);
+          for (I r = 0; r < rows; ++r)
+            for (I j = 0; j < cols; ++j) {
+              const std::size_t i = std::size_t(r * cols + j);
+              const float xhat = float((x[i] - st[std::size_t(2 * r)]) * st[std::size_t(2 * r + 1)]);
+              grads[std::size_t(op.params[0])][std::size_t(j)] += dy[i] * xhat;
+              grads[std::size_t(op.params[1])][std::size_t(j)] += dy[i];
+              const double g = double(dy[i]) * gamma[std::size_t(j)];
+              s[std::size_t(2 * r)] += g;
+              s[std::size_t(2 * r + 1)] += g * xhat;
+            }
+          stats_[c][2 * f + 1] = std::move(s);
+          if (!split_reduce) finish_layer_norm_gradient(core, f);
+        }
+        return;
+      }
+      // Softmax cross-entropy.
       if (what == MeshAction::Forward) {
         std::vector<double> s(std::size_t(2 * rows));
         for (I r = 0; r < rows; ++r) {
           double m = -INFINITY, e = 0;
-          for (I j = 0; j < k; ++j) m = std::max(m, double(x[std::size_t(r * k + j)]));
-          for (I j = 0; j < k; ++j) e += std::exp(double(x[std::size_t(r * k + j)]) - m);
+          for (I j = 0; j < cols; ++j) m = std::max(m, double(x[std::size_t(r * cols + j)]));
+          for (I j = 0; j < cols; ++j) e += std::exp(double(x[std::size_t(r * cols + j)]) - m);
           s[std::size_t(2 * r)] = m;
           s[std::size_t(2 * r + 1)] = e;
         }
-        stats_[{core, f}] = std::move(s);
-        targets_[core] = rt_.fn(layer_of_.back()).targets(rt_.batch(in.offset[0], rows));
-        bool split = false;
-        for (const auto& d : o.a.dims) split |= d.name == o.reduce_dim && layout_.count(d.name);
-        if (!split) finish_softmax(core, f);
+        stats_[c][2 * f] = std::move(s);
+        NamedTensor row_dims = n.a;
+        row_dims.dims.pop_back();
+        targets_[c] = per_row(core, row_dims, rt_.fn(op.layer).targets(rt_.batch(in.offset[0], in.local[0])));
+        if (!split_reduce) finish_softmax_xent(core, f);
       } else {
-        // d logits = (softmax - one-hot(target)) / global batch.
-        const auto& lse = stats_.at({core, f});
-        const auto& t = targets_.at(core);
-        const double scale = 1.0 / double(study_.batch);
+        // d logits = (softmax - one-hot(target)) / rows of the whole batch.
+        const auto& lse = stats_[c].at(2 * f);
+        const auto& t = targets_[c];
+        double whole_rows = 1;
+        for (std::size_t d = 0; d + 1 < in.whole.size(); ++d) whole_rows *= double(in.whole[d]);
+        const double scale = 1.0 / whole_rows;
         Tensor dx(x.size());
         for (I r = 0; r < rows; ++r)
-          for (I j = 0; j < k; ++j) {
-            const double p = std::exp(double(x[std::size_t(r * k + j)]) - lse[std::size_t(r)]);
-            dx[std::size_t(r * k + j)] = float((p - (in.offset.back() + j == t[std::size_t(r)] ? 1.0 : 0.0)) * scale);
+          for (I j = 0; j < cols; ++j) {
+            const double p = std::exp(double(x[std::size_t(r * cols + j)]) - lse[std::size_t(r)]);
+            dx[std::size_t(r * cols + j)] = float((p - (in.offset.back() + j == t[std::size_t(r)] ? 1.0 : 0.0)) * scale);
           }
-        if (f > 0) dout_[{core, f - 1}] = std::move(dx);
+        accumulate(core, op.a, std::move(dx));
+      }
+      return;
+    }
+    case NamedOp::Kind::Gather: {
+      // Token embedding: each core looks up the rows of the table it holds (zeros for the
+      // others; the all-reduce over a split vocabulary sums them).
+      const Box table = box(n.b, core);
+      const I width = table.local[1], first_row = table.offset[0], held_rows = table.local[0];
+      if (what == MeshAction::Forward) tokens_[c] = per_row(core, n.a, rt_.fn(op.layer).tokens(rt_.batch(in.offset[0], in.local[0])));
+      const auto& ids = tokens_[c];
+      if (what == MeshAction::Forward) {
+        const Tensor& t = params[std::size_t(op.params[0])];
+        Tensor y(ids.size() * std::size_t(width), 0.0f);
+        for (std::size_t r = 0; r < ids.size(); ++r) {
+          const I row = ids[r] - first_row;
+          if (row >= 0 && row < held_rows) std::copy_n(t.begin() + row * width, width, y.begin() + std::int64_t(r) * width);
+        }
+        out_[c][f] = std::move(y);
+      } else {
+        const Tensor& dy = dout_[c].at(f);
+        Tensor& dt = grads[std::size_t(op.params[0])];
+        for (std::size_t r = 0; r < ids.size(); ++r) {
+          const I row = ids[r] - first_row;
+          if (row >= 0 && row < held_rows)
+            for (I j = 0; j < width; ++j) dt[std::size_t(row * width + j)] += dy[r * std::size_t(width) + std::size_t(j)];
+        }
       }
       return;
     }
     default:
-      throw SimulationError("functional mesh: op " + o.name + " has no host math");
+      throw SimulationError("functional mesh: op " + n.name + " has no host math");
   }
 }
 
-void MeshExecutor::finish_softmax(int core, int f) {
-  // Rows' log-sum-exp; this core's share of the loss: each row's log-sum-exp once per batch
-  // piece, each target logit once, on the core holding it.
-  const NamedOp& o = op(f);
-  const Box in = box(o.a, core);
-  const auto rows = in.local[0], k = in.local.back();
-  const Tensor& x = input_of(core, f);
-  const auto& t = targets_.at(core);
-  auto& s = stats_.at({core, f});
+void MeshExecutor::finish_layer_norm(int core, int f) {
+  const Op& op = ops_[std::size_t(f)];
+  const auto& params = rt_.params(core, op.layer);
+  const Tensor& x = value(core, op.a);
+  const Box in = box(op.named.a, core);
+  const std::int64_t cols = in.local.back(), rows = in.elements() / cols;
+  const double n = double(in.whole.back());
+  auto& s = stats_[std::size_t(core)].at(2 * f);
+  Tensor y(x.size());
+  const Tensor &gamma = params[std::size_t(op.params[0])], &beta = params[std::size_t(op.params[1])];
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const double mean = s[std::size_t(2 * r)] / n;
+    const double var = std::max(0.0, s[std::size_t(2 * r + 1)] / n - mean * mean);
+    const float m = float(mean), rstd = float(1.0 / std::sqrt(var + kLayerNormEpsilon));
+    s[std::size_t(2 * r)] = m;
+    s[std::size_t(2 * r + 1)] = rstd;
+    for (std::int64_t j = 0; j < cols; ++j) {
+      const std::size_t i = std::size_t(r * cols + j);
+      y[i] = (x[i] - m) * rstd * gamma[std::size_t(j)] + beta[std::size_t(j)];
+    }
+  }
+  out_[std::size_t(core)][f] = std::move(y);
+}
+
+void MeshExecutor::finish_layer_norm_gradient(int core, int f) {
+  const Op& op = ops_[std::size_t(f)];
+  const auto& gamma = rt_.params(core, op.layer)[std::size_t(op.params[0])];
+  const Tensor& x = value(core, op.a);
+  const Tensor& dy = dout_[std::size_t(core)].at(f);
+  const Box in = box(op.named.a, core);
+  const std::int64_t cols = in.local.back(), rows = in.elements() / cols;
+  const double n = double(in.whole.back());
+  const auto& st = stats_[std::size_t(core)].at(2 * f);
+  const auto& s = stats_[std::size_t(core)].at(2 * f + 1);
+  Tensor dx(x.size());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const double mean = st[std::size_t(2 * r)], rstd = st[std::size_t(2 * r + 1)];
+    for (std::int64_t j = 0; j < cols; ++j) {
+      const std::size_t i = std::size_t(r * cols + j);
+      const double xhat = float((x[i] - float(mean)) * float(rstd));
+      const double g = double(dy[i]) * gamma[std::size_t(j)];
+      dx[i] = float(rstd * (g - s[std::size_t(2 * r)] / n - xhat * s[std::size_t(2 * r + 1)] / n));
+    }
+  }
+  accumulate(core, op.a, std::move(dx));
+}
+
+void MeshExecutor::finish_softmax_xent(int core, int f) {
+  // Rows' log-sum-exp; this core's share of the loss: each row's log-sum-exp once per piece of
+  // rows, each target logit once, on the core holding it.
+  const NamedOp& n = ops_[std::size_t(f)].named;
+  const Box in = box(n.a, core);
+  const std::int64_t cols = in.local.back(), rows = in.elements() / cols;
+  const Tensor& x = value(core, ops_[std::size_t(f)].a);
+  const auto& t = targets_[std::size_t(core)];
+  auto& s = stats_[std::size_t(core)].at(2 * f);
   std::vector<double> lse(static_cast<std::size_t>(rows));
-  double loss = 0;
-  const bool count_rows = first_replica(core, {o.a.dims[0].name});
-  const bool count_targets = first_replica(core, {o.a.dims[0].name, o.reduce_dim});
+  Names row_dims = names_of(n.a);
+  row_dims.pop_back();
+  const bool count_rows = first_replica(core, row_dims);
+  row_dims.push_back(n.reduce_dim);
+  const bool count_targets = first_replica(core, row_dims);
+  double loss = 0, whole_rows = 1;
+  for (std::size_t d = 0; d + 1 < in.whole.size(); ++d) whole_rows *= double(in.whole[d]);
   for (std::int64_t r = 0; r < rows; ++r) {
     lse[std::size_t(r)] = s[std::size_t(2 * r)] + std::log(s[std::size_t(2 * r + 1)]);
     if (count_rows) loss += lse[std::size_t(r)];
     const std::int64_t j = t[std::size_t(r)] - in.offset.back();
-    if (count_targets && j >= 0 && j < k) loss -= double(x[std::size_t(r * k + j)]);
+    if (count_targets && j >= 0 && j < cols) loss -= double(x[std::size_t(r * cols + j)]);
   }
   s = std::move(lse);
-  rt_.add_loss(loss / double(study_.batch));
+  rt_.add_loss(loss / whole_rows);
 }
 
 void MeshExecutor::reduce(const std::vector<int>& group, int f, MeshAction::What what) {
-  const int l = layer_of_[std::size_t(f)];
-  if (what == MeshAction::CombineStatistics) {
-    // (max, sum of exponentials) pairs combine exactly: M = max m, S = sum s * exp(m - M).
-    const std::size_t rows = stats_.at({group.front(), f}).size() / 2;
+  const Op& op = ops_[std::size_t(f)];
+  const bool layer_norm = op.named.math == NamedOp::Math::LayerNorm;
+  if (what == MeshAction::CombineStatistics && !layer_norm) {
+    // Softmax: (max, sum of exponentials) pairs combine exactly: M = max m, S = sum s exp(m - M).
+    const std::size_t rows = stats_[std::size_t(group.front())].at(2 * f).size() / 2;
     for (std::size_t r = 0; r < rows; ++r) {
       double m = -INFINITY, e = 0;
-      for (int c : group) m = std::max(m, stats_.at({c, f})[2 * r]);
-      for (int c : group) e += stats_.at({c, f})[2 * r + 1] * std::exp(stats_.at({c, f})[2 * r] - m);
+      for (int c : group) m = std::max(m, stats_[std::size_t(c)].at(2 * f)[2 * r]);
+      for (int c : group) e += stats_[std::size_t(c)].at(2 * f)[2 * r + 1] * std::exp(stats_[std::size_t(c)].at(2 * f)[2 * r] - m);
       for (int c : group) {
-        stats_.at({c, f})[2 * r] = m;
-        stats_.at({c, f})[2 * r + 1] = e;
+        stats_[std::size_t(c)].at(2 * f)[2 * r] = m;
+        stats_[std::size_t(c)].at(2 * f)[2 * r + 1] = e;
       }
     }
-    for (int c : group) finish_softmax(c, f);
+    for (int c : group) finish_softmax_xent(c, f);
+    return;
+  }
+  if (what == MeshAction::CombineStatistics || what == MeshAction::CombineGradientStatistics) {
+    // Layer norm: row sums add up.
+    const int key = 2 * f + (what == MeshAction::CombineGradientStatistics ? 1 : 0);
+    std::vector<std::vector<double>*> s;
+    for (int c : group) s.push_back(&stats_[std::size_t(c)].at(key));
+    for (std::size_t i = 0; i < s.front()->size(); ++i) {
+      double sum = 0;
+      for (auto* v : s) sum += (*v)[i];
+      for (auto* v : s) (*v)[i] = sum;
+    }
+    for (int c : group) {
+      if (what == MeshAction::CombineStatistics) finish_layer_norm(c, f);
+      else finish_layer_norm_gradient(c, f);
+    }
     return;
   }
   std::vector<Tensor*> pieces;
-  for (int c : group) {
-    if (what == MeshAction::SumOutput) pieces.push_back(&out_.at({c, f}));
-    else if (what == MeshAction::SumInputGradient) pieces.push_back(&dout_.at({c, f - 1}));
-    else pieces.push_back(&rt_.grads(c, l)[std::size_t(param_of_[std::size_t(f)])]);
+  if (what == MeshAction::SumWeightGradient && op.named.b.weight) {
+    for (int p : op.params) {
+      pieces.clear();
+      for (int c : group) pieces.push_back(&rt_.grads(c, op.layer)[std::size_t(p)]);
+      sum_all(pieces);
+    }
+    return;
   }
-  std::vector<double> sum(pieces.front()->size(), 0.0);
-  for (const Tensor* p : pieces)
-    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += (*p)[i];
-  for (Tensor* p : pieces)
-    for (std::size_t i = 0; i < sum.size(); ++i) (*p)[i] = float(sum[i]);
+  if (what == MeshAction::SumOutput) {
+    for (int c : group) pieces.push_back(&out_[std::size_t(c)].at(f));
+    sum_all(pieces);
+    return;
+  }
+  // A partial input gradient: summed, then it joins the operand's gradient.
+  const int key = 2 * f + (what == MeshAction::SumWeightGradient ? 1 : 0);
+  for (int c : group) pieces.push_back(&partial_[std::size_t(c)].at(key));
+  sum_all(pieces);
+  for (int c : group) {
+    accumulate(c, what == MeshAction::SumWeightGradient ? op.b : op.a, std::move(partial_[std::size_t(c)].at(key)));
+    partial_[std::size_t(c)].erase(key);
+  }
 }
 
 FunctionalRuntime::Closure MeshExecutor::compute(int core, int layer, std::vector<MeshAction> actions) {
@@ -310,20 +694,20 @@ FunctionalRuntime::Closure MeshExecutor::update(int core, int layer, const std::
   for (const auto& w : sharded)
     for (const auto& g : w.groups)
       if (auto it = std::find(g.begin(), g.end(), core); it != g.end())
-        pieces[std::size_t(param_of_[std::size_t(flat(layer, w.op))])] = {int(it - g.begin()), int(g.size())};
+        for (int p : ops_[std::size_t(flat(layer, w.op))].params) pieces[std::size_t(p)] = {int(it - g.begin()), int(g.size())};
   return rt_.update_pieces(core, layer, std::move(pieces));
 }
 
 FunctionalRuntime::Closure MeshExecutor::gather(int layer, ShardedWeight weight) {
   return [this, layer, weight = std::move(weight)] {
-    const std::size_t k = std::size_t(param_of_[std::size_t(flat(layer, weight.op))]);
-    for (const auto& g : weight.groups)
-      for (std::size_t s = 0; s < g.size(); ++s) {
-        const Tensor& src = rt_.params(g[s], layer)[k];
-        const auto [lo, hi] = FunctionalRuntime::piece(std::int64_t(src.size()), int(s), int(g.size()));
-        for (int c : g)
-          if (c != g[s]) std::copy(src.begin() + lo, src.begin() + hi, rt_.params(c, layer)[k].begin() + lo);
-      }
+    for (int k : ops_[std::size_t(flat(layer, weight.op))].params)
+      for (const auto& g : weight.groups)
+        for (std::size_t s = 0; s < g.size(); ++s) {
+          const Tensor& src = rt_.params(g[s], layer)[std::size_t(k)];
+          const auto [lo, hi] = FunctionalRuntime::piece(std::int64_t(src.size()), int(s), int(g.size()));
+          for (int c : g)
+            if (c != g[s]) std::copy(src.begin() + lo, src.begin() + hi, rt_.params(c, layer)[std::size_t(k)].begin() + lo);
+        }
   };
 }
 

@@ -4,12 +4,15 @@
 // follow the mesh schedule's own events, so a collective the schedule forgot, or one over the
 // wrong mesh dimensions, shows up as a difference from one core.
 //
-// Executes models whose layers are chains of ops with known math: einsums of two-dimensional
-// tensors with a weight (dense layers), bias and bias + ReLU, softmax cross-entropy (mlp).
+// The executor interprets the layers' named ops, following the activations they read (ids):
+// einsums of any two tensors (projections, attention scores and context, feed-forward,
+// logits), bias, bias + ReLU, residual adds, layer norm, causal softmax, softmax cross-entropy
+// and embedding lookups: mlp and the decoder-only transformer.
 #pragma once
 
 #include <map>
 #include <memory>
+#include <set>
 
 #include "schedules/functional_runtime.hpp"
 
@@ -21,11 +24,12 @@ struct MeshAction {
   enum What {
     Forward,            ///< local forward (an einsum with a split contraction leaves partial sums)
     Backward,           ///< local input gradient (an einsum's), or the whole backward of another op
-    WeightGradient,     ///< an einsum's local weight gradient, accumulated
+    WeightGradient,     ///< an einsum's local gradient of its second operand (a weight: accumulated)
     SumOutput,          ///< all-reduce the partial sums of the op's output
     SumInputGradient,   ///< all-reduce the partial sums of the op's input gradient
-    SumWeightGradient,  ///< all-reduce the op's weight gradient
-    CombineStatistics,  ///< all-reduce a split softmax's row statistics (max, sum of exponentials)
+    SumWeightGradient,  ///< all-reduce the gradient of the op's second operand (a weight, or an activation)
+    CombineStatistics,  ///< all-reduce the row statistics of a normalization over a split dimension
+    CombineGradientStatistics,  ///< all-reduce the row sums of its gradient
   } what = Forward;
 };
 
@@ -37,6 +41,9 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
   MeshExecutor(const Study& study, FunctionalRuntime& runtime, std::vector<std::pair<std::string, int>> mesh,
                std::map<std::string, std::string> layout, std::vector<std::vector<int>> coords);
 
+  /// The schedule announces each collective it plays: a partial result waits for its all-reduce
+  /// before it joins the gradients that are already complete.
+  void expect(int layer, const MeshAction& collective);
   /// Every core takes its shards of every layer's initial parameters.
   void hold();
   FunctionalRuntime::Closure compute(int core, int layer, std::vector<MeshAction> actions);
@@ -54,8 +61,8 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
   /// The all-gather of a sharded weight's updated pieces within each group.
   FunctionalRuntime::Closure gather(int layer, ShardedWeight weight);
 
-  Tensor slice(int core, int layer, std::size_t k, const Tensor& whole) const override;
-  void place(int core, int layer, std::size_t k, const Tensor& piece, Tensor& whole) const override;
+  std::vector<Tensor> slice(int core, int layer, const std::vector<Tensor>& whole) const override;
+  void place(int core, int layer, const std::vector<Tensor>& pieces, std::vector<Tensor>& whole) const override;
 
   /// A core's piece of a tensor: the whole tensor's sizes, where the piece starts, its sizes.
   struct Box {
@@ -65,31 +72,53 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
   Box box(const NamedTensor& t, int core) const;
 
  private:
-  using Key = std::pair<int, int>;  // core, op (numbered across the model)
+  /// An op and where its operands come from.
+  struct Op {
+    NamedOp named;
+    int layer = 0;
+    int a = -1, b = -1, skip = -1;  ///< producing ops (-1: the model's input; b, skip: -1 when absent or a weight)
+    std::vector<int> params;        ///< its weight's copies among the layer's parameters
+  };
+  /// A parameter of a layer: a weight (copy) of its named ops and where it sits in the layer
+  /// function's parameters.
+  struct Param {
+    NamedTensor tensor;
+    ParamView view;
+    /// Where element `element` (row-major over the weight's dimensions) sits in the parameter.
+    std::size_t index(std::int64_t element) const;
+  };
   int flat(int layer, int op) const { return first_op_[std::size_t(layer)] + op; }
-  const NamedOp& op(int f) const { return ops_[std::size_t(f)]; }
   /// Whether `core` is the first of the cores holding the same piece of a tensor over `dims`
   /// (coordinate 0 along every mesh dimension that splits none of them).
   bool first_replica(int core, const std::vector<std::string>& dims) const;
-  /// Op f's input on `core` (the model's input for op 0: this core's examples and features).
-  const Tensor& input_of(int core, int f);
+  bool split(const std::string& dim) const { return layout_.count(dim) > 0; }
+  /// The value an op reads: op `producer`'s output, or the model's input (-1).
+  const Tensor& value(int core, int producer);
+  /// Adds to the gradient of op `producer`'s output (nothing for the model's input).
+  void accumulate(int core, int producer, Tensor g);
+  /// Per row of the whole batch: the examples' targets (or tokens) this core's rows need.
+  std::vector<std::int32_t> per_row(int core, const NamedTensor& rows, const std::vector<std::int32_t>& whole_rows_of_examples) const;
   void run(int core, int f, MeshAction::What what);
   void reduce(const std::vector<int>& group, int f, MeshAction::What what);
-  void finish_softmax(int core, int f);
+  void finish_softmax_xent(int core, int f);
+  void finish_layer_norm(int core, int f);
+  void finish_layer_norm_gradient(int core, int f);
 
   const Study& study_;
   FunctionalRuntime& rt_;
   std::vector<std::pair<std::string, int>> mesh_;
   std::map<std::string, std::string> layout_;
   std::vector<std::vector<int>> coords_;
-  std::vector<NamedOp> ops_;                   // every layer's ops, in order
-  std::vector<int> layer_of_, first_op_;       // op -> layer; layer -> its first op
-  std::vector<int> param_of_;                  // op -> index of its weight in the layer's parameters (-1: none)
-  std::vector<std::vector<NamedTensor>> params_;  // layer -> its parameters over named dimensions
-  std::map<Key, Tensor> out_, dout_;           // an op's local output, the gradient of it
-  std::map<Key, std::vector<double>> stats_;   // softmax: per local row, (max, sum of exponentials), then log-sum-exp
-  std::map<int, std::pair<int, Tensor>> input_;  // core -> (step, its piece of the model's input)
-  std::map<int, std::vector<std::int32_t>> targets_;  // core -> targets of its examples
+  std::vector<Op> ops_;                           // every layer's ops, in order
+  std::vector<int> first_op_;                     // layer -> its first op
+  std::vector<std::vector<Param>> params_;        // layer -> its parameters
+  std::set<std::pair<int, int>> expected_;        // (op, collective) the schedule plays
+  // Per core: op -> its output, the gradient of it, partial gradients awaiting an all-reduce
+  // (2 op + operand), row statistics.
+  std::vector<std::map<int, Tensor>> out_, dout_, partial_;
+  std::vector<std::map<int, std::vector<double>>> stats_;
+  std::vector<std::vector<std::int32_t>> targets_, tokens_;
+  std::vector<Tensor> input_;
 };
 
 }  // namespace tpusim
