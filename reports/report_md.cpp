@@ -70,6 +70,19 @@ std::string report_markdown(const Json& j) {
     md << "\n";
   }
 
+  if (details.contains("placement") && details["placement"].is_array()) {
+    md << "## Mesh placement\n\nWhere each mesh dimension lies on the slice, and how far apart the neighbours of the rings "
+          "its collectives run on are (1 hop: adjacent chips; more: the flows cross intermediate chips and share their links).\n\n";
+    md << "| mesh dimension | size | spans | chips per group | most hops between ring neighbours |\n| --- | --- | --- | --- | --- |\n";
+    for (const auto& m : details["placement"]) {
+      std::string spans;
+      for (const auto& a : m["spans"]) spans += (spans.empty() ? "" : ", ") + a.get<std::string>();
+      md << "| " << m["mesh_dim"].get<std::string>() << " | " << m["size"].get<int>() << " | " << spans << " | "
+         << m.value("group_chips", 0) << " | " << m.value("max_ring_hops", 0) << " |\n";
+    }
+    md << "\n";
+  }
+
   if (details.contains("ops")) {
     md << "## Ops under the layout\n\nEach core's share of every op, and the collectives the layout induces (time as "
           "simulated; exposed: the part the busiest core waited for).\n\n";

@@ -1,6 +1,7 @@
 #include "schedules/mesh.hpp"
 
 #include "schedules/mesh_functional.hpp"
+#include "sim/collective_plan.hpp"
 
 #include <cmath>
 #include <numeric>
@@ -810,6 +811,23 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
       parts.push_back(Json{{"axis", axis_names[part.axis]}, {"size", part.size}, {"stride", part.stride}});
     }
     mapping.push_back(Json{{"mesh_dim", mesh_[m].first}, {"size", mesh_[m].second}, {"spans", spans}, {"parts", parts}});
+  }
+  // What a collective over each mesh dimension costs in distance: the chips its first group
+  // spans and the most torus hops between neighbours of the rings an all-reduce runs on.
+  const Torus torus(study.slice.chips_x, study.slice.chips_y, study.slice.wrap_x, study.slice.wrap_y);
+  for (auto& m : mapping) {
+    const auto group = groups({m["mesh_dim"].get<std::string>()}).front();
+    std::set<int> chips;
+    for (int c : group) chips.insert(c / study.hardware.chip.cores);
+    int hops = 0;
+    for (const auto& phase : sim::plan_collective(torus, study.hardware.chip.cores, sim::CollectiveOp::AllReduce, group, 1e6))
+      for (const auto& ring : phase.rings)
+        for (std::size_t i = 0; i < ring.cores.size(); ++i) {
+          const int from = ring.cores[i] / study.hardware.chip.cores, to = ring.cores[(i + 1) % ring.cores.size()] / study.hardware.chip.cores;
+          hops = std::max(hops, torus.hops(from, to));
+        }
+    m["group_chips"] = chips.size();
+    m["max_ring_hops"] = hops;
   }
   step.details = Json{{"local_batch", layer_batch(study)}, {"placement", mapping}, {"ops", ops}};
   return step;

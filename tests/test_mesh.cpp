@@ -297,6 +297,14 @@ TEST_CASE("explicit placement maps mesh dimensions onto torus axes", "[mesh][pla
   sched["mesh"] = Json::parse(R"([["model", 4], ["batch", 8]])");
   const Study contiguous = mesh_study(model, sched);
   CHECK(dynamic_cast<const MeshSchedule*>(contiguous.schedule.get())->groups({"model"}).front() == std::vector<int>{0, 1, 2, 3});
+  // The schedule's details show the distance: model rings cross a chip in the strided placement.
+  auto model_hops = [](const Study& st) {
+    for (const auto& m : st.schedule->build(st).details["placement"])
+      if (m["mesh_dim"] == "model") return std::pair{m["max_ring_hops"].get<int>(), m["group_chips"].get<int>()};
+    return std::pair{-1, -1};
+  };
+  CHECK(model_hops(strided) == std::pair{2, 2});
+  CHECK(model_hops(contiguous) == std::pair{1, 2});
 }
 
 TEST_CASE("LARS under a mesh all-reduces each layer's norms over the mesh dimensions splitting its weights", "[mesh][lars]") {
