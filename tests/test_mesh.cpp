@@ -299,7 +299,8 @@ TEST_CASE("explicit placement maps mesh dimensions onto torus axes", "[mesh][pla
   CHECK(dynamic_cast<const MeshSchedule*>(contiguous.schedule.get())->groups({"model"}).front() == std::vector<int>{0, 1, 2, 3});
   // The schedule's details show the distance: model rings cross a chip in the strided placement.
   auto model_hops = [](const Study& st) {
-    for (const auto& m : st.schedule->build(st).details["placement"])
+    const BuiltStep built = st.schedule->build(st);
+    for (const auto& m : built.details["placement"])
       if (m["mesh_dim"] == "model") return std::pair{m["max_ring_hops"].get<int>(), m["group_chips"].get<int>()};
     return std::pair{-1, -1};
   };
