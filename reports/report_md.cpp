@@ -70,7 +70,9 @@ std::string report_markdown(const Json& j) {
     md << "\n";
   }
 
-  if (details.contains("placement") && details["placement"].is_array()) {
+  const bool mesh_placement = details.contains("placement") && details["placement"].is_array() && !details["placement"].empty() &&
+                              details["placement"][0].is_object() && details["placement"][0].contains("mesh_dim");
+  if (mesh_placement) {
     md << "## Mesh placement\n\nWhere each mesh dimension lies on the slice, and how far apart the neighbours of the rings "
           "its collectives run on are (1 hop: adjacent chips; more: the flows cross intermediate chips and share their links).\n\n";
     md << "| mesh dimension | size | spans | chips per group | most hops between ring neighbours |\n| --- | --- | --- | --- | --- |\n";

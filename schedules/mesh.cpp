@@ -84,7 +84,7 @@ double piece_elements(double elements, double count) { return std::ceil(elements
 /// One step of a layer's SPMD program: compute, or a collective (blocking the next compute, or
 /// running behind it as weight-gradient reductions do).
 struct Event {
-  enum Kind { Compute, BlockingAllReduce, GradientAllReduce, Halo } kind;
+  enum Kind { Compute, BlockingAllReduce, GradientAllReduce, Halo, BlockingAllGather, BlockingReduceScatter } kind;
   std::string name;
   double seconds = 0, model_flops = 0, hardware_flops = 0;
   std::vector<std::string> mesh_dims;  // collectives; Halo: the mesh dimension of the neighbours
@@ -119,13 +119,17 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
     return c;
   };
   auto collective = [&](std::vector<Event>& into, Event::Kind kind, const std::string& name, std::vector<std::string> mesh, double bytes,
-                        Json& row, MeshAction::What what) {
+                        Json& row, MeshAction::What what, int operand = 0) {
     if (mesh.empty() || bytes <= 0) return;
-    into.push_back(Event{kind, layer + "/" + name, 0, 0, 0, mesh, bytes, {MeshAction{at, what}}});
-    const bool scatter = sharded && kind == Event::GradientAllReduce;
+    into.push_back(Event{kind, layer + "/" + name, 0, 0, 0, mesh, bytes, {MeshAction{at, what, operand}}});
+    const bool scatter = (sharded && kind == Event::GradientAllReduce) || kind == Event::BlockingReduceScatter;
     row["collectives"].push_back(Json{{"what", name}, {"mesh_dims", mesh}, {"bytes", bytes},
                                       {"blocking", kind != Event::GradientAllReduce},
-                                      {"task", collective_task_name(layer + "/" + name, mesh, scatter ? "reduce-scatter" : "all-reduce")}});
+                                      {"task", collective_task_name(layer + "/" + name, mesh,
+                                                                    kind == Event::BlockingAllGather ? "all-gather"
+                                                                    : scatter                        ? "reduce-scatter"
+                                                                                                     : "all-reduce")}});
+    if (kind != Event::GradientAllReduce) return;
     if (scatter) {
       double members = 1;
       for (const auto& m : mesh) members *= s.sizes.at(m);
@@ -176,6 +180,21 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
     mesh.erase(std::unique(mesh.begin(), mesh.end()), mesh.end());
     return mesh;
   };
+  // Attention over a split sequence: an operand reading every position (seq_k) of a tensor
+  // produced split along seq (keys, values; an encoder's output) is all-gathered over seq's
+  // mesh dimension first, and its gradient, summed over the queries' pieces, reduce-scattered back.
+  const std::string seq_mesh = s.split("seq") > 1 ? s.layout.at("seq") : "";
+  auto gathered = [&](std::size_t i, const NamedTensor& t) {
+    if (seq_mesh.empty() || t.weight || !t.has("seq_k")) return false;
+    const NamedTensor* producer = t.id.empty() && i > 0 ? &ops[i - 1].out : nullptr;
+    for (std::size_t j = 0; j < i && !t.id.empty(); ++j)
+      if (ops[j].out.id == t.id) producer = &ops[j].out;
+    return !(producer && producer->has("seq_k"));
+  };
+  auto without_seq = [&](std::vector<std::string> mesh) {
+    std::erase(mesh, seq_mesh);
+    return mesh;
+  };
   // Forward.
   using A = MeshAction;
   for (const auto& op : ops) {
@@ -193,6 +212,12 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
     double flops = 0;
     switch (op.kind) {
       case NamedOp::Kind::Einsum: {
+        for (int operand : {0, 1}) {
+          const NamedTensor& t = operand ? op.b : op.a;
+          if (gathered(std::size_t(at), t))
+            collective(p.forward, Event::BlockingAllGather, op.name + " operand all-gather", {seq_mesh}, s.local_elements(t) * act, row,
+                       A::GatherOperand, operand);
+        }
         flops = compute(p.forward, local_matmul(op.name, s, op.a, op.b, op.out, act), A::Forward).model_flops;
         collective(p.forward, Event::BlockingAllReduce, op.name + " partial sums", s.split_missing({&op.a, &op.b}, op.out),
                    s.local_elements(op.out) * act, row, A::SumOutput);
@@ -242,17 +267,26 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
     Json& row = p.ops[i];
     switch (op.kind) {
       case NamedOp::Kind::Einsum: {
+        const bool ga = gathered(i, op.a), gb = gathered(i, op.b);
         compute(p.backward, local_matmul(op.name + "_da", s, op.out, op.b, op.a, act), A::Backward);
-        if (!op.a.weight && !(model_input && i == 0))
-          collective(p.backward, Event::BlockingAllReduce, op.name + " input gradient", s.split_missing({&op.out, &op.b}, op.a),
+        if (!op.a.weight && !(model_input && i == 0)) {
+          const auto over = s.split_missing({&op.out, &op.b}, op.a);
+          collective(p.backward, Event::BlockingAllReduce, op.name + " input gradient", ga ? without_seq(over) : over,
                      s.local_elements(op.a) * act, row, A::SumInputGradient);
+          if (ga)
+            collective(p.backward, Event::BlockingReduceScatter, op.name + " input gradient scatter", {seq_mesh}, s.local_elements(op.a) * act,
+                       row, A::ScatterOperandGradient, 0);
+        }
         Op db = local_matmul(op.name + "_db", s, op.a, op.out, op.b, act);
         db.weight_gradient = op.b.weight;
         compute(p.backward, db, A::WeightGradient);
+        const auto over = s.split_missing({&op.a, &op.out}, op.b);
         collective(p.backward, op.b.weight ? Event::GradientAllReduce : Event::BlockingAllReduce,
-                   op.name + (op.b.weight ? " weight gradient" : " input gradient"), s.split_missing({&op.a, &op.out}, op.b),
-                   s.local_elements(op.b) * (op.b.weight ? kWeightBytes : act), row,
-                   A::SumWeightGradient);
+                   op.name + (op.b.weight ? " weight gradient" : " input gradient"), gb ? without_seq(over) : over,
+                   s.local_elements(op.b) * (op.b.weight ? kWeightBytes : act), row, A::SumWeightGradient);
+        if (gb)
+          collective(p.backward, Event::BlockingReduceScatter, op.name + " operand gradient scatter", {seq_mesh}, s.local_elements(op.b) * act,
+                     row, A::ScatterOperandGradient, 1);
         break;
       }
       case NamedOp::Kind::Elementwise:
@@ -399,14 +433,6 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
     }
     for (const auto& op : layer.named_ops(study.batch)) {
       for (const auto& t : op.tensors()) {
-        if (t.has("seq_k") && split("seq") > 1) {
-          // Attention reads the keys and values of every position (seq_k): a split sequence would
-          // need them all-gathered (and their gradients reduce-scattered), not modelled yet.
-          problems.add(f.path_of("layout") + ".seq", Json(layout_.at("seq")),
-                       "no split of seq in a model with attention (op " + layer.name + "/" + op.name +
-                           " reads every position's keys: their all-gather is not modelled)");
-          return;
-        }
         std::map<std::string, std::string> used;
         for (const auto& d : t.dims) {
           if (!layout_.count(d.name)) continue;
@@ -688,6 +714,15 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
       t.op = sim::CollectiveOp::AllReduce;
       t.name = collective_task_name(ev.name, ev.mesh_dims);
       t.phase = ev.kind == Event::GradientAllReduce ? "weight_gradient_allreduce" : "activation_allreduce";
+      if (ev.kind == Event::BlockingAllGather) {
+        t.op = sim::CollectiveOp::AllGather;
+        t.name = collective_task_name(ev.name, ev.mesh_dims, "all-gather");
+        t.phase = "activation_allgather";
+      } else if (ev.kind == Event::BlockingReduceScatter) {
+        t.op = sim::CollectiveOp::ReduceScatter;
+        t.name = collective_task_name(ev.name, ev.mesh_dims, "reduce-scatter");
+        t.phase = "activation_reduce_scatter";
+      }
       t.layer = l;
       t.bytes = ev.bytes;
       t.groups = groups(ev.mesh_dims);

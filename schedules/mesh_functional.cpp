@@ -125,6 +125,7 @@ MeshExecutor::MeshExecutor(const Study& study, FunctionalRuntime& runtime, std::
   out_.resize(cores);
   dout_.resize(cores);
   partial_.resize(cores);
+  gathered_.resize(cores);
   stats_.resize(cores);
   targets_.resize(cores);
   tokens_.resize(cores);
@@ -137,11 +138,16 @@ MeshExecutor::MeshExecutor(const Study& study, FunctionalRuntime& runtime, std::
                        "layouts not splitting seq");
   };
   // An operand and the output it reads: the same sizes; names may differ (seq read as seq_k)
-  // only where neither is split.
-  auto same_layout = [&](const NamedTensor& produced, const NamedTensor& read) {
+  // only where neither is split, or where the operand reads whole (seq_k) a sequence the
+  // producer splits (then it is all-gathered: `gather`).
+  auto same_layout = [&](const NamedTensor& produced, const NamedTensor& read, bool& gather) {
     if (produced.dims.size() != read.dims.size()) return false;
     for (std::size_t i = 0; i < read.dims.size(); ++i) {
       const auto &p = produced.dims[i], &r = read.dims[i];
+      if (p.name == "seq" && r.name == "seq_k" && split(p.name) && !split(r.name) && p.size == r.size) {
+        gather = true;
+        continue;
+      }
       if (p.size != r.size || (p.name != r.name && (split(p.name) || split(r.name)))) return false;
     }
     return true;
@@ -158,16 +164,18 @@ MeshExecutor::MeshExecutor(const Study& study, FunctionalRuntime& runtime, std::
       op.layer = l;
       const NamedOp& n = op.named;
       const int f = int(ops_.size());
-      auto source = [&](const NamedTensor& t, const std::string& id) {
+      bool ignored = false;
+      auto source = [&](const NamedTensor& t, const std::string& id, bool& gather) {
         const std::string key = id.empty() ? (i == 0 ? "in" : "") : id;
         const int p = key.empty() ? f - 1 : produced.count(key) ? produced.at(key) : -2;
         if (p == -2) throw unsupported(l, n, "it reads " + id + ", which no earlier op of the layer produces");
-        if (p >= 0 && !same_layout(ops_[std::size_t(p)].named.out, t)) throw unsupported(l, n, "an operand laid out unlike what produced it");
+        if (p >= 0 && !same_layout(ops_[std::size_t(p)].named.out, t, gather))
+          throw unsupported(l, n, "an operand laid out unlike what produced it");
         if (p == -1 && !(f == 0 && !t.dims.empty() && t.dims.front().name == "batch")) throw unsupported(l, n, "it reads no earlier op's output");
         return p;
       };
       if (n.a.weight) throw unsupported(l, n, "a weight as first operand");
-      op.a = source(n.a, n.a.id);
+      op.a = source(n.a, n.a.id, op.gather[0]);
       if (!n.b.dims.empty()) {
         if (n.b.weight) {
           for (int c = 0; c < n.b.copies; ++c) {
@@ -177,10 +185,12 @@ MeshExecutor::MeshExecutor(const Study& study, FunctionalRuntime& runtime, std::
             params_.back().push_back(Param{t, {}});
           }
         } else {
-          op.b = source(n.b, n.b.id);
+          op.b = source(n.b, n.b.id, op.gather[1]);
         }
       }
-      if (!n.skip.empty()) op.skip = source(n.out, n.skip);
+      if (!n.skip.empty()) op.skip = source(n.out, n.skip, ignored);
+      if ((op.gather[0] || op.gather[1] || ignored) && n.kind != NamedOp::Kind::Einsum)
+        throw unsupported(l, n, "only einsums read a split sequence whole");
       auto suffix_bias = [&] {
         if (n.b.dims.size() > n.a.dims.size()) return false;
         for (std::size_t j = 0; j < n.b.dims.size(); ++j)
@@ -314,7 +324,26 @@ bool MeshExecutor::first_replica(int core, const std::vector<std::string>& dims)
   return true;
 }
 
-void MeshExecutor::expect(int layer, const MeshAction& collective) { expected_.insert({flat(layer, collective.op), collective.what}); }
+void MeshExecutor::expect(int layer, const MeshAction& collective) {
+  expected_.insert({flat(layer, collective.op), int(collective.what) + 100 * collective.operand});
+}
+
+const Tensor& MeshExecutor::operand(int core, int f, int which) {
+  const Op& op = ops_[std::size_t(f)];
+  if (op.gather[which]) return gathered_[std::size_t(core)].at(2 * f + which);
+  return value(core, which ? op.b : op.a);
+}
+
+MeshExecutor::Box MeshExecutor::piece_in_gathered(int f, int which, int core, int m) const {
+  const Op& op = ops_[std::size_t(f)];
+  const NamedTensor& read = which ? op.named.b : op.named.a;
+  const NamedTensor& produced = ops_[std::size_t(which ? op.b : op.a)].named.out;
+  const Box mine = box(read, core), piece = box(produced, m);
+  Box b{mine.local, std::vector<std::int64_t>(mine.local.size(), 0), piece.local};
+  for (std::size_t d = 0; d < read.dims.size(); ++d)
+    if (read.dims[d].name == "seq_k") b.offset[d] = piece.offset[d];
+  return b;
+}
 
 void MeshExecutor::hold() {
   const LayerRange all{0, int(study_.model.layers.size())};
@@ -363,6 +392,7 @@ void MeshExecutor::run(int core, int f, MeshAction::What what) {
     input_[c].clear();
     dout_[c].clear();
     partial_[c].clear();
+    gathered_[c].clear();
   }
   const Op& op = ops_[std::size_t(f)];
   const NamedOp& n = op.named;
@@ -379,18 +409,18 @@ void MeshExecutor::run(int core, int f, MeshAction::What what) {
   switch (n.kind) {
     case NamedOp::Kind::Einsum: {
       const Names an = names_of(n.a), bn = names_of(n.b), on = names_of(n.out);
-      const Tensor& B = n.b.weight ? params[std::size_t(op.params[0])] : value(core, op.b);
+      const Tensor& B = n.b.weight ? params[std::size_t(op.params[0])] : operand(core, f, 1);
       if (what == MeshAction::Forward) {
-        out_[c][f] = einsum(value(core, op.a), an, B, bn, on, size);
+        out_[c][f] = einsum(operand(core, f, 0), an, B, bn, on, size);
       } else if (what == MeshAction::Backward) {
         if (op.a < 0) return;  // the model's input needs no gradient
         Tensor da = einsum(dout_[c].at(f), on, B, bn, an, size);
-        if (expected_.count({f, MeshAction::SumInputGradient})) partial_[c][2 * f] = std::move(da);
+        if (expects(f, MeshAction::SumInputGradient) || op.gather[0]) partial_[c][2 * f] = std::move(da);
         else accumulate(core, op.a, std::move(da));
       } else {
-        Tensor db = einsum(value(core, op.a), an, dout_[c].at(f), on, bn, size);
+        Tensor db = einsum(operand(core, f, 0), an, dout_[c].at(f), on, bn, size);
         if (n.b.weight) add_into(grads[std::size_t(op.params[0])], db);
-        else if (expected_.count({f, MeshAction::SumWeightGradient})) partial_[c][2 * f + 1] = std::move(db);
+        else if (expects(f, MeshAction::SumWeightGradient) || op.gather[1]) partial_[c][2 * f + 1] = std::move(db);
         else accumulate(core, op.b, std::move(db));
       }
       return;
@@ -619,7 +649,7 @@ void MeshExecutor::finish_softmax_xent(int core, int f) {
   rt_.add_loss(loss / whole_rows);
 }
 
-void MeshExecutor::reduce(const std::vector<int>& group, int f, MeshAction::What what) {
+void MeshExecutor::reduce(const std::vector<int>& group, int f, MeshAction::What what, int which) {
   const Op& op = ops_[std::size_t(f)];
   const bool layer_norm = op.named.math == NamedOp::Math::LayerNorm;
   if (what == MeshAction::CombineStatistics && !layer_norm) {
@@ -667,10 +697,38 @@ void MeshExecutor::reduce(const std::vector<int>& group, int f, MeshAction::What
     sum_all(pieces);
     return;
   }
-  // A partial input gradient: summed, then it joins the operand's gradient.
-  const int key = 2 * f + (what == MeshAction::SumWeightGradient ? 1 : 0);
+  if (what == MeshAction::GatherOperand) {
+    // Every member's piece of the operand, placed along the sequence.
+    for (int c : group) {
+      Tensor whole(std::size_t(box(which ? op.named.b : op.named.a, c).elements()));
+      for (int m : group) {
+        const Tensor& piece = value(m, which ? op.b : op.a);
+        for_each_element(piece_in_gathered(f, which, c, m),
+                         [&](std::int64_t l, std::int64_t at) { whole[std::size_t(at)] = piece[std::size_t(l)]; });
+      }
+      gathered_[std::size_t(c)][2 * f + which] = std::move(whole);
+    }
+    return;
+  }
+  // A partial input gradient: summed, then it joins the operand's gradient (for an operand
+  // read whole along a split sequence, each member takes its piece of the sum).
+  if (what == MeshAction::SumWeightGradient) which = 1;
+  if (what == MeshAction::SumInputGradient) which = 0;
+  const int key = 2 * f + which;
   for (int c : group) pieces.push_back(&partial_[std::size_t(c)].at(key));
   sum_all(pieces);
+  if (what == MeshAction::ScatterOperandGradient) {
+    for (int m : group) {
+      const Tensor& sum = partial_[std::size_t(m)].at(key);
+      const Box b = piece_in_gathered(f, which, m, m);
+      Tensor mine(std::size_t(b.elements()));
+      for_each_element(b, [&](std::int64_t l, std::int64_t at) { mine[std::size_t(l)] = sum[std::size_t(at)]; });
+      accumulate(m, which ? op.b : op.a, std::move(mine));
+    }
+    for (int c : group) partial_[std::size_t(c)].erase(key);
+    return;
+  }
+  if (op.gather[which]) return;  // the reduce-scatter over the sequence follows
   for (int c : group) {
     accumulate(c, what == MeshAction::SumWeightGradient ? op.b : op.a, std::move(partial_[std::size_t(c)].at(key)));
     partial_[std::size_t(c)].erase(key);
@@ -685,7 +743,7 @@ FunctionalRuntime::Closure MeshExecutor::compute(int core, int layer, std::vecto
 
 FunctionalRuntime::Closure MeshExecutor::collective(std::vector<std::vector<int>> groups, int layer, MeshAction action) {
   return [this, groups = std::move(groups), layer, action] {
-    for (const auto& g : groups) reduce(g, flat(layer, action.op), action.what);
+    for (const auto& g : groups) reduce(g, flat(layer, action.op), action.what, action.operand);
   };
 }
 

@@ -30,7 +30,10 @@ struct MeshAction {
     SumWeightGradient,  ///< all-reduce the gradient of the op's second operand (a weight, or an activation)
     CombineStatistics,  ///< all-reduce the row statistics of a normalization over a split dimension
     CombineGradientStatistics,  ///< all-reduce the row sums of its gradient
+    GatherOperand,              ///< all-gather an operand split along seq that the op reads whole (seq_k)
+    ScatterOperandGradient,     ///< reduce-scatter that operand's gradient back to its pieces
   } what = Forward;
+  int operand = 0;  ///< GatherOperand, ScatterOperandGradient: 0 the op's first operand, 1 its second
 };
 
 class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared_from_this<MeshExecutor> {
@@ -77,6 +80,7 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
     NamedOp named;
     int layer = 0;
     int a = -1, b = -1, skip = -1;  ///< producing ops (-1: the model's input; b, skip: -1 when absent or a weight)
+    bool gather[2] = {false, false};  ///< operand a, b read whole along the sequence its producer splits
     std::vector<int> params;        ///< its weight's copies among the layer's parameters
   };
   /// A parameter of a layer: a weight (copy) of its named ops and where it sits in the layer
@@ -94,12 +98,19 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
   bool split(const std::string& dim) const { return layout_.count(dim) > 0; }
   /// The value an op reads: op `producer`'s output, or the model's input (-1).
   const Tensor& value(int core, int producer);
+  /// Operand 0 (a) or 1 (b) of op f: the producer's output, or its all-gathered copy.
+  const Tensor& operand(int core, int f, int which);
+  /// Where member `m`'s piece of op f's operand `which` lies in the gathered operand of the
+  /// group (the piece's offset along the sequence, within this core's extent of the others).
+  Box piece_in_gathered(int f, int which, int core, int m) const;
+  bool expects(int f, MeshAction::What what, int which = 0) const { return expected_.count({f, int(what) + 100 * which}) > 0; }
   /// Adds to the gradient of op `producer`'s output (nothing for the model's input).
   void accumulate(int core, int producer, Tensor g);
   /// Per row of the whole batch: the examples' targets (or tokens) this core's rows need.
   std::vector<std::int32_t> per_row(int core, const NamedTensor& rows, const std::vector<std::int32_t>& whole_rows_of_examples) const;
   void run(int core, int f, MeshAction::What what);
-  void reduce(const std::vector<int>& group, int f, MeshAction::What what);
+  /// `which`: the operand (GatherOperand, ScatterOperandGradient).
+  void reduce(const std::vector<int>& group, int f, MeshAction::What what, int which);
   void finish_softmax_xent(int core, int f);
   void finish_layer_norm(int core, int f);
   void finish_layer_norm_gradient(int core, int f);
@@ -112,10 +123,10 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
   std::vector<Op> ops_;                           // every layer's ops, in order
   std::vector<int> first_op_;                     // layer -> its first op
   std::vector<std::vector<Param>> params_;        // layer -> its parameters
-  std::set<std::pair<int, int>> expected_;        // (op, collective) the schedule plays
+  std::set<std::pair<int, int>> expected_;        // (op, collective + 100 operand) the schedule plays
   // Per core: op -> its output, the gradient of it, partial gradients awaiting an all-reduce
   // (2 op + operand), row statistics.
-  std::vector<std::map<int, Tensor>> out_, dout_, partial_;
+  std::vector<std::map<int, Tensor>> out_, dout_, partial_, gathered_;
   std::vector<std::map<int, std::vector<double>>> stats_;
   std::vector<std::vector<std::int32_t>> targets_, tokens_;
   std::vector<Tensor> input_;

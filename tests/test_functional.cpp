@@ -138,6 +138,10 @@ MESH_TRANSFORMER_CASE("batch x heads", R"({"batch": "rows", "heads": "cols"})")
 MESH_TRANSFORMER_CASE("Mesh-TF layout", R"({"batch": "rows", "d_ff": "cols", "heads": "cols", "vocab": "cols"})")
 MESH_TRANSFORMER_CASE("d_model x heads", R"({"d_model": "rows", "heads": "cols"})")
 MESH_TRANSFORMER_CASE("d_kv x vocab", R"({"d_kv": "rows", "vocab": "cols"})")
+// A split sequence: keys and values are all-gathered for the scores and the context, their
+// gradients reduce-scattered back.
+MESH_TRANSFORMER_CASE("batch x seq", R"({"batch": "rows", "seq": "cols"})")
+MESH_TRANSFORMER_CASE("seq x heads", R"({"seq": "rows", "heads": "cols"})")
 TEST_CASE("functional mesh 2x2 transformer sharded update matches one core", "[functional][mesh][sharding]") {
   check_equivalent(kTransformer, R"({"kind": "mesh", "mesh": {"rows": 2, "cols": 2}, "weight_update": "sharded",
                                       "layout": {"batch": "rows", "heads": "cols", "d_ff": "cols"}})", "momentum", kFourCores);

@@ -339,3 +339,38 @@ TEST_CASE("LARS under a mesh all-reduces each layer's norms over the mesh dimens
   CHECK(s.at(0).size() == 1);  // batch + model: all 32 cores
   CHECK(s.at(2).front().size() == 8);  // the classifier: over batch
 }
+
+TEST_CASE("a split sequence all-gathers the keys and values attention reads whole", "[mesh]") {
+  const Json model = Json::parse(R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "d_kv": 64, "vocab": 1024, "seq_len": 64})");
+  const Study s = mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": [["batch", 8], ["seq", 4]], "layout": {"batch": "batch", "seq": "seq"}})"));
+  const BuiltStep step = s.schedule->build(s);
+  REQUIRE_NOTHROW(step.graph.validate());
+  // Keys [batch 256/8, seq_k 64 whole, heads 4, d_kv 64] in bf16 per core after the gather.
+  const double keys = 32.0 * 64 * 4 * 64 * 2;
+  for (const char* op : {"self_scores", "self_context"}) {
+    INFO(op);
+    int gathers = 0, scatters = 0;
+    for (const auto& c : collectives_of(step, "block0", op)) {
+      const std::string task = c["task"];
+      CHECK(c["mesh_dims"] == Json::array({"seq"}));
+      if (task.rfind("all-gather ", 0) == 0) {
+        ++gathers;
+        CHECK(c["bytes"].get<double>() == Approx(keys));
+      } else if (task.rfind("reduce-scatter ", 0) == 0) {
+        ++scatters;
+        CHECK(c["bytes"].get<double>() == Approx(keys));
+      } else {
+        FAIL("unexpected " << task);  // the keys' gradient is not all-reduced
+      }
+    }
+    CHECK(gathers == 1);
+    CHECK(scatters == 1);
+  }
+  int gather_tasks = 0;
+  for (int id = 0; id < step.graph.size(); ++id)
+    if (step.graph.task(id).phase == "activation_allgather") {
+      CHECK(step.graph.task(id).op == sim::CollectiveOp::AllGather);
+      ++gather_tasks;
+    }
+  CHECK(gather_tasks == 2);
+}
