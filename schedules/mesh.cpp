@@ -129,8 +129,7 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
                                                                     kind == Event::BlockingAllGather ? "all-gather"
                                                                     : scatter                        ? "reduce-scatter"
                                                                                                      : "all-reduce")}});
-    if (kind != Event::GradientAllReduce) return;
-    if (scatter) {
+    if (sharded && kind == Event::GradientAllReduce) {
       double members = 1;
       for (const auto& m : mesh) members *= s.sizes.at(m);
       const double local = bytes / kWeightBytes;
