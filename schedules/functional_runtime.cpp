@@ -58,26 +58,22 @@ std::vector<Tensor> FunctionalRuntime::initial_params(int layer) const {
   return fn(layer).init(mix(seed_, 0xC0FFEE, std::uint64_t(layer)));
 }
 
+void FunctionalRuntime::take(int core, int layer, std::vector<Tensor> params) {
+  Held h;
+  h.params = std::move(params);
+  for (const auto& p : h.params) h.grads.emplace_back(p.size(), 0.0f);
+  h.slots.assign(std::size_t(slots_of(study_.optimizer.kind)), h.grads);
+  held_[{core, layer}] = std::move(h);
+}
+
 void FunctionalRuntime::hold(int core, LayerRange layers) {
-  for (int l = layers.first; l < layers.last; ++l) {
-    if (held_.count({core, l})) continue;
-    Held h;
-    h.params = initial_params(l);
-    for (const auto& p : h.params) h.grads.emplace_back(p.size(), 0.0f);
-    h.slots.assign(std::size_t(slots_of(study_.optimizer.kind)), h.grads);
-    held_[{core, l}] = std::move(h);
-  }
+  for (int l = layers.first; l < layers.last; ++l)
+    if (!held_.count({core, l})) take(core, l, initial_params(l));
 }
 
 void FunctionalRuntime::hold_shards(int core, LayerRange layers, std::shared_ptr<const Shards> shards) {
   shards_ = std::move(shards);
-  for (int l = layers.first; l < layers.last; ++l) {
-    Held h;
-    h.params = shards_->slice(core, l, initial_params(l));
-    for (const auto& p : h.params) h.grads.emplace_back(p.size(), 0.0f);
-    h.slots.assign(std::size_t(slots_of(study_.optimizer.kind)), h.grads);
-    held_[{core, l}] = std::move(h);
-  }
+  for (int l = layers.first; l < layers.last; ++l) take(core, l, shards_->slice(core, l, initial_params(l)));
 }
 
 Batch FunctionalRuntime::batch(std::int64_t first, std::int64_t count) const {

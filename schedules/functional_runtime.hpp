@@ -98,6 +98,8 @@ class FunctionalRuntime {
 
   Held& held(int core, int layer);
   std::vector<Tensor> initial_params(int layer) const;
+  /// `core` holds `params` of `layer`, with zero gradients and optimizer slots of their shapes.
+  void take(int core, int layer, std::vector<Tensor> params);
   /// The optimizer's rule on elements [lo, hi) of parameter k.
   void update_range(Held& h, std::size_t k, std::int64_t lo, std::int64_t hi) const;
   void run_forward(int core, LayerRange layers, std::int64_t first, std::int64_t count, bool keep_all, bool count_loss);
