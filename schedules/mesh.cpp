@@ -99,6 +99,7 @@ struct LayerProgram {
   /// its piece of each weight whose gradient is reduce-scattered.
   double update_elements = 0;
   std::set<std::string> weight_mesh_dims;  ///< mesh dimensions splitting any of its weights
+  std::vector<NamedTensor> weights;         ///< its weights over named dimensions
   Json ops = Json::array();  // per-op table
 };
 
@@ -206,6 +207,7 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
         p.total_weight_elements += t.elements();
         for (const auto& d : t.dims)
           if (s.layout.count(d.name)) p.weight_mesh_dims.insert(s.layout.at(d.name));
+        p.weights.push_back(t);
       }
     }
     double flops = 0;
@@ -755,28 +757,43 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
 
   // Each layer's shards are updated as soon as its weight gradients are reduced (layers in
   // backward order, like data parallelism's buckets), after the core's backward.
-  // LARS scales each layer by ||w|| / ||g||: when the layer's weights are split over mesh
-  // dimensions, or their pieces spread by weight-update sharding, the two partial norms are
-  // all-reduced over those dimensions before the update.
-  if (study.optimizer.kind == "lars")
-    for (int l = 0; l < layers; ++l) {
-      std::set<std::string> dims = programs[std::size_t(l)].weight_mesh_dims;
+  // Optimizer statistics over split weights, all-reduced before the layer's update.
+  auto statistics = [&](int l, const std::string& phase, const std::vector<std::string>& over, double bytes) {
+    sim::Task t;
+    t.kind = sim::TaskKind::Collective;
+    t.op = sim::CollectiveOp::AllReduce;
+    t.name = collective_task_name(study.model.layers[std::size_t(l)].name + " " + phase, over);
+    t.phase = phase;
+    t.layer = l;
+    t.bytes = bytes;
+    t.groups = groups(over);
+    const int id = g.add(std::move(t));
+    for (int c = 0; c < cores; ++c) g.depend(last[std::size_t(c)], id);
+    for (int r : gradient_reductions[std::size_t(l)]) g.depend(r, id);
+    gradient_reductions[std::size_t(l)].push_back(id);
+  };
+  for (int l = 0; l < layers; ++l) {
+    const auto& p = programs[std::size_t(l)];
+    if (study.optimizer.kind == "lars") {
+      // LARS scales each layer by ||w|| / ||g||: when the layer's weights are split over mesh
+      // dimensions, or their pieces spread by weight-update sharding, the two partial norms
+      // are all-reduced over those dimensions.
+      std::set<std::string> dims = p.weight_mesh_dims;
       for (const auto& w : scattered[std::size_t(l)]) dims.insert(w.mesh_dims.begin(), w.mesh_dims.end());
-      if (dims.empty()) continue;
-      const std::vector<std::string> over(dims.begin(), dims.end());
-      sim::Task t;
-      t.kind = sim::TaskKind::Collective;
-      t.op = sim::CollectiveOp::AllReduce;
-      t.name = collective_task_name(study.model.layers[std::size_t(l)].name + " lars norms", over);
-      t.phase = "lars_norms";
-      t.layer = l;
-      t.bytes = 8.0;
-      t.groups = groups(over);
-      const int id = g.add(std::move(t));
-      for (int c = 0; c < cores; ++c) g.depend(last[std::size_t(c)], id);
-      for (int r : gradient_reductions[std::size_t(l)]) g.depend(r, id);
-      gradient_reductions[std::size_t(l)].push_back(id);
+      if (!dims.empty()) statistics(l, "lars_norms", {dims.begin(), dims.end()}, 8.0);
+    } else if (study.optimizer.kind == "adafactor") {
+      // Adafactor keeps, per matrix (the last two dimensions of a weight), the mean of the
+      // squared gradient over each of them: a mean over a split dimension is all-reduced over
+      // its mesh dimension (fp32, one value per remaining element).
+      std::map<std::string, double> bytes;
+      for (const auto& w : p.weights) {
+        if (w.dims.size() < 2) continue;
+        for (const Dim* d : {&w.dims[w.dims.size() - 2], &w.dims.back()})
+          if (s.split(d->name) > 1) bytes[s.layout.at(d->name)] += 4.0 * s.local_elements(w) / double(s.local(*d));
+      }
+      for (const auto& [mesh_dim, b] : bytes) statistics(l, "adafactor_statistics", {mesh_dim}, b);
     }
+  }
   std::vector<std::vector<int>> updates(static_cast<std::size_t>(layers));
   for (int c = 0; c < cores; ++c) {
     const int after_backward = last[c];

@@ -374,3 +374,23 @@ TEST_CASE("a split sequence all-gathers the keys and values attention reads whol
     }
   CHECK(gather_tasks == 2);
 }
+
+TEST_CASE("Adafactor under a mesh all-reduces the factored statistics of split matrices", "[mesh][adafactor]") {
+  Json j{{"hardware", "tpu-v3"}, {"slice", "v3-32"}, {"model", ffn_model(64, 128)}, {"batch", 256}, {"optimizer", {{"kind", "adafactor"}}}};
+  j["schedule"] = Json::parse(R"({"kind": "mesh", "mesh": [["batch", 8], ["model", 4]], "layout": {"batch": "batch", "d_ff": "model"}})");
+  const Study s = parse_study(j, "test");
+  const BuiltStep step = s.schedule->build(s);
+  REQUIRE_NOTHROW(step.graph.validate());
+  std::map<int, double> bytes;
+  for (int id = 0; id < step.graph.size(); ++id) {
+    const auto& t = step.graph.task(id);
+    if (t.phase != "adafactor_statistics") continue;
+    CHECK(t.groups.size() == 8);  // over model: 4 cores per group
+    CHECK(t.groups.front().size() == 4);
+    bytes[t.layer] += t.bytes;
+  }
+  // dense0 [d_model 64, d_ff 128/4]: the mean over the split d_ff, one fp32 per d_model row;
+  // dense1 [d_ff 128/4, d_model 64]: the mean over d_ff, one per d_model column. The
+  // classifier's matrix is not split; biases are not factored.
+  CHECK(bytes == std::map<int, double>{{0, 4.0 * 64}, {1, 4.0 * 64}});
+}
