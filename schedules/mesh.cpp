@@ -110,10 +110,10 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
   LayerProgram p;
   double unshared_update = 0;  // elements of reduce-scattered weights a core does not update
   int at = 0;  // the op being lowered
-  auto compute = [&](std::vector<Event>& into, const Op& op, MeshAction::What what) {
+  auto compute = [&](std::vector<Event>& into, const Op& op, MeshAction::What what, bool partial = false) {
     const OpCost c = cost.cost(op);
     if (into.empty() || into.back().kind != Event::Compute) into.push_back(Event{Event::Compute, layer, 0, 0, 0, {}, 0, {}});
-    into.back().actions.push_back(MeshAction{at, what});
+    into.back().actions.push_back(MeshAction{at, what, 0, partial});
     into.back().seconds += c.seconds;
     into.back().model_flops += c.model_flops;
     into.back().hardware_flops += c.hardware_flops;
@@ -261,27 +261,58 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
     row["local_forward_flops"] = flops;
     p.ops.push_back(std::move(row));
   }
+  // Mesh-TensorFlow's lazy all-reduce: the partial input gradients of an activation several
+  // einsums read (the q, k and v projections of one layer norm's output) are added locally and
+  // all-reduced once, when the backward reaches the op that produced it.
+  struct Deferred {
+    int consumer;  // the op whose row lists the all-reduce (the last to add its part)
+    std::string names;
+    double bytes;
+  };
+  std::map<std::pair<std::string, std::vector<std::string>>, Deferred> deferred;  // (activation id, mesh dims)
+  auto produced_before = [&](std::size_t i, const std::string& id) {
+    for (std::size_t j = 0; j < i && !id.empty(); ++j)
+      if (ops[j].out.id == id) return true;
+    return false;
+  };
   // Backward, ops in reverse.
   for (std::size_t i = ops.size(); i-- > 0;) {
-    at = int(i);
     const NamedOp& op = ops[i];
+    for (auto it = deferred.begin(); it != deferred.end();) {
+      if (op.out.id.empty() || it->first.first != op.out.id) {
+        ++it;
+        continue;
+      }
+      at = it->second.consumer;
+      collective(p.backward, Event::BlockingAllReduce, op.out.id + " input gradient (" + it->second.names + ")", it->first.second,
+                 it->second.bytes, p.ops[std::size_t(at)], A::SumInputGradient);
+      it = deferred.erase(it);
+    }
+    at = int(i);
     Json& row = p.ops[i];
     switch (op.kind) {
       case NamedOp::Kind::Einsum: {
         const bool ga = gathered(i, op.a), gb = gathered(i, op.b);
-        compute(p.backward, local_matmul(op.name + "_da", s, op.out, op.b, op.a, act), A::Backward);
-        if (!op.a.weight && !(model_input && i == 0)) {
-          const auto over = s.split_missing({&op.out, &op.b}, op.a);
-          collective(p.backward, Event::BlockingAllReduce, op.name + " input gradient", ga ? without_seq(over) : over,
+        const bool needs_da = !op.a.weight && !(model_input && i == 0);
+        const auto over_a = needs_da ? s.split_missing({&op.out, &op.b}, op.a) : std::vector<std::string>{};
+        compute(p.backward, local_matmul(op.name + "_da", s, op.out, op.b, op.a, act), A::Backward, !over_a.empty());
+        if (needs_da && !ga && !over_a.empty() && produced_before(i, op.a.id)) {
+          auto [it, fresh] = deferred.try_emplace({op.a.id, over_a}, Deferred{int(i), op.name, s.local_elements(op.a) * act});
+          if (!fresh) {
+            it->second.consumer = int(i);
+            it->second.names = op.name + ", " + it->second.names;
+          }
+        } else if (needs_da) {
+          collective(p.backward, Event::BlockingAllReduce, op.name + " input gradient", ga ? without_seq(over_a) : over_a,
                      s.local_elements(op.a) * act, row, A::SumInputGradient);
           if (ga)
             collective(p.backward, Event::BlockingReduceScatter, op.name + " input gradient scatter", {seq_mesh}, s.local_elements(op.a) * act,
                        row, A::ScatterOperandGradient, 0);
         }
+        const auto over = s.split_missing({&op.a, &op.out}, op.b);
         Op db = local_matmul(op.name + "_db", s, op.a, op.out, op.b, act);
         db.weight_gradient = op.b.weight;
-        compute(p.backward, db, A::WeightGradient);
-        const auto over = s.split_missing({&op.a, &op.out}, op.b);
+        compute(p.backward, db, A::WeightGradient, !op.b.weight && !over.empty());
         collective(p.backward, op.b.weight ? Event::GradientAllReduce : Event::BlockingAllReduce,
                    op.name + (op.b.weight ? " weight gradient" : " input gradient"), gb ? without_seq(over) : over,
                    s.local_elements(op.b) * (op.b.weight ? kWeightBytes : act), row, A::SumWeightGradient);
@@ -738,10 +769,7 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
           t.memory.push_back({c, sim::MemoryCategory::Gradients, -kWeightBytes * (local - piece_elements(local, members)), When::End});
         scattered[std::size_t(l)].push_back({{ev.actions.front().op, t.groups}, ev.name, ev.mesh_dims, ev.bytes});
       }
-      if (exec) {
-        exec->expect(l, ev.actions.front());
-        t.host = exec->collective(t.groups, l, ev.actions.front());
-      }
+      if (exec) t.host = exec->collective(t.groups, l, ev.actions.front());
       const int id = g.add(std::move(t));
       for (int c = 0; c < cores; ++c)
         if (last[c] >= 0) g.depend(last[c], id);

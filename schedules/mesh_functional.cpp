@@ -125,6 +125,7 @@ MeshExecutor::MeshExecutor(const Study& study, FunctionalRuntime& runtime, std::
   out_.resize(cores);
   dout_.resize(cores);
   partial_.resize(cores);
+  pending_.resize(cores);
   gathered_.resize(cores);
   stats_.resize(cores);
   targets_.resize(cores);
@@ -324,10 +325,6 @@ bool MeshExecutor::first_replica(int core, const std::vector<std::string>& dims)
   return true;
 }
 
-void MeshExecutor::expect(int layer, const MeshAction& collective) {
-  expected_.insert({flat(layer, collective.op), int(collective.what) + 100 * collective.operand});
-}
-
 const Tensor& MeshExecutor::operand(int core, int f, int which) {
   const Op& op = ops_[std::size_t(f)];
   if (op.gather[which]) return gathered_[std::size_t(core)].at(2 * f + which);
@@ -375,6 +372,13 @@ const Tensor& MeshExecutor::value(int core, int producer) {
   return x;
 }
 
+void MeshExecutor::add_pending(int core, int producer, Tensor g) {
+  auto& store = pending_[std::size_t(core)];
+  auto it = store.find(producer);
+  if (it == store.end()) store.emplace(producer, std::move(g));
+  else add_into(it->second, g);
+}
+
 void MeshExecutor::accumulate(int core, int producer, Tensor g) {
   if (producer < 0) return;
   auto& store = dout_[std::size_t(core)];
@@ -383,7 +387,8 @@ void MeshExecutor::accumulate(int core, int producer, Tensor g) {
   else add_into(it->second, g);
 }
 
-void MeshExecutor::run(int core, int f, MeshAction::What what) {
+void MeshExecutor::run(int core, int f, const MeshAction& action) {
+  const MeshAction::What what = action.what;
   using kernels::I;
   using M = NamedOp::Math;
   const std::size_t c = std::size_t(core);
@@ -392,6 +397,7 @@ void MeshExecutor::run(int core, int f, MeshAction::What what) {
     input_[c].clear();
     dout_[c].clear();
     partial_[c].clear();
+    pending_[c].clear();
     gathered_[c].clear();
   }
   const Op& op = ops_[std::size_t(f)];
@@ -415,12 +421,14 @@ void MeshExecutor::run(int core, int f, MeshAction::What what) {
       } else if (what == MeshAction::Backward) {
         if (op.a < 0) return;  // the model's input needs no gradient
         Tensor da = einsum(dout_[c].at(f), on, B, bn, an, size);
-        if (expects(f, MeshAction::SumInputGradient) || op.gather[0]) partial_[c][2 * f] = std::move(da);
+        if (op.gather[0]) partial_[c][2 * f] = std::move(da);
+        else if (action.partial) add_pending(core, op.a, std::move(da));
         else accumulate(core, op.a, std::move(da));
       } else {
         Tensor db = einsum(operand(core, f, 0), an, dout_[c].at(f), on, bn, size);
         if (n.b.weight) add_into(grads[std::size_t(op.params[0])], db);
-        else if (expects(f, MeshAction::SumWeightGradient) || op.gather[1]) partial_[c][2 * f + 1] = std::move(db);
+        else if (op.gather[1]) partial_[c][2 * f + 1] = std::move(db);
+        else if (action.partial) add_pending(core, op.b, std::move(db));
         else accumulate(core, op.b, std::move(db));
       }
       return;
@@ -714,6 +722,17 @@ void MeshExecutor::reduce(const std::vector<int>& group, int f, MeshAction::What
   // read whole along a split sequence, each member takes its piece of the sum).
   if (what == MeshAction::SumWeightGradient) which = 1;
   if (what == MeshAction::SumInputGradient) which = 0;
+  if (!op.gather[which]) {
+    // The pending sum of the producer's gradient (several readers may have added to it).
+    const int producer = which ? op.b : op.a;
+    for (int c : group) pieces.push_back(&pending_[std::size_t(c)].at(producer));
+    sum_all(pieces);
+    for (int c : group) {
+      accumulate(c, producer, std::move(pending_[std::size_t(c)].at(producer)));
+      pending_[std::size_t(c)].erase(producer);
+    }
+    return;
+  }
   const int key = 2 * f + which;
   for (int c : group) pieces.push_back(&partial_[std::size_t(c)].at(key));
   sum_all(pieces);
@@ -728,16 +747,12 @@ void MeshExecutor::reduce(const std::vector<int>& group, int f, MeshAction::What
     for (int c : group) partial_[std::size_t(c)].erase(key);
     return;
   }
-  if (op.gather[which]) return;  // the reduce-scatter over the sequence follows
-  for (int c : group) {
-    accumulate(c, what == MeshAction::SumWeightGradient ? op.b : op.a, std::move(partial_[std::size_t(c)].at(key)));
-    partial_[std::size_t(c)].erase(key);
-  }
+  // Otherwise the reduce-scatter over the sequence follows.
 }
 
 FunctionalRuntime::Closure MeshExecutor::compute(int core, int layer, std::vector<MeshAction> actions) {
   return [this, core, layer, actions = std::move(actions)] {
-    for (const auto& a : actions) run(core, flat(layer, a.op), a.what);
+    for (const auto& a : actions) run(core, flat(layer, a.op), a);
   };
 }
 

@@ -34,6 +34,9 @@ struct MeshAction {
     ScatterOperandGradient,     ///< reduce-scatter that operand's gradient back to its pieces
   } what = Forward;
   int operand = 0;  ///< GatherOperand, ScatterOperandGradient: 0 the op's first operand, 1 its second
+  /// Backward, WeightGradient of an activation: the result is a partial sum, added to the
+  /// producer's pending sum that a later all-reduce completes.
+  bool partial = false;
 };
 
 class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared_from_this<MeshExecutor> {
@@ -44,9 +47,6 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
   MeshExecutor(const Study& study, FunctionalRuntime& runtime, std::vector<std::pair<std::string, int>> mesh,
                std::map<std::string, std::string> layout, std::vector<std::vector<int>> coords);
 
-  /// The schedule announces each collective it plays: a partial result waits for its all-reduce
-  /// before it joins the gradients that are already complete.
-  void expect(int layer, const MeshAction& collective);
   /// Every core takes its shards of every layer's initial parameters.
   void hold();
   FunctionalRuntime::Closure compute(int core, int layer, std::vector<MeshAction> actions);
@@ -103,12 +103,13 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
   /// Where member `m`'s piece of op f's operand `which` lies in the gathered operand of the
   /// group (the piece's offset along the sequence, within this core's extent of the others).
   Box piece_in_gathered(int f, int which, int core, int m) const;
-  bool expects(int f, MeshAction::What what, int which = 0) const { return expected_.count({f, int(what) + 100 * which}) > 0; }
   /// Adds to the gradient of op `producer`'s output (nothing for the model's input).
   void accumulate(int core, int producer, Tensor g);
+  /// Adds a partial sum to the producer's pending gradient (completed by an all-reduce).
+  void add_pending(int core, int producer, Tensor g);
   /// Per row of the whole batch: the examples' targets (or tokens) this core's rows need.
   std::vector<std::int32_t> per_row(int core, const NamedTensor& rows, const std::vector<std::int32_t>& whole_rows_of_examples) const;
-  void run(int core, int f, MeshAction::What what);
+  void run(int core, int f, const MeshAction& action);
   /// `which`: the operand (GatherOperand, ScatterOperandGradient).
   void reduce(const std::vector<int>& group, int f, MeshAction::What what, int which);
   void finish_softmax_xent(int core, int f);
@@ -123,10 +124,10 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
   std::vector<Op> ops_;                           // every layer's ops, in order
   std::vector<int> first_op_;                     // layer -> its first op
   std::vector<std::vector<Param>> params_;        // layer -> its parameters
-  std::set<std::pair<int, int>> expected_;        // (op, collective + 100 operand) the schedule plays
   // Per core: op -> its output, the gradient of it, partial gradients awaiting an all-reduce
   // (2 op + operand), row statistics.
   std::vector<std::map<int, Tensor>> out_, dout_, partial_, gathered_;
+  std::vector<std::map<int, Tensor>> pending_;  // per core: producing op -> partial sums of its gradient awaiting an all-reduce
   std::vector<std::map<int, std::vector<double>>> stats_;
   std::vector<std::vector<std::int32_t>> targets_, tokens_;
   std::vector<Tensor> input_;

@@ -394,3 +394,25 @@ TEST_CASE("Adafactor under a mesh all-reduces the factored statistics of split m
   // classifier's matrix is not split; biases are not factored.
   CHECK(bytes == std::map<int, double>{{0, 4.0 * 64}, {1, 4.0 * 64}});
 }
+
+TEST_CASE("the q k v projections' partial input gradients are added before one all-reduce", "[mesh]") {
+  // Mesh-TensorFlow's lazy all-reduce: with heads split, each projection's input gradient is a
+  // partial sum over heads; the three add up locally and the layer norm output's gradient is
+  // all-reduced once.
+  const Json model = Json::parse(R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 64})");
+  const Study s = mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": [["batch", 8], ["model", 4]], "layout": {"batch": "batch", "heads": "model"}})"));
+  const BuiltStep step = s.schedule->build(s);
+  auto input_gradients = [&](const char* op) {
+    std::vector<Json> found;
+    for (const auto& c : collectives_of(step, "block0", op))
+      if (c["what"].get<std::string>().find("input gradient") != std::string::npos) found.push_back(c);
+    return found;
+  };
+  CHECK(input_gradients("self_k_projection").empty());
+  CHECK(input_gradients("self_v_projection").empty());
+  const auto q = input_gradients("self_q_projection");
+  REQUIRE(q.size() == 1);
+  CHECK(q[0]["what"] == "self_h input gradient (self_q_projection, self_k_projection, self_v_projection)");
+  CHECK(q[0]["mesh_dims"] == Json::array({"model"}));
+  CHECK(q[0]["bytes"].get<double>() == Approx(32.0 * 64 * 256 * 2));  // [batch 256/8, seq, d_model] in bf16
+}
