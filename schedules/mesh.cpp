@@ -298,6 +298,21 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   };
   std::vector<std::vector<Scattered>> scattered(static_cast<std::size_t>(layers));
   double hardware_flops = 0;
+  // A collective over every group of a family at once, named by what it does and over which
+  // mesh dimensions.
+  auto family_collective = [](sim::CollectiveOp op, const std::string& what, const std::vector<std::string>& mesh_dims,
+                              std::vector<std::vector<int>> family, const std::string& phase, int layer, double bytes) {
+    static const char* const words[] = {"all-reduce", "reduce-scatter", "all-gather"};  // CollectiveOp order
+    sim::Task t;
+    t.kind = sim::TaskKind::Collective;
+    t.op = op;
+    t.name = collective_task_name(what, mesh_dims, words[int(op)]);
+    t.phase = phase;
+    t.layer = layer;
+    t.bytes = bytes;
+    t.groups = std::move(family);
+    return t;
+  };
   // A zero-length task per core after data arrives (`arrivals`), so each core's program stays
   // a chain and its next piece waits for what it receives.
   auto receive = [&](const std::string& what, bool forward, const std::vector<std::vector<int>>& arrivals) {
@@ -371,29 +386,17 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
         receive(ev.name, forward, incoming);
         continue;
       }
-      sim::Task t;
-      t.kind = sim::TaskKind::Collective;
-      t.op = sim::CollectiveOp::AllReduce;
-      t.name = collective_task_name(ev.name, ev.mesh_dims);
-      t.phase = ev.kind == Event::GradientAllReduce ? "weight_gradient_allreduce" : "activation_allreduce";
-      if (ev.kind == Event::BlockingAllGather) {
-        t.op = sim::CollectiveOp::AllGather;
-        t.name = collective_task_name(ev.name, ev.mesh_dims, "all-gather");
-        t.phase = "activation_allgather";
-      } else if (ev.kind == Event::BlockingReduceScatter) {
-        t.op = sim::CollectiveOp::ReduceScatter;
-        t.name = collective_task_name(ev.name, ev.mesh_dims, "reduce-scatter");
-        t.phase = "activation_reduce_scatter";
-      }
-      t.layer = l;
-      t.bytes = ev.bytes;
-      t.groups = groups(ev.mesh_dims);
-      if (ev.kind == Event::GradientAllReduce && sharded) {
+      using C = sim::CollectiveOp;
+      const bool scatter_gradient = ev.kind == Event::GradientAllReduce && sharded;
+      const auto [op, phase] = ev.kind == Event::BlockingAllGather       ? std::pair{C::AllGather, "activation_allgather"}
+                               : ev.kind == Event::BlockingReduceScatter ? std::pair{C::ReduceScatter, "activation_reduce_scatter"}
+                               : scatter_gradient                        ? std::pair{C::ReduceScatter, "weight_gradient_reduce_scatter"}
+                               : ev.kind == Event::GradientAllReduce     ? std::pair{C::AllReduce, "weight_gradient_allreduce"}
+                                                                         : std::pair{C::AllReduce, "activation_allreduce"};
+      sim::Task t = family_collective(op, ev.name, ev.mesh_dims, groups(ev.mesh_dims), phase, l, ev.bytes);
+      if (scatter_gradient) {
         // Each core keeps only its piece of the reduced gradient, updates it, and the updated
         // pieces are all-gathered (after the layer's updates).
-        t.op = sim::CollectiveOp::ReduceScatter;
-        t.name = collective_task_name(ev.name, ev.mesh_dims, "reduce-scatter");
-        t.phase = "weight_gradient_reduce_scatter";
         const double local = ev.bytes / kWeightBytes, members = double(t.groups.front().size());
         for (int c = 0; c < cores; ++c)
           t.memory.push_back({c, sim::MemoryCategory::Gradients, -kWeightBytes * (local - piece_elements(local, members)), When::End});
@@ -417,15 +420,8 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   // backward order, like data parallelism's buckets), after the core's backward.
   // Optimizer statistics over split weights, all-reduced before the layer's update.
   auto statistics = [&](int l, const std::string& phase, const std::vector<std::string>& over, double bytes) {
-    sim::Task t;
-    t.kind = sim::TaskKind::Collective;
-    t.op = sim::CollectiveOp::AllReduce;
-    t.name = collective_task_name(study.model.layers[std::size_t(l)].name + " " + phase, over);
-    t.phase = phase;
-    t.layer = l;
-    t.bytes = bytes;
-    t.groups = groups(over);
-    const int id = g.add(std::move(t));
+    const int id = g.add(family_collective(sim::CollectiveOp::AllReduce, study.model.layers[std::size_t(l)].name + " " + phase, over,
+                                           groups(over), phase, l, bytes));
     for (int c = 0; c < cores; ++c) g.depend(last[std::size_t(c)], id);
     for (int r : gradient_reductions[std::size_t(l)]) g.depend(r, id);
     gradient_reductions[std::size_t(l)].push_back(id);
@@ -482,14 +478,7 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   // Weight-update sharding: the updated pieces are all-gathered within the reduce-scatter's groups.
   for (int l = layers - 1; l >= 0; --l)
     for (const auto& w : scattered[std::size_t(l)]) {
-      sim::Task t;
-      t.kind = sim::TaskKind::Collective;
-      t.op = sim::CollectiveOp::AllGather;
-      t.name = collective_task_name(w.name, w.mesh_dims, "all-gather");
-      t.phase = "weight_allgather";
-      t.layer = l;
-      t.bytes = w.bytes;
-      t.groups = w.weight.groups;
+      sim::Task t = family_collective(sim::CollectiveOp::AllGather, w.name, w.mesh_dims, w.weight.groups, "weight_allgather", l, w.bytes);
       if (exec) t.host = exec->gather(l, w.weight);
       const int id = g.add(std::move(t));
       for (int u : updates[std::size_t(l)]) g.depend(u, id);
