@@ -209,8 +209,7 @@ FunctionalRuntime::Closure FunctionalRuntime::update(int core, LayerRange r, int
     std::int64_t total = 0;
     for (int l = r.first; l < r.last; ++l)
       for (const auto& p : held(core, l).params) total += std::int64_t(p.size());
-    const std::int64_t size = (total + shards - 1) / shards;
-    const std::int64_t begin = std::int64_t(shard) * size, end = std::min(total, begin + size);
+    const auto [begin, end] = piece(total, shard, shards);
     std::int64_t offset = 0;
     for (int l = r.first; l < r.last; ++l) {
       Held& h = held(core, l);
@@ -244,9 +243,8 @@ FunctionalRuntime::Closure FunctionalRuntime::gather(std::vector<int> group, Lay
     std::int64_t total = 0;
     for (int l = r.first; l < r.last; ++l)
       for (const auto& p : held(group.front(), l).params) total += std::int64_t(p.size());
-    const std::int64_t size = (total + std::int64_t(group.size()) - 1) / std::int64_t(group.size());
     for (std::size_t s = 0; s < group.size(); ++s) {
-      const std::int64_t begin = std::int64_t(s) * size, end = std::min(total, begin + size);
+      const auto [begin, end] = piece(total, int(s), int(group.size()));
       std::int64_t offset = 0;
       for (int l = r.first; l < r.last; ++l) {
         const std::size_t tensors = held(group[s], l).params.size();
