@@ -164,7 +164,7 @@ std::vector<NamedOp> block_named_ops(const Dims& d, std::int64_t b, bool cross) 
     ops.push_back(elementwise(p + "_residual", tpusim::act({B, S, M}), 2, bias({M})));
     ops.back().math = NamedOp::Math::Residual;
     ops.back().skip = in;
-    ops.back().out.id = p == "self" && !cross ? "ffn_in" : (p == "self" ? "cross_in" : "ffn_in");
+    ops.back().out.id = p == "self" && cross ? "cross_in" : "ffn_in";
   };
   attention("self", false);
   if (cross) attention("cross", true);
