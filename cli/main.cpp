@@ -12,7 +12,9 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/fit.hpp"
+#include "cli/output_file.hpp"
 #include "cli/sweep.hpp"
+#include "cli/validate.hpp"
 #include "hardware/torus.hpp"
 #include "models/describe.hpp"
 #include "reports/run_report.hpp"
@@ -51,11 +53,7 @@ reports::RunInfo run_info(const Study& study, const BuiltStep& step) {
   return info;
 }
 
-void write_file(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw ConfigError("--out", "", path.string(), "a writable output path");
-  out << text;
-}
+void write_file(const fs::path& path, const std::string& text) { cli::write_output_file(path, text); }
 
 struct RunOptions {
   std::string study;
@@ -341,6 +339,14 @@ int main(int argc, char** argv) {
   merge_cmd->add_option("dirs", merge_dirs, "sweep output directories")->required();
   merge_cmd->add_option("--out", merge_out, "output directory")->required();
 
+  cli::ValidateOptions validate;
+  auto* validate_cmd = app.add_subcommand("validate", "compare predictions with the measured TPU runs of configs/validation/");
+  validate_cmd->add_option("cases", validate.ids, "case ids (default: every case)");
+  validate_cmd->add_option("-j,--jobs", validate.jobs, "cases run at once (default: the number of cores)");
+  validate_cmd->add_flag("--json", validate.json, "print the tpusim.validation/1 JSON instead of the table");
+  validate_cmd->add_option("--out", validate.out, "write validation.json, validation.md and validation.html here");
+  validate_cmd->add_option("--cases-dir", validate.dir, "folder of validation cases (default: configs/validation)");
+
   auto* describe = app.add_subcommand("describe", "print derived figures of hardware or a slice");
   describe->require_subcommand(1);
   std::string hw_name, slice_name, slice_hw;
@@ -379,6 +385,7 @@ int main(int argc, char** argv) {
     if (*check_cmd) return cmd_check(check_file, check_sets);
     if (*sweep_cmd) return cli::cmd_sweep(sweep);
     if (*merge_cmd) return cli::cmd_merge(merge_dirs, merge_out);
+    if (*validate_cmd) return cli::cmd_validate(validate);
     if (*fit_cmd) return cli::cmd_fit(fit_study, fit_path, fit_sets, fit_min, fit_max, fit_step, fit_json);
     if (*d_hw) return cmd_describe_hardware(hw_name, describe_json);
     if (*d_slice) return cmd_describe_slice(slice_name, slice_hw, describe_json);

@@ -1,0 +1,41 @@
+#include "cli/output_file.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "hardware/errors.hpp"
+
+namespace tpusim::cli {
+
+void write_output_file(const std::filesystem::path& path, const std::string& text, const std::string& option) {
+  const std::string tmp = path.string() + ".tmp";
+  auto fail = [&](const char* step) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    throw ConfigError(option, "", path.string(), std::string("a writable output path (") + step + " failed: " + why + ")");
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("open");
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      fail("write");
+    }
+    done += std::size_t(n);
+  }
+  if (::fsync(fd) != 0) {
+    ::close(fd);
+    fail("fsync");
+  }
+  if (::close(fd) != 0) fail("close");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("rename");
+}
+
+}  // namespace tpusim::cli

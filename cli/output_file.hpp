@@ -1,0 +1,16 @@
+// Writing an output file so that a failure is never silent: the text goes to a temporary file
+// beside the target, is flushed and fsync'ed, and only then renamed over the target, so a full
+// disk or an unwritable directory leaves any earlier file intact and raises an error naming
+// the path.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace tpusim::cli {
+
+/// Writes `text` to `path` atomically. Throws ConfigError (the path is unusable: exit 2)
+/// naming `option` (e.g. "--out") and the path when any step fails.
+void write_output_file(const std::filesystem::path& path, const std::string& text, const std::string& option = "--out");
+
+}  // namespace tpusim::cli

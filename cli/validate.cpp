@@ -1,0 +1,294 @@
+#include "cli/validate.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "cli/child_process.hpp"
+#include "cli/output_file.hpp"
+#include "reports/validation_report.hpp"
+#include "schedules/study.hpp"
+
+namespace fs = std::filesystem;
+
+namespace tpusim::cli {
+
+const std::vector<std::string>& validation_quantities() {
+  static const std::vector<std::string> q = {"step_time_s", "max_fitting", "activation_bytes_total"};
+  return q;
+}
+
+namespace {
+
+std::string number_text(double v) {
+  char buf[64];
+  if (v == std::floor(v) && std::fabs(v) < 9e15) std::snprintf(buf, sizeof buf, "%lld", (long long)v);
+  else std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+FitSpec parse_fit(Fields& f) {
+  FitSpec s;
+  s.maximize = f.string("maximize");
+  s.min = f.number("min", -1e15, 1e15);
+  s.max = f.number("max", -1e15, 1e15);
+  s.step = f.positive("step");
+  if (f.problems().empty() && s.max < s.min) f.problems().add(f.path_of("max"), Json(s.max), "a value >= fit.min (" + number_text(s.min) + ")");
+  f.finish();
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> ValidationCase::command() const {
+  std::vector<std::string> args;
+  if (fit) {
+    args = {"fit", study, "--maximize", fit->maximize, "--min", number_text(fit->min), "--max", number_text(fit->max), "--step",
+            number_text(fit->step), "--json"};
+  } else {
+    args = {"run", study, "--json"};
+  }
+  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+  return args;
+}
+
+ValidationCase parse_validation_case(const Json& json, const fs::path& file, Problems& problems) {
+  ValidationCase c;
+  c.file = file.string();
+  Fields f(json, "", problems);
+  if (!f.ok()) return c;
+  f.string("schema", {"tpusim.validation_case/1"});
+  c.id = f.string("id");
+  if (problems.empty() && c.id != file.stem().string())
+    problems.add("id", Json(c.id), "the case file's name without .json (\"" + file.stem().string() + "\")");
+  c.description = f.string("description");
+  const std::string study = f.string("study");
+  c.study = study.empty() ? study : (fs::path(study).is_absolute() ? fs::path(study) : file.parent_path() / study).lexically_normal().string();
+  if (const Json* sets = f.optional("set")) {
+    if (!sets->is_array()) problems.add("set", *sets, "an array of \"dotted.path=value\" strings");
+    else
+      for (std::size_t i = 0; i < sets->size(); ++i) {
+        const Json& s = (*sets)[i];
+        if (!s.is_string() || s.get<std::string>().find('=') == std::string::npos)
+          problems.add(index_path("set", i), s, "a \"dotted.path=value\" string");
+        else c.sets.push_back(s.get<std::string>());
+      }
+  }
+  c.quantity = f.string("quantity", validation_quantities());
+  if (const Json* fit = f.optional("fit")) {
+    Fields ff(*fit, "fit", problems);
+    if (ff.ok()) c.fit = parse_fit(ff);
+  }
+  if (problems.empty() && (c.quantity == "max_fitting") != c.fit.has_value())
+    problems.add("fit", std::string(c.fit ? "an object" : "missing"),
+                 c.quantity == "max_fitting" ? "{\"maximize\", \"min\", \"max\", \"step\"} for quantity max_fitting"
+                                             : "no fit: only quantity max_fitting searches");
+  if (const Json* m = f.value("measured")) {
+    Fields mf(*m, "measured", problems);
+    if (mf.ok()) {
+      c.measured = mf.positive("value");
+      c.unit = mf.string("unit", {"s", "bytes", "layers", "filters"});
+      c.source = mf.string("source");
+      mf.finish();
+    }
+  }
+  if (const Json* t = f.value("tolerance")) {
+    Fields tf(*t, "tolerance", problems);
+    if (tf.ok()) {
+      c.tolerance = tf.number("relative", 1e-6, 10);
+      c.tolerance_source = tf.string("source");
+      tf.finish();
+    }
+  }
+  f.finish();
+  return c;
+}
+
+std::vector<ValidationCase> load_validation_cases(const fs::path& dir, const std::vector<std::string>& ids) {
+  std::map<std::string, fs::path> files;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.path().extension() == ".json") files[entry.path().stem().string()] = entry.path();
+  if (ec || files.empty()) throw ConfigError("validate", "", dir.string(), "a folder of validation cases (*.json)");
+  std::vector<std::string> wanted = ids;
+  if (wanted.empty())
+    for (const auto& [id, p] : files) wanted.push_back(id);
+  std::vector<ValidationCase> cases;
+  for (const auto& id : wanted) {
+    auto it = files.find(id);
+    if (it == files.end()) {
+      std::string known;
+      for (const auto& [k, p] : files) known += (known.empty() ? "" : ", ") + k;
+      throw ConfigError("validate", "CASE", "\"" + id + "\"", "a case of " + dir.string() + ": " + known);
+    }
+    Problems problems(it->second.string());
+    ValidationCase c = parse_validation_case(read_json_file(it->second), it->second, problems);
+    problems.throw_if_any();
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+std::optional<double> predicted_value(const ValidationCase& c, const Json& output) {
+  if (c.quantity == "max_fitting") {
+    const Json& v = output.at("max_fitting");
+    return v.is_null() ? std::nullopt : std::optional<double>(v.get<double>());
+  }
+  if (c.quantity == "activation_bytes_total") {
+    double total = 0;
+    for (const auto& core : output.at("cores")) total += core.at("hbm_at_peak").at("activations").get<double>();
+    return total;
+  }
+  return output.at(c.quantity).get<double>();
+}
+
+Json validation_record(const ValidationCase& c, std::optional<double> predicted, const std::string& failure) {
+  std::string command = "tpusim";
+  for (const auto& a : c.command()) command += " " + (a.find_first_of(" {}\"'") == std::string::npos ? a : "'" + a + "'");
+  Json r{{"id", c.id},
+         {"quantity", c.quantity},
+         {"unit", c.unit},
+         {"measured", c.measured},
+         {"predicted", predicted ? Json(*predicted) : Json(nullptr)},
+         {"error", predicted ? Json(*predicted / c.measured - 1.0) : Json(nullptr)},
+         {"tolerance", c.tolerance},
+         {"within", predicted && std::fabs(*predicted / c.measured - 1.0) <= c.tolerance},
+         {"source", c.source},
+         {"tolerance_source", c.tolerance_source},
+         {"description", c.description},
+         {"command", command}};
+  if (!failure.empty()) r["failure"] = failure;
+  return r;
+}
+
+Json validation_summary(const Json& cases) {
+  struct Acc {
+    double sum = 0, worst = 0;
+    std::size_t n = 0, within = 0, missing = 0;
+    std::string worst_id;
+  };
+  std::map<std::string, Acc> by;
+  auto add = [](Acc& a, const Json& c) {
+    a.within += c["within"].get<bool>() ? 1 : 0;
+    if (c["error"].is_null()) {
+      ++a.missing;
+      return;
+    }
+    const double e = std::fabs(c["error"].get<double>());
+    a.sum += e;
+    ++a.n;
+    if (e >= a.worst) {
+      a.worst = e;
+      a.worst_id = c["id"].get<std::string>();
+    }
+  };
+  for (const auto& c : cases) {
+    add(by[c["quantity"].get<std::string>()], c);
+    add(by[""], c);
+  }
+  auto row = [](const Acc& a, std::size_t total) {
+    return Json{{"cases", total},
+                {"within", a.within},
+                {"no_prediction", a.missing},
+                {"mean_abs_error", a.n ? Json(a.sum / double(a.n)) : Json(nullptr)},
+                {"worst_abs_error", a.n ? Json(a.worst) : Json(nullptr)},
+                {"worst_case", a.n ? Json(a.worst_id) : Json(nullptr)}};
+  };
+  Json per = Json::object();
+  for (const auto& [q, a] : by)
+    if (!q.empty()) per[q] = row(a, a.n + a.missing);
+  Json all = row(by[""], cases.size());
+  all["per_quantity"] = per;
+  return all;
+}
+
+namespace {
+
+/// The hardware figures of the cases' studies whose source is an assumption, once each.
+Json assumed_figures(const std::vector<Study>& studies) {
+  std::map<std::pair<std::string, std::string>, std::string> seen;
+  for (const auto& s : studies)
+    for (const auto& [path, source] : s.hardware.sources)
+      if (source.rfind("assumption", 0) == 0) seen[{s.hardware.name, path}] = source;
+  Json list = Json::array();
+  for (const auto& [key, source] : seen) list.push_back(Json{{"hardware", key.first}, {"figure", key.second}, {"source", source}});
+  return list;
+}
+
+Json run_case(const ValidationCase& c) {
+  try {
+    const ChildResult child = run_self(c.command());
+    if (child.exit_code != 0) {
+      std::string why = child.err.empty() ? "exit code " + std::to_string(child.exit_code) : child.err;
+      while (!why.empty() && why.back() == '\n') why.pop_back();
+      return validation_record(c, std::nullopt, why);
+    }
+    const Json out = Json::parse(child.out);
+    const auto predicted = predicted_value(c, out);
+    return validation_record(c, predicted, predicted ? "" : "no value fits (even fit.min does not)");
+  } catch (const std::exception& e) {
+    return validation_record(c, std::nullopt, std::string("could not run the case: ") + e.what());
+  }
+}
+
+}  // namespace
+
+int cmd_validate(const ValidateOptions& o) {
+  const fs::path dir = o.dir.empty() ? config_dir() / "validation" : fs::path(o.dir);
+  if (o.jobs < 0) throw ConfigError("-j", "", std::to_string(o.jobs), "a number of parallel cases >= 1 (0: the number of cores)");
+  const std::vector<ValidationCase> cases = load_validation_cases(dir, o.ids);
+  // Every study must be valid before anything runs: a broken case is bad input, not a miss.
+  std::vector<Study> studies;
+  for (const auto& c : cases) {
+    try {
+      studies.push_back(load_study(c.study, c.sets));
+    } catch (const ConfigError& e) {
+      throw ConfigError(c.file, "study", c.study, std::string("a valid study with the case's overrides:\n") + e.what());
+    }
+  }
+
+  std::vector<Json> records(cases.size());
+  std::atomic<std::size_t> next{0};
+  std::mutex lock;
+  std::size_t done = 0;
+  auto worker = [&] {
+    for (std::size_t i = next++; i < cases.size(); i = next++) {
+      records[i] = run_case(cases[i]);
+      std::lock_guard<std::mutex> guard(lock);
+      ++done;
+      std::fprintf(stderr, "[%zu/%zu] %s\n", done, cases.size(), cases[i].id.c_str());
+    }
+  };
+  const int jobs = o.jobs > 0 ? o.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < std::min<int>(jobs, int(cases.size())); ++t) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+
+  Json all = Json::array();
+  for (auto& r : records) all.push_back(std::move(r));
+  const Json assumptions = assumed_figures(studies);
+  const Json report{{"schema", "tpusim.validation/1"},
+                    {"cases", all},
+                    {"summary", validation_summary(all)},
+                    {"assumption_knobs", assumptions.size()},
+                    {"assumptions", assumptions}};
+  if (!o.out.empty()) {
+    std::error_code ec;
+    fs::create_directories(o.out, ec);
+    write_output_file(fs::path(o.out) / "validation.json", report.dump(2) + "\n");
+    write_output_file(fs::path(o.out) / "validation.md", reports::validation_markdown(report));
+    write_output_file(fs::path(o.out) / "validation.html", reports::validation_html(report));
+  }
+  if (o.json) std::cout << report.dump(2) << "\n";
+  else std::cout << reports::validation_text(report);
+  bool all_within = true;
+  for (const auto& c : report["cases"]) all_within = all_within && c["within"].get<bool>();
+  return all_within ? 0 : 1;
+}
+
+}  // namespace tpusim::cli
