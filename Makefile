@@ -3,10 +3,13 @@ BUILD ?= build
 STUDY ?= configs/studies/default.json
 JOBS ?= $(shell nproc)
 
-.PHONY: setup build run test bench clean
+.PHONY: setup setup-test build run test bench clean
 
 setup:
 	@bash scripts/setup.sh
+
+setup-test:
+	@bash scripts/setup.sh test
 
 build: setup
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -15,7 +18,7 @@ build: setup
 run: build
 	@$(BUILD)/cli/tpusim run $(STUDY) --out out
 
-test: build
+test: setup-test build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 bench: build

@@ -11,12 +11,14 @@
 
 namespace tpusim::cli {
 
-void write_output_file(const std::filesystem::path& path, const std::string& text, const std::string& option) {
+void write_output_file(const std::filesystem::path& path, const std::string& text,
+                       const std::string& option) {
   const std::string tmp = path.string() + ".tmp";
   auto fail = [&](const char* step) {
     const std::string why = std::strerror(errno);
     std::remove(tmp.c_str());
-    throw ConfigError(option, "", path.string(), std::string("a writable output path (") + step + " failed: " + why + ")");
+    throw ConfigError(option, "", path.string(),
+                      std::string("a writable output path (") + step + " failed: " + why + ")");
   };
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("open");

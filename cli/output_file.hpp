@@ -11,6 +11,7 @@ namespace tpusim::cli {
 
 /// Writes `text` to `path` atomically. Throws ConfigError (the path is unusable: exit 2)
 /// naming `option` (e.g. "--out") and the path when any step fails.
-void write_output_file(const std::filesystem::path& path, const std::string& text, const std::string& option = "--out");
+void write_output_file(const std::filesystem::path& path, const std::string& text,
+                       const std::string& option = "--out");
 
 }  // namespace tpusim::cli

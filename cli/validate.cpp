@@ -27,8 +27,10 @@ namespace {
 
 std::string number_text(double v) {
   char buf[64];
-  if (v == std::floor(v) && std::fabs(v) < 9e15) std::snprintf(buf, sizeof buf, "%lld", (long long)v);
-  else std::snprintf(buf, sizeof buf, "%.17g", v);
+  if (v == std::floor(v) && std::fabs(v) < 9e15)
+    std::snprintf(buf, sizeof buf, "%lld", (long long)v);
+  else
+    std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
 }
 
@@ -38,7 +40,8 @@ FitSpec parse_fit(Fields& f) {
   s.min = f.number("min", -1e15, 1e15);
   s.max = f.number("max", -1e15, 1e15);
   s.step = f.positive("step");
-  if (f.problems().empty() && s.max < s.min) f.problems().add(f.path_of("max"), Json(s.max), "a value >= fit.min (" + number_text(s.min) + ")");
+  if (f.problems().empty() && s.max < s.min)
+    f.problems().add(f.path_of("max"), Json(s.max), "a value >= fit.min (" + number_text(s.min) + ")");
   f.finish();
   return s;
 }
@@ -48,8 +51,12 @@ FitSpec parse_fit(Fields& f) {
 std::vector<std::string> ValidationCase::command() const {
   std::vector<std::string> args;
   if (fit) {
-    args = {"fit", study, "--maximize", fit->maximize, "--min", number_text(fit->min), "--max", number_text(fit->max), "--step",
-            number_text(fit->step), "--json"};
+    args = {"fit",        study,
+            "--maximize", fit->maximize,
+            "--min",      number_text(fit->min),
+            "--max",      number_text(fit->max),
+            "--step",     number_text(fit->step),
+            "--json"};
   } else {
     args = {"run", study, "--json"};
   }
@@ -68,15 +75,20 @@ ValidationCase parse_validation_case(const Json& json, const fs::path& file, Pro
     problems.add("id", Json(c.id), "the case file's name without .json (\"" + file.stem().string() + "\")");
   c.description = f.string("description");
   const std::string study = f.string("study");
-  c.study = study.empty() ? study : (fs::path(study).is_absolute() ? fs::path(study) : file.parent_path() / study).lexically_normal().string();
+  c.study = study.empty() ? study
+                          : (fs::path(study).is_absolute() ? fs::path(study) : file.parent_path() / study)
+                                .lexically_normal()
+                                .string();
   if (const Json* sets = f.optional("set")) {
-    if (!sets->is_array()) problems.add("set", *sets, "an array of \"dotted.path=value\" strings");
+    if (!sets->is_array())
+      problems.add("set", *sets, "an array of \"dotted.path=value\" strings");
     else
       for (std::size_t i = 0; i < sets->size(); ++i) {
         const Json& s = (*sets)[i];
         if (!s.is_string() || s.get<std::string>().find('=') == std::string::npos)
           problems.add(index_path("set", i), s, "a \"dotted.path=value\" string");
-        else c.sets.push_back(s.get<std::string>());
+        else
+          c.sets.push_back(s.get<std::string>());
       }
   }
   c.quantity = f.string("quantity", validation_quantities());
@@ -86,8 +98,9 @@ ValidationCase parse_validation_case(const Json& json, const fs::path& file, Pro
   }
   if (problems.empty() && (c.quantity == "max_fitting") != c.fit.has_value())
     problems.add("fit", std::string(c.fit ? "an object" : "missing"),
-                 c.quantity == "max_fitting" ? "{\"maximize\", \"min\", \"max\", \"step\"} for quantity max_fitting"
-                                             : "no fit: only quantity max_fitting searches");
+                 c.quantity == "max_fitting"
+                     ? "{\"maximize\", \"min\", \"max\", \"step\"} for quantity max_fitting"
+                     : "no fit: only quantity max_fitting searches");
   if (const Json* m = f.value("measured")) {
     Fields mf(*m, "measured", problems);
     if (mf.ok()) {
@@ -114,7 +127,8 @@ std::vector<ValidationCase> load_validation_cases(const fs::path& dir, const std
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec))
     if (entry.path().extension() == ".json") files[entry.path().stem().string()] = entry.path();
-  if (ec || files.empty()) throw ConfigError("validate", "", dir.string(), "a folder of validation cases (*.json)");
+  if (ec || files.empty())
+    throw ConfigError("validate", "", dir.string(), "a folder of validation cases (*.json)");
   std::vector<std::string> wanted = ids;
   if (wanted.empty())
     for (const auto& [id, p] : files) wanted.push_back(id);
@@ -141,7 +155,8 @@ std::optional<double> predicted_value(const ValidationCase& c, const Json& outpu
   }
   if (c.quantity == "activation_bytes_total") {
     double total = 0;
-    for (const auto& core : output.at("cores")) total += core.at("hbm_at_peak").at("activations").get<double>();
+    for (const auto& core : output.at("cores"))
+      total += core.at("hbm_at_peak").at("activations").get<double>();
     return total;
   }
   return output.at(c.quantity).get<double>();
@@ -149,7 +164,8 @@ std::optional<double> predicted_value(const ValidationCase& c, const Json& outpu
 
 Json validation_record(const ValidationCase& c, std::optional<double> predicted, const std::string& failure) {
   std::string command = "tpusim";
-  for (const auto& a : c.command()) command += " " + (a.find_first_of(" {}\"'") == std::string::npos ? a : "'" + a + "'");
+  for (const auto& a : c.command())
+    command += " " + (a.find_first_of(" {}\"'") == std::string::npos ? a : "'" + a + "'");
   Json r{{"id", c.id},
          {"quantity", c.quantity},
          {"unit", c.unit},
@@ -216,7 +232,8 @@ Json assumed_figures(const std::vector<Study>& studies) {
     for (const auto& [path, source] : s.hardware.sources)
       if (source.rfind("assumption", 0) == 0) seen[{s.hardware.name, path}] = source;
   Json list = Json::array();
-  for (const auto& [key, source] : seen) list.push_back(Json{{"hardware", key.first}, {"figure", key.second}, {"source", source}});
+  for (const auto& [key, source] : seen)
+    list.push_back(Json{{"hardware", key.first}, {"figure", key.second}, {"source", source}});
   return list;
 }
 
@@ -240,7 +257,9 @@ Json run_case(const ValidationCase& c) {
 
 int cmd_validate(const ValidateOptions& o) {
   const fs::path dir = o.dir.empty() ? config_dir() / "validation" : fs::path(o.dir);
-  if (o.jobs < 0) throw ConfigError("-j", "", std::to_string(o.jobs), "a number of parallel cases >= 1 (0: the number of cores)");
+  if (o.jobs < 0)
+    throw ConfigError("-j", "", std::to_string(o.jobs),
+                      "a number of parallel cases >= 1 (0: the number of cores)");
   const std::vector<ValidationCase> cases = load_validation_cases(dir, o.ids);
   // Every study must be valid before anything runs: a broken case is bad input, not a miss.
   std::vector<Study> studies;
@@ -248,7 +267,8 @@ int cmd_validate(const ValidateOptions& o) {
     try {
       studies.push_back(load_study(c.study, c.sets));
     } catch (const ConfigError& e) {
-      throw ConfigError(c.file, "study", c.study, std::string("a valid study with the case's overrides:\n") + e.what());
+      throw ConfigError(c.file, "study", c.study,
+                        std::string("a valid study with the case's overrides:\n") + e.what());
     }
   }
 
@@ -284,8 +304,10 @@ int cmd_validate(const ValidateOptions& o) {
     write_output_file(fs::path(o.out) / "validation.md", reports::validation_markdown(report));
     write_output_file(fs::path(o.out) / "validation.html", reports::validation_html(report));
   }
-  if (o.json) std::cout << report.dump(2) << "\n";
-  else std::cout << reports::validation_text(report);
+  if (o.json)
+    std::cout << report.dump(2) << "\n";
+  else
+    std::cout << reports::validation_text(report);
   bool all_within = true;
   for (const auto& c : report["cases"]) all_within = all_within && c["within"].get<bool>();
   return all_within ? 0 : 1;

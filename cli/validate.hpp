@@ -27,16 +27,16 @@ struct FitSpec {
 };
 
 struct ValidationCase {
-  std::string id;           ///< the file's stem
-  std::string file;         ///< the case file
+  std::string id;    ///< the file's stem
+  std::string file;  ///< the case file
   std::string description;
-  std::string study;        ///< the study file (resolved against the case file's folder)
+  std::string study;              ///< the study file (resolved against the case file's folder)
   std::vector<std::string> sets;  ///< --set overrides, "path=value"
   std::string quantity;
-  std::optional<FitSpec> fit;     ///< required for max_fitting
+  std::optional<FitSpec> fit;  ///< required for max_fitting
   double measured = 0;
   std::string unit, source;
-  double tolerance = 0;           ///< relative
+  double tolerance = 0;  ///< relative
   std::string tolerance_source;
 
   /// The tpusim arguments (argv[1...]) that produce the prediction.
@@ -49,7 +49,8 @@ ValidationCase parse_validation_case(const Json& json, const std::filesystem::pa
 
 /// The cases of `dir` (every *.json, by id), or only those named in `ids` (in that order; an
 /// unknown id is bad input). Throws ConfigError.
-std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& dir, const std::vector<std::string>& ids);
+std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& dir,
+                                                  const std::vector<std::string>& ids);
 
 /// The predicted value from the child's JSON output; none when the output has no answer (a fit
 /// where even the minimum does not fit).
@@ -57,7 +58,8 @@ std::optional<double> predicted_value(const ValidationCase& c, const Json& outpu
 
 /// One case's record: id, quantity, unit, measured, predicted, error (predicted / measured - 1),
 /// tolerance, within, source, description, command (and error_message when the run failed).
-Json validation_record(const ValidationCase& c, std::optional<double> predicted, const std::string& failure = {});
+Json validation_record(const ValidationCase& c, std::optional<double> predicted,
+                       const std::string& failure = {});
 
 /// Mean and worst |error| per quantity and over every case, cases within tolerance.
 Json validation_summary(const Json& cases);

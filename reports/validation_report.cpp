@@ -23,7 +23,9 @@ std::string percent(const Json& v) { return v.is_null() ? "-" : fmt("%+.1f %%", 
 std::string abs_percent(const Json& v) { return v.is_null() ? "-" : fmt("%.1f %%", 100.0 * v.get<double>()); }
 
 std::string predicted_text(const Json& c) {
-  return c["predicted"].is_null() ? "none" : validation_value_text(c["predicted"].get<double>(), c["unit"].get<std::string>());
+  return c["predicted"].is_null()
+             ? "none"
+             : validation_value_text(c["predicted"].get<double>(), c["unit"].get<std::string>());
 }
 
 struct Row {
@@ -34,8 +36,9 @@ std::vector<Row> rows(const Json& report) {
   std::vector<Row> out;
   for (const auto& c : report["cases"])
     out.push_back(Row{c["id"].get<std::string>(), c["quantity"].get<std::string>(),
-                      validation_value_text(c["measured"].get<double>(), c["unit"].get<std::string>()), predicted_text(c),
-                      percent(c["error"]), fmt("%.0f %%", 100.0 * c["tolerance"].get<double>()),
+                      validation_value_text(c["measured"].get<double>(), c["unit"].get<std::string>()),
+                      predicted_text(c), percent(c["error"]),
+                      fmt("%.0f %%", 100.0 * c["tolerance"].get<double>()),
                       c["within"].get<bool>() ? "within" : "OUTSIDE"});
   return out;
 }
@@ -47,8 +50,9 @@ std::vector<std::string> quantities(const Json& report) {
 }
 
 std::string summary_line(const Json& s) {
-  return std::to_string(s["within"].get<int>()) + " of " + std::to_string(s["cases"].get<int>()) + " within tolerance, mean |error| " +
-         abs_percent(s["mean_abs_error"]) + ", worst " + abs_percent(s["worst_abs_error"]) +
+  return std::to_string(s["within"].get<int>()) + " of " + std::to_string(s["cases"].get<int>()) +
+         " within tolerance, mean |error| " + abs_percent(s["mean_abs_error"]) + ", worst " +
+         abs_percent(s["worst_abs_error"]) +
          (s["worst_case"].is_null() ? "" : " (" + s["worst_case"].get<std::string>() + ")");
 }
 
@@ -66,43 +70,52 @@ std::string validation_text(const Json& report) {
   std::size_t w = 4;
   for (const auto& r : rs) w = std::max(w, r.id.size());
   char line[512];
-  std::snprintf(line, sizeof line, "%-*s  %-22s %12s %12s %9s %5s  %s\n", int(w), "case", "quantity", "measured", "predicted", "error",
-                "tol", "");
+  std::snprintf(line, sizeof line, "%-*s  %-22s %12s %12s %9s %5s  %s\n", int(w), "case", "quantity",
+                "measured", "predicted", "error", "tol", "");
   s << line;
   for (const auto& r : rs) {
-    std::snprintf(line, sizeof line, "%-*s  %-22s %12s %12s %9s %5s  %s\n", int(w), r.id.c_str(), r.quantity.c_str(),
-                  r.measured.c_str(), r.predicted.c_str(), r.error.c_str(), r.tolerance.c_str(), r.verdict.c_str());
+    std::snprintf(line, sizeof line, "%-*s  %-22s %12s %12s %9s %5s  %s\n", int(w), r.id.c_str(),
+                  r.quantity.c_str(), r.measured.c_str(), r.predicted.c_str(), r.error.c_str(),
+                  r.tolerance.c_str(), r.verdict.c_str());
     s << line;
   }
   s << "\n";
-  for (const auto& q : quantities(report)) s << q << ": " << summary_line(report["summary"]["per_quantity"][q]) << "\n";
+  for (const auto& q : quantities(report))
+    s << q << ": " << summary_line(report["summary"]["per_quantity"][q]) << "\n";
   s << "all: " << summary_line(report["summary"]) << "\n";
   s << report["assumption_knobs"].get<int>() << " hardware figures of these studies are assumptions:";
-  for (const auto& a : report["assumptions"]) s << " " << a["hardware"].get<std::string>() << ":" << a["figure"].get<std::string>();
+  for (const auto& a : report["assumptions"])
+    s << " " << a["hardware"].get<std::string>() << ":" << a["figure"].get<std::string>();
   s << "\n";
   for (const auto& c : report["cases"])
-    if (c.contains("failure")) s << "failed: " << c["id"].get<std::string>() << ": " << c["failure"].get<std::string>() << "\n";
+    if (c.contains("failure"))
+      s << "failed: " << c["id"].get<std::string>() << ": " << c["failure"].get<std::string>() << "\n";
   return s.str();
 }
 
 std::string validation_markdown(const Json& report) {
   std::ostringstream s;
-  s << "# tpusim validation\n\nPredictions against measured TPU runs (configs/validation/, sources in shared/VALIDATION.md). "
+  s << "# tpusim validation\n\nPredictions against measured TPU runs (configs/validation/, sources in "
+       "shared/VALIDATION.md). "
        "Error = predicted / measured - 1.\n\n";
-  s << "| case | quantity | measured | predicted | error | tolerance | |\n| --- | --- | ---: | ---: | ---: | ---: | --- |\n";
+  s << "| case | quantity | measured | predicted | error | tolerance | |\n| --- | --- | ---: | ---: | ---: | "
+       "---: | --- |\n";
   for (const auto& r : rows(report))
-    s << "| " << r.id << " | " << r.quantity << " | " << r.measured << " | " << r.predicted << " | " << r.error << " | " << r.tolerance
-      << " | " << r.verdict << " |\n";
+    s << "| " << r.id << " | " << r.quantity << " | " << r.measured << " | " << r.predicted << " | "
+      << r.error << " | " << r.tolerance << " | " << r.verdict << " |\n";
   s << "\n## Summary\n\n";
-  for (const auto& q : quantities(report)) s << "- " << q << ": " << summary_line(report["summary"]["per_quantity"][q]) << "\n";
+  for (const auto& q : quantities(report))
+    s << "- " << q << ": " << summary_line(report["summary"]["per_quantity"][q]) << "\n";
   s << "- all: " << summary_line(report["summary"]) << "\n";
   s << "\n## Assumed hardware figures (" << report["assumption_knobs"].get<int>() << ")\n\n";
   for (const auto& a : report["assumptions"])
-    s << "- `" << a["hardware"].get<std::string>() << "` `" << a["figure"].get<std::string>() << "`: " << a["source"].get<std::string>() << "\n";
+    s << "- `" << a["hardware"].get<std::string>() << "` `" << a["figure"].get<std::string>()
+      << "`: " << a["source"].get<std::string>() << "\n";
   s << "\n## Cases\n\n";
   for (const auto& c : report["cases"]) {
-    s << "- **" << c["id"].get<std::string>() << "**: " << c["description"].get<std::string>() << ". Measured: "
-      << c["source"].get<std::string>() << ". Tolerance: " << c["tolerance_source"].get<std::string>() << ". Reproduce: `"
+    s << "- **" << c["id"].get<std::string>() << "**: " << c["description"].get<std::string>()
+      << ". Measured: " << c["source"].get<std::string>()
+      << ". Tolerance: " << c["tolerance_source"].get<std::string>() << ". Reproduce: `"
       << c["command"].get<std::string>() << "`";
     if (c.contains("failure")) s << ". Failed: " << c["failure"].get<std::string>();
     s << "\n";
@@ -114,50 +127,67 @@ std::string parity_svg(const Json& report, const std::string& quantity) {
   std::vector<const Json*> points;
   double lo = INFINITY, hi = 0;
   for (const auto& c : report["cases"]) {
-    if (c["quantity"] != quantity || c["predicted"].is_null() || !(c["predicted"].get<double>() > 0)) continue;
+    if (c["quantity"] != quantity || c["predicted"].is_null() || !(c["predicted"].get<double>() > 0))
+      continue;
     points.push_back(&c);
     for (const char* k : {"measured", "predicted"}) {
       lo = std::min(lo, c[k].get<double>());
       hi = std::max(hi, c[k].get<double>());
     }
   }
-  const double size = 300, left = 64, top = 34;
+  const double size = 300, left = 70, top = 34;
   std::ostringstream s;
-  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"parity\" data-quantity=\"" << xml_escape(quantity) << "\" width=\""
-    << left + size + 20 << "\" height=\"" << top + size + 50 << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
-  s << "<text x=\"" << left << "\" y=\"18\" font-size=\"13\">" << xml_escape(quantity) << ": predicted vs measured (log-log)</text>\n";
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"parity\" data-quantity=\"" << xml_escape(quantity)
+    << "\" width=\"" << left + size + 20 << "\" height=\"" << top + size + 50
+    << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  s << "<text x=\"" << left << "\" y=\"18\" font-size=\"13\">" << xml_escape(quantity)
+    << " (log-log)</text>\n";
   if (points.empty()) {
     s << "<text x=\"" << left << "\" y=\"" << top + 20 << "\">no predictions</text>\n</svg>\n";
     return s.str();
   }
-  // Whole decades around the data, padded so a +-10 % band stays visible at the ends.
-  const double l0 = std::floor(std::log10(lo / 1.3)), l1 = std::max(l0 + 1, std::ceil(std::log10(hi * 1.3)));
+  // The data's range padded by 30 % (so the +-10 % band shows at the ends), ticks on the 1-2-5 series.
+  const double l0 = std::log10(lo / 1.3), l1 = std::max(l0 + 0.3, std::log10(hi * 1.3));
   auto P = [&](double v) { return (std::log10(v) - l0) / (l1 - l0) * size; };
   auto X = [&](double v) { return left + P(v); };
   auto Y = [&](double v) { return top + size - P(v); };
   const double a = std::pow(10.0, l0), b = std::pow(10.0, l1);
-  s << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << size << "\" height=\"" << size << "\" fill=\"none\" stroke=\"#999\"/>\n";
-  s << "<polygon class=\"band\" points=\"" << svg_number(X(a)) << "," << svg_number(Y(a * 1.1)) << " " << svg_number(X(b / 1.1)) << ","
-    << svg_number(Y(b)) << " " << svg_number(X(b)) << "," << svg_number(Y(b)) << " " << svg_number(X(b)) << "," << svg_number(Y(b * 0.9)) << " "
-    << svg_number(X(a / 0.9)) << "," << svg_number(Y(a)) << " " << svg_number(X(a)) << "," << svg_number(Y(a)) << "\" fill=\"#4e79a7\" fill-opacity=\"0.15\"/>\n";
-  s << "<line class=\"diagonal\" x1=\"" << svg_number(X(a)) << "\" y1=\"" << svg_number(Y(a)) << "\" x2=\"" << svg_number(X(b)) << "\" y2=\""
-    << svg_number(Y(b)) << "\" stroke=\"#4e79a7\"/>\n";
-  for (double d = l0; d <= l1 + 1e-9; d += 1) {
-    const double v = std::pow(10.0, d);
-    s << "<text x=\"" << svg_number(X(v)) << "\" y=\"" << top + size + 14 << "\" text-anchor=\"middle\">1e" << int(d) << "</text>\n";
-    s << "<text x=\"" << left - 4 << "\" y=\"" << svg_number(Y(v) + 4) << "\" text-anchor=\"end\">1e" << int(d) << "</text>\n";
-  }
-  const std::string unit = points.front()->at("unit").get<std::string>();
-  s << "<text x=\"" << left + size / 2 << "\" y=\"" << top + size + 32 << "\" text-anchor=\"middle\">measured (" << xml_escape(unit)
-    << "); band: +-10 %</text>\n";
-  s << "<text transform=\"translate(14," << top + size / 2 << ") rotate(-90)\" text-anchor=\"middle\">predicted (" << xml_escape(unit)
-    << ")</text>\n";
+  s << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << size << "\" height=\"" << size
+    << "\" fill=\"none\" stroke=\"#999\"/>\n";
+  s << "<polygon class=\"band\" points=\"" << svg_number(X(a)) << "," << svg_number(Y(a * 1.1)) << " "
+    << svg_number(X(b / 1.1)) << "," << svg_number(Y(b)) << " " << svg_number(X(b)) << "," << svg_number(Y(b))
+    << " " << svg_number(X(b)) << "," << svg_number(Y(b * 0.9)) << " " << svg_number(X(a / 0.9)) << ","
+    << svg_number(Y(a)) << " " << svg_number(X(a)) << "," << svg_number(Y(a))
+    << "\" fill=\"#4e79a7\" fill-opacity=\"0.15\"/>\n";
+  s << "<line class=\"diagonal\" x1=\"" << svg_number(X(a)) << "\" y1=\"" << svg_number(Y(a)) << "\" x2=\""
+    << svg_number(X(b)) << "\" y2=\"" << svg_number(Y(b)) << "\" stroke=\"#4e79a7\"/>\n";
+  const bool dense = l1 - l0 > 2.5;  // many decades: label the decades only
+  for (int d = int(std::floor(l0)); d <= int(std::ceil(l1)); ++d)
+    for (double m : {1.0, 2.0, 5.0}) {
+      const double v = m * std::pow(10.0, d);
+      if (v < a || v > b || (dense && m != 1.0)) continue;
+      char label[32];
+      std::snprintf(label, sizeof label, "%g", v);
+      s << "<text x=\"" << svg_number(X(v)) << "\" y=\"" << top + size + 14 << "\" text-anchor=\"middle\">"
+        << label << "</text>\n";
+      s << "<text x=\"" << left - 4 << "\" y=\"" << svg_number(Y(v) + 4) << "\" text-anchor=\"end\">" << label
+        << "</text>\n";
+    }
+  std::set<std::string> units;
+  for (const Json* c : points) units.insert(c->at("unit").get<std::string>());
+  std::string unit;
+  for (const auto& u : units) unit += (unit.empty() ? "" : ", ") + u;
+  s << "<text x=\"" << left + size / 2 << "\" y=\"" << top + size + 32
+    << "\" text-anchor=\"middle\">measured (" << xml_escape(unit) << "); band: +-10 %</text>\n";
+  s << "<text transform=\"translate(14," << top + size / 2
+    << ") rotate(-90)\" text-anchor=\"middle\">predicted (" << xml_escape(unit) << ")</text>\n";
   for (const Json* c : points) {
     const bool within = c->at("within").get<bool>();
     s << "<circle class=\"case\" cx=\"" << svg_number(X(c->at("measured").get<double>())) << "\" cy=\""
-      << svg_number(Y(c->at("predicted").get<double>())) << "\" r=\"4\" fill=\"" << (within ? "#59a14f" : "#e15759")
-      << "\"><title>" << xml_escape(c->at("id").get<std::string>() + ": error " + percent(c->at("error")) + ", tolerance " +
-                                   fmt("%.0f %%", 100.0 * c->at("tolerance").get<double>()))
+      << svg_number(Y(c->at("predicted").get<double>())) << "\" r=\"4\" fill=\""
+      << (within ? "#59a14f" : "#e15759") << "\"><title>"
+      << xml_escape(c->at("id").get<std::string>() + ": error " + percent(c->at("error")) + ", tolerance " +
+                    fmt("%.0f %%", 100.0 * c->at("tolerance").get<double>()))
       << "</title></circle>\n";
   }
   s << "</svg>\n";
@@ -167,30 +197,41 @@ std::string parity_svg(const Json& report, const std::string& quantity) {
 std::string validation_html(const Json& report) {
   std::ostringstream h;
   h << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>tpusim validation</title>\n<style>"
-       "body{font-family:sans-serif;margin:24px;color:#222;max-width:1200px}table{border-collapse:collapse;margin:8px 0}"
+       "body{font-family:sans-serif;margin:24px;color:#222;max-width:1200px}table{border-collapse:collapse;"
+       "margin:8px 0}"
        "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:right}th{background:#f4f4f4}"
-       "td:first-child,td:nth-child(2){text-align:left}.out{color:#b00}svg{margin:6px 12px 6px 0;vertical-align:top}</style></head><body>\n";
-  h << "<h1>tpusim validation</h1>\n<p>Predictions against measured TPU runs. Error = predicted / measured - 1. "
+       "td:first-child,td:nth-child(2){text-align:left}.out{color:#b00}svg{margin:6px 12px 6px "
+       "0;vertical-align:top}</style></head><body>\n";
+  h << "<h1>tpusim validation</h1>\n<p>Predictions against measured TPU runs. Error = predicted / measured - "
+       "1. "
     << xml_escape(summary_line(report["summary"])) << ".</p>\n<div>";
   for (const auto& q : quantities(report)) h << parity_svg(report, q);
-  h << "</div>\n<table><tr><th>case</th><th>quantity</th><th>measured</th><th>predicted</th><th>error</th><th>tolerance</th><th></th></tr>\n";
+  h << "</div>\n<table><tr><th>case</th><th>quantity</th><th>measured</th><th>predicted</th><th>error</"
+       "th><th>tolerance</th><th></th></tr>\n";
   for (const auto& r : rows(report))
-    h << "<tr" << (r.verdict == "within" ? "" : " class=\"out\"") << "><td>" << xml_escape(r.id) << "</td><td>" << xml_escape(r.quantity)
-      << "</td><td>" << xml_escape(r.measured) << "</td><td>" << xml_escape(r.predicted) << "</td><td>" << xml_escape(r.error) << "</td><td>"
+    h << "<tr" << (r.verdict == "within" ? "" : " class=\"out\"") << "><td>" << xml_escape(r.id)
+      << "</td><td>" << xml_escape(r.quantity) << "</td><td>" << xml_escape(r.measured) << "</td><td>"
+      << xml_escape(r.predicted) << "</td><td>" << xml_escape(r.error) << "</td><td>"
       << xml_escape(r.tolerance) << "</td><td>" << r.verdict << "</td></tr>\n";
   h << "</table>\n<h2>Summary</h2>\n<ul>";
   for (const auto& q : quantities(report))
-    h << "<li>" << xml_escape(q) << ": " << xml_escape(summary_line(report["summary"]["per_quantity"][q])) << "</li>";
+    h << "<li>" << xml_escape(q) << ": " << xml_escape(summary_line(report["summary"]["per_quantity"][q]))
+      << "</li>";
   h << "</ul>\n<h2>Assumed hardware figures (" << report["assumption_knobs"].get<int>() << ")</h2>\n<ul>";
   for (const auto& a : report["assumptions"])
-    h << "<li><code>" << xml_escape(a["hardware"].get<std::string>() + " " + a["figure"].get<std::string>()) << "</code>: "
-      << xml_escape(a["source"].get<std::string>()) << "</li>";
+    h << "<li><code>" << xml_escape(a["hardware"].get<std::string>() + " " + a["figure"].get<std::string>())
+      << "</code>: " << xml_escape(a["source"].get<std::string>()) << "</li>";
   h << "</ul>\n<h2>Cases</h2>\n<ul>";
   for (const auto& c : report["cases"])
-    h << "<li><b>" << xml_escape(c["id"].get<std::string>()) << "</b>: " << xml_escape(c["description"].get<std::string>())
-      << ". Measured: " << xml_escape(c["source"].get<std::string>()) << ". Tolerance: " << xml_escape(c["tolerance_source"].get<std::string>())
-      << ". <code>" << xml_escape(c["command"].get<std::string>()) << "</code>"
-      << (c.contains("failure") ? " <span class=\"out\">failed: " + xml_escape(c["failure"].get<std::string>()) + "</span>" : "") << "</li>\n";
+    h << "<li><b>" << xml_escape(c["id"].get<std::string>())
+      << "</b>: " << xml_escape(c["description"].get<std::string>())
+      << ". Measured: " << xml_escape(c["source"].get<std::string>())
+      << ". Tolerance: " << xml_escape(c["tolerance_source"].get<std::string>()) << ". <code>"
+      << xml_escape(c["command"].get<std::string>()) << "</code>"
+      << (c.contains("failure")
+              ? " <span class=\"out\">failed: " + xml_escape(c["failure"].get<std::string>()) + "</span>"
+              : "")
+      << "</li>\n";
   h << "</ul>\n</body></html>\n";
   return h.str();
 }

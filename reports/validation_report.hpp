@@ -3,9 +3,8 @@
 // measured, log-log, the diagonal with a +-10 % band, each case's own tolerance in its tooltip).
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace tpusim::reports {
 

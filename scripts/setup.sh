@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tpusim builds with, only those missing; apt is skipped
 # entirely when everything is already present. Idempotent; safe to run on every `make`.
+# `setup.sh test` also installs what the test suite needs (headless Chromium for the HTML checks).
 set -euo pipefail
 
 packages=(
@@ -8,6 +9,9 @@ packages=(
   libsimgrid-dev libboost-graph-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   catch2 libcli11-dev libopenblas-dev libbenchmark-dev
 )
+if [ "${1:-}" = "test" ]; then
+  packages+=(chromium)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

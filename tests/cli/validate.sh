@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# `tpusim validate` end to end: every shipped case runs, the JSON has the documented schema,
+# the exit code says whether every case is within its tolerance, a case's predicted value is
+# exactly what its own command prints, the HTML renders its parity plots in headless
+# Chromium, and bad input is exit 2.
+set -euo pipefail
+tpusim="$1"; root="$2"; here=$(dirname "$0")
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+set +e
+"$tpusim" validate -j 2 --json --out "$work/v" > "$work/validation.json" 2> "$work/stderr"
+rc=$?
+set -e
+[ "$rc" -eq 0 ] || [ "$rc" -eq 1 ] || { echo "FAIL: exit code $rc"; cat "$work/stderr"; exit 1; }
+cases=$(ls "$root/configs/validation"/*.json | wc -l)
+python3 - "$work/validation.json" "$rc" "$cases" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1])); rc = int(sys.argv[2]); n = int(sys.argv[3])
+assert j["schema"] == "tpusim.validation/1"
+assert len(j["cases"]) == n, (len(j["cases"]), n)
+for c in j["cases"]:
+    for k in ("id", "quantity", "measured", "predicted", "error", "tolerance", "within", "source"):
+        assert k in c, (c["id"], k)
+    assert "failure" not in c, c
+    assert abs(c["error"] - (c["predicted"] / c["measured"] - 1)) < 1e-12
+    assert c["within"] == (abs(c["error"]) <= c["tolerance"])
+assert rc == (0 if all(c["within"] for c in j["cases"]) else 1), rc
+assert j["assumption_knobs"] == len(j["assumptions"]) > 0
+assert set(j["summary"]["per_quantity"]) == {c["quantity"] for c in j["cases"]}
+PY
+# The predicted value is exactly what the case's own command reports.
+python3 - "$work/validation.json" "$tpusim" <<'PY'
+import json, shlex, subprocess, sys
+j = json.load(open(sys.argv[1]))
+checked = set()
+for c in j["cases"]:
+    if c["quantity"] in checked: continue
+    checked.add(c["quantity"])
+    args = shlex.split(c["command"])[1:]
+    out = json.loads(subprocess.run([sys.argv[2]] + args, capture_output=True, text=True, check=True).stdout)
+    if c["quantity"] == "max_fitting": value = out["max_fitting"]
+    elif c["quantity"] == "activation_bytes_total": value = sum(k["hbm_at_peak"]["activations"] for k in out["cores"])
+    else: value = out[c["quantity"]]
+    assert value == c["predicted"], (c["id"], value, c["predicted"])
+assert len(checked) == 3, checked
+PY
+# The report renders: one parity plot per quantity with a point per case.
+bash "$here/chromium_dom.sh" "$work/v/validation.html" > "$work/dom.html"
+plots=$(grep -o 'class="parity"' "$work/dom.html" | wc -l)
+points=$(grep -o 'class="case"' "$work/dom.html" | wc -l)
+[ "$plots" -eq 3 ] || { echo "FAIL: $plots parity plots in the rendered DOM"; exit 1; }
+[ "$points" -eq "$cases" ] || { echo "FAIL: $points points for $cases cases"; exit 1; }
+grep -q "mlperf06-resnet-v3-32" "$work/v/validation.md"
+# Bad input: an unknown case, a broken case folder.
+set +e
+"$tpusim" validate no-such-case > /dev/null 2> "$work/err1"; rc1=$?
+mkdir "$work/bad"; echo '{"schema": "tpusim.validation_case/1", "id": "broken"}' > "$work/bad/broken.json"
+"$tpusim" validate --cases-dir "$work/bad" > /dev/null 2> "$work/err2"; rc2=$?
+set -e
+[ "$rc1" -eq 2 ] && grep -q "no-such-case" "$work/err1" || { echo "FAIL: unknown case gave $rc1"; cat "$work/err1"; exit 1; }
+[ "$rc2" -eq 2 ] && grep -q "quantity" "$work/err2" || { echo "FAIL: broken case gave $rc2"; cat "$work/err2"; exit 1; }
+echo "5 passed, 0 failed"

@@ -1,0 +1,167 @@
+// `tpusim validate` without the engine: case files parse (and broken ones are rejected with
+// their JSON path), the predicted value is read from the output the command would print, the
+// error and the summary are computed as documented, and every shipped case is well-formed.
+#include <catch2/catch.hpp>
+
+#include "cli/validate.hpp"
+#include "hardware/hardware_spec.hpp"
+#include "reports/validation_report.hpp"
+#include "schedules/study.hpp"
+
+using namespace tpusim;
+using namespace tpusim::cli;
+
+namespace {
+
+Json step_case() {
+  return Json::parse(
+      R"({"schema": "tpusim.validation_case/1", "id": "demo", "description": "d", "study": "../studies/default.json",
+    "set": ["batch=64"], "quantity": "step_time_s",
+    "measured": {"value": 0.1, "unit": "s", "source": "somewhere"}, "tolerance": {"relative": 0.1, "source": "why"}})");
+}
+
+std::string problems_text(const Json& j, const std::string& file = "/cases/demo.json") {
+  Problems p(file);
+  parse_validation_case(j, file, p);
+  try {
+    p.throw_if_any();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("a case parses: study resolved against its folder, overrides, command", "[validate]") {
+  Problems p("x");
+  const ValidationCase c = parse_validation_case(step_case(), "/cfg/validation/demo.json", p);
+  REQUIRE(p.empty());
+  CHECK(c.study == "/cfg/studies/default.json");
+  CHECK(c.measured == 0.1);
+  CHECK(c.command() ==
+        std::vector<std::string>{"run", "/cfg/studies/default.json", "--json", "--set", "batch=64"});
+}
+
+TEST_CASE("a fit case runs tpusim fit over its field and bounds", "[validate]") {
+  Json j = step_case();
+  j["quantity"] = "max_fitting";
+  j["measured"]["unit"] = "layers";
+  j["fit"] = Json{{"maximize", "model.layers"}, {"min", 8}, {"max", 824}, {"step", 1}};
+  Problems p("x");
+  const ValidationCase c = parse_validation_case(j, "/v/demo.json", p);
+  REQUIRE(p.empty());
+  CHECK(c.command() == std::vector<std::string>{"fit", "/studies/default.json", "--maximize", "model.layers",
+                                                "--min", "8", "--max", "824", "--step", "1", "--json",
+                                                "--set", "batch=64"});
+}
+
+TEST_CASE("broken cases name the JSON path, the value and what is expected", "[validate]") {
+  Json j = step_case();
+  j["quantity"] = "speed";
+  CHECK_THAT(problems_text(j), Catch::Contains("quantity") && Catch::Contains("\"speed\""));
+  j = step_case();
+  j["measured"]["value"] = -1;
+  CHECK_THAT(problems_text(j), Catch::Contains("measured.value"));
+  j = step_case();
+  j["tolerence"] = 0.1;  // a typo is never ignored
+  CHECK_THAT(problems_text(j), Catch::Contains("tolerence"));
+  j = step_case();
+  j["set"] = Json::array({"batch"});
+  CHECK_THAT(problems_text(j), Catch::Contains("set[0]"));
+  j = step_case();
+  CHECK_THAT(problems_text(j, "/cases/other.json"), Catch::Contains("id") && Catch::Contains("other"));
+  j = step_case();
+  j["quantity"] = "max_fitting";  // without a fit
+  CHECK_THAT(problems_text(j), Catch::Contains("fit"));
+  j = step_case();
+  j["fit"] = Json{{"maximize", "model.layers"},
+                  {"min", 8},
+                  {"max", 4},
+                  {"step", 1}};  // a fit on a step-time case, max < min
+  CHECK_THAT(problems_text(j), Catch::Contains("fit.max"));
+}
+
+TEST_CASE("predicted values come from the command's own output", "[validate]") {
+  Problems p("x");
+  ValidationCase c = parse_validation_case(step_case(), "/v/demo.json", p);
+  CHECK(*predicted_value(c, Json{{"step_time_s", 0.125}}) == 0.125);
+  c.quantity = "activation_bytes_total";
+  const Json run = Json::parse(
+      R"({"cores": [{"hbm_at_peak": {"activations": 3, "weights": 100}}, {"hbm_at_peak": {"activations": 5}}]})");
+  CHECK(*predicted_value(c, run) == 8);
+  c.quantity = "max_fitting";
+  CHECK(*predicted_value(c, Json{{"max_fitting", 13}}) == 13);
+  CHECK_FALSE(predicted_value(c, Json{{"max_fitting", nullptr}}));
+}
+
+TEST_CASE("error is predicted / measured - 1, within compares its magnitude with the tolerance",
+          "[validate]") {
+  Problems p("x");
+  const ValidationCase c = parse_validation_case(step_case(), "/v/demo.json", p);
+  const Json fast = validation_record(c, 0.08);
+  CHECK(fast["error"].get<double>() == Approx(-0.2));
+  CHECK_FALSE(fast["within"].get<bool>());
+  const Json close = validation_record(c, 0.109);
+  CHECK(close["within"].get<bool>());
+  const Json none = validation_record(c, std::nullopt, "failed");
+  CHECK(none["error"].is_null());
+  CHECK_FALSE(none["within"].get<bool>());
+  CHECK(none["failure"] == "failed");
+}
+
+TEST_CASE("the summary gives mean and worst |error| per quantity and overall", "[validate]") {
+  Json cases = Json::array();
+  cases.push_back(Json{{"id", "a"}, {"quantity", "step_time_s"}, {"error", -0.2}, {"within", false}});
+  cases.push_back(Json{{"id", "b"}, {"quantity", "step_time_s"}, {"error", 0.1}, {"within", true}});
+  cases.push_back(Json{{"id", "c"}, {"quantity", "max_fitting"}, {"error", 0.4}, {"within", false}});
+  cases.push_back(Json{{"id", "d"}, {"quantity", "max_fitting"}, {"error", nullptr}, {"within", false}});
+  const Json s = validation_summary(cases);
+  CHECK(s["cases"] == 4);
+  CHECK(s["within"] == 1);
+  CHECK(s["mean_abs_error"].get<double>() == Approx((0.2 + 0.1 + 0.4) / 3));
+  CHECK(s["worst_case"] == "c");
+  CHECK(s["per_quantity"]["step_time_s"]["mean_abs_error"].get<double>() == Approx(0.15));
+  CHECK(s["per_quantity"]["step_time_s"]["worst_case"] == "a");
+  CHECK(s["per_quantity"]["max_fitting"]["no_prediction"] == 1);
+}
+
+TEST_CASE("every shipped case is well-formed and its study valid", "[validate]") {
+  const auto cases = load_validation_cases(config_dir() / "validation", {});
+  REQUIRE(cases.size() >= 18);
+  for (const auto& c : cases) {
+    INFO(c.id);
+    CHECK_NOTHROW(load_study(c.study, c.sets));
+    CHECK(c.tolerance > 0);
+    CHECK_FALSE(c.source.empty());
+    CHECK_FALSE(c.tolerance_source.empty());
+  }
+  CHECK_THROWS_AS(load_validation_cases(config_dir() / "validation", {"no-such-case"}), ConfigError);
+}
+
+TEST_CASE("the parity plot puts each case at (measured, predicted) on log axes", "[validate]") {
+  Json report{{"cases", Json::array()}};
+  report["cases"].push_back(Json{{"id", "a"},
+                                 {"quantity", "q"},
+                                 {"unit", "s"},
+                                 {"measured", 0.1},
+                                 {"predicted", 0.1},
+                                 {"error", 0.0},
+                                 {"tolerance", 0.1},
+                                 {"within", true}});
+  report["cases"].push_back(Json{{"id", "b"},
+                                 {"quantity", "q"},
+                                 {"unit", "s"},
+                                 {"measured", 1.0},
+                                 {"predicted", nullptr},
+                                 {"error", nullptr},
+                                 {"tolerance", 0.1},
+                                 {"within", false}});
+  const std::string svg = reports::parity_svg(report, "q");
+  CHECK(svg.find("class=\"case\"") != std::string::npos);
+  CHECK(svg.find("<title>a:") != std::string::npos);
+  CHECK(svg.find("<title>b:") == std::string::npos);  // no prediction, no point
+  CHECK(svg.find("class=\"diagonal\"") != std::string::npos);
+  CHECK(reports::validation_value_text(0.1373, "s") == "137.3 ms");
+  CHECK(reports::validation_value_text(6.4 * 1073741824.0, "bytes") == "6.40 GiB");
+}
