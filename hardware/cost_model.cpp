@@ -59,7 +59,8 @@ Op conv_weight_grad_op(std::string name, const ConvShape& c, double act, double 
   return op;
 }
 
-Op vector_op(std::string name, double elements, double ops_per_element, double bytes_per_element, bool fusible) {
+Op vector_op(std::string name, double elements, double ops_per_element, double bytes_per_element,
+             bool fusible) {
   Op op;
   op.kind = OpKind::Vector;
   op.name = std::move(name);

@@ -25,12 +25,14 @@ struct Op {
   std::int64_t n = 0;      ///< MatMul: output (column) dimension
   double elements = 0;     ///< Vector: elements processed
   double ops_per_element = 0;
-  double bytes = 0;        ///< HBM bytes moved if the op runs on its own
-  bool fusible = false;    ///< element-wise: fuses into its producer when the core says so
+  double bytes = 0;              ///< HBM bytes moved if the op runs on its own
+  bool fusible = false;          ///< element-wise: fuses into its producer when the core says so
   bool weight_gradient = false;  ///< backward op computing a weight gradient (vs. an input gradient)
 
   /// The math: 2 x batch x m x k x n for a MatMul, 0 for vector work.
-  double model_flops() const { return kind == OpKind::MatMul ? 2.0 * double(batch) * double(m) * double(k) * double(n) : 0.0; }
+  double model_flops() const {
+    return kind == OpKind::MatMul ? 2.0 * double(batch) * double(m) * double(k) * double(n) : 0.0;
+  }
 };
 
 /// A dense layer's matmul: (m x k) activations times a (k x n) weight shared by all rows.
@@ -56,18 +58,19 @@ Op conv_input_grad_op(std::string name, const ConvShape& c, double activation_by
 Op conv_weight_grad_op(std::string name, const ConvShape& c, double activation_bytes, double weight_bytes);
 
 /// Element-wise or reduction work: `elements` read and written once at `bytes_per_element`.
-Op vector_op(std::string name, double elements, double ops_per_element, double bytes_per_element, bool fusible);
+Op vector_op(std::string name, double elements, double ops_per_element, double bytes_per_element,
+             bool fusible);
 /// Pure data movement (gather, copy): `bytes` of HBM traffic, no compute to speak of.
 Op memory_op(std::string name, double bytes);
 
 /// What an op costs on one core.
 struct OpCost {
-  double seconds = 0;         ///< max(mxu, vpu, hbm) + overhead (0 if fused away)
+  double seconds = 0;  ///< max(mxu, vpu, hbm) + overhead (0 if fused away)
   double mxu_s = 0;
   double vpu_s = 0;
   double hbm_s = 0;
-  double model_flops = 0;     ///< the math (unpadded)
-  double hardware_flops = 0;  ///< what the MXU really executes (padded)
+  double model_flops = 0;          ///< the math (unpadded)
+  double hardware_flops = 0;       ///< what the MXU really executes (padded)
   const char* bound = "overhead";  ///< "mxu", "vpu", "hbm", "overhead" or "fused"
 };
 

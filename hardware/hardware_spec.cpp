@@ -26,8 +26,8 @@ Json read_json_file(const fs::path& file) {
     // e.what() carries "at line L, column C"; keep it, it is the useful part.
     std::string what = e.what();
     const auto at = what.find("at line");
-    throw ConfigError(file.string(), "", "malformed JSON (" + what.substr(at == std::string::npos ? 0 : at) + ")",
-                      "valid JSON");
+    throw ConfigError(file.string(), "",
+                      "malformed JSON (" + what.substr(at == std::string::npos ? 0 : at) + ")", "valid JSON");
   }
 }
 
@@ -106,7 +106,8 @@ void read_shape(Fields& f, SliceSpec& s) {
   }
   if (const Json* wrap = f.value("wraparound")) {
     if (!wrap->is_array() || wrap->size() != 2) {
-      f.problems().add(f.path_of("wraparound"), *wrap, "[bool, bool]: whether each torus dimension wraps around");
+      f.problems().add(f.path_of("wraparound"), *wrap,
+                       "[bool, bool]: whether each torus dimension wraps around");
     } else {
       for (std::size_t i = 0; i < 2; ++i) {
         const Json& w = (*wrap)[i];
@@ -137,7 +138,8 @@ HardwareSpec parse_hardware(const Json& json, const std::string& context) {
   if (!top.ok()) problems.throw_if_any();
   top.string("schema", {"tpusim.hardware/1"});
   hw.name = top.string("name");
-  if (const Json* d = top.optional("description")) hw.description = d->is_string() ? d->get<std::string>() : "";
+  if (const Json* d = top.optional("description"))
+    hw.description = d->is_string() ? d->get<std::string>() : "";
 
   if (const Json* core = top.value("core")) {
     Fields f(*core, "core", problems);
@@ -215,8 +217,8 @@ HardwareSpec parse_hardware(const Json& json, const std::string& context) {
     const std::string path = "slices." + name;
     if (s.chips_x > hw.pod.chips_x || s.chips_y > hw.pod.chips_y) {
       problems.add(path + ".chips", Json::array({s.chips_x, s.chips_y}),
-                   "at most the pod's [" + std::to_string(hw.pod.chips_x) + ", " + std::to_string(hw.pod.chips_y) +
-                       "] chips");
+                   "at most the pod's [" + std::to_string(hw.pod.chips_x) + ", " +
+                       std::to_string(hw.pod.chips_y) + "] chips");
     }
     bool numbered = false;
     const std::string cores = strip_prefix_number(name, numbered);
@@ -260,14 +262,17 @@ HardwareSpec load_hardware(const std::string& name_or_path, const fs::path& base
   return parse_hardware(read_json_file(file), file.string());
 }
 
-SliceSpec parse_slice(const Json& value, const std::string& path, const HardwareSpec& hw, Problems& problems) {
+SliceSpec parse_slice(const Json& value, const std::string& path, const HardwareSpec& hw,
+                      Problems& problems) {
   SliceSpec s;
   if (value.is_string()) {
     auto it = hw.slices.find(value.get<std::string>());
     if (it == hw.slices.end()) {
       std::string known;
       for (const auto& [n, _] : hw.slices) known += (known.empty() ? "" : ", ") + n;
-      problems.add(path, value, "a slice of " + hw.name + " (" + known + ") or {\"chips\": [x, y], \"wraparound\": [bool, bool]}");
+      problems.add(
+          path, value,
+          "a slice of " + hw.name + " (" + known + ") or {\"chips\": [x, y], \"wraparound\": [bool, bool]}");
       return s;
     }
     return it->second;

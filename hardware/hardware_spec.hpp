@@ -15,12 +15,12 @@ namespace tpusim {
 
 /// One TensorCore (a separate device with its own HBM).
 struct CoreSpec {
-  int mxus = 0;                          ///< matrix units per core
-  int mxu_rows = 0;                      ///< systolic array rows (contraction dimension tile)
-  int mxu_cols = 0;                      ///< systolic array columns (output dimension tile)
-  int matmul_row_padding = 0;            ///< the streamed (batch-like) matmul dimension pads to this
-  double clock_hz = 0;                   ///< core clock
-  int vpu_sublanes = 0;                  ///< vector unit shape: sublanes x lanes of 32-bit ALUs
+  int mxus = 0;                ///< matrix units per core
+  int mxu_rows = 0;            ///< systolic array rows (contraction dimension tile)
+  int mxu_cols = 0;            ///< systolic array columns (output dimension tile)
+  int matmul_row_padding = 0;  ///< the streamed (batch-like) matmul dimension pads to this
+  double clock_hz = 0;         ///< core clock
+  int vpu_sublanes = 0;        ///< vector unit shape: sublanes x lanes of 32-bit ALUs
   int vpu_lanes = 0;
   double vpu_ops_per_alu_per_cycle = 0;  ///< element operations per ALU per cycle
   double hbm_bytes = 0;                  ///< HBM capacity per core
@@ -32,28 +32,30 @@ struct CoreSpec {
   /// MXU peak: mxus x rows x cols MACs x 2 FLOP x clock.
   double peak_matmul_flops_per_s() const { return double(mxus) * mxu_rows * mxu_cols * 2.0 * clock_hz; }
   /// VPU peak element operations per second.
-  double vector_ops_per_s() const { return double(vpu_sublanes) * vpu_lanes * vpu_ops_per_alu_per_cycle * clock_hz; }
+  double vector_ops_per_s() const {
+    return double(vpu_sublanes) * vpu_lanes * vpu_ops_per_alu_per_cycle * clock_hz;
+  }
 };
 
 /// One chip: cores and the links leaving it.
 struct ChipSpec {
-  int cores = 0;                                   ///< TensorCores per chip
-  double peak_bf16_flops_per_s = 0;                ///< stated peak (checked against the core's derived peak)
-  int ici_links = 0;                               ///< ICI links per chip (one per torus neighbour)
-  double ici_bandwidth_bytes_per_s = 0;            ///< per link, per direction
-  double ici_latency_s = 0;                        ///< per hop
-  double onchip_bandwidth_bytes_per_s = 0;         ///< core-to-core on the same chip
+  int cores = 0;                            ///< TensorCores per chip
+  double peak_bf16_flops_per_s = 0;         ///< stated peak (checked against the core's derived peak)
+  int ici_links = 0;                        ///< ICI links per chip (one per torus neighbour)
+  double ici_bandwidth_bytes_per_s = 0;     ///< per link, per direction
+  double ici_latency_s = 0;                 ///< per hop
+  double onchip_bandwidth_bytes_per_s = 0;  ///< core-to-core on the same chip
   double onchip_latency_s = 0;
-  double host_link_bandwidth_bytes_per_s = 0;      ///< PCIe to the host, per chip
-  double tdp_w = 0;                                ///< thermal design power (information only)
+  double host_link_bandwidth_bytes_per_s = 0;  ///< PCIe to the host, per chip
+  double tdp_w = 0;                            ///< thermal design power (information only)
 };
 
 /// A rectangle of chips: the 2D torus (or mesh, where a dimension does not wrap around).
 struct SliceSpec {
-  std::string name;                  ///< e.g. "v3-32"; "custom" for an explicit shape
-  int chips_x = 0;                   ///< chips along torus dimension 0
-  int chips_y = 0;                   ///< chips along torus dimension 1
-  bool wrap_x = false;               ///< dimension 0 has wrap-around links
+  std::string name;     ///< e.g. "v3-32"; "custom" for an explicit shape
+  int chips_x = 0;      ///< chips along torus dimension 0
+  int chips_y = 0;      ///< chips along torus dimension 1
+  bool wrap_x = false;  ///< dimension 0 has wrap-around links
   bool wrap_y = false;
   int chips() const { return chips_x * chips_y; }
 };
@@ -62,12 +64,12 @@ struct SliceSpec {
 struct HardwareSpec {
   std::string name;
   std::string description;
-  std::string file;                             ///< where it was loaded from
+  std::string file;  ///< where it was loaded from
   CoreSpec core;
   ChipSpec chip;
   SliceSpec pod;
-  std::map<std::string, SliceSpec> slices;      ///< by cloud name ("v3-32" = 32 cores)
-  std::map<std::string, std::string> sources;   ///< JSON path of each figure -> its source
+  std::map<std::string, SliceSpec> slices;     ///< by cloud name ("v3-32" = 32 cores)
+  std::map<std::string, std::string> sources;  ///< JSON path of each figure -> its source
 };
 
 /// The configs/ directory: $TPUSIM_CONFIG_DIR, else the one compiled in.

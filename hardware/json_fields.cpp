@@ -70,7 +70,8 @@ const Json* Fields::optional(const std::string& key) {
 
 const Json* Fields::value(const std::string& key) {
   const Json* v = optional(key);
-  if (!v && object_) problems_.add(path_of(key), std::string("missing"), "a value for required key '" + key + "'");
+  if (!v && object_)
+    problems_.add(path_of(key), std::string("missing"), "a value for required key '" + key + "'");
   return v;
 }
 
@@ -105,9 +106,9 @@ std::int64_t Fields::integer(const std::string& key, std::int64_t min, std::int6
   const Json* v = value(key);
   const std::int64_t fallback = std::max<std::int64_t>(min, std::min<std::int64_t>(max, 1));
   if (!v) return fallback;
-  const std::string expected = range_text(min == std::numeric_limits<std::int64_t>::min() ? -INFINITY : double(min),
-                                          max == std::numeric_limits<std::int64_t>::max() ? INFINITY : double(max),
-                                          true);
+  const std::string expected =
+      range_text(min == std::numeric_limits<std::int64_t>::min() ? -INFINITY : double(min),
+                 max == std::numeric_limits<std::int64_t>::max() ? INFINITY : double(max), true);
   bool whole = v->is_number_integer();
   if (v->is_number_float()) {
     const double d = v->get<double>();
@@ -118,7 +119,8 @@ std::int64_t Fields::integer(const std::string& key, std::int64_t min, std::int6
     return fallback;
   }
   const std::int64_t i = v->is_number_float() ? std::int64_t(v->get<double>()) : v->get<std::int64_t>();
-  if (v->is_number_unsigned() && v->get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max())) {
+  if (v->is_number_unsigned() &&
+      v->get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max())) {
     problems_.add(path_of(key), *v, expected);
     return fallback;
   }
@@ -159,7 +161,8 @@ std::string Fields::string(const std::string& key, const std::vector<std::string
   return s;
 }
 
-std::int64_t Fields::integer_or(const std::string& key, std::int64_t fallback, std::int64_t min, std::int64_t max) {
+std::int64_t Fields::integer_or(const std::string& key, std::int64_t fallback, std::int64_t min,
+                                std::int64_t max) {
   if (!has(key)) {
     allow(key);
     return fallback;
@@ -183,7 +186,8 @@ bool Fields::boolean_or(const std::string& key, bool fallback) {
   return boolean(key);
 }
 
-std::string Fields::string_or(const std::string& key, const std::string& fallback, const std::vector<std::string>& allowed) {
+std::string Fields::string_or(const std::string& key, const std::string& fallback,
+                              const std::vector<std::string>& allowed) {
   if (!has(key)) {
     allow(key);
     return fallback;

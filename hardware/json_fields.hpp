@@ -70,7 +70,8 @@ class Fields {
   std::int64_t integer_or(const std::string& key, std::int64_t fallback, std::int64_t min, std::int64_t max);
   double positive_or(const std::string& key, double fallback);
   bool boolean_or(const std::string& key, bool fallback);
-  std::string string_or(const std::string& key, const std::string& fallback, const std::vector<std::string>& allowed);
+  std::string string_or(const std::string& key, const std::string& fallback,
+                        const std::vector<std::string>& allowed);
   /// A string; if `allowed` is non-empty the value must be one of them.
   std::string string(const std::string& key, const std::vector<std::string>& allowed = {});
   /// The raw value of a key (marks it known); nullptr and a problem if missing.

@@ -31,10 +31,18 @@ bool Torus::link_exists(int from, Direction d) const {
 int Torus::link_target(int from, Direction d) const {
   Coord c = coord(from);
   switch (d) {
-    case Direction::PlusX: c.x = (c.x + 1) % dims_[0]; break;
-    case Direction::MinusX: c.x = (c.x + dims_[0] - 1) % dims_[0]; break;
-    case Direction::PlusY: c.y = (c.y + 1) % dims_[1]; break;
-    case Direction::MinusY: c.y = (c.y + dims_[1] - 1) % dims_[1]; break;
+    case Direction::PlusX:
+      c.x = (c.x + 1) % dims_[0];
+      break;
+    case Direction::MinusX:
+      c.x = (c.x + dims_[0] - 1) % dims_[0];
+      break;
+    case Direction::PlusY:
+      c.y = (c.y + 1) % dims_[1];
+      break;
+    case Direction::MinusY:
+      c.y = (c.y + dims_[1] - 1) % dims_[1];
+      break;
   }
   return rank(c);
 }

@@ -44,8 +44,10 @@ class Torus {
   /// Hops between two coordinates along one dimension (shorter way round when it wraps).
   int distance(int from, int to, int dim) const;
   /// Hops between two chips with dimension-order routing.
-  int hops(int from_rank, int to_rank) const { return distance(coord(from_rank).x, coord(to_rank).x, 0) +
-                                                       distance(coord(from_rank).y, coord(to_rank).y, 1); }
+  int hops(int from_rank, int to_rank) const {
+    return distance(coord(from_rank).x, coord(to_rank).x, 0) +
+           distance(coord(from_rank).y, coord(to_rank).y, 1);
+  }
   /// Largest hop count between any two chips.
   int diameter() const;
 

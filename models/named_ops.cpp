@@ -10,7 +10,9 @@ std::vector<NamedTensor> NamedOp::tensors() const {
 }
 
 NamedTensor act(std::vector<Dim> dims, bool keep) { return NamedTensor{std::move(dims), false, keep, 1}; }
-NamedTensor weight(std::vector<Dim> dims, int copies) { return NamedTensor{std::move(dims), true, false, copies}; }
+NamedTensor weight(std::vector<Dim> dims, int copies) {
+  return NamedTensor{std::move(dims), true, false, copies};
+}
 
 NamedOp einsum(std::string name, NamedTensor a, NamedTensor b, NamedTensor out) {
   NamedOp op;
@@ -56,7 +58,8 @@ NamedOp gather(std::string name, NamedTensor ids, NamedTensor table, NamedTensor
 }
 
 const std::vector<std::string>& named_dims() {
-  static const std::vector<std::string> dims = {"batch", "seq", "d_model", "d_ff", "heads", "d_kv", "vocab", "height", "width"};
+  static const std::vector<std::string> dims = {"batch", "seq",   "d_model", "d_ff", "heads",
+                                                "d_kv",  "vocab", "height",  "width"};
   return dims;
 }
 
@@ -64,7 +67,8 @@ NamedTensor image(std::int64_t batch, std::int64_t size, std::int64_t channels, 
   return act({{"batch", batch}, {"height", size}, {"width", size}, {"channels", channels}}, keep);
 }
 
-NamedOp conv(std::string name, std::int64_t batch, std::int64_t size, std::int64_t in, std::int64_t out, int window, int stride) {
+NamedOp conv(std::string name, std::int64_t batch, std::int64_t size, std::int64_t in, std::int64_t out,
+             int window, int stride) {
   NamedOp op;
   op.kind = NamedOp::Kind::Conv;
   op.name = std::move(name);
@@ -87,20 +91,23 @@ NamedOp batch_norm(std::string name, std::int64_t batch, std::int64_t size, std:
   return op;
 }
 
-NamedOp pool(std::string name, std::int64_t batch, std::int64_t size, std::int64_t channels, int window, int stride) {
+NamedOp pool(std::string name, std::int64_t batch, std::int64_t size, std::int64_t channels, int window,
+             int stride) {
   NamedOp op;
   op.kind = NamedOp::Kind::Pool;
   op.name = std::move(name);
   op.a = image(batch, size, channels, true);
   // A global pool leaves one value per channel: no image dimensions.
-  op.out = window >= size ? act({{"batch", batch}, {"channels", channels}}) : image(batch, (size + stride - 1) / stride, channels, false);
+  op.out = window >= size ? act({{"batch", batch}, {"channels", channels}})
+                          : image(batch, (size + stride - 1) / stride, channels, false);
   op.window = window;
   op.stride = stride;
   op.ops = double(window) * window;
   return op;
 }
 
-std::function<std::vector<NamedOp>(std::int64_t)> dense_named_ops(std::int64_t in, std::int64_t out, int index, bool classifier) {
+std::function<std::vector<NamedOp>(std::int64_t)> dense_named_ops(std::int64_t in, std::int64_t out,
+                                                                  int index, bool classifier) {
   const std::string in_name = index % 2 == 0 ? "d_model" : "d_ff";
   const std::string out_name = classifier ? "vocab" : (index % 2 == 0 ? "d_ff" : "d_model");
   return [=](std::int64_t b) {

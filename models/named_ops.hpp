@@ -13,7 +13,7 @@
 namespace tpusim {
 
 struct Dim {
-  std::string name;     ///< batch, seq, d_model, d_ff, heads, d_kv, vocab, ...
+  std::string name;  ///< batch, seq, d_model, d_ff, heads, d_kv, vocab, ...
   std::int64_t size = 0;
 };
 
@@ -56,11 +56,11 @@ struct NamedOp {
   /// shards (mesh layouts); Unspecified elsewhere (the cost is still known).
   enum class Math {
     Unspecified,
-    Bias,         ///< Elementwise: out = a + b (b over a's last dimension)
-    BiasRelu,     ///< Elementwise: out = max(a + b, 0)
-    SoftmaxXent,  ///< Reduction over the last dimension: softmax cross-entropy against the targets
-    LayerNorm,    ///< Reduction over the last dimension: (a - mean) / std * scale + shift (b: 2 copies)
-    Residual,     ///< Elementwise: out = a + b (optional bias over the last dimensions) + `skip`
+    Bias,           ///< Elementwise: out = a + b (b over a's last dimension)
+    BiasRelu,       ///< Elementwise: out = max(a + b, 0)
+    SoftmaxXent,    ///< Reduction over the last dimension: softmax cross-entropy against the targets
+    LayerNorm,      ///< Reduction over the last dimension: (a - mean) / std * scale + shift (b: 2 copies)
+    Residual,       ///< Elementwise: out = a + b (optional bias over the last dimensions) + `skip`
     CausalSoftmax,  ///< Reduction over the last dimension (positions attended to): softmax of
                     ///< `scale` * a, positions after the query's (the second-to-last dimension) masked
   };
@@ -68,12 +68,12 @@ struct NamedOp {
   Math math = Math::Unspecified;
   std::string name;
   NamedTensor a, b, out;
-  double ops = 1;          ///< per element (Elementwise, Reduction)
-  std::string reduce_dim;  ///< Reduction
-  int window = 1;          ///< Conv, Pool
-  int stride = 1;          ///< Conv, Pool
-  std::string skip;        ///< Residual: the id of the activation added
-  double scale = 1;        ///< CausalSoftmax
+  double ops = 1;                            ///< per element (Elementwise, Reduction)
+  std::string reduce_dim;                    ///< Reduction
+  int window = 1;                            ///< Conv, Pool
+  int stride = 1;                            ///< Conv, Pool
+  std::string skip;                          ///< Residual: the id of the activation added
+  double scale = 1;                          ///< CausalSoftmax
   std::vector<NamedTensor> tensors() const;  ///< a, b (if any), out
 };
 
@@ -85,19 +85,23 @@ NamedTensor act(std::vector<Dim> dims, bool keep = false);
 NamedTensor weight(std::vector<Dim> dims, int copies = 1);
 NamedOp einsum(std::string name, NamedTensor a, NamedTensor b, NamedTensor out);
 NamedOp elementwise(std::string name, NamedTensor a, double ops, NamedTensor bias = {});
-NamedOp reduction(std::string name, NamedTensor a, std::string reduce_dim, double ops, NamedTensor params = {});
+NamedOp reduction(std::string name, NamedTensor a, std::string reduce_dim, double ops,
+                  NamedTensor params = {});
 NamedOp gather(std::string name, NamedTensor ids, NamedTensor table, NamedTensor out);
 /// An activation [batch, height, width, channels].
 NamedTensor image(std::int64_t batch, std::int64_t size, std::int64_t channels, bool keep = false);
 /// Image ops over [batch, height, width, channels] (height and width may be split: spatial
 /// partitioning).
-NamedOp conv(std::string name, std::int64_t batch, std::int64_t size, std::int64_t in, std::int64_t out, int window, int stride);
+NamedOp conv(std::string name, std::int64_t batch, std::int64_t size, std::int64_t in, std::int64_t out,
+             int window, int stride);
 NamedOp batch_norm(std::string name, std::int64_t batch, std::int64_t size, std::int64_t channels);
-NamedOp pool(std::string name, std::int64_t batch, std::int64_t size, std::int64_t channels, int window, int stride);
+NamedOp pool(std::string name, std::int64_t batch, std::int64_t size, std::int64_t channels, int window,
+             int stride);
 
 /// A dense layer (with bias; ReLU, or softmax cross-entropy when `classifier`) at position
 /// `index` of a stack: activations alternate between the names d_model and d_ff (d_model
 /// first), the classifier's output is vocab.
-std::function<std::vector<NamedOp>(std::int64_t)> dense_named_ops(std::int64_t in, std::int64_t out, int index, bool classifier);
+std::function<std::vector<NamedOp>(std::int64_t)> dense_named_ops(std::int64_t in, std::int64_t out,
+                                                                  int index, bool classifier);
 
 }  // namespace tpusim

@@ -12,7 +12,8 @@ double Sharding::statistics_bytes(const NamedOp& op) const {
   return 0;
 }
 
-std::vector<std::string> Sharding::split_missing(const std::vector<const NamedTensor*>& from, const NamedTensor& to) const {
+std::vector<std::string> Sharding::split_missing(const std::vector<const NamedTensor*>& from,
+                                                 const NamedTensor& to) const {
   std::set<std::string> mesh;
   for (const NamedTensor* t : from)
     for (const auto& d : t->dims)
@@ -20,24 +21,29 @@ std::vector<std::string> Sharding::split_missing(const std::vector<const NamedTe
   return {mesh.begin(), mesh.end()};
 }
 
-Op local_matmul(const std::string& name, const Sharding& s, const NamedTensor& x, const NamedTensor& y, const NamedTensor& z,
-                double act) {
+Op local_matmul(const std::string& name, const Sharding& s, const NamedTensor& x, const NamedTensor& y,
+                const NamedTensor& z, double act) {
   std::int64_t batch = 1, m = 1, k = 1, n = 1;
   for (const auto& d : x.dims) {
     const std::int64_t l = s.local(d);
-    if (y.has(d.name) && z.has(d.name)) batch *= l;
-    else if (z.has(d.name)) m *= l;
-    else if (y.has(d.name)) k *= l;
+    if (y.has(d.name) && z.has(d.name))
+      batch *= l;
+    else if (z.has(d.name))
+      m *= l;
+    else if (y.has(d.name))
+      k *= l;
   }
   for (const auto& d : y.dims)
     if (z.has(d.name) && !x.has(d.name)) n *= s.local(d);
   Op op = batched_matmul_op(name, batch, m, k, n, act);
-  op.bytes = s.local_elements(x) * (x.weight ? kWeightBytes : act) + s.local_elements(y) * (y.weight ? kWeightBytes : act) +
+  op.bytes = s.local_elements(x) * (x.weight ? kWeightBytes : act) +
+             s.local_elements(y) * (y.weight ? kWeightBytes : act) +
              s.local_elements(z) * (z.weight ? kWeightBytes : act);
   return op;
 }
 
-std::string collective_task_name(const std::string& event, const std::vector<std::string>& mesh_dims, const char* op) {
+std::string collective_task_name(const std::string& event, const std::vector<std::string>& mesh_dims,
+                                 const char* op) {
   std::string dims;
   for (const auto& d : mesh_dims) dims += (dims.empty() ? "" : "+") + d;
   return std::string(op) + " " + event + " over " + dims;
@@ -45,37 +51,44 @@ std::string collective_task_name(const std::string& event, const std::vector<std
 
 double piece_elements(double elements, double count) { return std::ceil(elements / count); }
 
-LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, const CostModel& cost, double act, const std::string& layer,
-                         bool model_input, bool sharded) {
+LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, const CostModel& cost,
+                         double act, const std::string& layer, bool model_input, bool sharded) {
   LayerProgram p;
   double unshared_update = 0;  // elements of reduce-scattered weights a core does not update
-  int at = 0;  // the op being lowered
+  int at = 0;                  // the op being lowered
   auto compute = [&](std::vector<Event>& into, const Op& op, MeshAction::What what, bool partial = false) {
     const OpCost c = cost.cost(op);
-    if (into.empty() || into.back().kind != Event::Compute) into.push_back(Event{Event::Compute, layer, 0, 0, 0, {}, 0, {}});
+    if (into.empty() || into.back().kind != Event::Compute)
+      into.push_back(Event{Event::Compute, layer, 0, 0, 0, {}, 0, {}});
     into.back().actions.push_back(MeshAction{at, what, 0, partial});
     into.back().seconds += c.seconds;
     into.back().model_flops += c.model_flops;
     into.back().hardware_flops += c.hardware_flops;
     return c;
   };
-  auto collective = [&](std::vector<Event>& into, Event::Kind kind, const std::string& name, std::vector<std::string> mesh, double bytes,
-                        Json& row, MeshAction::What what, int operand = 0) {
+  auto collective = [&](std::vector<Event>& into, Event::Kind kind, const std::string& name,
+                        std::vector<std::string> mesh, double bytes, Json& row, MeshAction::What what,
+                        int operand = 0) {
     if (mesh.empty() || bytes <= 0) return;
     into.push_back(Event{kind, layer + "/" + name, 0, 0, 0, mesh, bytes, {MeshAction{at, what, operand}}});
-    const bool scatter = (sharded && kind == Event::GradientAllReduce) || kind == Event::BlockingReduceScatter;
-    row["collectives"].push_back(Json{{"what", name}, {"mesh_dims", mesh}, {"bytes", bytes},
-                                      {"blocking", kind != Event::GradientAllReduce},
-                                      {"task", collective_task_name(layer + "/" + name, mesh,
-                                                                    kind == Event::BlockingAllGather ? "all-gather"
-                                                                    : scatter                        ? "reduce-scatter"
-                                                                                                     : "all-reduce")}});
+    const bool scatter =
+        (sharded && kind == Event::GradientAllReduce) || kind == Event::BlockingReduceScatter;
+    row["collectives"].push_back(
+        Json{{"what", name},
+             {"mesh_dims", mesh},
+             {"bytes", bytes},
+             {"blocking", kind != Event::GradientAllReduce},
+             {"task", collective_task_name(layer + "/" + name, mesh,
+                                           kind == Event::BlockingAllGather ? "all-gather"
+                                           : scatter                        ? "reduce-scatter"
+                                                                            : "all-reduce")}});
     if (sharded && kind == Event::GradientAllReduce) {
       double members = 1;
       for (const auto& m : mesh) members *= s.sizes.at(m);
       const double local = bytes / kWeightBytes;
       unshared_update += local - piece_elements(local, members);
-      row["collectives"].back()["allgather_task"] = collective_task_name(layer + "/" + name, mesh, "all-gather");
+      row["collectives"].back()["allgather_task"] =
+          collective_task_name(layer + "/" + name, mesh, "all-gather");
     }
   };
   // A window op on a split image needs its neighbours' edge rows: (window - 1) / 2 of them
@@ -89,12 +102,17 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
       if (d.name == "width") w = s.local(d);
       if (d.name == "channels") c = s.local(d);
     }
-    for (const auto& [dim, across] : {std::pair{std::string("height"), w}, std::pair{std::string("width"), h}}) {
+    for (const auto& [dim, across] :
+         {std::pair{std::string("height"), w}, std::pair{std::string("width"), h}}) {
       if (s.split(dim) <= 1) continue;
       const double bytes = double((op.window - 1) / 2) * double(across) * double(c) * double(b) * act;
-      into.push_back(Event{Event::Halo, layer + "/" + op.name + " " + what, 0, 0, 0, {s.layout.at(dim)}, bytes, {}});
-      row["collectives"].push_back(Json{{"what", op.name + " " + what}, {"mesh_dims", {s.layout.at(dim)}}, {"bytes", bytes},
-                                        {"blocking", true}, {"halo", true}});
+      into.push_back(
+          Event{Event::Halo, layer + "/" + op.name + " " + what, 0, 0, 0, {s.layout.at(dim)}, bytes, {}});
+      row["collectives"].push_back(Json{{"what", op.name + " " + what},
+                                        {"mesh_dims", {s.layout.at(dim)}},
+                                        {"bytes", bytes},
+                                        {"blocking", true},
+                                        {"halo", true}});
     }
   };
   auto conv_shape = [&](const NamedOp& op) {
@@ -156,12 +174,13 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
         for (int operand : {0, 1}) {
           const NamedTensor& t = operand ? op.b : op.a;
           if (gathered(std::size_t(at), t))
-            collective(p.forward, Event::BlockingAllGather, op.name + " operand all-gather", {seq_mesh}, s.local_elements(t) * act, row,
-                       A::GatherOperand, operand);
+            collective(p.forward, Event::BlockingAllGather, op.name + " operand all-gather", {seq_mesh},
+                       s.local_elements(t) * act, row, A::GatherOperand, operand);
         }
         flops = compute(p.forward, local_matmul(op.name, s, op.a, op.b, op.out, act), A::Forward).model_flops;
-        collective(p.forward, Event::BlockingAllReduce, op.name + " partial sums", s.split_missing({&op.a, &op.b}, op.out),
-                   s.local_elements(op.out) * act, row, A::SumOutput);
+        collective(p.forward, Event::BlockingAllReduce, op.name + " partial sums",
+                   s.split_missing({&op.a, &op.b}, op.out), s.local_elements(op.out) * act, row,
+                   A::SumOutput);
         break;
       }
       case NamedOp::Kind::Elementwise:
@@ -171,21 +190,25 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
         compute(p.forward, vector_op(op.name, s.local_elements(op.out), op.ops, act, false), A::Forward);
         p.workspace_bytes = std::max(p.workspace_bytes, s.local_elements(op.a) * act);
         if (s.statistics_bytes(op) > 0)
-          collective(p.forward, Event::BlockingAllReduce, op.name + " statistics", {s.layout.at(op.reduce_dim)}, s.statistics_bytes(op), row, A::CombineStatistics);
+          collective(p.forward, Event::BlockingAllReduce, op.name + " statistics",
+                     {s.layout.at(op.reduce_dim)}, s.statistics_bytes(op), row, A::CombineStatistics);
         break;
       }
       case NamedOp::Kind::Conv:
         halos(p.forward, op, "halo", row);
-        flops = compute(p.forward, conv_op(op.name, conv_shape(op), act, kWeightBytes), A::Forward).model_flops;
+        flops =
+            compute(p.forward, conv_op(op.name, conv_shape(op), act, kWeightBytes), A::Forward).model_flops;
         break;
       case NamedOp::Kind::BatchNorm:
         compute(p.forward, vector_op(op.name, s.local_elements(op.out), op.ops, act, false), A::Forward);
-        collective(p.forward, Event::BlockingAllReduce, op.name + " statistics", spatial_mesh(), 2.0 * 4.0 * double(op.b.dims.front().size), row, A::CombineStatistics);
+        collective(p.forward, Event::BlockingAllReduce, op.name + " statistics", spatial_mesh(),
+                   2.0 * 4.0 * double(op.b.dims.front().size), row, A::CombineStatistics);
         break;
       case NamedOp::Kind::Pool:
         if (op.out.dims.size() < 4) {  // global: partial sums over the split image
           compute(p.forward, vector_op(op.name, s.local_elements(op.a), 1, act, false), A::Forward);
-          collective(p.forward, Event::BlockingAllReduce, op.name + " partial sums", spatial_mesh(), s.local_elements(op.out) * act, row, A::SumOutput);
+          collective(p.forward, Event::BlockingAllReduce, op.name + " partial sums", spatial_mesh(),
+                     s.local_elements(op.out) * act, row, A::SumOutput);
         } else {
           halos(p.forward, op, "halo", row);
           compute(p.forward, vector_op(op.name, s.local_elements(op.out), op.ops, act, false), A::Forward);
@@ -209,7 +232,8 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
     std::string names;
     double bytes;
   };
-  std::map<std::pair<std::string, std::vector<std::string>>, Deferred> deferred;  // (activation id, mesh dims)
+  std::map<std::pair<std::string, std::vector<std::string>>, Deferred>
+      deferred;  // (activation id, mesh dims)
   auto produced_before = [&](std::size_t i, const std::string& id) {
     for (std::size_t j = 0; j < i && !id.empty(); ++j)
       if (ops[j].out.id == id) return true;
@@ -224,8 +248,9 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
         continue;
       }
       at = it->second.consumer;
-      collective(p.backward, Event::BlockingAllReduce, op.out.id + " input gradient (" + it->second.names + ")", it->first.second,
-                 it->second.bytes, p.ops[std::size_t(at)], A::SumInputGradient);
+      collective(p.backward, Event::BlockingAllReduce,
+                 op.out.id + " input gradient (" + it->second.names + ")", it->first.second, it->second.bytes,
+                 p.ops[std::size_t(at)], A::SumInputGradient);
       it = deferred.erase(it);
     }
     at = int(i);
@@ -235,48 +260,56 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
         const bool ga = gathered(i, op.a), gb = gathered(i, op.b);
         const bool needs_da = !op.a.weight && !(model_input && i == 0);
         const auto over_a = needs_da ? s.split_missing({&op.out, &op.b}, op.a) : std::vector<std::string>{};
-        compute(p.backward, local_matmul(op.name + "_da", s, op.out, op.b, op.a, act), A::Backward, !over_a.empty());
+        compute(p.backward, local_matmul(op.name + "_da", s, op.out, op.b, op.a, act), A::Backward,
+                !over_a.empty());
         if (needs_da && !ga && !over_a.empty() && produced_before(i, op.a.id)) {
-          auto [it, fresh] = deferred.try_emplace({op.a.id, over_a}, Deferred{int(i), op.name, s.local_elements(op.a) * act});
+          auto [it, fresh] = deferred.try_emplace({op.a.id, over_a},
+                                                  Deferred{int(i), op.name, s.local_elements(op.a) * act});
           if (!fresh) {
             it->second.consumer = int(i);
             it->second.names = op.name + ", " + it->second.names;
           }
         } else if (needs_da) {
-          collective(p.backward, Event::BlockingAllReduce, op.name + " input gradient", ga ? without_seq(over_a) : over_a,
-                     s.local_elements(op.a) * act, row, A::SumInputGradient);
+          collective(p.backward, Event::BlockingAllReduce, op.name + " input gradient",
+                     ga ? without_seq(over_a) : over_a, s.local_elements(op.a) * act, row,
+                     A::SumInputGradient);
           if (ga)
-            collective(p.backward, Event::BlockingReduceScatter, op.name + " input gradient scatter", {seq_mesh}, s.local_elements(op.a) * act,
-                       row, A::ScatterOperandGradient, 0);
+            collective(p.backward, Event::BlockingReduceScatter, op.name + " input gradient scatter",
+                       {seq_mesh}, s.local_elements(op.a) * act, row, A::ScatterOperandGradient, 0);
         }
         const auto over = s.split_missing({&op.a, &op.out}, op.b);
         Op db = local_matmul(op.name + "_db", s, op.a, op.out, op.b, act);
         db.weight_gradient = op.b.weight;
         compute(p.backward, db, A::WeightGradient, !op.b.weight && !over.empty());
         collective(p.backward, op.b.weight ? Event::GradientAllReduce : Event::BlockingAllReduce,
-                   op.name + (op.b.weight ? " weight gradient" : " input gradient"), gb ? without_seq(over) : over,
-                   s.local_elements(op.b) * (op.b.weight ? kWeightBytes : act), row, A::SumWeightGradient);
+                   op.name + (op.b.weight ? " weight gradient" : " input gradient"),
+                   gb ? without_seq(over) : over, s.local_elements(op.b) * (op.b.weight ? kWeightBytes : act),
+                   row, A::SumWeightGradient);
         if (gb)
-          collective(p.backward, Event::BlockingReduceScatter, op.name + " operand gradient scatter", {seq_mesh}, s.local_elements(op.b) * act,
-                     row, A::ScatterOperandGradient, 1);
+          collective(p.backward, Event::BlockingReduceScatter, op.name + " operand gradient scatter",
+                     {seq_mesh}, s.local_elements(op.b) * act, row, A::ScatterOperandGradient, 1);
         break;
       }
       case NamedOp::Kind::Elementwise:
-        compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.out), op.ops, act, true), A::Backward);
+        compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.out), op.ops, act, true),
+                A::Backward);
         if (!op.b.dims.empty())
-          collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient", s.split_missing({&op.a}, op.b),
-                     s.local_elements(op.b) * kWeightBytes, row, A::SumWeightGradient);
+          collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient",
+                     s.split_missing({&op.a}, op.b), s.local_elements(op.b) * kWeightBytes, row,
+                     A::SumWeightGradient);
         break;
       case NamedOp::Kind::Reduction: {
-        compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.out), 2 * op.ops, act, false), A::Backward);
+        compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.out), 2 * op.ops, act, false),
+                A::Backward);
         // Softmax cross-entropy's gradient needs only the forward's statistics; a normalization's
         // needs its gradient's row sums.
         if (s.statistics_bytes(op) > 0 && op.math != NamedOp::Math::SoftmaxXent)
-          collective(p.backward, Event::BlockingAllReduce, op.name + " gradient statistics", {s.layout.at(op.reduce_dim)},
-                     s.statistics_bytes(op), row, A::CombineGradientStatistics);
+          collective(p.backward, Event::BlockingAllReduce, op.name + " gradient statistics",
+                     {s.layout.at(op.reduce_dim)}, s.statistics_bytes(op), row, A::CombineGradientStatistics);
         if (!op.b.dims.empty())
-          collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient", s.split_missing({&op.a}, op.b),
-                     s.local_elements(op.b) * kWeightBytes, row, A::SumWeightGradient);
+          collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient",
+                     s.split_missing({&op.a}, op.b), s.local_elements(op.b) * kWeightBytes, row,
+                     A::SumWeightGradient);
         break;
       }
       case NamedOp::Kind::Conv: {
@@ -287,25 +320,32 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
         }
         Op dw = conv_weight_grad_op(op.name + "_dw", c, act, kWeightBytes);
         compute(p.backward, dw, A::WeightGradient);
-        collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient", s.split_missing({&op.a, &op.out}, op.b),
-                   s.local_elements(op.b) * kWeightBytes, row, A::SumWeightGradient);
+        collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient",
+                   s.split_missing({&op.a, &op.out}, op.b), s.local_elements(op.b) * kWeightBytes, row,
+                   A::SumWeightGradient);
         break;
       }
       case NamedOp::Kind::BatchNorm:
-        compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.out), 2 * op.ops, act, false), A::Backward);
+        compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.out), 2 * op.ops, act, false),
+                A::Backward);
         collective(p.backward, Event::BlockingAllReduce, op.name + " gradient statistics", spatial_mesh(),
                    2.0 * 4.0 * double(op.b.dims.front().size), row, A::CombineGradientStatistics);
-        collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient", s.split_missing({&op.a}, op.b),
-                   s.local_elements(op.b) * kWeightBytes, row, A::SumWeightGradient);
+        collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient",
+                   s.split_missing({&op.a}, op.b), s.local_elements(op.b) * kWeightBytes, row,
+                   A::SumWeightGradient);
         break;
       case NamedOp::Kind::Pool:
         compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.a), 2, act, false), A::Backward);
         if (op.out.dims.size() == 4) halos(p.backward, op, "halo gradient", row);
         break;
       case NamedOp::Kind::Gather:
-        compute(p.backward, memory_op(op.name + "_scatter_add", s.local_elements(op.b) * kWeightBytes + s.local_elements(op.out) * act), A::Backward);
-        collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient", s.split_missing({&op.a}, op.b),
-                   s.local_elements(op.b) * kWeightBytes, row, A::SumWeightGradient);
+        compute(p.backward,
+                memory_op(op.name + "_scatter_add",
+                          s.local_elements(op.b) * kWeightBytes + s.local_elements(op.out) * act),
+                A::Backward);
+        collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient",
+                   s.split_missing({&op.a}, op.b), s.local_elements(op.b) * kWeightBytes, row,
+                   A::SumWeightGradient);
         break;
     }
   }

@@ -100,7 +100,8 @@ TEST_CASE("a named slice must have the cores its name says", "[config]") {
 TEST_CASE("custom slices are validated against the pod", "[config]") {
   const auto hw = load_hardware("tpu-v2");
   Problems problems("test");
-  const auto ok = parse_slice(Json::parse(R"({"chips": [4, 2], "wraparound": [false, true]})"), "slice", hw, problems);
+  const auto ok =
+      parse_slice(Json::parse(R"({"chips": [4, 2], "wraparound": [false, true]})"), "slice", hw, problems);
   CHECK(problems.empty());
   CHECK(ok.chips() == 8);
   CHECK(ok.wrap_y);
@@ -124,13 +125,15 @@ TEST_CASE("study problems are all reported at once", "[config]") {
   j["extra"] = 1;
   const auto paths = problem_paths([&] { parse_study(j, "test"); });
   CHECK(paths.size() == 4);
-  for (const char* p : {"batch", "model.width", "optimizer.kind", "extra"}) CHECK(std::count(paths.begin(), paths.end(), p) == 1);
+  for (const char* p : {"batch", "model.width", "optimizer.kind", "extra"})
+    CHECK(std::count(paths.begin(), paths.end(), p) == 1);
 }
 
 TEST_CASE("batch must divide over the cores", "[config]") {
   Json j = minimal_study();
   j["batch"] = 12;
-  CHECK_THROWS_WITH(parse_study(j, "test"), Catch::Contains("batch: found 12") && Catch::Contains("multiple of the 8 replicas"));
+  CHECK_THROWS_WITH(parse_study(j, "test"),
+                    Catch::Contains("batch: found 12") && Catch::Contains("multiple of the 8 replicas"));
 }
 
 TEST_CASE("overrides set nested fields, array elements, and parse JSON values", "[config]") {

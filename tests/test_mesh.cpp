@@ -1,6 +1,5 @@
 // Mesh-TensorFlow layouts without the engine: shards, induced collectives, memory, validation.
 #include <catch2/catch.hpp>
-
 #include <set>
 
 #include "schedules/mesh.hpp"
@@ -17,8 +16,13 @@ Json ffn_model(int d_io, int d_h) {
                                       Json{{"kind", "classifier"}, {"in", d_io}, {"classes", 8}}})}};
 }
 
-Study mesh_study(const Json& model, const Json& schedule, const std::string& slice = "v3-32", int batch = 256) {
-  Json j{{"hardware", "tpu-v3"}, {"slice", slice}, {"model", model}, {"batch", batch}, {"optimizer", {{"kind", "adam"}}},
+Study mesh_study(const Json& model, const Json& schedule, const std::string& slice = "v3-32",
+                 int batch = 256) {
+  Json j{{"hardware", "tpu-v3"},
+         {"slice", slice},
+         {"model", model},
+         {"batch", batch},
+         {"optimizer", {{"kind", "adam"}}},
          {"schedule", schedule}};
   return parse_study(j, "test");
 }
@@ -41,7 +45,9 @@ double local_flops(const BuiltStep& step, const std::string& layer, const std::s
 }  // namespace
 
 TEST_CASE("mesh coordinates and sub-groups", "[mesh]") {
-  const Study s = mesh_study(ffn_model(64, 128), Json::parse(R"({"kind": "mesh", "mesh": [["rows", 4], ["cols", 8]], "layout": {"batch": "rows"}})"));
+  const Study s = mesh_study(
+      ffn_model(64, 128),
+      Json::parse(R"({"kind": "mesh", "mesh": [["rows", 4], ["cols", 8]], "layout": {"batch": "rows"}})"));
   const auto* m = dynamic_cast<const MeshSchedule*>(s.schedule.get());
   CHECK(m->coords(13) == std::vector<int>{1, 5});
   const auto cols = m->groups({"cols"});
@@ -54,9 +60,13 @@ TEST_CASE("mesh coordinates and sub-groups", "[mesh]") {
   CHECK(m->split("d_ff") == 1);
 }
 
-TEST_CASE("splitting d_ff k ways divides the feed-forward work and weights by k and adds the output all-reduce", "[mesh]") {
-  const Json model = Json::parse(R"({"kind": "transformer", "layers": 2, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 1024, "seq_len": 64})");
-  const Study one = mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"batch": 32}, "layout": {"batch": "batch"}})"));
+TEST_CASE(
+    "splitting d_ff k ways divides the feed-forward work and weights by k and adds the output all-reduce",
+    "[mesh]") {
+  const Json model = Json::parse(
+      R"({"kind": "transformer", "layers": 2, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 1024, "seq_len": 64})");
+  const Study one = mesh_study(
+      model, Json::parse(R"({"kind": "mesh", "mesh": {"batch": 32}, "layout": {"batch": "batch"}})"));
   for (int k : {2, 4, 8}) {
     Json sched = Json::parse(R"({"kind": "mesh", "layout": {"batch": "batch", "d_ff": "model"}})");
     sched["mesh"] = Json::array({Json::array({"batch", 32 / k}), Json::array({"model", k})});
@@ -67,7 +77,8 @@ TEST_CASE("splitting d_ff k ways divides the feed-forward work and weights by k 
     const double per_example_a = local_flops(a, "block0", "ffn_in") / (256.0 / 32);
     const double per_example_b = local_flops(b, "block0", "ffn_in") / (256.0 / (32 / k));
     CHECK(per_example_b == Approx(per_example_a / k));
-    CHECK(local_flops(b, "block0", "ffn_out") / (256.0 / (32 / k)) == Approx(local_flops(a, "block0", "ffn_out") / 8.0 / k));
+    CHECK(local_flops(b, "block0", "ffn_out") / (256.0 / (32 / k)) ==
+          Approx(local_flops(a, "block0", "ffn_out") / 8.0 / k));
     // ffn_out contracts the split d_ff: its output [batch/(32/k), seq, d_model] is all-reduced over model.
     const Json c = collectives_of(b, "block0", "ffn_out");
     REQUIRE(c.size() >= 1);
@@ -83,7 +94,8 @@ TEST_CASE("splitting d_ff k ways divides the feed-forward work and weights by k 
   }
 }
 
-TEST_CASE("batch on rows, hidden on columns: feed-forward traffic per core follows b d_io / r + d_io d_h / c", "[mesh]") {
+TEST_CASE("batch on rows, hidden on columns: feed-forward traffic per core follows b d_io / r + d_io d_h / c",
+          "[mesh]") {
   const int r = 4, c = 8, b = 256, d_io = 512, d_h = 2048;
   Json sched = Json::parse(R"({"kind": "mesh", "layout": {"batch": "rows", "d_ff": "cols"}})");
   sched["mesh"] = Json::array({Json::array({"rows", r}), Json::array({"cols", c})});
@@ -103,28 +115,47 @@ TEST_CASE("batch on rows, hidden on columns: feed-forward traffic per core follo
 }
 
 TEST_CASE("illegal layouts are rejected naming the op and dimensions", "[mesh][config]") {
-  const Json model = Json::parse(R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 8, "vocab": 512, "seq_len": 32})");
-  CHECK_THROWS_WITH(mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"batch": 8, "model": 4}, "layout": {"heads": "model", "d_kv": "model"}})")),
-                    Catch::Contains("q_projection") && Catch::Contains("heads") && Catch::Contains("d_kv"));
-  CHECK_THROWS_WITH(mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"batch": 8, "model": 8}, "layout": {"batch": "batch"}})")),
-                    Catch::Contains("schedule.mesh") && Catch::Contains("32 cores"));
-  CHECK_THROWS_WITH(mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"model": 32}, "layout": {"heads": "model"}})")),
-                    Catch::Contains("schedule.layout.heads") && Catch::Contains("heads (8)"));
-  CHECK_THROWS_WITH(mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"model": 32}, "layout": {"depth": "model"}})")),
-                    Catch::Contains("schedule.layout.depth") && Catch::Contains("height, width"));
-  CHECK_THROWS_WITH(mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"model": 32}, "layout": {"d_ff": "rows"}})")),
-                    Catch::Contains("schedule.layout.d_ff"));
-  CHECK_THROWS_WITH(mesh_study(Json::parse(R"({"kind": "amoebanet_d", "normal_cells": 6, "filters": 64})"), Json::parse(R"({"kind": "mesh", "mesh": {"batch": 32}, "layout": {"batch": "batch"}})")),
-                    Catch::Contains("model.kind"));
+  const Json model = Json::parse(
+      R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 8, "vocab": 512, "seq_len": 32})");
+  CHECK_THROWS_WITH(
+      mesh_study(
+          model,
+          Json::parse(
+              R"({"kind": "mesh", "mesh": {"batch": 8, "model": 4}, "layout": {"heads": "model", "d_kv": "model"}})")),
+      Catch::Contains("q_projection") && Catch::Contains("heads") && Catch::Contains("d_kv"));
+  CHECK_THROWS_WITH(
+      mesh_study(
+          model,
+          Json::parse(R"({"kind": "mesh", "mesh": {"batch": 8, "model": 8}, "layout": {"batch": "batch"}})")),
+      Catch::Contains("schedule.mesh") && Catch::Contains("32 cores"));
+  CHECK_THROWS_WITH(
+      mesh_study(model,
+                 Json::parse(R"({"kind": "mesh", "mesh": {"model": 32}, "layout": {"heads": "model"}})")),
+      Catch::Contains("schedule.layout.heads") && Catch::Contains("heads (8)"));
+  CHECK_THROWS_WITH(
+      mesh_study(model,
+                 Json::parse(R"({"kind": "mesh", "mesh": {"model": 32}, "layout": {"depth": "model"}})")),
+      Catch::Contains("schedule.layout.depth") && Catch::Contains("height, width"));
+  CHECK_THROWS_WITH(
+      mesh_study(model,
+                 Json::parse(R"({"kind": "mesh", "mesh": {"model": 32}, "layout": {"d_ff": "rows"}})")),
+      Catch::Contains("schedule.layout.d_ff"));
+  CHECK_THROWS_WITH(
+      mesh_study(Json::parse(R"({"kind": "amoebanet_d", "normal_cells": 6, "filters": 64})"),
+                 Json::parse(R"({"kind": "mesh", "mesh": {"batch": 32}, "layout": {"batch": "batch"}})")),
+      Catch::Contains("model.kind"));
 }
 
 TEST_CASE("a batch-only layout holds what data parallelism holds", "[mesh]") {
-  const Json model = Json::parse(R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})");
-  const Study mesh = mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"batch": 32}, "layout": {"batch": "batch"}})"));
+  const Json model = Json::parse(
+      R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})");
+  const Study mesh = mesh_study(
+      model, Json::parse(R"({"kind": "mesh", "mesh": {"batch": 32}, "layout": {"batch": "batch"}})"));
   const Study dp = mesh_study(model, Json::parse(R"({"kind": "data_parallel"})"));
   const BuiltStep a = mesh.schedule->build(mesh), b = dp.schedule->build(dp);
   REQUIRE_NOTHROW(a.graph.validate());
-  for (int k = 0; k < sim::kMemoryCategories; ++k) CHECK(a.graph.resident()[7][k] == Approx(b.graph.resident()[7][k]));
+  for (int k = 0; k < sim::kMemoryCategories; ++k)
+    CHECK(a.graph.resident()[7][k] == Approx(b.graph.resident()[7][k]));
   CHECK(a.model_flops == Approx(b.model_flops).epsilon(1e-9));
   // The activations each layer keeps: the same tensors as the cost lowering's stash.
   double kept_mesh = 0, kept_dp = 0;
@@ -141,18 +172,22 @@ TEST_CASE("a deeper stack reduces every hidden layer's input gradient", "[mesh]"
   // dense2 (d_model -> d_ff) is not the model's first layer: its input gradient contracts the
   // split d_ff and is summed over the columns; dense0 has the same shape but reads the model
   // input; dense1 (d_ff -> d_model) contracts the unsplit d_model in its input gradient.
-  Json sched = Json::parse(R"({"kind": "mesh", "mesh": [["rows", 4], ["cols", 8]], "layout": {"batch": "rows", "d_ff": "cols"}})");
-  const Study s = mesh_study(Json::parse(R"({"kind": "mlp", "layers": 3, "width": 512, "input": 512, "classes": 8})"), sched);
+  Json sched = Json::parse(
+      R"({"kind": "mesh", "mesh": [["rows", 4], ["cols", 8]], "layout": {"batch": "rows", "d_ff": "cols"}})");
+  const Study s = mesh_study(
+      Json::parse(R"({"kind": "mlp", "layers": 3, "width": 512, "input": 512, "classes": 8})"), sched);
   const BuiltStep step = s.schedule->build(s);
   int input_gradients = 0;
-  for (const auto& c : collectives_of(step, "dense2", "matmul")) input_gradients += c["what"] == "matmul input gradient";
+  for (const auto& c : collectives_of(step, "dense2", "matmul"))
+    input_gradients += c["what"] == "matmul input gradient";
   CHECK(input_gradients == 1);
   for (const char* layer : {"dense0", "dense1"})
     for (const auto& c : collectives_of(step, layer, "matmul")) CHECK(c["what"] != "matmul input gradient");
 }
 
 namespace {
-const Json kSpatial = Json::parse(R"({"kind": "mesh", "mesh": [["batch", 8], ["spatial", 4]], "layout": {"batch": "batch", "height": "spatial"}})");
+const Json kSpatial = Json::parse(
+    R"({"kind": "mesh", "mesh": [["batch", 8], ["spatial", 4]], "layout": {"batch": "batch", "height": "spatial"}})");
 
 Json collective_named(const Json& collectives, const std::string& what) {
   for (const auto& c : collectives)
@@ -175,31 +210,36 @@ TEST_CASE("spatial partitioning: convolutions exchange halo rows with their neig
   CHECK(collective_named(conv2, "conv2 halo gradient")["bytes"] == halo["bytes"]);
   for (const auto& c : collectives_of(step, "stage1_block1", "conv1")) CHECK(c.value("halo", false) == false);
   // The stem's 7x7 conv needs three rows from each side.
-  CHECK(collective_named(collectives_of(step, "stem", "conv1"), "conv1 halo")["bytes"].get<double>() == Approx(3.0 * 224 * 3 * 32 * 2));
+  CHECK(collective_named(collectives_of(step, "stem", "conv1"), "conv1 halo")["bytes"].get<double>() ==
+        Approx(3.0 * 224 * 3 * 32 * 2));
   int transfers = 0;
   for (int id = 0; id < step.graph.size(); ++id) transfers += step.graph.task(id).phase == "halo_exchange";
   CHECK(transfers > 0);
 }
 
-TEST_CASE("spatial partitioning: batch-norm statistics are summed over the image, not the batch", "[mesh][spatial]") {
+TEST_CASE("spatial partitioning: batch-norm statistics are summed over the image, not the batch",
+          "[mesh][spatial]") {
   const Study s = mesh_study(Json::parse(R"({"kind": "resnet50"})"), kSpatial, "v3-32", 256);
   const BuiltStep step = s.schedule->build(s);
   const Json bn = collectives_of(step, "stage2_block1", "bn2");
   const Json stats = collective_named(bn, "bn2 statistics");
   CHECK(stats["mesh_dims"] == Json::array({"spatial"}));
-  CHECK(stats["bytes"].get<double>() == Approx(2.0 * 4 * 128));  // mean and variance partial sums per channel, fp32
+  CHECK(stats["bytes"].get<double>() ==
+        Approx(2.0 * 4 * 128));  // mean and variance partial sums per channel, fp32
   CHECK(collective_named(bn, "bn2 weight gradient")["mesh_dims"] == Json::array({"batch", "spatial"}));
   // The conv weights' gradients are summed over both the batch and the image.
-  CHECK(collective_named(collectives_of(step, "stage2_block1", "conv2"), "conv2 weight gradient")["mesh_dims"] ==
-        Json::array({"batch", "spatial"}));
+  CHECK(collective_named(collectives_of(step, "stage2_block1", "conv2"),
+                         "conv2 weight gradient")["mesh_dims"] == Json::array({"batch", "spatial"}));
   // The global pool sums its partial averages over the image.
-  CHECK(collective_named(collectives_of(step, "head", "global_avg_pool"), "global_avg_pool partial sums")["mesh_dims"] ==
-        Json::array({"spatial"}));
+  CHECK(collective_named(collectives_of(step, "head", "global_avg_pool"),
+                         "global_avg_pool partial sums")["mesh_dims"] == Json::array({"spatial"}));
 }
 
 TEST_CASE("spatial partitioning pads an image that does not divide", "[mesh][spatial]") {
   // The 7x7 stage on 4 cores: 2 rows each (8 with padding), so each core does 2/7 of the work.
-  const Study whole = mesh_study(Json::parse(R"({"kind": "resnet50"})"), Json::parse(R"({"kind": "mesh", "mesh": {"batch": 32}, "layout": {"batch": "batch"}})"), "v3-32", 256);
+  const Study whole = mesh_study(
+      Json::parse(R"({"kind": "resnet50"})"),
+      Json::parse(R"({"kind": "mesh", "mesh": {"batch": 32}, "layout": {"batch": "batch"}})"), "v3-32", 256);
   const Study split = mesh_study(Json::parse(R"({"kind": "resnet50"})"), kSpatial, "v3-32", 256);
   const BuiltStep a = whole.schedule->build(whole), b = split.schedule->build(split);
   // Per image: the batch replica holds 8 images vs 32.
@@ -208,9 +248,12 @@ TEST_CASE("spatial partitioning pads an image that does not divide", "[mesh][spa
   CHECK(per_image_split == Approx(per_image_whole * 2.0 / 7.0));
 }
 
-TEST_CASE("weight-update sharding under a mesh: reduce-scatter, update a piece, all-gather", "[mesh][sharding]") {
-  const Json model = Json::parse(R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 64})");
-  Json sched = Json::parse(R"({"kind": "mesh", "mesh": [["batch", 8], ["model", 4]], "layout": {"batch": "batch", "d_ff": "model", "heads": "model", "vocab": "model"}})");
+TEST_CASE("weight-update sharding under a mesh: reduce-scatter, update a piece, all-gather",
+          "[mesh][sharding]") {
+  const Json model = Json::parse(
+      R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 64})");
+  Json sched = Json::parse(
+      R"({"kind": "mesh", "mesh": [["batch", 8], ["model", 4]], "layout": {"batch": "batch", "d_ff": "model", "heads": "model", "vocab": "model"}})");
   const Study replicated = mesh_study(model, sched);
   sched["weight_update"] = "sharded";
   const Study sharded = mesh_study(model, sched);
@@ -221,7 +264,8 @@ TEST_CASE("weight-update sharding under a mesh: reduce-scatter, update a piece, 
   using Key = std::pair<double, std::vector<std::vector<int>>>;
   std::multiset<Key> all_reduce, scatter, gather;
   for (int id = 0; id < a.graph.size(); ++id)
-    if (a.graph.task(id).phase == "weight_gradient_allreduce") all_reduce.insert({a.graph.task(id).bytes, a.graph.task(id).groups});
+    if (a.graph.task(id).phase == "weight_gradient_allreduce")
+      all_reduce.insert({a.graph.task(id).bytes, a.graph.task(id).groups});
   for (int id = 0; id < b.graph.size(); ++id) {
     const auto& t = b.graph.task(id);
     CHECK(t.phase != "weight_gradient_allreduce");
@@ -242,7 +286,8 @@ TEST_CASE("weight-update sharding under a mesh: reduce-scatter, update a piece, 
   const auto& ra = a.graph.resident()[5];
   const auto& rb = b.graph.resident()[5];
   CHECK(rb[int(sim::MemoryCategory::Weights)] == ra[int(sim::MemoryCategory::Weights)]);
-  CHECK(rb[int(sim::MemoryCategory::Optimizer)] == Approx(ra[int(sim::MemoryCategory::Optimizer)] / 8).epsilon(0.01));
+  CHECK(rb[int(sim::MemoryCategory::Optimizer)] ==
+        Approx(ra[int(sim::MemoryCategory::Optimizer)] / 8).epsilon(0.01));
   CHECK(rb[int(sim::MemoryCategory::Optimizer)] >= ra[int(sim::MemoryCategory::Optimizer)] / 8);
   // Updates touch 1/8 of the elements.
   auto update_seconds = [](const BuiltStep& s) {
@@ -269,13 +314,14 @@ TEST_CASE("weight-update sharding under a mesh: reduce-scatter, update a piece, 
 TEST_CASE("explicit placement maps mesh dimensions onto torus axes", "[mesh][placement]") {
   // v3-32: 2 cores per chip, 4 x 4 chips; core = core of chip + 2 (x + 4 y).
   const Json model = ffn_model(64, 128);
-  Json sched = Json::parse(R"({"kind": "mesh", "mesh": [["batch", 8], ["model", 4]], "layout": {"batch": "batch"},
+  Json sched =
+      Json::parse(R"({"kind": "mesh", "mesh": [["batch", 8], ["model", 4]], "layout": {"batch": "batch"},
                                "placement": {"batch": ["core", "x"], "model": ["y"]}})");
   const Study s = mesh_study(model, sched);
   const auto* m = dynamic_cast<const MeshSchedule*>(s.schedule.get());
   CHECK(m->coords(1) == std::vector<int>{1, 0});
-  CHECK(m->coords(2) == std::vector<int>{2, 0});   // the next chip along x
-  CHECK(m->coords(8) == std::vector<int>{0, 1});   // the next chip along y
+  CHECK(m->coords(2) == std::vector<int>{2, 0});  // the next chip along x
+  CHECK(m->coords(8) == std::vector<int>{0, 1});  // the next chip along y
   CHECK(m->coords(31) == std::vector<int>{7, 3});
   std::set<std::vector<int>> seen;
   for (int c = 0; c < 32; ++c) {
@@ -284,7 +330,8 @@ TEST_CASE("explicit placement maps mesh dimensions onto torus axes", "[mesh][pla
   }
   CHECK(seen.size() == 32);
   CHECK(m->groups({"model"}).front() == std::vector<int>{0, 8, 16, 24});  // a column of chips
-  CHECK(m->resolved()["placement"] == Json::parse(R"({"batch": [["core", 2], ["x", 4]], "model": [["y", 4]]})"));
+  CHECK(m->resolved()["placement"] ==
+        Json::parse(R"({"batch": [["core", 2], ["x", 4]], "model": [["y", 4]]})"));
   const BuiltStep step = s.schedule->build(s);
   CHECK(step.details["placement"][1]["spans"] == Json::array({"y"}));
 
@@ -296,21 +343,29 @@ TEST_CASE("explicit placement maps mesh dimensions onto torus axes", "[mesh][pla
   CHECK(ms->groups({"model"}).front() == std::vector<int>{0, 1, 4, 5});
   sched["mesh"] = Json::parse(R"([["model", 4], ["batch", 8]])");
   const Study contiguous = mesh_study(model, sched);
-  CHECK(dynamic_cast<const MeshSchedule*>(contiguous.schedule.get())->groups({"model"}).front() == std::vector<int>{0, 1, 2, 3});
+  CHECK(dynamic_cast<const MeshSchedule*>(contiguous.schedule.get())->groups({"model"}).front() ==
+        std::vector<int>{0, 1, 2, 3});
   // The schedule's details show the distance: model rings cross a chip in the strided placement.
   auto model_hops = [](const Study& st) {
     const BuiltStep built = st.schedule->build(st);
     for (const auto& m : built.details["placement"])
-      if (m["mesh_dim"] == "model") return std::pair{m["max_ring_hops"].get<int>(), m["group_chips"].get<int>()};
+      if (m["mesh_dim"] == "model")
+        return std::pair{m["max_ring_hops"].get<int>(), m["group_chips"].get<int>()};
     return std::pair{-1, -1};
   };
   CHECK(model_hops(strided) == std::pair{2, 2});
   CHECK(model_hops(contiguous) == std::pair{1, 2});
 }
 
-TEST_CASE("LARS under a mesh all-reduces each layer's norms over the mesh dimensions splitting its weights", "[mesh][lars]") {
-  Json j{{"hardware", "tpu-v3"}, {"slice", "v3-32"}, {"model", ffn_model(64, 128)}, {"batch", 256}, {"optimizer", {{"kind", "lars"}}}};
-  j["schedule"] = Json::parse(R"({"kind": "mesh", "mesh": [["batch", 8], ["model", 4]], "layout": {"batch": "batch", "d_ff": "model"}})");
+TEST_CASE("LARS under a mesh all-reduces each layer's norms over the mesh dimensions splitting its weights",
+          "[mesh][lars]") {
+  Json j{{"hardware", "tpu-v3"},
+         {"slice", "v3-32"},
+         {"model", ffn_model(64, 128)},
+         {"batch", 256},
+         {"optimizer", {{"kind", "lars"}}}};
+  j["schedule"] = Json::parse(
+      R"({"kind": "mesh", "mesh": [["batch", 8], ["model", 4]], "layout": {"batch": "batch", "d_ff": "model"}})");
   const Study replicated = parse_study(j, "test");
   j["schedule"]["weight_update"] = "sharded";
   const Study sharded = parse_study(j, "test");
@@ -336,13 +391,17 @@ TEST_CASE("LARS under a mesh all-reduces each layer's norms over the mesh dimens
   // With sharded updates every layer's pieces are spread over batch too (and model where split).
   const auto s = norms(sharded);
   REQUIRE(s.size() == 3);
-  CHECK(s.at(0).size() == 1);  // batch + model: all 32 cores
+  CHECK(s.at(0).size() == 1);          // batch + model: all 32 cores
   CHECK(s.at(2).front().size() == 8);  // the classifier: over batch
 }
 
 TEST_CASE("a split sequence all-gathers the keys and values attention reads whole", "[mesh]") {
-  const Json model = Json::parse(R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "d_kv": 64, "vocab": 1024, "seq_len": 64})");
-  const Study s = mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": [["batch", 8], ["seq", 4]], "layout": {"batch": "batch", "seq": "seq"}})"));
+  const Json model = Json::parse(
+      R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "d_kv": 64, "vocab": 1024, "seq_len": 64})");
+  const Study s = mesh_study(
+      model,
+      Json::parse(
+          R"({"kind": "mesh", "mesh": [["batch", 8], ["seq", 4]], "layout": {"batch": "batch", "seq": "seq"}})"));
   const BuiltStep step = s.schedule->build(s);
   REQUIRE_NOTHROW(step.graph.validate());
   // Keys [batch 256/8, seq_k 64 whole, heads 4, d_kv 64] in bf16 per core after the gather.
@@ -375,9 +434,15 @@ TEST_CASE("a split sequence all-gathers the keys and values attention reads whol
   CHECK(gather_tasks == 2);
 }
 
-TEST_CASE("Adafactor under a mesh all-reduces the factored statistics of split matrices", "[mesh][adafactor]") {
-  Json j{{"hardware", "tpu-v3"}, {"slice", "v3-32"}, {"model", ffn_model(64, 128)}, {"batch", 256}, {"optimizer", {{"kind", "adafactor"}}}};
-  j["schedule"] = Json::parse(R"({"kind": "mesh", "mesh": [["batch", 8], ["model", 4]], "layout": {"batch": "batch", "d_ff": "model"}})");
+TEST_CASE("Adafactor under a mesh all-reduces the factored statistics of split matrices",
+          "[mesh][adafactor]") {
+  Json j{{"hardware", "tpu-v3"},
+         {"slice", "v3-32"},
+         {"model", ffn_model(64, 128)},
+         {"batch", 256},
+         {"optimizer", {{"kind", "adafactor"}}}};
+  j["schedule"] = Json::parse(
+      R"({"kind": "mesh", "mesh": [["batch", 8], ["model", 4]], "layout": {"batch": "batch", "d_ff": "model"}})");
   const Study s = parse_study(j, "test");
   const BuiltStep step = s.schedule->build(s);
   REQUIRE_NOTHROW(step.graph.validate());
@@ -399,8 +464,12 @@ TEST_CASE("the q k v projections' partial input gradients are added before one a
   // Mesh-TensorFlow's lazy all-reduce: with heads split, each projection's input gradient is a
   // partial sum over heads; the three add up locally and the layer norm output's gradient is
   // all-reduced once.
-  const Json model = Json::parse(R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 64})");
-  const Study s = mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": [["batch", 8], ["model", 4]], "layout": {"batch": "batch", "heads": "model"}})"));
+  const Json model = Json::parse(
+      R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 64})");
+  const Study s = mesh_study(
+      model,
+      Json::parse(
+          R"({"kind": "mesh", "mesh": [["batch", 8], ["model", 4]], "layout": {"batch": "batch", "heads": "model"}})"));
   const BuiltStep step = s.schedule->build(s);
   auto input_gradients = [&](const char* op) {
     std::vector<Json> found;
