@@ -4,6 +4,7 @@
 // not met); 2 bad input (the message names the JSON path, the value and what is expected).
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <tuple>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -180,6 +181,17 @@ int cmd_describe_hardware(const std::string& name, bool as_json) {
   print_row("ICI per link per direction", num(hw.chip.ici_bandwidth_bytes_per_s / 1e9, " GB/s"), src("chip.ici_bandwidth_bytes_per_s_per_link_per_direction"));
   print_row("ICI latency per hop", num(hw.chip.ici_latency_s * 1e6, " us"), src("chip.ici_latency_s_per_hop"));
   print_row("per-op overhead", num(hw.core.op_overhead_s * 1e6, " us"), src("core.op_overhead_s"));
+  for (const auto& [label, key, pattern] :
+       {std::tuple{"normalization forward", "normalization_forward", MultiPass::NormalizationForward},
+        std::tuple{"normalization backward", "normalization_backward", MultiPass::NormalizationBackward},
+        std::tuple{"softmax forward", "softmax_forward", MultiPass::SoftmaxForward},
+        std::tuple{"softmax backward", "softmax_backward", MultiPass::SoftmaxBackward}}) {
+    const MultiPassKernels& m = hw.core.multipass(pattern);
+    print_row(label,
+              std::to_string(m.kernels.size()) + " kernels, " + std::to_string(m.tensor_passes()) + " passes",
+              src(std::string("core.") + key + "_kernels"));
+    print_row("", num(m.vpu_ops_per_element, " ops/element"), src(std::string("core.") + key + "_vpu_ops_per_element"));
+  }
   print_row("pod", std::to_string(hw.pod.chips_x) + "x" + std::to_string(hw.pod.chips_y) + " chips", src("pod"));
   std::string names;
   for (const auto& [n, s] : hw.slices) names += (names.empty() ? "" : " ") + n;

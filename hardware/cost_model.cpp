@@ -71,6 +71,16 @@ Op vector_op(std::string name, double elements, double ops_per_element, double b
   return op;
 }
 
+Op multipass_op(std::string name, double elements, double bytes_per_element, MultiPass pattern) {
+  Op op;
+  op.kind = OpKind::Vector;
+  op.name = std::move(name);
+  op.elements = elements;
+  op.bytes = elements * bytes_per_element;
+  op.multipass = pattern;
+  return op;
+}
+
 Op memory_op(std::string name, double bytes) {
   Op op;
   op.kind = OpKind::Vector;
@@ -87,6 +97,8 @@ OpCost CostModel::cost(const Op& op) const {
                           double(pad(op.k, core_.mxu_rows)) * double(pad(op.n, core_.mxu_cols));
     c.hardware_flops = padded;
     c.mxu_s = padded / core_.peak_matmul_flops_per_s();
+  } else if (op.multipass) {
+    c.vpu_s = op.elements * core_.multipass(*op.multipass).vpu_ops_per_element / core_.vector_ops_per_s();
   } else {
     c.vpu_s = op.elements * op.ops_per_element / core_.vector_ops_per_s();
   }
@@ -97,9 +109,13 @@ OpCost CostModel::cost(const Op& op) const {
     c.bound = "fused";
     return c;
   }
-  c.hbm_s = op.bytes / core_.hbm_bandwidth_bytes_per_s;
+  // A multi-pass op's kernels run one after the other, each a pass bound by HBM or the VPU; the
+  // vector work is spread over them in proportion to their passes.
+  const MultiPassKernels* m = op.multipass ? &core_.multipass(*op.multipass) : nullptr;
+  const double passes = m ? m->tensor_passes() : 1.0;
+  c.hbm_s = op.bytes * passes / core_.hbm_bandwidth_bytes_per_s;
   const double compute = std::max(c.mxu_s, c.vpu_s);
-  c.seconds = std::max(compute, c.hbm_s) + core_.op_overhead_s;
+  c.seconds = std::max(compute, c.hbm_s) + core_.op_overhead_s * (m ? double(m->kernels.size()) : 1.0);
   if (c.mxu_s >= std::max(c.vpu_s, c.hbm_s) && c.mxu_s > 0) {
     c.bound = "mxu";
   } else if (c.vpu_s >= c.hbm_s && c.vpu_s > 0) {

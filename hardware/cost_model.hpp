@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "hardware/hardware_spec.hpp"
@@ -28,6 +29,10 @@ struct Op {
   double bytes = 0;              ///< HBM bytes moved if the op runs on its own
   bool fusible = false;          ///< element-wise: fuses into its producer when the core says so
   bool weight_gradient = false;  ///< backward op computing a weight gradient (vs. an input gradient)
+  /// Vector work run as several fused kernels (a normalization, a softmax): `bytes` is then one
+  /// pass over its tensor, and the core's MultiPassKernels give the passes, the kernels (each
+  /// paying the per-op overhead) and the vector operations per element.
+  std::optional<MultiPass> multipass;
 
   /// The math: 2 x batch x m x k x n for a MatMul, 0 for vector work.
   double model_flops() const {
@@ -60,6 +65,9 @@ Op conv_weight_grad_op(std::string name, const ConvShape& c, double activation_b
 /// Element-wise or reduction work: `elements` read and written once at `bytes_per_element`.
 Op vector_op(std::string name, double elements, double ops_per_element, double bytes_per_element,
              bool fusible);
+/// A normalization or softmax over `elements` at `bytes_per_element`, priced by the core's
+/// MultiPassKernels for `pattern`.
+Op multipass_op(std::string name, double elements, double bytes_per_element, MultiPass pattern);
 /// Pure data movement (gather, copy): `bytes` of HBM traffic, no compute to speak of.
 Op memory_op(std::string name, double bytes);
 

@@ -68,6 +68,36 @@ class SourcedReader {
     inner.finish();
     return int(i);
   }
+  /// {"value": [[reads, writes], ...], "source": ...}: the fused kernels of multi-pass vector work.
+  std::vector<std::array<int, 2>> kernels(const std::string& key) {
+    std::vector<std::array<int, 2>> out;
+    const Json* v = fields_.value(key);
+    if (!v) return out;
+    Fields inner(*v, fields_.path_of(key), fields_.problems());
+    if (!inner.ok()) return out;
+    const std::string path = inner.path_of("value");
+    const Json* list = inner.value("value");
+    hw_.sources[inner.path()] = inner.string("source");
+    inner.finish();
+    if (!list) return out;
+    const char* expected =
+        "a non-empty list of [tensor reads, tensor writes] per fused kernel, integers in [0, 8]";
+    if (!list->is_array() || list->empty() || list->size() > 16) {
+      fields_.problems().add(path, *list, expected);
+      return out;
+    }
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      const Json& k = (*list)[i];
+      const bool ok = k.is_array() && k.size() == 2 && k[0].is_number_integer() && k[1].is_number_integer() &&
+                      k[0].get<int>() >= 0 && k[0].get<int>() <= 8 && k[1].get<int>() >= 0 &&
+                      k[1].get<int>() <= 8 && k[0].get<int>() + k[1].get<int>() > 0;
+      if (!ok)
+        fields_.problems().add(index_path(path, i), k, expected);
+      else
+        out.push_back({k[0].get<int>(), k[1].get<int>()});
+    }
+    return out;
+  }
   bool flag(const std::string& key) {
     const Json* v = fields_.value(key);
     if (!v) return false;
@@ -158,6 +188,16 @@ HardwareSpec parse_hardware(const Json& json, const std::string& context) {
     c.vmem_bytes = r.positive("vmem_bytes_per_core");
     c.op_overhead_s = r.number("op_overhead_s", 0.0, 1.0);
     c.fuse_elementwise = r.flag("fuse_elementwise");
+    auto multipass = [&](const std::string& name) {
+      MultiPassKernels m;
+      m.kernels = r.kernels(name + "_kernels");
+      m.vpu_ops_per_element = r.number(name + "_vpu_ops_per_element", 0.0, 1000.0);
+      return m;
+    };
+    c.normalization_forward = multipass("normalization_forward");
+    c.normalization_backward = multipass("normalization_backward");
+    c.softmax_forward = multipass("softmax_forward");
+    c.softmax_backward = multipass("softmax_backward");
     f.finish();
   }
   if (const Json* chip = top.value("chip")) {

@@ -3,6 +3,7 @@
 // keeps each figure's `source` (doc / derived / reported / assumption), kept here too.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -13,6 +14,23 @@
 
 namespace tpusim {
 
+/// How the compiler (XLA) runs vector work that must reduce over its whole tensor before it can
+/// write any output (a normalization's statistics, a softmax's maximum and sum): as several
+/// fused kernels, each a pass over the tensor in HBM.
+struct MultiPassKernels {
+  std::vector<std::array<int, 2>> kernels;  ///< per fused kernel: tensor reads, tensor writes
+  double vpu_ops_per_element = 0;           ///< vector operations per element over all kernels
+  /// Reads plus writes of the tensor over all kernels.
+  int tensor_passes() const {
+    int n = 0;
+    for (const auto& k : kernels) n += k[0] + k[1];
+    return n;
+  }
+};
+
+/// The vector work of MultiPassKernels, by what it computes.
+enum class MultiPass { NormalizationForward, NormalizationBackward, SoftmaxForward, SoftmaxBackward };
+
 /// One TensorCore (a separate device with its own HBM).
 struct CoreSpec {
   int mxus = 0;                ///< matrix units per core
@@ -22,12 +40,30 @@ struct CoreSpec {
   double clock_hz = 0;         ///< core clock
   int vpu_sublanes = 0;        ///< vector unit shape: sublanes x lanes of 32-bit ALUs
   int vpu_lanes = 0;
-  double vpu_ops_per_alu_per_cycle = 0;  ///< element operations per ALU per cycle
-  double hbm_bytes = 0;                  ///< HBM capacity per core
-  double hbm_bandwidth_bytes_per_s = 0;  ///< HBM bandwidth per core
-  double vmem_bytes = 0;                 ///< on-chip vector memory per core
-  double op_overhead_s = 0;              ///< fixed cost added to every op (launch, pipeline fill)
-  bool fuse_elementwise = true;          ///< elementwise ops fuse into their producer: no own HBM pass
+  double vpu_ops_per_alu_per_cycle = 0;     ///< element operations per ALU per cycle
+  double hbm_bytes = 0;                     ///< HBM capacity per core
+  double hbm_bandwidth_bytes_per_s = 0;     ///< HBM bandwidth per core
+  double vmem_bytes = 0;                    ///< on-chip vector memory per core
+  double op_overhead_s = 0;                 ///< fixed cost added to every op (launch, pipeline fill)
+  bool fuse_elementwise = true;             ///< elementwise ops fuse into their producer: no own HBM pass
+  MultiPassKernels normalization_forward;   ///< batch / layer norm: statistics, then normalize
+  MultiPassKernels normalization_backward;  ///< gradient statistics, then the input gradient
+  MultiPassKernels softmax_forward;         ///< maximum, sum of exponentials, then normalize
+  MultiPassKernels softmax_backward;        ///< sum of dy * y, then the input gradient
+
+  const MultiPassKernels& multipass(MultiPass pattern) const {
+    switch (pattern) {
+      case MultiPass::NormalizationForward:
+        return normalization_forward;
+      case MultiPass::NormalizationBackward:
+        return normalization_backward;
+      case MultiPass::SoftmaxForward:
+        return softmax_forward;
+      case MultiPass::SoftmaxBackward:
+        return softmax_backward;
+    }
+    return normalization_forward;
+  }
 
   /// MXU peak: mxus x rows x cols MACs x 2 FLOP x clock.
   double peak_matmul_flops_per_s() const { return double(mxus) * mxu_rows * mxu_cols * 2.0 * clock_hz; }

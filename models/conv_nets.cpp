@@ -38,7 +38,7 @@ Layer classifier_head(const FeatureMap& in, std::int64_t classes, double act) {
     return std::vector<NamedOp>{pool("global_avg_pool", b, in.size, in.channels, int(in.size), 1),
                                 einsum("fc", tpusim::act({B, C}, true), weight({C, V}), tpusim::act({B, V})),
                                 elementwise("fc_bias", tpusim::act({B, V}), 1, weight({V})),
-                                reduction("softmax_xent", tpusim::act({B, V}, true), "vocab", 5)};
+                                reduction("softmax_xent", tpusim::act({B, V}, true), "vocab")};
   };
   l.work = [in, classes, act](std::int64_t b) {
     WorkBuilder w(act);

@@ -35,7 +35,7 @@ NamedOp elementwise(std::string name, NamedTensor a, double ops, NamedTensor bia
   return op;
 }
 
-NamedOp reduction(std::string name, NamedTensor a, std::string reduce_dim, double ops, NamedTensor params) {
+NamedOp reduction(std::string name, NamedTensor a, std::string reduce_dim, NamedTensor params) {
   NamedOp op;
   op.kind = NamedOp::Kind::Reduction;
   op.name = std::move(name);
@@ -43,7 +43,6 @@ NamedOp reduction(std::string name, NamedTensor a, std::string reduce_dim, doubl
   op.a = std::move(a);
   op.b = std::move(params);
   op.reduce_dim = std::move(reduce_dim);
-  op.ops = ops;
   return op;
 }
 
@@ -55,6 +54,14 @@ NamedOp gather(std::string name, NamedTensor ids, NamedTensor table, NamedTensor
   op.b = std::move(table);
   op.out = std::move(out);
   return op;
+}
+
+std::optional<MultiPass> multipass_of(const NamedOp& op, bool backward) {
+  if (op.kind == NamedOp::Kind::BatchNorm || op.math == NamedOp::Math::LayerNorm)
+    return backward ? MultiPass::NormalizationBackward : MultiPass::NormalizationForward;
+  if (op.kind != NamedOp::Kind::Reduction) return std::nullopt;
+  if (op.math == NamedOp::Math::SoftmaxXent && backward) return std::nullopt;
+  return backward ? MultiPass::SoftmaxBackward : MultiPass::SoftmaxForward;
 }
 
 const std::vector<std::string>& named_dims() {
@@ -87,7 +94,6 @@ NamedOp batch_norm(std::string name, std::int64_t batch, std::int64_t size, std:
   op.a = image(batch, size, channels, true);
   op.b = weight({{"channels", channels}}, 2);
   op.out = image(batch, size, channels, false);
-  op.ops = 8;
   return op;
 }
 
@@ -116,7 +122,7 @@ std::function<std::vector<NamedOp>(std::int64_t)> dense_named_ops(std::int64_t i
     if (classifier) {
       ops.push_back(elementwise("bias", act({B, O}), 1, weight({O})));
       ops.back().math = NamedOp::Math::Bias;
-      ops.push_back(reduction("softmax_xent", act({B, O}, true), out_name, 5));
+      ops.push_back(reduction("softmax_xent", act({B, O}, true), out_name));
       ops.back().math = NamedOp::Math::SoftmaxXent;
     } else {
       ops.push_back(elementwise("bias_relu", act({B, O}, true), 2, weight({O})));

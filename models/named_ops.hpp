@@ -7,8 +7,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "hardware/hardware_spec.hpp"
 
 namespace tpusim {
 
@@ -68,7 +71,8 @@ struct NamedOp {
   Math math = Math::Unspecified;
   std::string name;
   NamedTensor a, b, out;
-  double ops = 1;                            ///< per element (Elementwise, Reduction)
+  double ops =
+      1;  ///< per element (Elementwise, Pool); normalizations and softmaxes: the core's MultiPassKernels
   std::string reduce_dim;                    ///< Reduction
   int window = 1;                            ///< Conv, Pool
   int stride = 1;                            ///< Conv, Pool
@@ -76,6 +80,10 @@ struct NamedOp {
   double scale = 1;                          ///< CausalSoftmax
   std::vector<NamedTensor> tensors() const;  ///< a, b (if any), out
 };
+
+/// How a normalization or softmax op (Reduction, BatchNorm) runs as fused kernels in its forward
+/// or backward; none where it is one element-wise pass (softmax cross-entropy's gradient).
+std::optional<MultiPass> multipass_of(const NamedOp& op, bool backward);
 
 /// Dimension names a layout may split.
 const std::vector<std::string>& named_dims();
@@ -85,8 +93,7 @@ NamedTensor act(std::vector<Dim> dims, bool keep = false);
 NamedTensor weight(std::vector<Dim> dims, int copies = 1);
 NamedOp einsum(std::string name, NamedTensor a, NamedTensor b, NamedTensor out);
 NamedOp elementwise(std::string name, NamedTensor a, double ops, NamedTensor bias = {});
-NamedOp reduction(std::string name, NamedTensor a, std::string reduce_dim, double ops,
-                  NamedTensor params = {});
+NamedOp reduction(std::string name, NamedTensor a, std::string reduce_dim, NamedTensor params = {});
 NamedOp gather(std::string name, NamedTensor ids, NamedTensor table, NamedTensor out);
 /// An activation [batch, height, width, channels].
 NamedTensor image(std::int64_t batch, std::int64_t size, std::int64_t channels, bool keep = false);

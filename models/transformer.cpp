@@ -135,7 +135,7 @@ std::vector<NamedOp> block_named_ops(const Dims& d, std::int64_t b, bool cross) 
   };
   auto attention = [&](const std::string& p, bool from_encoder) {
     const std::string in = p == "self" ? "in" : "cross_in";
-    ops.push_back(reduction("layernorm_" + p, named(tpusim::act({B, S, M}, true), in), "d_model", 8, weight({M}, 2)));
+    ops.push_back(reduction("layernorm_" + p, named(tpusim::act({B, S, M}, true), in), "d_model", weight({M}, 2)));
     ops.back().math = NamedOp::Math::LayerNorm;
     ops.back().out.id = p + "_h";
     for (const char* x : {"q", "k", "v"}) {
@@ -155,7 +155,7 @@ std::vector<NamedOp> block_named_ops(const Dims& d, std::int64_t b, bool cross) 
     }
     ops.push_back(einsum(p + "_scores", named(tpusim::act({B, S, H, K}, true), p + "_q"), named(tpusim::act({B, Sk, H, K}, true), p + "_k"),
                          tpusim::act({B, H, S, Sk})));
-    ops.push_back(reduction(p + "_softmax", tpusim::act({B, H, S, Sk}), "seq_k", 5));
+    ops.push_back(reduction(p + "_softmax", tpusim::act({B, H, S, Sk}), "seq_k"));
     ops.back().math = NamedOp::Math::CausalSoftmax;
     ops.back().scale = 1.0 / std::sqrt(double(d.d_kv));
     ops.push_back(einsum(p + "_context", tpusim::act({B, H, S, Sk}, true), named(tpusim::act({B, Sk, H, K}, true), p + "_v"),
@@ -168,7 +168,7 @@ std::vector<NamedOp> block_named_ops(const Dims& d, std::int64_t b, bool cross) 
   };
   attention("self", false);
   if (cross) attention("cross", true);
-  ops.push_back(reduction("layernorm_ffn", named(tpusim::act({B, S, M}, true), "ffn_in"), "d_model", 8, weight({M}, 2)));
+  ops.push_back(reduction("layernorm_ffn", named(tpusim::act({B, S, M}, true), "ffn_in"), "d_model", weight({M}, 2)));
   ops.back().math = NamedOp::Math::LayerNorm;
   ops.push_back(einsum("ffn_in", tpusim::act({B, S, M}, true), weight({M, F}), tpusim::act({B, S, F})));
   ops.push_back(elementwise("ffn_relu", tpusim::act({B, S, F}), 2, bias({F})));  // its output is kept by ffn_out
@@ -213,10 +213,10 @@ Model assemble(const Dims& d, double act, const std::string& name) {
         const bool owned = layer.weights.size() == 3;
         layer.named_ops = [=](std::int64_t b) {
           const Dim B{"batch", b};
-          std::vector<NamedOp> ops{reduction("final_layernorm", tpusim::act({B, S, M}, true), "d_model", 8, weight({M}, 2)),
+          std::vector<NamedOp> ops{reduction("final_layernorm", tpusim::act({B, S, M}, true), "d_model", weight({M}, 2)),
                                    einsum("logits", tpusim::act({B, S, M}, true), owned ? weight({M, V}) : tpusim::act({M, V}),
                                           tpusim::act({B, S, V})),
-                                   reduction("softmax_xent", tpusim::act({B, S, V}, true), "vocab", 5)};
+                                   reduction("softmax_xent", tpusim::act({B, S, V}, true), "vocab")};
           ops[0].math = NamedOp::Math::LayerNorm;
           ops[2].math = NamedOp::Math::SoftmaxXent;
           return ops;

@@ -2,11 +2,6 @@
 
 namespace tpusim {
 
-namespace {
-constexpr double kNormOps = 8;     // mean, variance, normalize, scale, shift per element
-constexpr double kSoftmaxOps = 5;  // max, subtract, exp, sum, divide per element
-}  // namespace
-
 void WorkBuilder::dense(const std::string& name, std::int64_t t, std::int64_t k, std::int64_t n) {
   work_.forward.push_back(dense_op(name, t, k, n, act_, kWeightBytes));
   work_.backward.push_back(dense_op(name + "_dx", t, n, k, act_, kWeightBytes));
@@ -39,9 +34,8 @@ void WorkBuilder::conv(const std::string& name, const ConvShape& c, bool input_g
 }
 
 void WorkBuilder::batch_norm(const std::string& name, double elements) {
-  work_.forward.push_back(vector_op(name, elements, kNormOps, act_, false));
-  Op grad = vector_op(name + "_grad", elements, 2 * kNormOps, act_, false);
-  work_.backward.push_back(grad);
+  work_.forward.push_back(multipass_op(name, elements, act_, MultiPass::NormalizationForward));
+  work_.backward.push_back(multipass_op(name + "_grad", elements, act_, MultiPass::NormalizationBackward));
   stash(elements * act_);
 }
 
@@ -53,8 +47,8 @@ void WorkBuilder::elementwise(const std::string& name, double elements, double o
 }
 
 void WorkBuilder::softmax(const std::string& name, double elements) {
-  work_.forward.push_back(vector_op(name, elements, kSoftmaxOps, act_, false));
-  work_.backward.push_back(vector_op(name + "_grad", elements, 4, act_, false));
+  work_.forward.push_back(multipass_op(name, elements, act_, MultiPass::SoftmaxForward));
+  work_.backward.push_back(multipass_op(name + "_grad", elements, act_, MultiPass::SoftmaxBackward));
   stash(elements * act_);
 }
 
@@ -77,7 +71,8 @@ void WorkBuilder::gather(const std::string& name, double rows, std::int64_t voca
 }
 
 void WorkBuilder::softmax_xent(const std::string& name, double elements) {
-  work_.forward.push_back(vector_op(name, elements, kSoftmaxOps, act_, false));
+  work_.forward.push_back(multipass_op(name, elements, act_, MultiPass::SoftmaxForward));
+  // Its gradient, probabilities minus the one-hot targets, is one element-wise pass.
   work_.backward.push_back(vector_op(name + "_grad", elements, 2, act_, false));
   stash(elements * act_);
   workspace(elements * act_);

@@ -153,6 +153,14 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
     std::erase(mesh, seq_mesh);
     return mesh;
   };
+  // Normalizations and softmaxes run as the core's multi-pass kernels; softmax cross-entropy's
+  // gradient (probabilities minus the one-hot targets) is one element-wise pass.
+  auto norm_or_softmax = [&](const NamedOp& op, bool backward) {
+    const std::string name = backward ? op.name + "_grad" : op.name;
+    const auto pattern = multipass_of(op, backward);
+    return pattern ? multipass_op(name, s.local_elements(op.out), act, *pattern)
+                   : vector_op(name, s.local_elements(op.out), 2, act, false);
+  };
   // Forward.
   using A = MeshAction;
   for (const auto& op : ops) {
@@ -187,7 +195,7 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
         compute(p.forward, vector_op(op.name, s.local_elements(op.out), op.ops, act, true), A::Forward);
         break;
       case NamedOp::Kind::Reduction: {
-        compute(p.forward, vector_op(op.name, s.local_elements(op.out), op.ops, act, false), A::Forward);
+        compute(p.forward, norm_or_softmax(op, false), A::Forward);
         p.workspace_bytes = std::max(p.workspace_bytes, s.local_elements(op.a) * act);
         if (s.statistics_bytes(op) > 0)
           collective(p.forward, Event::BlockingAllReduce, op.name + " statistics",
@@ -200,7 +208,7 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
             compute(p.forward, conv_op(op.name, conv_shape(op), act, kWeightBytes), A::Forward).model_flops;
         break;
       case NamedOp::Kind::BatchNorm:
-        compute(p.forward, vector_op(op.name, s.local_elements(op.out), op.ops, act, false), A::Forward);
+        compute(p.forward, norm_or_softmax(op, false), A::Forward);
         collective(p.forward, Event::BlockingAllReduce, op.name + " statistics", spatial_mesh(),
                    2.0 * 4.0 * double(op.b.dims.front().size), row, A::CombineStatistics);
         break;
@@ -299,8 +307,7 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
                      A::SumWeightGradient);
         break;
       case NamedOp::Kind::Reduction: {
-        compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.out), 2 * op.ops, act, false),
-                A::Backward);
+        compute(p.backward, norm_or_softmax(op, true), A::Backward);
         // Softmax cross-entropy's gradient needs only the forward's statistics; a normalization's
         // needs its gradient's row sums.
         if (s.statistics_bytes(op) > 0 && op.math != NamedOp::Math::SoftmaxXent)
@@ -326,8 +333,7 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
         break;
       }
       case NamedOp::Kind::BatchNorm:
-        compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.out), 2 * op.ops, act, false),
-                A::Backward);
+        compute(p.backward, norm_or_softmax(op, true), A::Backward);
         collective(p.backward, Event::BlockingAllReduce, op.name + " gradient statistics", spatial_mesh(),
                    2.0 * 4.0 * double(op.b.dims.front().size), row, A::CombineGradientStatistics);
         collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient",

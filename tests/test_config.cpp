@@ -160,3 +160,20 @@ TEST_CASE("malformed JSON names the file and position", "[config]") {
   { std::ofstream(path) << "{\"batch\": 1,\n \"x\": }"; }
   CHECK_THROWS_WITH(load_study(path), Catch::Contains("tpusim_malformed.json") && Catch::Contains("line 2"));
 }
+
+TEST_CASE("multi-pass kernels must be lists of [reads, writes]", "[config]") {
+  Json j = v3_json();
+  j["core"]["softmax_forward_kernels"]["value"] = Json::parse("[[1, 0], [1]]");
+  j["core"]["normalization_backward_kernels"]["value"] = Json::array();
+  try {
+    parse_hardware(j, "hw");
+    FAIL("accepted broken kernels");
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, Catch::Contains("core.softmax_forward_kernels.value[1]"));
+    CHECK_THAT(what, Catch::Contains("core.normalization_backward_kernels.value"));
+  }
+  const HardwareSpec hw = parse_hardware(v3_json(), "hw");
+  CHECK(hw.core.normalization_backward.tensor_passes() == 5);
+  CHECK(hw.sources.at("core.normalization_backward_kernels").rfind("derived", 0) == 0);
+}

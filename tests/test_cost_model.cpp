@@ -58,3 +58,30 @@ TEST_CASE("every op pays the fixed overhead", "[cost]") {
   const auto core = test::v3().core;
   CHECK(CostModel(core).cost(memory_op("tiny", 1)).seconds == Approx(core.op_overhead_s).epsilon(0.01));
 }
+
+TEST_CASE("a normalization's backward is two kernels and five passes over its tensor", "[cost]") {
+  // Oracle, by hand: 1e8 bf16 elements; the gradient-statistics kernel reads dy and x (2 passes),
+  // the input-gradient kernel reads dy and x and writes dx (3 passes); each kernel pays the
+  // per-op overhead once; 16 vector operations per element over both.
+  const auto core = test::v3().core;
+  const OpCost c = CostModel(core).cost(multipass_op("bn_grad", 1e8, 2, MultiPass::NormalizationBackward));
+  const double hbm = 5 * 1e8 * 2 / 450e9, vpu = 16 * 1e8 / (8 * 128 * 940e6);
+  CHECK(c.hbm_s == Approx(hbm));
+  CHECK(c.vpu_s == Approx(vpu));
+  CHECK(c.seconds == Approx(std::max(hbm, vpu) + 2 * core.op_overhead_s));
+  // The forward: a statistics kernel (read) and a normalizing kernel (read, write): 3 passes.
+  CHECK(CostModel(core).cost(multipass_op("bn", 1e8, 2, MultiPass::NormalizationForward)).hbm_s ==
+        Approx(3 * 1e8 * 2 / 450e9));
+  // A softmax: maximum, sum of exponentials, normalize: 3 kernels, 4 passes.
+  const OpCost sm = CostModel(core).cost(multipass_op("softmax", 1e8, 2, MultiPass::SoftmaxForward));
+  CHECK(sm.hbm_s == Approx(4 * 1e8 * 2 / 450e9));
+  CHECK(sm.seconds == Approx(std::max(sm.hbm_s, sm.vpu_s) + 3 * core.op_overhead_s));
+}
+
+TEST_CASE("the multi-pass kernels are hardware figures: more passes cost more", "[cost]") {
+  auto core = test::v3().core;
+  const Op bn = multipass_op("bn", 1e8, 2, MultiPass::NormalizationForward);
+  const double before = CostModel(core).cost(bn).hbm_s;
+  core.normalization_forward.kernels = {{1, 0}, {1, 0}, {1, 1}};  // a two-pass variance
+  CHECK(CostModel(core).cost(bn).hbm_s == Approx(before * 4 / 3));
+}
