@@ -22,9 +22,9 @@ constexpr Edge kNormal[10] = {{1, CellOp::Conv1x1},     {1, CellOp::MaxPool3x3},
                               {2, CellOp::MaxPool3x3},  {2, CellOp::None},       {1, CellOp::AvgPool3x3},
                               {5, CellOp::Conv1x1}};
 constexpr int kNormalOutputs[] = {0, 3, 4, 6};
-constexpr Edge kReduction[10] = {{0, CellOp::MaxPool2x2}, {0, CellOp::MaxPool3x3}, {2, CellOp::None},
+constexpr Edge kReduction[10] = {{0, CellOp::MaxPool2x2}, {0, CellOp::MaxPool3x3},  {2, CellOp::None},
                                  {1, CellOp::Conv3x3},    {2, CellOp::Conv1x7_7x1}, {2, CellOp::MaxPool3x3},
-                                 {3, CellOp::None},       {1, CellOp::MaxPool2x2}, {2, CellOp::AvgPool3x3},
+                                 {3, CellOp::None},       {1, CellOp::MaxPool2x2},  {2, CellOp::AvgPool3x3},
                                  {3, CellOp::Conv1x1}};
 constexpr int kReductionOutputs[] = {4, 5, 6};
 
@@ -40,7 +40,9 @@ void factorized_reduce_weights(Layer& l, std::int64_t in, std::int64_t w) {
 void edge_weights(Layer& l, CellOp op, std::int64_t w, bool strided) {
   const std::int64_t q = w / 4;
   switch (op) {
-    case CellOp::Conv1x1: conv_bn_weights(l, 1, 1, w, w); break;
+    case CellOp::Conv1x1:
+      conv_bn_weights(l, 1, 1, w, w);
+      break;
     case CellOp::Conv3x3:
       conv_bn_weights(l, 1, 1, w, q);
       conv_bn_weights(l, 3, 3, q, q);
@@ -55,7 +57,8 @@ void edge_weights(Layer& l, CellOp op, std::int64_t w, bool strided) {
     case CellOp::None:
       if (strided) factorized_reduce_weights(l, w, w);
       break;
-    default: break;  // pools have no parameters
+    default:
+      break;  // pools have no parameters
   }
 }
 
@@ -73,11 +76,12 @@ FeatureMap factorized_reduce(WorkBuilder& wb, const std::string& name, std::int6
 }
 
 /// Lowers one edge applied to `in` (width w); returns its output map.
-FeatureMap edge_work(WorkBuilder& wb, const std::string& name, std::int64_t b, CellOp op, const FeatureMap& in,
-                     std::int64_t stride) {
+FeatureMap edge_work(WorkBuilder& wb, const std::string& name, std::int64_t b, CellOp op,
+                     const FeatureMap& in, std::int64_t stride) {
   const std::int64_t w = in.channels, q = w / 4;
   switch (op) {
-    case CellOp::Conv1x1: return conv_bn(wb, name, b, in, 1, 1, stride, w);
+    case CellOp::Conv1x1:
+      return conv_bn(wb, name, b, in, 1, 1, stride, w);
     case CellOp::Conv3x3: {
       // The stride sits on the first convolution of the bottleneck (an assumption: the
       // genotype does not say which of the three convolutions is strided).
@@ -98,7 +102,8 @@ FeatureMap edge_work(WorkBuilder& wb, const std::string& name, std::int64_t b, C
       wb.pool(name, in.elements(b), out.elements(b), op == CellOp::MaxPool2x2 ? 4 : 9);
       return out;
     }
-    case CellOp::None: return stride > 1 ? factorized_reduce(wb, name, b, in, w) : in;
+    case CellOp::None:
+      return stride > 1 ? factorized_reduce(wb, name, b, in, w) : in;
   }
   return in;
 }
@@ -132,9 +137,12 @@ Layer cell_layer(const std::string& name, const CellSpec& s, double act) {
     const std::int64_t w = s.width;
     std::vector<FeatureMap> states;
     states.push_back(conv_bn(wb, "base_prev", b, s.prev, 1, 1, 1, w));
-    if (pp_reduce) states.push_back(factorized_reduce(wb, "base_prev_prev", b, s.prev_prev, w));
-    else if (pp_conv) states.push_back(conv_bn(wb, "base_prev_prev", b, s.prev_prev, 1, 1, 1, w));
-    else states.push_back(s.prev_prev);
+    if (pp_reduce)
+      states.push_back(factorized_reduce(wb, "base_prev_prev", b, s.prev_prev, w));
+    else if (pp_conv)
+      states.push_back(conv_bn(wb, "base_prev_prev", b, s.prev_prev, 1, 1, 1, w));
+    else
+      states.push_back(s.prev_prev);
     for (int k = 0; k < 5; ++k) {
       FeatureMap sum;
       for (int e = 2 * k; e < 2 * k + 2; ++e) {
@@ -176,8 +184,10 @@ Model build_amoebanet_d(Fields& f, Problems& problems) {
   const auto [image, classes] = read_image_input(f);
   Model m;
   m.activation_bytes = read_activation_bytes(f);
-  if (problems.empty() && L % 3 != 0) problems.add(f.path_of("normal_cells"), Json(L), "a multiple of 3 (three stacks of L/3 normal cells)");
-  if (problems.empty() && D % 8 != 0) problems.add(f.path_of("filters"), Json(D), "a multiple of 8 (cells split D/4 into quarters)");
+  if (problems.empty() && L % 3 != 0)
+    problems.add(f.path_of("normal_cells"), Json(L), "a multiple of 3 (three stacks of L/3 normal cells)");
+  if (problems.empty() && D % 8 != 0)
+    problems.add(f.path_of("filters"), Json(D), "a multiple of 8 (cells split D/4 into quarters)");
   if (!problems.empty()) return m;
   m.name = "amoebanet_d(" + std::to_string(L) + ", " + std::to_string(D) + ")";
   const std::int64_t c = D / 4;
@@ -194,7 +204,8 @@ Model build_amoebanet_d(Fields& f, Problems& problems) {
   for (int stack = 0; stack < 3; ++stack) {
     const std::int64_t width = (4 * c) << stack;
     if (stack > 0) add_cell("reduction" + std::to_string(stack), true, width);
-    for (std::int64_t i = 0; i < L / 3; ++i) add_cell("normal" + std::to_string(stack + 1) + "_" + std::to_string(i + 1), false, width);
+    for (std::int64_t i = 0; i < L / 3; ++i)
+      add_cell("normal" + std::to_string(stack + 1) + "_" + std::to_string(i + 1), false, width);
   }
   m.layers.push_back(classifier_head(prev, classes, m.activation_bytes));
   return m;

@@ -3,7 +3,8 @@
 namespace tpusim {
 
 FeatureMap conv_bn(WorkBuilder& w, const std::string& name, std::int64_t batch, const FeatureMap& in,
-                   std::int64_t kh, std::int64_t kw, std::int64_t stride, std::int64_t out_channels, bool relu) {
+                   std::int64_t kh, std::int64_t kw, std::int64_t stride, std::int64_t out_channels,
+                   bool relu) {
   if (relu) w.elementwise(name + "_relu", in.elements(batch), 1, 1);
   ConvShape c;
   c.batch = batch;

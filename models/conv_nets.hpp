@@ -8,7 +8,7 @@ namespace tpusim {
 
 /// A feature map: batch-independent shape (the batch is applied when lowering).
 struct FeatureMap {
-  std::int64_t size = 0;      ///< height = width
+  std::int64_t size = 0;  ///< height = width
   std::int64_t channels = 0;
   double elements(std::int64_t batch) const { return double(batch) * size * size * channels; }
 };
@@ -16,7 +16,8 @@ struct FeatureMap {
 /// ReLU (optional) -> conv kh x kw (stride) -> batch norm, on `in` for `batch` examples.
 /// Returns the output map. `params` accumulates the weight shapes if non-null.
 FeatureMap conv_bn(WorkBuilder& w, const std::string& name, std::int64_t batch, const FeatureMap& in,
-                   std::int64_t kh, std::int64_t kw, std::int64_t stride, std::int64_t out_channels, bool relu = true);
+                   std::int64_t kh, std::int64_t kw, std::int64_t stride, std::int64_t out_channels,
+                   bool relu = true);
 
 /// Weight shapes of a conv (kh x kw x in x out) followed by batch norm (scale and shift).
 void conv_bn_weights(Layer& layer, std::int64_t kh, std::int64_t kw, std::int64_t in, std::int64_t out);

@@ -20,8 +20,12 @@ std::int64_t Model::params() const {
 
 const std::map<std::string, ModelBuilder>& model_builders() {
   static const std::map<std::string, ModelBuilder> builders = {
-      {"amoebanet_d", build_amoebanet_d}, {"mesh_lm", build_mesh_lm},       {"mlp", build_mlp},
-      {"resnet50", build_resnet50},       {"sequential", build_sequential}, {"transformer", build_transformer},
+      {"amoebanet_d", build_amoebanet_d},
+      {"mesh_lm", build_mesh_lm},
+      {"mlp", build_mlp},
+      {"resnet50", build_resnet50},
+      {"sequential", build_sequential},
+      {"transformer", build_transformer},
   };
   return builders;
 }

@@ -10,20 +10,20 @@
 #include <vector>
 
 #include "hardware/cost_model.hpp"
+#include "hardware/json_fields.hpp"
 #include "models/functional.hpp"
 #include "models/named_ops.hpp"
-#include "hardware/json_fields.hpp"
 
 namespace tpusim {
 
 /// What one layer does for a batch of examples on one core.
 struct LayerWork {
-  std::vector<Op> forward;    ///< forward pass
-  std::vector<Op> backward;   ///< input gradients and weight gradients
-  double input_bytes = 0;     ///< activations the layer reads from earlier layers
-  double output_bytes = 0;    ///< activations handed on to later layers (crosses a stage boundary)
-  double stash_bytes = 0;     ///< activations kept from forward for backward (no re-materialization)
-  double workspace_bytes = 0; ///< transient buffers alive only while the layer computes
+  std::vector<Op> forward;     ///< forward pass
+  std::vector<Op> backward;    ///< input gradients and weight gradients
+  double input_bytes = 0;      ///< activations the layer reads from earlier layers
+  double output_bytes = 0;     ///< activations handed on to later layers (crosses a stage boundary)
+  double stash_bytes = 0;      ///< activations kept from forward for backward (no re-materialization)
+  double workspace_bytes = 0;  ///< transient buffers alive only while the layer computes
   /// With re-materialization a layer keeps only its input for backward and recomputes the rest.
   double stash_remat_bytes() const { return input_bytes; }
 };
@@ -45,8 +45,8 @@ struct Layer {
 /// A model: an ordered sequence of layers.
 struct Model {
   std::string kind;
-  std::string name;               ///< human-readable, e.g. "transformer L=24 d=1024"
-  double activation_bytes = 2;    ///< bytes per activation element (bf16 = 2)
+  std::string name;             ///< human-readable, e.g. "transformer L=24 d=1024"
+  double activation_bytes = 2;  ///< bytes per activation element (bf16 = 2)
   std::vector<Layer> layers;
 
   std::int64_t params() const;

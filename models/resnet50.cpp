@@ -14,7 +14,8 @@ Layer stem(std::int64_t image, double act) {
   l.named_ops = [image](std::int64_t b) {
     const std::int64_t conv_size = (image + 1) / 2;
     return std::vector<NamedOp>{conv("conv1", b, image, 3, 64, 7, 2), batch_norm("bn1", b, conv_size, 64),
-                                elementwise("relu", tpusim::image(b, conv_size, 64), 1), pool("max_pool", b, conv_size, 64, 3, 2)};
+                                elementwise("relu", tpusim::image(b, conv_size, 64), 1),
+                                pool("max_pool", b, conv_size, 64, 3, 2)};
   };
   l.work = [image, act](std::int64_t b) {
     WorkBuilder w(act);
@@ -31,7 +32,8 @@ Layer stem(std::int64_t image, double act) {
   return l;
 }
 
-Layer bottleneck(const std::string& name, const FeatureMap& in, std::int64_t width, std::int64_t stride, double act) {
+Layer bottleneck(const std::string& name, const FeatureMap& in, std::int64_t width, std::int64_t stride,
+                 double act) {
   Layer l;
   l.name = name;
   const std::int64_t out_channels = 4 * width;
@@ -42,11 +44,14 @@ Layer bottleneck(const std::string& name, const FeatureMap& in, std::int64_t wid
   if (projection) conv_bn_weights(l, 1, 1, in.channels, out_channels);
   l.named_ops = [in, width, stride, out_channels, projection](std::int64_t b) {
     const std::int64_t out = (in.size + stride - 1) / stride;
-    std::vector<NamedOp> ops = {conv("conv1", b, in.size, in.channels, width, 1, 1), batch_norm("bn1", b, in.size, width),
+    std::vector<NamedOp> ops = {conv("conv1", b, in.size, in.channels, width, 1, 1),
+                                batch_norm("bn1", b, in.size, width),
                                 elementwise("relu1", tpusim::image(b, in.size, width), 1),
-                                conv("conv2", b, in.size, width, width, 3, int(stride)), batch_norm("bn2", b, out, width),
+                                conv("conv2", b, in.size, width, width, 3, int(stride)),
+                                batch_norm("bn2", b, out, width),
                                 elementwise("relu2", tpusim::image(b, out, width), 1),
-                                conv("conv3", b, out, width, out_channels, 1, 1), batch_norm("bn3", b, out, out_channels)};
+                                conv("conv3", b, out, width, out_channels, 1, 1),
+                                batch_norm("bn3", b, out, out_channels)};
     if (projection) {
       ops.push_back(conv("shortcut", b, in.size, in.channels, out_channels, 1, int(stride)));
       ops.push_back(batch_norm("shortcut_bn", b, out, out_channels));
@@ -82,8 +87,8 @@ Model build_resnet50(Fields& f, Problems& problems) {
     const std::int64_t width = 64 << stage;
     for (std::int64_t i = 0; i < blocks[stage]; ++i) {
       const std::int64_t stride = (stage > 0 && i == 0) ? 2 : 1;
-      m.layers.push_back(bottleneck("stage" + std::to_string(stage + 1) + "_block" + std::to_string(i + 1), x, width, stride,
-                                    m.activation_bytes));
+      m.layers.push_back(bottleneck("stage" + std::to_string(stage + 1) + "_block" + std::to_string(i + 1), x,
+                                    width, stride, m.activation_bytes));
       x = FeatureMap{(x.size + stride - 1) / stride, 4 * width};
     }
   }

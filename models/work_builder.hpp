@@ -22,8 +22,8 @@ class WorkBuilder {
   void bias(const std::string& name, std::int64_t t, std::int64_t n);
   /// batch x (m x k) . (k x n) where both operands are activations (attention): forward and
   /// the two operand gradients. Keeps the operands not already kept by another brick.
-  void batched_matmul(const std::string& name, std::int64_t batch, std::int64_t m, std::int64_t k, std::int64_t n,
-                      bool keep_a = true, bool keep_b = true);
+  void batched_matmul(const std::string& name, std::int64_t batch, std::int64_t m, std::int64_t k,
+                      std::int64_t n, bool keep_a = true, bool keep_b = true);
   /// A convolution: forward, dX (unless it reads the model input), dW. Keeps its input.
   void conv(const std::string& name, const ConvShape& shape, bool input_gradient = true);
   /// Batch normalization over `elements` values of `channels` channels: statistics and

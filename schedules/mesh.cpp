@@ -1,11 +1,11 @@
 #include "schedules/mesh.hpp"
 
-#include "schedules/mesh_lowering.hpp"
-#include "sim/collective_plan.hpp"
-
 #include <cmath>
 #include <numeric>
 #include <set>
+
+#include "schedules/mesh_lowering.hpp"
+#include "sim/collective_plan.hpp"
 
 namespace tpusim {
 
@@ -16,16 +16,20 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
     const std::string path = f.path_of("mesh");
     if (mesh->is_object()) {
       for (auto it = mesh->begin(); it != mesh->end(); ++it) {
-        if (!it.value().is_number_integer() || it.value().get<std::int64_t>() < 1 || it.value().get<std::int64_t>() > 65536)
+        if (!it.value().is_number_integer() || it.value().get<std::int64_t>() < 1 ||
+            it.value().get<std::int64_t>() > 65536)
           problems.add(path + "." + it.key(), it.value(), "a mesh dimension size: an integer in [1, 65536]");
-        else mesh_.emplace_back(it.key(), int(it.value().get<std::int64_t>()));
+        else
+          mesh_.emplace_back(it.key(), int(it.value().get<std::int64_t>()));
       }
     } else if (mesh->is_array()) {
       for (std::size_t i = 0; i < mesh->size(); ++i) {
         const Json& e = (*mesh)[i];
-        if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number_integer() || e[1].get<std::int64_t>() < 1)
+        if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number_integer() ||
+            e[1].get<std::int64_t>() < 1)
           problems.add(index_path(path, i), e, "[\"name\", size >= 1]");
-        else mesh_.emplace_back(e[0].get<std::string>(), int(e[1].get<std::int64_t>()));
+        else
+          mesh_.emplace_back(e[0].get<std::string>(), int(e[1].get<std::int64_t>()));
       }
     } else {
       problems.add(path, *mesh, "an object of mesh dimension sizes, e.g. {\"batch\": 16, \"model\": 32}");
@@ -34,7 +38,9 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
       std::int64_t product = 1;
       for (const auto& [name, size] : mesh_) product *= size;
       if (mesh_.empty() || product != study.cores())
-        problems.add(path, *mesh, "mesh sizes multiplying to the " + std::to_string(study.cores()) + " cores of slice " + study.slice.name);
+        problems.add(path, *mesh,
+                     "mesh sizes multiplying to the " + std::to_string(study.cores()) + " cores of slice " +
+                         study.slice.name);
     }
   }
   axis_sizes_[0] = study.hardware.chip.cores;
@@ -47,18 +53,22 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
     } else if (placement->is_array() && placement->size() == mesh_.size()) {
       std::vector<std::pair<std::string, int>> ordered;
       for (const auto& name : *placement) {
-        auto it = std::find_if(mesh_.begin(), mesh_.end(), [&](const auto& m) { return name.is_string() && m.first == name.get<std::string>(); });
+        auto it = std::find_if(mesh_.begin(), mesh_.end(), [&](const auto& m) {
+          return name.is_string() && m.first == name.get<std::string>();
+        });
         if (it == mesh_.end() || std::count(placement->begin(), placement->end(), name) > 1) {
-          problems.add(f.path_of("placement"), *placement,
-                       "\"auto\", every mesh dimension once (outermost first), or {mesh dimension: [torus axes]}");
+          problems.add(
+              f.path_of("placement"), *placement,
+              "\"auto\", every mesh dimension once (outermost first), or {mesh dimension: [torus axes]}");
           break;
         }
         ordered.push_back(*it);
       }
       if (ordered.size() == mesh_.size()) mesh_ = ordered;
     } else {
-      problems.add(f.path_of("placement"), *placement,
-                   "\"auto\", every mesh dimension once (outermost first), or {mesh dimension: [torus axes]}");
+      problems.add(
+          f.path_of("placement"), *placement,
+          "\"auto\", every mesh dimension once (outermost first), or {mesh dimension: [torus axes]}");
     }
   }
   weight_update_ = f.string_or("weight_update", "replicated", {"replicated", "sharded"});
@@ -83,14 +93,17 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
   }
   if (!problems.empty()) return;
   if (study.batch % split("batch") != 0) {
-    problems.add("batch", Json(study.batch), "a multiple of the " + std::to_string(split("batch")) + " cores the layout splits the batch over");
+    problems.add(
+        "batch", Json(study.batch),
+        "a multiple of the " + std::to_string(split("batch")) + " cores the layout splits the batch over");
     return;
   }
   // Every op of every layer must have a legal, evenly divisible layout.
   for (const auto& layer : study.model.layers) {
     if (!layer.named_ops) {
       problems.add("model.kind", Json(study.model.kind),
-                   "a model whose layers are described over named dimensions (transformer, mesh_lm, mlp, or dense layers of sequential)");
+                   "a model whose layers are described over named dimensions (transformer, mesh_lm, mlp, or "
+                   "dense layers of sequential)");
       return;
     }
     for (const auto& op : layer.named_ops(study.batch)) {
@@ -101,15 +114,17 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
           const std::string& mesh_dim = layout_.at(d.name);
           if (used.count(mesh_dim)) {
             problems.add(f.path_of("layout"), *f.value("layout"),
-                         "a layout where no tensor maps two of its dimensions to one mesh dimension: op " + layer.name + "/" + op.name +
-                             " has a tensor " + dims_text(t) + " mapping both " + used[mesh_dim] + " and " + d.name + " to " + mesh_dim);
+                         "a layout where no tensor maps two of its dimensions to one mesh dimension: op " +
+                             layer.name + "/" + op.name + " has a tensor " + dims_text(t) + " mapping both " +
+                             used[mesh_dim] + " and " + d.name + " to " + mesh_dim);
             return;
           }
           used[mesh_dim] = d.name;
           if (d.size % sizes.at(mesh_dim) != 0 && d.name != "height" && d.name != "width") {
             problems.add(f.path_of("layout") + "." + d.name, Json(mesh_dim),
-                         "a mesh dimension dividing " + d.name + " (" + std::to_string(d.size) + ") in op " + layer.name + "/" + op.name +
-                             ": " + mesh_dim + " has " + std::to_string(sizes.at(mesh_dim)) + " cores");
+                         "a mesh dimension dividing " + d.name + " (" + std::to_string(d.size) + ") in op " +
+                             layer.name + "/" + op.name + ": " + mesh_dim + " has " +
+                             std::to_string(sizes.at(mesh_dim)) + " cores");
             return;
           }
         }
@@ -118,14 +133,17 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
   }
 }
 
-void MeshSchedule::read_axes(const Json& placement, const std::string& path, const Study& study, Problems& problems) {
+void MeshSchedule::read_axes(const Json& placement, const std::string& path, const Study& study,
+                             Problems& problems) {
   static const char* names[3] = {"core", "x", "y"};
   const std::string expected = "the torus axes this mesh dimension spans, fastest first: \"core\" (the " +
-                               std::to_string(axis_sizes_[0]) + " cores of a chip), \"x\" (" + std::to_string(axis_sizes_[1]) +
-                               " chips), \"y\" (" + std::to_string(axis_sizes_[2]) + " chips), or [axis, part size]";
+                               std::to_string(axis_sizes_[0]) + " cores of a chip), \"x\" (" +
+                               std::to_string(axis_sizes_[1]) + " chips), \"y\" (" +
+                               std::to_string(axis_sizes_[2]) + " chips), or [axis, part size]";
   for (auto it = placement.begin(); it != placement.end(); ++it)
     if (std::none_of(mesh_.begin(), mesh_.end(), [&](const auto& m) { return m.first == it.key(); }))
-      problems.add(path + "." + it.key(), it.value(), "a mesh dimension's torus axes (no mesh dimension " + it.key() + ")");
+      problems.add(path + "." + it.key(), it.value(),
+                   "a mesh dimension's torus axes (no mesh dimension " + it.key() + ")");
   int next_stride[3] = {1, 1, 1};
   for (const auto& [name, size] : mesh_) {
     const std::string at = path + "." + name;
@@ -139,17 +157,21 @@ void MeshSchedule::read_axes(const Json& placement, const std::string& path, con
     for (std::size_t i = 0; i < it->size(); ++i) {
       const Json& e = (*it)[i];
       const bool pair = e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_number_integer();
-      const std::string axis_name = e.is_string() ? e.get<std::string>() : pair ? e[0].get<std::string>() : "";
+      const std::string axis_name = e.is_string() ? e.get<std::string>()
+                                    : pair        ? e[0].get<std::string>()
+                                                  : "";
       const int axis = int(std::find(names, names + 3, axis_name) - names);
       if (axis == 3 || (pair && e[1].get<std::int64_t>() < 1)) {
         problems.add(index_path(at, i), e, expected);
         return;
       }
       AxisPart part{axis, next_stride[axis], pair ? int(e[1].get<std::int64_t>()) : axis_sizes_[axis]};
-      if (std::int64_t(part.stride) * part.size > axis_sizes_[axis] || axis_sizes_[axis] % (part.stride * part.size) != 0) {
+      if (std::int64_t(part.stride) * part.size > axis_sizes_[axis] ||
+          axis_sizes_[axis] % (part.stride * part.size) != 0) {
         problems.add(index_path(at, i), e,
-                     "a part of axis " + axis_name + " that fits: " + std::to_string(axis_sizes_[axis] / part.stride) +
-                         " positions of its " + std::to_string(axis_sizes_[axis]) + " are left, in parts dividing them");
+                     "a part of axis " + axis_name + " that fits: " +
+                         std::to_string(axis_sizes_[axis] / part.stride) + " positions of its " +
+                         std::to_string(axis_sizes_[axis]) + " are left, in parts dividing them");
         return;
       }
       next_stride[axis] *= part.size;
@@ -157,16 +179,19 @@ void MeshSchedule::read_axes(const Json& placement, const std::string& path, con
       parts.push_back(part);
     }
     if (product != size) {
-      problems.add(at, *it, "torus axes spanning the " + std::to_string(size) + " positions of mesh dimension " + name + " (these span " +
-                                std::to_string(product) + ")");
+      problems.add(at, *it,
+                   "torus axes spanning the " + std::to_string(size) + " positions of mesh dimension " +
+                       name + " (these span " + std::to_string(product) + ")");
       return;
     }
     axes_.push_back(std::move(parts));
   }
   for (int a = 0; a < 3 && problems.empty(); ++a)
     if (next_stride[a] != axis_sizes_[a])
-      problems.add(path, placement, std::string("a placement using all of axis ") + names[a] + " (" + std::to_string(axis_sizes_[a]) +
-                                        " positions; it uses " + std::to_string(next_stride[a]) + ") on slice " + study.slice.name);
+      problems.add(path, placement,
+                   std::string("a placement using all of axis ") + names[a] + " (" +
+                       std::to_string(axis_sizes_[a]) + " positions; it uses " +
+                       std::to_string(next_stride[a]) + ") on slice " + study.slice.name);
 }
 
 int MeshSchedule::split(const std::string& dim) const {
@@ -180,7 +205,8 @@ int MeshSchedule::split(const std::string& dim) const {
 std::vector<int> MeshSchedule::coords(int core) const {
   std::vector<int> c(mesh_.size());
   if (!axes_.empty()) {
-    const int physical[3] = {core % axis_sizes_[0], (core / axis_sizes_[0]) % axis_sizes_[1], core / axis_sizes_[0] / axis_sizes_[1]};
+    const int physical[3] = {core % axis_sizes_[0], (core / axis_sizes_[0]) % axis_sizes_[1],
+                             core / axis_sizes_[0] / axis_sizes_[1]};
     for (std::size_t m = 0; m < mesh_.size(); ++m) {
       int radix = 1;
       for (const auto& part : axes_[m]) {
@@ -239,9 +265,14 @@ Json MeshSchedule::resolved() const {
     static const char* names[3] = {"core", "x", "y"};
     order = Json::object();
     for (std::size_t m = 0; m < mesh_.size(); ++m)
-      for (const auto& part : axes_[m]) order[mesh_[m].first].push_back(Json::array({names[part.axis], part.size}));
+      for (const auto& part : axes_[m])
+        order[mesh_[m].first].push_back(Json::array({names[part.axis], part.size}));
   }
-  return Json{{"kind", "mesh"}, {"mesh", mesh}, {"layout", layout_}, {"placement", order}, {"weight_update", weight_update_}};
+  return Json{{"kind", "mesh"},
+              {"mesh", mesh},
+              {"layout", layout_},
+              {"placement", order},
+              {"weight_update", weight_update_}};
 }
 
 BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional) const {
@@ -267,12 +298,14 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   double model_flops = 0;
   for (int l = 0; l < layers; ++l) {
     const auto named = study.model.layers[std::size_t(l)].named_ops(study.batch);
-    programs.push_back(lower_layer(named, s, cost, act, study.model.layers[std::size_t(l)].name, l == 0, sharded));
+    programs.push_back(
+        lower_layer(named, s, cost, act, study.model.layers[std::size_t(l)].name, l == 0, sharded));
     for (auto& row : programs.back().ops) ops.push_back(std::move(row));
     // The math, once: an einsum at full size.
     const Sharding whole{{}, sizes};
     for (const auto& op : named)
-      if (op.kind == NamedOp::Kind::Einsum) model_flops += 3 * local_matmul(op.name, whole, op.a, op.b, op.out, act).model_flops();
+      if (op.kind == NamedOp::Kind::Einsum)
+        model_flops += 3 * local_matmul(op.name, whole, op.a, op.b, op.out, act).model_flops();
   }
 
   StepBuilder b(study, cores);
@@ -284,7 +317,8 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
       const auto& p = programs[std::size_t(l)];
       const double fraction = p.total_weight_elements > 0 ? p.update_elements / p.total_weight_elements : 0;
       g.resident(c, sim::MemoryCategory::Weights, kWeightBytes * p.weight_elements);
-      g.resident(c, sim::MemoryCategory::Optimizer, 4.0 * study.optimizer.slot_elements(study.model.layers[std::size_t(l)]) * fraction);
+      g.resident(c, sim::MemoryCategory::Optimizer,
+                 4.0 * study.optimizer.slot_elements(study.model.layers[std::size_t(l)]) * fraction);
     }
 
   std::vector<int> last(cores, -1);  // each core's last compute task
@@ -300,8 +334,9 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   double hardware_flops = 0;
   // A collective over every group of a family at once, named by what it does and over which
   // mesh dimensions.
-  auto family_collective = [](sim::CollectiveOp op, const std::string& what, const std::vector<std::string>& mesh_dims,
-                              std::vector<std::vector<int>> family, const std::string& phase, int layer, double bytes) {
+  auto family_collective = [](sim::CollectiveOp op, const std::string& what,
+                              const std::vector<std::string>& mesh_dims, std::vector<std::vector<int>> family,
+                              const std::string& phase, int layer, double bytes) {
     static const char* const words[] = {"all-reduce", "reduce-scatter", "all-gather"};  // CollectiveOp order
     sim::Task t;
     t.kind = sim::TaskKind::Collective;
@@ -351,11 +386,15 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
           t.hardware_flops = ev.hardware_flops;
           // A layer's kept activations live from its first forward piece to its last backward piece.
           const bool first_piece = e == first_compute, last_piece = e == last_compute;
-          if (forward && first_piece) t.memory.push_back({c, sim::MemoryCategory::Activations, p.kept_bytes, When::Start});
-          if (!forward && first_piece) t.memory.push_back({c, sim::MemoryCategory::Gradients, kWeightBytes * p.weight_elements, When::Start});
+          if (forward && first_piece)
+            t.memory.push_back({c, sim::MemoryCategory::Activations, p.kept_bytes, When::Start});
+          if (!forward && first_piece)
+            t.memory.push_back(
+                {c, sim::MemoryCategory::Gradients, kWeightBytes * p.weight_elements, When::Start});
           t.memory.push_back({c, sim::MemoryCategory::Workspace, p.workspace_bytes, When::Start});
           t.memory.push_back({c, sim::MemoryCategory::Workspace, -p.workspace_bytes, When::End});
-          if (!forward && last_piece) t.memory.push_back({c, sim::MemoryCategory::Activations, -p.kept_bytes, When::End});
+          if (!forward && last_piece)
+            t.memory.push_back({c, sim::MemoryCategory::Activations, -p.kept_bytes, When::End});
           hardware_flops += ev.hardware_flops;
           if (exec) t.host = exec->compute(c, l, ev.actions);
           const int id = g.add(std::move(t));
@@ -388,19 +427,22 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
       }
       using C = sim::CollectiveOp;
       const bool scatter_gradient = ev.kind == Event::GradientAllReduce && sharded;
-      const auto [op, phase] = ev.kind == Event::BlockingAllGather       ? std::pair{C::AllGather, "activation_allgather"}
-                               : ev.kind == Event::BlockingReduceScatter ? std::pair{C::ReduceScatter, "activation_reduce_scatter"}
-                               : scatter_gradient                        ? std::pair{C::ReduceScatter, "weight_gradient_reduce_scatter"}
-                               : ev.kind == Event::GradientAllReduce     ? std::pair{C::AllReduce, "weight_gradient_allreduce"}
-                                                                         : std::pair{C::AllReduce, "activation_allreduce"};
+      const auto [op, phase] =
+          ev.kind == Event::BlockingAllGather       ? std::pair{C::AllGather, "activation_allgather"}
+          : ev.kind == Event::BlockingReduceScatter ? std::pair{C::ReduceScatter, "activation_reduce_scatter"}
+          : scatter_gradient ? std::pair{C::ReduceScatter, "weight_gradient_reduce_scatter"}
+          : ev.kind == Event::GradientAllReduce ? std::pair{C::AllReduce, "weight_gradient_allreduce"}
+                                                : std::pair{C::AllReduce, "activation_allreduce"};
       sim::Task t = family_collective(op, ev.name, ev.mesh_dims, groups(ev.mesh_dims), phase, l, ev.bytes);
       if (scatter_gradient) {
         // Each core keeps only its piece of the reduced gradient, updates it, and the updated
         // pieces are all-gathered (after the layer's updates).
         const double local = ev.bytes / kWeightBytes, members = double(t.groups.front().size());
         for (int c = 0; c < cores; ++c)
-          t.memory.push_back({c, sim::MemoryCategory::Gradients, -kWeightBytes * (local - piece_elements(local, members)), When::End});
-        scattered[std::size_t(l)].push_back({{ev.actions.front().op, t.groups}, ev.name, ev.mesh_dims, ev.bytes});
+          t.memory.push_back({c, sim::MemoryCategory::Gradients,
+                              -kWeightBytes * (local - piece_elements(local, members)), When::End});
+        scattered[std::size_t(l)].push_back(
+            {{ev.actions.front().op, t.groups}, ev.name, ev.mesh_dims, ev.bytes});
       }
       if (exec) t.host = exec->collective(t.groups, l, ev.actions.front());
       const int id = g.add(std::move(t));
@@ -409,7 +451,8 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
       if (ev.kind == Event::GradientAllReduce) {
         gradient_reductions[std::size_t(l)].push_back(id);
       } else {
-        receive(ev.name, forward, std::vector<std::vector<int>>(static_cast<std::size_t>(cores), std::vector<int>{id}));
+        receive(ev.name, forward,
+                std::vector<std::vector<int>>(static_cast<std::size_t>(cores), std::vector<int>{id}));
       }
     }
   };
@@ -420,7 +463,8 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   // backward order, like data parallelism's buckets), after the core's backward.
   // Optimizer statistics over split weights, all-reduced before the layer's update.
   auto statistics = [&](int l, const std::string& phase, const std::vector<std::string>& over, double bytes) {
-    const int id = g.add(family_collective(sim::CollectiveOp::AllReduce, study.model.layers[std::size_t(l)].name + " " + phase, over,
+    const int id = g.add(family_collective(sim::CollectiveOp::AllReduce,
+                                           study.model.layers[std::size_t(l)].name + " " + phase, over,
                                            groups(over), phase, l, bytes));
     for (int c = 0; c < cores; ++c) g.depend(last[std::size_t(c)], id);
     for (int r : gradient_reductions[std::size_t(l)]) g.depend(r, id);
@@ -443,7 +487,8 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
       for (const auto& w : p.weights) {
         if (w.dims.size() < 2) continue;
         for (const Dim* d : {&w.dims[w.dims.size() - 2], &w.dims.back()})
-          if (s.split(d->name) > 1) bytes[s.layout.at(d->name)] += 4.0 * s.local_elements(w) / double(s.local(*d));
+          if (s.split(d->name) > 1)
+            bytes[s.layout.at(d->name)] += 4.0 * s.local_elements(w) / double(s.local(*d));
       }
       for (const auto& [mesh_dim, b] : bytes) statistics(l, "adafactor_statistics", {mesh_dim}, b);
     }
@@ -478,7 +523,8 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   // Weight-update sharding: the updated pieces are all-gathered within the reduce-scatter's groups.
   for (int l = layers - 1; l >= 0; --l)
     for (const auto& w : scattered[std::size_t(l)]) {
-      sim::Task t = family_collective(sim::CollectiveOp::AllGather, w.name, w.mesh_dims, w.weight.groups, "weight_allgather", l, w.bytes);
+      sim::Task t = family_collective(sim::CollectiveOp::AllGather, w.name, w.mesh_dims, w.weight.groups,
+                                      "weight_allgather", l, w.bytes);
       if (exec) t.host = exec->gather(l, w.weight);
       const int id = g.add(std::move(t));
       for (int u : updates[std::size_t(l)]) g.depend(u, id);
@@ -491,13 +537,15 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   int stride = 1;
   for (std::size_t i = mesh_.size(); i-- > 0 && axes_.empty();) {
     const int cpc = study.hardware.chip.cores;
-    const int first = stride, span = stride * mesh_[i].second;  // core-index digits this mesh dimension covers
+    const int first = stride,
+              span = stride * mesh_[i].second;  // core-index digits this mesh dimension covers
     std::vector<std::string> axes;
     if (first < cpc) axes.push_back("cores of a chip");
     const int chip_first = std::max(1, first / cpc), chip_span = std::max(1, span / cpc);
     if (chip_span > 1 && chip_first < study.slice.chips_x) axes.push_back("x");
     if (chip_span > study.slice.chips_x) axes.push_back("y");
-    mapping.push_back(Json{{"mesh_dim", mesh_[i].first}, {"size", mesh_[i].second}, {"core_stride", stride}, {"spans", axes}});
+    mapping.push_back(Json{
+        {"mesh_dim", mesh_[i].first}, {"size", mesh_[i].second}, {"core_stride", stride}, {"spans", axes}});
     stride = span;
   }
   std::reverse(mapping.begin(), mapping.end());
@@ -505,10 +553,12 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
     static const char* axis_names[3] = {"cores of a chip", "x", "y"};
     Json spans = Json::array(), parts = Json::array();
     for (const auto& part : axes_[m]) {
-      if (part.size > 1 && std::find(spans.begin(), spans.end(), axis_names[part.axis]) == spans.end()) spans.push_back(axis_names[part.axis]);
+      if (part.size > 1 && std::find(spans.begin(), spans.end(), axis_names[part.axis]) == spans.end())
+        spans.push_back(axis_names[part.axis]);
       parts.push_back(Json{{"axis", axis_names[part.axis]}, {"size", part.size}, {"stride", part.stride}});
     }
-    mapping.push_back(Json{{"mesh_dim", mesh_[m].first}, {"size", mesh_[m].second}, {"spans", spans}, {"parts", parts}});
+    mapping.push_back(
+        Json{{"mesh_dim", mesh_[m].first}, {"size", mesh_[m].second}, {"spans", spans}, {"parts", parts}});
   }
   // What a collective over each mesh dimension costs in distance: the chips its first group
   // spans and the most torus hops between neighbours of the rings an all-reduce runs on.
@@ -518,10 +568,12 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
     std::set<int> chips;
     for (int c : group) chips.insert(c / study.hardware.chip.cores);
     int hops = 0;
-    for (const auto& phase : sim::plan_collective(torus, study.hardware.chip.cores, sim::CollectiveOp::AllReduce, group, 1e6))
+    for (const auto& phase :
+         sim::plan_collective(torus, study.hardware.chip.cores, sim::CollectiveOp::AllReduce, group, 1e6))
       for (const auto& ring : phase.rings)
         for (std::size_t i = 0; i < ring.cores.size(); ++i) {
-          const int from = ring.cores[i] / study.hardware.chip.cores, to = ring.cores[(i + 1) % ring.cores.size()] / study.hardware.chip.cores;
+          const int from = ring.cores[i] / study.hardware.chip.cores,
+                    to = ring.cores[(i + 1) % ring.cores.size()] / study.hardware.chip.cores;
           hops = std::max(hops, torus.hops(from, to));
         }
     m["group_chips"] = chips.size();

@@ -10,7 +10,8 @@ using When = sim::MemoryEffect::When;
 
 StepBuilder::StepBuilder(const Study& study, int cores, FunctionalRuntime* functional)
     : study_(study), functional_(functional), cost_model_(study.hardware.core), graph_(cores) {
-  for (const auto& layer : study.model.layers) update_s_.push_back(cost_model_.cost(study.optimizer.update_op(layer)).seconds);
+  for (const auto& layer : study.model.layers)
+    update_s_.push_back(cost_model_.cost(study.optimizer.update_op(layer)).seconds);
 }
 
 const LayerCost& StepBuilder::cost(int layer, std::int64_t batch) {
@@ -70,7 +71,8 @@ void StepBuilder::resident_weights(int core, LayerRange layers, double slot_frac
   for (int l = layers.first; l < layers.last; ++l) {
     const Layer& layer = study_.model.layers[l];
     graph_.resident(core, MemoryCategory::Weights, 4.0 * double(layer.params()));
-    graph_.resident(core, MemoryCategory::Optimizer, 4.0 * study_.optimizer.slot_elements(layer) * slot_fraction);
+    graph_.resident(core, MemoryCategory::Optimizer,
+                    4.0 * study_.optimizer.slot_elements(layer) * slot_fraction);
   }
 }
 
@@ -88,12 +90,14 @@ sim::Task StepBuilder::compute_task(const char* phase, int core, LayerRange laye
   t.layer = layers.size() == 1 ? layers.first : -1;
   t.stage = labels.stage;
   t.micro_batch = labels.micro_batch;
-  t.name = std::string(phase) + " " + describe(layers) + (labels.micro_batch >= 0 ? " mb" + std::to_string(labels.micro_batch) : "") +
-           " core " + std::to_string(core);
+  t.name = std::string(phase) + " " + describe(layers) +
+           (labels.micro_batch >= 0 ? " mb" + std::to_string(labels.micro_batch) : "") + " core " +
+           std::to_string(core);
   return t;
 }
 
-int StepBuilder::forward(int core, LayerRange layers, std::int64_t batch, int prev, Keep keep, Labels labels) {
+int StepBuilder::forward(int core, LayerRange layers, std::int64_t batch, int prev, Keep keep,
+                         Labels labels) {
   const LayerCost c = cost(layers, batch);
   sim::Task t = compute_task("forward", core, layers, labels);
   t.seconds = c.forward_s;
@@ -133,15 +137,16 @@ int StepBuilder::recompute(int core, LayerRange layers, std::int64_t batch, int 
   return id;
 }
 
-int StepBuilder::backward(int core, LayerRange layers, std::int64_t batch, int prev, Keep kept, bool allocate_gradients,
-                          Labels labels) {
+int StepBuilder::backward(int core, LayerRange layers, std::int64_t batch, int prev, Keep kept,
+                          bool allocate_gradients, Labels labels) {
   const LayerCost c = cost(layers, batch);
   sim::Task t = compute_task("backward", core, layers, labels);
   t.seconds = c.backward_s;
   t.model_flops = c.backward_flops;
   t.hardware_flops = c.backward_hardware_flops;
   const double freed = c.stash_bytes + (kept == Keep::Input ? c.input_bytes : 0.0);
-  if (allocate_gradients) t.memory.push_back({core, MemoryCategory::Gradients, gradient_bytes(layers), When::Start});
+  if (allocate_gradients)
+    t.memory.push_back({core, MemoryCategory::Gradients, gradient_bytes(layers), When::Start});
   t.memory.push_back({core, MemoryCategory::Workspace, c.workspace_bytes, When::Start});
   t.memory.push_back({core, MemoryCategory::Workspace, -c.workspace_bytes, When::End});
   t.memory.push_back({core, MemoryCategory::Activations, -freed, When::End});
@@ -153,8 +158,8 @@ int StepBuilder::backward(int core, LayerRange layers, std::int64_t batch, int p
   return id;
 }
 
-int StepBuilder::transfer(int src, int dst, double bytes, int prev, const std::string& phase, Labels labels, int boundary,
-                          bool gradient) {
+int StepBuilder::transfer(int src, int dst, double bytes, int prev, const std::string& phase, Labels labels,
+                          int boundary, bool gradient) {
   sim::Task t;
   t.kind = sim::TaskKind::Transfer;
   t.phase = phase;
@@ -171,8 +176,8 @@ int StepBuilder::transfer(int src, int dst, double bytes, int prev, const std::s
   return id;
 }
 
-int StepBuilder::collective(sim::CollectiveOp op, const std::string& phase, const std::string& name, std::vector<int> group,
-                            double bytes, LayerRange layers) {
+int StepBuilder::collective(sim::CollectiveOp op, const std::string& phase, const std::string& name,
+                            std::vector<int> group, double bytes, LayerRange layers) {
   sim::Task t;
   t.kind = sim::TaskKind::Collective;
   t.op = op;
@@ -180,8 +185,10 @@ int StepBuilder::collective(sim::CollectiveOp op, const std::string& phase, cons
   t.phase = phase;
   t.bytes = bytes;
   if (functional_) {
-    if (phase.rfind("gradient_", 0) == 0) t.host = functional_->reduce(group, layers);
-    else if (phase == "weight_allgather") t.host = functional_->gather(group, layers);
+    if (phase.rfind("gradient_", 0) == 0)
+      t.host = functional_->reduce(group, layers);
+    else if (phase == "weight_allgather")
+      t.host = functional_->gather(group, layers);
   }
   t.group = std::move(group);
   return graph_.add(std::move(t));

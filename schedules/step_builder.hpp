@@ -67,12 +67,13 @@ class StepBuilder {
                Labels labels = {});
   /// `bytes` from core `src` to core `dst` after `prev`: the activation at layer boundary
   /// `boundary` (its gradient when `gradient`) of the micro-batch in `labels`.
-  int transfer(int src, int dst, double bytes, int prev, const std::string& phase, Labels labels, int boundary, bool gradient);
+  int transfer(int src, int dst, double bytes, int prev, const std::string& phase, Labels labels,
+               int boundary, bool gradient);
   /// A collective over `group` on the gradients or weights of `layers` (what it does
   /// functionally follows from its phase: gradient_* reduce gradients, weight_allgather gathers
   /// weights; anything else is timing only).
-  int collective(sim::CollectiveOp op, const std::string& phase, const std::string& name, std::vector<int> group, double bytes,
-                 LayerRange layers);
+  int collective(sim::CollectiveOp op, const std::string& phase, const std::string& name,
+                 std::vector<int> group, double bytes, LayerRange layers);
   /// Optimizer update on `core` of shard `shard` of `shards` equal pieces of `layers`
   /// (`fraction` of the work and memory, padding included); frees the gradients it consumed
   /// (that fraction of the layers' gradient buffers) at its end.

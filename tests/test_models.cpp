@@ -1,6 +1,5 @@
 // Model descriptions: parameter counts and FLOPs against hand-derived formulas.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 
 #include "models/model.hpp"
@@ -27,7 +26,8 @@ double total_flops(const Model& m, std::int64_t batch, bool backward) {
 
 TEST_CASE("transformer parameters: 12 d^2 L + 2 V d plus biases and norms, exactly", "[models]") {
   const std::int64_t L = 48, d = 2048, ff = 8192, V = 32000;
-  const Model m = build(R"({"kind": "transformer", "layers": 48, "d_model": 2048, "d_ff": 8192, "heads": 32, "vocab": 32000, "seq_len": 1024})");
+  const Model m = build(
+      R"({"kind": "transformer", "layers": 48, "d_model": 2048, "d_ff": 8192, "heads": 32, "vocab": 32000, "seq_len": 1024})");
   const std::int64_t block = 4 * d * d + 2 * d * ff + (3 * d + d + ff + d) + 4 * d;
   CHECK(m.params() == L * block + V * d + (V * d + 2 * d));
   CHECK(double(m.params()) == Approx(2.55e9).epsilon(0.01));  // MODELS.md check value for L = 48
@@ -36,7 +36,8 @@ TEST_CASE("transformer parameters: 12 d^2 L + 2 V d plus biases and norms, exact
 
 TEST_CASE("transformer forward FLOPs per token: 2 x matmul params + attention", "[models]") {
   const std::int64_t d = 512, ff = 2048, s = 128, V = 1000, L = 2;
-  const Model m = build(R"({"kind": "transformer", "layers": 2, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 1000, "seq_len": 128})");
+  const Model m = build(
+      R"({"kind": "transformer", "layers": 2, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 1000, "seq_len": 128})");
   const double matmul_params = double(L) * (4 * d * d + 2 * d * ff) + double(V) * d;
   const double per_token = 2 * matmul_params + double(L) * 4 * s * d;
   CHECK(total_flops(m, 3, false) == Approx(3 * s * per_token));
@@ -50,7 +51,8 @@ TEST_CASE("mlp parameters and FLOPs", "[models]") {
 }
 
 TEST_CASE("activation stash grows linearly with the batch", "[models]") {
-  const Model m = build(R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 64})");
+  const Model m = build(
+      R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 64})");
   const auto& block = m.layers[1];
   CHECK(block.work(8).stash_bytes == Approx(2 * block.work(4).stash_bytes));
   CHECK(block.work(4).output_bytes == Approx(4.0 * 64 * 256 * 2));
@@ -58,11 +60,17 @@ TEST_CASE("activation stash grows linearly with the batch", "[models]") {
 
 TEST_CASE("model validation names the field", "[models]") {
   Problems problems("test");
-  build_model(Json::parse(R"({"kind": "transformer", "layers": 0, "d_model": 100, "d_ff": 1, "heads": 3, "vocab": 1, "seq_len": 1, "bogus": 1})"),
-              "model", problems);
-  CHECK_THROWS_WITH(problems.throw_if_any(), Catch::Contains("model.layers") && Catch::Contains("model.bogus"));
+  build_model(
+      Json::parse(
+          R"({"kind": "transformer", "layers": 0, "d_model": 100, "d_ff": 1, "heads": 3, "vocab": 1, "seq_len": 1, "bogus": 1})"),
+      "model", problems);
+  CHECK_THROWS_WITH(problems.throw_if_any(),
+                    Catch::Contains("model.layers") && Catch::Contains("model.bogus"));
   Problems p2("test");
-  build_model(Json::parse(R"({"kind": "transformer", "layers": 1, "d_model": 100, "d_ff": 1, "heads": 3, "vocab": 1, "seq_len": 1})"), "model", p2);
+  build_model(
+      Json::parse(
+          R"({"kind": "transformer", "layers": 1, "d_model": 100, "d_ff": 1, "heads": 3, "vocab": 1, "seq_len": 1})"),
+      "model", p2);
   CHECK_THROWS_WITH(p2.throw_if_any(), Catch::Contains("model.heads"));
   Problems p3("test");
   build_model(Json::parse(R"({"kind": "resnet9000"})"), "model", p3);
@@ -95,7 +103,8 @@ TEST_CASE("ResNet-50 v1.5 has 25,557,032 parameters and ~4.1 G MACs per image", 
 }
 
 TEST_CASE("Mesh-TensorFlow language model sizes to 0.01B", "[models]") {
-  const std::vector<std::pair<int, double>> sizes = {{-1, 0.14}, {0, 0.22}, {1, 0.37}, {2, 0.67}, {3, 1.28}, {4, 2.48}, {5, 4.90}};
+  const std::vector<std::pair<int, double>> sizes = {{-1, 0.14}, {0, 0.22}, {1, 0.37}, {2, 0.67},
+                                                     {3, 1.28},  {4, 2.48}, {5, 4.90}};
   for (const auto& [s, billions] : sizes) {
     const Model m = build(Json{{"kind", "mesh_lm"}, {"size", s}}.dump());
     INFO("s = " << s);
@@ -130,7 +139,8 @@ TEST_CASE("backward FLOPs split into input and weight gradients", "[models]") {
 }
 
 TEST_CASE("encoder-decoder transformer with shared embeddings", "[models]") {
-  const Model m = build(R"({"kind": "transformer", "encoder_layers": 6, "layers": 6, "d_model": 1024, "d_ff": 4096,
+  const Model m =
+      build(R"({"kind": "transformer", "encoder_layers": 6, "layers": 6, "d_model": 1024, "d_ff": 4096,
                              "heads": 16, "vocab": 33708, "seq_len": 256, "shared_embeddings": true})");
   const std::int64_t d = 1024, ff = 4096, V = 33708;
   const std::int64_t enc = 4 * d * d + 2 * d * ff + (4 * d + ff + d) + 4 * d;
@@ -158,6 +168,7 @@ TEST_CASE("sequential models chain their shapes", "[models]") {
   CHECK(m.params() == (27 * 64 + 128) + 3 * (576 * 64 + 128) + (576 * 128 + 256));
   Problems p("test");
   build_model(Json::parse(R"({"kind": "sequential", "layers": [{"kind": "dense", "in": 8, "out": 16},
-      {"kind": "dense", "in": 32, "out": 4}]})"), "model", p);
+      {"kind": "dense", "in": 32, "out": 4}]})"),
+              "model", p);
   CHECK_THROWS_WITH(p.throw_if_any(), Catch::Contains("model.layers[1].in: found 32"));
 }

@@ -29,7 +29,8 @@ TEST_CASE("data parallel: per-core forward/backward/update and bucketed all-redu
   const int layers = int(s.model.layers.size());
   REQUIRE_NOTHROW(step.graph.validate());
   const int buckets = int(step.details["gradient_buckets"].size());
-  for (int c = 0; c < s.cores(); ++c) CHECK(int(step.graph.program(c).size()) == 2 * layers + buckets);  // one update per bucket
+  for (int c = 0; c < s.cores(); ++c)
+    CHECK(int(step.graph.program(c).size()) == 2 * layers + buckets);  // one update per bucket
   int collectives = 0;
   double reduced = 0;
   for (int id = 0; id < step.graph.size(); ++id) {
@@ -84,7 +85,8 @@ TEST_CASE("a single chip all-reduces over its two cores", "[schedules]") {
 
 TEST_CASE("every registered schedule kind is listed", "[schedules][registry]") {
   CHECK(schedule_registry().size() == 4);
-  for (const char* kind : {"data_parallel", "gpipe", "mesh", "one_f_one_b"}) CHECK(schedule_registry().count(kind));
+  for (const char* kind : {"data_parallel", "gpipe", "mesh", "one_f_one_b"})
+    CHECK(schedule_registry().count(kind));
 }
 
 namespace {
@@ -95,7 +97,8 @@ Study dp(const std::string& optimizer, const std::string& weight_update, const s
   j["slice"] = slice;
   j["batch"] = batch;
   j["optimizer"] = Json{{"kind", optimizer}};
-  j["schedule"] = Json{{"kind", "data_parallel"}, {"weight_update", weight_update}, {"gradient_dtype", gradient_dtype}};
+  j["schedule"] =
+      Json{{"kind", "data_parallel"}, {"weight_update", weight_update}, {"gradient_dtype", gradient_dtype}};
   return parse_study(j, "test");
 }
 
@@ -105,7 +108,9 @@ double wire_bytes(const Study& s, const BuiltStep& step, const std::vector<std::
   double total = 0;
   for (int id = 0; id < step.graph.size(); ++id) {
     const auto& t = step.graph.task(id);
-    if (t.kind != sim::TaskKind::Collective || std::find(phases.begin(), phases.end(), t.phase) == phases.end()) continue;
+    if (t.kind != sim::TaskKind::Collective ||
+        std::find(phases.begin(), phases.end(), t.phase) == phases.end())
+      continue;
     total += sim::plan_wire_bytes(sim::plan_collective(torus, s.hardware.chip.cores, t.op, t.group, t.bytes));
   }
   return total;
@@ -114,15 +119,18 @@ double wire_bytes(const Study& s, const BuiltStep& step, const std::vector<std::
 }  // namespace
 
 TEST_CASE("sharded and replicated updates put the same bytes on the wire", "[schedules][sharding]") {
-  const Study rep = dp("momentum", "replicated", "v3-32", 1024), sh = dp("momentum", "sharded", "v3-32", 1024);
+  const Study rep = dp("momentum", "replicated", "v3-32", 1024),
+              sh = dp("momentum", "sharded", "v3-32", 1024);
   const BuiltStep a = rep.schedule->build(rep), b = sh.schedule->build(sh);
   REQUIRE_NOTHROW(b.graph.validate());
   const double allreduce = wire_bytes(rep, a, {"gradient_allreduce"});
   CHECK(allreduce > 0);
-  CHECK(wire_bytes(sh, b, {"gradient_reduce_scatter", "weight_allgather"}) == Approx(allreduce).epsilon(1e-12));
+  CHECK(wire_bytes(sh, b, {"gradient_reduce_scatter", "weight_allgather"}) ==
+        Approx(allreduce).epsilon(1e-12));
 }
 
-TEST_CASE("sharding divides the optimizer slots per core by the replicas, up to padding", "[schedules][sharding]") {
+TEST_CASE("sharding divides the optimizer slots per core by the replicas, up to padding",
+          "[schedules][sharding]") {
   for (const char* opt : {"momentum", "adam", "lars"}) {
     const Study rep = dp(opt, "replicated", "v3-128", 1024), sh = dp(opt, "sharded", "v3-128", 1024);
     const BuiltStep a = rep.schedule->build(rep), b = sh.schedule->build(sh);
@@ -132,8 +140,10 @@ TEST_CASE("sharding divides the optimizer slots per core by the replicas, up to 
     INFO(opt);
     CHECK(shard * N >= full);
     const double slots = std::string(opt) == "adam" ? 2 : 1;
-    CHECK(shard * N - full == Approx(4.0 * slots * b.details["shard_padding_params"].get<double>()).margin(1));
-    CHECK(b.graph.resident()[5][int(sim::MemoryCategory::Weights)] == a.graph.resident()[5][int(sim::MemoryCategory::Weights)]);
+    CHECK(shard * N - full ==
+          Approx(4.0 * slots * b.details["shard_padding_params"].get<double>()).margin(1));
+    CHECK(b.graph.resident()[5][int(sim::MemoryCategory::Weights)] ==
+          a.graph.resident()[5][int(sim::MemoryCategory::Weights)]);
   }
 }
 
@@ -151,9 +161,11 @@ TEST_CASE("shard padding: every core gets an equal piece of each bucket", "[sche
 }
 
 TEST_CASE("bf16 gradients halve the bytes reduced", "[schedules][sharding]") {
-  const Study a = dp("adam", "sharded", "v3-32", 1024, "fp32"), b = dp("adam", "sharded", "v3-32", 1024, "bf16");
+  const Study a = dp("adam", "sharded", "v3-32", 1024, "fp32"),
+              b = dp("adam", "sharded", "v3-32", 1024, "bf16");
   const BuiltStep sa = a.schedule->build(a), sb = b.schedule->build(b);
-  CHECK(wire_bytes(b, sb, {"gradient_reduce_scatter"}) == Approx(wire_bytes(a, sa, {"gradient_reduce_scatter"}) / 2));
+  CHECK(wire_bytes(b, sb, {"gradient_reduce_scatter"}) ==
+        Approx(wire_bytes(a, sa, {"gradient_reduce_scatter"}) / 2));
   CHECK(wire_bytes(b, sb, {"weight_allgather"}) == Approx(wire_bytes(a, sa, {"weight_allgather"})));
 }
 
