@@ -64,33 +64,34 @@ void edge_weights(Layer& l, CellOp op, std::int64_t w, bool strided) {
 
 /// Factorized reduce: ReLU, two stride-2 1x1 convs of half the width each, concatenated, BN.
 FeatureMap factorized_reduce(WorkBuilder& wb, const std::string& name, std::int64_t b, const FeatureMap& in,
-                             std::int64_t width) {
+                             std::int64_t width, const std::string& input) {
   wb.elementwise(name + "_relu", in.elements(b), 1, 1);
   ConvShape c{b, in.size, in.size, in.channels, 1, 1, 2, width / 2};
-  wb.conv(name + "_path1", c);
+  const std::string relu_in = "relu(" + (input.empty() ? name : input) + ")";  // both paths read it
+  wb.conv(name + "_path1", c, true, relu_in);
   c.out_channels = width - width / 2;
-  wb.conv(name + "_path2", c);
+  wb.conv(name + "_path2", c, true, relu_in);
   const FeatureMap out{c.out_h(), width};
   wb.batch_norm(name + "_bn", out.elements(b));
   return out;
 }
 
-/// Lowers one edge applied to `in` (width w); returns its output map.
+/// Lowers one edge applied to `in` (width w), the cell state named `input`; returns its output map.
 FeatureMap edge_work(WorkBuilder& wb, const std::string& name, std::int64_t b, CellOp op,
-                     const FeatureMap& in, std::int64_t stride) {
+                     const FeatureMap& in, std::int64_t stride, const std::string& input) {
   const std::int64_t w = in.channels, q = w / 4;
   switch (op) {
     case CellOp::Conv1x1:
-      return conv_bn(wb, name, b, in, 1, 1, stride, w);
+      return conv_bn(wb, name, b, in, 1, 1, stride, w, true, input);
     case CellOp::Conv3x3: {
       // The stride sits on the first convolution of the bottleneck (an assumption: the
       // genotype does not say which of the three convolutions is strided).
-      FeatureMap x = conv_bn(wb, name + "_a", b, in, 1, 1, stride, q);
+      FeatureMap x = conv_bn(wb, name + "_a", b, in, 1, 1, stride, q, true, input);
       x = conv_bn(wb, name + "_b", b, x, 3, 3, 1, q);
       return conv_bn(wb, name + "_c", b, x, 1, 1, 1, w);
     }
     case CellOp::Conv1x7_7x1: {
-      FeatureMap x = conv_bn(wb, name + "_a", b, in, 1, 1, stride, q);
+      FeatureMap x = conv_bn(wb, name + "_a", b, in, 1, 1, stride, q, true, input);
       x = conv_bn(wb, name + "_b", b, x, 1, 7, 1, q);
       x = conv_bn(wb, name + "_c", b, x, 7, 1, 1, q);
       return conv_bn(wb, name + "_d", b, x, 1, 1, 1, w);
@@ -99,11 +100,12 @@ FeatureMap edge_work(WorkBuilder& wb, const std::string& name, std::int64_t b, C
     case CellOp::MaxPool3x3:
     case CellOp::AvgPool3x3: {
       const FeatureMap out{(in.size + stride - 1) / stride, w};
-      wb.pool(name, in.elements(b), out.elements(b), op == CellOp::MaxPool2x2 ? 4 : 9);
+      wb.pool(name, in.elements(b), out.elements(b), op == CellOp::MaxPool2x2 ? 4 : 9,
+              op == CellOp::AvgPool3x3 ? WorkBuilder::Pool::Average : WorkBuilder::Pool::Max, input);
       return out;
     }
     case CellOp::None:
-      return stride > 1 ? factorized_reduce(wb, name, b, in, w) : in;
+      return stride > 1 ? factorized_reduce(wb, name, b, in, w, input) : in;
   }
   return in;
 }
@@ -138,7 +140,7 @@ Layer cell_layer(const std::string& name, const CellSpec& s, double act) {
     std::vector<FeatureMap> states;
     states.push_back(conv_bn(wb, "base_prev", b, s.prev, 1, 1, 1, w));
     if (pp_reduce)
-      states.push_back(factorized_reduce(wb, "base_prev_prev", b, s.prev_prev, w));
+      states.push_back(factorized_reduce(wb, "base_prev_prev", b, s.prev_prev, w, ""));
     else if (pp_conv)
       states.push_back(conv_bn(wb, "base_prev_prev", b, s.prev_prev, 1, 1, 1, w));
     else
@@ -148,7 +150,7 @@ Layer cell_layer(const std::string& name, const CellSpec& s, double act) {
       for (int e = 2 * k; e < 2 * k + 2; ++e) {
         const std::int64_t stride = (s.reduction && edges[e].input < 2) ? 2 : 1;
         sum = edge_work(wb, "s" + std::to_string(k + 2) + "_op" + std::to_string(e % 2), b, edges[e].op,
-                        states[edges[e].input], stride);
+                        states[edges[e].input], stride, "s" + std::to_string(edges[e].input));
       }
       wb.elementwise("s" + std::to_string(k + 2) + "_add", sum.elements(b), 1, 1);
       states.push_back(sum);

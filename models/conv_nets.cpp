@@ -4,7 +4,7 @@ namespace tpusim {
 
 FeatureMap conv_bn(WorkBuilder& w, const std::string& name, std::int64_t batch, const FeatureMap& in,
                    std::int64_t kh, std::int64_t kw, std::int64_t stride, std::int64_t out_channels,
-                   bool relu) {
+                   bool relu, const std::string& input) {
   if (relu) w.elementwise(name + "_relu", in.elements(batch), 1, 1);
   ConvShape c;
   c.batch = batch;
@@ -14,7 +14,7 @@ FeatureMap conv_bn(WorkBuilder& w, const std::string& name, std::int64_t batch, 
   c.kernel_w = kw;
   c.stride = stride;
   c.out_channels = out_channels;
-  w.conv(name, c);
+  w.conv(name, c, true, input.empty() ? "" : (relu ? "relu(" + input + ")" : input));
   const FeatureMap out{c.out_h(), out_channels};
   w.batch_norm(name + "_bn", out.elements(batch));
   return out;
@@ -43,7 +43,11 @@ Layer classifier_head(const FeatureMap& in, std::int64_t classes, double act) {
   };
   l.work = [in, classes, act](std::int64_t b) {
     WorkBuilder w(act);
-    w.pool("global_avg_pool", in.elements(b), double(b) * in.channels, double(in.size) * in.size);
+    // The global average pool's gradient needs no activation; what this layer keeps is its input
+    // for the last block's ReLU gradient.
+    w.pool("global_avg_pool", in.elements(b), double(b) * in.channels, double(in.size) * in.size,
+           WorkBuilder::Pool::Average);
+    w.stash(in.elements(b) * act);
     w.dense("fc", b, in.channels, classes);
     w.bias("fc_bias", b, classes);
     w.softmax_xent("softmax_xent", double(b) * classes);

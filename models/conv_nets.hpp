@@ -14,10 +14,11 @@ struct FeatureMap {
 };
 
 /// ReLU (optional) -> conv kh x kw (stride) -> batch norm, on `in` for `batch` examples.
-/// Returns the output map. `params` accumulates the weight shapes if non-null.
+/// Returns the output map. `input` names the tensor `in` (empty: read by nobody else), so that
+/// convolutions of one layer reading the same tensor (or its ReLU) keep it once.
 FeatureMap conv_bn(WorkBuilder& w, const std::string& name, std::int64_t batch, const FeatureMap& in,
                    std::int64_t kh, std::int64_t kw, std::int64_t stride, std::int64_t out_channels,
-                   bool relu = true);
+                   bool relu = true, const std::string& input = "");
 
 /// Weight shapes of a conv (kh x kw x in x out) followed by batch norm (scale and shift).
 void conv_bn_weights(Layer& layer, std::int64_t kh, std::int64_t kw, std::int64_t in, std::int64_t out);

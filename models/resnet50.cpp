@@ -54,19 +54,21 @@ Layer bottleneck(const std::string& name, const FeatureMap& in, std::int64_t wid
                                 batch_norm("bn3", b, out, out_channels)};
     if (projection) {
       ops.push_back(conv("shortcut", b, in.size, in.channels, out_channels, 1, int(stride)));
+      ops.back().a.keep = false;  // the block input, kept once by conv1
       ops.push_back(batch_norm("shortcut_bn", b, out, out_channels));
     }
-    ops.push_back(elementwise("residual_relu", tpusim::image(b, out, out_channels, true), 2));
+    // The ReLU's gradient needs the block's output, which the next layer keeps as its input.
+    ops.push_back(elementwise("residual_relu", tpusim::image(b, out, out_channels), 2));
     return ops;
   };
   l.work = [in, width, stride, out_channels, projection, act](std::int64_t b) {
     WorkBuilder w(act);
-    FeatureMap x = conv_bn(w, "conv1", b, in, 1, 1, 1, width, false);
+    FeatureMap x = conv_bn(w, "conv1", b, in, 1, 1, 1, width, false, "in");
     x = conv_bn(w, "conv2", b, x, 3, 3, stride, width);
     x = conv_bn(w, "conv3", b, x, 1, 1, 1, out_channels);
-    if (projection) conv_bn(w, "shortcut", b, in, 1, 1, stride, out_channels, false);
+    if (projection) conv_bn(w, "shortcut", b, in, 1, 1, stride, out_channels, false, "in");
+    // The ReLU's gradient needs the block's output, which the next layer keeps as its input.
     w.elementwise("residual_relu", x.elements(b), 2, 2);
-    w.stash(x.elements(b) * act);  // the block output, for the ReLU gradient
     return w.finish(in.elements(b) * act, x.elements(b) * act);
   };
   return l;

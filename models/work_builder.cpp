@@ -26,11 +26,16 @@ void WorkBuilder::batched_matmul(const std::string& name, std::int64_t batch, st
   stash(double(batch) * ((keep_a ? double(m) * k : 0.0) + (keep_b ? double(k) * n : 0.0)) * act_);
 }
 
-void WorkBuilder::conv(const std::string& name, const ConvShape& c, bool input_gradient) {
+void WorkBuilder::keep(const std::string& tensor, double bytes) {
+  if (tensor.empty() || kept_.insert(tensor).second) stash(bytes);
+}
+
+void WorkBuilder::conv(const std::string& name, const ConvShape& c, bool input_gradient,
+                       const std::string& input) {
   work_.forward.push_back(conv_op(name, c, act_, kWeightBytes));
   if (input_gradient) work_.backward.push_back(conv_input_grad_op(name + "_dx", c, act_, kWeightBytes));
   work_.backward.push_back(conv_weight_grad_op(name + "_dw", c, act_, kWeightBytes));
-  stash(double(c.batch) * c.in_h * c.in_w * c.in_channels * act_);
+  keep(input, double(c.batch) * c.in_h * c.in_w * c.in_channels * act_);
 }
 
 void WorkBuilder::batch_norm(const std::string& name, double elements) {
@@ -52,14 +57,15 @@ void WorkBuilder::softmax(const std::string& name, double elements) {
   stash(elements * act_);
 }
 
-void WorkBuilder::pool(const std::string& name, double in_elements, double out_elements, double window) {
+void WorkBuilder::pool(const std::string& name, double in_elements, double out_elements, double window,
+                       Pool kind, const std::string& input) {
   Op fwd = vector_op(name, out_elements, window, act_, false);
   fwd.bytes = (in_elements + out_elements) * act_;
   work_.forward.push_back(fwd);
   Op bwd = vector_op(name + "_grad", in_elements, 2, act_, false);
   bwd.bytes = (in_elements + out_elements) * act_;
   work_.backward.push_back(bwd);
-  stash(in_elements * act_);
+  if (kind == Pool::Max) keep(input, in_elements * act_);
 }
 
 void WorkBuilder::gather(const std::string& name, double rows, std::int64_t vocab, std::int64_t width) {

@@ -4,6 +4,8 @@
 // particular model.
 #pragma once
 
+#include <set>
+
 #include "hardware/cost_model.hpp"
 #include "models/model.hpp"
 
@@ -24,8 +26,11 @@ class WorkBuilder {
   /// the two operand gradients. Keeps the operands not already kept by another brick.
   void batched_matmul(const std::string& name, std::int64_t batch, std::int64_t m, std::int64_t k,
                       std::int64_t n, bool keep_a = true, bool keep_b = true);
-  /// A convolution: forward, dX (unless it reads the model input), dW. Keeps its input.
-  void conv(const std::string& name, const ConvShape& shape, bool input_gradient = true);
+  /// A convolution: forward, dX (unless it reads the model input), dW. Keeps its input for dW,
+  /// once per tensor: `input` names the tensor it reads (empty: a tensor of its own), and an
+  /// input another op of the layer already keeps is not kept twice.
+  void conv(const std::string& name, const ConvShape& shape, bool input_gradient = true,
+            const std::string& input = "");
   /// Batch normalization over `elements` values of `channels` channels: statistics and
   /// normalization (not fusible: a reduction), gradient; keeps its input.
   void batch_norm(const std::string& name, double elements);
@@ -36,8 +41,12 @@ class WorkBuilder {
   void elementwise(const std::string& name, double elements, double ops, double grad_ops);
   /// Softmax over `elements` (keeps its output for the gradient).
   void softmax(const std::string& name, double elements);
-  /// A pooling window of `window` elements per output, `out_elements` outputs, reading `in_elements`.
-  void pool(const std::string& name, double in_elements, double out_elements, double window);
+  /// A pooling window of `window` elements per output, `out_elements` outputs, reading
+  /// `in_elements`. A max pool keeps its input (the gradient goes to each window's maximum; once
+  /// per tensor, as for conv); an average pool's gradient needs no activation and keeps nothing.
+  enum class Pool { Max, Average };
+  void pool(const std::string& name, double in_elements, double out_elements, double window,
+            Pool kind = Pool::Max, const std::string& input = "");
   /// A table lookup of `rows` rows of `width` from a `vocab` x `width` table; the gradient is a
   /// scatter-add into a dense fp32 table.
   void gather(const std::string& name, double rows, std::int64_t vocab, std::int64_t width);
@@ -45,6 +54,8 @@ class WorkBuilder {
   void softmax_xent(const std::string& name, double elements);
 
   void stash(double bytes) { work_.stash_bytes += bytes; }
+  /// Keeps the tensor named `tensor` (`bytes`) unless it is kept already; empty: always keeps.
+  void keep(const std::string& tensor, double bytes);
   void workspace(double bytes) { work_.workspace_bytes = std::max(work_.workspace_bytes, bytes); }
   double act() const { return act_; }
 
@@ -54,6 +65,7 @@ class WorkBuilder {
  private:
   double act_;
   LayerWork work_;
+  std::set<std::string> kept_;
 };
 
 }  // namespace tpusim

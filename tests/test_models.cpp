@@ -172,3 +172,36 @@ TEST_CASE("sequential models chain their shapes", "[models]") {
               "model", p);
   CHECK_THROWS_WITH(p.throw_if_any(), Catch::Contains("model.layers[1].in: found 32"));
 }
+
+TEST_CASE("a ResNet block keeps what its backward reads, each tensor once", "[models][memory]") {
+  // stage2_block1 at 224 px: input 56x56x256, width 128, stride 2 on conv2, projection shortcut.
+  // Kept, by hand (bf16): the block input once (conv1 and the shortcut both read it: 56^2*256),
+  // bn1's input (56^2*128), conv2's input (ReLU of bn1: 56^2*128), bn2's input (28^2*128),
+  // conv3's input (28^2*128), bn3's and the shortcut bn's inputs (28^2*512 each). The block's
+  // output, which its ReLU's gradient reads, is kept by the next block as its input.
+  const Model m = build(R"({"kind": "resnet50"})");
+  const auto& block = m.layers[4];
+  REQUIRE(block.name == "stage2_block1");
+  const double per_image = 56 * 56 * 256 + 2 * 56 * 56 * 128 + 2 * 28 * 28 * 128 + 2 * 28 * 28 * 512;
+  CHECK(block.work(2).stash_bytes == Approx(2 * 2 * per_image));
+}
+
+TEST_CASE("AmoebaNet keeps a cell state read by several ops once; average pools keep nothing",
+          "[models][memory]") {
+  // The normal cell reads s1 with a 1x1 conv (its ReLU), a 3x3 max pool (s1 itself) and a 3x3
+  // average pool (nothing): s1 is kept twice (ReLU(s1) and s1), not three times. s0 feeds a 1x1
+  // conv and two 1x7-7x1 convs, all through one ReLU(s0): kept once.
+  const Model m = build(R"({"kind": "amoebanet_d", "normal_cells": 6, "filters": 64, "image_size": 64})");
+  const Layer* cell = nullptr;
+  for (const auto& l : m.layers)
+    if (l.name == "normal1_2") cell = &l;
+  REQUIRE(cell);
+  // State width w = 64 at 8x8 (64 px). Per image, in units of U = 8*8*64: base_prev (ReLU(prev),
+  // prev being the last normal cell's 4 states: 4U, + bn U), base_prev_prev (ReLU of the stem
+  // reduction's 3 states: 3U, + bn U); ReLU(s1) U, s1 U (max pool), the 1x1 conv on s1's bn U;
+  // ReLU(s0) U and, per 1x7-7x1 op (two), bn inputs U/4 * 3 + U and inner conv inputs U/4 * 3;
+  // the 1x1 conv on s0's bn U; s2 for the max pool U; the 1x1 conv on s5: ReLU(s5) U + bn U.
+  const double U = 8 * 8 * 64;
+  const double units = 5 + 4 + 3 + 1 + 2 * (1.75 + 0.75) + 1 + 1 + 2;
+  CHECK(cell->work(1).stash_bytes == Approx(units * U * 2));
+}
