@@ -18,6 +18,16 @@ std::int64_t Model::params() const {
   return total;
 }
 
+double Model::step_model_flops(std::int64_t batch) const {
+  double flops = 0;
+  for (const auto& l : layers) {
+    const LayerWork w = l.work(batch);
+    for (const auto* ops : {&w.forward, &w.backward})
+      for (const auto& op : *ops) flops += op.model_flops();
+  }
+  return flops;
+}
+
 const std::map<std::string, ModelBuilder>& model_builders() {
   static const std::map<std::string, ModelBuilder> builders = {
       {"amoebanet_d", build_amoebanet_d},

@@ -50,6 +50,10 @@ struct Model {
   std::vector<Layer> layers;
 
   std::int64_t params() const;
+  /// The math of one training step over `batch` examples: every layer's forward and backward
+  /// (input and weight gradients), unpadded, without recomputation. The one definition every
+  /// schedule reports as model FLOPs (and MXU utilization divides by).
+  double step_model_flops(std::int64_t batch) const;
 };
 
 /// Builds a model from its JSON description; records problems at `path`.

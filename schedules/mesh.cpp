@@ -295,17 +295,11 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
 
   std::vector<LayerProgram> programs;
   Json ops = Json::array();
-  double model_flops = 0;
   for (int l = 0; l < layers; ++l) {
     const auto named = study.model.layers[std::size_t(l)].named_ops(study.batch);
     programs.push_back(
         lower_layer(named, s, cost, act, study.model.layers[std::size_t(l)].name, l == 0, sharded));
     for (auto& row : programs.back().ops) ops.push_back(std::move(row));
-    // The math, once: an einsum at full size.
-    const Sharding whole{{}, sizes};
-    for (const auto& op : named)
-      if (op.kind == NamedOp::Kind::Einsum)
-        model_flops += 3 * local_matmul(op.name, whole, op.a, op.b, op.out, act).model_flops();
   }
 
   StepBuilder b(study, cores);
@@ -531,7 +525,7 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
     }
 
   BuiltStep step = b.finish();
-  step.model_flops = model_flops;
+  step.model_flops = study.model.step_model_flops(study.batch);
   step.hardware_flops = hardware_flops;
   Json mapping = Json::array();
   int stride = 1;

@@ -114,7 +114,6 @@ int StepBuilder::forward(int core, LayerRange layers, std::int64_t batch, int pr
   t.memory = {{core, MemoryCategory::Activations, kept, When::Start},
               {core, MemoryCategory::Workspace, transient, When::Start},
               {core, MemoryCategory::Workspace, -transient, When::End}};
-  model_flops_ += c.forward_flops;
   hardware_flops_ += c.forward_hardware_flops;
   if (functional_) t.host = functional_->forward(core, layers, labels.first_example, batch, keep);
   const int id = graph_.add(std::move(t));
@@ -150,7 +149,6 @@ int StepBuilder::backward(int core, LayerRange layers, std::int64_t batch, int p
   t.memory.push_back({core, MemoryCategory::Workspace, c.workspace_bytes, When::Start});
   t.memory.push_back({core, MemoryCategory::Workspace, -c.workspace_bytes, When::End});
   t.memory.push_back({core, MemoryCategory::Activations, -freed, When::End});
-  model_flops_ += c.backward_flops;
   hardware_flops_ += c.backward_hardware_flops;
   if (functional_) t.host = functional_->backward(core, layers, labels.first_example, batch);
   const int id = graph_.add(std::move(t));
@@ -211,7 +209,7 @@ int StepBuilder::update(int core, LayerRange layers, double fraction, Labels lab
 BuiltStep StepBuilder::finish() {
   BuiltStep step;
   step.graph = std::move(graph_);
-  step.model_flops = model_flops_;
+  step.model_flops = study_.model.step_model_flops(study_.batch);
   step.hardware_flops = hardware_flops_;
   return step;
 }

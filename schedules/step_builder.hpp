@@ -92,7 +92,6 @@ class StepBuilder {
   sim::TaskGraph graph_;
   std::map<std::pair<int, std::int64_t>, LayerCost> cache_;
   std::vector<double> update_s_;  // per layer, full update on one core
-  double model_flops_ = 0;
   double hardware_flops_ = 0;
 };
 

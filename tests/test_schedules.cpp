@@ -176,3 +176,47 @@ TEST_CASE("sharded LARS all-reduces its per-layer norms", "[schedules][sharding]
   for (int id = 0; id < b.graph.size(); ++id) norms += b.graph.task(id).phase == "lars_norms";
   CHECK(norms == int(b.details["gradient_buckets"].size()));
 }
+
+TEST_CASE("every schedule reports the same model FLOPs for the same model and batch", "[schedules][flops]") {
+  // Model FLOPs are the math of the step, whatever runs it: MXU utilization divides by them, so a
+  // schedule that counted only some ops (the mesh layouts once counted einsums and no
+  // convolutions) would mislabel its utilization.
+  const std::vector<std::pair<const char*, bool>> models = {
+      {R"({"kind": "mlp", "layers": 4, "width": 256, "input": 128, "classes": 16})", true},
+      {R"({"kind": "transformer", "layers": 4, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})",
+       true},
+      {R"({"kind": "resnet50", "image_size": 64, "classes": 10})", true},
+      {R"({"kind": "amoebanet_d", "normal_cells": 3, "filters": 32, "image_size": 64, "classes": 10})",
+       false}};
+  const char* schedules[] = {R"({"kind": "data_parallel"})",
+                             R"({"kind": "data_parallel", "weight_update": "sharded"})",
+                             R"({"kind": "gpipe", "stages": 4, "microbatches": 4, "replicas": 2})",
+                             R"({"kind": "one_f_one_b", "stages": 2, "microbatches": 8, "replicas": 4})",
+                             R"({"kind": "mesh", "mesh": {"batch": 8}, "layout": {"batch": "batch"}})"};
+  for (const auto& [model, has_named_ops] : models) {
+    std::vector<double> flops;
+    for (const char* schedule : schedules) {
+      if (!has_named_ops && std::string(schedule).find("mesh") != std::string::npos) continue;
+      INFO(model << " " << schedule);
+      const Json j{{"hardware", "tpu-v3"},           {"slice", "v3-8"},
+                   {"model", Json::parse(model)},    {"batch", 64},
+                   {"optimizer", {{"kind", "sgd"}}}, {"schedule", Json::parse(schedule)}};
+      const Study s = parse_study(j, "test");
+      flops.push_back(s.schedule->build(s).model_flops);
+      CHECK(flops.back() > 0);
+      CHECK(flops.back() == Approx(flops.front()).epsilon(1e-9));
+    }
+  }
+  // And the definition itself, for the mlp by hand: forward 2 x batch x weights of the matmuls;
+  // backward twice that (the mlp computes every layer's input gradient, the first's too, so that
+  // its layers stay identical for the pipeline oracles).
+  const Json j{{"hardware", "tpu-v3"},
+               {"slice", "v3-8"},
+               {"model", Json::parse(models[0].first)},
+               {"batch", 64},
+               {"optimizer", {{"kind", "sgd"}}},
+               {"schedule", Json::parse(schedules[0])}};
+  const Study s = parse_study(j, "test");
+  const double matmuls = 128.0 * 256 + 3.0 * 256 * 256 + 256.0 * 16;
+  CHECK(s.schedule->build(s).model_flops == Approx(2.0 * 64 * 3 * matmuls).epsilon(1e-9));
+}
