@@ -128,7 +128,7 @@ TEST_CASE("the summary gives mean and worst |error| per quantity and overall", "
 
 TEST_CASE("every shipped case is well-formed and its study valid", "[validate]") {
   const auto cases = load_validation_cases(config_dir() / "validation", {});
-  REQUIRE(cases.size() >= 18);
+  REQUIRE(cases.size() >= 20);
   for (const auto& c : cases) {
     INFO(c.id);
     CHECK_NOTHROW(load_study(c.study, c.sets));
