@@ -2,15 +2,16 @@
 // training step of a study on the simulated slice and reports it.
 // Exit codes: 0 success; 1 the simulation ran and something failed (deadlock, --require-fit
 // not met); 2 bad input (the message names the JSON path, the value and what is expected).
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include <CLI/CLI.hpp>
 #include <cmath>
-#include <tuple>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
+#include <tuple>
 
 #include "cli/fit.hpp"
 #include "cli/output_file.hpp"
@@ -19,8 +20,8 @@
 #include "hardware/torus.hpp"
 #include "models/describe.hpp"
 #include "reports/run_report.hpp"
-#include "schedules/functional_runtime.hpp"
 #include "reports/svg.hpp"
+#include "schedules/functional_runtime.hpp"
 #include "schedules/study.hpp"
 #include "sim/engine.hpp"
 
@@ -78,7 +79,8 @@ int cmd_run(const RunOptions& o) {
     if (o.steps < 1) throw ConfigError("--steps", "", std::to_string(o.steps), "at least 1 step");
     const double need = FunctionalRuntime::host_bytes_needed(study, study.cores());
     if (need > o.host_memory_budget_bytes) {
-      throw ConfigError("--functional", "", "a need of " + reports::human_bytes(need) + " of host memory for real tensors",
+      throw ConfigError("--functional", "",
+                        "a need of " + reports::human_bytes(need) + " of host memory for real tensors",
                         "at most the budget of " + reports::human_bytes(o.host_memory_budget_bytes) +
                             " (shrink the model or batch, or raise --host-memory-budget-bytes)");
     }
@@ -109,13 +111,17 @@ int cmd_run(const RunOptions& o) {
     write_file(fs::path(o.out) / "report.md", reports::report_markdown(j));
     write_file(fs::path(o.out) / "timeline.svg", reports::timeline_svg(step.graph, result));
     write_file(fs::path(o.out) / "memory.svg", reports::memory_svg(j));
-    if (o.trace) write_file(fs::path(o.out) / "trace.json", reports::chrome_trace(step.graph, result, study.hardware.chip.cores).dump() + "\n");
+    if (o.trace)
+      write_file(fs::path(o.out) / "trace.json",
+                 reports::chrome_trace(step.graph, result, study.hardware.chip.cores).dump() + "\n");
   }
   if (o.json) {
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << reports::summary_text(j);
-    if (!o.out.empty()) std::cout << "  wrote             " << o.out << "/: result.json report.md timeline.svg memory.svg" << (o.trace ? " trace.json" : "") << "\n";
+    if (!o.out.empty())
+      std::cout << "  wrote             " << o.out << "/: result.json report.md timeline.svg memory.svg"
+                << (o.trace ? " trace.json" : "") << "\n";
   }
   if (o.require_fit && !result.fits) {
     std::cerr << "tpusim: the study does not fit in HBM (--require-fit)\n";
@@ -126,8 +132,8 @@ int cmd_run(const RunOptions& o) {
 
 int cmd_check(const std::string& file, const std::vector<std::string>& sets) {
   const Study study = load_study(file, sets);
-  std::cout << file << ": ok (" << study.model.name << ", " << study.model.params() << " params, " << study.hardware.name
-            << " " << study.slice.name << ", " << study.cores() << " cores, "
+  std::cout << file << ": ok (" << study.model.name << ", " << study.model.params() << " params, "
+            << study.hardware.name << " " << study.slice.name << ", " << study.cores() << " cores, "
             << study.schedule->resolved().value("kind", "") << ")\n";
   return 0;
 }
@@ -169,17 +175,27 @@ int cmd_describe_hardware(const std::string& name, bool as_json) {
     return it == hw.sources.end() ? std::string() : it->second;
   };
   print_row("cores per chip", std::to_string(hw.chip.cores), src("chip.cores_per_chip"));
-  print_row("MXUs per core", std::to_string(hw.core.mxus) + " x " + std::to_string(hw.core.mxu_rows) + "x" + std::to_string(hw.core.mxu_cols), src("core.mxus_per_core"));
+  print_row("MXUs per core",
+            std::to_string(hw.core.mxus) + " x " + std::to_string(hw.core.mxu_rows) + "x" +
+                std::to_string(hw.core.mxu_cols),
+            src("core.mxus_per_core"));
   print_row("clock", num(hw.core.clock_hz / 1e6, " MHz"), src("core.clock_hz"));
-  print_row("peak bf16 per core", num(core_peak / 1e12, " TFLOP/s"), "derived: MXUs x rows x cols x 2 x clock");
-  print_row("peak bf16 per chip", num(hw.chip.peak_bf16_flops_per_s / 1e12, " TFLOP/s"), src("chip.peak_bf16_flops_per_s_per_chip"));
-  print_row("vector unit per core", num(hw.core.vector_ops_per_s() / 1e12, " Tops/s"), "derived: sublanes x lanes x ops x clock");
+  print_row("peak bf16 per core", num(core_peak / 1e12, " TFLOP/s"),
+            "derived: MXUs x rows x cols x 2 x clock");
+  print_row("peak bf16 per chip", num(hw.chip.peak_bf16_flops_per_s / 1e12, " TFLOP/s"),
+            src("chip.peak_bf16_flops_per_s_per_chip"));
+  print_row("vector unit per core", num(hw.core.vector_ops_per_s() / 1e12, " Tops/s"),
+            "derived: sublanes x lanes x ops x clock");
   print_row("HBM per core", reports::human_bytes(hw.core.hbm_bytes), src("core.hbm_bytes_per_core"));
-  print_row("HBM bandwidth per core", num(hw.core.hbm_bandwidth_bytes_per_s / 1e9, " GB/s"), src("core.hbm_bandwidth_bytes_per_s_per_core"));
-  print_row("roofline ridge", num(core_peak / hw.core.hbm_bandwidth_bytes_per_s, " FLOP/byte"), "derived: peak / HBM bandwidth");
+  print_row("HBM bandwidth per core", num(hw.core.hbm_bandwidth_bytes_per_s / 1e9, " GB/s"),
+            src("core.hbm_bandwidth_bytes_per_s_per_core"));
+  print_row("roofline ridge", num(core_peak / hw.core.hbm_bandwidth_bytes_per_s, " FLOP/byte"),
+            "derived: peak / HBM bandwidth");
   print_row("ICI links per chip", std::to_string(hw.chip.ici_links), src("chip.ici_links_per_chip"));
-  print_row("ICI per link per direction", num(hw.chip.ici_bandwidth_bytes_per_s / 1e9, " GB/s"), src("chip.ici_bandwidth_bytes_per_s_per_link_per_direction"));
-  print_row("ICI latency per hop", num(hw.chip.ici_latency_s * 1e6, " us"), src("chip.ici_latency_s_per_hop"));
+  print_row("ICI per link per direction", num(hw.chip.ici_bandwidth_bytes_per_s / 1e9, " GB/s"),
+            src("chip.ici_bandwidth_bytes_per_s_per_link_per_direction"));
+  print_row("ICI latency per hop", num(hw.chip.ici_latency_s * 1e6, " us"),
+            src("chip.ici_latency_s_per_hop"));
   print_row("per-op overhead", num(hw.core.op_overhead_s * 1e6, " us"), src("core.op_overhead_s"));
   for (const auto& [label, key, pattern] :
        {std::tuple{"normalization forward", "normalization_forward", MultiPass::NormalizationForward},
@@ -190,9 +206,11 @@ int cmd_describe_hardware(const std::string& name, bool as_json) {
     print_row(label,
               std::to_string(m.kernels.size()) + " kernels, " + std::to_string(m.tensor_passes()) + " passes",
               src(std::string("core.") + key + "_kernels"));
-    print_row("", num(m.vpu_ops_per_element, " ops/element"), src(std::string("core.") + key + "_vpu_ops_per_element"));
+    print_row("", num(m.vpu_ops_per_element, " ops/element"),
+              src(std::string("core.") + key + "_vpu_ops_per_element"));
   }
-  print_row("pod", std::to_string(hw.pod.chips_x) + "x" + std::to_string(hw.pod.chips_y) + " chips", src("pod"));
+  print_row("pod", std::to_string(hw.pod.chips_x) + "x" + std::to_string(hw.pod.chips_y) + " chips",
+            src("pod"));
   std::string names;
   for (const auto& [n, s] : hw.slices) names += (names.empty() ? "" : " ") + n;
   print_row("slices", names);
@@ -202,7 +220,8 @@ int cmd_describe_hardware(const std::string& name, bool as_json) {
 int cmd_describe_slice(const std::string& name, const std::string& hardware, bool as_json) {
   HardwareSpec hw;
   bool found = false;
-  std::vector<std::string> candidates = hardware.empty() ? shipped_hardware() : std::vector<std::string>{hardware};
+  std::vector<std::string> candidates =
+      hardware.empty() ? shipped_hardware() : std::vector<std::string>{hardware};
   for (const auto& h : candidates) {
     HardwareSpec candidate = load_hardware(h);
     if (candidate.slices.count(name)) {
@@ -211,33 +230,43 @@ int cmd_describe_slice(const std::string& name, const std::string& hardware, boo
       break;
     }
   }
-  if (!found) throw ConfigError("describe slice", "", "\"" + name + "\"", "a slice named in a hardware file (e.g. v3-32, v2-512)");
+  if (!found)
+    throw ConfigError("describe slice", "", "\"" + name + "\"",
+                      "a slice named in a hardware file (e.g. v3-32, v2-512)");
   const SliceSpec& s = hw.slices.at(name);
   const Torus torus(s);
   const int cores = s.chips() * hw.chip.cores;
   const double peak = cores * hw.core.peak_matmul_flops_per_s();
   const double bisection = torus.bisection_links() * hw.chip.ici_bandwidth_bytes_per_s;
   if (as_json) {
-    std::cout << Json{{"slice", name},          {"hardware", hw.name},
-                      {"chips", {s.chips_x, s.chips_y}}, {"wraparound", {torus.wraps(0), torus.wraps(1)}},
-                      {"cores", cores},         {"peak_bf16_flops_per_s", peak},
+    std::cout << Json{{"slice", name},
+                      {"hardware", hw.name},
+                      {"chips", {s.chips_x, s.chips_y}},
+                      {"wraparound", {torus.wraps(0), torus.wraps(1)}},
+                      {"cores", cores},
+                      {"peak_bf16_flops_per_s", peak},
                       {"hbm_bytes", cores * hw.core.hbm_bytes},
-                      {"ici_links_directed", torus.link_count()}, {"diameter_hops", torus.diameter()},
+                      {"ici_links_directed", torus.link_count()},
+                      {"diameter_hops", torus.diameter()},
                       {"bisection_bytes_per_s_per_direction", bisection}}
                      .dump(2)
               << "\n";
     return 0;
   }
   std::printf("%s on %s\n", name.c_str(), hw.name.c_str());
-  print_row("chips", std::to_string(s.chips_x) + " x " + std::to_string(s.chips_y) + " = " + std::to_string(s.chips()));
-  print_row("wrap-around", std::string(torus.wraps(0) ? "x " : "") + (torus.wraps(1) ? "y" : "") + (torus.wraps(0) || torus.wraps(1) ? "" : "none"),
+  print_row("chips", std::to_string(s.chips_x) + " x " + std::to_string(s.chips_y) + " = " +
+                         std::to_string(s.chips()));
+  print_row("wrap-around",
+            std::string(torus.wraps(0) ? "x " : "") + (torus.wraps(1) ? "y" : "") +
+                (torus.wraps(0) || torus.wraps(1) ? "" : "none"),
             hw.sources.count("slices") ? hw.sources.at("slices") : "");
   print_row("cores", std::to_string(cores));
   print_row("peak bf16", num(peak / 1e15, " PFLOP/s"));
   print_row("HBM total", reports::human_bytes(cores * hw.core.hbm_bytes));
   print_row("ICI links (directed)", std::to_string(torus.link_count()));
   print_row("diameter", std::to_string(torus.diameter()) + " hops");
-  print_row("bisection (one way)", num(bisection / 1e12, " TB/s"), std::to_string(torus.bisection_links()) + " links");
+  print_row("bisection (one way)", num(bisection / 1e12, " TB/s"),
+            std::to_string(torus.bisection_links()) + " links");
   return 0;
 }
 
@@ -264,19 +293,21 @@ int cmd_describe_model(const std::string& file, const std::vector<std::string>& 
   if (as_json) {
     Json layers = Json::array();
     for (const auto& r : rows) layers.push_back(row_json(r));
-    std::cout << Json{{"model", study.model.name}, {"kind", study.model.kind}, {"hardware", study.hardware.name},
-                      {"batch_per_core", batch}, {"layers", layers}, {"total", row_json(total)}}
-                     .dump(2)
-              << "\n";
+    std::cout
+        << Json{{"model", study.model.name}, {"kind", study.model.kind}, {"hardware", study.hardware.name},
+                {"batch_per_core", batch},   {"layers", layers},         {"total", row_json(total)}}
+               .dump(2)
+        << "\n";
     return 0;
   }
-  std::printf("%s on one %s core, %lld examples per layer call\n", study.model.name.c_str(), study.hardware.name.c_str(),
-              (long long)batch);
-  std::printf("%-22s %12s %10s %10s %10s %10s %10s %12s  %s\n", "layer", "params", "fwd GFLOP", "bwd GFLOP", "out MB",
-              "stash MB", "remat MB", "fwd+bwd ms", "bound");
+  std::printf("%s on one %s core, %lld examples per layer call\n", study.model.name.c_str(),
+              study.hardware.name.c_str(), (long long)batch);
+  std::printf("%-22s %12s %10s %10s %10s %10s %10s %12s  %s\n", "layer", "params", "fwd GFLOP", "bwd GFLOP",
+              "out MB", "stash MB", "remat MB", "fwd+bwd ms", "bound");
   auto print = [](const LayerSummary& r) {
-    std::printf("%-22s %12lld %10.3f %10.3f %10.2f %10.2f %10.2f %12.4f  %s\n", r.name.c_str(), (long long)r.params,
-                r.forward_flops / 1e9, (r.backward_input_flops + r.backward_weight_flops) / 1e9, r.output_bytes / 1e6,
+    std::printf("%-22s %12lld %10.3f %10.3f %10.2f %10.2f %10.2f %12.4f  %s\n", r.name.c_str(),
+                (long long)r.params, r.forward_flops / 1e9,
+                (r.backward_input_flops + r.backward_weight_flops) / 1e9, r.output_bytes / 1e6,
                 r.stash_bytes / 1e6, r.stash_remat_bytes / 1e6, (r.forward_s + r.backward_s) * 1e3,
                 r.compute_bound() ? "compute" : "memory");
   };
@@ -304,16 +335,21 @@ int main(int argc, char** argv) {
   auto* run_cmd = app.add_subcommand("run", "simulate one training step of a study");
   run_cmd->add_option("study", run.study, "study JSON file")->required();
   run_cmd->add_option("--set", run.sets, "override a study field: dotted.path=value (repeatable)");
-  run_cmd->add_option("--out", run.out, "write result.json, report.md, timeline.svg, memory.svg (and trace.json) here");
+  run_cmd->add_option("--out", run.out,
+                      "write result.json, report.md, timeline.svg, memory.svg (and trace.json) here");
   run_cmd->add_flag("--json", run.json, "print result.json to stdout instead of the summary");
   run_cmd->add_flag("--trace", run.trace, "also write a Chrome/Perfetto trace (needs --out)");
   run_cmd->add_flag("--require-fit", run.require_fit, "exit 1 if the step does not fit in HBM");
-  run_cmd->add_flag("--no-symmetry", run.no_symmetry, "simulate every ring of every collective (slower; same result)");
-  run_cmd->add_flag("--functional", run.functional, "also run the real math on the host and compare with one core");
+  run_cmd->add_flag("--no-symmetry", run.no_symmetry,
+                    "simulate every ring of every collective (slower; same result)");
+  run_cmd->add_flag("--functional", run.functional,
+                    "also run the real math on the host and compare with one core");
   run_cmd->add_option("--steps", run.steps, "functional mode: training steps (default 3)");
-  run_cmd->add_option("--seed", run.seed, "functional mode: seed of the weights and the synthetic data (default 1)");
-  run_cmd->add_option("--host-memory-budget-bytes", run.host_memory_budget_bytes,
-                      "functional mode: refuse studies whose real tensors need more host memory (default 4 GiB)");
+  run_cmd->add_option("--seed", run.seed,
+                      "functional mode: seed of the weights and the synthetic data (default 1)");
+  run_cmd->add_option(
+      "--host-memory-budget-bytes", run.host_memory_budget_bytes,
+      "functional mode: refuse studies whose real tensors need more host memory (default 4 GiB)");
 
   std::string check_file;
   std::vector<std::string> check_sets;
@@ -325,7 +361,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> fit_sets;
   std::optional<double> fit_min, fit_max, fit_step;
   bool fit_json = false;
-  auto* fit_cmd = app.add_subcommand("fit", "the largest value of a numeric field for which the study fits in HBM");
+  auto* fit_cmd =
+      app.add_subcommand("fit", "the largest value of a numeric field for which the study fits in HBM");
   fit_cmd->add_option("study", fit_study, "study JSON file")->required();
   fit_cmd->add_option("--maximize", fit_path, "dotted path of the field, e.g. model.layers")->required();
   fit_cmd->add_option("--min", fit_min, "smallest value (default 1)");
@@ -335,15 +372,18 @@ int main(int argc, char** argv) {
   fit_cmd->add_flag("--json", fit_json, "machine-readable output");
 
   cli::SweepOptions sweep;
-  auto* sweep_cmd = app.add_subcommand("sweep", "run a study over a grid of settings, each point in its own process");
+  auto* sweep_cmd =
+      app.add_subcommand("sweep", "run a study over a grid of settings, each point in its own process");
   sweep_cmd->add_option("study", sweep.study, "study JSON file")->required();
-  sweep_cmd->add_option("--grid", sweep.grids, "PATH=v1,v2,... or a range a..b, a..b:+k, a..b:xk (repeatable: cartesian product)");
+  sweep_cmd->add_option("--grid", sweep.grids,
+                        "PATH=v1,v2,... or a range a..b, a..b:+k, a..b:xk (repeatable: cartesian product)");
   sweep_cmd->add_option("--zip", sweep.zips, "PATH=v1,v2,...: zip axes move together (same length)");
   sweep_cmd->add_option("--set", sweep.sets, "override a study field for every point");
   sweep_cmd->add_option("-j,--jobs", sweep.jobs, "points run at once (default: the number of cores)");
   sweep_cmd->add_option("--out", sweep.out, "output directory (default out/sweep)");
   sweep_cmd->add_flag("--resume", sweep.resume, "skip points already recorded in --out");
-  sweep_cmd->add_option("--shard", sweep.shard, "run shard i/n of the points (0 <= i < n); default from SLURM_ARRAY_TASK_ID/COUNT");
+  sweep_cmd->add_option("--shard", sweep.shard,
+                        "run shard i/n of the points (0 <= i < n); default from SLURM_ARRAY_TASK_ID/COUNT");
 
   std::vector<std::string> merge_dirs;
   std::string merge_out;
@@ -352,12 +392,18 @@ int main(int argc, char** argv) {
   merge_cmd->add_option("--out", merge_out, "output directory")->required();
 
   cli::ValidateOptions validate;
-  auto* validate_cmd = app.add_subcommand("validate", "compare predictions with the measured TPU runs of configs/validation/");
+  auto* validate_cmd =
+      app.add_subcommand("validate", "compare predictions with the measured TPU runs of configs/validation/");
   validate_cmd->add_option("cases", validate.ids, "case ids (default: every case)");
   validate_cmd->add_option("-j,--jobs", validate.jobs, "cases run at once (default: the number of cores)");
   validate_cmd->add_flag("--json", validate.json, "print the tpusim.validation/1 JSON instead of the table");
-  validate_cmd->add_option("--out", validate.out, "write validation.json, validation.md and validation.html here");
-  validate_cmd->add_option("--cases-dir", validate.dir, "folder of validation cases (default: configs/validation)");
+  validate_cmd->add_option("--out", validate.out,
+                           "write validation.json, validation.md and validation.html here");
+  validate_cmd->add_option("--cases-dir", validate.dir,
+                           "folder of validation cases (default: configs/validation)");
+  validate_cmd->add_flag(
+      "--sensitivity", validate.sensitivity,
+      "also show how much each prediction moves when each assumed hardware figure moves up by 10 %");
 
   auto* describe = app.add_subcommand("describe", "print derived figures of hardware or a slice");
   describe->require_subcommand(1);
@@ -374,7 +420,8 @@ int main(int argc, char** argv) {
   d_model->add_flag("--json", describe_json, "machine-readable output");
   auto* d_slice = describe->add_subcommand("slice", "a named slice");
   d_slice->add_option("name", slice_name, "e.g. v3-32")->required();
-  d_slice->add_option("--hardware", slice_hw, "hardware to look the slice up in (default: every shipped one)");
+  d_slice->add_option("--hardware", slice_hw,
+                      "hardware to look the slice up in (default: every shipped one)");
   d_slice->add_flag("--json", describe_json, "machine-readable output");
 
   try {
@@ -391,7 +438,8 @@ int main(int argc, char** argv) {
 
   try {
     if (*run_cmd) {
-      if (run.trace && run.out.empty()) throw ConfigError("--trace", "", "no --out directory", "--out DIR to write trace.json into");
+      if (run.trace && run.out.empty())
+        throw ConfigError("--trace", "", "no --out directory", "--out DIR to write trace.json into");
       return cmd_run(run);
     }
     if (*check_cmd) return cmd_check(check_file, check_sets);

@@ -1,5 +1,7 @@
 #include "cli/validate.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -223,6 +225,24 @@ Json validation_summary(const Json& cases) {
   return all;
 }
 
+std::optional<Json> scaled_hardware(const Json& hardware, const std::string& figure, double factor) {
+  Json copy = hardware;
+  Json* node = &copy;
+  std::size_t begin = 0;
+  while (begin <= figure.size()) {
+    const auto dot = figure.find('.', begin);
+    const std::string key = figure.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin);
+    if (!node->is_object() || !node->contains(key)) return std::nullopt;
+    node = &(*node)[key];
+    if (dot == std::string::npos) break;
+    begin = dot + 1;
+  }
+  if (!node->is_object() || !node->contains("value") || !(*node)["value"].is_number()) return std::nullopt;
+  Json& value = (*node)["value"];
+  value = factor * value.get<double>();
+  return copy;
+}
+
 namespace {
 
 /// The hardware figures of the cases' studies whose source is an assumption, once each.
@@ -250,6 +270,57 @@ Json run_case(const ValidationCase& c) {
     return validation_record(c, predicted, predicted ? "" : "no value fits (even fit.min does not)");
   } catch (const std::exception& e) {
     return validation_record(c, std::nullopt, std::string("could not run the case: ") + e.what());
+  }
+}
+
+/// How much each case's prediction moves when each assumed figure of its hardware moves up by
+/// 10 %: every (case, figure) pair runs in a child with a scaled copy of the hardware file.
+void add_sensitivity(const std::vector<ValidationCase>& cases, const std::vector<Study>& studies,
+                     const Json& assumptions, std::vector<Json>& records, int jobs) {
+  const fs::path dir = fs::temp_directory_path() / ("tpusim-sensitivity-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  struct Run {
+    std::size_t c;
+    std::string figure;
+    std::string hardware_file;
+  };
+  std::vector<Run> runs;
+  std::map<std::string, Json> originals;
+  for (std::size_t a = 0; a < assumptions.size(); ++a) {
+    const std::string hw = assumptions[a]["hardware"], figure = assumptions[a]["figure"];
+    for (std::size_t c = 0; c < cases.size(); ++c) {
+      if (studies[c].hardware.name != hw) continue;
+      if (!originals.count(studies[c].hardware.file))
+        originals[studies[c].hardware.file] = read_json_file(studies[c].hardware.file);
+      const auto scaled = scaled_hardware(originals[studies[c].hardware.file], figure, 1.1);
+      if (!scaled) continue;
+      const fs::path file = dir / (hw + "-" + std::to_string(a) + ".json");
+      if (!fs::exists(file)) write_output_file(file, scaled->dump(2) + "\n", "--sensitivity");
+      runs.push_back(Run{c, figure, file.string()});
+    }
+  }
+  std::vector<std::optional<double>> moved(runs.size());
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i = next++; i < runs.size(); i = next++) {
+      ValidationCase c = cases[runs[i].c];
+      c.sets.push_back("hardware=" + runs[i].hardware_file);
+      const Json r = run_case(c);
+      if (!r["predicted"].is_null()) moved[i] = r["predicted"].get<double>();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < std::min<int>(jobs, int(runs.size())); ++t) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  for (auto& r : records) r["sensitivity"] = Json::object();
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    Json& r = records[runs[i].c];
+    if (r["predicted"].is_null() || !moved[i])
+      r["sensitivity"][runs[i].figure] = nullptr;
+    else
+      r["sensitivity"][runs[i].figure] = *moved[i] / r["predicted"].get<double>() - 1.0;
   }
 }
 
@@ -289,9 +360,10 @@ int cmd_validate(const ValidateOptions& o) {
   for (int t = 0; t < std::min<int>(jobs, int(cases.size())); ++t) threads.emplace_back(worker);
   for (auto& t : threads) t.join();
 
+  const Json assumptions = assumed_figures(studies);
+  if (o.sensitivity) add_sensitivity(cases, studies, assumptions, records, jobs);
   Json all = Json::array();
   for (auto& r : records) all.push_back(std::move(r));
-  const Json assumptions = assumed_figures(studies);
   const Json report{{"schema", "tpusim.validation/1"},
                     {"cases", all},
                     {"summary", validation_summary(all)},

@@ -70,7 +70,15 @@ struct ValidateOptions {
   bool json = false;
   std::string out;
   std::string dir;  ///< default: configs/validation
+  /// Also run every case with each assumed hardware figure of its study moved up by 10 %, and
+  /// report how much the prediction moves (cases[].sensitivity: figure -> relative change).
+  bool sensitivity = false;
 };
+
+/// A copy of the hardware JSON `hardware` with the figure at `figure` (a dotted path such as
+/// core.op_overhead_s, as in HardwareSpec::sources) scaled by `factor`; none for a figure that
+/// is not a number (a flag).
+std::optional<Json> scaled_hardware(const Json& hardware, const std::string& figure, double factor);
 
 /// `tpusim validate` as a command: 0 when every case is within its tolerance, 1 otherwise.
 int cmd_validate(const ValidateOptions& options);

@@ -56,6 +56,24 @@ std::string summary_line(const Json& s) {
          (s["worst_case"].is_null() ? "" : " (" + s["worst_case"].get<std::string>() + ")");
 }
 
+/// Per case, the assumed figures that move its prediction, largest first: "figure +1.2 %".
+std::vector<std::pair<std::string, std::string>> sensitivity_lines(const Json& report) {
+  std::vector<std::pair<std::string, std::string>> lines;
+  for (const auto& c : report["cases"]) {
+    if (!c.contains("sensitivity")) continue;
+    std::vector<std::pair<double, std::string>> moves;
+    for (const auto& [figure, v] : c["sensitivity"].items())
+      if (!v.is_null() && std::fabs(v.get<double>()) >= 5e-4)
+        moves.emplace_back(-std::fabs(v.get<double>()), figure + " " + percent(v));
+    std::sort(moves.begin(), moves.end());
+    std::string text;
+    for (const auto& [key, m] : moves) text += (text.empty() ? "" : ", ") + m;
+    lines.emplace_back(c["id"].get<std::string>(),
+                       text.empty() ? "no assumed figure moves it by 0.05 % or more" : text);
+  }
+  return lines;
+}
+
 }  // namespace
 
 std::string validation_value_text(double v, const std::string& unit) {
@@ -87,6 +105,9 @@ std::string validation_text(const Json& report) {
   for (const auto& a : report["assumptions"])
     s << " " << a["hardware"].get<std::string>() << ":" << a["figure"].get<std::string>();
   s << "\n";
+  const auto sens = sensitivity_lines(report);
+  if (!sens.empty()) s << "\nprediction change when one assumed figure moves up by 10 %:\n";
+  for (const auto& [id, text] : sens) s << "  " << id << ": " << text << "\n";
   for (const auto& c : report["cases"])
     if (c.contains("failure"))
       s << "failed: " << c["id"].get<std::string>() << ": " << c["failure"].get<std::string>() << "\n";
@@ -111,6 +132,10 @@ std::string validation_markdown(const Json& report) {
   for (const auto& a : report["assumptions"])
     s << "- `" << a["hardware"].get<std::string>() << "` `" << a["figure"].get<std::string>()
       << "`: " << a["source"].get<std::string>() << "\n";
+  const auto sens = sensitivity_lines(report);
+  if (!sens.empty())
+    s << "\n## Sensitivity\n\nPrediction change when one assumed figure moves up by 10 %:\n\n";
+  for (const auto& [id, text] : sens) s << "- " << id << ": " << text << "\n";
   s << "\n## Cases\n\n";
   for (const auto& c : report["cases"]) {
     s << "- **" << c["id"].get<std::string>() << "**: " << c["description"].get<std::string>()
@@ -221,7 +246,14 @@ std::string validation_html(const Json& report) {
   for (const auto& a : report["assumptions"])
     h << "<li><code>" << xml_escape(a["hardware"].get<std::string>() + " " + a["figure"].get<std::string>())
       << "</code>: " << xml_escape(a["source"].get<std::string>()) << "</li>";
-  h << "</ul>\n<h2>Cases</h2>\n<ul>";
+  h << "</ul>\n";
+  const auto sens = sensitivity_lines(report);
+  if (!sens.empty())
+    h << "<h2>Sensitivity</h2>\n<p>Prediction change when one assumed figure moves up by 10 %:</p>\n<ul>";
+  for (const auto& [id, text] : sens)
+    h << "<li><b>" << xml_escape(id) << "</b>: " << xml_escape(text) << "</li>";
+  if (!sens.empty()) h << "</ul>\n";
+  h << "<h2>Cases</h2>\n<ul>";
   for (const auto& c : report["cases"])
     h << "<li><b>" << xml_escape(c["id"].get<std::string>())
       << "</b>: " << xml_escape(c["description"].get<std::string>())
