@@ -10,3 +10,10 @@ done
 "$bin" --benchmark_filter='-^BM_Engine_' 2>/dev/null | grep -E '^BM_'
 "$build/bench/bench_models" 2>/dev/null | grep -E '^BM_'
 "$build/bench/bench_functional" --benchmark_min_time=3 2>/dev/null | grep -E '^BM_'
+# The validation suite end to end (every case of configs/validation, 2 at a time), timed.
+start=$(date +%s%N)
+"$build/cli/tpusim" validate -j 2 > /dev/null 2>&1 || true
+echo "validate (every case, -j 2): $(( ($(date +%s%N) - start) / 1000000 )) ms"
+start=$(date +%s%N)
+"$build/cli/tpusim" validate -j 2 --sensitivity > /dev/null 2>&1 || true
+echo "validate --sensitivity (-j 2): $(( ($(date +%s%N) - start) / 1000000 )) ms"
