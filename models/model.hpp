@@ -16,6 +16,10 @@
 
 namespace tpusim {
 
+/// Bytes of a weight, its gradient and each optimizer slot element: fp32 master weights, as the
+/// frameworks train (shared/HARDWARE.md, training memory conventions). Defined once, here.
+inline constexpr double kWeightBytes = 4.0;
+
 /// What one layer does for a batch of examples on one core.
 struct LayerWork {
   std::vector<Op> forward;     ///< forward pass

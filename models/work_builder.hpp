@@ -16,8 +16,6 @@ class WorkBuilder {
   /// `act` is bytes per activation element; weights are fp32 masters read as such.
   explicit WorkBuilder(double act) : act_(act) {}
 
-  static constexpr double kWeightBytes = 4.0;
-
   /// x (t x k) . W (k x n): forward, dX, dW. Keeps x for dW.
   void dense(const std::string& name, std::int64_t t, std::int64_t k, std::int64_t n);
   /// A bias add over t x n (fused), with its gradient (a reduction over t).

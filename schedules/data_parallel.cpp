@@ -9,7 +9,7 @@ namespace tpusim {
 DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
   replicas_ = int(f.integer_or("replicas", study.cores(), 1, study.cores()));
   sharded_ = f.string_or("weight_update", "replicated", {"replicated", "sharded"}) == "sharded";
-  gradient_wire_bytes_ = f.string_or("gradient_dtype", "fp32", {"fp32", "bf16"}) == "bf16" ? 2.0 : 4.0;
+  gradient_wire_bytes_ = f.string_or("gradient_dtype", "fp32", {"fp32", "bf16"}) == "bf16" ? 2.0 : kWeightBytes;
   bucket_bytes_ = f.positive_or("gradient_bucket_bytes", kDefaultBucketBytes);
   if (problems.empty() && study.batch % replicas_ != 0) {
     problems.add("batch", Json(study.batch),
@@ -105,7 +105,7 @@ BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional)
     }
     Json bj{{"layers", {r.first, r.last - 1}}, {"params", params}, {"gradient_bytes_on_wire", params * gradient_wire_bytes_}};
     if (sharded_) {
-      const int gather = b.collective(sim::CollectiveOp::AllGather, "weight_allgather", "all-gather weights " + range, group, 4.0 * params, r);
+      const int gather = b.collective(sim::CollectiveOp::AllGather, "weight_allgather", "all-gather weights " + range, group, kWeightBytes * params, r);
       for (int upd : updates) g.depend(upd, gather);
       bj["shard_params"] = std::ceil(params / cores);
     }
@@ -122,7 +122,7 @@ BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional)
                       {"gradient_buckets", bucket_json}};
   if (sharded_) {
     step.details["shard_padding_params"] = padding_params;
-    step.details["shard_padding_bytes"] = padding_params * 4.0;
+    step.details["shard_padding_bytes"] = padding_params * kWeightBytes;
   }
   return step;
 }

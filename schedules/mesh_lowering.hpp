@@ -9,12 +9,11 @@
 #include <set>
 
 #include "hardware/cost_model.hpp"
+#include "models/model.hpp"
 #include "models/named_ops.hpp"
 #include "schedules/mesh_functional.hpp"
 
 namespace tpusim::mesh {
-
-constexpr double kWeightBytes = 4.0;
 
 /// The layout's view of one op: local sizes, split mesh dimensions.
 struct Sharding {

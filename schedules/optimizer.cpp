@@ -60,8 +60,8 @@ double Optimizer::slot_elements(const Layer& layer) const {
 Op Optimizer::update_op(const Layer& layer, double fraction) const {
   const Rule& r = rule(kind);
   const double params = double(layer.params()) * fraction;
-  Op op = vector_op("update_" + layer.name, params, r.ops_per_param, 4.0, false);
-  op.bytes = params * r.tensors_moved * 4.0 + slot_elements(layer) * fraction * (kind == "adafactor" ? 8.0 : 0.0);
+  Op op = vector_op("update_" + layer.name, params, r.ops_per_param, kWeightBytes, false);
+  op.bytes = params * r.tensors_moved * kWeightBytes + slot_elements(layer) * fraction * (kind == "adafactor" ? 8.0 : 0.0);
   return op;
 }
 

@@ -62,7 +62,7 @@ LayerCost StepBuilder::cost(LayerRange layers, std::int64_t batch) {
 
 double StepBuilder::gradient_bytes(LayerRange layers) const {
   double bytes = 0;
-  for (int l = layers.first; l < layers.last; ++l) bytes += 4.0 * double(study_.model.layers[l].params());
+  for (int l = layers.first; l < layers.last; ++l) bytes += kWeightBytes * double(study_.model.layers[l].params());
   return bytes;
 }
 
@@ -70,9 +70,9 @@ void StepBuilder::resident_weights(int core, LayerRange layers, double slot_frac
   if (functional_) functional_->hold(core, layers);
   for (int l = layers.first; l < layers.last; ++l) {
     const Layer& layer = study_.model.layers[l];
-    graph_.resident(core, MemoryCategory::Weights, 4.0 * double(layer.params()));
+    graph_.resident(core, MemoryCategory::Weights, kWeightBytes * double(layer.params()));
     graph_.resident(core, MemoryCategory::Optimizer,
-                    4.0 * study_.optimizer.slot_elements(layer) * slot_fraction);
+                    kWeightBytes * study_.optimizer.slot_elements(layer) * slot_fraction);
   }
 }
 
