@@ -123,6 +123,12 @@ int cmd_fit(const std::string& study, const std::string& path, const std::vector
     const ChildResult child = run_self(args);
     Probe p;
     p.value = v;
+    if (child.exit_code != 0 && child.exit_code != 2) {
+      // Exit 2 is "the study is invalid at this value" (an answer); anything else is a failure.
+      std::string why = child.err.empty() ? "exit code " + std::to_string(child.exit_code) : child.err;
+      while (!why.empty() && why.back() == '\n') why.pop_back();
+      throw ProbeFailed(path + " = " + value_text(v) + ": " + why);
+    }
     if (child.exit_code != 0) {
       p.error = child.err.empty() ? "exit code " + std::to_string(child.exit_code) : child.err;
       while (!p.error.empty() && p.error.back() == '\n') p.error.pop_back();
@@ -132,7 +138,13 @@ int cmd_fit(const std::string& study, const std::string& path, const std::vector
     p.fits = p.result["fits"].get<bool>();
     return p;
   };
-  const FitOutcome outcome = fit_search(search, probe);
+  FitOutcome outcome;
+  try {
+    outcome = fit_search(search, probe);
+  } catch (const ProbeFailed& e) {
+    std::cerr << "tpusim fit: a probe failed, so the search has no answer: " << e.what() << "\n";
+    return kFitProbeFailed;
+  }
   if (!outcome.max_fitting && !outcome.probes.front().error.empty()) {
     throw ConfigError("--min", path, value_text(search.min),
                       "a value at which the study is valid (there: " + outcome.probes.front().error + ")");

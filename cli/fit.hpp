@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -36,10 +37,20 @@ struct FitOutcome {
   bool monotonic = true;              ///< false if a larger probed value fit where a smaller did not
 };
 
-/// Runs the search. `probe` evaluates one value.
+/// A probe that could not answer (its simulation failed, it crashed or was killed): an error
+/// of the search, never counted as "does not fit".
+class ProbeFailed : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Runs the search. `probe` evaluates one value (and may throw ProbeFailed, which ends the search).
 FitOutcome fit_search(const FitSearch& search, const std::function<Probe(double)>& probe);
 
-/// `tpusim fit` as a command: returns the exit code.
+/// Exit code of `tpusim fit` when a probe failed (distinct from 0: answered, even "nothing fits").
+constexpr int kFitProbeFailed = 3;
+
+/// `tpusim fit` as a command: returns the exit code (0, or kFitProbeFailed).
 int cmd_fit(const std::string& study, const std::string& path, const std::vector<std::string>& sets,
             std::optional<double> min, std::optional<double> max, std::optional<double> step, bool as_json);
 

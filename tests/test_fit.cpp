@@ -94,3 +94,23 @@ TEST_CASE("a probe that errors counts as not fitting", "[fit]") {
   };
   CHECK(*fit_search(s, probe).max_fitting == 5);
 }
+
+TEST_CASE("a probe that fails ends the search instead of counting as does-not-fit", "[fit]") {
+  FitSearch s;
+  s.min = 1;
+  s.max = 64;
+  int calls = 0;
+  auto probe = [&](double v) {
+    ++calls;
+    if (v > 40) throw ProbeFailed("model.layers = " + std::to_string(int(v)) + ": killed by signal 9");
+    Probe p;
+    p.value = v;
+    p.fits = v <= 20;
+    return p;
+  };
+  // The first probes (min, then max = 64) reach the failing value: no answer, and the failure
+  // propagates (tpusim fit turns it into exit code kFitProbeFailed, never into a smaller answer).
+  CHECK_THROWS_AS(fit_search(s, probe), ProbeFailed);
+  CHECK(calls == 2);
+  CHECK(kFitProbeFailed != 0);
+}
