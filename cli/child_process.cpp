@@ -5,8 +5,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -14,9 +18,10 @@ extern char** environ;
 
 namespace tpusim::cli {
 
-ChildResult run_self(const std::vector<std::string>& args) {
+ChildResult run_self(const std::vector<std::string>& args, double timeout_s) {
   int out_pipe[2], err_pipe[2];
-  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0)
+    throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
@@ -42,15 +47,30 @@ ChildResult run_self(const std::vector<std::string>& args) {
   }
 
   ChildResult result;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   std::array<pollfd, 2> fds = {pollfd{out_pipe[0], POLLIN, 0}, pollfd{err_pipe[0], POLLIN, 0}};
   std::string* sinks[2] = {&result.out, &result.err};
   int open_fds = 2;
   char buf[65536];
   while (open_fds > 0) {
-    if (poll(fds.data(), fds.size(), -1) < 0) {
+    int wait_ms = -1;
+    if (timeout_s > 0) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now())
+              .count();
+      if (left <= 0) {
+        kill(pid, SIGKILL);
+        result.timed_out = true;
+        break;
+      }
+      wait_ms = int(std::min<long long>(left, 1000));
+    }
+    const int ready = poll(fds.data(), fds.size(), wait_ms);
+    if (ready < 0) {
       if (errno == EINTR) continue;
       break;
     }
+    if (ready == 0) continue;
     for (int i = 0; i < 2; ++i) {
       if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       const ssize_t n = read(fds[i].fd, buf, sizeof buf);
@@ -63,10 +83,17 @@ ChildResult run_self(const std::vector<std::string>& args) {
       }
     }
   }
+  for (auto& fd : fds)
+    if (fd.fd >= 0) close(fd.fd);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (result.timed_out) {
+    char text[96];
+    std::snprintf(text, sizeof text, "timed out after %g s (killed)", timeout_s);
+    result.err = text;
+  }
   return result;
 }
 

@@ -49,8 +49,10 @@ FitOutcome fit_search(const FitSearch& s, const std::function<Probe(double)>& pr
   }
   while (hi >= 0 && hi - lo > 1) {
     const double mid = std::floor((lo + hi) / 2);
-    if (eval(on_grid(mid))) lo = mid;
-    else hi = mid;
+    if (eval(on_grid(mid)))
+      lo = mid;
+    else
+      hi = mid;
   }
   out.max_fitting = on_grid(lo);
   // Bisection alone only ever sees fitting values below failing ones; a few check probes on
@@ -66,8 +68,10 @@ FitOutcome fit_search(const FitSearch& s, const std::function<Probe(double)>& pr
   // Monotonic over what was probed: no fitting value above a non-fitting one.
   bool failed_below = false;
   for (const auto& [v, fits] : seen) {
-    if (!fits) failed_below = true;
-    else if (failed_below) out.monotonic = false;
+    if (!fits)
+      failed_below = true;
+    else if (failed_below)
+      out.monotonic = false;
   }
   return out;
 }
@@ -76,13 +80,16 @@ namespace {
 
 std::string value_text(double v) {
   char buf[64];
-  if (v == std::floor(v) && std::fabs(v) < 9e15) std::snprintf(buf, sizeof buf, "%lld", (long long)v);
-  else std::snprintf(buf, sizeof buf, "%.17g", v);
+  if (v == std::floor(v) && std::fabs(v) < 9e15)
+    std::snprintf(buf, sizeof buf, "%lld", (long long)v);
+  else
+    std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
 }
 
 /// The current numeric value at a dotted path of the study (after overrides), if any.
-std::optional<double> current_value(const std::string& study, const std::vector<std::string>& sets, const std::string& path) {
+std::optional<double> current_value(const std::string& study, const std::vector<std::string>& sets,
+                                    const std::string& path) {
   Json j = read_json_file(study);
   for (const auto& s : sets) apply_override(j, s);
   const Json* node = &j;
@@ -90,11 +97,13 @@ std::optional<double> current_value(const std::string& study, const std::vector<
   while (true) {
     const auto dot = path.find('.', begin);
     const std::string key = path.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin);
-    if (node->is_object() && node->contains(key)) node = &(*node)[key];
+    if (node->is_object() && node->contains(key))
+      node = &(*node)[key];
     else if (node->is_array() && key.find_first_not_of("0123456789") == std::string::npos && !key.empty() &&
              std::stoull(key) < node->size())
       node = &(*node)[std::stoull(key)];
-    else return std::nullopt;
+    else
+      return std::nullopt;
     if (dot == std::string::npos) break;
     begin = dot + 1;
   }
@@ -105,13 +114,17 @@ std::optional<double> current_value(const std::string& study, const std::vector<
 }  // namespace
 
 int cmd_fit(const std::string& study, const std::string& path, const std::vector<std::string>& sets,
-            std::optional<double> min, std::optional<double> max, std::optional<double> step, bool as_json) {
+            std::optional<double> min, std::optional<double> max, std::optional<double> step, bool as_json,
+            double probe_timeout_s) {
   FitSearch search;
   search.min = min.value_or(1);
   search.max = max;
   search.step = step.value_or(1);
+  if (!(probe_timeout_s >= 0))
+    throw ConfigError("--probe-timeout", "", value_text(probe_timeout_s), "seconds >= 0 (0: none)");
   if (!(search.step > 0)) throw ConfigError("--step", "", value_text(search.step), "a number > 0");
-  if (max && *max < search.min) throw ConfigError("--max", "", value_text(*max), "a value >= --min (" + value_text(search.min) + ")");
+  if (max && *max < search.min)
+    throw ConfigError("--max", "", value_text(*max), "a value >= --min (" + value_text(search.min) + ")");
   search.start = current_value(study, sets, path).value_or(search.min);
   // The study must be valid apart from the searched field.
   load_study(study, sets);
@@ -120,7 +133,7 @@ int cmd_fit(const std::string& study, const std::string& path, const std::vector
     std::vector<std::string> args = {"run", study, "--json"};
     for (const auto& s : sets) args.insert(args.end(), {"--set", s});
     args.insert(args.end(), {"--set", path + "=" + value_text(v)});
-    const ChildResult child = run_self(args);
+    const ChildResult child = run_self(args, probe_timeout_s);
     Probe p;
     p.value = v;
     if (child.exit_code != 0 && child.exit_code != 2) {
@@ -154,8 +167,10 @@ int cmd_fit(const std::string& study, const std::string& path, const std::vector
   Json best = nullptr;
   for (const auto& p : outcome.probes) {
     Json row{{"value", p.value}, {"fits", p.fits && p.error.empty()}};
-    if (!p.error.empty()) row["error"] = p.error;
-    else row["peak_hbm_bytes"] = p.result["peak_hbm_bytes"];
+    if (!p.error.empty())
+      row["error"] = p.error;
+    else
+      row["peak_hbm_bytes"] = p.result["peak_hbm_bytes"];
     probes.push_back(row);
     if (outcome.max_fitting && p.value == *outcome.max_fitting) best = p.result;
   }
@@ -171,13 +186,21 @@ int cmd_fit(const std::string& study, const std::string& path, const std::vector
     std::cout << "tpusim fit: " << path << " in " << study << "\n";
     for (const auto& p : outcome.probes) {
       std::cout << "  " << path << " = " << value_text(p.value) << ": ";
-      if (!p.error.empty()) std::cout << "invalid or failed (" << p.error.substr(0, p.error.find('\n', p.error.find('\n') + 1)) << ")\n";
-      else std::cout << (p.fits ? "fits" : "does not fit") << ", peak " << reports::human_bytes(p.result["peak_hbm_bytes"].get<double>())
-                     << " of " << reports::human_bytes(p.result["hbm_capacity_bytes"].get<double>()) << "\n";
+      if (!p.error.empty())
+        std::cout << "invalid or failed (" << p.error.substr(0, p.error.find('\n', p.error.find('\n') + 1))
+                  << ")\n";
+      else
+        std::cout << (p.fits ? "fits" : "does not fit") << ", peak "
+                  << reports::human_bytes(p.result["peak_hbm_bytes"].get<double>()) << " of "
+                  << reports::human_bytes(p.result["hbm_capacity_bytes"].get<double>()) << "\n";
     }
-    if (outcome.max_fitting) std::cout << "largest value that fits: " << value_text(*outcome.max_fitting) << "\n";
-    else std::cout << "even " << path << " = " << value_text(search.min) << " does not fit\n";
-    if (!outcome.monotonic) std::cout << "warning: fitting is not monotonic over the probed values; the answer is a boundary, not necessarily the largest\n";
+    if (outcome.max_fitting)
+      std::cout << "largest value that fits: " << value_text(*outcome.max_fitting) << "\n";
+    else
+      std::cout << "even " << path << " = " << value_text(search.min) << " does not fit\n";
+    if (!outcome.monotonic)
+      std::cout << "warning: fitting is not monotonic over the probed values; the answer is a boundary, not "
+                   "necessarily the largest\n";
   }
   return 0;
 }

@@ -6,12 +6,11 @@
 #pragma once
 
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace tpusim::cli {
 
@@ -19,16 +18,16 @@ namespace tpusim::cli {
 struct Probe {
   double value = 0;
   bool fits = false;
-  std::string error;     ///< non-empty when the study is invalid or failed at this value
-  nlohmann::json result; ///< the run's result.json (null on error)
+  std::string error;      ///< non-empty when the study is invalid or failed at this value
+  nlohmann::json result;  ///< the run's result.json (null on error)
 };
 
 struct FitSearch {
   double min = 1;
   std::optional<double> max;  ///< absent: search upwards from `start` by doubling
   double step = 1;
-  double start = 1;           ///< where the upward search begins (the field's current value)
-  double limit = 1e9;         ///< never probe beyond this when searching upwards
+  double start = 1;    ///< where the upward search begins (the field's current value)
+  double limit = 1e9;  ///< never probe beyond this when searching upwards
 };
 
 struct FitOutcome {
@@ -51,7 +50,9 @@ FitOutcome fit_search(const FitSearch& search, const std::function<Probe(double)
 constexpr int kFitProbeFailed = 3;
 
 /// `tpusim fit` as a command: returns the exit code (0, or kFitProbeFailed).
+/// `probe_timeout_s` > 0: a probe still running after that long is killed (a failed probe).
 int cmd_fit(const std::string& study, const std::string& path, const std::vector<std::string>& sets,
-            std::optional<double> min, std::optional<double> max, std::optional<double> step, bool as_json);
+            std::optional<double> min, std::optional<double> max, std::optional<double> step, bool as_json,
+            double probe_timeout_s = 0);
 
 }  // namespace tpusim::cli

@@ -361,6 +361,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> fit_sets;
   std::optional<double> fit_min, fit_max, fit_step;
   bool fit_json = false;
+  double fit_probe_timeout = 0;
   auto* fit_cmd =
       app.add_subcommand("fit", "the largest value of a numeric field for which the study fits in HBM");
   fit_cmd->add_option("study", fit_study, "study JSON file")->required();
@@ -370,6 +371,8 @@ int main(int argc, char** argv) {
   fit_cmd->add_option("--step", fit_step, "granularity of the answer (default 1)");
   fit_cmd->add_option("--set", fit_sets, "override a study field: dotted.path=value");
   fit_cmd->add_flag("--json", fit_json, "machine-readable output");
+  fit_cmd->add_option("--probe-timeout", fit_probe_timeout,
+                      "seconds after which a probe still running is killed: the search fails (exit 3) (default: none)");
 
   cli::SweepOptions sweep;
   auto* sweep_cmd =
@@ -384,6 +387,8 @@ int main(int argc, char** argv) {
   sweep_cmd->add_flag("--resume", sweep.resume, "skip points already recorded in --out");
   sweep_cmd->add_option("--shard", sweep.shard,
                         "run shard i/n of the points (0 <= i < n); default from SLURM_ARRAY_TASK_ID/COUNT");
+  sweep_cmd->add_option("--point-timeout", sweep.point_timeout_s,
+                        "seconds after which a point still running is killed and recorded as failed (default: none)");
 
   std::vector<std::string> merge_dirs;
   std::string merge_out;
@@ -446,7 +451,7 @@ int main(int argc, char** argv) {
     if (*sweep_cmd) return cli::cmd_sweep(sweep);
     if (*merge_cmd) return cli::cmd_merge(merge_dirs, merge_out);
     if (*validate_cmd) return cli::cmd_validate(validate);
-    if (*fit_cmd) return cli::cmd_fit(fit_study, fit_path, fit_sets, fit_min, fit_max, fit_step, fit_json);
+    if (*fit_cmd) return cli::cmd_fit(fit_study, fit_path, fit_sets, fit_min, fit_max, fit_step, fit_json, fit_probe_timeout);
     if (*d_hw) return cmd_describe_hardware(hw_name, describe_json);
     if (*d_slice) return cmd_describe_slice(slice_name, slice_hw, describe_json);
     if (*d_model) return cmd_describe_model(model_study, model_sets, describe_json);

@@ -26,8 +26,13 @@ namespace tpusim::cli {
 
 namespace {
 
-const char* kMetrics[] = {"step_time_s", "examples_per_s", "bubble_fraction", "bubble_fraction_ideal", "mxu_utilization",
-                          "peak_hbm_bytes", "fits"};
+const char* kMetrics[] = {"step_time_s",
+                          "examples_per_s",
+                          "bubble_fraction",
+                          "bubble_fraction_ideal",
+                          "mxu_utilization",
+                          "peak_hbm_bytes",
+                          "fits"};
 
 std::string csv_field(const Json& v) {
   if (v.is_null()) return "";
@@ -50,7 +55,8 @@ std::string csv_header(const std::vector<std::string>& paths) {
 std::string csv_row(const std::vector<std::string>& paths, const Json& record) {
   std::string line;
   for (const auto& p : paths) line += csv_field(record["point"].value(p, Json(nullptr))) + ",";
-  for (const char* m : kMetrics) line += (record["result"].is_null() ? "" : csv_field(record["result"].value(m, Json(nullptr)))) + ",";
+  for (const char* m : kMetrics)
+    line += (record["result"].is_null() ? "" : csv_field(record["result"].value(m, Json(nullptr)))) + ",";
   return line + csv_field(record["error"]) + "\n";
 }
 
@@ -78,11 +84,13 @@ std::vector<Json> read_records(const fs::path& file) {
 
 /// Writes results.jsonl and results.csv for `records` in point order, atomically, plus reports.
 void write_outputs(const fs::path& dir, const Json& meta, std::vector<Json> records) {
-  std::sort(records.begin(), records.end(),
-            [](const Json& a, const Json& b) { return a["index"].get<std::size_t>() < b["index"].get<std::size_t>(); });
+  std::sort(records.begin(), records.end(), [](const Json& a, const Json& b) {
+    return a["index"].get<std::size_t>() < b["index"].get<std::size_t>();
+  });
   const auto paths = swept_paths(meta);
   {
-    std::ofstream jsonl(dir / "results.jsonl.tmp", std::ios::binary), csv(dir / "results.csv.tmp", std::ios::binary);
+    std::ofstream jsonl(dir / "results.jsonl.tmp", std::ios::binary),
+        csv(dir / "results.csv.tmp", std::ios::binary);
     csv << csv_header(paths);
     for (const auto& r : records) {
       jsonl << r.dump() << "\n";
@@ -108,7 +116,8 @@ std::string one_line(std::string s) {
 
 class Progress {
  public:
-  Progress(std::size_t total, std::size_t already) : total_(total), done_(already), tty_(isatty(STDERR_FILENO)) {
+  Progress(std::size_t total, std::size_t already)
+      : total_(total), done_(already), tty_(isatty(STDERR_FILENO)) {
     start_ = std::chrono::steady_clock::now();
   }
   void point_done(bool failed, const std::string& key) {
@@ -120,12 +129,13 @@ class Progress {
     char buf[256];
     if (tty_) {
       const int width = 30, filled = int(width * double(done_) / double(std::max<std::size_t>(1, total_)));
-      std::snprintf(buf, sizeof buf, "\r[%s%s] %zu/%zu  failed %zu  elapsed %.1fs  ETA %.1fs ", std::string(filled, '#').c_str(),
-                    std::string(width - filled, '.').c_str(), done_, total_, failed_, elapsed, eta);
+      std::snprintf(buf, sizeof buf, "\r[%s%s] %zu/%zu  failed %zu  elapsed %.1fs  ETA %.1fs ",
+                    std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), done_, total_,
+                    failed_, elapsed, eta);
       std::cerr << buf << (done_ == total_ ? "\n" : "") << std::flush;
     } else {
-      std::snprintf(buf, sizeof buf, "sweep: %zu/%zu done, %zu failed, elapsed %.1f s, ETA %.1f s: %s %s\n", done_, total_, failed_,
-                    elapsed, eta, key.c_str(), failed ? "FAILED" : "ok");
+      std::snprintf(buf, sizeof buf, "sweep: %zu/%zu done, %zu failed, elapsed %.1f s, ETA %.1f s: %s %s\n",
+                    done_, total_, failed_, elapsed, eta, key.c_str(), failed ? "FAILED" : "ok");
       std::cerr << buf << std::flush;
     }
   }
@@ -142,14 +152,21 @@ int cmd_sweep(const SweepOptions& o) {
   std::vector<Axis> grid, zip;
   for (const auto& g : o.grids) grid.push_back(parse_axis("--grid", g));
   for (const auto& z : o.zips) zip.push_back(parse_axis("--zip", z));
-  if (grid.empty() && zip.empty()) throw ConfigError("sweep", "", "no --grid or --zip", "at least one axis to sweep");
+  if (grid.empty() && zip.empty())
+    throw ConfigError("sweep", "", "no --grid or --zip", "at least one axis to sweep");
+  if (!(o.point_timeout_s >= 0))
+    throw ConfigError("--point-timeout", "", std::to_string(o.point_timeout_s), "seconds >= 0 (0: none)");
+  if (o.jobs < 0)
+    throw ConfigError("-j", "", std::to_string(o.jobs),
+                      "a number of parallel points >= 1 (0: the number of cores)");
   const auto all = enumerate_points(grid, zip);
   load_study(o.study, o.sets);  // the study itself must be valid; points may still fail
 
   std::pair<int, int> shard{0, 1};
   if (!o.shard.empty()) {
     shard = parse_shard(o.shard);
-  } else if (const char* id = std::getenv("SLURM_ARRAY_TASK_ID"); id && std::getenv("SLURM_ARRAY_TASK_COUNT")) {
+  } else if (const char* id = std::getenv("SLURM_ARRAY_TASK_ID");
+             id && std::getenv("SLURM_ARRAY_TASK_COUNT")) {
     const int min = std::getenv("SLURM_ARRAY_TASK_MIN") ? std::atoi(std::getenv("SLURM_ARRAY_TASK_MIN")) : 0;
     shard = parse_shard(std::to_string(std::atoi(id) - min) + "/" + std::getenv("SLURM_ARRAY_TASK_COUNT"));
   }
@@ -162,7 +179,8 @@ int cmd_sweep(const SweepOptions& o) {
             {"points", all.size()},
             {"shard", {shard.first, shard.second}}};
   for (const auto* axes : {&grid, &zip})
-    for (const auto& a : *axes) meta["axes"].push_back(Json{{"path", a.path}, {"values", a.values}, {"zip", axes == &zip}});
+    for (const auto& a : *axes)
+      meta["axes"].push_back(Json{{"path", a.path}, {"values", a.values}, {"zip", axes == &zip}});
 
   const fs::path dir = o.out.empty() ? fs::path("out/sweep") : fs::path(o.out);
   fs::create_directories(dir);
@@ -177,8 +195,10 @@ int cmd_sweep(const SweepOptions& o) {
       old = read_json_file(dir / "sweep.json");
     } catch (const ConfigError&) {
     }
-    if (old.is_object() && (old["study"] != meta["study"] || old["axes"] != meta["axes"] || old["sets"] != meta["sets"])) {
-      throw ConfigError("--resume", "", "a different sweep in " + dir.string(), "the same study, --set and axes as the sweep being resumed");
+    if (old.is_object() &&
+        (old["study"] != meta["study"] || old["axes"] != meta["axes"] || old["sets"] != meta["sets"])) {
+      throw ConfigError("--resume", "", "a different sweep in " + dir.string(),
+                        "the same study, --set and axes as the sweep being resumed");
     }
     std::map<std::string, std::size_t> wanted;
     for (const auto& p : points) wanted[p.key()] = p.index;
@@ -202,6 +222,7 @@ int cmd_sweep(const SweepOptions& o) {
   std::ofstream csv(dir / "results.csv", std::ios::app | std::ios::binary);
   const auto paths = swept_paths(meta);
   std::mutex lock;
+  std::atomic<bool> write_failed{false};
   Progress progress(points.size(), points.size() - pending.size());
   std::atomic<std::size_t> next{0};
   const int jobs = o.jobs > 0 ? o.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
@@ -211,18 +232,32 @@ int cmd_sweep(const SweepOptions& o) {
       std::vector<std::string> args = {"run", o.study, "--json"};
       for (const auto& s : o.sets) args.insert(args.end(), {"--set", s});
       for (auto& a : p.set_arguments()) args.push_back(a);
-      Json record{{"index", p.index}, {"key", p.key()}, {"point", Json::object()}, {"result", nullptr}, {"error", nullptr}};
+      Json record{{"index", p.index},
+                  {"key", p.key()},
+                  {"point", Json::object()},
+                  {"result", nullptr},
+                  {"error", nullptr}};
       for (const auto& [path, value] : p.settings) record["point"][path] = value;
+      // Whatever goes wrong with one point (the child, its output, its text) is that point's
+      // error: the sweep goes on.
+      std::string line;
       try {
-        const ChildResult child = run_self(args);
-        if (child.exit_code == 0) record["result"] = Json::parse(child.out);
-        else record["error"] = one_line(child.err.empty() ? "exit code " + std::to_string(child.exit_code) : child.err);
+        const ChildResult child = run_self(args, o.point_timeout_s);
+        if (child.exit_code == 0)
+          record["result"] = Json::parse(child.out);
+        else
+          record["error"] =
+              one_line(child.err.empty() ? "exit code " + std::to_string(child.exit_code) : child.err);
+        line = record.dump(-1, ' ', false, Json::error_handler_t::replace);
       } catch (const std::exception& e) {
+        record["result"] = nullptr;
         record["error"] = std::string("could not run the point: ") + e.what();
+        line = record.dump(-1, ' ', false, Json::error_handler_t::replace);
       }
       std::lock_guard<std::mutex> guard(lock);
-      jsonl << record.dump() << "\n" << std::flush;
+      jsonl << line << "\n" << std::flush;
       csv << csv_row(paths, record) << std::flush;
+      if (!jsonl || !csv) write_failed = true;
       progress.point_done(!record["error"].is_null(), p.key());
       records.push_back(std::move(record));
     }
@@ -232,6 +267,9 @@ int cmd_sweep(const SweepOptions& o) {
   for (auto& t : threads) t.join();
   jsonl.close();
   csv.close();
+  if (write_failed || jsonl.fail() || csv.fail())
+    throw ConfigError("--out", "", (dir / "results.jsonl").string(),
+                      "a writable output directory (writing the results failed)");
   write_outputs(dir, meta, records);
 
   std::size_t failed = 0;
@@ -250,7 +288,8 @@ int cmd_merge(const std::vector<std::string>& dirs, const std::string& out) {
     if (meta.is_null()) {
       meta = m;
     } else if (m["study"] != meta["study"] || m["axes"] != meta["axes"] || m["sets"] != meta["sets"]) {
-      throw ConfigError("merge", "", d, "a shard of the same sweep as " + dirs.front() + " (same study, --set and axes)");
+      throw ConfigError("merge", "", d,
+                        "a shard of the same sweep as " + dirs.front() + " (same study, --set and axes)");
     }
     for (auto& r : read_records(fs::path(d) / "results.jsonl"))
       if (!seen[r["key"].get<std::string>()]) {
@@ -264,8 +303,8 @@ int cmd_merge(const std::vector<std::string>& dirs, const std::string& out) {
   write_outputs(out, meta, records);
   std::size_t failed = 0;
   for (const auto& r : records) failed += r["error"].is_null() ? 0 : 1;
-  std::cout << "tpusim merge: " << records.size() << " of " << meta["points"].get<std::size_t>() << " points (" << failed
-            << " failed) in " << out << "\n";
+  std::cout << "tpusim merge: " << records.size() << " of " << meta["points"].get<std::size_t>()
+            << " points (" << failed << " failed) in " << out << "\n";
   return failed == 0 ? 0 : 1;
 }
 

@@ -18,7 +18,9 @@ struct SweepOptions {
   int jobs = 0;                    ///< 0: the number of cores
   std::string out;
   bool resume = false;
-  std::string shard;               ///< "i/n", or empty (then SLURM_ARRAY_TASK_ID/COUNT if set)
+  std::string shard;  ///< "i/n", or empty (then SLURM_ARRAY_TASK_ID/COUNT if set)
+  double point_timeout_s =
+      0;  ///< > 0: a point still running after this long is killed and recorded as failed
 };
 
 /// Returns the exit code: 0 when every point of this shard succeeded, 1 when any failed.

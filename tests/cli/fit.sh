@@ -3,6 +3,7 @@
 # answer's own result.json.
 set -euo pipefail
 tpusim="$1"; root="$2"
+work_err=$(mktemp); trap 'rm -f "$work_err"' EXIT
 out=$("$tpusim" fit "$root/configs/studies/default.json" --maximize model.layers --min 8 --max 2048 --json \
   --set slice=v3-8 --set batch=32 --set 'schedule={"kind":"gpipe","stages":8,"microbatches":8}')
 python3 - "$out" <<'PY'
@@ -16,4 +17,11 @@ assert not probes[best + 1]["fits"], "the next value should not fit"
 assert j["result"]["fits"] and j["result"]["model"]["layers"] == best + 2, j["result"]["model"]
 assert j["result"]["peak_hbm_bytes"] <= j["result"]["hbm_capacity_bytes"]
 PY
-echo "1 passed, 0 failed"
+# A probe that runs past --probe-timeout fails the search (exit 3), never lowering the answer.
+set +e
+"$tpusim" fit "$root/configs/studies/resnet50-lars-v3-2048.json" --maximize batch --min 2048 --max 65536 --step 2048 \
+  --probe-timeout 0.001 > /dev/null 2> "$work_err"
+rc=$?
+set -e
+[ "$rc" -eq 3 ] && grep -q "timed out" "$work_err" || { echo "FAIL: a timed-out probe gave exit $rc"; cat "$work_err"; exit 1; }
+echo "2 passed, 0 failed"

@@ -62,4 +62,18 @@ cmp "$work/full/results.csv" "$work/merged/results.csv"
 cmp "$work/full/results.jsonl" "$work/merged/results.jsonl"
 passed=$((passed + 1))
 
+# A point that runs past --point-timeout is killed and recorded as failed, the sweep goes on
+# and exits 1 (a 2048-core step takes far longer than 1 ms); a generous limit changes nothing.
+set +e
+"$tpusim" sweep "$root/configs/studies/resnet50-lars-v3-2048.json" --grid batch=32768,65536 --point-timeout 0.001 \
+  --out "$work/timeout" -j 2 > /dev/null 2>&1
+rc=$?
+set -e
+[ "$rc" -eq 1 ] || { echo "FAIL: timed-out points gave exit $rc"; exit 1; }
+[ "$(grep -c 'timed out after 0.001 s' "$work/timeout/results.csv")" -eq 2 ] || { echo "FAIL: timeouts not recorded"; exit 1; }
+"$tpusim" sweep "$root/configs/studies/resnet50-lars-v3-2048.json" --grid batch=32768 --point-timeout 600 \
+  --out "$work/no_timeout" > /dev/null 2>&1
+grep -q "^32768,0\." "$work/no_timeout/results.csv" || { echo "FAIL: a point within its time limit failed"; exit 1; }
+passed=$((passed + 1))
+
 echo "$passed passed, 0 failed"
