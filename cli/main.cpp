@@ -96,6 +96,7 @@ int cmd_run(const RunOptions& o) {
   const sim::SimResult result = sim::simulate(step.graph, study.hardware, study.slice, engine);
   Json j = reports::result_json(run_info(study, step), step.graph, result);
   if (functional) {
+    functional->keep_first_gradients();
     functional->replay(step.graph, result.completion_order, o.steps);
     const auto reference = FunctionalRuntime::reference(study, o.steps, o.seed);
     j["functional"] = Json{{"steps", o.steps},
@@ -103,6 +104,7 @@ int cmd_run(const RunOptions& o) {
                            {"loss", functional->losses()},
                            {"reference_loss", reference->losses()},
                            {"max_rel_diff", functional->max_rel_diff(*reference)},
+                           {"gradient_max_rel_diff", functional->gradient_max_rel_diff(*reference)},
                            {"weights_fingerprint", functional->weights_fingerprint()}};
   }
   if (!o.out.empty()) {

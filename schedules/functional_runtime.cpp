@@ -9,19 +9,23 @@ namespace tpusim {
 
 namespace {
 
-constexpr double kMomentum = 0.9;                            // momentum
-constexpr double kRmsDecay = 0.9, kRmsEpsilon = 1e-10;       // rmsprop (TensorFlow's defaults)
+constexpr double kMomentum = 0.9;                                    // momentum
+constexpr double kRmsDecay = 0.9, kRmsEpsilon = 1e-10;               // rmsprop (TensorFlow's defaults)
 constexpr double kBeta1 = 0.9, kBeta2 = 0.999, kAdamEpsilon = 1e-8;  // adam
 
-int slots_of(const std::string& kind) { return kind == "adam" ? 2 : (kind == "momentum" || kind == "rmsprop") ? 1 : 0; }
+int slots_of(const std::string& kind) {
+  return kind == "adam" ? 2 : (kind == "momentum" || kind == "rmsprop") ? 1 : 0;
+}
 
 }  // namespace
 
 void FunctionalRuntime::check_supported(const Study& study) {
   for (std::size_t l = 0; l < study.model.layers.size(); ++l) {
     if (!study.model.layers[l].function) {
-      throw ConfigError(study.file, "model.kind", "\"" + study.model.kind + "\" (layer " + study.model.layers[l].name + ")",
-                        "a model functional mode can execute: mlp, or a decoder-only transformer without shared embeddings");
+      throw ConfigError(study.file, "model.kind",
+                        "\"" + study.model.kind + "\" (layer " + study.model.layers[l].name + ")",
+                        "a model functional mode can execute: mlp, or a decoder-only transformer without "
+                        "shared embeddings");
     }
   }
   if (slots_of(study.optimizer.kind) == 0 && study.optimizer.kind != "sgd") {
@@ -34,13 +38,17 @@ double FunctionalRuntime::host_bytes_needed(const Study& study, int cores_holdin
   const double params = double(study.model.params());
   const double per_copy = 4.0 * params * (2.0 + slots_of(study.optimizer.kind));
   double activations = 0;  // fp32 activations kept for backward, for the whole batch
-  for (const auto& layer : study.model.layers) activations += layer.work(1).stash_bytes * 4.0 / study.model.activation_bytes;
+  for (const auto& layer : study.model.layers)
+    activations += layer.work(1).stash_bytes * 4.0 / study.model.activation_bytes;
   // The simulated run and the one-core reference.
   return per_copy * (cores_holding_weights + 1) + 2.0 * activations * double(study.batch);
 }
 
 FunctionalRuntime::FunctionalRuntime(const Study& study, std::uint64_t seed)
-    : study_(study), seed_(seed), layers_(int(study.model.layers.size())), learning_rate_(study.optimizer.learning_rate) {
+    : study_(study),
+      seed_(seed),
+      layers_(int(study.model.layers.size())),
+      learning_rate_(study.optimizer.learning_rate) {
   // Every step allocates and frees the same large activation tensors. By default glibc maps
   // each large block afresh and unmaps it on free, so every step page-faults its tensors back
   // in (measured: a fifth of a step's time). Keep freed memory in the heap instead.
@@ -50,7 +58,9 @@ FunctionalRuntime::FunctionalRuntime(const Study& study, std::uint64_t seed)
 
 FunctionalRuntime::Held& FunctionalRuntime::held(int core, int layer) {
   auto it = held_.find({core, layer});
-  if (it == held_.end()) throw SimulationError("functional mode: core " + std::to_string(core) + " does not hold layer " + std::to_string(layer));
+  if (it == held_.end())
+    throw SimulationError("functional mode: core " + std::to_string(core) + " does not hold layer " +
+                          std::to_string(layer));
   return it->second;
 }
 
@@ -91,14 +101,17 @@ void FunctionalRuntime::begin_step(int step) {
   saved_.clear();
 }
 
-void FunctionalRuntime::run_forward(int core, LayerRange r, std::int64_t first, std::int64_t count, bool keep_all, bool count_loss) {
+void FunctionalRuntime::run_forward(int core, LayerRange r, std::int64_t first, std::int64_t count,
+                                    bool keep_all, bool count_loss) {
   const Batch b = batch(first, count);
   // The input: moved out of the store when the forward keeps everything it needs (the
   // backward no longer reads it there), copied when a recompute will need it again.
   Tensor x;
   if (r.first > 0) {
     auto it = activations_.find({core, first, r.first});
-    if (it == activations_.end()) throw SimulationError("functional mode: forward of layer " + std::to_string(r.first) + " before its input arrived");
+    if (it == activations_.end())
+      throw SimulationError("functional mode: forward of layer " + std::to_string(r.first) +
+                            " before its input arrived");
     if (keep_all) {
       x = std::move(it->second);
       activations_.erase(it);
@@ -116,21 +129,26 @@ void FunctionalRuntime::run_forward(int core, LayerRange r, std::int64_t first, 
   if (r.last < layers_) activations_[{core, first, r.last}] = std::move(x);
 }
 
-FunctionalRuntime::Closure FunctionalRuntime::forward(int core, LayerRange r, std::int64_t first, std::int64_t count, Keep keep) {
+FunctionalRuntime::Closure FunctionalRuntime::forward(int core, LayerRange r, std::int64_t first,
+                                                      std::int64_t count, Keep keep) {
   return [=, this] { run_forward(core, r, first, count, keep == Keep::All, true); };
 }
 
-FunctionalRuntime::Closure FunctionalRuntime::recompute(int core, LayerRange r, std::int64_t first, std::int64_t count) {
+FunctionalRuntime::Closure FunctionalRuntime::recompute(int core, LayerRange r, std::int64_t first,
+                                                        std::int64_t count) {
   return [=, this] { run_forward(core, r, first, count, true, false); };
 }
 
-FunctionalRuntime::Closure FunctionalRuntime::backward(int core, LayerRange r, std::int64_t first, std::int64_t count) {
+FunctionalRuntime::Closure FunctionalRuntime::backward(int core, LayerRange r, std::int64_t first,
+                                                       std::int64_t count) {
   return [=, this] {
     const Batch b = batch(first, count);
     Tensor d = r.last == layers_ ? Tensor{} : gradients_.at({core, first, r.last});
     for (int l = r.last - 1; l >= r.first; --l) {
       auto it = saved_.find({core, first, l});
-      if (it == saved_.end()) throw SimulationError("functional mode: backward of layer " + std::to_string(l) + " without its forward");
+      if (it == saved_.end())
+        throw SimulationError("functional mode: backward of layer " + std::to_string(l) +
+                              " without its forward");
       Held& h = held(core, l);
       d = fn(l).backward(h.params, d, b, it->second, h.grads);
       saved_.erase(it);
@@ -141,7 +159,8 @@ FunctionalRuntime::Closure FunctionalRuntime::backward(int core, LayerRange r, s
   };
 }
 
-FunctionalRuntime::Closure FunctionalRuntime::transfer(int src, int dst, int boundary, std::int64_t first, bool gradient) {
+FunctionalRuntime::Closure FunctionalRuntime::transfer(int src, int dst, int boundary, std::int64_t first,
+                                                       bool gradient) {
   return [=, this] {
     auto& store = gradient ? gradients_ : activations_;
     store[{dst, first, boundary}] = store.at({src, first, boundary});
@@ -166,7 +185,6 @@ FunctionalRuntime::Closure FunctionalRuntime::reduce(std::vector<int> group, Lay
     }
   };
 }
-
 
 void FunctionalRuntime::update_range(Held& h, std::size_t k, std::int64_t lo, std::int64_t hi) const {
   const std::string& kind = study_.optimizer.kind;
@@ -215,7 +233,8 @@ FunctionalRuntime::Closure FunctionalRuntime::update(int core, LayerRange r, int
       Held& h = held(core, l);
       for (std::size_t k = 0; k < h.params.size(); ++k) {
         const std::int64_t n = std::int64_t(h.params[k].size());
-        const std::int64_t lo = std::max<std::int64_t>(begin - offset, 0), hi = std::min<std::int64_t>(end - offset, n);
+        const std::int64_t lo = std::max<std::int64_t>(begin - offset, 0),
+                           hi = std::min<std::int64_t>(end - offset, n);
         offset += n;
         update_range(h, k, lo, hi);
       }
@@ -228,7 +247,8 @@ std::pair<std::int64_t, std::int64_t> FunctionalRuntime::piece(std::int64_t n, i
   return {std::min(n, std::int64_t(index) * size), std::min(n, std::int64_t(index + 1) * size)};
 }
 
-FunctionalRuntime::Closure FunctionalRuntime::update_pieces(int core, int layer, std::vector<std::pair<int, int>> pieces) {
+FunctionalRuntime::Closure FunctionalRuntime::update_pieces(int core, int layer,
+                                                            std::vector<std::pair<int, int>> pieces) {
   return [=, this] {
     Held& h = held(core, layer);
     for (std::size_t k = 0; k < h.params.size(); ++k) {
@@ -251,9 +271,11 @@ FunctionalRuntime::Closure FunctionalRuntime::gather(std::vector<int> group, Lay
         for (std::size_t k = 0; k < tensors; ++k) {
           const Tensor& src = held(group[s], l).params[k];
           const std::int64_t n = std::int64_t(src.size());
-          const std::int64_t lo = std::max<std::int64_t>(begin - offset, 0), hi = std::min<std::int64_t>(end - offset, n);
+          const std::int64_t lo = std::max<std::int64_t>(begin - offset, 0),
+                             hi = std::min<std::int64_t>(end - offset, n);
           for (int c : group)
-            if (c != group[s] && lo < hi) std::copy(src.begin() + lo, src.begin() + hi, held(c, l).params[k].begin() + lo);
+            if (c != group[s] && lo < hi)
+              std::copy(src.begin() + lo, src.begin() + hi, held(c, l).params[k].begin() + lo);
           offset += n;
         }
       }
@@ -269,7 +291,8 @@ void FunctionalRuntime::replay(const sim::TaskGraph& graph, const std::vector<in
   }
 }
 
-std::unique_ptr<FunctionalRuntime> FunctionalRuntime::reference(const Study& study, int steps, std::uint64_t seed) {
+std::unique_ptr<FunctionalRuntime> FunctionalRuntime::reference(const Study& study, int steps,
+                                                                std::uint64_t seed) {
   auto ref = std::make_unique<FunctionalRuntime>(study, seed);
   const LayerRange all{0, int(study.model.layers.size())};
   ref->hold(0, all);
@@ -277,6 +300,7 @@ std::unique_ptr<FunctionalRuntime> FunctionalRuntime::reference(const Study& stu
     ref->begin_step(s);
     ref->forward(0, all, 0, study.batch, Keep::All)();
     ref->backward(0, all, 0, study.batch)();
+    if (s == 0) ref->keep_first_gradients();
     ref->update(0, all, 0, 1)();
   }
   return ref;
@@ -308,27 +332,46 @@ std::string FunctionalRuntime::weights_fingerprint() const {
   return buf;
 }
 
+double FunctionalRuntime::rel_diff(int core, int layer, const std::vector<Tensor>& pieces,
+                                   const std::vector<Tensor>& ref) const {
+  // A core holding pieces: its pieces written over the reference's whole tensors, so only they
+  // can differ from them.
+  std::vector<Tensor> placed;
+  if (shards_) {
+    placed = ref;
+    shards_->place(core, layer, pieces, placed);
+  }
+  const std::vector<Tensor>& w = shards_ ? placed : pieces;
+  double worst = 0;
+  for (std::size_t k = 0; k < w.size(); ++k) {
+    double diff = 0, scale = 1e-30;
+    for (std::size_t i = 0; i < w[k].size(); ++i) {
+      diff = std::max(diff, std::fabs(double(w[k][i]) - ref[k][i]));
+      scale = std::max(scale, std::fabs(double(ref[k][i])));
+    }
+    worst = std::max(worst, diff / scale);
+  }
+  return worst;
+}
+
 double FunctionalRuntime::max_rel_diff(const FunctionalRuntime& reference) const {
   double worst = 0;
-  for (const auto& [key, h] : held_) {
-    const auto& ref = reference.held_.at({0, key.second}).params;
-    // A core holding pieces: its pieces written over the reference's whole parameters, so only
-    // they can differ from them.
-    std::vector<Tensor> mine;
-    if (shards_) {
-      mine = ref;
-      shards_->place(key.first, key.second, h.params, mine);
-    }
-    const std::vector<Tensor>& w = shards_ ? mine : h.params;
-    for (std::size_t k = 0; k < w.size(); ++k) {
-      double diff = 0, scale = 1e-30;
-      for (std::size_t i = 0; i < w[k].size(); ++i) {
-        diff = std::max(diff, std::fabs(double(w[k][i]) - ref[k][i]));
-        scale = std::max(scale, std::fabs(double(ref[k][i])));
-      }
-      worst = std::max(worst, diff / scale);
-    }
-  }
+  for (const auto& [key, h] : held_)
+    worst = std::max(worst,
+                     rel_diff(key.first, key.second, h.params, reference.held_.at({0, key.second}).params));
+  return worst;
+}
+
+void FunctionalRuntime::keep_first_gradients() {
+  first_grads_.clear();
+  for (const auto& [key, h] : held_) first_grads_[key] = h.grads;
+}
+
+double FunctionalRuntime::gradient_max_rel_diff(const FunctionalRuntime& reference) const {
+  double worst = 0;
+  for (const auto& [key, grads] : first_grads_)
+    worst =
+        std::max(worst, rel_diff(key.first, key.second, grads, reference.first_grads_.at({0, key.second})));
   return worst;
 }
 

@@ -37,7 +37,8 @@ class FunctionalRuntime {
     /// function lays them out).
     virtual std::vector<Tensor> slice(int core, int layer, const std::vector<Tensor>& whole) const = 0;
     /// Writes `core`'s pieces back into the whole parameters.
-    virtual void place(int core, int layer, const std::vector<Tensor>& pieces, std::vector<Tensor>& whole) const = 0;
+    virtual void place(int core, int layer, const std::vector<Tensor>& pieces,
+                       std::vector<Tensor>& whole) const = 0;
   };
   /// `core` holds its pieces (as `shards` cuts them) of the parameters of `layers`, with
   /// gradients and optimizer slots of the same shapes. Comparisons and fingerprints then
@@ -78,6 +79,13 @@ class FunctionalRuntime {
   const std::vector<double>& losses() const { return losses_; }
   /// The largest, over every parameter tensor held by any core, of max|w - w_ref| / max|w_ref|.
   double max_rel_diff(const FunctionalRuntime& reference) const;
+  /// Keeps a copy of every core's gradients as they stand (call when the first step has run:
+  /// reduced, before the next step zeroes them).
+  void keep_first_gradients();
+  /// The largest, over every gradient tensor held by any core, of max|g - g_ref| / max|g_ref|,
+  /// between the kept first-step gradients and the reference's: what a schedule can get wrong,
+  /// before an optimizer turns rounding noise into steps.
+  double gradient_max_rel_diff(const FunctionalRuntime& reference) const;
   /// A hash (FNV-1a, hex) of the bytes of every layer's weights as held by the lowest core
   /// holding the layer: equal fingerprints mean bit-identical models.
   std::string weights_fingerprint() const;
@@ -102,7 +110,8 @@ class FunctionalRuntime {
   void take(int core, int layer, std::vector<Tensor> params);
   /// The optimizer's rule on elements [lo, hi) of parameter k.
   void update_range(Held& h, std::size_t k, std::int64_t lo, std::int64_t hi) const;
-  void run_forward(int core, LayerRange layers, std::int64_t first, std::int64_t count, bool keep_all, bool count_loss);
+  void run_forward(int core, LayerRange layers, std::int64_t first, std::int64_t count, bool keep_all,
+                   bool count_loss);
 
   const Study& study_;
   std::uint64_t seed_;
@@ -113,7 +122,12 @@ class FunctionalRuntime {
   std::map<Key, Tensor> activations_, gradients_;
   std::map<Key, Saved> saved_;
   std::vector<double> losses_;
-  std::shared_ptr<const Shards> shards_;  // null: cores hold whole layers
+  std::shared_ptr<const Shards> shards_;                            // null: cores hold whole layers
+  std::map<std::pair<int, int>, std::vector<Tensor>> first_grads_;  // (core, layer)
+
+  /// max over tensors of max|a - b| / max|b|, where `mine` (a core's, whole or pieces) is
+  /// compared with the reference's whole tensors `ref`.
+  double rel_diff(int core, int layer, const std::vector<Tensor>& mine, const std::vector<Tensor>& ref) const;
 };
 
 }  // namespace tpusim
