@@ -72,7 +72,7 @@ FeatureMap factorized_reduce(WorkBuilder& wb, const std::string& name, std::int6
   c.out_channels = width - width / 2;
   wb.conv(name + "_path2", c, true, relu_in);
   const FeatureMap out{c.out_h(), width};
-  wb.batch_norm(name + "_bn", out.elements(b));
+  wb.batch_norm(name + "_bn", out.elements(b), width);
   return out;
 }
 
@@ -172,7 +172,7 @@ Layer stem_layer(std::int64_t image, std::int64_t c, double act) {
     ConvShape shape{b, image, image, 3, 3, 3, 2, c};
     wb.conv("conv", shape, /*input_gradient=*/false);
     const FeatureMap out{shape.out_h(), c};
-    wb.batch_norm("bn", out.elements(b));
+    wb.batch_norm("bn", out.elements(b), c);
     return wb.finish(double(b) * image * image * 3 * act, out.elements(b) * act);
   };
   return l;

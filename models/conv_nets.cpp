@@ -16,7 +16,7 @@ FeatureMap conv_bn(WorkBuilder& w, const std::string& name, std::int64_t batch, 
   c.out_channels = out_channels;
   w.conv(name, c, true, input.empty() ? "" : (relu ? "relu(" + input + ")" : input));
   const FeatureMap out{c.out_h(), out_channels};
-  w.batch_norm(name + "_bn", out.elements(batch));
+  w.batch_norm(name + "_bn", out.elements(batch), out_channels);
   return out;
 }
 

@@ -28,6 +28,10 @@ struct LayerWork {
   double output_bytes = 0;     ///< activations handed on to later layers (crosses a stage boundary)
   double stash_bytes = 0;      ///< activations kept from forward for backward (no re-materialization)
   double workspace_bytes = 0;  ///< transient buffers alive only while the layer computes
+  /// Channels of each batch normalization, in order: each needs its per-channel statistics (mean
+  /// and variance) in forward and its gradient statistics in backward, which cross-replica batch
+  /// norm all-reduces over a group of replicas.
+  std::vector<std::int64_t> batch_norm_channels;
   /// With re-materialization a layer keeps only its input for backward and recomputes the rest.
   double stash_remat_bytes() const { return input_bytes; }
 };

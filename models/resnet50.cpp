@@ -23,7 +23,7 @@ Layer stem(std::int64_t image, double act) {
     ConvShape c{b, image, image, 3, 7, 7, 2, 64};
     w.conv("conv1", c, /*input_gradient=*/false);
     const FeatureMap conv{c.out_h(), 64};
-    w.batch_norm("bn1", conv.elements(b));
+    w.batch_norm("bn1", conv.elements(b), 64);
     w.elementwise("relu", conv.elements(b), 1, 1);
     const FeatureMap pooled{(conv.size + 1) / 2, 64};
     w.pool("max_pool", conv.elements(b), pooled.elements(b), 9);

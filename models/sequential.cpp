@@ -48,7 +48,7 @@ Layer conv_layer(const std::string& name, const FeatureMap& in, std::int64_t ker
     ConvShape c{b, in.size, in.size, in.channels, kernel, kernel, stride, out_channels};
     w.conv("conv", c);
     const FeatureMap out{c.out_h(), out_channels};
-    if (batch_norm) w.batch_norm("bn", out.elements(b));
+    if (batch_norm) w.batch_norm("bn", out.elements(b), out_channels);
     w.elementwise("relu", out.elements(b), 1, 1);
     return w.finish(in.elements(b) * act, out.elements(b) * act);
   };

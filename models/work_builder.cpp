@@ -38,13 +38,18 @@ void WorkBuilder::conv(const std::string& name, const ConvShape& c, bool input_g
   keep(input, double(c.batch) * c.in_h * c.in_w * c.in_channels * act_);
 }
 
-void WorkBuilder::batch_norm(const std::string& name, double elements) {
+void WorkBuilder::batch_norm(const std::string& name, double elements, std::int64_t channels) {
+  work_.batch_norm_channels.push_back(channels);
+  normalization(name, elements);
+}
+
+void WorkBuilder::normalization(const std::string& name, double elements) {
   work_.forward.push_back(multipass_op(name, elements, act_, MultiPass::NormalizationForward));
   work_.backward.push_back(multipass_op(name + "_grad", elements, act_, MultiPass::NormalizationBackward));
   stash(elements * act_);
 }
 
-void WorkBuilder::layer_norm(const std::string& name, double elements) { batch_norm(name, elements); }
+void WorkBuilder::layer_norm(const std::string& name, double elements) { normalization(name, elements); }
 
 void WorkBuilder::elementwise(const std::string& name, double elements, double ops, double grad_ops) {
   work_.forward.push_back(vector_op(name, elements, ops, act_, true));

@@ -31,7 +31,7 @@ class WorkBuilder {
             const std::string& input = "");
   /// Batch normalization over `elements` values of `channels` channels: statistics and
   /// normalization (not fusible: a reduction), gradient; keeps its input.
-  void batch_norm(const std::string& name, double elements);
+  void batch_norm(const std::string& name, double elements, std::int64_t channels);
   /// Layer normalization over `elements`: like batch norm but over the feature dimension.
   void layer_norm(const std::string& name, double elements);
   /// An element-wise op fused into its producer (ReLU, residual add): `ops` per element forward,
@@ -61,6 +61,9 @@ class WorkBuilder {
   LayerWork finish(double input_bytes, double output_bytes);
 
  private:
+  /// A normalization's ops and the input it keeps (batch and layer norm alike).
+  void normalization(const std::string& name, double elements);
+
   double act_;
   LayerWork work_;
   std::set<std::string> kept_;

@@ -9,12 +9,19 @@ namespace tpusim {
 DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
   replicas_ = int(f.integer_or("replicas", study.cores(), 1, study.cores()));
   sharded_ = f.string_or("weight_update", "replicated", {"replicated", "sharded"}) == "sharded";
-  gradient_wire_bytes_ = f.string_or("gradient_dtype", "fp32", {"fp32", "bf16"}) == "bf16" ? 2.0 : kWeightBytes;
+  gradient_wire_bytes_ =
+      f.string_or("gradient_dtype", "fp32", {"fp32", "bf16"}) == "bf16" ? 2.0 : kWeightBytes;
   bucket_bytes_ = f.positive_or("gradient_bucket_bytes", kDefaultBucketBytes);
+  batch_norm_group_ = int(f.integer_or("batch_norm_group", 1, 1, study.cores()));
+  if (problems.empty() && replicas_ % batch_norm_group_ != 0) {
+    problems.add(
+        f.path_of("batch_norm_group"), Json(batch_norm_group_),
+        "a divisor of the " + std::to_string(replicas_) + " replicas (groups of consecutive replicas)");
+  }
   if (problems.empty() && study.batch % replicas_ != 0) {
     problems.add("batch", Json(study.batch),
-                 "a multiple of the " + std::to_string(replicas_) + " replicas (cores) on slice " + study.slice.name +
-                     " (data parallelism splits the batch evenly)");
+                 "a multiple of the " + std::to_string(replicas_) + " replicas (cores) on slice " +
+                     study.slice.name + " (data parallelism splits the batch evenly)");
   }
 }
 
@@ -23,7 +30,8 @@ Json DataParallel::resolved() const {
               {"replicas", replicas_},
               {"weight_update", sharded_ ? "sharded" : "replicated"},
               {"gradient_dtype", gradient_wire_bytes_ == 2.0 ? "bf16" : "fp32"},
-              {"gradient_bucket_bytes", bucket_bytes_}};
+              {"gradient_bucket_bytes", bucket_bytes_},
+              {"batch_norm_group", batch_norm_group_}};
 }
 
 BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional) const {
@@ -57,19 +65,50 @@ BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional)
     return params > 0 ? std::ceil(params / cores) / params : 1.0;
   };
 
-  // Resident state and the per-core forward/backward chains.
-  std::vector<std::vector<int>> bwd(cores, std::vector<int>(layers));
-  std::vector<int> last_bwd(cores);
-  for (int c = 0; c < cores; ++c) {
-    for (const auto& bucket : buckets) b.resident_weights(c, bucket, sharded_ && cores > 1 ? shard_fraction(bucket) : 1.0);
-    int prev = -1;
-    const Labels examples{-1, -1, c * local_batch};
-    for (int l = 0; l < layers; ++l) prev = b.forward(c, {l, l + 1}, local_batch, prev, Keep::All, examples);
-    for (int l = layers - 1; l >= 0; --l)
-      bwd[c][l] = prev = b.backward(c, {l, l + 1}, local_batch, prev, Keep::All, /*allocate_gradients=*/true, examples);
-    last_bwd[c] = prev;
+  // Cross-replica batch norm: after a layer's forward (backward) on every core, one all-reduce
+  // per batch normalization of the layer, in a chain, over every group at once; the next layer
+  // waits for them. Per normalization: mean and variance (or the gradient's two sums), fp32.
+  std::vector<std::vector<int>> bn_groups;
+  for (int first = 0; first < cores && batch_norm_group_ > 1; first += batch_norm_group_) {
+    bn_groups.emplace_back();
+    for (int c = first; c < first + batch_norm_group_; ++c) bn_groups.back().push_back(c);
   }
+  auto bn_allreduces = [&](int l, const std::vector<int>& after, const char* phase) {
+    if (bn_groups.empty()) return after;
+    int prev = -1;
+    for (const std::int64_t channels :
+         study.model.layers[std::size_t(l)].work(local_batch).batch_norm_channels) {
+      const int ar = b.collective(sim::CollectiveOp::AllReduce, phase,
+                                  std::string(phase) + " layer " + std::to_string(l), bn_groups.front(),
+                                  2.0 * 4.0 * double(channels), {l, l + 1});
+      g.task(ar).groups = bn_groups;
+      for (int c = 0; c < cores && prev < 0; ++c) g.depend(after[std::size_t(c)], ar);
+      if (prev >= 0) g.depend(prev, ar);
+      prev = ar;
+    }
+    return prev < 0 ? after : std::vector<int>(std::size_t(cores), prev);
+  };
 
+  // Resident state and the per-core forward/backward chains, layer by layer over the cores.
+  std::vector<std::vector<int>> bwd(cores, std::vector<int>(layers));
+  std::vector<int> prev(std::size_t(cores), -1), last_bwd(cores);
+  auto examples = [&](int c) { return Labels{-1, -1, c * local_batch}; };
+  for (int c = 0; c < cores; ++c)
+    for (const auto& bucket : buckets)
+      b.resident_weights(c, bucket, sharded_ && cores > 1 ? shard_fraction(bucket) : 1.0);
+  for (int l = 0; l < layers; ++l) {
+    for (int c = 0; c < cores; ++c)
+      prev[std::size_t(c)] =
+          b.forward(c, {l, l + 1}, local_batch, prev[std::size_t(c)], Keep::All, examples(c));
+    prev = bn_allreduces(l, prev, "batch_norm_statistics");
+  }
+  for (int l = layers - 1; l >= 0; --l) {
+    for (int c = 0; c < cores; ++c)
+      bwd[c][l] = prev[std::size_t(c)] = b.backward(c, {l, l + 1}, local_batch, prev[std::size_t(c)],
+                                                    Keep::All, /*allocate_gradients=*/true, examples(c));
+    prev = bn_allreduces(l, prev, "batch_norm_gradient_statistics");
+  }
+  for (int c = 0; c < cores; ++c) last_bwd[c] = prev[std::size_t(c)];
 
   Json bucket_json = Json::array();
   double padding_params = 0;
@@ -78,9 +117,10 @@ BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional)
     const std::string range = "layers " + std::to_string(r.first) + "-" + std::to_string(r.last - 1);
     const double params = params_of(r);
     const double fraction = sharded_ ? shard_fraction(r) : 1.0;
-    const int reduce = b.collective(sharded_ ? sim::CollectiveOp::ReduceScatter : sim::CollectiveOp::AllReduce,
-                                    sharded_ ? "gradient_reduce_scatter" : "gradient_allreduce",
-                                    (sharded_ ? "reduce-scatter " : "all-reduce ") + range, group, params * gradient_wire_bytes_, r);
+    const int reduce = b.collective(
+        sharded_ ? sim::CollectiveOp::ReduceScatter : sim::CollectiveOp::AllReduce,
+        sharded_ ? "gradient_reduce_scatter" : "gradient_allreduce",
+        (sharded_ ? "reduce-scatter " : "all-reduce ") + range, group, params * gradient_wire_bytes_, r);
     for (int c = 0; c < cores; ++c)
       for (int l = r.first; l < r.last; ++l) g.depend(bwd[c][l], reduce);
     int ready = reduce;
@@ -88,10 +128,12 @@ BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional)
       // After the reduce-scatter a core keeps only its shard of the gradients.
       const double kept = b.gradient_bytes(r) * fraction;
       for (int c = 0; c < cores; ++c)
-        g.task(reduce).memory.push_back({c, sim::MemoryCategory::Gradients, -(b.gradient_bytes(r) - kept), sim::MemoryEffect::When::End});
+        g.task(reduce).memory.push_back(
+            {c, sim::MemoryCategory::Gradients, -(b.gradient_bytes(r) - kept), sim::MemoryEffect::When::End});
       if (study.optimizer.kind == "lars") {
         // LARS scales each layer by ||w|| / ||g||: the shards' partial norms are all-reduced.
-        ready = b.collective(sim::CollectiveOp::AllReduce, "lars_norms", "lars norms " + range, group, 8.0 * r.size(), r);
+        ready = b.collective(sim::CollectiveOp::AllReduce, "lars_norms", "lars norms " + range, group,
+                             8.0 * r.size(), r);
         g.depend(reduce, ready);
       }
       padding_params += std::ceil(params / cores) * cores - params;
@@ -103,9 +145,12 @@ BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional)
       g.depend(last_bwd[c], upd);
       updates.push_back(upd);
     }
-    Json bj{{"layers", {r.first, r.last - 1}}, {"params", params}, {"gradient_bytes_on_wire", params * gradient_wire_bytes_}};
+    Json bj{{"layers", {r.first, r.last - 1}},
+            {"params", params},
+            {"gradient_bytes_on_wire", params * gradient_wire_bytes_}};
     if (sharded_) {
-      const int gather = b.collective(sim::CollectiveOp::AllGather, "weight_allgather", "all-gather weights " + range, group, kWeightBytes * params, r);
+      const int gather = b.collective(sim::CollectiveOp::AllGather, "weight_allgather",
+                                      "all-gather weights " + range, group, kWeightBytes * params, r);
       for (int upd : updates) g.depend(upd, gather);
       bj["shard_params"] = std::ceil(params / cores);
     }

@@ -7,6 +7,10 @@
 //   shard's optimizer slots, then the updated weights are all-gathered. With LARS the per-layer
 //   weight and gradient norms of the shards are all-reduced before the update.
 // Gradients may be communicated in bf16 ("gradient_dtype"); they are kept in fp32.
+// Cross-replica batch norm ("batch_norm_group": G > 1): each batch normalization combines its
+// statistics over groups of G consecutive replicas (MLPerf's distributed_group_size): a small
+// all-reduce of its per-channel mean and variance in forward, and of its gradient statistics in
+// backward, which the rest of the layer waits for.
 #pragma once
 
 #include "schedules/study.hpp"
@@ -15,8 +19,9 @@ namespace tpusim {
 
 class DataParallel : public Schedule {
  public:
-  /// Reads "replicas", "weight_update", "gradient_dtype", "gradient_bucket_bytes" (all
-  /// optional) and checks that the batch divides over the replicas.
+  /// Reads "replicas", "weight_update", "gradient_dtype", "gradient_bucket_bytes",
+  /// "batch_norm_group" (all optional) and checks that the batch divides over the replicas and
+  /// the replicas over the batch-norm groups.
   DataParallel(Fields& fields, const Study& study, Problems& problems);
   BuiltStep build(const Study& study, FunctionalRuntime* functional = nullptr) const override;
   Json resolved() const override;
@@ -30,6 +35,7 @@ class DataParallel : public Schedule {
   bool sharded_ = false;
   double gradient_wire_bytes_ = 4;  ///< bytes per gradient element on the wire
   double bucket_bytes_ = kDefaultBucketBytes;
+  int batch_norm_group_ = 1;  ///< replicas whose batch-norm statistics are combined
 };
 
 }  // namespace tpusim

@@ -115,13 +115,14 @@ TEST_CASE("SimGrid routes on a wrapped torus take the short way round", "[engine
 }
 
 // Ring and 2D all-reduce on 4x4 and 8x8, with and without wrap-around, one core per chip.
-#define ALLREDUCE_2D_CASE(X, Y, WX, WY)                                                            \
+#define ALLREDUCE_2D_CASE(X, Y, WX, WY)                                                                  \
   TEST_CASE("2D all-reduce " #X "x" #Y " wrap " #WX "," #WY " matches the oracle", "[engine][oracle]") { \
-    const auto hw = v3();                                                                          \
-    const auto s = slice(X, Y, WX, WY);                                                            \
-    const double t = run_single(hw, s, collective(CollectiveOp::AllReduce, chip_leaders(s, 2), kS)); \
-    const double oracle = allreduce_2d(X, Y, WX, WY, kS, hw.chip.ici_latency_s, hw.chip.ici_bandwidth_bytes_per_s); \
-    CHECK(t == Approx(oracle).epsilon(0.01));                                                      \
+    const auto hw = v3();                                                                                \
+    const auto s = slice(X, Y, WX, WY);                                                                  \
+    const double t = run_single(hw, s, collective(CollectiveOp::AllReduce, chip_leaders(s, 2), kS));     \
+    const double oracle =                                                                                \
+        allreduce_2d(X, Y, WX, WY, kS, hw.chip.ici_latency_s, hw.chip.ici_bandwidth_bytes_per_s);        \
+    CHECK(t == Approx(oracle).epsilon(0.01));                                                            \
   }
 ALLREDUCE_2D_CASE(4, 4, true, true)
 ALLREDUCE_2D_CASE(4, 4, false, false)
@@ -159,7 +160,8 @@ TEST_CASE("all-reduce over every core adds the on-chip halves", "[engine][oracle
   for (int c = 0; c < 32; ++c) all[c] = c;
   const double t = run_single(hw, s, collective(CollectiveOp::AllReduce, all, kS));
   const double onchip = hw.chip.onchip_latency_s + (kS / 2) / hw.chip.onchip_bandwidth_bytes_per_s;
-  const double oracle = 2 * onchip + allreduce_2d(4, 4, true, true, kS, hw.chip.ici_latency_s, hw.chip.ici_bandwidth_bytes_per_s);
+  const double oracle = 2 * onchip + allreduce_2d(4, 4, true, true, kS, hw.chip.ici_latency_s,
+                                                  hw.chip.ici_bandwidth_bytes_per_s);
   CHECK(t == Approx(oracle).epsilon(0.01));
 }
 
@@ -172,7 +174,8 @@ TEST_CASE("reduce-scatter then all-gather costs what the all-reduce costs", "[en
   const int ag = g.add(collective(CollectiveOp::AllGather, group, kS));
   g.depend(rs, ag);
   const auto r = sim::simulate(g, hw, s);
-  const double oracle = allreduce_2d(8, 8, true, true, kS, hw.chip.ici_latency_s, hw.chip.ici_bandwidth_bytes_per_s);
+  const double oracle =
+      allreduce_2d(8, 8, true, true, kS, hw.chip.ici_latency_s, hw.chip.ici_bandwidth_bytes_per_s);
   CHECK(r.tasks[ag].end_s == Approx(oracle).epsilon(0.01));
   CHECK(r.tasks[rs].end_s == Approx(oracle / 2).epsilon(0.01));
 }
@@ -182,11 +185,11 @@ TEST_CASE("compute runs in program order, one task at a time per core", "[engine
   const auto s = slice(2, 2, false, false);
   sim::TaskGraph g(sim::slice_cores(hw, s));
   const int a = g.add(compute(0, 1.0, "a"));
-  const int b = g.add(compute(0, 2.0, "b"));   // no dependency on a, but after it in program order
+  const int b = g.add(compute(0, 2.0, "b"));  // no dependency on a, but after it in program order
   const int c = g.add(compute(1, 0.5, "c"));
   const int x = g.add(transfer(1, 0, 1e6));
   g.depend(c, x);
-  const int d = g.add(compute(0, 1.0, "d"));   // needs the transfer
+  const int d = g.add(compute(0, 1.0, "d"));  // needs the transfer
   g.depend(x, d);
   const auto r = sim::simulate(g, hw, s);
   CHECK(r.tasks[a].start_s == 0.0);
@@ -263,7 +266,8 @@ TEST_CASE("one simulation per process", "[engine]") {
   CHECK_THROWS_AS(sim::simulate(g, hw, s), SimulationError);
 }
 
-TEST_CASE("a data-parallel step equals forward + backward + exposed all-reduce + update", "[engine][oracle][schedules]") {
+TEST_CASE("a data-parallel step equals forward + backward + exposed all-reduce + update",
+          "[engine][oracle][schedules]") {
   // One gradient bucket, so the all-reduce starts after the last backward on every core and
   // nothing overlaps it: the step time follows by hand from the cost model and HARDWARE.md.
   Json j = Json::parse(R"({"hardware": "tpu-v3", "slice": "v3-8",
@@ -296,4 +300,33 @@ TEST_CASE("a data-parallel step equals forward + backward + exposed all-reduce +
   CHECK(r.cores[0].hbm_at_peak[int(sim::MemoryCategory::Weights)] == Approx(S));
   CHECK(r.cores[0].hbm_at_peak[int(sim::MemoryCategory::Optimizer)] == Approx(S));
   CHECK(r.cores[0].peak_hbm_bytes >= 2 * S + stash);
+}
+
+TEST_CASE("cross-replica batch norm adds each normalization's all-reduce to the step",
+          "[engine][oracle][batch_norm]") {
+  // Groups of the two cores of a chip: each batch norm's statistics (2 x 4 bytes per channel)
+  // are all-reduced over the on-chip link, forward and backward, and the rest of the step waits:
+  // a reduce-scatter and an all-gather of one step each, latency + half the bytes / bandwidth.
+  // One gradient bucket: nothing overlaps. The step grows by the sum of these, by hand.
+  Json j = Json::parse(R"({"hardware": "tpu-v3", "slice": "v3-8",
+    "model": {"kind": "resnet50", "image_size": 32, "classes": 10},
+    "batch": 64, "optimizer": {"kind": "momentum"},
+    "schedule": {"kind": "data_parallel", "gradient_bucket_bytes": 1e12, "batch_norm_group": 2}})");
+  const Study s = parse_study(j, "test");
+  BuiltStep step = s.schedule->build(s);
+  const auto r = sim::simulate(step.graph, s.hardware, s.slice);
+  const auto& c = s.hardware.chip;
+  double expected = 0, phase = 0;
+  for (const auto& layer : s.model.layers)
+    for (const auto channels : layer.work(s.batch / s.cores()).batch_norm_channels)
+      expected +=
+          2 * 2 * (c.onchip_latency_s + (8.0 * double(channels) / 2) / c.onchip_bandwidth_bytes_per_s);
+  int collectives = 0;
+  for (int id = 0; id < step.graph.size(); ++id)
+    if (step.graph.task(id).phase.rfind("batch_norm", 0) == 0) {
+      phase += r.tasks[id].end_s - r.tasks[id].start_s;
+      ++collectives;
+    }
+  CHECK(collectives == 2 * 53);
+  CHECK(phase == Approx(expected).epsilon(1e-4));
 }

@@ -220,3 +220,46 @@ TEST_CASE("every schedule reports the same model FLOPs for the same model and ba
   const double matmuls = 128.0 * 256 + 3.0 * 256 * 256 + 256.0 * 16;
   CHECK(s.schedule->build(s).model_flops == Approx(2.0 * 64 * 3 * matmuls).epsilon(1e-9));
 }
+
+TEST_CASE("cross-replica batch norm all-reduces each normalization's statistics over groups of replicas",
+          "[schedules][batch_norm]") {
+  Json j = Json::parse(
+      R"({"hardware": "tpu-v3", "slice": "v3-8", "model": {"kind": "resnet50", "image_size": 64, "classes": 10},
+                           "batch": 64, "optimizer": {"kind": "momentum"},
+                           "schedule": {"kind": "data_parallel", "batch_norm_group": 2}})");
+  const Study s = parse_study(j, "test");
+  const BuiltStep step = s.schedule->build(s);
+  REQUIRE_NOTHROW(step.graph.validate());
+  // ResNet-50 has 53 batch norms (the stem's, 3 per block, 4 shortcuts): 53 all-reduces forward
+  // and 53 backward, each of mean and variance per channel in fp32, over 4 groups of 2 cores.
+  int forward = 0, backward = 0;
+  double forward_bytes = 0;
+  for (int id = 0; id < step.graph.size(); ++id) {
+    const auto& t = step.graph.task(id);
+    if (t.phase != "batch_norm_statistics" && t.phase != "batch_norm_gradient_statistics") continue;
+    (t.phase == "batch_norm_statistics" ? forward : backward) += 1;
+    if (t.phase == "batch_norm_statistics") forward_bytes += t.bytes;
+    REQUIRE(t.collective_groups().size() == 4);
+    CHECK(t.collective_groups()[1] == std::vector<int>{2, 3});
+  }
+  CHECK(forward == 53);
+  CHECK(backward == 53);
+  double all_channels = 0;
+  for (const auto& layer : s.model.layers)
+    for (const auto c : layer.work(8).batch_norm_channels) all_channels += double(c);
+  CHECK(forward_bytes == Approx(8.0 * all_channels));
+  // ResNet-50's channels, by hand: stem 64; per bottleneck of width w: w + w + 4w, plus 4w for
+  // the first block's shortcut; blocks 3, 4, 6, 3 of widths 64, 128, 256, 512.
+  double by_hand = 64;
+  const int blocks[] = {3, 4, 6, 3};
+  for (int stage = 0; stage < 4; ++stage) by_hand += (64 << stage) * (6.0 * blocks[stage] + 4);
+  CHECK(all_channels == by_hand);
+
+  j["schedule"]["batch_norm_group"] = 3;
+  try {
+    parse_study(j, "test");
+    FAIL("accepted a group that does not divide the replicas");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("schedule.batch_norm_group"));
+  }
+}
