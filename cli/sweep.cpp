@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "cli/child_process.hpp"
+#include "cli/output_file.hpp"
 #include "cli/sweep_grid.hpp"
 #include "hardware/hardware_spec.hpp"
 #include "reports/sweep_report.hpp"
@@ -88,21 +89,18 @@ void write_outputs(const fs::path& dir, const Json& meta, std::vector<Json> reco
     return a["index"].get<std::size_t>() < b["index"].get<std::size_t>();
   });
   const auto paths = swept_paths(meta);
-  {
-    std::ofstream jsonl(dir / "results.jsonl.tmp", std::ios::binary),
-        csv(dir / "results.csv.tmp", std::ios::binary);
-    csv << csv_header(paths);
-    for (const auto& r : records) {
-      jsonl << r.dump() << "\n";
-      csv << csv_row(paths, r);
-    }
+  // Each file is written beside itself, fsync'ed and renamed over the old one: a full disk
+  // leaves the previous results intact and stops the sweep with the path.
+  std::string jsonl, csv = csv_header(paths);
+  for (const auto& r : records) {
+    jsonl += r.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+    csv += csv_row(paths, r);
   }
-  fs::rename(dir / "results.jsonl.tmp", dir / "results.jsonl");
-  fs::rename(dir / "results.csv.tmp", dir / "results.csv");
-  std::ofstream(dir / "report.html", std::ios::binary) << reports::sweep_html(meta, records);
-  std::ofstream(dir / "report.md", std::ios::binary) << reports::sweep_markdown(meta, records);
-  for (const auto& [name, svg] : reports::sweep_charts(meta, records))
-    std::ofstream(dir / ("sweep_" + name + ".svg"), std::ios::binary) << svg;
+  write_output_file(dir / "results.jsonl", jsonl);
+  write_output_file(dir / "results.csv", csv);
+  write_output_file(dir / "report.html", reports::sweep_html(meta, records));
+  write_output_file(dir / "report.md", reports::sweep_markdown(meta, records));
+  for (const auto& [name, svg] : reports::sweep_charts(meta, records)) write_output_file(dir / ("sweep_" + name + ".svg"), svg);
 }
 
 std::string one_line(std::string s) {
@@ -209,7 +207,7 @@ int cmd_sweep(const SweepOptions& o) {
         records.push_back(std::move(r));
       }
   }
-  std::ofstream(dir / "sweep.json", std::ios::binary) << meta.dump(2) << "\n";
+  write_output_file(dir / "sweep.json", meta.dump(2) + "\n");
   write_outputs(dir, meta, records);  // a clean start: no torn line, CSV matching the record
 
   std::map<std::string, bool> recorded;
@@ -299,7 +297,7 @@ int cmd_merge(const std::vector<std::string>& dirs, const std::string& out) {
   }
   meta["shard"] = Json::array({0, 1});
   fs::create_directories(out);
-  std::ofstream(fs::path(out) / "sweep.json", std::ios::binary) << meta.dump(2) << "\n";
+  write_output_file(fs::path(out) / "sweep.json", meta.dump(2) + "\n");
   write_outputs(out, meta, records);
   std::size_t failed = 0;
   for (const auto& r : records) failed += r["error"].is_null() ? 0 : 1;
