@@ -67,19 +67,34 @@ std::vector<std::string> swept_paths(const Json& meta) {
   return paths;
 }
 
-/// Records of a results.jsonl; a torn last line (a killed run) is dropped.
+/// Records of a results.jsonl. A torn last line (a killed run) is dropped, and said so on
+/// stderr; an unreadable line before the last means the file is corrupt: refused (ConfigError)
+/// rather than silently recomputed over.
 std::vector<Json> read_records(const fs::path& file) {
   std::vector<Json> records;
   std::ifstream in(file);
   std::string line;
+  std::size_t number = 0, bad_line = 0;
   while (std::getline(in, line)) {
+    ++number;
     if (line.empty()) continue;
+    if (bad_line)
+      throw ConfigError(file.string(), "line " + std::to_string(bad_line),
+                        "a line that is not a sweep record",
+                        "one JSON record per line (only the last line may be torn, by a killed run)");
     try {
       Json j = Json::parse(line);
-      if (j.is_object() && j.contains("key") && j.contains("index")) records.push_back(std::move(j));
+      if (j.is_object() && j.contains("key") && j.contains("index"))
+        records.push_back(std::move(j));
+      else
+        bad_line = number;
     } catch (const Json::parse_error&) {
+      bad_line = number;
     }
   }
+  if (bad_line)
+    std::cerr << "tpusim: " << file.string() << ": dropped its torn last line (" << bad_line
+              << "), a point that will run again\n";
   return records;
 }
 
@@ -100,7 +115,8 @@ void write_outputs(const fs::path& dir, const Json& meta, std::vector<Json> reco
   write_output_file(dir / "results.csv", csv);
   write_output_file(dir / "report.html", reports::sweep_html(meta, records));
   write_output_file(dir / "report.md", reports::sweep_markdown(meta, records));
-  for (const auto& [name, svg] : reports::sweep_charts(meta, records)) write_output_file(dir / ("sweep_" + name + ".svg"), svg);
+  for (const auto& [name, svg] : reports::sweep_charts(meta, records))
+    write_output_file(dir / ("sweep_" + name + ".svg"), svg);
 }
 
 std::string one_line(std::string s) {
@@ -192,11 +208,20 @@ int cmd_sweep(const SweepOptions& o) {
     try {
       old = read_json_file(dir / "sweep.json");
     } catch (const ConfigError&) {
+      throw ConfigError("--resume", "", "no readable sweep.json in " + dir.string(),
+                        "the sweep.json of the sweep being resumed (without it, its results could belong to "
+                        "another sweep)");
     }
-    if (old.is_object() &&
-        (old["study"] != meta["study"] || old["axes"] != meta["axes"] || old["sets"] != meta["sets"])) {
+    if (!old.is_object() || old["study"] != meta["study"] || old["axes"] != meta["axes"] ||
+        old["sets"] != meta["sets"]) {
       throw ConfigError("--resume", "", "a different sweep in " + dir.string(),
                         "the same study, --set and axes as the sweep being resumed");
+    }
+    if (old["shard"] != meta["shard"]) {
+      throw ConfigError(
+          "--shard", "",
+          meta["shard"].dump() + " (this run) vs " + old["shard"].dump() + " in " + dir.string(),
+          "the shard of the sweep being resumed (resuming another shard would drop its points)");
     }
     std::map<std::string, std::size_t> wanted;
     for (const auto& p : points) wanted[p.key()] = p.index;

@@ -62,6 +62,20 @@ cmp "$work/full/results.csv" "$work/merged/results.csv"
 cmp "$work/full/results.jsonl" "$work/merged/results.jsonl"
 passed=$((passed + 1))
 
+# Resuming refuses what would mix or lose results: another shard, a missing sweep.json, a
+# results.jsonl corrupt before its last line (each exit 2, naming what is wrong).
+refuse() {  # name, expected text, command...
+  local name="$1" text="$2"; shift 2
+  set +e; "$@" > /dev/null 2> "$work/refuse_err"; local rc=$?; set -e
+  [ "$rc" -eq 2 ] && grep -q -- "$text" "$work/refuse_err" || { echo "FAIL $name: exit $rc"; cat "$work/refuse_err"; exit 1; }
+}
+refuse "other shard" "--shard" "$tpusim" sweep "$study" "${grid[@]}" --shard 1/3 --out "$work/s0" --resume
+cp -r "$work/s1" "$work/nometa"; rm "$work/nometa/sweep.json"
+refuse "no sweep.json" "sweep.json" "$tpusim" sweep "$study" "${grid[@]}" --shard 1/3 --out "$work/nometa" --resume
+cp -r "$work/s1" "$work/corrupt"; sed -i '2s/.*/not a record/' "$work/corrupt/results.jsonl"
+refuse "corrupt middle" "line 2" "$tpusim" sweep "$study" "${grid[@]}" --shard 1/3 --out "$work/corrupt" --resume
+passed=$((passed + 1))
+
 # A point that runs past --point-timeout is killed and recorded as failed, the sweep goes on
 # and exits 1 (a 2048-core step takes far longer than 1 ms); a generous limit changes nothing.
 set +e
