@@ -76,8 +76,6 @@ FitOutcome fit_search(const FitSearch& s, const std::function<Probe(double)>& pr
   return out;
 }
 
-namespace {
-
 std::string value_text(double v) {
   char buf[64];
   if (v == std::floor(v) && std::fabs(v) < 9e15)
@@ -86,6 +84,8 @@ std::string value_text(double v) {
     std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
 }
+
+namespace {
 
 /// The current numeric value at a dotted path of the study (after overrides), if any.
 std::optional<double> current_value(const std::string& study, const std::vector<std::string>& sets,

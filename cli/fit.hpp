@@ -43,6 +43,10 @@ class ProbeFailed : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A number as a command-line value that reads back exactly: an integer without a fraction,
+/// anything else with 17 significant digits.
+std::string value_text(double v);
+
 /// Runs the search. `probe` evaluates one value (and may throw ProbeFailed, which ends the search).
 FitOutcome fit_search(const FitSearch& search, const std::function<Probe(double)>& probe);
 

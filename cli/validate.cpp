@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cli/child_process.hpp"
+#include "cli/fit.hpp"
 #include "cli/output_file.hpp"
 #include "reports/validation_report.hpp"
 #include "schedules/study.hpp"
@@ -27,15 +28,6 @@ const std::vector<std::string>& validation_quantities() {
 
 namespace {
 
-std::string number_text(double v) {
-  char buf[64];
-  if (v == std::floor(v) && std::fabs(v) < 9e15)
-    std::snprintf(buf, sizeof buf, "%lld", (long long)v);
-  else
-    std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
 FitSpec parse_fit(Fields& f) {
   FitSpec s;
   s.maximize = f.string("maximize");
@@ -43,7 +35,7 @@ FitSpec parse_fit(Fields& f) {
   s.max = f.number("max", -1e15, 1e15);
   s.step = f.positive("step");
   if (f.problems().empty() && s.max < s.min)
-    f.problems().add(f.path_of("max"), Json(s.max), "a value >= fit.min (" + number_text(s.min) + ")");
+    f.problems().add(f.path_of("max"), Json(s.max), "a value >= fit.min (" + value_text(s.min) + ")");
   f.finish();
   return s;
 }
@@ -55,9 +47,9 @@ std::vector<std::string> ValidationCase::command() const {
   if (fit) {
     args = {"fit",        study,
             "--maximize", fit->maximize,
-            "--min",      number_text(fit->min),
-            "--max",      number_text(fit->max),
-            "--step",     number_text(fit->step),
+            "--min",      value_text(fit->min),
+            "--max",      value_text(fit->max),
+            "--step",     value_text(fit->step),
             "--json"};
   } else {
     args = {"run", study, "--json"};
