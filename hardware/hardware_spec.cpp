@@ -188,6 +188,7 @@ HardwareSpec parse_hardware(const Json& json, const std::string& context) {
     c.vmem_bytes = r.positive("vmem_bytes_per_core");
     c.op_overhead_s = r.number("op_overhead_s", 0.0, 1.0);
     c.fuse_elementwise = r.flag("fuse_elementwise");
+    c.allreduce_combine_threshold_bytes = r.positive("allreduce_combine_threshold_bytes");
     auto multipass = [&](const std::string& name) {
       MultiPassKernels m;
       m.kernels = r.kernels(name + "_kernels");

@@ -46,6 +46,9 @@ struct CoreSpec {
   double vmem_bytes = 0;                    ///< on-chip vector memory per core
   double op_overhead_s = 0;                 ///< fixed cost added to every op (launch, pipeline fill)
   bool fuse_elementwise = true;             ///< elementwise ops fuse into their producer: no own HBM pass
+  /// The compiler combines gradient all-reduces into buffers of about this size (the default
+  /// gradient bucket of data parallelism).
+  double allreduce_combine_threshold_bytes = 0;
   MultiPassKernels normalization_forward;   ///< batch / layer norm: statistics, then normalize
   MultiPassKernels normalization_backward;  ///< gradient statistics, then the input gradient
   MultiPassKernels softmax_forward;         ///< maximum, sum of exponentials, then normalize

@@ -11,7 +11,7 @@ DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
   sharded_ = f.string_or("weight_update", "replicated", {"replicated", "sharded"}) == "sharded";
   gradient_wire_bytes_ =
       f.string_or("gradient_dtype", "fp32", {"fp32", "bf16"}) == "bf16" ? 2.0 : kWeightBytes;
-  bucket_bytes_ = f.positive_or("gradient_bucket_bytes", kDefaultBucketBytes);
+  bucket_bytes_ = f.positive_or("gradient_bucket_bytes", study.hardware.core.allreduce_combine_threshold_bytes);
   batch_norm_group_ = int(f.integer_or("batch_norm_group", 1, 1, study.cores()));
   if (problems.empty() && replicas_ % batch_norm_group_ != 0) {
     problems.add(

@@ -27,14 +27,11 @@ class DataParallel : public Schedule {
   Json resolved() const override;
   std::int64_t layer_batch(const Study& study) const override { return study.batch / replicas_; }
 
-  /// Default gradient bucket: the all-reduce combiner threshold (assumption).
-  static constexpr double kDefaultBucketBytes = 32.0 * 1024 * 1024;
-
  private:
   int replicas_ = 1;  ///< cores used: the first `replicas_` of the slice
   bool sharded_ = false;
   double gradient_wire_bytes_ = 4;  ///< bytes per gradient element on the wire
-  double bucket_bytes_ = kDefaultBucketBytes;
+  double bucket_bytes_ = 0;  ///< default: the hardware's all-reduce combine threshold
   int batch_norm_group_ = 1;  ///< replicas whose batch-norm statistics are combined
 };
 
