@@ -105,7 +105,8 @@ int cmd_run(const RunOptions& o) {
                            {"reference_loss", reference->losses()},
                            {"max_rel_diff", functional->max_rel_diff(*reference)},
                            {"gradient_max_rel_diff", functional->gradient_max_rel_diff(*reference)},
-                           {"weights_fingerprint", functional->weights_fingerprint()}};
+                           {"weights_fingerprint", functional->weights_fingerprint()},
+                           {"replicas_identical", functional->replicas_identical()}};
   }
   if (!o.out.empty()) {
     fs::create_directories(o.out);

@@ -306,6 +306,16 @@ std::unique_ptr<FunctionalRuntime> FunctionalRuntime::reference(const Study& stu
   return ref;
 }
 
+bool FunctionalRuntime::replicas_identical() const {
+  if (shards_) return true;  // pieces, not replicas: the fingerprint reassembles every core's
+  std::map<int, const Held*> first_holder;
+  for (const auto& [key, held] : held_) {
+    auto [it, fresh] = first_holder.emplace(key.second, &held);
+    if (!fresh && held.params != it->second->params) return false;
+  }
+  return true;
+}
+
 std::string FunctionalRuntime::weights_fingerprint() const {
   std::uint64_t h = 1469598103934665603ULL;
   auto hash = [&](const Tensor& t) {

@@ -87,8 +87,12 @@ class FunctionalRuntime {
   /// before an optimizer turns rounding noise into steps.
   double gradient_max_rel_diff(const FunctionalRuntime& reference) const;
   /// A hash (FNV-1a, hex) of the bytes of every layer's weights as held by the lowest core
-  /// holding the layer: equal fingerprints mean bit-identical models.
+  /// holding the layer (or reassembled from every core's pieces): equal fingerprints mean
+  /// bit-identical models. The other cores holding a layer are checked by replicas_identical().
   std::string weights_fingerprint() const;
+  /// True when every core holding a whole layer holds bit-identical weights for it (replicas
+  /// that diverged would otherwise hide behind the lowest core's fingerprint).
+  bool replicas_identical() const;
 
   /// Steps 1 .. steps-1: the engine ran step 0 and recorded the order its tasks completed in;
   /// the graph is the same every step, so later steps run the closures in that order.

@@ -78,10 +78,33 @@ TEST_CASE("model validation names the field", "[models]") {
 }
 
 TEST_CASE("every registered model kind builds", "[models][registry]") {
-  CHECK(model_builders().size() == 6);
-  for (const char* k : {"amoebanet_d", "mesh_lm", "resnet50", "sequential"}) CHECK(model_builders().count(k));
-  CHECK(model_builders().count("mlp"));
-  CHECK(model_builders().count("transformer"));
+  // One small valid description per kind: each builds, has layers, parameters, and lowers every
+  // layer to work with FLOPs at a batch of 2. A kind left out of this list fails the size check.
+  const std::map<std::string, std::string> examples = {
+      {"amoebanet_d", R"({"kind": "amoebanet_d", "normal_cells": 3, "filters": 32, "image_size": 64})"},
+      {"mesh_lm", R"({"kind": "mesh_lm", "size": -1, "layers": 1, "seq_len": 16})"},
+      {"mlp", R"({"kind": "mlp", "layers": 2, "width": 16, "input": 8, "classes": 4})"},
+      {"resnet50", R"({"kind": "resnet50", "image_size": 32, "classes": 10})"},
+      {"sequential",
+       R"({"kind": "sequential", "layers": [{"kind": "dense", "in": 8, "out": 16}, {"kind": "classifier", "in": 16, "classes": 4}]})"},
+      {"transformer",
+       R"({"kind": "transformer", "layers": 1, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16, "seq_len": 8})"}};
+  CHECK(model_builders().size() == examples.size());
+  for (const auto& [kind, text] : model_builders()) {
+    INFO(kind);
+    REQUIRE(examples.count(kind));
+    const Model m = build(examples.at(kind));
+    CHECK(m.kind == kind);
+    CHECK(!m.layers.empty());
+    CHECK(m.params() > 0);
+    double flops = 0;
+    for (const auto& l : m.layers) {
+      const LayerWork w = l.work(2);
+      CHECK(!w.forward.empty());
+      for (const auto& op : w.forward) flops += op.model_flops();
+    }
+    CHECK(flops > 0);
+  }
 }
 
 TEST_CASE("AmoebaNet-D parameter counts match the check values exactly", "[models]") {

@@ -80,7 +80,21 @@ TEST_CASE("a single chip all-reduces over its two cores", "[schedules]") {
   const Study s = parse_study(j, "test");
   CHECK(s.cores() == 2);
   const BuiltStep step = s.schedule->build(s);
-  CHECK(step.details["gradient_buckets"].size() >= 1);
+  REQUIRE(step.details["gradient_buckets"].size() >= 1);
+  // Every gradient collective runs over exactly the chip's two cores, carrying the bucket's
+  // fp32 gradients, and every bucket's parameters are reduced once.
+  double reduced = 0;
+  int collectives = 0;
+  for (int id = 0; id < step.graph.size(); ++id) {
+    const auto& t = step.graph.task(id);
+    if (t.kind != sim::TaskKind::Collective) continue;
+    ++collectives;
+    CHECK(t.op == sim::CollectiveOp::AllReduce);
+    CHECK(t.group == std::vector<int>{0, 1});
+    reduced += t.bytes;
+  }
+  CHECK(collectives == int(step.details["gradient_buckets"].size()));
+  CHECK(reduced == Approx(4.0 * double(s.model.params())));
 }
 
 TEST_CASE("every registered schedule kind is listed", "[schedules][registry]") {

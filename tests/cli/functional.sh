@@ -14,7 +14,7 @@ n=0
 fingerprint() {  # bound on max_rel_diff vs one core, then study settings
   local bound="$1"; shift
   "$tpusim" run "$root/configs/studies/default.json" --set slice=v3-8 --set batch=32 --functional --json "$@" |
-    python3 -c 'import json,sys; f=json.load(sys.stdin)["functional"]; assert f["max_rel_diff"] <= float(sys.argv[1]), f; assert f["gradient_max_rel_diff"] <= 1e-5, f; print(f["weights_fingerprint"])' "$bound"
+    python3 -c 'import json,sys; f=json.load(sys.stdin)["functional"]; assert f["max_rel_diff"] <= float(sys.argv[1]), f; assert f["gradient_max_rel_diff"] <= 1e-5, f; assert f["replicas_identical"], f; print(f["weights_fingerprint"])' "$bound"
 }
 for model in "$mlp" "$tf"; do
   for opt in adam momentum rmsprop sgd; do
