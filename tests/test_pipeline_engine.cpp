@@ -42,21 +42,31 @@ double bubble_fraction(const sim::TaskGraph& g, const sim::SimResult& r) {
   return idle / used;
 }
 
-void check_bubble(int K, int M) {
+void check_bubble(int K, int M, const std::string& kind = "gpipe") {
   // 8 layers per stage (the classifier is as wide as the hidden layers), large micro-batches so
   // compute dwarfs the update and per-op overhead. Without re-materialization: recomputing
   // while waiting for a gradient would fill part of the bubble, which the oracle ignores.
-  const Study s = mlp_pipeline("gpipe", K, M, false, 16384, 8 * K - 1, true);
+  const Study s = mlp_pipeline(kind, K, M, false, 16384, 8 * K - 1, true);
   const BuiltStep step = s.schedule->build(s);
   const auto r = sim::simulate(step.graph, s.hardware, s.slice);
   const double ideal = double(K - 1) / double(M + K - 1);
-  INFO("K=" << K << " M=" << M << " ideal " << ideal);
+  INFO(kind << " K=" << K << " M=" << M << " ideal " << ideal);
   const double measured = bubble_fraction(step.graph, r);
   INFO("measured " << measured);
   CHECK(std::fabs(measured - ideal) <= 0.02);
 }
 
 }  // namespace
+
+// 1F1B (PipeDream-flush) only reorders the work between warm-up and drain: with balanced stages
+// its bubble is GPipe's, (K - 1) / (M + K - 1) (Narayanan et al., 2021).
+#define BUBBLE_1F1B_CASE(K, M) \
+  TEST_CASE("1F1B bubble with free communication K=" #K " M=" #M, "[pipeline][oracle]") { check_bubble(K, M, "one_f_one_b"); }
+BUBBLE_1F1B_CASE(2, 4)
+BUBBLE_1F1B_CASE(4, 4)
+BUBBLE_1F1B_CASE(4, 8)
+BUBBLE_1F1B_CASE(4, 32)
+BUBBLE_1F1B_CASE(8, 16)
 
 #define BUBBLE_CASE(K, M) \
   TEST_CASE("GPipe bubble with free communication K=" #K " M=" #M, "[pipeline][oracle]") { check_bubble(K, M); }
