@@ -220,6 +220,32 @@ int cmd_describe_hardware(const std::string& name, bool as_json) {
   return 0;
 }
 
+int cmd_describe_optimizers(bool as_json) {
+  Json j = Json::array();
+  for (const auto& [kind, rule] : optimizer_rules()) {
+    const auto c = rule->cost();
+    j.push_back(Json{{"kind", kind},
+                     {"slots_per_param", rule->slots()},
+                     {"vpu_ops_per_param", c.vpu_ops_per_param},
+                     {"fp32_tensors_moved_per_param", c.tensors_moved},
+                     {"layer_statistics_bytes", rule->layer_statistics_bytes()},
+                     {"factored_statistics", rule->factored_statistics()},
+                     {"functional", rule->functional()},
+                     {"default_learning_rate", rule->default_learning_rate()},
+                     {"source", c.source}});
+  }
+  if (as_json) {
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("%-10s %6s %8s %8s  %s\n", "optimizer", "slots", "ops/par", "tensors", "source");
+  for (const auto& r : j)
+    std::printf("%-10s %6d %8g %8g  %s\n", r["kind"].get<std::string>().c_str(),
+                r["slots_per_param"].get<int>(), r["vpu_ops_per_param"].get<double>(),
+                r["fp32_tensors_moved_per_param"].get<double>(), r["source"].get<std::string>().c_str());
+  return 0;
+}
+
 int cmd_describe_slice(const std::string& name, const std::string& hardware, bool as_json) {
   HardwareSpec hw;
   bool found = false;
@@ -374,8 +400,9 @@ int main(int argc, char** argv) {
   fit_cmd->add_option("--step", fit_step, "granularity of the answer (default 1)");
   fit_cmd->add_option("--set", fit_sets, "override a study field: dotted.path=value");
   fit_cmd->add_flag("--json", fit_json, "machine-readable output");
-  fit_cmd->add_option("--probe-timeout", fit_probe_timeout,
-                      "seconds after which a probe still running is killed: the search fails (exit 3) (default: none)");
+  fit_cmd->add_option(
+      "--probe-timeout", fit_probe_timeout,
+      "seconds after which a probe still running is killed: the search fails (exit 3) (default: none)");
 
   cli::SweepOptions sweep;
   auto* sweep_cmd =
@@ -390,8 +417,9 @@ int main(int argc, char** argv) {
   sweep_cmd->add_flag("--resume", sweep.resume, "skip points already recorded in --out");
   sweep_cmd->add_option("--shard", sweep.shard,
                         "run shard i/n of the points (0 <= i < n); default from SLURM_ARRAY_TASK_ID/COUNT");
-  sweep_cmd->add_option("--point-timeout", sweep.point_timeout_s,
-                        "seconds after which a point still running is killed and recorded as failed (default: none)");
+  sweep_cmd->add_option(
+      "--point-timeout", sweep.point_timeout_s,
+      "seconds after which a point still running is killed and recorded as failed (default: none)");
 
   std::vector<std::string> merge_dirs;
   std::string merge_out;
@@ -426,6 +454,9 @@ int main(int argc, char** argv) {
   d_model->add_option("study", model_study, "study JSON file")->required();
   d_model->add_option("--set", model_sets, "override a study field: dotted.path=value");
   d_model->add_flag("--json", describe_json, "machine-readable output");
+  auto* d_opt =
+      describe->add_subcommand("optimizers", "every optimizer rule: slots, update cost and its derivation");
+  d_opt->add_flag("--json", describe_json, "machine-readable output");
   auto* d_slice = describe->add_subcommand("slice", "a named slice");
   d_slice->add_option("name", slice_name, "e.g. v3-32")->required();
   d_slice->add_option("--hardware", slice_hw,
@@ -454,8 +485,11 @@ int main(int argc, char** argv) {
     if (*sweep_cmd) return cli::cmd_sweep(sweep);
     if (*merge_cmd) return cli::cmd_merge(merge_dirs, merge_out);
     if (*validate_cmd) return cli::cmd_validate(validate);
-    if (*fit_cmd) return cli::cmd_fit(fit_study, fit_path, fit_sets, fit_min, fit_max, fit_step, fit_json, fit_probe_timeout);
+    if (*fit_cmd)
+      return cli::cmd_fit(fit_study, fit_path, fit_sets, fit_min, fit_max, fit_step, fit_json,
+                          fit_probe_timeout);
     if (*d_hw) return cmd_describe_hardware(hw_name, describe_json);
+    if (*d_opt) return cmd_describe_optimizers(describe_json);
     if (*d_slice) return cmd_describe_slice(slice_name, slice_hw, describe_json);
     if (*d_model) return cmd_describe_model(model_study, model_sets, describe_json);
   } catch (const ConfigError& e) {

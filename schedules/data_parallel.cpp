@@ -11,7 +11,8 @@ DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
   sharded_ = f.string_or("weight_update", "replicated", {"replicated", "sharded"}) == "sharded";
   gradient_wire_bytes_ =
       f.string_or("gradient_dtype", "fp32", {"fp32", "bf16"}) == "bf16" ? 2.0 : kWeightBytes;
-  bucket_bytes_ = f.positive_or("gradient_bucket_bytes", study.hardware.core.allreduce_combine_threshold_bytes);
+  bucket_bytes_ =
+      f.positive_or("gradient_bucket_bytes", study.hardware.core.allreduce_combine_threshold_bytes);
   batch_norm_group_ = int(f.integer_or("batch_norm_group", 1, 1, study.cores()));
   if (problems.empty() && replicas_ % batch_norm_group_ != 0) {
     problems.add(
@@ -130,10 +131,11 @@ BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional)
       for (int c = 0; c < cores; ++c)
         g.task(reduce).memory.push_back(
             {c, sim::MemoryCategory::Gradients, -(b.gradient_bytes(r) - kept), sim::MemoryEffect::When::End});
-      if (study.optimizer.kind == "lars") {
-        // LARS scales each layer by ||w|| / ||g||: the shards' partial norms are all-reduced.
+      if (const double norms = study.optimizer.rule->layer_statistics_bytes(); norms > 0) {
+        // Per-layer statistics over the whole weights (LARS's ||w|| and ||g||): the shards'
+        // partial sums are all-reduced.
         ready = b.collective(sim::CollectiveOp::AllReduce, "lars_norms", "lars norms " + range, group,
-                             8.0 * r.size(), r);
+                             norms * r.size(), r);
         g.depend(reduce, ready);
       }
       padding_params += std::ceil(params / cores) * cores - params;

@@ -7,18 +7,6 @@
 
 namespace tpusim {
 
-namespace {
-
-constexpr double kMomentum = 0.9;                                    // momentum
-constexpr double kRmsDecay = 0.9, kRmsEpsilon = 1e-10;               // rmsprop (TensorFlow's defaults)
-constexpr double kBeta1 = 0.9, kBeta2 = 0.999, kAdamEpsilon = 1e-8;  // adam
-
-int slots_of(const std::string& kind) {
-  return kind == "adam" ? 2 : (kind == "momentum" || kind == "rmsprop") ? 1 : 0;
-}
-
-}  // namespace
-
 void FunctionalRuntime::check_supported(const Study& study) {
   for (std::size_t l = 0; l < study.model.layers.size(); ++l) {
     if (!study.model.layers[l].function) {
@@ -28,15 +16,18 @@ void FunctionalRuntime::check_supported(const Study& study) {
                         "shared embeddings");
     }
   }
-  if (slots_of(study.optimizer.kind) == 0 && study.optimizer.kind != "sgd") {
+  if (!study.optimizer.rule->functional()) {
+    std::string kinds;
+    for (const auto& [kind, rule] : optimizer_rules())
+      if (rule->functional()) kinds += (kinds.empty() ? "" : ", ") + kind;
     throw ConfigError(study.file, "optimizer.kind", "\"" + study.optimizer.kind + "\"",
-                      "an optimizer functional mode updates with: sgd, momentum, rmsprop, adam");
+                      "an optimizer functional mode updates with: " + kinds);
   }
 }
 
 double FunctionalRuntime::host_bytes_needed(const Study& study, int cores_holding_weights) {
   const double params = double(study.model.params());
-  const double per_copy = 4.0 * params * (2.0 + slots_of(study.optimizer.kind));
+  const double per_copy = kWeightBytes * params * (2.0 + study.optimizer.rule->slots());
   double activations = 0;  // fp32 activations kept for backward, for the whole batch
   for (const auto& layer : study.model.layers)
     activations += layer.work(1).stash_bytes * 4.0 / study.model.activation_bytes;
@@ -72,7 +63,7 @@ void FunctionalRuntime::take(int core, int layer, std::vector<Tensor> params) {
   Held h;
   h.params = std::move(params);
   for (const auto& p : h.params) h.grads.emplace_back(p.size(), 0.0f);
-  h.slots.assign(std::size_t(slots_of(study_.optimizer.kind)), h.grads);
+  h.slots.assign(std::size_t(study_.optimizer.rule->slots()), h.grads);
   held_[{core, layer}] = std::move(h);
 }
 
@@ -187,39 +178,10 @@ FunctionalRuntime::Closure FunctionalRuntime::reduce(std::vector<int> group, Lay
 }
 
 void FunctionalRuntime::update_range(Held& h, std::size_t k, std::int64_t lo, std::int64_t hi) const {
-  const std::string& kind = study_.optimizer.kind;
-  const double lr = learning_rate_, t = double(step_) + 1;
-  const double correction1 = 1 - std::pow(kBeta1, t), correction2 = 1 - std::pow(kBeta2, t);
-  float* w = h.params[k].data();
-  const float* g = h.grads[k].data();
-  // Element-wise rules: any thread may take any element, the result is the same.
-  if (kind == "sgd") {
-#pragma omp parallel for schedule(static)
-    for (std::int64_t i = lo; i < hi; ++i) w[i] = float(w[i] - lr * g[i]);
-  } else if (kind == "momentum") {
-    float* m = h.slots[0][k].data();
-#pragma omp parallel for schedule(static)
-    for (std::int64_t i = lo; i < hi; ++i) {
-      m[i] = float(kMomentum * m[i] + g[i]);
-      w[i] = float(w[i] - lr * m[i]);
-    }
-  } else if (kind == "rmsprop") {
-    float* ms = h.slots[0][k].data();
-#pragma omp parallel for schedule(static)
-    for (std::int64_t i = lo; i < hi; ++i) {
-      ms[i] = float(kRmsDecay * ms[i] + (1 - kRmsDecay) * double(g[i]) * g[i]);
-      w[i] = float(w[i] - lr * g[i] / (std::sqrt(double(ms[i])) + kRmsEpsilon));
-    }
-  } else {  // adam
-    float* m = h.slots[0][k].data();
-    float* v = h.slots[1][k].data();
-#pragma omp parallel for schedule(static)
-    for (std::int64_t i = lo; i < hi; ++i) {
-      m[i] = float(kBeta1 * m[i] + (1 - kBeta1) * g[i]);
-      v[i] = float(kBeta2 * v[i] + (1 - kBeta2) * double(g[i]) * g[i]);
-      w[i] = float(w[i] - lr * (m[i] / correction1) / (std::sqrt(v[i] / correction2) + kAdamEpsilon));
-    }
-  }
+  std::vector<float*> slots;
+  for (auto& slot : h.slots) slots.push_back(slot[k].data());
+  study_.optimizer.rule->update(h.params[k].data(), h.grads[k].data(), slots, lo, hi, learning_rate_,
+                                double(step_) + 1);
 }
 
 FunctionalRuntime::Closure FunctionalRuntime::update(int core, LayerRange r, int shard, int shards) {

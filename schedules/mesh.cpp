@@ -466,14 +466,14 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   };
   for (int l = 0; l < layers; ++l) {
     const auto& p = programs[std::size_t(l)];
-    if (study.optimizer.kind == "lars") {
+    if (const double norms = study.optimizer.rule->layer_statistics_bytes(); norms > 0) {
       // LARS scales each layer by ||w|| / ||g||: when the layer's weights are split over mesh
       // dimensions, or their pieces spread by weight-update sharding, the two partial norms
       // are all-reduced over those dimensions.
       std::set<std::string> dims = p.weight_mesh_dims;
       for (const auto& w : scattered[std::size_t(l)]) dims.insert(w.mesh_dims.begin(), w.mesh_dims.end());
-      if (!dims.empty()) statistics(l, "lars_norms", {dims.begin(), dims.end()}, 8.0);
-    } else if (study.optimizer.kind == "adafactor") {
+      if (!dims.empty()) statistics(l, "lars_norms", {dims.begin(), dims.end()}, norms);
+    } else if (study.optimizer.rule->factored_statistics()) {
       // Adafactor keeps, per matrix (the last two dimensions of a weight), the mean of the
       // squared gradient over each of them: a mean over a split dimension is all-reduced over
       // its mesh dimension (fp32, one value per remaining element).

@@ -277,3 +277,27 @@ TEST_CASE("cross-replica batch norm all-reduces each normalization's statistics 
     CHECK_THAT(std::string(e.what()), Catch::Contains("schedule.batch_norm_group"));
   }
 }
+
+TEST_CASE("every registered optimizer rule states its cost with a source, and its math where functional",
+          "[schedules][registry][optimizer]") {
+  CHECK(optimizer_rules().size() == 6);
+  for (const char* kind : {"adafactor", "adam", "lars", "momentum", "rmsprop", "sgd"}) {
+    INFO(kind);
+    REQUIRE(optimizer_rules().count(kind));
+    const auto& rule = *optimizer_rules().at(kind);
+    CHECK(rule.cost().vpu_ops_per_param > 0);
+    CHECK(rule.cost().tensors_moved >= 3);  // at least: read w and g, write w
+    CHECK(rule.cost().source.rfind("derived", 0) == 0);
+    CHECK(rule.default_learning_rate() > 0);
+  }
+  // One step of momentum by hand: m = 0.9 * 1 + 2 = 2.9; w = 1 - 0.1 * 2.9 = 0.71.
+  std::vector<float> w = {1, 1}, g = {2, 2}, m = {1, 1};
+  optimizer_rules().at("momentum")->update(w.data(), g.data(), {m.data()}, 1, 2, 0.1, 1);
+  CHECK(w[0] == 1.0f);  // outside [lo, hi)
+  CHECK(m[1] == Approx(2.9));
+  CHECK(w[1] == Approx(0.71));
+  // LARS needs its two norms over the whole layer; Adafactor its factored statistics.
+  CHECK(optimizer_rules().at("lars")->layer_statistics_bytes() == 8);
+  CHECK(optimizer_rules().at("adafactor")->factored_statistics());
+  CHECK_FALSE(optimizer_rules().at("lars")->functional());
+}
