@@ -134,7 +134,8 @@ BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional)
       if (const double norms = study.optimizer.rule->layer_statistics_bytes(); norms > 0) {
         // Per-layer statistics over the whole weights (LARS's ||w|| and ||g||): the shards'
         // partial sums are all-reduced.
-        ready = b.collective(sim::CollectiveOp::AllReduce, "lars_norms", "lars norms " + range, group,
+        const std::string phase = study.optimizer.rule->layer_statistics_phase();
+        ready = b.collective(sim::CollectiveOp::AllReduce, phase, phase + " " + range, group,
                              norms * r.size(), r);
         g.depend(reduce, ready);
       }

@@ -472,7 +472,8 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
       // are all-reduced over those dimensions.
       std::set<std::string> dims = p.weight_mesh_dims;
       for (const auto& w : scattered[std::size_t(l)]) dims.insert(w.mesh_dims.begin(), w.mesh_dims.end());
-      if (!dims.empty()) statistics(l, "lars_norms", {dims.begin(), dims.end()}, norms);
+      if (!dims.empty())
+        statistics(l, study.optimizer.rule->layer_statistics_phase(), {dims.begin(), dims.end()}, norms);
     } else if (study.optimizer.rule->factored_statistics()) {
       // Adafactor keeps, per matrix (the last two dimensions of a weight), the mean of the
       // squared gradient over each of them: a mean over a split dimension is all-reduced over

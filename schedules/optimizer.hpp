@@ -39,6 +39,8 @@ class OptimizerRule {
   /// Bytes per layer of statistics that must be summed over every piece of a weight split over
   /// cores (mesh dimensions, weight-update sharding) before the update: LARS's two norms; 0: none.
   virtual double layer_statistics_bytes() const { return 0; }
+  /// The phase those statistics' all-reduces are reported under ("lars_norms").
+  virtual std::string layer_statistics_phase() const { return ""; }
   /// True when the rule keeps, per matrix, statistics over each of its last two dimensions
   /// (Adafactor): a dimension split over a mesh dimension has them all-reduced over it.
   virtual bool factored_statistics() const { return false; }
@@ -78,6 +80,7 @@ std::shared_ptr<const OptimizerRule> make_momentum();
 std::shared_ptr<const OptimizerRule> make_rmsprop();
 std::shared_ptr<const OptimizerRule> make_adam();
 std::shared_ptr<const OptimizerRule> make_lars();
+std::shared_ptr<const OptimizerRule> make_lamb();
 std::shared_ptr<const OptimizerRule> make_adafactor();
 
 }  // namespace tpusim

@@ -280,8 +280,8 @@ TEST_CASE("cross-replica batch norm all-reduces each normalization's statistics 
 
 TEST_CASE("every registered optimizer rule states its cost with a source, and its math where functional",
           "[schedules][registry][optimizer]") {
-  CHECK(optimizer_rules().size() == 6);
-  for (const char* kind : {"adafactor", "adam", "lars", "momentum", "rmsprop", "sgd"}) {
+  CHECK(optimizer_rules().size() == 7);
+  for (const char* kind : {"adafactor", "adam", "lamb", "lars", "momentum", "rmsprop", "sgd"}) {
     INFO(kind);
     REQUIRE(optimizer_rules().count(kind));
     const auto& rule = *optimizer_rules().at(kind);
@@ -298,6 +298,8 @@ TEST_CASE("every registered optimizer rule states its cost with a source, and it
   CHECK(w[1] == Approx(0.71));
   // LARS needs its two norms over the whole layer; Adafactor its factored statistics.
   CHECK(optimizer_rules().at("lars")->layer_statistics_bytes() == 8);
+  CHECK(optimizer_rules().at("lamb")->layer_statistics_bytes() == 8);
+  CHECK(optimizer_rules().at("lamb")->slots() == 2);
   CHECK(optimizer_rules().at("adafactor")->factored_statistics());
   CHECK_FALSE(optimizer_rules().at("lars")->functional());
 }

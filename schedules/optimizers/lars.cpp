@@ -17,6 +17,7 @@ class Lars : public OptimizerRule {
   int slots() const override { return 1; }
   double default_learning_rate() const override { return 0.1; }
   double layer_statistics_bytes() const override { return 2 * 4.0; }  // ||w||^2 and ||g||^2, fp32
+  std::string layer_statistics_phase() const override { return "lars_norms"; }
 };
 
 }  // namespace
