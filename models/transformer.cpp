@@ -16,7 +16,11 @@ struct Dims {
   std::int64_t layers = 0, encoder_layers = 0, d_model = 0, d_ff = 0, heads = 0, d_kv = 0, vocab = 0, seq = 0;
   bool biases = true;
   bool shared_embeddings = false;
+  /// Positions per sequence the output layer predicts (BERT's masked-LM predicts a few of
+  /// them); 0: every position.
+  std::int64_t predicted = 0;
   std::int64_t inner() const { return heads * d_kv; }
+  std::int64_t predicted_positions() const { return predicted > 0 ? predicted : seq; }
 };
 
 /// Weight tensors of a dense projection k -> n (with its bias if the model has biases).
@@ -25,14 +29,16 @@ void add_dense_weights(Layer& l, const Dims& d, std::int64_t k, std::int64_t n) 
   if (d.biases) l.weights.push_back({n});
 }
 
-void dense(WorkBuilder& w, const Dims& d, const std::string& name, std::int64_t t, std::int64_t k, std::int64_t n) {
+void dense(WorkBuilder& w, const Dims& d, const std::string& name, std::int64_t t, std::int64_t k,
+           std::int64_t n) {
   w.dense(name, t, k, n);
   if (d.biases) w.bias(name + "_bias", t, n);
 }
 
 /// Attention of `t` query tokens (batch b, length s) over `s_kv` keys: projections, scores,
 /// softmax, context and output projection. `cross`: keys and values come from the encoder.
-void attention(WorkBuilder& w, const Dims& d, const std::string& name, std::int64_t b, std::int64_t s_kv, bool cross) {
+void attention(WorkBuilder& w, const Dims& d, const std::string& name, std::int64_t b, std::int64_t s_kv,
+               bool cross) {
   const std::int64_t t = b * d.seq;
   const std::int64_t inner = d.inner();
   if (cross) {
@@ -110,12 +116,14 @@ Layer output(const Dims& d, double act, bool owns_table) {
   if (owns_table) l.weights.push_back({d.d_model, d.vocab});
   l.work = [d, act](std::int64_t b) {
     WorkBuilder w(act);
-    const std::int64_t t = b * d.seq;
+    const std::int64_t t = b * d.seq, p = b * d.predicted_positions();
     const double td = double(t) * d.d_model;
     w.layer_norm("final_layernorm", td);
-    w.dense("logits", t, d.d_model, d.vocab);
-    w.softmax_xent("softmax_xent", double(t) * d.vocab);
-    return w.finish(td * act, double(t) * 4);
+    // Logits only for the predicted positions (a masked LM picks them out first).
+    if (p < t) w.pick("predicted_positions", double(p), double(t), d.d_model);
+    w.dense("logits", p, d.d_model, d.vocab);
+    w.softmax_xent("softmax_xent", double(p) * d.vocab);
+    return w.finish(td * act, double(p) * 4);
   };
   return l;
 }
@@ -135,32 +143,36 @@ std::vector<NamedOp> block_named_ops(const Dims& d, std::int64_t b, bool cross) 
   };
   auto attention = [&](const std::string& p, bool from_encoder) {
     const std::string in = p == "self" ? "in" : "cross_in";
-    ops.push_back(reduction("layernorm_" + p, named(tpusim::act({B, S, M}, true), in), "d_model", weight({M}, 2)));
+    ops.push_back(
+        reduction("layernorm_" + p, named(tpusim::act({B, S, M}, true), in), "d_model", weight({M}, 2)));
     ops.back().math = NamedOp::Math::LayerNorm;
     ops.back().out.id = p + "_h";
     for (const char* x : {"q", "k", "v"}) {
       // Self-attention: one input feeds the three projections (kept once). Cross-attention: k
       // and v project the encoder output.
       const bool encoder_side = from_encoder && x[0] != 'q';
-      const auto input = named(tpusim::act({B, encoder_side ? Sk : S, M}, x[0] == 'q' || (encoder_side && x[0] == 'k')),
-                               encoder_side ? "encoder" : p + "_h");
+      const auto input =
+          named(tpusim::act({B, encoder_side ? Sk : S, M}, x[0] == 'q' || (encoder_side && x[0] == 'k')),
+                encoder_side ? "encoder" : p + "_h");
       const auto out = tpusim::act({B, encoder_side ? Sk : S, H, K});
       ops.push_back(einsum(p + "_" + x + "_projection", input, weight({M, H, K}), named(out, p + "_" + x)));
       if (d.biases) {
         ops.back().out.id += "_unbiased";
-        ops.push_back(elementwise(p + "_" + x + "_bias", named(out, p + "_" + x + "_unbiased"), 1, bias({H, K})));
+        ops.push_back(
+            elementwise(p + "_" + x + "_bias", named(out, p + "_" + x + "_unbiased"), 1, bias({H, K})));
         ops.back().math = NamedOp::Math::Bias;
         ops.back().out.id = p + "_" + x;
       }
     }
-    ops.push_back(einsum(p + "_scores", named(tpusim::act({B, S, H, K}, true), p + "_q"), named(tpusim::act({B, Sk, H, K}, true), p + "_k"),
-                         tpusim::act({B, H, S, Sk})));
+    ops.push_back(einsum(p + "_scores", named(tpusim::act({B, S, H, K}, true), p + "_q"),
+                         named(tpusim::act({B, Sk, H, K}, true), p + "_k"), tpusim::act({B, H, S, Sk})));
     ops.push_back(reduction(p + "_softmax", tpusim::act({B, H, S, Sk}), "seq_k"));
     ops.back().math = NamedOp::Math::CausalSoftmax;
     ops.back().scale = 1.0 / std::sqrt(double(d.d_kv));
-    ops.push_back(einsum(p + "_context", tpusim::act({B, H, S, Sk}, true), named(tpusim::act({B, Sk, H, K}, true), p + "_v"),
-                         tpusim::act({B, S, H, K})));
-    ops.push_back(einsum(p + "_output", tpusim::act({B, S, H, K}, true), weight({H, K, M}), tpusim::act({B, S, M})));
+    ops.push_back(einsum(p + "_context", tpusim::act({B, H, S, Sk}, true),
+                         named(tpusim::act({B, Sk, H, K}, true), p + "_v"), tpusim::act({B, S, H, K})));
+    ops.push_back(
+        einsum(p + "_output", tpusim::act({B, S, H, K}, true), weight({H, K, M}), tpusim::act({B, S, M})));
     ops.push_back(elementwise(p + "_residual", tpusim::act({B, S, M}), 2, bias({M})));
     ops.back().math = NamedOp::Math::Residual;
     ops.back().skip = in;
@@ -168,10 +180,12 @@ std::vector<NamedOp> block_named_ops(const Dims& d, std::int64_t b, bool cross) 
   };
   attention("self", false);
   if (cross) attention("cross", true);
-  ops.push_back(reduction("layernorm_ffn", named(tpusim::act({B, S, M}, true), "ffn_in"), "d_model", weight({M}, 2)));
+  ops.push_back(
+      reduction("layernorm_ffn", named(tpusim::act({B, S, M}, true), "ffn_in"), "d_model", weight({M}, 2)));
   ops.back().math = NamedOp::Math::LayerNorm;
   ops.push_back(einsum("ffn_in", tpusim::act({B, S, M}, true), weight({M, F}), tpusim::act({B, S, F})));
-  ops.push_back(elementwise("ffn_relu", tpusim::act({B, S, F}), 2, bias({F})));  // its output is kept by ffn_out
+  ops.push_back(
+      elementwise("ffn_relu", tpusim::act({B, S, F}), 2, bias({F})));  // its output is kept by ffn_out
   ops.back().math = NamedOp::Math::BiasRelu;
   ops.push_back(einsum("ffn_out", tpusim::act({B, S, F}, true), weight({F, M}), tpusim::act({B, S, M})));
   ops.push_back(elementwise("ffn_residual", tpusim::act({B, S, M}), 2, bias({M})));
@@ -187,11 +201,14 @@ Model assemble(const Dims& d, double act, const std::string& name) {
   const bool encdec = d.encoder_layers > 0;
   // Per example: the target token ids ride along the encoder half of the pipeline.
   const double tokens_per_example = double(d.seq) * 4;
-  m.layers.push_back(embedding(encdec ? "source_embedding" : "embedding", d, act, true, encdec ? tokens_per_example : 0));
-  for (std::int64_t i = 0; i < d.encoder_layers; ++i) m.layers.push_back(block("encoder" + std::to_string(i), d, act, false));
+  m.layers.push_back(
+      embedding(encdec ? "source_embedding" : "embedding", d, act, true, encdec ? tokens_per_example : 0));
+  for (std::int64_t i = 0; i < d.encoder_layers; ++i)
+    m.layers.push_back(block("encoder" + std::to_string(i), d, act, false));
   if (encdec) {
     // The target embedding reads the target ids and passes the encoder output along.
-    m.layers.push_back(embedding("target_embedding", d, act, !d.shared_embeddings, double(d.seq) * d.d_model * act));
+    m.layers.push_back(
+        embedding("target_embedding", d, act, !d.shared_embeddings, double(d.seq) * d.d_model * act));
   }
   for (std::int64_t i = 0; i < d.layers; ++i)
     m.layers.push_back(block((encdec ? "decoder" : "block") + std::to_string(i), d, act, encdec));
@@ -207,16 +224,20 @@ Model assemble(const Dims& d, double act, const std::string& name) {
         const bool owned = !layer.weights.empty();
         layer.named_ops = [=](std::int64_t b) {
           const Dim B{"batch", b};
-          return std::vector<NamedOp>{gather(layer.name, tpusim::act({B, S}), table(owned), tpusim::act({B, S, M}))};
+          return std::vector<NamedOp>{
+              gather(layer.name, tpusim::act({B, S}), table(owned), tpusim::act({B, S, M}))};
         };
       } else if (layer.name == "output") {
         const bool owned = layer.weights.size() == 3;
         layer.named_ops = [=](std::int64_t b) {
           const Dim B{"batch", b};
-          std::vector<NamedOp> ops{reduction("final_layernorm", tpusim::act({B, S, M}, true), "d_model", weight({M}, 2)),
-                                   einsum("logits", tpusim::act({B, S, M}, true), owned ? weight({M, V}) : tpusim::act({M, V}),
-                                          tpusim::act({B, S, V})),
-                                   reduction("softmax_xent", tpusim::act({B, S, V}, true), "vocab")};
+          // Logits for the predicted positions only (all of them unless a masked LM).
+          const Dim P{"seq", d.predicted_positions()};
+          std::vector<NamedOp> ops{
+              reduction("final_layernorm", tpusim::act({B, S, M}, true), "d_model", weight({M}, 2)),
+              einsum("logits", tpusim::act({B, P, M}, true), owned ? weight({M, V}) : tpusim::act({M, V}),
+                     tpusim::act({B, P, V})),
+              reduction("softmax_xent", tpusim::act({B, P, V}, true), "vocab")};
           ops[0].math = NamedOp::Math::LayerNorm;
           ops[2].math = NamedOp::Math::SoftmaxXent;
           return ops;
@@ -228,7 +249,7 @@ Model assemble(const Dims& d, double act, const std::string& name) {
     }
   }
   // Functional mode covers the decoder-only model with its own input and output tables.
-  if (!encdec && !d.shared_embeddings) {
+  if (!encdec && !d.shared_embeddings && d.predicted_positions() == d.seq) {
     m.layers.front().function = embedding_function(d.vocab, d.d_model, d.seq);
     for (std::size_t i = 1; i + 1 < m.layers.size(); ++i)
       m.layers[i].function = block_function(d.d_model, d.d_ff, d.heads, d.d_kv, d.seq, d.biases);
@@ -252,6 +273,7 @@ Dims read_dims(Fields& f, Problems& problems, const Dims* defaults) {
   d.encoder_layers = f.integer_or("encoder_layers", 0, 0, 100000);
   d.biases = f.boolean_or("biases", d.biases);
   d.shared_embeddings = f.boolean_or("shared_embeddings", false);
+  d.predicted = f.integer_or("predicted_positions", 0, 1, d.seq > 0 ? d.seq : 1);
   if (f.has("d_kv")) {
     d.d_kv = f.integer("d_kv", 1, 1 << 16);
   } else {
@@ -274,8 +296,9 @@ Model build_transformer(Fields& f, Problems& problems) {
   const double act = read_activation_bytes(f);
   if (!problems.empty()) return {};
   std::string name = "transformer L=" + std::to_string(d.layers) + " d_model=" + std::to_string(d.d_model);
-  if (d.encoder_layers > 0) name = "transformer " + std::to_string(d.encoder_layers) + "+" + std::to_string(d.layers) +
-                                   " d_model=" + std::to_string(d.d_model);
+  if (d.encoder_layers > 0)
+    name = "transformer " + std::to_string(d.encoder_layers) + "+" + std::to_string(d.layers) +
+           " d_model=" + std::to_string(d.d_model);
   return assemble(d, act, name);
 }
 
@@ -304,8 +327,9 @@ Model build_mesh_lm(Fields& f, Problems& problems) {
 
 namespace tpusim {
 
-Layer transformer_block_layer(const std::string& name, std::int64_t d_model, std::int64_t d_ff, std::int64_t heads,
-                              std::int64_t d_kv, std::int64_t seq, bool biases, double act) {
+Layer transformer_block_layer(const std::string& name, std::int64_t d_model, std::int64_t d_ff,
+                              std::int64_t heads, std::int64_t d_kv, std::int64_t seq, bool biases,
+                              double act) {
   Dims d;
   d.d_model = d_model;
   d.d_ff = d_ff;

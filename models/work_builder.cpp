@@ -81,6 +81,12 @@ void WorkBuilder::gather(const std::string& name, double rows, std::int64_t voca
   stash(rows * 4);  // the ids
 }
 
+void WorkBuilder::pick(const std::string& name, double rows, double from_rows, std::int64_t width) {
+  work_.forward.push_back(memory_op(name, 2 * rows * double(width) * act_ + rows * 4));
+  work_.backward.push_back(memory_op(name + "_scatter", (from_rows + rows) * double(width) * act_));
+  stash(rows * 4);  // the positions
+}
+
 void WorkBuilder::softmax_xent(const std::string& name, double elements) {
   work_.forward.push_back(multipass_op(name, elements, act_, MultiPass::SoftmaxForward));
   // Its gradient, probabilities minus the one-hot targets, is one element-wise pass.

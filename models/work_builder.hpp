@@ -48,6 +48,9 @@ class WorkBuilder {
   /// A table lookup of `rows` rows of `width` from a `vocab` x `width` table; the gradient is a
   /// scatter-add into a dense fp32 table.
   void gather(const std::string& name, double rows, std::int64_t vocab, std::int64_t width);
+  /// `rows` rows of `width` activations picked out of `from_rows` (a masked LM's predicted
+  /// positions): a copy forward; backward, their gradients scattered into zeros of the whole.
+  void pick(const std::string& name, double rows, double from_rows, std::int64_t width);
   /// Softmax cross-entropy over `elements` logits.
   void softmax_xent(const std::string& name, double elements);
 

@@ -228,3 +228,21 @@ TEST_CASE("AmoebaNet keeps a cell state read by several ops once; average pools 
   const double units = 5 + 4 + 3 + 1 + 2 * (1.75 + 0.75) + 1 + 1 + 2;
   CHECK(cell->work(1).stash_bytes == Approx(units * U * 2));
 }
+
+TEST_CASE("a masked LM computes logits only for its predicted positions", "[models]") {
+  // BERT's masked-LM head: with P of S positions predicted, the output layer's logits cost
+  // 2 x batch x P x d_model x vocab forward (and twice that backward), by hand.
+  const Model all = build(
+      R"({"kind": "transformer", "layers": 1, "d_model": 64, "d_ff": 128, "heads": 4, "vocab": 1000, "seq_len": 128})");
+  const Model mlm = build(
+      R"({"kind": "transformer", "layers": 1, "d_model": 64, "d_ff": 128, "heads": 4, "vocab": 1000, "seq_len": 128, "predicted_positions": 20})");
+  auto logits_flops = [](const Model& m) {
+    double f = 0;
+    for (const auto& op : m.layers.back().work(3).forward) f += op.model_flops();
+    return f;
+  };
+  CHECK(logits_flops(all) == Approx(2.0 * 3 * 128 * 64 * 1000));
+  CHECK(logits_flops(mlm) == Approx(2.0 * 3 * 20 * 64 * 1000));
+  CHECK(mlm.params() == all.params());
+  CHECK_FALSE(mlm.layers.back().function);  // functional mode needs every position predicted
+}
