@@ -18,10 +18,13 @@ fs::path config_dir() {
 }
 
 Json read_json_file(const fs::path& file) {
+  std::error_code ec;
+  if (fs::is_directory(file, ec)) throw ConfigError(file.string(), "", "a directory", "a JSON file");
   std::ifstream in(file);
   if (!in) throw ConfigError(file.string(), "", "no readable file", "an existing JSON file");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   try {
-    return Json::parse(in, nullptr, true, /*ignore_comments=*/false);
+    return parse_json_strict(text, file.string());
   } catch (const Json::parse_error& e) {
     // e.what() carries "at line L, column C"; keep it, it is the useful part.
     std::string what = e.what();
@@ -168,8 +171,12 @@ HardwareSpec parse_hardware(const Json& json, const std::string& context) {
   if (!top.ok()) problems.throw_if_any();
   top.string("schema", {"tpusim.hardware/1"});
   hw.name = top.string("name");
-  if (const Json* d = top.optional("description"))
-    hw.description = d->is_string() ? d->get<std::string>() : "";
+  if (const Json* d = top.optional("description")) {
+    if (d->is_string())
+      hw.description = d->get<std::string>();
+    else
+      problems.add("description", *d, "a string (free text describing the hardware)");
+  }
 
   if (const Json* core = top.value("core")) {
     Fields f(*core, "core", problems);

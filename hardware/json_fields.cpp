@@ -1,9 +1,70 @@
 #include "hardware/json_fields.hpp"
 
 #include <cmath>
+#include <map>
 #include <sstream>
 
 namespace tpusim {
+
+Json parse_json_strict(const std::string& text, const std::string& context, const std::string& path) {
+  struct Frame {
+    bool array = false;
+    std::size_t index = 0;  // arrays: elements started so far
+    std::string key;        // objects: the key being read
+    std::map<std::string, std::string> seen;
+  };
+  std::vector<Frame> frames;
+  auto where = [&](const std::string& last) {
+    std::string p = path;
+    for (const auto& f : frames) {
+      if (&f == &frames.back() && !last.empty()) break;
+      p = f.array ? index_path(p, f.index - 1) : join_path(p, f.key);
+    }
+    return last.empty() ? p : join_path(p, last);
+  };
+  auto element_starts = [&] {
+    if (!frames.empty() && frames.back().array) ++frames.back().index;
+  };
+  const Json::parser_callback_t check = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+      case Json::parse_event_t::array_start:
+        element_starts();
+        if (depth >= kMaxJsonDepth)
+          throw ConfigError(context, where(""),
+                            "nesting deeper than " + std::to_string(kMaxJsonDepth) + " levels",
+                            "a configuration nested at most " + std::to_string(kMaxJsonDepth) + " deep");
+        frames.push_back(Frame{event == Json::parse_event_t::array_start, 0, {}, {}});
+        break;
+      case Json::parse_event_t::key: {
+        Frame& f = frames.back();
+        f.key = parsed.get<std::string>();
+        if (f.seen.count(f.key))
+          throw ConfigError(context, where(f.key),
+                            "the key a second time (its first value: " + f.seen[f.key] + ")",
+                            "each key once (a repeated key's last value would silently win)");
+        f.seen[f.key] = "";
+        break;
+      }
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        frames.pop_back();
+        if (!frames.empty() && !frames.back().array) frames.back().seen[frames.back().key] = show(parsed);
+        break;
+      case Json::parse_event_t::value:
+        element_starts();
+        if (!frames.empty() && !frames.back().array) frames.back().seen[frames.back().key] = show(parsed);
+        break;
+    }
+    return true;
+  };
+  try {
+    return Json::parse(text, check, true, /*ignore_comments=*/false);
+  } catch (const Json::out_of_range& e) {
+    throw ConfigError(context, path.empty() ? where("") : path, "a number beyond the range of a double",
+                      "a finite number (" + std::string(e.what()) + ")");
+  }
+}
 
 void Problems::add(std::string path, std::string found, std::string expected) {
   list_.push_back(Problem{std::move(path), std::move(found), std::move(expected)});

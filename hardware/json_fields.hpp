@@ -34,6 +34,15 @@ class Problems {
   std::vector<Problem> list_;
 };
 
+/// Nesting deeper than this is refused: no configuration needs it, and deep trees cost stack.
+inline constexpr int kMaxJsonDepth = 64;
+
+/// Parses JSON text strictly. A key repeated in one object (almost always a copy-paste mistake:
+/// the last value would silently win), nesting deeper than kMaxJsonDepth, or a number beyond
+/// double's range is bad input: ConfigError naming `context`, the JSON path under `path` and
+/// both values or what was found. Malformed text throws Json::parse_error for the caller.
+Json parse_json_strict(const std::string& text, const std::string& context, const std::string& path = "");
+
 /// A JSON value rendered for a message: compact, cut at 60 characters.
 std::string show(const Json& value);
 /// `parent.key`, or `key` when parent is the top level.

@@ -5,13 +5,14 @@ namespace tpusim {
 void apply_override(Json& study, const std::string& assignment) {
   const auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) {
-    throw ConfigError("--set", "", "\"" + assignment + "\"", "dotted.path=value, e.g. batch=256 or schedule.kind=data_parallel");
+    throw ConfigError("--set", "", "\"" + assignment + "\"",
+                      "dotted.path=value, e.g. batch=256 or schedule.kind=data_parallel");
   }
   const std::string path = assignment.substr(0, eq);
   const std::string text = assignment.substr(eq + 1);
   Json value;
   try {
-    value = Json::parse(text);
+    value = parse_json_strict(text, "--set", path);
   } catch (const Json::parse_error&) {
     value = text;  // a bare word is a string
   }
@@ -52,7 +53,8 @@ Study parse_study(const Json& json, const std::string& context, const std::files
   Problems problems(context);
   Fields top(json, "", problems);
   if (!top.ok()) problems.throw_if_any();
-  top.allow("description");
+  if (const Json* d = top.optional("description"); d && !d->is_string())
+    problems.add("description", *d, "a string (free text describing the study)");
   top.string_or("schema", "tpusim.study/1", {"tpusim.study/1"});
 
   bool have_hardware = false;
@@ -66,7 +68,8 @@ Study parse_study(const Json& json, const std::string& context, const std::files
       } catch (const ConfigError& e) {
         // Carry the hardware file's problems, prefixed so the user knows which file.
         for (const auto& p : e.problems())
-          problems.add(p.path.empty() ? "hardware" : "hardware(" + e.context() + ")." + p.path, p.found, p.expected);
+          problems.add(p.path.empty() ? "hardware" : "hardware(" + e.context() + ")." + p.path, p.found,
+                       p.expected);
       }
     }
   }
@@ -75,7 +78,8 @@ Study parse_study(const Json& json, const std::string& context, const std::files
   }
   if (const Json* model = top.value("model")) study.model = build_model(*model, "model", problems);
   study.batch = top.integer("batch", 1, std::int64_t(1) << 40);
-  if (const Json* opt = top.value("optimizer")) study.optimizer = parse_optimizer(*opt, "optimizer", problems);
+  if (const Json* opt = top.value("optimizer"))
+    study.optimizer = parse_optimizer(*opt, "optimizer", problems);
   const Json* schedule = top.value("schedule");
   top.finish();
   problems.throw_if_any();

@@ -177,3 +177,25 @@ TEST_CASE("multi-pass kernels must be lists of [reads, writes]", "[config]") {
   CHECK(hw.core.normalization_backward.tensor_passes() == 5);
   CHECK(hw.sources.at("core.normalization_backward_kernels").rfind("derived", 0) == 0);
 }
+
+TEST_CASE("JSON is parsed strictly: repeated keys, deep nesting and overflowing numbers are bad input",
+          "[config]") {
+  auto message = [](const std::string& text) {
+    try {
+      parse_json_strict(text, "f.json");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK_THAT(message(R"({"a": [{"b": 1}, {"c": 2, "b": [1], "c": 3}]})"),
+             Catch::Contains("a[1].c: found the key a second time (its first value: 2)"));
+  CHECK_THAT(message(R"({"a": {"b": {"x": 1}, "b": 2}})"),
+             Catch::Contains(R"(a.b: found the key a second time (its first value: {"x":1}))"));
+  CHECK_THAT(message(std::string(65, '[') + std::string(65, ']')), Catch::Contains("nesting deeper than 64"));
+  CHECK(message(std::string(64, '[') + std::string(64, ']')).empty());
+  CHECK_THAT(message(R"({"batch": 1e400})"), Catch::Contains("beyond the range of a double"));
+  CHECK(message(R"({"a": {"b": 1}, "b": {"b": 2}, "c": [{"b": 3}, {"b": 4}]})")
+            .empty());  // the same key in different objects
+  CHECK_THROWS_AS(parse_json_strict("{", "f.json"), Json::parse_error);
+}
