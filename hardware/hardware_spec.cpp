@@ -51,16 +51,6 @@ class SourcedReader {
     inner.finish();
     return d;
   }
-  double positive(const std::string& key) {
-    const Json* v = fields_.value(key);
-    if (!v) return 1.0;
-    Fields inner(*v, fields_.path_of(key), fields_.problems());
-    if (!inner.ok()) return 1.0;
-    const double d = inner.positive("value");
-    hw_.sources[inner.path()] = inner.string("source");
-    inner.finish();
-    return d;
-  }
   int count(const std::string& key, int min, int max) {
     const Json* v = fields_.value(key);
     if (!v) return min;
@@ -186,16 +176,16 @@ HardwareSpec parse_hardware(const Json& json, const std::string& context) {
     c.mxu_rows = r.count("mxu_rows", 1, 4096);
     c.mxu_cols = r.count("mxu_cols", 1, 4096);
     c.matmul_row_padding = r.count("matmul_row_padding", 1, 4096);
-    c.clock_hz = r.positive("clock_hz");
+    c.clock_hz = r.number("clock_hz", 1e6, 1e11);
     c.vpu_sublanes = r.count("vpu_sublanes", 1, 4096);
     c.vpu_lanes = r.count("vpu_lanes", 1, 4096);
-    c.vpu_ops_per_alu_per_cycle = r.positive("vpu_ops_per_alu_per_cycle");
-    c.hbm_bytes = r.positive("hbm_bytes_per_core");
-    c.hbm_bandwidth_bytes_per_s = r.positive("hbm_bandwidth_bytes_per_s_per_core");
-    c.vmem_bytes = r.positive("vmem_bytes_per_core");
-    c.op_overhead_s = r.number("op_overhead_s", 0.0, 1.0);
+    c.vpu_ops_per_alu_per_cycle = r.number("vpu_ops_per_alu_per_cycle", 0.01, 64);
+    c.hbm_bytes = r.number("hbm_bytes_per_core", 1e6, 1e15);
+    c.hbm_bandwidth_bytes_per_s = r.number("hbm_bandwidth_bytes_per_s_per_core", 1e6, 1e14);
+    c.vmem_bytes = r.number("vmem_bytes_per_core", 1e3, 1e12);
+    c.op_overhead_s = r.number("op_overhead_s", 0.0, 1e-2);
     c.fuse_elementwise = r.flag("fuse_elementwise");
-    c.allreduce_combine_threshold_bytes = r.positive("allreduce_combine_threshold_bytes");
+    c.allreduce_combine_threshold_bytes = r.number("allreduce_combine_threshold_bytes", 1, 1e12);
     auto multipass = [&](const std::string& name) {
       MultiPassKernels m;
       m.kernels = r.kernels(name + "_kernels");
@@ -213,14 +203,14 @@ HardwareSpec parse_hardware(const Json& json, const std::string& context) {
     SourcedReader r(f, hw);
     ChipSpec& c = hw.chip;
     c.cores = r.count("cores_per_chip", 1, 64);
-    c.peak_bf16_flops_per_s = r.positive("peak_bf16_flops_per_s_per_chip");
+    c.peak_bf16_flops_per_s = r.number("peak_bf16_flops_per_s_per_chip", 1e6, 1e18);
     c.ici_links = r.count("ici_links_per_chip", 0, 64);
-    c.ici_bandwidth_bytes_per_s = r.positive("ici_bandwidth_bytes_per_s_per_link_per_direction");
-    c.ici_latency_s = r.number("ici_latency_s_per_hop", 0.0, 1.0);
-    c.onchip_bandwidth_bytes_per_s = r.positive("onchip_core_to_core_bandwidth_bytes_per_s");
-    c.onchip_latency_s = r.number("onchip_core_to_core_latency_s", 0.0, 1.0);
-    c.host_link_bandwidth_bytes_per_s = r.positive("host_link_bandwidth_bytes_per_s_per_chip");
-    c.tdp_w = r.positive("tdp_w");
+    c.ici_bandwidth_bytes_per_s = r.number("ici_bandwidth_bytes_per_s_per_link_per_direction", 1e6, 1e13);
+    c.ici_latency_s = r.number("ici_latency_s_per_hop", 0.0, 1e-2);
+    c.onchip_bandwidth_bytes_per_s = r.number("onchip_core_to_core_bandwidth_bytes_per_s", 1e6, 1e14);
+    c.onchip_latency_s = r.number("onchip_core_to_core_latency_s", 0.0, 1e-2);
+    c.host_link_bandwidth_bytes_per_s = r.number("host_link_bandwidth_bytes_per_s_per_chip", 1e6, 1e13);
+    c.tdp_w = r.number("tdp_w", 1, 1e5);
     f.finish();
   }
   if (const Json* pod = top.value("pod")) {
