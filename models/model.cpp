@@ -1,5 +1,7 @@
 #include "models/model.hpp"
 
+#include <cstdio>
+
 namespace tpusim {
 
 std::int64_t Layer::params() const {
@@ -61,6 +63,21 @@ Model build_model(const Json& json, const std::string& path, Problems& problems)
   Model model = model_builders().at(kind)(fields, problems);
   fields.finish();
   model.kind = kind;
+  // Sizes multiply: check in floating point that every tensor and the whole model stay far
+  // inside 64-bit integers before anyone counts them as such.
+  double total = 0;
+  for (const auto& layer : model.layers)
+    for (const auto& shape : layer.weights) {
+      double n = 1;
+      for (auto d : shape) n *= double(d);
+      total += n;
+    }
+  if (problems.empty() && total > kMaxModelParams) {
+    char found[64];
+    std::snprintf(found, sizeof found, "%.3g parameters", total);
+    problems.add(path, std::string(found),
+                 "a model of at most 1e15 parameters (sizes that large overflow the arithmetic)");
+  }
   return model;
 }
 

@@ -20,6 +20,10 @@ namespace tpusim {
 /// frameworks train (shared/HARDWARE.md, training memory conventions). Defined once, here.
 inline constexpr double kWeightBytes = 4.0;
 
+/// The largest model accepted, in parameters (1e15: 4 PB of fp32 weights, far beyond any pod,
+/// and far inside the 64-bit arithmetic sizes are counted in).
+inline constexpr double kMaxModelParams = 1e15;
+
 /// What one layer does for a batch of examples on one core.
 struct LayerWork {
   std::vector<Op> forward;     ///< forward pass

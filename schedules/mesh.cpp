@@ -161,7 +161,9 @@ void MeshSchedule::read_axes(const Json& placement, const std::string& path, con
                                     : pair        ? e[0].get<std::string>()
                                                   : "";
       const int axis = int(std::find(names, names + 3, axis_name) - names);
-      if (axis == 3 || (pair && e[1].get<std::int64_t>() < 1)) {
+      // A part larger than its axis cannot fit (and must not be narrowed to an int first).
+      if (axis == 3 ||
+          (pair && (e[1].get<std::int64_t>() < 1 || e[1].get<std::int64_t>() > axis_sizes_[axis]))) {
         problems.add(index_path(at, i), e, expected);
         return;
       }
