@@ -126,8 +126,11 @@ int cmd_fit(const std::string& study, const std::string& path, const std::vector
   if (max && *max < search.min)
     throw ConfigError("--max", "", value_text(*max), "a value >= --min (" + value_text(search.min) + ")");
   search.start = current_value(study, sets, path).value_or(search.min);
-  // The study must be valid apart from the searched field.
-  load_study(study, sets);
+  // The study must be valid with the searched field at its minimum (its own value may be
+  // invalid with the overrides, e.g. fewer layers than the stages set).
+  std::vector<std::string> at_min = sets;
+  at_min.push_back(path + "=" + value_text(search.min));
+  load_study(study, at_min);
 
   auto probe = [&](double v) {
     std::vector<std::string> args = {"run", study, "--json"};
