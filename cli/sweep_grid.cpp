@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "hardware/errors.hpp"
 
@@ -54,7 +55,8 @@ std::vector<Json> parse_values(const std::string& option, const std::string& tex
     const auto colon = text.find(':', dots);
     double a = 0, b = 0, k = 1;
     const bool ok_a = parse_number(text.substr(0, dots), a);
-    const bool ok_b = parse_number(text.substr(dots + 2, colon == std::string::npos ? std::string::npos : colon - dots - 2), b);
+    const bool ok_b = parse_number(
+        text.substr(dots + 2, colon == std::string::npos ? std::string::npos : colon - dots - 2), b);
     char mode = '+';
     bool ok_k = true;
     if (colon != std::string::npos) {
@@ -68,11 +70,13 @@ std::vector<Json> parse_values(const std::string& option, const std::string& tex
     std::vector<Json> values;
     for (double v = a; v <= b * (1 + 1e-12); v = mode == '+' ? v + k : v * k) {
       values.push_back(number_json(v));
-      if (values.size() > 100000) throw ConfigError(option, "", "\"" + text + "\"", "a range of at most 100000 values");
+      if (values.size() > 100000)
+        throw ConfigError(option, "", "\"" + text + "\"", "a range of at most 100000 values");
     }
     return values;
   }
-  if (text.empty()) throw ConfigError(option, "", "an empty value", "a value (number, string, JSON) or a range");
+  if (text.empty())
+    throw ConfigError(option, "", "an empty value", "a value (number, string, JSON) or a range");
   try {
     return {Json::parse(text)};
   } catch (const Json::parse_error&) {
@@ -83,7 +87,8 @@ std::vector<Json> parse_values(const std::string& option, const std::string& tex
 Axis parse_axis(const std::string& option, const std::string& text) {
   const auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
-    throw ConfigError(option, "", "\"" + text + "\"", "PATH=v1,v2,... (e.g. schedule.stages=1,2,4,8 or schedule.microbatches=1..32:x2)");
+    throw ConfigError(option, "", "\"" + text + "\"",
+                      "PATH=v1,v2,... (e.g. schedule.stages=1,2,4,8 or schedule.microbatches=1..32:x2)");
   }
   Axis axis;
   axis.path = text.substr(0, eq);
@@ -122,6 +127,27 @@ std::vector<std::string> Point::set_arguments() const {
 
 std::vector<Point> enumerate_points(const std::vector<Axis>& grid, const std::vector<Axis>& zip) {
   std::vector<Axis> axes = grid;
+  // A path swept twice, or a value listed twice on one axis, would give two points one key
+  // (and silently one result); a grid beyond kMaxSweepPoints would not fit in memory.
+  std::set<std::string> paths;
+  double count = 1;
+  for (const auto* list : {&grid, &zip})
+    for (const auto& a : *list) {
+      const std::string option = list == &grid ? "--grid" : "--zip";
+      if (!paths.insert(a.path).second)
+        throw ConfigError(option, a.path, "a path swept twice",
+                          "each path on one axis only (list all its values there)");
+      std::set<std::string> values;
+      for (const auto& v : a.values)
+        if (!values.insert(v.dump()).second)
+          throw ConfigError(option, a.path, v.dump() + " twice", "each value once on an axis");
+      if (list == &grid) count *= double(a.values.size());
+    }
+  if (!zip.empty()) count *= double(zip.front().values.size());
+  if (count > kMaxSweepPoints)
+    throw ConfigError("--grid", "", Json(count).dump() + " points",
+                      "at most " + std::to_string(std::int64_t(kMaxSweepPoints)) +
+                          " points in one sweep (split it with --shard or fewer values)");
   std::size_t zip_len = 0;
   for (const auto& z : zip) {
     if (zip_len != 0 && z.values.size() != zip_len) {
@@ -166,8 +192,9 @@ std::vector<Point> shard_points(const std::vector<Point>& points, int i, int n) 
 std::pair<int, int> parse_shard(const std::string& text) {
   const auto slash = text.find('/');
   double i = 0, n = 0;
-  if (slash == std::string::npos || !parse_number(text.substr(0, slash), i) || !parse_number(text.substr(slash + 1), n) ||
-      n < 1 || i < 0 || i >= n || i != std::floor(i) || n != std::floor(n)) {
+  if (slash == std::string::npos || !parse_number(text.substr(0, slash), i) ||
+      !parse_number(text.substr(slash + 1), n) || n < 1 || i < 0 || i >= n || i != std::floor(i) ||
+      n != std::floor(n)) {
     throw ConfigError("--shard", "", "\"" + text + "\"", "i/n with 0 <= i < n (e.g. 0/3, 1/3, 2/3)");
   }
   return {int(i), int(n)};

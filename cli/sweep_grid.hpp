@@ -4,10 +4,9 @@
 // moving together. Pure functions: tested without processes.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace tpusim::cli {
 
@@ -26,15 +25,19 @@ std::vector<Json> parse_values(const std::string& option, const std::string& tex
 
 /// One point: an assignment per swept path, in axis order.
 struct Point {
-  std::size_t index = 0;                                ///< position in the full sweep
-  std::vector<std::pair<std::string, Json>> settings;   ///< path -> value
+  std::size_t index = 0;                               ///< position in the full sweep
+  std::vector<std::pair<std::string, Json>> settings;  ///< path -> value
   /// A canonical identity, independent of order and formatting: "path=json;path=json".
   std::string key() const;
   /// `--set path=value` arguments for a child run.
   std::vector<std::string> set_arguments() const;
 };
 
-/// Every point of the sweep, in order. The zip axes must all have the same length.
+/// The most points one sweep enumerates (each point's settings live in memory).
+inline constexpr double kMaxSweepPoints = 1e6;
+
+/// Every point of the sweep, in order. The zip axes must all have the same length; a path on
+/// two axes, a value twice on one axis or more than kMaxSweepPoints points is bad input.
 std::vector<Point> enumerate_points(const std::vector<Axis>& grid, const std::vector<Axis>& zip);
 
 /// Shard `i` of `n` (0 <= i < n): the points whose index is i modulo n.
