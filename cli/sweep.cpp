@@ -1,5 +1,7 @@
 #include "cli/sweep.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -119,6 +121,28 @@ void write_outputs(const fs::path& dir, const Json& meta, std::vector<Json> reco
     write_output_file(dir / ("sweep_" + name + ".svg"), svg);
 }
 
+/// An exclusive lock (flock) on `dir`/.lock for the life of a sweep: a second sweep writing into
+/// the same directory would rename results under the first. Refused at once (exit 2).
+class DirectoryLock {
+ public:
+  explicit DirectoryLock(const fs::path& dir) {
+    const std::string file = (dir / ".lock").string();
+    fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw ConfigError("--out", "", dir.string(), "a writable output directory");
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd_);
+      throw ConfigError("--out", "", dir.string() + " (another sweep is writing into it)",
+                        "a directory no other running sweep uses");
+    }
+  }
+  ~DirectoryLock() { ::close(fd_); }
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 std::string one_line(std::string s) {
   const std::string prefix = "tpusim: bad input\n";
   if (s.rfind(prefix, 0) == 0) s = s.substr(prefix.size());
@@ -198,6 +222,7 @@ int cmd_sweep(const SweepOptions& o) {
 
   const fs::path dir = o.out.empty() ? fs::path("out/sweep") : fs::path(o.out);
   fs::create_directories(dir);
+  const DirectoryLock lock_out(dir);
   std::vector<Json> records;
   if (fs::exists(dir / "results.jsonl")) {
     if (!o.resume) {

@@ -76,6 +76,15 @@ cp -r "$work/s1" "$work/corrupt"; sed -i '2s/.*/not a record/' "$work/corrupt/re
 refuse "corrupt middle" "line 2" "$tpusim" sweep "$study" "${grid[@]}" --shard 1/3 --out "$work/corrupt" --resume
 passed=$((passed + 1))
 
+# A sweep into a directory another sweep holds (its lock, taken here by this shell) is refused.
+mkdir -p "$work/locked"
+exec 9> "$work/locked/.lock"
+flock -n 9
+refuse "locked directory" "another sweep is writing into it" "$tpusim" sweep "$study" "${grid[@]}" --out "$work/locked"
+exec 9>&-
+"$tpusim" sweep "$study" --grid batch=32 --out "$work/locked" > /dev/null 2>&1 || { echo "FAIL: the released directory stayed locked"; exit 1; }
+passed=$((passed + 1))
+
 # A point that runs past --point-timeout is killed and recorded as failed, the sweep goes on
 # and exits 1 (a 2048-core step takes far longer than 1 ms); a generous limit changes nothing.
 set +e
