@@ -162,6 +162,8 @@ int cmd_describe_hardware(const std::string& name, bool as_json) {
            {"peak_bf16_flops_per_s_per_chip", hw.chip.peak_bf16_flops_per_s},
            {"vector_ops_per_s_per_core", hw.core.vector_ops_per_s()},
            {"hbm_bytes_per_core", hw.core.hbm_bytes},
+           {"hbm_reserved_bytes_per_core", hw.core.hbm_reserved_bytes},
+           {"usable_hbm_bytes_per_core", hw.core.usable_hbm_bytes()},
            {"hbm_bandwidth_bytes_per_s_per_core", hw.core.hbm_bandwidth_bytes_per_s},
            {"ridge_flops_per_byte", core_peak / hw.core.hbm_bandwidth_bytes_per_s},
            {"ici_bandwidth_bytes_per_s_per_link_per_direction", hw.chip.ici_bandwidth_bytes_per_s},
@@ -190,6 +192,10 @@ int cmd_describe_hardware(const std::string& name, bool as_json) {
   print_row("vector unit per core", num(hw.core.vector_ops_per_s() / 1e12, " Tops/s"),
             "derived: sublanes x lanes x ops x clock");
   print_row("HBM per core", reports::human_bytes(hw.core.hbm_bytes), src("core.hbm_bytes_per_core"));
+  print_row("HBM reserved per core", reports::human_bytes(hw.core.hbm_reserved_bytes),
+            src("core.hbm_reserved_bytes_per_core"));
+  print_row("HBM usable per core", reports::human_bytes(hw.core.usable_hbm_bytes()),
+            "derived: capacity - reserved (what fits is checked against this)");
   print_row("HBM bandwidth per core", num(hw.core.hbm_bandwidth_bytes_per_s / 1e9, " GB/s"),
             src("core.hbm_bandwidth_bytes_per_s_per_core"));
   print_row("roofline ridge", num(core_peak / hw.core.hbm_bandwidth_bytes_per_s, " FLOP/byte"),

@@ -149,8 +149,10 @@ std::optional<double> predicted_value(const ValidationCase& c, const Json& outpu
   }
   if (c.quantity == "activation_bytes_total") {
     double total = 0;
-    for (const auto& core : output.at("cores"))
-      total += core.at("hbm_at_peak").at("activations").get<double>();
+    for (const auto& core : output.at("cores")) {
+      const Json& at_peak = core.at("hbm_at_peak");
+      total += at_peak.at("activations").get<double>() + at_peak.value("workspace", 0.0);
+    }
     return total;
   }
   return output.at(c.quantity).get<double>();

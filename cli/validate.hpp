@@ -18,7 +18,8 @@ namespace tpusim::cli {
 /// What a case compares, read from the run's (or fit's) JSON output.
 /// - step_time_s: result.json's step_time_s
 /// - max_fitting: the answer of `tpusim fit` over `fit.maximize`
-/// - activation_bytes_total: the activations each core holds at its HBM peak, summed over cores
+/// - activation_bytes_total: what each core holds at its HBM peak besides parameter memory
+///   (weights, gradients, optimizer slots): kept activations and workspace, summed over cores
 const std::vector<std::string>& validation_quantities();
 
 struct FitSpec {

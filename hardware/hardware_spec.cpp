@@ -181,6 +181,10 @@ HardwareSpec parse_hardware(const Json& json, const std::string& context) {
     c.vpu_lanes = r.count("vpu_lanes", 1, 4096);
     c.vpu_ops_per_alu_per_cycle = r.number("vpu_ops_per_alu_per_cycle", 0.01, 64);
     c.hbm_bytes = r.number("hbm_bytes_per_core", 1e6, 1e15);
+    c.hbm_reserved_bytes = r.number("hbm_reserved_bytes_per_core", 0, 1e15);
+    if (problems.empty() && c.hbm_reserved_bytes >= c.hbm_bytes)
+      problems.add("core.hbm_reserved_bytes_per_core.value", Json(c.hbm_reserved_bytes),
+                   "less than core.hbm_bytes_per_core (" + Json(c.hbm_bytes).dump() + ")");
     c.hbm_bandwidth_bytes_per_s = r.number("hbm_bandwidth_bytes_per_s_per_core", 1e6, 1e14);
     c.vmem_bytes = r.number("vmem_bytes_per_core", 1e3, 1e12);
     c.op_overhead_s = r.number("op_overhead_s", 0.0, 1e-2);

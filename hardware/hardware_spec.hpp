@@ -40,12 +40,13 @@ struct CoreSpec {
   double clock_hz = 0;         ///< core clock
   int vpu_sublanes = 0;        ///< vector unit shape: sublanes x lanes of 32-bit ALUs
   int vpu_lanes = 0;
-  double vpu_ops_per_alu_per_cycle = 0;     ///< element operations per ALU per cycle
-  double hbm_bytes = 0;                     ///< HBM capacity per core
-  double hbm_bandwidth_bytes_per_s = 0;     ///< HBM bandwidth per core
-  double vmem_bytes = 0;                    ///< on-chip vector memory per core
-  double op_overhead_s = 0;                 ///< fixed cost added to every op (launch, pipeline fill)
-  bool fuse_elementwise = true;             ///< elementwise ops fuse into their producer: no own HBM pass
+  double vpu_ops_per_alu_per_cycle = 0;  ///< element operations per ALU per cycle
+  double hbm_bytes = 0;                  ///< HBM capacity per core
+  double hbm_reserved_bytes = 0;         ///< of it, held by the runtime: programs cannot use it
+  double hbm_bandwidth_bytes_per_s = 0;  ///< HBM bandwidth per core
+  double vmem_bytes = 0;                 ///< on-chip vector memory per core
+  double op_overhead_s = 0;              ///< fixed cost added to every op (launch, pipeline fill)
+  bool fuse_elementwise = true;          ///< elementwise ops fuse into their producer: no own HBM pass
   /// The compiler combines gradient all-reduces into buffers of about this size (the default
   /// gradient bucket of data parallelism).
   double allreduce_combine_threshold_bytes = 0;
@@ -53,6 +54,9 @@ struct CoreSpec {
   MultiPassKernels normalization_backward;  ///< gradient statistics, then the input gradient
   MultiPassKernels softmax_forward;         ///< maximum, sum of exponentials, then normalize
   MultiPassKernels softmax_backward;        ///< sum of dy * y, then the input gradient
+
+  /// What a program's arguments and temporaries can use: the capacity less the runtime's reserve.
+  double usable_hbm_bytes() const { return hbm_bytes - hbm_reserved_bytes; }
 
   const MultiPassKernels& multipass(MultiPass pattern) const {
     switch (pattern) {

@@ -64,34 +64,34 @@ void edge_weights(Layer& l, CellOp op, std::int64_t w, bool strided) {
 
 /// Factorized reduce: ReLU, two stride-2 1x1 convs of half the width each, concatenated, BN.
 FeatureMap factorized_reduce(WorkBuilder& wb, const std::string& name, std::int64_t b, const FeatureMap& in,
-                             std::int64_t width, const std::string& input) {
+                             std::int64_t width) {
   wb.elementwise(name + "_relu", in.elements(b), 1, 1);
   ConvShape c{b, in.size, in.size, in.channels, 1, 1, 2, width / 2};
-  const std::string relu_in = "relu(" + (input.empty() ? name : input) + ")";  // both paths read it
-  wb.conv(name + "_path1", c, true, relu_in);
+  wb.conv(name + "_path1", c, true);  // both paths read ReLU(in), recomputed for their gradients
   c.out_channels = width - width / 2;
-  wb.conv(name + "_path2", c, true, relu_in);
+  wb.conv(name + "_path2", c, true);
   const FeatureMap out{c.out_h(), width};
   wb.batch_norm(name + "_bn", out.elements(b), width);
   return out;
 }
 
-/// Lowers one edge applied to `in` (width w), the cell state named `input`; returns its output map.
+/// Lowers one edge applied to `in` (width w); returns its output map. Every edge reads its state
+/// through a ReLU or a pool, so none keeps the state itself (WorkBuilder::conv).
 FeatureMap edge_work(WorkBuilder& wb, const std::string& name, std::int64_t b, CellOp op,
-                     const FeatureMap& in, std::int64_t stride, const std::string& input) {
+                     const FeatureMap& in, std::int64_t stride) {
   const std::int64_t w = in.channels, q = w / 4;
   switch (op) {
     case CellOp::Conv1x1:
-      return conv_bn(wb, name, b, in, 1, 1, stride, w, true, input);
+      return conv_bn(wb, name, b, in, 1, 1, stride, w);
     case CellOp::Conv3x3: {
       // The stride sits on the first convolution of the bottleneck (an assumption: the
       // genotype does not say which of the three convolutions is strided).
-      FeatureMap x = conv_bn(wb, name + "_a", b, in, 1, 1, stride, q, true, input);
+      FeatureMap x = conv_bn(wb, name + "_a", b, in, 1, 1, stride, q);
       x = conv_bn(wb, name + "_b", b, x, 3, 3, 1, q);
       return conv_bn(wb, name + "_c", b, x, 1, 1, 1, w);
     }
     case CellOp::Conv1x7_7x1: {
-      FeatureMap x = conv_bn(wb, name + "_a", b, in, 1, 1, stride, q, true, input);
+      FeatureMap x = conv_bn(wb, name + "_a", b, in, 1, 1, stride, q);
       x = conv_bn(wb, name + "_b", b, x, 1, 7, 1, q);
       x = conv_bn(wb, name + "_c", b, x, 7, 1, 1, q);
       return conv_bn(wb, name + "_d", b, x, 1, 1, 1, w);
@@ -101,11 +101,11 @@ FeatureMap edge_work(WorkBuilder& wb, const std::string& name, std::int64_t b, C
     case CellOp::AvgPool3x3: {
       const FeatureMap out{(in.size + stride - 1) / stride, w};
       wb.pool(name, in.elements(b), out.elements(b), op == CellOp::MaxPool2x2 ? 4 : 9,
-              op == CellOp::AvgPool3x3 ? WorkBuilder::Pool::Average : WorkBuilder::Pool::Max, input);
+              op == CellOp::AvgPool3x3 ? WorkBuilder::Pool::Average : WorkBuilder::Pool::Max);
       return out;
     }
     case CellOp::None:
-      return stride > 1 ? factorized_reduce(wb, name, b, in, w, input) : in;
+      return stride > 1 ? factorized_reduce(wb, name, b, in, w) : in;
   }
   return in;
 }
@@ -140,7 +140,7 @@ Layer cell_layer(const std::string& name, const CellSpec& s, double act) {
     std::vector<FeatureMap> states;
     states.push_back(conv_bn(wb, "base_prev", b, s.prev, 1, 1, 1, w));
     if (pp_reduce)
-      states.push_back(factorized_reduce(wb, "base_prev_prev", b, s.prev_prev, w, ""));
+      states.push_back(factorized_reduce(wb, "base_prev_prev", b, s.prev_prev, w));
     else if (pp_conv)
       states.push_back(conv_bn(wb, "base_prev_prev", b, s.prev_prev, 1, 1, 1, w));
     else
@@ -150,7 +150,7 @@ Layer cell_layer(const std::string& name, const CellSpec& s, double act) {
       for (int e = 2 * k; e < 2 * k + 2; ++e) {
         const std::int64_t stride = (s.reduction && edges[e].input < 2) ? 2 : 1;
         sum = edge_work(wb, "s" + std::to_string(k + 2) + "_op" + std::to_string(e % 2), b, edges[e].op,
-                        states[edges[e].input], stride, "s" + std::to_string(edges[e].input));
+                        states[edges[e].input], stride);
       }
       wb.elementwise("s" + std::to_string(k + 2) + "_add", sum.elements(b), 1, 1);
       states.push_back(sum);
@@ -170,7 +170,7 @@ Layer stem_layer(std::int64_t image, std::int64_t c, double act) {
   l.work = [image, c, act](std::int64_t b) {
     WorkBuilder wb(act);
     ConvShape shape{b, image, image, 3, 3, 3, 2, c};
-    wb.conv("conv", shape, /*input_gradient=*/false);
+    wb.conv("conv", shape, /*input_gradient=*/false, "image");
     const FeatureMap out{shape.out_h(), c};
     wb.batch_norm("bn", out.elements(b), c);
     return wb.finish(double(b) * image * image * 3 * act, out.elements(b) * act);

@@ -14,7 +14,8 @@ FeatureMap conv_bn(WorkBuilder& w, const std::string& name, std::int64_t batch, 
   c.kernel_w = kw;
   c.stride = stride;
   c.out_channels = out_channels;
-  w.conv(name, c, true, input.empty() ? "" : (relu ? "relu(" + input + ")" : input));
+  // Its ReLU is fused into the convolution's operand and recomputed for its gradients.
+  w.conv(name, c, true, relu ? "" : input);
   const FeatureMap out{c.out_h(), out_channels};
   w.batch_norm(name + "_bn", out.elements(batch), out_channels);
   return out;
@@ -36,10 +37,12 @@ Layer classifier_head(const FeatureMap& in, std::int64_t classes, double act) {
   l.weights = {{in.channels, classes}, {classes}};
   l.named_ops = [in, classes](std::int64_t b) {
     const Dim B{"batch", b}, C{"channels", in.channels}, V{"vocab", classes};
-    return std::vector<NamedOp>{pool("global_avg_pool", b, in.size, in.channels, int(in.size), 1),
-                                einsum("fc", tpusim::act({B, C}, true), weight({C, V}), tpusim::act({B, V})),
-                                elementwise("fc_bias", tpusim::act({B, V}), 1, weight({V})),
-                                reduction("softmax_xent", tpusim::act({B, V}, true), "vocab")};
+    std::vector<NamedOp> ops{pool("global_avg_pool", b, in.size, in.channels, int(in.size), 1),
+                             einsum("fc", tpusim::act({B, C}, true), weight({C, V}), tpusim::act({B, V})),
+                             elementwise("fc_bias", tpusim::act({B, V}), 1, weight({V})),
+                             reduction("softmax_xent", tpusim::act({B, V}, true), "vocab")};
+    ops.front().a.keep = true;  // the last block's output, which its ReLU's gradient reads
+    return ops;
   };
   l.work = [in, classes, act](std::int64_t b) {
     WorkBuilder w(act);

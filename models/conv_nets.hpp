@@ -14,8 +14,10 @@ struct FeatureMap {
 };
 
 /// ReLU (optional) -> conv kh x kw (stride) -> batch norm, on `in` for `batch` examples.
-/// Returns the output map. `input` names the tensor `in` (empty: read by nobody else), so that
-/// convolutions of one layer reading the same tensor (or its ReLU) keep it once.
+/// Returns the output map. Keeps the batch norm's input (the convolution's output); the
+/// convolution's own input is kept only without the ReLU and when `input` names it (a
+/// materialized tensor, kept once however many convolutions read it); a ReLU'd or unnamed input
+/// is an element-wise result its backward recomputes (WorkBuilder::conv).
 FeatureMap conv_bn(WorkBuilder& w, const std::string& name, std::int64_t batch, const FeatureMap& in,
                    std::int64_t kh, std::int64_t kw, std::int64_t stride, std::int64_t out_channels,
                    bool relu = true, const std::string& input = "");

@@ -32,6 +32,9 @@ struct LayerWork {
   double output_bytes = 0;     ///< activations handed on to later layers (crosses a stage boundary)
   double stash_bytes = 0;      ///< activations kept from forward for backward (no re-materialization)
   double workspace_bytes = 0;  ///< transient buffers alive only while the layer computes
+  /// Gradients in flight during its backward: at most one op's output gradient and input
+  /// gradients at a time (the largest op's), besides the activations it kept.
+  double backward_workspace_bytes = 0;
   /// Channels of each batch normalization, in order: each needs its per-channel statistics (mean
   /// and variance) in forward and its gradient statistics in backward, which cross-replica batch
   /// norm all-reduces over a group of replicas.

@@ -79,7 +79,7 @@ NamedOp conv(std::string name, std::int64_t batch, std::int64_t size, std::int64
   NamedOp op;
   op.kind = NamedOp::Kind::Conv;
   op.name = std::move(name);
-  op.a = image(batch, size, in, true);
+  op.a = image(batch, size, in, false);  // an element-wise result unless the model says (WorkBuilder::conv)
   op.b = weight({{"kernel", std::int64_t(window) * window * in}, {"channels_out", out}});
   op.out = image(batch, (size + stride - 1) / stride, out, false);
   op.window = window;
@@ -102,7 +102,7 @@ NamedOp pool(std::string name, std::int64_t batch, std::int64_t size, std::int64
   NamedOp op;
   op.kind = NamedOp::Kind::Pool;
   op.name = std::move(name);
-  op.a = image(batch, size, channels, true);
+  op.a = image(batch, size, channels, false);  // recomputed for a max pool's gradient (WorkBuilder::pool)
   // A global pool leaves one value per channel: no image dimensions.
   op.out = window >= size ? act({{"batch", batch}, {"channels", channels}})
                           : image(batch, (size + stride - 1) / stride, channels, false);

@@ -13,15 +13,17 @@ Layer stem(std::int64_t image, double act) {
   conv_bn_weights(l, 7, 7, 3, 64);
   l.named_ops = [image](std::int64_t b) {
     const std::int64_t conv_size = (image + 1) / 2;
-    return std::vector<NamedOp>{conv("conv1", b, image, 3, 64, 7, 2), batch_norm("bn1", b, conv_size, 64),
-                                elementwise("relu", tpusim::image(b, conv_size, 64), 1),
-                                pool("max_pool", b, conv_size, 64, 3, 2)};
+    std::vector<NamedOp> ops{conv("conv1", b, image, 3, 64, 7, 2), batch_norm("bn1", b, conv_size, 64),
+                             elementwise("relu", tpusim::image(b, conv_size, 64), 1),
+                             pool("max_pool", b, conv_size, 64, 3, 2)};
+    ops.front().a.keep = true;  // the image, which conv1's weight gradient reads
+    return ops;
   };
   l.work = [image, act](std::int64_t b) {
     WorkBuilder w(act);
     const FeatureMap in{image, 3};
     ConvShape c{b, image, image, 3, 7, 7, 2, 64};
-    w.conv("conv1", c, /*input_gradient=*/false);
+    w.conv("conv1", c, /*input_gradient=*/false, "image");
     const FeatureMap conv{c.out_h(), 64};
     w.batch_norm("bn1", conv.elements(b), 64);
     w.elementwise("relu", conv.elements(b), 1, 1);
@@ -52,9 +54,9 @@ Layer bottleneck(const std::string& name, const FeatureMap& in, std::int64_t wid
                                 elementwise("relu2", tpusim::image(b, out, width), 1),
                                 conv("conv3", b, out, width, out_channels, 1, 1),
                                 batch_norm("bn3", b, out, out_channels)};
+    ops.front().a.keep = true;  // the block input (a materialized residual sum), read by conv1's dW
     if (projection) {
       ops.push_back(conv("shortcut", b, in.size, in.channels, out_channels, 1, int(stride)));
-      ops.back().a.keep = false;  // the block input, kept once by conv1
       ops.push_back(batch_norm("shortcut_bn", b, out, out_channels));
     }
     // The ReLU's gradient needs the block's output, which the next layer keeps as its input.

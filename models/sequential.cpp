@@ -46,7 +46,7 @@ Layer conv_layer(const std::string& name, const FeatureMap& in, std::int64_t ker
   l.work = [=](std::int64_t b) {
     WorkBuilder w(act);
     ConvShape c{b, in.size, in.size, in.channels, kernel, kernel, stride, out_channels};
-    w.conv("conv", c);
+    w.conv("conv", c, true, "in");  // the layer's input, handed on materialized by the layer before
     const FeatureMap out{c.out_h(), out_channels};
     if (batch_norm) w.batch_norm("bn", out.elements(b), out_channels);
     w.elementwise("relu", out.elements(b), 1, 1);

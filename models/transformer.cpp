@@ -30,8 +30,8 @@ void add_dense_weights(Layer& l, const Dims& d, std::int64_t k, std::int64_t n) 
 }
 
 void dense(WorkBuilder& w, const Dims& d, const std::string& name, std::int64_t t, std::int64_t k,
-           std::int64_t n) {
-  w.dense(name, t, k, n);
+           std::int64_t n, bool x_recomputed = false) {
+  w.dense(name, t, k, n, x_recomputed);
   if (d.biases) w.bias(name + "_bias", t, n);
 }
 
@@ -42,10 +42,10 @@ void attention(WorkBuilder& w, const Dims& d, const std::string& name, std::int6
   const std::int64_t t = b * d.seq;
   const std::int64_t inner = d.inner();
   if (cross) {
-    dense(w, d, name + "_q", t, d.d_model, inner);
+    dense(w, d, name + "_q", t, d.d_model, inner, /*x_recomputed=*/true);  // a layer norm's output
     dense(w, d, name + "_kv", b * s_kv, d.d_model, 2 * inner);
   } else {
-    dense(w, d, name + "_qkv", t, d.d_model, 3 * inner);
+    dense(w, d, name + "_qkv", t, d.d_model, 3 * inner, /*x_recomputed=*/true);  // a layer norm's output
   }
   const double scores = double(b) * d.heads * d.seq * s_kv;
   w.batched_matmul(name + "_scores", b * d.heads, d.seq, d.d_kv, s_kv);
@@ -53,7 +53,6 @@ void attention(WorkBuilder& w, const Dims& d, const std::string& name, std::int6
   w.batched_matmul(name + "_context", b * d.heads, d.seq, s_kv, d.d_kv, /*keep_a=*/false, /*keep_b=*/true);
   dense(w, d, name + "_out", t, inner, d.d_model);
   w.elementwise(name + "_residual", double(t) * d.d_model, 1, 1);
-  w.workspace(scores * w.act());  // pre-softmax scores, not kept
 }
 
 Layer block(const std::string& name, const Dims& d, double act, bool decoder_with_encoder) {
@@ -85,7 +84,8 @@ Layer block(const std::string& name, const Dims& d, double act, bool decoder_wit
       attention(w, d, "cross", b, d.seq, true);
     }
     w.layer_norm("layernorm_ffn", td);
-    dense(w, d, "ffn_in", t, d.d_model, d.d_ff);
+    dense(w, d, "ffn_in", t, d.d_model, d.d_ff, /*x_recomputed=*/true);  // a layer norm's output
+    // ffn_out keeps its input: it stands for the pre-activation the ReLU is recomputed from.
     w.elementwise("relu", double(t) * d.d_ff, 1, 1);
     dense(w, d, "ffn_out", t, d.d_ff, d.d_model);
     w.elementwise("ffn_residual", td, 1, 1);
@@ -121,7 +121,8 @@ Layer output(const Dims& d, double act, bool owns_table) {
     w.layer_norm("final_layernorm", td);
     // Logits only for the predicted positions (a masked LM picks them out first).
     if (p < t) w.pick("predicted_positions", double(p), double(t), d.d_model);
-    w.dense("logits", p, d.d_model, d.vocab);
+    w.dense("logits", p, d.d_model, d.vocab,
+            /*x_recomputed=*/p == t);  // the layer norm's output, or picked rows
     w.softmax_xent("softmax_xent", double(p) * d.vocab);
     return w.finish(td * act, double(p) * 4);
   };
@@ -148,12 +149,12 @@ std::vector<NamedOp> block_named_ops(const Dims& d, std::int64_t b, bool cross) 
     ops.back().math = NamedOp::Math::LayerNorm;
     ops.back().out.id = p + "_h";
     for (const char* x : {"q", "k", "v"}) {
-      // Self-attention: one input feeds the three projections (kept once). Cross-attention: k
-      // and v project the encoder output.
+      // The layer norm's output feeds the query projection (and the key and value ones in
+      // self-attention): recomputed for their weight gradients, not kept (WorkBuilder::dense).
+      // Cross-attention's k and v project the encoder output, kept once.
       const bool encoder_side = from_encoder && x[0] != 'q';
-      const auto input =
-          named(tpusim::act({B, encoder_side ? Sk : S, M}, x[0] == 'q' || (encoder_side && x[0] == 'k')),
-                encoder_side ? "encoder" : p + "_h");
+      const auto input = named(tpusim::act({B, encoder_side ? Sk : S, M}, encoder_side && x[0] == 'k'),
+                               encoder_side ? "encoder" : p + "_h");
       const auto out = tpusim::act({B, encoder_side ? Sk : S, H, K});
       ops.push_back(einsum(p + "_" + x + "_projection", input, weight({M, H, K}), named(out, p + "_" + x)));
       if (d.biases) {
@@ -183,9 +184,10 @@ std::vector<NamedOp> block_named_ops(const Dims& d, std::int64_t b, bool cross) 
   ops.push_back(
       reduction("layernorm_ffn", named(tpusim::act({B, S, M}, true), "ffn_in"), "d_model", weight({M}, 2)));
   ops.back().math = NamedOp::Math::LayerNorm;
-  ops.push_back(einsum("ffn_in", tpusim::act({B, S, M}, true), weight({M, F}), tpusim::act({B, S, F})));
-  ops.push_back(
-      elementwise("ffn_relu", tpusim::act({B, S, F}), 2, bias({F})));  // its output is kept by ffn_out
+  // ffn_in reads the layer norm's output (recomputed); ffn_out's kept input stands for the
+  // pre-activation its ReLU is recomputed from (the same size).
+  ops.push_back(einsum("ffn_in", tpusim::act({B, S, M}), weight({M, F}), tpusim::act({B, S, F})));
+  ops.push_back(elementwise("ffn_relu", tpusim::act({B, S, F}), 2, bias({F})));
   ops.back().math = NamedOp::Math::BiasRelu;
   ops.push_back(einsum("ffn_out", tpusim::act({B, S, F}, true), weight({F, M}), tpusim::act({B, S, M})));
   ops.push_back(elementwise("ffn_residual", tpusim::act({B, S, M}), 2, bias({M})));
@@ -235,8 +237,9 @@ Model assemble(const Dims& d, double act, const std::string& name) {
           const Dim P{"seq", d.predicted_positions()};
           std::vector<NamedOp> ops{
               reduction("final_layernorm", tpusim::act({B, S, M}, true), "d_model", weight({M}, 2)),
-              einsum("logits", tpusim::act({B, P, M}, true), owned ? weight({M, V}) : tpusim::act({M, V}),
-                     tpusim::act({B, P, V})),
+              // The final layer norm's output is recomputed; a masked LM keeps its picked rows.
+              einsum("logits", tpusim::act({B, P, M}, d.predicted_positions() < d.seq),
+                     owned ? weight({M, V}) : tpusim::act({M, V}), tpusim::act({B, P, V})),
               reduction("softmax_xent", tpusim::act({B, P, V}, true), "vocab")};
           ops[0].math = NamedOp::Math::LayerNorm;
           ops[2].math = NamedOp::Math::SoftmaxXent;

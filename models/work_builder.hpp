@@ -16,17 +16,23 @@ class WorkBuilder {
   /// `act` is bytes per activation element; weights are fp32 masters read as such.
   explicit WorkBuilder(double act) : act_(act) {}
 
-  /// x (t x k) . W (k x n): forward, dX, dW. Keeps x for dW.
-  void dense(const std::string& name, std::int64_t t, std::int64_t k, std::int64_t n);
+  /// x (t x k) . W (k x n): forward, dX, dW. Keeps x for dW, unless `x_recomputed`: x is an
+  /// element-wise result (a normalization's output) recomputed for dW from what it is computed
+  /// from, as for a convolution's input (conv).
+  void dense(const std::string& name, std::int64_t t, std::int64_t k, std::int64_t n,
+             bool x_recomputed = false);
   /// A bias add over t x n (fused), with its gradient (a reduction over t).
   void bias(const std::string& name, std::int64_t t, std::int64_t n);
   /// batch x (m x k) . (k x n) where both operands are activations (attention): forward and
   /// the two operand gradients. Keeps the operands not already kept by another brick.
   void batched_matmul(const std::string& name, std::int64_t batch, std::int64_t m, std::int64_t k,
                       std::int64_t n, bool keep_a = true, bool keep_b = true);
-  /// A convolution: forward, dX (unless it reads the model input), dW. Keeps its input for dW,
-  /// once per tensor: `input` names the tensor it reads (empty: a tensor of its own), and an
-  /// input another op of the layer already keeps is not kept twice.
+  /// A convolution: forward, dX (unless it reads the model input), dW. Its dW reads its input:
+  /// `input` names a materialized tensor it reads (the layer's input, the model's image), kept
+  /// once per tensor however many ops read it; empty: its input is an element-wise result (the
+  /// ReLU of a normalization's output, a sum of branches) that XLA fuses into the convolution's
+  /// operand, forward and backward alike, so it is recomputed from what it is computed from (the
+  /// normalization's kept input and statistics, pool outputs) and never kept.
   void conv(const std::string& name, const ConvShape& shape, bool input_gradient = true,
             const std::string& input = "");
   /// Batch normalization over `elements` values of `channels` channels: statistics and
@@ -37,14 +43,17 @@ class WorkBuilder {
   /// An element-wise op fused into its producer (ReLU, residual add): `ops` per element forward,
   /// `grad_ops` backward.
   void elementwise(const std::string& name, double elements, double ops, double grad_ops);
-  /// Softmax over `elements` (keeps its output for the gradient).
+  /// Softmax over `elements`: keeps its output for the gradient, written over its input (which
+  /// dies there, so the softmax needs no buffer of its own).
   void softmax(const std::string& name, double elements);
   /// A pooling window of `window` elements per output, `out_elements` outputs, reading
-  /// `in_elements`. A max pool keeps its input (the gradient goes to each window's maximum; once
-  /// per tensor, as for conv); an average pool's gradient needs no activation and keeps nothing.
+  /// `in_elements`. Keeps nothing itself: a max pool's gradient goes to each window's maximum,
+  /// found again in its input, which is an element-wise result recomputed like a convolution's
+  /// input; an average pool's gradient needs no activation. A pool output that later recomputed
+  /// sums read is kept by the caller (`keep`).
   enum class Pool { Max, Average };
   void pool(const std::string& name, double in_elements, double out_elements, double window,
-            Pool kind = Pool::Max, const std::string& input = "");
+            Pool kind = Pool::Max);
   /// A table lookup of `rows` rows of `width` from a `vocab` x `width` table; the gradient is a
   /// scatter-add into a dense fp32 table.
   void gather(const std::string& name, double rows, std::int64_t vocab, std::int64_t width);
@@ -58,6 +67,11 @@ class WorkBuilder {
   /// Keeps the tensor named `tensor` (`bytes`) unless it is kept already; empty: always keeps.
   void keep(const std::string& tensor, double bytes);
   void workspace(double bytes) { work_.workspace_bytes = std::max(work_.workspace_bytes, bytes); }
+  /// An op's backward holds its output gradient and writes its input gradients: `elements` of
+  /// them together (the largest op's set the layer's backward workspace).
+  void gradients(double elements) {
+    work_.backward_workspace_bytes = std::max(work_.backward_workspace_bytes, elements * act_);
+  }
   double act() const { return act_; }
 
   /// The finished work, with what the layer reads and hands on.

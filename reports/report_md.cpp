@@ -34,7 +34,7 @@ std::string report_markdown(const Json& j) {
   md << "| parameters | " << num(j["params"].get<double>() / 1e6, "%.2f") << " M |\n";
   md << "| batch | " << j["batch"].get<std::int64_t>() << " |\n";
   md << "| peak HBM per core | " << human_bytes(j["peak_hbm_bytes"].get<double>()) << " of "
-     << human_bytes(j["hbm_capacity_bytes"].get<double>()) << " |\n";
+     << human_bytes(j["hbm_capacity_bytes"].get<double>()) << " usable (the runtime's reserve excluded) |\n";
   md << "| fits | " << (j["fits"].get<bool>() ? "yes" : "**no**") << " |\n\n";
 
   md << "## Timeline\n\n![timeline](timeline.svg)\n\n";
@@ -111,7 +111,7 @@ std::string report_markdown(const Json& j) {
   md << "## Memory\n\n![memory](memory.svg)\n\n";
   const auto& at_peak = j["cores"][j["peak_hbm_core"].get<int>()]["hbm_at_peak"];
   md << "Core " << j["peak_hbm_core"].get<int>() << " peaks at " << human_bytes(j["peak_hbm_bytes"].get<double>()) << " ("
-     << pct(j["peak_hbm_bytes"].get<double>() / j["hbm_capacity_bytes"].get<double>()) << " of its HBM):\n\n";
+     << pct(j["peak_hbm_bytes"].get<double>() / j["hbm_capacity_bytes"].get<double>()) << " of its usable HBM):\n\n";
   md << "| category | bytes at the peak |\n| --- | --- |\n";
   for (auto it = at_peak.begin(); it != at_peak.end(); ++it) md << "| " << it.key() << " | " << human_bytes(it.value().get<double>()) << " |\n";
   if (!j["overflow"].is_null()) {

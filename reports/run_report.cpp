@@ -258,7 +258,7 @@ std::string summary_text(const Json& j) {
   out << "  communication     " << human_seconds(b["communication_s"].get<double>()) << " ("
       << human_seconds(b["exposed_communication_s"].get<double>()) << " exposed)\n";
   out << "  peak HBM per core " << human_bytes(j["peak_hbm_bytes"].get<double>()) << " of "
-      << human_bytes(j["hbm_capacity_bytes"].get<double>());
+      << human_bytes(j["hbm_capacity_bytes"].get<double>()) << " usable";
   const auto& at_peak = j["cores"][j["peak_hbm_core"].get<int>()]["hbm_at_peak"];
   out << " (";
   bool first = true;

@@ -387,8 +387,10 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
           if (!forward && first_piece)
             t.memory.push_back(
                 {c, sim::MemoryCategory::Gradients, kWeightBytes * p.weight_elements, When::Start});
-          t.memory.push_back({c, sim::MemoryCategory::Workspace, p.workspace_bytes, When::Start});
-          t.memory.push_back({c, sim::MemoryCategory::Workspace, -p.workspace_bytes, When::End});
+          if (!forward) {  // the forward's outputs are what it keeps or hands on: no workspace
+            t.memory.push_back({c, sim::MemoryCategory::Workspace, p.backward_workspace_bytes, When::Start});
+            t.memory.push_back({c, sim::MemoryCategory::Workspace, -p.backward_workspace_bytes, When::End});
+          }
           if (!forward && last_piece)
             t.memory.push_back({c, sim::MemoryCategory::Activations, -p.kept_bytes, When::End});
           hardware_flops += ev.hardware_flops;

@@ -51,6 +51,24 @@ std::string collective_task_name(const std::string& event, const std::vector<std
 
 double piece_elements(double elements, double count) { return std::ceil(elements / count); }
 
+namespace {
+
+/// Local elements of the gradients an op's backward holds at once: its output gradient and its
+/// activation operands' gradients, as WorkBuilder counts them (element-wise ops fuse into their
+/// neighbours and hold none of their own; normalizations, softmaxes and a gather only the
+/// gradient of their output, which their input gradient overwrites).
+double gradients_in_flight(const NamedOp& op, const Sharding& s, bool reads_model_input) {
+  using K = NamedOp::Kind;
+  if (op.kind == K::Elementwise) return 0;
+  const double out = s.local_elements(op.out);
+  if (op.kind == K::Gather || op.kind == K::Reduction || op.kind == K::BatchNorm) return out;
+  double g = out + (op.kind == K::Conv && reads_model_input ? 0.0 : s.local_elements(op.a));
+  if (op.kind == K::Einsum && !op.b.weight) g += s.local_elements(op.b);
+  return g;
+}
+
+}  // namespace
+
 LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, const CostModel& cost,
                          double act, const std::string& layer, bool model_input, bool sharded) {
   LayerProgram p;
@@ -196,7 +214,6 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
         break;
       case NamedOp::Kind::Reduction: {
         compute(p.forward, norm_or_softmax(op, false), A::Forward);
-        p.workspace_bytes = std::max(p.workspace_bytes, s.local_elements(op.a) * act);
         if (s.statistics_bytes(op) > 0)
           collective(p.forward, Event::BlockingAllReduce, op.name + " statistics",
                      {s.layout.at(op.reduce_dim)}, s.statistics_bytes(op), row, A::CombineStatistics);
@@ -250,6 +267,8 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
   // Backward, ops in reverse.
   for (std::size_t i = ops.size(); i-- > 0;) {
     const NamedOp& op = ops[i];
+    p.backward_workspace_bytes =
+        std::max(p.backward_workspace_bytes, gradients_in_flight(op, s, model_input && i == 0) * act);
     for (auto it = deferred.begin(); it != deferred.end();) {
       if (op.out.id.empty() || it->first.first != op.out.id) {
         ++it;

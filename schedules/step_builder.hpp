@@ -4,6 +4,7 @@
 // micro-batches cost one lowering.
 #pragma once
 
+#include <algorithm>
 #include <map>
 
 #include "hardware/cost_model.hpp"
@@ -17,6 +18,9 @@ struct LayerCost {
   double forward_flops = 0, backward_flops = 0;                    ///< model FLOPs
   double forward_hardware_flops = 0, backward_hardware_flops = 0;  ///< padded MXU FLOPs
   double stash_bytes = 0, workspace_bytes = 0, input_bytes = 0, output_bytes = 0;
+  double backward_workspace_bytes = 0;  ///< the largest op's gradients in flight (LayerWork)
+  /// What a backward holds besides the kept activations: its own workspace or its gradients.
+  double backward_transient_bytes() const { return std::max(workspace_bytes, backward_workspace_bytes); }
 };
 
 /// Layers [first, last).

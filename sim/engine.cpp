@@ -96,7 +96,7 @@ class Platform {
 class Runner {
  public:
   Runner(const TaskGraph& g, const HardwareSpec& hw, const SliceSpec& slice, const EngineOptions& opt)
-      : g_(g), opt_(opt), platform_(hw, slice), memory_(g.cores(), hw.core.hbm_bytes) {
+      : g_(g), opt_(opt), platform_(hw, slice), memory_(g.cores(), hw.core.usable_hbm_bytes()) {
     const int n = g.size();
     remaining_.resize(n);
     for (int id = 0; id < n; ++id) remaining_[id] = g.in_degree(id);

@@ -83,6 +83,17 @@ TEST_CASE("hardware validation reports every problem with its path", "[config]")
   CHECK(std::count(paths.begin(), paths.end(), "pod.chips") == 1);
 }
 
+TEST_CASE("the runtime's HBM reserve leaves the usable capacity; a reserve of it all is rejected",
+          "[config]") {
+  // XLA's out-of-memory messages: 15.48G of a v3 core's 16 GiB, 7.48G of a v2 core's 8 GiB.
+  CHECK(load_hardware("tpu-v3").core.usable_hbm_bytes() / (1 << 30) == Approx(15.48).margin(0.005));
+  CHECK(load_hardware("tpu-v2").core.usable_hbm_bytes() / (1 << 30) == Approx(7.48).margin(0.005));
+  Json j = v3_json();
+  j["core"]["hbm_reserved_bytes_per_core"]["value"] = j["core"]["hbm_bytes_per_core"]["value"];
+  const auto paths = problem_paths([&] { parse_hardware(j, "test"); });
+  CHECK(paths == std::vector<std::string>{"core.hbm_reserved_bytes_per_core.value"});
+}
+
 TEST_CASE("a stated peak that disagrees with the derived one is rejected", "[config]") {
   Json j = v3_json();
   j["chip"]["peak_bf16_flops_per_s_per_chip"]["value"] = 200e12;

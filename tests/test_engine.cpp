@@ -219,7 +219,8 @@ TEST_CASE("a core waits for a late dependency", "[engine]") {
 
 TEST_CASE("HBM occupancy is tracked over time: peak, breakdown, overflow", "[engine][memory]") {
   auto hw = v3();
-  hw.core.hbm_bytes = 1000;
+  hw.core.hbm_bytes = 1100;
+  hw.core.hbm_reserved_bytes = 100;  // the runtime's: 1000 bytes usable
   const auto s = slice(2, 2, false, false);
   sim::TaskGraph g(sim::slice_cores(hw, s));
   using sim::MemoryCategory;
@@ -235,6 +236,7 @@ TEST_CASE("HBM occupancy is tracked over time: peak, breakdown, overflow", "[eng
   const int spike = g.add(t2);
   g.add(t3);
   const auto r = sim::simulate(g, hw, s);
+  CHECK(r.hbm_capacity_bytes == 1000);
   CHECK(r.cores[0].peak_hbm_bytes == Approx(1200));
   CHECK(r.cores[0].hbm_at_peak[int(MemoryCategory::Weights)] == Approx(300));
   CHECK(r.cores[0].hbm_at_peak[int(MemoryCategory::Activations)] == Approx(500));

@@ -147,16 +147,19 @@ TEST_CASE("illegal layouts are rejected naming the op and dimensions", "[mesh][c
 }
 
 TEST_CASE("a batch-only layout holds what data parallelism holds", "[mesh]") {
-  for (const char* text :
-       {R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})",
-        R"({"kind": "resnet50", "image_size": 64, "classes": 10})"}) {
+  for (
+      const char* text :
+      {R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})",
+       R"({"kind": "resnet50", "image_size": 64, "classes": 10})"}) {
     INFO(text);
     const Json model = Json::parse(text);
-    const Study mesh = mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"batch": 32}, "layout": {"batch": "batch"}})"));
+    const Study mesh = mesh_study(
+        model, Json::parse(R"({"kind": "mesh", "mesh": {"batch": 32}, "layout": {"batch": "batch"}})"));
     const Study dp = mesh_study(model, Json::parse(R"({"kind": "data_parallel"})"));
     const BuiltStep a = mesh.schedule->build(mesh), b = dp.schedule->build(dp);
     REQUIRE_NOTHROW(a.graph.validate());
-    for (int k = 0; k < sim::kMemoryCategories; ++k) CHECK(a.graph.resident()[7][k] == Approx(b.graph.resident()[7][k]));
+    for (int k = 0; k < sim::kMemoryCategories; ++k)
+      CHECK(a.graph.resident()[7][k] == Approx(b.graph.resident()[7][k]));
     CHECK(a.model_flops == Approx(b.model_flops).epsilon(1e-9));
     // The activations each layer keeps: the same tensors as the cost lowering's stash.
     auto kept = [](const BuiltStep& s) {
@@ -167,6 +170,16 @@ TEST_CASE("a batch-only layout holds what data parallelism holds", "[mesh]") {
       return bytes;
     };
     CHECK(kept(a) == Approx(kept(b)).epsilon(0.01));
+    // And the gradients a backward holds in flight: the same largest op's.
+    auto transient = [](const BuiltStep& s) {
+      double bytes = 0;
+      for (int id = 0; id < s.graph.size(); ++id)
+        for (const auto& e : s.graph.task(id).memory)
+          if (e.core == 0 && e.category == sim::MemoryCategory::Workspace) bytes = std::max(bytes, e.bytes);
+      return bytes;
+    };
+    CHECK(transient(a) > 0);
+    CHECK(transient(a) == Approx(transient(b)).epsilon(0.01));
   }
 }
 

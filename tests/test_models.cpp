@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "models/model.hpp"
+#include "models/work_builder.hpp"
 
 using namespace tpusim;
 
@@ -178,8 +179,14 @@ TEST_CASE("re-materialization keeps only the layer input", "[models]") {
     const auto w = layer.work(4);
     INFO(layer.name);
     CHECK(w.stash_remat_bytes() == w.input_bytes);
-    CHECK(w.stash_bytes > w.stash_remat_bytes());
   }
+  // A transformer block keeps far more than its input (attention probabilities alone are
+  // heads x seq values per position against d_model).
+  const Model t = build(
+      R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})");
+  for (const auto& layer : t.layers)
+    if (layer.name.rfind("block", 0) == 0)
+      CHECK(layer.work(4).stash_bytes > 4 * layer.work(4).stash_remat_bytes());
 }
 
 TEST_CASE("sequential models chain their shapes", "[models]") {
@@ -199,34 +206,69 @@ TEST_CASE("sequential models chain their shapes", "[models]") {
 TEST_CASE("a ResNet block keeps what its backward reads, each tensor once", "[models][memory]") {
   // stage2_block1 at 224 px: input 56x56x256, width 128, stride 2 on conv2, projection shortcut.
   // Kept, by hand (bf16): the block input once (conv1 and the shortcut both read it: 56^2*256),
-  // bn1's input (56^2*128), conv2's input (ReLU of bn1: 56^2*128), bn2's input (28^2*128),
-  // conv3's input (28^2*128), bn3's and the shortcut bn's inputs (28^2*512 each). The block's
-  // output, which its ReLU's gradient reads, is kept by the next block as its input.
+  // bn1's input (56^2*128), bn2's input (28^2*128), bn3's and the shortcut bn's inputs (28^2*512
+  // each). conv2's and conv3's inputs are ReLUs of bn1's and bn2's outputs: recomputed from the
+  // kept bn inputs and statistics, not kept. The block's output, which its ReLU's gradient
+  // reads, is kept by the next block as its input.
   const Model m = build(R"({"kind": "resnet50"})");
   const auto& block = m.layers[4];
   REQUIRE(block.name == "stage2_block1");
-  const double per_image = 56 * 56 * 256 + 2 * 56 * 56 * 128 + 2 * 28 * 28 * 128 + 2 * 28 * 28 * 512;
+  const double per_image = 56 * 56 * 256 + 56 * 56 * 128 + 28 * 28 * 128 + 2 * 28 * 28 * 512;
   CHECK(block.work(2).stash_bytes == Approx(2 * 2 * per_image));
 }
 
-TEST_CASE("AmoebaNet keeps a cell state read by several ops once; average pools keep nothing",
+TEST_CASE("AmoebaNet keeps its convolutions' outputs only: ReLUs, sums and pools are recomputed",
           "[models][memory]") {
-  // The normal cell reads s1 with a 1x1 conv (its ReLU), a 3x3 max pool (s1 itself) and a 3x3
-  // average pool (nothing): s1 is kept twice (ReLU(s1) and s1), not three times. s0 feeds a 1x1
-  // conv and two 1x7-7x1 convs, all through one ReLU(s0): kept once.
+  // Every state of a cell is a sum of batch-norm outputs, pool outputs and other states, and
+  // every op reads its state through a ReLU or a pool: all element-wise or windowed VPU work
+  // that the backward's fusions recompute from the kept batch-norm inputs (the convolutions'
+  // outputs) and statistics. So a cell keeps one tensor per convolution, and no pool keeps
+  // anything.
   const Model m = build(R"({"kind": "amoebanet_d", "normal_cells": 6, "filters": 64, "image_size": 64})");
   const Layer* cell = nullptr;
   for (const auto& l : m.layers)
     if (l.name == "normal1_2") cell = &l;
   REQUIRE(cell);
-  // State width w = 64 at 8x8 (64 px). Per image, in units of U = 8*8*64: base_prev (ReLU(prev),
-  // prev being the last normal cell's 4 states: 4U, + bn U), base_prev_prev (ReLU of the stem
-  // reduction's 3 states: 3U, + bn U); ReLU(s1) U, s1 U (max pool), the 1x1 conv on s1's bn U;
-  // ReLU(s0) U and, per 1x7-7x1 op (two), bn inputs U/4 * 3 + U and inner conv inputs U/4 * 3;
-  // the 1x1 conv on s0's bn U; s2 for the max pool U; the 1x1 conv on s5: ReLU(s5) U + bn U.
+  // State width w = 64 at 8x8 (64 px). Per image, in units of U = 8*8*64, the bn inputs of:
+  // base_prev U, base_prev_prev U, the 1x1 conv on s1 U, the two 1x7-7x1 ops (U/4 * 3 + U each),
+  // the 1x1 conv on s0 U, the 1x1 conv on s5 U.
   const double U = 8 * 8 * 64;
-  const double units = 5 + 4 + 3 + 1 + 2 * (1.75 + 0.75) + 1 + 1 + 2;
+  const double units = 1 + 1 + 1 + 2 * 1.75 + 1 + 1;
   CHECK(cell->work(1).stash_bytes == Approx(units * U * 2));
+}
+
+TEST_CASE("a pool keeps nothing; a max pool's gradient reads its input again", "[models][memory]") {
+  // 400 inputs, 100 outputs, bf16. Forward: read the input, write the output. Backward: read the
+  // output gradient, write the input gradient, and (max) read the input to find the maxima.
+  for (auto kind : {WorkBuilder::Pool::Max, WorkBuilder::Pool::Average}) {
+    WorkBuilder w(2);
+    w.pool("p", 400, 100, 4, kind);
+    const LayerWork work = w.finish(0, 0);
+    REQUIRE(work.forward.size() == 1);
+    REQUIRE(work.backward.size() == 1);
+    CHECK(work.forward[0].bytes == 500 * 2);
+    CHECK(work.backward[0].bytes == (kind == WorkBuilder::Pool::Max ? 900 : 500) * 2);
+    CHECK(work.stash_bytes == 0);
+    CHECK(work.backward_workspace_bytes == 500 * 2);
+  }
+}
+
+TEST_CASE("a backward holds the largest op's gradients in flight", "[models][memory]") {
+  // A block of d_model 256, d_ff 1024, 4 heads of 64, sequence 64, for 4 sequences (t = 256
+  // positions), bf16. Gradients in flight, per op (output gradient + input gradients): qkv
+  // t(768 + 256); scores and context 16 x 3 x 64^2; softmax and layer norms one tensor (the input
+  // gradient overwrites the output gradient); output projection t(256 + 256); ffn_in and ffn_out
+  // t(1024 + 256), the largest.
+  const Model t = build(
+      R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})");
+  const Layer& block = t.layers[1];
+  REQUIRE(block.name.rfind("block", 0) == 0);
+  CHECK(block.work(4).backward_workspace_bytes == Approx(256.0 * (1024 + 256) * 2));
+  // A ResNet block: conv1 of stage2_block1 holds dY (56^2 x 128) and dX (56^2 x 256); the strided
+  // conv2 dY 28^2 x 128 and dX 56^2 x 128; conv3 28^2 x (512 + 128); the shortcut 28^2 x 512 +
+  // 56^2 x 256: the largest, per image.
+  const Model r = build(R"({"kind": "resnet50"})");
+  CHECK(r.layers[4].work(1).backward_workspace_bytes == Approx((28.0 * 28 * 512 + 56 * 56 * 256) * 2));
 }
 
 TEST_CASE("a masked LM computes logits only for its predicted positions", "[models]") {

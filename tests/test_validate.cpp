@@ -88,8 +88,9 @@ TEST_CASE("predicted values come from the command's own output", "[validate]") {
   CHECK(*predicted_value(c, Json{{"step_time_s", 0.125}}) == 0.125);
   c.quantity = "activation_bytes_total";
   const Json run = Json::parse(
-      R"({"cores": [{"hbm_at_peak": {"activations": 3, "weights": 100}}, {"hbm_at_peak": {"activations": 5}}]})");
-  CHECK(*predicted_value(c, run) == 8);
+      R"({"cores": [{"hbm_at_peak": {"activations": 3, "workspace": 2, "weights": 100, "optimizer": 7}},
+                    {"hbm_at_peak": {"activations": 5}}]})");
+  CHECK(*predicted_value(c, run) == 10);  // activations and workspace: all but parameter memory
   c.quantity = "max_fitting";
   CHECK(*predicted_value(c, Json{{"max_fitting", 13}}) == 13);
   CHECK_FALSE(predicted_value(c, Json{{"max_fitting", nullptr}}));

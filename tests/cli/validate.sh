@@ -38,7 +38,7 @@ for c in j["cases"]:
     args = shlex.split(c["command"])[1:]
     out = json.loads(subprocess.run([sys.argv[2]] + args, capture_output=True, text=True, check=True).stdout)
     if c["quantity"] == "max_fitting": value = out["max_fitting"]
-    elif c["quantity"] == "activation_bytes_total": value = sum(k["hbm_at_peak"]["activations"] for k in out["cores"])
+    elif c["quantity"] == "activation_bytes_total": value = sum(k["hbm_at_peak"]["activations"] + k["hbm_at_peak"].get("workspace", 0) for k in out["cores"])
     else: value = out[c["quantity"]]
     assert value == c["predicted"], (c["id"], value, c["predicted"])
 assert len(checked) == 3, checked
