@@ -14,8 +14,8 @@ struct Shape {
   std::int64_t features = 0;  // Flat: width; Image: size*size*channels; Sequence: seq*d_model
 };
 
-Layer dense_layer(const std::string& name, std::int64_t in, std::int64_t out, bool relu, bool bias, bool classifier,
-                  double act) {
+Layer dense_layer(const std::string& name, std::int64_t in, std::int64_t out, bool relu, bool bias,
+                  bool classifier, double act) {
   Layer l;
   l.name = name;
   l.weights = {{in, out}};
@@ -79,8 +79,9 @@ Model build_sequential(Fields& f, Problems& problems) {
     const std::int64_t count = e.integer_or("count", 1, 1, 100000);
     auto expect_input = [&](const char* key, Shape::Kind k, std::int64_t features) {
       if (shape.kind != Shape::Unknown && (shape.kind != k || shape.features != features)) {
-        problems.add(e.path_of(key), Json(features),
-                     "the previous layer's output (" + std::to_string(shape.features) + " values per example)");
+        problems.add(
+            e.path_of(key), Json(features),
+            "the previous layer's output (" + std::to_string(shape.features) + " values per example)");
       }
     };
     const std::size_t before = m.layers.size();
@@ -89,14 +90,17 @@ Model build_sequential(Fields& f, Problems& problems) {
       const auto out = e.integer(kind == "dense" ? "out" : "classes", 1, 1 << 24);
       const bool relu = kind == "dense" && e.string_or("activation", "relu", {"relu", "none"}) == "relu";
       const bool bias = e.boolean_or("bias", true);
-      if (kind == "classifier" && count != 1) problems.add(e.path_of("count"), Json(count), "1 (a classifier ends the model)");
+      if (kind == "classifier" && count != 1)
+        problems.add(e.path_of("count"), Json(count), "1 (a classifier ends the model)");
       expect_input("in", Shape::Flat, in);
-      if (kind == "dense" && count > 1 && in != out) problems.add(e.path_of("count"), Json(count), "1 unless in == out");
+      if (kind == "dense" && count > 1 && in != out)
+        problems.add(e.path_of("count"), Json(count), "1 unless in == out");
       for (std::int64_t r = 0; r < count && problems.empty(); ++r) {
-        m.layers.push_back(dense_layer(kind + std::to_string(i) + (count > 1 ? "_" + std::to_string(r) : ""), in, out, relu,
-                                       bias, kind == "classifier", act));
+        m.layers.push_back(dense_layer(kind + std::to_string(i) + (count > 1 ? "_" + std::to_string(r) : ""),
+                                       in, out, relu, bias, kind == "classifier", act));
         if (relu && bias) m.layers.back().named_ops = dense_named_ops(in, out, dense_index, false);
-        if (kind == "classifier" && bias) m.layers.back().named_ops = dense_named_ops(in, out, dense_index, true);
+        if (kind == "classifier" && bias)
+          m.layers.back().named_ops = dense_named_ops(in, out, dense_index, true);
         ++dense_index;
       }
       shape = {Shape::Flat, kind == "classifier" ? 0 : out};
@@ -107,12 +111,13 @@ Model build_sequential(Fields& f, Problems& problems) {
       const auto kernel = e.integer("kernel", 1, 64);
       const std::int64_t stride = e.integer_or("stride", 1, 1, 64);
       const bool bn = e.boolean_or("batch_norm", true);
-      if (count > 1 && (stride != 1 || cin != cout)) problems.add(e.path_of("count"), Json(count), "1 unless stride is 1 and in_channels == out_channels");
+      if (count > 1 && (stride != 1 || cin != cout))
+        problems.add(e.path_of("count"), Json(count), "1 unless stride is 1 and in_channels == out_channels");
       expect_input("in_channels", Shape::Image, size * size * cin);
       FeatureMap in{size, cin};
       for (std::int64_t r = 0; r < count && problems.empty(); ++r) {
-        m.layers.push_back(conv_layer("conv" + std::to_string(i) + (count > 1 ? "_" + std::to_string(r) : ""), in, kernel, stride,
-                                      cout, bn, act));
+        m.layers.push_back(conv_layer("conv" + std::to_string(i) + (count > 1 ? "_" + std::to_string(r) : ""),
+                                      in, kernel, stride, cout, bn, act));
         in = FeatureMap{(in.size + stride - 1) / stride, cout};
       }
       shape = {Shape::Image, in.size * in.size * cout};
@@ -121,11 +126,13 @@ Model build_sequential(Fields& f, Problems& problems) {
       const auto ff = e.integer("d_ff", 1, 1 << 24);
       const auto heads = e.integer("heads", 1, 1 << 16);
       const auto seq = e.integer("seq_len", 1, 1 << 20);
-      if (problems.empty() && d % heads != 0) problems.add(e.path_of("heads"), Json(heads), "a divisor of d_model");
+      if (problems.empty() && d % heads != 0)
+        problems.add(e.path_of("heads"), Json(heads), "a divisor of d_model");
       expect_input("d_model", Shape::Sequence, seq * d);
       for (std::int64_t r = 0; r < count && problems.empty(); ++r)
-        m.layers.push_back(transformer_block_layer("block" + std::to_string(i) + (count > 1 ? "_" + std::to_string(r) : ""), d, ff,
-                                                   heads, d / heads, seq, true, act));
+        m.layers.push_back(
+            transformer_block_layer("block" + std::to_string(i) + (count > 1 ? "_" + std::to_string(r) : ""),
+                                    d, ff, heads, d / heads, seq, true, act));
       shape = {Shape::Sequence, seq * d};
     }
     e.finish();

@@ -29,8 +29,8 @@ std::string report_markdown(const Json& j) {
   md << "| figure | value |\n| --- | --- |\n";
   md << "| step time | " << human_seconds(step) << " |\n";
   md << "| examples per second | " << num(j["examples_per_s"].get<double>(), "%.1f") << " |\n";
-  md << "| MXU utilization (model FLOPs / peak of the " << j["slice"]["cores_used"].get<int>() << " cores used) | "
-     << pct(j["mxu_utilization"].get<double>()) << " |\n";
+  md << "| MXU utilization (model FLOPs / peak of the " << j["slice"]["cores_used"].get<int>()
+     << " cores used) | " << pct(j["mxu_utilization"].get<double>()) << " |\n";
   md << "| parameters | " << num(j["params"].get<double>() / 1e6, "%.2f") << " M |\n";
   md << "| batch | " << j["batch"].get<std::int64_t>() << " |\n";
   md << "| peak HBM per core | " << human_bytes(j["peak_hbm_bytes"].get<double>()) << " of "
@@ -40,7 +40,8 @@ std::string report_markdown(const Json& j) {
   md << "## Timeline\n\n![timeline](timeline.svg)\n\n";
 
   const auto& split = j["breakdown"]["step_split_s"];
-  md << "## Where the step goes (average over the cores used)\n\n| part | time | share |\n| --- | --- | --- |\n";
+  md << "## Where the step goes (average over the cores used)\n\n| part | time | share |\n| --- | --- | --- "
+        "|\n";
   for (auto it = split.begin(); it != split.end(); ++it) {
     md << "| " << it.key() << " | " << human_seconds(it.value().get<double>()) << " | "
        << pct(step > 0 ? it.value().get<double>() / step : 0) << " |\n";
@@ -49,50 +50,62 @@ std::string report_markdown(const Json& j) {
 
   const auto& details = j["schedule"]["details"];
   if (!j["bubble_fraction_ideal"].is_null()) {
-    const double measured = j["bubble_fraction"].get<double>(), ideal = j["bubble_fraction_ideal"].get<double>();
+    const double measured = j["bubble_fraction"].get<double>(),
+                 ideal = j["bubble_fraction_ideal"].get<double>();
     md << "## Pipeline bubble\n\n";
-    md << "Measured idle time of the pipeline cores: **" << pct(measured) << "** of the step; an ideally balanced pipeline "
+    md << "Measured idle time of the pipeline cores: **" << pct(measured)
+       << "** of the step; an ideally balanced pipeline "
        << "with free communication would idle (K-1)/(M+K-1) = **" << pct(ideal) << "**.";
     if (details.contains("stage_imbalance"))
       md << " The stages' estimated costs differ by up to " << pct(details["stage_imbalance"].get<double>())
          << " over the mean (the slowest stage sets the pace).";
-    md << " Idle time beyond the ideal comes from that imbalance, from transfers between stages that are not hidden ("
-       << human_seconds(split.value("exposed_transfer", 0.0)) << " per core on average), from the all-reduce of gradients ("
-       << human_seconds(split.value("exposed_collective", 0.0)) << ") and from the update; recomputation scheduled early fills part of it.\n\n";
-    md << "| stage | layers | parameters | cost per micro-batch | busy | peak HBM |\n| --- | --- | --- | --- | --- | --- |\n";
+    md << " Idle time beyond the ideal comes from that imbalance, from transfers between stages that are not "
+          "hidden ("
+       << human_seconds(split.value("exposed_transfer", 0.0))
+       << " per core on average), from the all-reduce of gradients ("
+       << human_seconds(split.value("exposed_collective", 0.0))
+       << ") and from the update; recomputation scheduled early fills part of it.\n\n";
+    md << "| stage | layers | parameters | cost per micro-batch | busy | peak HBM |\n| --- | --- | --- | --- "
+          "| --- | --- |\n";
     for (const auto& st : details["stages"]) {
       md << "| " << st["stage"].get<int>() << " | " << st["first_layer"].get<std::string>() << " .. "
-         << st["last_layer"].get<std::string>() << " (" << st["layers"][1].get<int>() - st["layers"][0].get<int>() + 1
-         << ") | " << num(st["params"].get<double>() / 1e6, "%.2f") << " M | " << human_seconds(st["cost_s"].get<double>())
-         << " | " << human_seconds(st["busy_s"].get<double>()) << " | " << human_bytes(st["peak_hbm_bytes"].get<double>())
-         << " |\n";
+         << st["last_layer"].get<std::string>() << " ("
+         << st["layers"][1].get<int>() - st["layers"][0].get<int>() + 1 << ") | "
+         << num(st["params"].get<double>() / 1e6, "%.2f") << " M | "
+         << human_seconds(st["cost_s"].get<double>()) << " | " << human_seconds(st["busy_s"].get<double>())
+         << " | " << human_bytes(st["peak_hbm_bytes"].get<double>()) << " |\n";
     }
     md << "\n";
   }
 
-  const bool mesh_placement = details.contains("placement") && details["placement"].is_array() && !details["placement"].empty() &&
-                              details["placement"][0].is_object() && details["placement"][0].contains("mesh_dim");
+  const bool mesh_placement = details.contains("placement") && details["placement"].is_array() &&
+                              !details["placement"].empty() && details["placement"][0].is_object() &&
+                              details["placement"][0].contains("mesh_dim");
   if (mesh_placement) {
-    md << "## Mesh placement\n\nWhere each mesh dimension lies on the slice, and how far apart the neighbours of the rings "
-          "its collectives run on are (1 hop: adjacent chips; more: the flows cross intermediate chips and share their links).\n\n";
-    md << "| mesh dimension | size | spans | chips per group | most hops between ring neighbours |\n| --- | --- | --- | --- | --- |\n";
+    md << "## Mesh placement\n\nWhere each mesh dimension lies on the slice, and how far apart the "
+          "neighbours of the rings "
+          "its collectives run on are (1 hop: adjacent chips; more: the flows cross intermediate chips and "
+          "share their links).\n\n";
+    md << "| mesh dimension | size | spans | chips per group | most hops between ring neighbours |\n| --- | "
+          "--- | --- | --- | --- |\n";
     for (const auto& m : details["placement"]) {
       std::string spans;
       for (const auto& a : m["spans"]) spans += (spans.empty() ? "" : ", ") + a.get<std::string>();
-      md << "| " << m["mesh_dim"].get<std::string>() << " | " << m["size"].get<int>() << " | " << spans << " | "
-         << m.value("group_chips", 0) << " | " << m.value("max_ring_hops", 0) << " |\n";
+      md << "| " << m["mesh_dim"].get<std::string>() << " | " << m["size"].get<int>() << " | " << spans
+         << " | " << m.value("group_chips", 0) << " | " << m.value("max_ring_hops", 0) << " |\n";
     }
     md << "\n";
   }
 
   if (details.contains("ops")) {
-    md << "## Ops under the layout\n\nEach core's share of every op, and the collectives the layout induces (time as "
+    md << "## Ops under the layout\n\nEach core's share of every op, and the collectives the layout induces "
+          "(time as "
           "simulated; exposed: the part the busiest core waited for).\n\n";
     md << "| layer | op | local forward GFLOP | collective | mesh dims | bytes per core | time | exposed |\n"
           "| --- | --- | --- | --- | --- | --- | --- | --- |\n";
     for (const auto& op : details["ops"]) {
-      const std::string head = "| " + op["layer"].get<std::string>() + " | " + op["op"].get<std::string>() + " | " +
-                               num(op.value("local_forward_flops", 0.0) / 1e9, "%.3f") + " | ";
+      const std::string head = "| " + op["layer"].get<std::string>() + " | " + op["op"].get<std::string>() +
+                               " | " + num(op.value("local_forward_flops", 0.0) / 1e9, "%.3f") + " | ";
       if (op["collectives"].empty()) {
         md << head << " | | | | |\n";
         continue;
@@ -100,7 +113,8 @@ std::string report_markdown(const Json& j) {
       for (const auto& c : op["collectives"]) {
         std::string dims;
         for (const auto& d : c["mesh_dims"]) dims += (dims.empty() ? "" : "+") + d.get<std::string>();
-        md << head << c["what"].get<std::string>() << " | " << dims << " | " << human_bytes(c["bytes"].get<double>()) << " | "
+        md << head << c["what"].get<std::string>() << " | " << dims << " | "
+           << human_bytes(c["bytes"].get<double>()) << " | "
            << (c.contains("time_s") ? human_seconds(c["time_s"].get<double>()) : "") << " | "
            << (c.contains("exposed_s") ? human_seconds(c["exposed_s"].get<double>()) : "") << " |\n";
       }
@@ -110,14 +124,18 @@ std::string report_markdown(const Json& j) {
 
   md << "## Memory\n\n![memory](memory.svg)\n\n";
   const auto& at_peak = j["cores"][j["peak_hbm_core"].get<int>()]["hbm_at_peak"];
-  md << "Core " << j["peak_hbm_core"].get<int>() << " peaks at " << human_bytes(j["peak_hbm_bytes"].get<double>()) << " ("
-     << pct(j["peak_hbm_bytes"].get<double>() / j["hbm_capacity_bytes"].get<double>()) << " of its usable HBM):\n\n";
+  md << "Core " << j["peak_hbm_core"].get<int>() << " peaks at "
+     << human_bytes(j["peak_hbm_bytes"].get<double>()) << " ("
+     << pct(j["peak_hbm_bytes"].get<double>() / j["hbm_capacity_bytes"].get<double>())
+     << " of its usable HBM):\n\n";
   md << "| category | bytes at the peak |\n| --- | --- |\n";
-  for (auto it = at_peak.begin(); it != at_peak.end(); ++it) md << "| " << it.key() << " | " << human_bytes(it.value().get<double>()) << " |\n";
+  for (auto it = at_peak.begin(); it != at_peak.end(); ++it)
+    md << "| " << it.key() << " | " << human_bytes(it.value().get<double>()) << " |\n";
   if (!j["overflow"].is_null()) {
     md << "\n**Does not fit**: core " << j["overflow"]["core"].get<int>() << " exceeds its HBM by "
-       << human_bytes(j["overflow"]["bytes_over"].get<double>()) << " at " << human_seconds(j["overflow"]["time_s"].get<double>())
-       << ", when `" << j["overflow"]["task"].get<std::string>() << "` allocates.\n";
+       << human_bytes(j["overflow"]["bytes_over"].get<double>()) << " at "
+       << human_seconds(j["overflow"]["time_s"].get<double>()) << ", when `"
+       << j["overflow"]["task"].get<std::string>() << "` allocates.\n";
   }
   return md.str();
 }

@@ -48,8 +48,10 @@ std::vector<Interval> merge(std::vector<Interval> v) {
   std::vector<Interval> out;
   for (const auto& iv : v) {
     if (iv.second <= iv.first) continue;
-    if (!out.empty() && iv.first <= out.back().second) out.back().second = std::max(out.back().second, iv.second);
-    else out.push_back(iv);
+    if (!out.empty() && iv.first <= out.back().second)
+      out.back().second = std::max(out.back().second, iv.second);
+    else
+      out.push_back(iv);
   }
   return out;
 }
@@ -95,7 +97,8 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
     }
     comm.push_back(iv);
     comm_by_phase[t.phase].push_back(iv);
-    for (int c : t.members()) (t.kind == TaskKind::Transfer ? waits_transfer : waits_collective)[c].push_back(iv);
+    for (int c : t.members())
+      (t.kind == TaskKind::Transfer ? waits_transfer : waits_collective)[c].push_back(iv);
   }
   std::vector<int> used;
   int critical = -1;
@@ -137,7 +140,8 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
       peak_core = c;
     }
     Json at_peak;
-    for (int k = 0; k < sim::kMemoryCategories; ++k) at_peak[sim::to_string(sim::MemoryCategory(k))] = cs.hbm_at_peak[k];
+    for (int k = 0; k < sim::kMemoryCategories; ++k)
+      at_peak[sim::to_string(sim::MemoryCategory(k))] = cs.hbm_at_peak[k];
     per_core.push_back(Json{{"core", c},
                             {"chip", c / info.cores_per_chip},
                             {"busy_s", cs.busy_s},
@@ -148,10 +152,11 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
 
   Json overflow = nullptr;
   if (r.overflow.happened) {
-    overflow = Json{{"core", r.overflow.core},
-                    {"task", r.overflow.task >= 0 ? Json(graph.task(r.overflow.task).name) : Json("resident state")},
-                    {"time_s", r.overflow.time_s},
-                    {"bytes_over", r.overflow.bytes_over}};
+    overflow =
+        Json{{"core", r.overflow.core},
+             {"task", r.overflow.task >= 0 ? Json(graph.task(r.overflow.task).name) : Json("resident state")},
+             {"time_s", r.overflow.time_s},
+             {"bytes_over", r.overflow.bytes_over}};
   }
   Json phases = Json::object();
   for (const auto& [phase, s] : by_phase[critical]) phases[phase] = s;
@@ -172,7 +177,8 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
   if (details.contains("ops")) {
     std::map<std::string, Interval> by_name;
     for (int id = 0; id < graph.size(); ++id)
-      if (graph.task(id).kind == TaskKind::Collective) by_name[graph.task(id).name] = {r.tasks[id].start_s, r.tasks[id].end_s};
+      if (graph.task(id).kind == TaskKind::Collective)
+        by_name[graph.task(id).name] = {r.tasks[id].start_s, r.tasks[id].end_s};
     const auto busy_critical = merge(busy[critical]);
     for (auto& op : details["ops"])
       for (auto& c : op["collectives"]) {
@@ -205,7 +211,8 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
   out["model_flops_per_step"] = info.model_flops;
   out["hardware_flops_per_step"] = info.hardware_flops;
   out["bubble_fraction"] = bubble / n_used;
-  out["bubble_fraction_ideal"] = details.contains("bubble_fraction_ideal") ? details["bubble_fraction_ideal"] : Json(nullptr);
+  out["bubble_fraction_ideal"] =
+      details.contains("bubble_fraction_ideal") ? details["bubble_fraction_ideal"] : Json(nullptr);
   out["params"] = info.params;
   out["batch"] = info.batch;
   out["peak_hbm_bytes"] = peak;
@@ -218,7 +225,8 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
                       {"wraparound", {info.wrap_x, info.wrap_y}},
                       {"cores", cores},
                       {"cores_used", used.size()}};
-  out["model"] = Json{{"kind", info.model_kind}, {"name", info.model_name}, {"params", info.params}, {"layers", info.layers}};
+  out["model"] = Json{
+      {"kind", info.model_kind}, {"name", info.model_name}, {"params", info.params}, {"layers", info.layers}};
   out["schedule"] = Json{{"kind", info.schedule}, {"details", details}};
   out["breakdown"] = Json{{"critical_core", critical},
                           {"compute_s", phases},
@@ -227,7 +235,8 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
                           {"communication_by_phase_s", comm_phases},
                           {"exposed_communication_by_phase_s", comm_exposed},
                           {"exposed_communication_s", uncovered(comm_union, critical_busy)}};
-  out["engine"] = Json{{"symmetric_collectives", r.symmetric_collectives}, {"flows_simulated", r.flows_simulated}};
+  out["engine"] =
+      Json{{"symmetric_collectives", r.symmetric_collectives}, {"flows_simulated", r.flows_simulated}};
   out["cores"] = per_core;
   out["study"] = info.study;
   return out;
@@ -237,21 +246,24 @@ std::string summary_text(const Json& j) {
   std::ostringstream out;
   char buf[256];
   const auto& slice = j["slice"];
-  out << "tpusim: " << j["model"]["name"].get<std::string>() << " on " << j["hardware"].get<std::string>() << " "
-      << slice["name"].get<std::string>() << " (" << slice["cores"].get<int>() << " cores), "
+  out << "tpusim: " << j["model"]["name"].get<std::string>() << " on " << j["hardware"].get<std::string>()
+      << " " << slice["name"].get<std::string>() << " (" << slice["cores"].get<int>() << " cores), "
       << j["schedule"]["kind"].get<std::string>() << "\n";
   std::snprintf(buf, sizeof buf, "  params            %.3f M\n", j["params"].get<double>() / 1e6);
   out << buf;
-  std::snprintf(buf, sizeof buf, "  batch             %lld examples per step\n", (long long)j["batch"].get<std::int64_t>());
+  std::snprintf(buf, sizeof buf, "  batch             %lld examples per step\n",
+                (long long)j["batch"].get<std::int64_t>());
   out << buf;
   out << "  step time         " << human_seconds(j["step_time_s"].get<double>()) << "\n";
   std::snprintf(buf, sizeof buf, "  examples/s        %.1f\n", j["examples_per_s"].get<double>());
   out << buf;
-  std::snprintf(buf, sizeof buf, "  MXU utilization   %.1f %% (model FLOPs / peak)\n", 100.0 * j["mxu_utilization"].get<double>());
+  std::snprintf(buf, sizeof buf, "  MXU utilization   %.1f %% (model FLOPs / peak)\n",
+                100.0 * j["mxu_utilization"].get<double>());
   out << buf;
   if (!j["bubble_fraction_ideal"].is_null()) {
-    std::snprintf(buf, sizeof buf, "  pipeline bubble   %.1f %% of the step (ideal (K-1)/(M+K-1) = %.1f %%)\n",
-                  100.0 * j["bubble_fraction"].get<double>(), 100.0 * j["bubble_fraction_ideal"].get<double>());
+    std::snprintf(
+        buf, sizeof buf, "  pipeline bubble   %.1f %% of the step (ideal (K-1)/(M+K-1) = %.1f %%)\n",
+        100.0 * j["bubble_fraction"].get<double>(), 100.0 * j["bubble_fraction_ideal"].get<double>());
     out << buf;
   }
   const auto& b = j["breakdown"];
@@ -270,15 +282,19 @@ std::string summary_text(const Json& j) {
   out << ")\n";
   if (j.contains("functional")) {
     const auto& f = j["functional"];
-    std::snprintf(buf, sizeof buf, "  functional        %d steps, loss %.5g -> %.5g (one core: %.5g -> %.5g), max weight difference %.2g\n",
+    std::snprintf(buf, sizeof buf,
+                  "  functional        %d steps, loss %.5g -> %.5g (one core: %.5g -> %.5g), max weight "
+                  "difference %.2g\n",
                   f["steps"].get<int>(), f["loss"].front().get<double>(), f["loss"].back().get<double>(),
-                  f["reference_loss"].front().get<double>(), f["reference_loss"].back().get<double>(), f["max_rel_diff"].get<double>());
+                  f["reference_loss"].front().get<double>(), f["reference_loss"].back().get<double>(),
+                  f["max_rel_diff"].get<double>());
     out << buf;
   }
   out << "  fits              " << (j["fits"].get<bool>() ? "yes" : "NO");
   if (!j["overflow"].is_null()) {
-    out << ": core " << j["overflow"]["core"].get<int>() << " over by " << human_bytes(j["overflow"]["bytes_over"].get<double>())
-        << " at " << j["overflow"]["task"].get<std::string>();
+    out << ": core " << j["overflow"]["core"].get<int>() << " over by "
+        << human_bytes(j["overflow"]["bytes_over"].get<double>()) << " at "
+        << j["overflow"]["task"].get<std::string>();
   }
   out << "\n";
   return out.str();
@@ -289,19 +305,36 @@ Json chrome_trace(const sim::TaskGraph& graph, const sim::SimResult& r, int core
   const int chips = graph.cores() / cores_per_chip;
   const int comm_pid = chips;
   for (int chip = 0; chip < chips; ++chip) {
-    events.push_back(Json{{"ph", "M"}, {"pid", chip}, {"name", "process_name"}, {"args", {{"name", "chip " + std::to_string(chip)}}}});
+    events.push_back(Json{{"ph", "M"},
+                          {"pid", chip},
+                          {"name", "process_name"},
+                          {"args", {{"name", "chip " + std::to_string(chip)}}}});
     for (int i = 0; i < cores_per_chip; ++i)
-      events.push_back(Json{{"ph", "M"}, {"pid", chip}, {"tid", i}, {"name", "thread_name"},
+      events.push_back(Json{{"ph", "M"},
+                            {"pid", chip},
+                            {"tid", i},
+                            {"name", "thread_name"},
                             {"args", {{"name", "core " + std::to_string(chip * cores_per_chip + i)}}}});
     const char* dirs[] = {"link +x", "link -x", "link +y", "link -y"};
     for (int d = 0; d < 4; ++d)
-      events.push_back(Json{{"ph", "M"}, {"pid", chip}, {"tid", 100 + d}, {"name", "thread_name"}, {"args", {{"name", dirs[d]}}}});
+      events.push_back(Json{{"ph", "M"},
+                            {"pid", chip},
+                            {"tid", 100 + d},
+                            {"name", "thread_name"},
+                            {"args", {{"name", dirs[d]}}}});
   }
-  events.push_back(Json{{"ph", "M"}, {"pid", comm_pid}, {"name", "process_name"}, {"args", {{"name", "collectives and transfers"}}}});
+  events.push_back(Json{{"ph", "M"},
+                        {"pid", comm_pid},
+                        {"name", "process_name"},
+                        {"args", {{"name", "collectives and transfers"}}}});
   for (int id = 0; id < graph.size(); ++id) {
     const sim::Task& t = graph.task(id);
     const auto& tm = r.tasks[id];
-    Json e{{"ph", "X"}, {"name", t.name}, {"cat", t.phase}, {"ts", tm.start_s * 1e6}, {"dur", (tm.end_s - tm.start_s) * 1e6}};
+    Json e{{"ph", "X"},
+           {"name", t.name},
+           {"cat", t.phase},
+           {"ts", tm.start_s * 1e6},
+           {"dur", (tm.end_s - tm.start_s) * 1e6}};
     if (t.kind == TaskKind::Compute) {
       e["pid"] = t.core / cores_per_chip;
       e["tid"] = t.core % cores_per_chip;
@@ -314,9 +347,15 @@ Json chrome_trace(const sim::TaskGraph& graph, const sim::SimResult& r, int core
   }
   for (const auto& f : r.flows) {
     for (int link : f.links) {
-      events.push_back(Json{{"ph", "X"}, {"name", graph.task(f.task).name}, {"cat", "flow"}, {"pid", link / 4},
-                            {"tid", 100 + link % 4}, {"ts", f.start_s * 1e6}, {"dur", (f.end_s - f.start_s) * 1e6},
-                            {"args", {{"bytes", f.bytes}, {"from_core", f.src_core}, {"to_core", f.dst_core}}}});
+      events.push_back(
+          Json{{"ph", "X"},
+               {"name", graph.task(f.task).name},
+               {"cat", "flow"},
+               {"pid", link / 4},
+               {"tid", 100 + link % 4},
+               {"ts", f.start_s * 1e6},
+               {"dur", (f.end_s - f.start_s) * 1e6},
+               {"args", {{"bytes", f.bytes}, {"from_core", f.src_core}, {"to_core", f.dst_core}}}});
     }
   }
   return Json{{"traceEvents", events}, {"displayTimeUnit", "ms"}};

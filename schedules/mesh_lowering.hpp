@@ -40,15 +40,18 @@ struct Sharding {
   /// dimension is split, else 0.
   double statistics_bytes(const NamedOp& op) const;
   /// Mesh dimensions splitting the dimensions of `from` that `to` lacks (sorted, unique).
-  std::vector<std::string> split_missing(const std::vector<const NamedTensor*>& from, const NamedTensor& to) const;
+  std::vector<std::string> split_missing(const std::vector<const NamedTensor*>& from,
+                                         const NamedTensor& to) const;
 };
 
 /// x . y -> z as a (batched) matmul of local sizes: batch dims in all three, m in x and z, k in
 /// x and y, n in y and z.
-Op local_matmul(const std::string& name, const Sharding& s, const NamedTensor& x, const NamedTensor& y, const NamedTensor& z, double act);
+Op local_matmul(const std::string& name, const Sharding& s, const NamedTensor& x, const NamedTensor& y,
+                const NamedTensor& z, double act);
 
 /// The name of the collective task an event becomes (the per-op table refers to it).
-std::string collective_task_name(const std::string& event, const std::vector<std::string>& mesh_dims, const char* op = "all-reduce");
+std::string collective_task_name(const std::string& event, const std::vector<std::string>& mesh_dims,
+                                 const char* op = "all-reduce");
 
 /// Elements of a core's piece when `elements` are split into `count` equal pieces (padded).
 double piece_elements(double elements, double count);
@@ -56,7 +59,14 @@ double piece_elements(double elements, double count);
 /// One step of a layer's SPMD program: compute, or a collective (blocking the next compute, or
 /// running behind it as weight-gradient reductions do).
 struct Event {
-  enum Kind { Compute, BlockingAllReduce, GradientAllReduce, Halo, BlockingAllGather, BlockingReduceScatter } kind;
+  enum Kind {
+    Compute,
+    BlockingAllReduce,
+    GradientAllReduce,
+    Halo,
+    BlockingAllGather,
+    BlockingReduceScatter
+  } kind;
   std::string name;
   double seconds = 0, model_flops = 0, hardware_flops = 0;
   std::vector<std::string> mesh_dims;  // collectives; Halo: the mesh dimension of the neighbours
@@ -72,14 +82,14 @@ struct LayerProgram {
   /// its piece of each weight whose gradient is reduce-scattered.
   double update_elements = 0;
   std::set<std::string> weight_mesh_dims;  ///< mesh dimensions splitting any of its weights
-  std::vector<NamedTensor> weights;         ///< its weights over named dimensions
-  Json ops = Json::array();  // per-op table
+  std::vector<NamedTensor> weights;        ///< its weights over named dimensions
+  Json ops = Json::array();                // per-op table
 };
 
 /// `model_input`: the layer's first op reads the model's input, which needs no gradient.
 /// `sharded`: weight gradients are reduce-scattered (weight-update sharding) instead of all-reduced.
-LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, const CostModel& cost, double act, const std::string& layer,
-                         bool model_input, bool sharded);
+LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, const CostModel& cost,
+                         double act, const std::string& layer, bool model_input, bool sharded);
 
 /// "[batch, seq, d_model]"
 std::string dims_text(const NamedTensor& t);

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
 #include <map>
+#include <memory>
 #include <set>
 #include <simgrid/s4u.hpp>
 
@@ -21,7 +21,8 @@ bool g_engine_used = false;
 /// Creates the one SimGrid engine of this process with the network model pinned to what ICI
 /// is: CM02 without cross-traffic or TCP window (see shared/SIMGRID.md).
 std::unique_ptr<sg::Engine> make_engine() {
-  if (g_engine_used) throw SimulationError("SimGrid allows one simulation per process; this process already ran one");
+  if (g_engine_used)
+    throw SimulationError("SimGrid allows one simulation per process; this process already ran one");
   g_engine_used = true;
   static int argc = 3;
   static char arg0[] = "tpusim";
@@ -49,7 +50,9 @@ class Platform {
       for (int d = 0; d < 4; ++d)
         if (torus_.link_exists(r, Direction(d))) {
           links_[Torus::link_id(r, Direction(d))] =
-              zone_->create_link("ici" + std::to_string(r) + "_" + std::to_string(d), hw.chip.ici_bandwidth_bytes_per_s)
+              zone_
+                  ->create_link("ici" + std::to_string(r) + "_" + std::to_string(d),
+                                hw.chip.ici_bandwidth_bytes_per_s)
                   ->set_latency(hw.chip.ici_latency_s)
                   ->seal();
         }
@@ -59,8 +62,10 @@ class Platform {
         for (int j = 0; j < cpc_; ++j)
           if (i != j) {
             onchip_[std::size_t(r * cpc_ + i) * cpc_ + j] =
-                zone_->create_link("chip" + std::to_string(r) + "_" + std::to_string(i) + "to" + std::to_string(j),
-                                   hw.chip.onchip_bandwidth_bytes_per_s)
+                zone_
+                    ->create_link(
+                        "chip" + std::to_string(r) + "_" + std::to_string(i) + "to" + std::to_string(j),
+                        hw.chip.onchip_bandwidth_bytes_per_s)
                     ->set_latency(hw.chip.onchip_latency_s)
                     ->seal();
           }
@@ -75,7 +80,8 @@ class Platform {
     } else {
       for (int id : torus_.route(sc, dc)) route.emplace_back(links_[id]);
     }
-    zone_->add_route(hosts_[src]->get_netpoint(), hosts_[dst]->get_netpoint(), nullptr, nullptr, route, false);
+    zone_->add_route(hosts_[src]->get_netpoint(), hosts_[dst]->get_netpoint(), nullptr, nullptr, route,
+                     false);
   }
 
   void seal() { zone_->seal(); }
@@ -166,12 +172,13 @@ class Runner {
       for (std::size_t gi = 0; gi < groups.size(); ++gi)
         for (const auto& phase : plan_collective(torus, cpc, t.op, groups[gi], t.bytes))
           for (const auto& ring : phase.rings) {
-            shapes[gi].insert(shapes[gi].end(), {double(ring.cores.size()), ring.chunk_bytes, double(ring.steps)});
+            shapes[gi].insert(shapes[gi].end(),
+                              {double(ring.cores.size()), ring.chunk_bytes, double(ring.steps)});
             for (std::size_t i = 0; i < ring.cores.size(); ++i) {
               const int a = ring.cores[i], b = ring.cores[(i + 1) % ring.cores.size()];
               const auto route = torus.route(a / cpc, b / cpc);
               shapes[gi].push_back(double(route.size()));
-              if (a / cpc == b / cpc) links[gi].insert(-1 - (long long)(a) * cpc - b % cpc);  // on-chip a -> b
+              if (a / cpc == b / cpc) links[gi].insert(-1 - (long long)(a)*cpc - b % cpc);  // on-chip a -> b
               for (int l : route) links[gi].insert(l);
             }
           }
@@ -209,7 +216,9 @@ class Runner {
 
   void start_actors() {
     for (int c = 0; c < g_.cores(); ++c)
-      if (!g_.program(c).empty()) sg::Actor::create("core" + std::to_string(c), platform_.host(c), [this, c] { guarded([&] { run_core(c); }); });
+      if (!g_.program(c).empty())
+        sg::Actor::create("core" + std::to_string(c), platform_.host(c),
+                          [this, c] { guarded([&] { run_core(c); }); });
     for (int id = 0; id < g_.size(); ++id)
       if (remaining_[id] == 0 && g_.task(id).kind != TaskKind::Compute) launch(id);
   }
@@ -221,10 +230,11 @@ class Runner {
       int shown = 0;
       for (int id = 0; id < g_.size() && shown < 5; ++id)
         if (result_.tasks[id].end_s < 0) names += (shown++ ? ", " : "") + g_.task(id).name;
-      throw SimulationError("deadlock: " + std::to_string(g_.size() - done_) + " of " + std::to_string(g_.size()) +
-                            " tasks never ran (first: " + names + ")");
+      throw SimulationError("deadlock: " + std::to_string(g_.size() - done_) + " of " +
+                            std::to_string(g_.size()) + " tasks never ran (first: " + names + ")");
     }
-    for (int id = 0; id < g_.size(); ++id) result_.step_time_s = std::max(result_.step_time_s, result_.tasks[id].end_s);
+    for (int id = 0; id < g_.size(); ++id)
+      result_.step_time_s = std::max(result_.step_time_s, result_.tasks[id].end_s);
     for (int c = 0; c < g_.cores(); ++c) {
       result_.cores[c].peak_hbm_bytes = memory_.peak(c);
       result_.cores[c].hbm_at_peak = memory_.at_peak(c);
@@ -367,7 +377,8 @@ class Runner {
   std::vector<int> waiting_;
   std::vector<sg::SemaphorePtr> semaphores_;
   std::vector<std::vector<Phase>> plans_;
-  std::map<std::vector<std::vector<int>>, std::vector<std::size_t>> representatives_;  // family -> its first cluster
+  std::map<std::vector<std::vector<int>>, std::vector<std::size_t>>
+      representatives_;  // family -> its first cluster
   SimResult result_;
   int done_ = 0;
   std::string error_;
@@ -375,7 +386,8 @@ class Runner {
 
 }  // namespace
 
-SimResult simulate(const TaskGraph& graph, const HardwareSpec& hw, const SliceSpec& slice, const EngineOptions& options) {
+SimResult simulate(const TaskGraph& graph, const HardwareSpec& hw, const SliceSpec& slice,
+                   const EngineOptions& options) {
   if (graph.cores() != slice_cores(hw, slice)) {
     throw SimulationError("task graph is for " + std::to_string(graph.cores()) + " cores, the slice has " +
                           std::to_string(slice_cores(hw, slice)));
