@@ -10,7 +10,7 @@ void WorkBuilder::dense(const std::string& name, std::int64_t t, std::int64_t k,
   dw.weight_gradient = true;
   work_.backward.push_back(dw);
   if (!x_recomputed) stash(double(t) * k * act_);
-  gradients(double(t) * (n + k));
+  gradients(double(t) * n, double(t) * k);
 }
 
 void WorkBuilder::bias(const std::string& name, std::int64_t t, std::int64_t n) {
@@ -26,7 +26,7 @@ void WorkBuilder::batched_matmul(const std::string& name, std::int64_t batch, st
   work_.backward.push_back(batched_matmul_op(name + "_da", batch, m, n, k, act_));
   work_.backward.push_back(batched_matmul_op(name + "_db", batch, k, m, n, act_));
   stash(double(batch) * ((keep_a ? double(m) * k : 0.0) + (keep_b ? double(k) * n : 0.0)) * act_);
-  gradients(double(batch) * (double(m) * n + double(m) * k + double(k) * n));
+  gradients(double(batch) * m * n, double(batch) * (double(m) * k + double(k) * n));
 }
 
 void WorkBuilder::keep(const std::string& tensor, double bytes) {
@@ -40,7 +40,7 @@ void WorkBuilder::conv(const std::string& name, const ConvShape& c, bool input_g
   work_.backward.push_back(conv_weight_grad_op(name + "_dw", c, act_, kWeightBytes));
   const double in = double(c.batch) * c.in_h * c.in_w * c.in_channels;
   if (!input.empty()) keep(input, in * act_);
-  gradients(double(c.batch) * c.out_h() * c.out_w() * c.out_channels + (input_gradient ? in : 0.0));
+  gradients(double(c.batch) * c.out_h() * c.out_w() * c.out_channels, input_gradient ? in : 0.0);
 }
 
 void WorkBuilder::batch_norm(const std::string& name, double elements, std::int64_t channels) {
@@ -52,7 +52,7 @@ void WorkBuilder::normalization(const std::string& name, double elements) {
   work_.forward.push_back(multipass_op(name, elements, act_, MultiPass::NormalizationForward));
   work_.backward.push_back(multipass_op(name + "_grad", elements, act_, MultiPass::NormalizationBackward));
   stash(elements * act_);
-  gradients(elements);  // the input gradient overwrites the output gradient it is computed from
+  gradients(elements, 0);  // the input gradient overwrites the output gradient it is computed from
 }
 
 void WorkBuilder::layer_norm(const std::string& name, double elements) { normalization(name, elements); }
@@ -66,7 +66,7 @@ void WorkBuilder::softmax(const std::string& name, double elements) {
   work_.forward.push_back(multipass_op(name, elements, act_, MultiPass::SoftmaxForward));
   work_.backward.push_back(multipass_op(name + "_grad", elements, act_, MultiPass::SoftmaxBackward));
   stash(elements * act_);
-  gradients(elements);  // the input gradient overwrites the output gradient it is computed from
+  gradients(elements, 0);  // the input gradient overwrites the output gradient it is computed from
 }
 
 void WorkBuilder::pool(const std::string& name, double in_elements, double out_elements, double window,
@@ -80,7 +80,7 @@ void WorkBuilder::pool(const std::string& name, double in_elements, double out_e
   // more. An average pool's needs no activation.
   if (kind == Pool::Max) bwd.bytes += in_elements * act_;
   work_.backward.push_back(bwd);
-  gradients(in_elements + out_elements);
+  gradients(out_elements, in_elements);
 }
 
 void WorkBuilder::gather(const std::string& name, double rows, std::int64_t vocab, std::int64_t width) {
@@ -89,25 +89,31 @@ void WorkBuilder::gather(const std::string& name, double rows, std::int64_t voca
   grad.weight_gradient = true;
   work_.backward.push_back(grad);
   stash(rows * 4);  // the ids
-  gradients(rows * width);
+  gradients(rows * width, 0);
 }
 
 void WorkBuilder::pick(const std::string& name, double rows, double from_rows, std::int64_t width) {
   work_.forward.push_back(memory_op(name, 2 * rows * double(width) * act_ + rows * 4));
   work_.backward.push_back(memory_op(name + "_scatter", (from_rows + rows) * double(width) * act_));
   stash(rows * 4);  // the positions
-  gradients((from_rows + rows) * width);
+  gradients(rows * width, from_rows * width);
 }
 
 void WorkBuilder::softmax_xent(const std::string& name, double elements) {
   work_.forward.push_back(multipass_op(name, elements, act_, MultiPass::SoftmaxForward));
   // Its gradient, probabilities minus the one-hot targets, is one element-wise pass.
   work_.backward.push_back(vector_op(name + "_grad", elements, 2, act_, false));
-  stash(elements * act_);  // the probabilities, written over the logits (which die)
-  gradients(elements);
+  stash(elements * act_);  // the logits' gradient, written over the logits (which die)
+  for (auto it = gradients_.rbegin(); it != gradients_.rend(); ++it)
+    if (it->output == elements) {  // the logits' producer (a bias between them holds none)
+      it->output = 0;
+      break;
+    }
 }
 
 LayerWork WorkBuilder::finish(double input_bytes, double output_bytes) {
+  for (const auto& g : gradients_)
+    work_.backward_workspace_bytes = std::max(work_.backward_workspace_bytes, (g.output + g.inputs) * act_);
   work_.input_bytes = input_bytes;
   work_.output_bytes = output_bytes;
   return std::move(work_);

@@ -60,18 +60,19 @@ class WorkBuilder {
   /// `rows` rows of `width` activations picked out of `from_rows` (a masked LM's predicted
   /// positions): a copy forward; backward, their gradients scattered into zeros of the whole.
   void pick(const std::string& name, double rows, double from_rows, std::int64_t width);
-  /// Softmax cross-entropy over `elements` logits.
+  /// Softmax cross-entropy over `elements` logits. Its gradient (probabilities minus the one-hot
+  /// targets) is computed with the loss in the forward, like TF's SoftmaxCrossEntropyWithLogits,
+  /// and is what it keeps: the op that produced the logits reads it as its output gradient, so
+  /// that op's backward holds no output gradient of its own.
   void softmax_xent(const std::string& name, double elements);
 
   void stash(double bytes) { work_.stash_bytes += bytes; }
   /// Keeps the tensor named `tensor` (`bytes`) unless it is kept already; empty: always keeps.
   void keep(const std::string& tensor, double bytes);
   void workspace(double bytes) { work_.workspace_bytes = std::max(work_.workspace_bytes, bytes); }
-  /// An op's backward holds its output gradient and writes its input gradients: `elements` of
-  /// them together (the largest op's set the layer's backward workspace).
-  void gradients(double elements) {
-    work_.backward_workspace_bytes = std::max(work_.backward_workspace_bytes, elements * act_);
-  }
+  /// An op's backward holds its output gradient (`output` elements) and writes its input
+  /// gradients (`inputs`); the largest op's set the layer's backward workspace (finish).
+  void gradients(double output, double inputs) { gradients_.push_back({output, inputs}); }
   double act() const { return act_; }
 
   /// The finished work, with what the layer reads and hands on.
@@ -84,6 +85,10 @@ class WorkBuilder {
   double act_;
   LayerWork work_;
   std::set<std::string> kept_;
+  struct Gradients {
+    double output = 0, inputs = 0;  ///< elements
+  };
+  std::vector<Gradients> gradients_;  ///< per op, in forward order
 };
 
 }  // namespace tpusim

@@ -56,11 +56,18 @@ namespace {
 /// Local elements of the gradients an op's backward holds at once: its output gradient and its
 /// activation operands' gradients, as WorkBuilder counts them (element-wise ops fuse into their
 /// neighbours and hold none of their own; normalizations, softmaxes and a gather only the
-/// gradient of their output, which their input gradient overwrites).
-double gradients_in_flight(const NamedOp& op, const Sharding& s, bool reads_model_input) {
+/// gradient of their output, which their input gradient overwrites; softmax cross-entropy none:
+/// its gradient is what it keeps, and the op producing its logits reads that as its output
+/// gradient).
+double gradients_in_flight(const std::vector<NamedOp>& ops, std::size_t i, const Sharding& s,
+                           bool reads_model_input) {
   using K = NamedOp::Kind;
-  if (op.kind == K::Elementwise) return 0;
-  const double out = s.local_elements(op.out);
+  const NamedOp& op = ops[i];
+  if (op.kind == K::Elementwise || op.math == NamedOp::Math::SoftmaxXent) return 0;
+  std::size_t next = i + 1;
+  while (next < ops.size() && ops[next].kind == K::Elementwise) ++next;
+  const bool feeds_xent = next < ops.size() && ops[next].math == NamedOp::Math::SoftmaxXent;
+  const double out = feeds_xent ? 0.0 : s.local_elements(op.out);
   if (op.kind == K::Gather || op.kind == K::Reduction || op.kind == K::BatchNorm) return out;
   double g = out + (op.kind == K::Conv && reads_model_input ? 0.0 : s.local_elements(op.a));
   if (op.kind == K::Einsum && !op.b.weight) g += s.local_elements(op.b);
@@ -268,7 +275,7 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
   for (std::size_t i = ops.size(); i-- > 0;) {
     const NamedOp& op = ops[i];
     p.backward_workspace_bytes =
-        std::max(p.backward_workspace_bytes, gradients_in_flight(op, s, model_input && i == 0) * act);
+        std::max(p.backward_workspace_bytes, gradients_in_flight(ops, i, s, model_input && i == 0) * act);
     for (auto it = deferred.begin(); it != deferred.end();) {
       if (op.out.id.empty() || it->first.first != op.out.id) {
         ++it;

@@ -34,7 +34,7 @@ const LayerCost& StepBuilder::cost(int layer, std::int64_t batch) {
   }
   c.stash_bytes = w.stash_bytes;
   c.workspace_bytes = w.workspace_bytes;
-  c.backward_workspace_bytes = w.backward_workspace_bytes;
+  c.backward_workspace_bytes = std::max(w.workspace_bytes, w.backward_workspace_bytes);
   c.input_bytes = w.input_bytes;
   c.output_bytes = w.output_bytes;
   return cache_.emplace(key, c).first->second;
@@ -53,7 +53,12 @@ LayerCost StepBuilder::cost(LayerRange layers, std::int64_t batch) {
     sum.stash_bytes += c.stash_bytes;
     // Under re-materialization a layer's activations exist only while it computes.
     sum.workspace_bytes = std::max(sum.workspace_bytes, c.workspace_bytes);
-    sum.backward_workspace_bytes = std::max(sum.backward_workspace_bytes, c.backward_workspace_bytes);
+  }
+  double freed = 0;  // kept by the layers whose backward has run
+  for (int l = layers.last - 1; l >= layers.first; --l) {
+    const LayerCost& c = cost(l, batch);
+    sum.backward_workspace_bytes = std::max(sum.backward_workspace_bytes, c.backward_workspace_bytes - freed);
+    freed += c.stash_bytes;
   }
   if (layers.size() > 0) {
     sum.input_bytes = cost(layers.first, batch).input_bytes;
@@ -149,8 +154,8 @@ int StepBuilder::backward(int core, LayerRange layers, std::int64_t batch, int p
   const double freed = c.stash_bytes + (kept == Keep::Input ? c.input_bytes : 0.0);
   if (allocate_gradients)
     t.memory.push_back({core, MemoryCategory::Gradients, gradient_bytes(layers), When::Start});
-  t.memory.push_back({core, MemoryCategory::Workspace, c.backward_transient_bytes(), When::Start});
-  t.memory.push_back({core, MemoryCategory::Workspace, -c.backward_transient_bytes(), When::End});
+  t.memory.push_back({core, MemoryCategory::Workspace, c.backward_workspace_bytes, When::Start});
+  t.memory.push_back({core, MemoryCategory::Workspace, -c.backward_workspace_bytes, When::End});
   t.memory.push_back({core, MemoryCategory::Activations, -freed, When::End});
   hardware_flops_ += c.backward_hardware_flops;
   if (functional_) t.host = functional_->backward(core, layers, labels.first_example, batch);

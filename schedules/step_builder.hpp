@@ -18,9 +18,11 @@ struct LayerCost {
   double forward_flops = 0, backward_flops = 0;                    ///< model FLOPs
   double forward_hardware_flops = 0, backward_hardware_flops = 0;  ///< padded MXU FLOPs
   double stash_bytes = 0, workspace_bytes = 0, input_bytes = 0, output_bytes = 0;
-  double backward_workspace_bytes = 0;  ///< the largest op's gradients in flight (LayerWork)
-  /// What a backward holds besides the kept activations: its own workspace or its gradients.
-  double backward_transient_bytes() const { return std::max(workspace_bytes, backward_workspace_bytes); }
+  /// One layer: the largest op's gradients in flight (LayerWork). Layers [first, last): what
+  /// their backward, which runs last to first freeing each layer's kept activations as it
+  /// goes, holds at its peak beyond the activations kept at its start:
+  /// max over l of (layer l's transient - what the layers after l kept), at least 0.
+  double backward_workspace_bytes = 0;
 };
 
 /// Layers [first, last).

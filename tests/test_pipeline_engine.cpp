@@ -60,16 +60,20 @@ void check_bubble(int K, int M, const std::string& kind = "gpipe") {
 
 // 1F1B (PipeDream-flush) only reorders the work between warm-up and drain: with balanced stages
 // its bubble is GPipe's, (K - 1) / (M + K - 1) (Narayanan et al., 2021).
-#define BUBBLE_1F1B_CASE(K, M) \
-  TEST_CASE("1F1B bubble with free communication K=" #K " M=" #M, "[pipeline][oracle]") { check_bubble(K, M, "one_f_one_b"); }
+#define BUBBLE_1F1B_CASE(K, M)                                                            \
+  TEST_CASE("1F1B bubble with free communication K=" #K " M=" #M, "[pipeline][oracle]") { \
+    check_bubble(K, M, "one_f_one_b");                                                    \
+  }
 BUBBLE_1F1B_CASE(2, 4)
 BUBBLE_1F1B_CASE(4, 4)
 BUBBLE_1F1B_CASE(4, 8)
 BUBBLE_1F1B_CASE(4, 32)
 BUBBLE_1F1B_CASE(8, 16)
 
-#define BUBBLE_CASE(K, M) \
-  TEST_CASE("GPipe bubble with free communication K=" #K " M=" #M, "[pipeline][oracle]") { check_bubble(K, M); }
+#define BUBBLE_CASE(K, M)                                                                  \
+  TEST_CASE("GPipe bubble with free communication K=" #K " M=" #M, "[pipeline][oracle]") { \
+    check_bubble(K, M);                                                                    \
+  }
 BUBBLE_CASE(2, 1)
 BUBBLE_CASE(2, 4)
 BUBBLE_CASE(2, 8)
@@ -88,8 +92,8 @@ namespace {
 /// Peak activation bytes on stage 0's core, with the oracle quantities of that stage.
 struct StageMemory {
   double peak_activations = 0;
-  double stage_stash = 0;   // one micro-batch of the stage's activations
-  double stage_input = 0;   // one micro-batch of the stage's input
+  double stage_stash = 0;  // one micro-batch of the stage's activations
+  double stage_input = 0;  // one micro-batch of the stage's input
 };
 
 StageMemory run_memory(const std::string& kind, int K, int M, bool remat) {
@@ -107,17 +111,20 @@ StageMemory run_memory(const std::string& kind, int K, int M, bool remat) {
 
 }  // namespace
 
-TEST_CASE("without re-materialization GPipe keeps every micro-batch's activations (M=8)", "[pipeline][memory]") {
+TEST_CASE("without re-materialization GPipe keeps every micro-batch's activations (M=8)",
+          "[pipeline][memory]") {
   const auto m = run_memory("gpipe", 4, 8, false);
   CHECK(m.peak_activations == Approx(8 * m.stage_stash).epsilon(1e-9));
 }
 
-TEST_CASE("without re-materialization GPipe keeps every micro-batch's activations (M=2)", "[pipeline][memory]") {
+TEST_CASE("without re-materialization GPipe keeps every micro-batch's activations (M=2)",
+          "[pipeline][memory]") {
   const auto m = run_memory("gpipe", 4, 2, false);
   CHECK(m.peak_activations == Approx(2 * m.stage_stash).epsilon(1e-9));
 }
 
-TEST_CASE("with re-materialization GPipe keeps inputs plus one micro-batch of a stage (M=8)", "[pipeline][memory]") {
+TEST_CASE("with re-materialization GPipe keeps inputs plus one micro-batch of a stage (M=8)",
+          "[pipeline][memory]") {
   const auto m = run_memory("gpipe", 4, 8, true);
   CHECK(m.peak_activations == Approx(8 * m.stage_input + m.stage_stash).epsilon(1e-9));
   CHECK(m.peak_activations < 0.5 * 8 * m.stage_stash);
@@ -163,7 +170,28 @@ TEST_CASE("stage transfers cost what the link says", "[pipeline][oracle]") {
   const CostModel cm(s.hardware.core);
   double update0 = 0;
   for (int l = 0; l < 2; ++l) update0 += cm.cost(s.optimizer.update_op(s.model.layers[l])).seconds;
-  const double hop = s.hardware.chip.ici_latency_s + c0.output_bytes / s.hardware.chip.ici_bandwidth_bytes_per_s;
+  const double hop =
+      s.hardware.chip.ici_latency_s + c0.output_bytes / s.hardware.chip.ici_bandwidth_bytes_per_s;
   CHECK(c0.output_bytes == Approx(64.0 * 1024 * 2));
-  CHECK(r.step_time_s == Approx(c0.forward_s + hop + c1.forward_s + c1.backward_s + hop + c0.backward_s + update0).epsilon(1e-9));
+  CHECK(r.step_time_s ==
+        Approx(c0.forward_s + hop + c1.forward_s + c1.backward_s + hop + c0.backward_s + update0)
+            .epsilon(1e-9));
+}
+
+TEST_CASE("a range's backward holds one layer's gradients beyond what it kept, less what later layers freed",
+          "[pipeline][memory]") {
+  // mlp of width 1024 (bf16), micro-batch 64. A hidden layer keeps its input and its ReLU output
+  // (2 x 64 x 1024 x 2 B) and its backward holds its output and input gradients (the same). The
+  // classifier keeps its input and the logits' gradient, computed with the loss in the forward;
+  // its backward writes only its input gradient (64 x 1024 x 2 B). Run last to first: the
+  // classifier's 128 KiB first; when the hidden layer below runs, the classifier's 256 KiB are
+  // freed, more than its 256 KiB of gradients need: the range holds 128 KiB beyond its start.
+  const Study s = mlp_pipeline("gpipe", 1, 1, false, 64, 3, false);
+  StepBuilder b(s, s.cores());
+  const double row = 64.0 * 1024 * 2;
+  CHECK(b.cost(LayerRange{0, 4}, 64).backward_workspace_bytes == Approx(row));
+  CHECK(b.cost(LayerRange{3, 4}, 64).backward_workspace_bytes == Approx(row));
+  CHECK(b.cost(LayerRange{0, 3}, 64).backward_workspace_bytes == Approx(2 * row));
+  CHECK(b.cost(LayerRange{1, 2}, 64).stash_bytes == Approx(2 * row));
+  CHECK(b.cost(LayerRange{3, 4}, 64).stash_bytes == Approx(2 * row));
 }
