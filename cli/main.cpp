@@ -15,6 +15,7 @@
 
 #include "cli/fit.hpp"
 #include "cli/output_file.hpp"
+#include "cli/plan.hpp"
 #include "cli/sweep.hpp"
 #include "cli/validate.hpp"
 #include "hardware/torus.hpp"
@@ -447,6 +448,20 @@ int main(int argc, char** argv) {
       "--sensitivity", validate.sensitivity,
       "also show how much each prediction moves when each assumed hardware figure moves up by 10 %");
 
+  cli::PlanOptions plan;
+  auto* plan_cmd = app.add_subcommand(
+      "plan", "search the fastest schedule that fits for a study's model, batch and slice");
+  plan_cmd->add_option("study", plan.study, "study JSON file (its schedule is ignored)")->required();
+  plan_cmd->add_option("--set", plan.sets, "override a study field: dotted.path=value (repeatable)");
+  plan_cmd->add_option("--objective", plan.objective, "step_time_s (default) or examples_per_s");
+  plan_cmd->add_option("--top", plan.top, "plans to report with their results (default 5)");
+  plan_cmd->add_option("--space", plan.space, "a tpusim.plan_space/1 file narrowing the search");
+  plan_cmd->add_option("-j,--jobs", plan.jobs, "simulations at once (default: the number of cores)");
+  plan_cmd->add_flag("--json", plan.json, "print the tpusim.plan/1 JSON instead of the table");
+  plan_cmd->add_option("--out", plan.out, "write plan.json, plan.md, plan.html and best.json here");
+  plan_cmd->add_flag("--exhaustive", plan.exhaustive, "simulate every valid candidate (checks the search)");
+  plan_cmd->add_option("--point-timeout", plan.point_timeout_s, "kill a simulation running longer (seconds)");
+
   auto* describe = app.add_subcommand("describe", "print derived figures of hardware or a slice");
   describe->require_subcommand(1);
   std::string hw_name, slice_name, slice_hw;
@@ -491,6 +506,7 @@ int main(int argc, char** argv) {
     if (*sweep_cmd) return cli::cmd_sweep(sweep);
     if (*merge_cmd) return cli::cmd_merge(merge_dirs, merge_out);
     if (*validate_cmd) return cli::cmd_validate(validate);
+    if (*plan_cmd) return cli::cmd_plan(plan);
     if (*fit_cmd)
       return cli::cmd_fit(fit_study, fit_path, fit_sets, fit_min, fit_max, fit_step, fit_json,
                           fit_probe_timeout);

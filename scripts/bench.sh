@@ -17,3 +17,16 @@ echo "validate (every case, -j 2): $(( ($(date +%s%N) - start) / 1000000 )) ms"
 start=$(date +%s%N)
 "$build/cli/tpusim" validate -j 2 --sensitivity > /dev/null 2>&1 || true
 echo "validate --sensitivity (-j 2): $(( ($(date +%s%N) - start) / 1000000 )) ms"
+# tpusim plan on the issue's two cases (bench/studies), timed, with candidates per second.
+for s in plan-transformer48-v3-32 plan-transformer-l-v3-512; do
+  start=$(date +%s%N)
+  "$build/cli/tpusim" plan "bench/studies/$s.json" -j 2 --point-timeout 20 --json > "/tmp/tpusim-bench-$s.json" 2> /dev/null || true
+  ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  python3 - "/tmp/tpusim-bench-$s.json" "$ms" "$s" <<'PY'
+import json, sys
+p, ms, name = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3]
+best = p["best"]["plan"] if p["best"] else "none fits"
+print(f"plan {name}: {ms} ms, {p['evaluated']} candidates ({p['evaluated'] / (ms / 1000):.0f}/s), "
+      f"{p['simulated']} simulated, best: {best}")
+PY
+done

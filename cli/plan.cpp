@@ -1,0 +1,316 @@
+#include "cli/plan.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <iostream>
+#include <limits>
+#include <mutex>
+#include <thread>
+
+#include "cli/child_process.hpp"
+#include "cli/output_file.hpp"
+#include "cli/plan_space.hpp"
+#include "reports/plan_report.hpp"
+#include "reports/run_report.hpp"
+#include "schedules/study.hpp"
+
+namespace fs = std::filesystem;
+
+namespace tpusim::cli {
+
+namespace {
+
+constexpr std::size_t kRound = 8;  // candidates simulated per round, whatever -j is: determinism
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct Candidate {
+  Json schedule;
+  std::string label;
+  std::string invalid;                   ///< why the study is invalid with this schedule
+  double resident_bytes = 0;             ///< the most any core holds all step
+  std::vector<double> resident_by = {};  ///< that core's resident state per memory category
+  double bound_s = 0;                    ///< the busiest core's compute time: no step is shorter
+  int cores_used = 0;
+  bool pruned = false;  ///< resident state over capacity
+  bool simulated = false;
+  Json result;        ///< the simulated result (null until simulated, or on failure)
+  std::string error;  ///< the simulation failed
+  bool fits() const { return result.is_object() && result.value("fits", false); }
+  double step_s() const { return result.at("step_time_s").get<double>(); }
+};
+
+/// The first line of a ConfigError's message without the context prefix.
+std::string first_problem(const std::string& what) {
+  std::string line = what.substr(0, what.find('\n'));
+  return line;
+}
+
+/// Validates the study with `c.schedule`, builds its graph, and bounds it (no engine).
+void bound(const Json& base, const std::string& file, Candidate& c, double usable) {
+  Json j = base;
+  j["schedule"] = c.schedule;
+  try {
+    const Study s = parse_study(j, file, fs::path(file).parent_path());
+    const BuiltStep step = s.schedule->build(s);
+    const auto& graph = step.graph;
+    for (int core = 0; core < graph.cores(); ++core) {
+      double busy = 0;
+      for (int id : graph.program(core)) busy += graph.task(id).seconds;
+      if (!graph.program(core).empty()) ++c.cores_used;
+      c.bound_s = std::max(c.bound_s, busy);
+      double resident = 0;
+      for (double b : graph.resident()[core]) resident += b;
+      if (resident > c.resident_bytes) {
+        c.resident_bytes = resident;
+        c.resident_by.assign(graph.resident()[core].begin(), graph.resident()[core].end());
+      }
+    }
+    c.pruned = c.resident_bytes > usable;
+  } catch (const ConfigError& e) {
+    c.invalid = first_problem(e.what());
+  } catch (const std::exception& e) {
+    c.invalid = e.what();
+  }
+}
+
+void simulate(const PlanOptions& o, Candidate& c) {
+  std::vector<std::string> args = {"run", o.study, "--json"};
+  for (const auto& s : o.sets) args.insert(args.end(), {"--set", s});
+  args.insert(args.end(), {"--set", "schedule=" + c.schedule.dump()});
+  c.simulated = true;
+  try {
+    const ChildResult child = run_self(args, o.point_timeout_s);
+    if (child.exit_code == 0)
+      c.result = Json::parse(child.out);
+    else
+      c.error = first_problem(child.err.empty() ? "exit code " + std::to_string(child.exit_code) : child.err);
+  } catch (const std::exception& e) {
+    c.error = std::string("could not run: ") + e.what();
+  }
+}
+
+/// Better plan first: shorter step, then fewer cores, then by name (a total order).
+bool better(const Candidate* a, const Candidate* b) {
+  if (a->step_s() != b->step_s()) return a->step_s() < b->step_s();
+  if (a->cores_used != b->cores_used) return a->cores_used < b->cores_used;
+  return a->label < b->label;
+}
+
+std::vector<const Candidate*> ranked_fitting(const std::vector<Candidate>& all) {
+  std::vector<const Candidate*> fit;
+  for (const auto& c : all)
+    if (c.fits()) fit.push_back(&c);
+  std::sort(fit.begin(), fit.end(), better);
+  return fit;
+}
+
+/// Simulates in rounds by ascending bound until no bound can beat the top-N threshold.
+void search(const PlanOptions& o, std::vector<Candidate>& all) {
+  std::vector<Candidate*> order;
+  for (auto& c : all)
+    if (c.invalid.empty() && !c.pruned) order.push_back(&c);
+  std::stable_sort(order.begin(), order.end(), [](const Candidate* a, const Candidate* b) {
+    return a->bound_s != b->bound_s ? a->bound_s < b->bound_s : a->label < b->label;
+  });
+  const int jobs = o.jobs > 0 ? o.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
+  std::size_t next = 0, round = 0;
+  while (next < order.size()) {
+    const auto fit = ranked_fitting(all);
+    const double threshold =
+        !o.exhaustive && fit.size() >= std::size_t(o.top) ? fit[std::size_t(o.top) - 1]->step_s() : kInf;
+    std::vector<Candidate*> batch;
+    while (next < order.size() && batch.size() < kRound && order[next]->bound_s <= threshold)
+      batch.push_back(order[next++]);
+    if (batch.empty()) break;
+    std::cerr << "tpusim plan: round " << ++round << ": simulating " << batch.size() << " (bounds "
+              << reports::human_seconds(batch.front()->bound_s) << " .. "
+              << reports::human_seconds(batch.back()->bound_s) << ")\n";
+    std::atomic<std::size_t> i{0};
+    auto worker = [&] {
+      for (std::size_t k = i++; k < batch.size(); k = i++) simulate(o, *batch[k]);
+    };
+    std::vector<std::thread> threads;
+    for (int t = 0; t < std::min<int>(jobs, int(batch.size())); ++t) threads.emplace_back(worker);
+    for (auto& t : threads) t.join();
+  }
+}
+
+const char* kCategories[] = {"weights", "optimizer", "gradients", "activations", "workspace"};
+
+/// Why a candidate is not among the top: a sentence.
+std::string why(const Candidate& c, const Candidate* best, double threshold) {
+  if (!c.invalid.empty()) return "invalid: " + c.invalid;
+  if (c.pruned) {
+    std::string parts;
+    for (std::size_t k = 0; k < c.resident_by.size(); ++k)
+      if (c.resident_by[k] > 0)
+        parts += (parts.empty() ? "" : ", ") + std::string(kCategories[k]) + " " +
+                 reports::human_bytes(c.resident_by[k]);
+    return "does not fit: resident state alone " + reports::human_bytes(c.resident_bytes) + " per core (" +
+           parts + ")";
+  }
+  if (!c.error.empty()) return "simulation failed: " + c.error;
+  if (!c.simulated)
+    return "slower: its busiest core computes " + reports::human_seconds(c.bound_s) + ", more than " +
+           reports::human_seconds(threshold) + " (the last of the top plans)";
+  if (!c.fits()) {
+    const Json& r = c.result;
+    const Json& at = r["cores"][r["peak_hbm_core"].get<int>()]["hbm_at_peak"];
+    std::string largest;
+    double most = -1;
+    for (auto it = at.begin(); it != at.end(); ++it)
+      if (it.value().get<double>() > most) most = it.value().get<double>(), largest = it.key();
+    return "does not fit: peak " + reports::human_bytes(r["peak_hbm_bytes"].get<double>()) + " of " +
+           reports::human_bytes(r["hbm_capacity_bytes"].get<double>()) + " (largest: " + largest + " " +
+           reports::human_bytes(most) + ")";
+  }
+  // Slower: by how much, and the phase of the step that grew most against the best.
+  const Json& a = c.result["breakdown"]["step_split_s"];
+  const Json& b = best->result["breakdown"]["step_split_s"];
+  std::string phase;
+  double grew = -kInf;
+  for (auto it = a.begin(); it != a.end(); ++it) {
+    const double d = it.value().get<double>() - b.value(it.key(), 0.0);
+    if (d > grew) grew = d, phase = it.key();
+  }
+  if (phase == "idle") phase = "idle (pipeline bubble)";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f %%", 100.0 * (c.step_s() / best->step_s() - 1));
+  return std::string("slower by ") + buf + " (most of it " + phase + ": +" + reports::human_seconds(grew) +
+         ")";
+}
+
+Json summary(const Candidate& c) {
+  Json j{{"plan", c.label}, {"schedule", c.schedule}, {"cores_used", c.cores_used}, {"bound_s", c.bound_s}};
+  if (c.fits() || (c.result.is_object())) {
+    for (const char* k : {"step_time_s", "examples_per_s", "peak_hbm_bytes", "mxu_utilization", "fits"})
+      j[k] = c.result.value(k, Json(nullptr));
+  }
+  return j;
+}
+
+Json plan_json(const PlanOptions& o, const std::vector<Candidate>& all) {
+  const auto fit = ranked_fitting(all);
+  const std::size_t top = std::min<std::size_t>(std::size_t(o.top), fit.size());
+  const double threshold = top > 0 ? fit[top - 1]->step_s() : kInf;
+  Json j{{"schema", "tpusim.plan/1"}, {"study", o.study},     {"objective", o.objective},
+         {"best", nullptr},           {"top", Json::array()}, {"others", Json::array()},
+         {"evaluated", all.size()}};
+  std::size_t simulated = 0, pruned = 0, invalid = 0;
+  for (const auto& c : all) {
+    simulated += c.simulated;
+    pruned += c.pruned;
+    invalid += !c.invalid.empty();
+  }
+  j["simulated"] = simulated;
+  j["pruned"] = {{"memory", pruned}, {"invalid", invalid}};
+  if (top > 0) {
+    j["best"] = {{"plan", fit[0]->label}, {"schedule", fit[0]->schedule}, {"result", fit[0]->result}};
+  }
+  for (std::size_t i = 0; i < top; ++i) j["top"].push_back(summary(*fit[i]));
+  // The rest, closest first: simulated and fitting (by step time), simulated and not fitting
+  // (by overflow), not simulated (by bound), pruned (by resident state), failed, invalid.
+  std::vector<std::pair<std::pair<int, double>, const Candidate*>> rest;
+  for (const auto& c : all) {
+    if (std::find(fit.begin(), fit.begin() + std::ptrdiff_t(top), &c) != fit.begin() + std::ptrdiff_t(top))
+      continue;
+    std::pair<int, double> key{5, 0};
+    if (!c.invalid.empty())
+      key = {5, 0};
+    else if (c.pruned)
+      key = {3, c.resident_bytes};
+    else if (!c.error.empty())
+      key = {4, 0};
+    else if (!c.simulated)
+      key = {2, c.bound_s};
+    else if (c.fits())
+      key = {0, c.step_s()};
+    else
+      key = {1, c.result["peak_hbm_bytes"].get<double>()};
+    rest.push_back({key, &c});
+  }
+  std::stable_sort(rest.begin(), rest.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [key, c] : rest) {
+    Json s = summary(*c);
+    s["why"] = why(*c, top > 0 ? fit[0] : nullptr, threshold);
+    j["others"].push_back(std::move(s));
+  }
+  return j;
+}
+
+/// The study of the best plan, runnable from anywhere: a hardware file named by a path
+/// relative to the study is made absolute.
+Json runnable_study(Json study, const std::string& file, const Json& schedule, const std::string& label) {
+  study["schedule"] = schedule;
+  study["description"] = "tpusim plan's best plan (" + label + ") for " + file + ". " +
+                         study.value("description", std::string());
+  if (study.contains("hardware") && study["hardware"].is_string()) {
+    const fs::path hw = fs::path(file).parent_path() / study["hardware"].get<std::string>();
+    if (fs::is_regular_file(hw)) study["hardware"] = fs::absolute(hw).lexically_normal().string();
+  }
+  return study;
+}
+
+/// With nothing fitting: the candidate that overflowed least, and by how much.
+std::string closest(const std::vector<Candidate>& all) {
+  const Candidate* best = nullptr;
+  double over = kInf;
+  for (const auto& c : all) {
+    double o = kInf;
+    if (c.result.is_object())
+      o = c.result["peak_hbm_bytes"].get<double>() - c.result["hbm_capacity_bytes"].get<double>();
+    if (o < over) over = o, best = &c;
+  }
+  if (!best) return "no candidate could be simulated";
+  return best->label + ", over by " + reports::human_bytes(over) + " per core";
+}
+
+}  // namespace
+
+int cmd_plan(const PlanOptions& o) {
+  if (o.objective != "step_time_s" && o.objective != "examples_per_s")
+    throw ConfigError("--objective", "", o.objective, "step_time_s or examples_per_s");
+  if (o.top < 1) throw ConfigError("--top", "", std::to_string(o.top), "a number of plans >= 1");
+  if (o.jobs < 0) throw ConfigError("-j", "", std::to_string(o.jobs), "a number of simulations at once >= 1");
+  Json base = read_json_file(o.study);
+  for (const auto& s : o.sets) apply_override(base, s);
+  const Study study = parse_study(base, o.study, fs::path(o.study).parent_path());  // bad input: exit 2
+  const PlanSpace space = o.space.empty() ? PlanSpace{} : read_plan_space(o.space);
+
+  std::vector<Candidate> all;
+  for (auto& s : plan_candidates(study, space)) {
+    Candidate c;
+    c.label = plan_label(s);
+    c.schedule = std::move(s);
+    all.push_back(std::move(c));
+  }
+  const double usable = study.hardware.core.usable_hbm_bytes();
+  for (auto& c : all) bound(base, o.study, c, usable);
+  std::cerr << "tpusim plan: " << all.size() << " candidates\n";
+  search(o, all);
+  const Json plan = plan_json(o, all);
+
+  if (!o.out.empty()) {
+    fs::create_directories(o.out);
+    write_output_file(fs::path(o.out) / "plan.json", plan.dump(2) + "\n");
+    write_output_file(fs::path(o.out) / "plan.md", reports::plan_markdown(plan));
+    write_output_file(fs::path(o.out) / "plan.html", reports::plan_html(plan));
+    if (!plan["best"].is_null())
+      write_output_file(fs::path(o.out) / "best.json", runnable_study(base, o.study, plan["best"]["schedule"],
+                                                                      plan["best"]["plan"].get<std::string>())
+                                                               .dump(2) +
+                                                           "\n");
+  }
+  if (o.json)
+    std::cout << plan.dump(2) << "\n";
+  else
+    std::cout << reports::plan_text(plan);
+  if (plan["best"].is_null()) {
+    std::cerr << "tpusim plan: no plan fits; the closest: " << closest(all) << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace tpusim::cli

@@ -1,0 +1,33 @@
+// `tpusim plan`: the fastest schedule that fits, for a study's model, batch, optimizer and
+// slice. Every candidate of the space (plan_space.hpp) is validated and its task graph built
+// in-process, which gives two exact bounds without the engine: the resident state each core
+// holds all step (weights, optimizer slots, gradient accumulators; over capacity: pruned, it
+// cannot fit) and the busiest core's compute time (no step is shorter). Candidates are then
+// simulated in order of that bound, in fixed rounds, each in its own `tpusim run` process,
+// until no unsimulated candidate's bound can beat the N-th best simulated plan that fits: the
+// answer is the same as simulating every candidate, and always a simulated result.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace tpusim::cli {
+
+struct PlanOptions {
+  std::string study;
+  std::vector<std::string> sets;
+  std::string objective = "step_time_s";  ///< or "examples_per_s" (the same order at a fixed batch)
+  int top = 5;
+  std::string space;  ///< --space FILE ("" : the whole space)
+  int jobs = 0;       ///< simulations at once (0: the machine's cores)
+  bool json = false;
+  std::string out;
+  bool exhaustive = false;  ///< simulate every candidate that is valid and not pruned (tests)
+  double point_timeout_s = 0;
+};
+
+/// Exit code: 0 a plan fits, 1 none does (the closest is named), 2 bad input (ConfigError).
+int cmd_plan(const PlanOptions& options);
+
+}  // namespace tpusim::cli

@@ -1,0 +1,167 @@
+#include "cli/plan_space.hpp"
+
+#include <algorithm>
+#include <set>
+#include <type_traits>
+
+#include "hardware/json_fields.hpp"
+
+namespace tpusim::cli {
+
+namespace {
+
+/// Powers of two from `from` up to `to` inclusive.
+std::vector<std::int64_t> powers_of_two(std::int64_t from, std::int64_t to) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t v = from; v <= to; v *= 2) out.push_back(v);
+  return out;
+}
+
+template <class T>
+bool allowed(const std::optional<std::vector<T>>& list, const T& value) {
+  return !list || std::find(list->begin(), list->end(), value) != list->end();
+}
+
+template <class T>
+std::optional<std::vector<T>> read_list(Fields& f, const std::string& key, const char* expected) {
+  const Json* v = f.optional(key);
+  if (!v) return std::nullopt;
+  std::vector<T> out;
+  if (!v->is_array() || v->empty()) {
+    f.problems().add(f.path_of(key), *v, std::string("a non-empty array of ") + expected);
+    return out;
+  }
+  for (std::size_t i = 0; i < v->size(); ++i) {
+    const Json& e = (*v)[i];
+    bool ok = false;
+    if constexpr (std::is_same_v<T, std::string>) ok = e.is_string();
+    if constexpr (std::is_same_v<T, bool>) ok = e.is_boolean();
+    if constexpr (std::is_same_v<T, std::int64_t>) ok = e.is_number_integer() && e.get<std::int64_t>() >= 1;
+    if (!ok) {
+      f.problems().add(index_path(f.path_of(key), i), e, expected);
+      continue;
+    }
+    out.push_back(e.get<T>());
+  }
+  return out;
+}
+
+/// Named dimensions of the model's ops (empty when a layer has no named ops: no mesh layout).
+std::set<std::string> named_dimensions(const Model& model) {
+  std::set<std::string> dims;
+  for (const auto& layer : model.layers) {
+    if (!layer.named_ops) return {};
+    for (const auto& op : layer.named_ops(1))
+      for (const auto* t : {&op.a, &op.b, &op.out})
+        for (const auto& d : t->dims) dims.insert(d.name);
+  }
+  return dims;
+}
+
+void data_parallel(const PlanSpace& space, std::vector<Json>& out) {
+  for (const std::string update : {"replicated", "sharded"}) {
+    if (!allowed(space.weight_update, update)) continue;
+    for (const std::string dtype : {"fp32", "bf16"})
+      if (allowed(space.gradient_dtype, dtype))
+        out.push_back({{"kind", "data_parallel"}, {"weight_update", update}, {"gradient_dtype", dtype}});
+  }
+}
+
+void pipelines(const Study& study, const PlanSpace& space, std::vector<Json>& out) {
+  const std::int64_t cores = study.cores(), layers = std::int64_t(study.model.layers.size());
+  for (const std::string kind : {"gpipe", "one_f_one_b"}) {
+    if (!allowed(space.kinds, kind)) continue;
+    for (std::int64_t k : powers_of_two(2, std::min(cores, layers))) {
+      if (!allowed(space.stages, k)) continue;
+      for (std::int64_t r : powers_of_two(1, cores / k)) {
+        if (!allowed(space.replicas, r) || study.batch % r != 0) continue;
+        const std::int64_t per_replica = study.batch / r;
+        for (std::int64_t m : powers_of_two(1, std::min(per_replica, space.max_microbatches))) {
+          if (!allowed(space.microbatches, m) || per_replica % m != 0) continue;
+          for (bool remat : {true, false})
+            if (allowed(space.remat, remat))
+              out.push_back(
+                  {{"kind", kind}, {"stages", k}, {"replicas", r}, {"microbatches", m}, {"remat", remat}});
+        }
+      }
+    }
+  }
+}
+
+/// Two-dimensional meshes (batch x model) with the model axis on the named dimensions that
+/// split a layer's weights across it: the feed-forward width, the heads and the vocabulary
+/// (Megatron-style), or the image height (spatial partitioning).
+void meshes(const Study& study, const PlanSpace& space, std::vector<Json>& out) {
+  const auto dims = named_dimensions(study.model);
+  Json layout{{"batch", "batch"}};
+  for (const char* d : {"d_ff", "heads", "vocab"})
+    if (dims.count(d)) layout[d] = "model";
+  if (layout.size() == 1 && dims.count("height")) layout["height"] = "model";
+  if (layout.size() == 1) return;
+  const std::int64_t cores = study.cores();
+  for (std::int64_t m : powers_of_two(2, cores)) {
+    if (!allowed(space.model_axis, m) || study.batch % (cores / m) != 0) continue;
+    for (const std::string update : {"replicated", "sharded"})
+      if (allowed(space.weight_update, update))
+        out.push_back({{"kind", "mesh"},
+                       {"mesh", Json::array({Json::array({"batch", cores / m}), Json::array({"model", m})})},
+                       {"layout", layout},
+                       {"weight_update", update}});
+  }
+}
+
+}  // namespace
+
+PlanSpace read_plan_space(const std::string& file) {
+  const Json j = read_json_file(file);
+  Problems problems(file);
+  Fields f(j, "", problems);
+  PlanSpace s;
+  if (f.ok()) {
+    f.string("schema", {"tpusim.plan_space/1"});
+    s.kinds = read_list<std::string>(f, "kinds", "a schedule kind");
+    if (s.kinds)
+      for (std::size_t i = 0; i < s.kinds->size(); ++i)
+        if (!schedule_registry().count((*s.kinds)[i]))
+          problems.add(index_path(f.path_of("kinds"), i), Json((*s.kinds)[i]), "a registered schedule kind");
+    s.stages = read_list<std::int64_t>(f, "stages", "an integer >= 1");
+    s.replicas = read_list<std::int64_t>(f, "replicas", "an integer >= 1");
+    s.microbatches = read_list<std::int64_t>(f, "microbatches", "an integer >= 1");
+    s.model_axis =
+        read_list<std::int64_t>(f, "model_axis", "an integer >= 1 (cores on the mesh's model axis)");
+    s.remat = read_list<bool>(f, "remat", "true or false");
+    s.weight_update = read_list<std::string>(f, "weight_update", "\"replicated\" or \"sharded\"");
+    s.gradient_dtype = read_list<std::string>(f, "gradient_dtype", "\"fp32\" or \"bf16\"");
+    s.max_microbatches = f.integer_or("max_microbatches", s.max_microbatches, 1, 1 << 20);
+    if (const Json* d = f.optional("description"); d && !d->is_string())
+      problems.add(f.path_of("description"), *d, "a string");
+    f.finish();
+  }
+  problems.throw_if_any();
+  return s;
+}
+
+std::vector<Json> plan_candidates(const Study& study, const PlanSpace& space) {
+  std::vector<Json> out;
+  if (allowed(space.kinds, std::string("data_parallel"))) data_parallel(space, out);
+  pipelines(study, space, out);
+  if (allowed(space.kinds, std::string("mesh"))) meshes(study, space, out);
+  return out;
+}
+
+std::string plan_label(const Json& s) {
+  const std::string kind = s.at("kind").get<std::string>();
+  if (kind == "data_parallel")
+    return "data_parallel " + s.value("weight_update", "replicated") + " " +
+           s.value("gradient_dtype", "fp32");
+  if (kind == "mesh") {
+    std::string mesh;
+    for (const auto& axis : s.at("mesh"))
+      mesh += (mesh.empty() ? "" : "x") + axis[0].get<std::string>() + ":" + axis[1].dump();
+    return "mesh " + mesh + " " + s.value("weight_update", "replicated");
+  }
+  return kind + " K=" + s.at("stages").dump() + " R=" + s.value("replicas", Json(1)).dump() +
+         " M=" + s.at("microbatches").dump() + (s.value("remat", false) ? " remat" : "");
+}
+
+}  // namespace tpusim::cli

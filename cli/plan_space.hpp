@@ -1,0 +1,35 @@
+// The space `tpusim plan` searches: every schedule of the registered kinds that could run a
+// study's model, batch and slice (data parallelism with its update and gradient settings,
+// pipelines over stages x replicas x micro-batches with and without re-materialization, mesh
+// layouts over the named dimensions the model's ops have). A pure function of the study, so
+// it is tested without the engine; `--space FILE` narrows it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "schedules/study.hpp"
+
+namespace tpusim::cli {
+
+/// What `--space FILE` may restrict (absent: everything). Parsed strictly (ConfigError).
+struct PlanSpace {
+  std::optional<std::vector<std::string>> kinds;  ///< schedule kinds
+  std::optional<std::vector<std::int64_t>> stages, replicas, microbatches, model_axis;
+  std::optional<std::vector<bool>> remat;
+  std::optional<std::vector<std::string>> weight_update, gradient_dtype;
+  std::int64_t max_microbatches = 64;  ///< M never above this (or the examples per replica)
+};
+
+/// Reads a `--space` file (schema tpusim.plan_space/1).
+PlanSpace read_plan_space(const std::string& file);
+
+/// The candidate schedules for `study` (its own schedule is ignored), in a fixed order.
+std::vector<Json> plan_candidates(const Study& study, const PlanSpace& space);
+
+/// A short, unique name of a candidate schedule ("gpipe K=2 R=16 M=16 remat").
+std::string plan_label(const Json& schedule);
+
+}  // namespace tpusim::cli

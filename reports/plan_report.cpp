@@ -1,0 +1,190 @@
+#include "reports/plan_report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <vector>
+
+#include "reports/svg.hpp"
+
+namespace tpusim::reports {
+
+namespace {
+
+std::string num(double v, const char* format) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+struct Row {
+  std::string plan, step, throughput, peak, cores;
+};
+
+Row row(const Json& p) {
+  auto d = [&](const char* k) { return p.value(k, Json(nullptr)).is_number() ? p[k].get<double>() : NAN; };
+  return {p["plan"].get<std::string>(), std::isnan(d("step_time_s")) ? "-" : human_seconds(d("step_time_s")),
+          std::isnan(d("examples_per_s")) ? "-" : num(d("examples_per_s"), "%.1f"),
+          std::isnan(d("peak_hbm_bytes")) ? "-" : human_bytes(d("peak_hbm_bytes")),
+          std::to_string(p["cores_used"].get<int>())};
+}
+
+std::string counts(const Json& plan) {
+  return std::to_string(plan["evaluated"].get<int>()) +
+         " candidates: " + std::to_string(plan["pruned"]["invalid"].get<int>()) + " invalid, " +
+         std::to_string(plan["pruned"]["memory"].get<int>()) + " pruned by their resident state, " +
+         std::to_string(plan["simulated"].get<int>()) + " simulated";
+}
+
+/// Simulated plans with a result: (peak HBM GiB, examples/s, fits, label).
+struct Point {
+  double hbm, throughput;
+  bool fits;
+  std::string plan;
+};
+
+std::vector<Point> points(const Json& plan) {
+  std::vector<Point> out;
+  for (const char* list : {"top", "others"})
+    for (const auto& p : plan[list])
+      if (p.value("examples_per_s", Json(nullptr)).is_number())
+        out.push_back({p["peak_hbm_bytes"].get<double>() / double(1 << 30), p["examples_per_s"].get<double>(),
+                       p.value("fits", false), p["plan"].get<std::string>()});
+  return out;
+}
+
+}  // namespace
+
+std::string plan_text(const Json& plan) {
+  std::ostringstream s;
+  s << "tpusim plan: " << counts(plan) << "\n";
+  if (plan["best"].is_null()) {
+    s << "no plan fits\n";
+    return s.str();
+  }
+  char line[256];
+  std::snprintf(line, sizeof line, "%-4s %-44s %12s %12s %12s %6s\n", "#", "plan", "step", "examples/s",
+                "peak HBM", "cores");
+  s << line;
+  int i = 0;
+  for (const auto& p : plan["top"]) {
+    const Row r = row(p);
+    std::snprintf(line, sizeof line, "%-4d %-44s %12s %12s %12s %6s\n", ++i, r.plan.c_str(), r.step.c_str(),
+                  r.throughput.c_str(), r.peak.c_str(), r.cores.c_str());
+    s << line;
+  }
+  s << "best: " << plan["best"]["plan"].get<std::string>() << "\n";
+  // The closest losers of each kind: the first few of each reason.
+  int shown = 0;
+  for (const auto& p : plan["others"]) {
+    if (p["why"].get<std::string>().rfind("invalid", 0) == 0) continue;
+    if (++shown > 8) break;
+    s << "  " << p["plan"].get<std::string>() << ": " << p["why"].get<std::string>() << "\n";
+  }
+  return s.str();
+}
+
+std::string plan_markdown(const Json& plan) {
+  std::ostringstream md;
+  md << "# tpusim plan\n\nStudy `" << plan["study"].get<std::string>() << "`; " << counts(plan) << ".\n\n";
+  if (plan["best"].is_null()) {
+    md << "No plan fits.\n";
+  } else {
+    md << "Best: **" << plan["best"]["plan"].get<std::string>() << "** (`best.json` runs it).\n\n";
+    md << "| # | plan | step | examples/s | peak HBM per core | cores |\n| ---: | --- | ---: | ---: | ---: | "
+          "---: |\n";
+    int i = 0;
+    for (const auto& p : plan["top"]) {
+      const Row r = row(p);
+      md << "| " << ++i << " | " << r.plan << " | " << r.step << " | " << r.throughput << " | " << r.peak
+         << " | " << r.cores << " |\n";
+    }
+  }
+  md << "\n## Why the others lose\n\n| plan | why |\n| --- | --- |\n";
+  for (const auto& p : plan["others"])
+    md << "| " << p["plan"].get<std::string>() << " | " << p["why"].get<std::string>() << " |\n";
+  return md.str();
+}
+
+std::string pareto_svg(const Json& plan) {
+  const auto pts = points(plan);
+  const double w = 420, h = 300, left = 70, top = 30;
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"pareto\" width=\"" << left + w + 20
+    << "\" height=\"" << top + h + 50 << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  s << "<text x=\"" << left << "\" y=\"18\" font-size=\"13\">throughput against peak HBM per core</text>\n";
+  if (pts.empty()) {
+    s << "<text x=\"" << left << "\" y=\"" << top + 20 << "\">no simulated plans</text>\n</svg>\n";
+    return s.str();
+  }
+  double x1 = 0, y1 = 0;
+  for (const auto& p : pts) x1 = std::max(x1, p.hbm), y1 = std::max(y1, p.throughput);
+  x1 *= 1.1, y1 *= 1.1;
+  auto X = [&](double v) { return left + v / x1 * w; };
+  auto Y = [&](double v) { return top + h - v / y1 * h; };
+  s << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << w << "\" height=\"" << h
+    << "\" fill=\"none\" stroke=\"#999\"/>\n";
+  for (double v = 0; v <= x1; v += tick_step(x1, 6))
+    s << "<text x=\"" << svg_number(X(v)) << "\" y=\"" << top + h + 14 << "\" text-anchor=\"middle\">"
+      << num(v, "%g") << "</text>\n";
+  for (double v = 0; v <= y1; v += tick_step(y1, 6))
+    s << "<text x=\"" << left - 4 << "\" y=\"" << svg_number(Y(v) + 4) << "\" text-anchor=\"end\">"
+      << num(v, "%g") << "</text>\n";
+  s << "<text x=\"" << left + w / 2 << "\" y=\"" << top + h + 32
+    << "\" text-anchor=\"middle\">peak HBM per core "
+    << "(GiB)</text>\n<text transform=\"translate(14," << top + h / 2
+    << ") rotate(-90)\" text-anchor=\"middle\">examples/s</text>\n";
+  // The Pareto front of the plans that fit: no other fitting plan is faster with less memory.
+  std::vector<Point> fit;
+  for (const auto& p : pts)
+    if (p.fits) fit.push_back(p);
+  std::sort(fit.begin(), fit.end(), [](const Point& a, const Point& b) { return a.hbm < b.hbm; });
+  std::string front;
+  double best = -1;
+  for (const auto& p : fit)
+    if (p.throughput > best) {
+      best = p.throughput;
+      front += svg_number(X(p.hbm)) + "," + svg_number(Y(p.throughput)) + " ";
+    }
+  if (!front.empty())
+    s << "<polyline class=\"front\" points=\"" << front << "\" fill=\"none\" stroke=\"#e15759\"/>\n";
+  for (const auto& p : pts)
+    s << "<circle class=\"plan" << (p.fits ? " fits" : "") << "\" cx=\"" << svg_number(X(p.hbm)) << "\" cy=\""
+      << svg_number(Y(p.throughput)) << "\" r=\"4\" fill=\"" << (p.fits ? "#4e79a7" : "none")
+      << "\" stroke=\"#4e79a7\"><title>" << xml_escape(p.plan) << "</title></circle>\n";
+  s << "</svg>\n";
+  return s.str();
+}
+
+std::string plan_html(const Json& plan) {
+  std::ostringstream h;
+  h << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>tpusim plan</title>\n<style>"
+       "body{font-family:sans-serif;margin:24px;color:#222;max-width:1200px}table{border-collapse:collapse;"
+       "margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left}"
+       "th{background:#f4f4f4}</style></head><body>\n<h1>tpusim plan</h1>\n<p>"
+    << xml_escape(plan["study"].get<std::string>()) << ": " << xml_escape(counts(plan)) << ".</p>\n";
+  h << pareto_svg(plan);
+  if (!plan["best"].is_null()) {
+    h << "<h2>Best: " << xml_escape(plan["best"]["plan"].get<std::string>()) << "</h2>\n<table class=\"top\">"
+      << "<tr><th>#</th><th>plan</th><th>step</th><th>examples/s</th><th>peak HBM per "
+         "core</th><th>cores</th></tr>\n";
+    int i = 0;
+    for (const auto& p : plan["top"]) {
+      const Row r = row(p);
+      h << "<tr><td>" << ++i << "</td><td>" << xml_escape(r.plan) << "</td><td>" << r.step << "</td><td>"
+        << r.throughput << "</td><td>" << r.peak << "</td><td>" << r.cores << "</td></tr>\n";
+    }
+    h << "</table>\n";
+  } else {
+    h << "<h2>No plan fits</h2>\n";
+  }
+  h << "<h2>Why the others lose</h2>\n<table class=\"others\"><tr><th>plan</th><th>why</th></tr>\n";
+  for (const auto& p : plan["others"])
+    h << "<tr><td>" << xml_escape(p["plan"].get<std::string>()) << "</td><td>"
+      << xml_escape(p["why"].get<std::string>()) << "</td></tr>\n";
+  h << "</table>\n</body></html>\n";
+  return h.str();
+}
+
+}  // namespace tpusim::reports

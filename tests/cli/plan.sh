@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# `tpusim plan` end to end: on small studies (an mlp, a 12-layer Transformer on v3-8 and v3-32)
+# its answer is the optimum of simulating every valid candidate (--exhaustive); the JSON has the
+# documented schema and is byte-identical whatever -j is; best.json runs to the same step time;
+# plan.html renders its Pareto chart in headless Chromium; nothing fitting is exit 1 naming the
+# closest plan; bad input is exit 2.
+set -euo pipefail
+tpusim=$(realpath "$1"); root="$2"; here=$(dirname "$0")
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+
+study() {  # name slice batch model-json
+  cat > "$work/$1.json" <<EOF
+{"schema": "tpusim.study/1", "hardware": "tpu-v3", "slice": "$2", "batch": $3,
+ "model": $4, "optimizer": {"kind": "adam"}, "schedule": {"kind": "data_parallel"}}
+EOF
+}
+study mlp v3-8 256 '{"kind": "mlp", "layers": 6, "width": 1024, "input": 512, "classes": 64}'
+study t12_v3_8 v3-8 64 '{"kind": "transformer", "layers": 12, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 8000, "seq_len": 256}'
+study t12_v3_32 v3-32 128 '{"kind": "transformer", "layers": 12, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 8000, "seq_len": 256}'
+
+for s in mlp t12_v3_8 t12_v3_32; do
+  "$tpusim" plan "$work/$s.json" -j 2 --json > "$work/$s.plan.json" 2> /dev/null
+  "$tpusim" plan "$work/$s.json" -j 2 --json --exhaustive > "$work/$s.all.json" 2> /dev/null
+  python3 - "$work/$s.plan.json" "$work/$s.all.json" "$s" <<'PY'
+import json, sys
+plan, every, name = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
+assert plan["schema"] == "tpusim.plan/1"
+for k in ("best", "top", "evaluated", "simulated", "pruned"): assert k in plan, k
+assert set(plan["pruned"]) == {"memory", "invalid"}
+assert plan["evaluated"] == every["evaluated"] == len(plan["top"]) + len(plan["others"])
+valid = plan["evaluated"] - plan["pruned"]["memory"] - plan["pruned"]["invalid"]
+assert every["simulated"] == valid, (every["simulated"], valid)
+assert plan["simulated"] <= valid
+# The same answer as simulating everything: best and the top list, in order.
+assert plan["best"]["plan"] == every["best"]["plan"], (name, plan["best"]["plan"], every["best"]["plan"])
+assert [t["plan"] for t in plan["top"]] == [t["plan"] for t in every["top"]], name
+assert plan["best"]["result"]["fits"]
+steps = [t["step_time_s"] for t in plan["top"]]
+assert steps == sorted(steps)
+# Every plan that fits and was left out is no faster than the last of the top.
+for o in every["others"]:
+    if o.get("fits"): assert o["step_time_s"] >= steps[-1], o
+for o in plan["others"]: assert o["why"], o
+print(f"{name}: best {plan['best']['plan']}, {plan['simulated']} of {valid} simulated")
+PY
+done
+
+# Deterministic whatever -j is; --out writes the reports and a best.json that runs as is.
+"$tpusim" plan "$work/t12_v3_8.json" -j 1 --json --out "$work/out" > "$work/j1.json" 2> /dev/null
+cmp "$work/j1.json" "$work/t12_v3_8.plan.json" || { echo "FAIL: plan JSON differs between -j 1 and -j 2"; exit 1; }
+for f in plan.json plan.md plan.html best.json; do [ -s "$work/out/$f" ] || { echo "FAIL: no $f"; exit 1; }; done
+(cd / && "$tpusim" run "$work/out/best.json" --json) > "$work/best_run.json"
+python3 - "$work/best_run.json" "$work/j1.json" <<'PY'
+import json, sys
+run, plan = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert run["step_time_s"] == plan["best"]["result"]["step_time_s"]
+PY
+bash "$here/chromium_dom.sh" "$work/out/plan.html" > "$work/dom.html"
+grep -q 'class="pareto"' "$work/dom.html" || { echo "FAIL: no Pareto chart in plan.html"; exit 1; }
+points=$(grep -o '<circle class="plan' "$work/dom.html" | wc -l)
+expected=$(python3 -c "
+import json; p = json.load(open('$work/j1.json'))
+print(sum(1 for x in p['top'] + p['others'] if isinstance(x.get('examples_per_s'), (int, float))))")
+[ "$points" -eq "$expected" ] || { echo "FAIL: $points points in the chart, expected $expected"; exit 1; }
+
+# Nothing fits: exit 1, and the closest plan is named.
+set +e
+"$tpusim" plan "$work/t12_v3_8.json" --set model.d_model=8192 --set model.d_ff=32768 -j 2 > /dev/null 2> "$work/err"
+rc=$?
+set -e
+[ "$rc" -eq 1 ] || { echo "FAIL: nothing fits gave exit $rc"; cat "$work/err"; exit 1; }
+grep -q "no plan fits; the closest: .*over by" "$work/err" || { echo "FAIL: no closest plan named"; cat "$work/err"; exit 1; }
+
+# Bad input: exit 2 with the path.
+expect_bad() {  # what-to-find args...
+  local want="$1"; shift
+  set +e; "$tpusim" plan "$@" > /dev/null 2> "$work/err"; local rc=$?; set -e
+  [ "$rc" -eq 2 ] || { echo "FAIL: exit $rc for $*"; cat "$work/err"; exit 1; }
+  grep -q -- "$want" "$work/err" || { echo "FAIL: '$want' not in the message for $*"; cat "$work/err"; exit 1; }
+}
+echo '{"schema": "tpusim.plan_space/1", "stages": [0]}' > "$work/space.json"
+expect_bad "stages\[0\]" "$work/mlp.json" --space "$work/space.json"
+expect_bad "--top" "$work/mlp.json" --top 0
+expect_bad "--objective" "$work/mlp.json" --objective speed
+expect_bad "model.layers" "$work/mlp.json" --set model.layers=-1
+echo "plan: ok"

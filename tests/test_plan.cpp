@@ -1,0 +1,83 @@
+// The space `tpusim plan` searches (no engine): which schedules it proposes for a study.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "cli/plan_space.hpp"
+#include "hardware/errors.hpp"
+
+using namespace tpusim;
+using namespace tpusim::cli;
+
+namespace {
+
+Study study(const std::string& model, std::int64_t batch, const std::string& slice) {
+  Json j = Json::parse(
+      R"({"hardware": "tpu-v3", "optimizer": {"kind": "adam"}, "schedule": {"kind": "data_parallel"}})");
+  j["model"] = Json::parse(model);
+  j["batch"] = batch;
+  j["slice"] = slice;
+  return parse_study(j, "test");
+}
+
+const char* kTransformer =
+    R"({"kind": "transformer", "layers": 12, "d_model": 256, "d_ff": 1024, "heads": 8, "vocab": 1000, "seq_len": 64})";
+
+}  // namespace
+
+TEST_CASE("plan proposes every pipeline shape that divides the slice and the batch", "[plan]") {
+  const Study s = study(kTransformer, 64, "v3-8");  // 8 cores, 14 layers (embedding, 12 blocks, output)
+  const auto all = plan_candidates(s, PlanSpace{});
+  std::set<std::string> labels;
+  int pipelines = 0, meshes = 0, dp = 0;
+  for (const auto& c : all) {
+    INFO(c.dump());
+    CHECK(labels.insert(plan_label(c)).second);  // every label names one candidate
+    const std::string kind = c["kind"];
+    if (kind == "data_parallel") ++dp;
+    if (kind == "mesh") {
+      ++meshes;
+      CHECK(c["mesh"][0][1].get<int>() * c["mesh"][1][1].get<int>() == 8);
+      CHECK(c["layout"]["heads"] == "model");
+    }
+    if (kind != "gpipe" && kind != "one_f_one_b") continue;
+    ++pipelines;
+    const int k = c["stages"], r = c["replicas"], m = c["microbatches"];
+    CHECK(k >= 2);
+    CHECK(k * r <= 8);
+    CHECK((64 / r) % m == 0);
+  }
+  CHECK(dp == 4);      // replicated / sharded x fp32 / bf16
+  CHECK(meshes == 6);  // model axis 2, 4, 8 x replicated / sharded
+  // K = 2: R in {1, 2, 4}, M up to 64/R (7, 6, 5 powers of two); K = 4: R in {1, 2} (7, 6);
+  // K = 8: R = 1 (7). Remat on and off, two kinds.
+  CHECK(pipelines == 2 * 2 * (7 + 6 + 5 + 7 + 6 + 7));
+}
+
+TEST_CASE("a plan space file narrows the search; bad ones name the path", "[plan]") {
+  const Study s = study(kTransformer, 64, "v3-8");
+  const std::string file = (std::filesystem::temp_directory_path() / "tpusim_plan_space_test.json").string();
+  std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "kinds": ["gpipe"], "stages": [4],
+                             "microbatches": [8], "remat": [true]})";
+  const auto all = plan_candidates(s, read_plan_space(file));
+  REQUIRE(all.size() == 2);  // R = 1 or 2
+  for (const auto& c : all) CHECK(plan_label(c).rfind("gpipe K=4 R=", 0) == 0);
+  std::ofstream(file)
+      << R"({"schema": "tpusim.plan_space/1", "kinds": ["pipe"], "stagez": [2], "remat": [1]})";
+  try {
+    read_plan_space(file);
+    FAIL("accepted a bad space");
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, Catch::Contains("kinds[0]"));
+    CHECK_THAT(what, Catch::Contains("stagez"));
+    CHECK_THAT(what, Catch::Contains("remat[0]"));
+  }
+}
+
+TEST_CASE("models without named ops get no mesh candidates", "[plan]") {
+  const Study s =
+      study(R"({"kind": "amoebanet_d", "normal_cells": 6, "filters": 64, "image_size": 64})", 64, "v3-8");
+  for (const auto& c : plan_candidates(s, PlanSpace{})) CHECK(c["kind"] != "mesh");
+}
