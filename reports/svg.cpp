@@ -6,10 +6,7 @@
 
 namespace tpusim::reports {
 
-namespace {
-
-
-}  // namespace
+namespace {}  // namespace
 
 std::string svg_number(double v) {
   char buf[32];
@@ -21,11 +18,20 @@ std::string xml_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -41,8 +47,6 @@ double tick_step(double range, int ticks) {
     if (p * m >= raw) return p * m;
   return p * 10;
 }
-
-
 
 const char* phase_colour(const std::string& phase) {
   if (phase == "forward") return "#4e79a7";
@@ -74,7 +78,8 @@ std::string timeline_svg(const sim::TaskGraph& graph, const sim::SimResult& r, i
   std::ostringstream s;
   s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << svg_number(height)
     << "\" font-family=\"sans-serif\" font-size=\"10\">\n";
-  s << "<text x=\"" << left << "\" y=\"16\" font-size=\"13\">Step timeline: " << human_seconds(r.step_time_s, true);
+  s << "<text x=\"" << left
+    << "\" y=\"16\" font-size=\"13\">Step timeline: " << human_seconds(r.step_time_s, true);
   int shown_of = 0;
   for (int c = 0; c < graph.cores(); ++c) shown_of += graph.program(c).empty() ? 0 : 1;
   if (shown_of > int(rows.size())) s << " (first " << rows.size() << " of " << shown_of << " busy cores)";
@@ -82,15 +87,16 @@ std::string timeline_svg(const sim::TaskGraph& graph, const sim::SimResult& r, i
   // Legend.
   double lx = left;
   for (const char* p : {"forward", "backward", "recompute", "update", "transfer", "collective"}) {
-    s << "<rect x=\"" << svg_number(lx) << "\" y=\"22\" width=\"10\" height=\"10\" fill=\"" << phase_colour(p) << "\"/>"
+    s << "<rect x=\"" << svg_number(lx) << "\" y=\"22\" width=\"10\" height=\"10\" fill=\"" << phase_colour(p)
+      << "\"/>"
       << "<text x=\"" << svg_number(lx + 14) << "\" y=\"31\">" << p << "</text>\n";
     lx += 90;
   }
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const double y = top + row_h * double(i);
     s << "<text x=\"4\" y=\"" << svg_number(y + 14) << "\">core " << rows[i] << "</text>\n";
-    s << "<line x1=\"" << left << "\" x2=\"" << svg_number(left + plot_w) << "\" y1=\"" << svg_number(y + row_h - 1) << "\" y2=\""
-      << svg_number(y + row_h - 1) << "\" stroke=\"#eee\"/>\n";
+    s << "<line x1=\"" << left << "\" x2=\"" << svg_number(left + plot_w) << "\" y1=\""
+      << svg_number(y + row_h - 1) << "\" y2=\"" << svg_number(y + row_h - 1) << "\" stroke=\"#eee\"/>\n";
   }
   for (int id = 0; id < graph.size(); ++id) {
     const sim::Task& t = graph.task(id);
@@ -100,33 +106,37 @@ std::string timeline_svg(const sim::TaskGraph& graph, const sim::SimResult& r, i
     if (t.kind == sim::TaskKind::Compute) {
       if (row_of[t.core] < 0) continue;
       const double y = top + row_h * row_of[t.core];
-      s << "<rect x=\"" << svg_number(x(t0)) << "\" y=\"" << svg_number(y + 2) << "\" width=\"" << svg_number(w) << "\" height=\""
-        << svg_number(row_h - lane_h - 5) << "\" fill=\"" << phase_colour(t.phase) << "\" stroke=\"#fff\" stroke-width=\"0.5\"><title>"
-        << title << "</title></rect>\n";
+      s << "<rect x=\"" << svg_number(x(t0)) << "\" y=\"" << svg_number(y + 2) << "\" width=\""
+        << svg_number(w) << "\" height=\"" << svg_number(row_h - lane_h - 5) << "\" fill=\""
+        << phase_colour(t.phase) << "\" stroke=\"#fff\" stroke-width=\"0.5\"><title>" << title
+        << "</title></rect>\n";
       if (t.micro_batch >= 0 && w > 12) {
-        s << "<text x=\"" << svg_number(x(t0) + w / 2) << "\" y=\"" << svg_number(y + 14) << "\" fill=\"#fff\" text-anchor=\"middle\">"
-          << t.micro_batch << "</text>\n";
+        s << "<text x=\"" << svg_number(x(t0) + w / 2) << "\" y=\"" << svg_number(y + 14)
+          << "\" fill=\"#fff\" text-anchor=\"middle\">" << t.micro_batch << "</text>\n";
       }
       continue;
     }
     // Communication: a thin box in the lane of every shown core taking part.
     const std::vector<int> cores = t.members();
-    const char* colour = t.kind == sim::TaskKind::Transfer ? phase_colour("transfer") : phase_colour("collective");
+    const char* colour =
+        t.kind == sim::TaskKind::Transfer ? phase_colour("transfer") : phase_colour("collective");
     for (int c : cores) {
       if (row_of[c] < 0) continue;
       const double y = top + row_h * row_of[c] + row_h - lane_h - 2;
-      s << "<rect x=\"" << svg_number(x(t0)) << "\" y=\"" << svg_number(y) << "\" width=\"" << svg_number(w) << "\" height=\"" << svg_number(lane_h)
-        << "\" fill=\"" << colour << "\" opacity=\"0.8\"><title>" << title << "</title></rect>\n";
+      s << "<rect x=\"" << svg_number(x(t0)) << "\" y=\"" << svg_number(y) << "\" width=\"" << svg_number(w)
+        << "\" height=\"" << svg_number(lane_h) << "\" fill=\"" << colour << "\" opacity=\"0.8\"><title>"
+        << title << "</title></rect>\n";
     }
   }
   // Time axis.
   const double axis_y = top + row_h * double(rows.size()) + 8;
-  s << "<line x1=\"" << left << "\" x2=\"" << svg_number(left + plot_w) << "\" y1=\"" << svg_number(axis_y) << "\" y2=\"" << svg_number(axis_y)
-    << "\" stroke=\"#333\"/>\n";
+  s << "<line x1=\"" << left << "\" x2=\"" << svg_number(left + plot_w) << "\" y1=\"" << svg_number(axis_y)
+    << "\" y2=\"" << svg_number(axis_y) << "\" stroke=\"#333\"/>\n";
   const double dt = tick_step(step, 8);
   for (double t = 0; t <= step * (1 + 1e-9); t += dt) {
-    s << "<line x1=\"" << svg_number(x(t)) << "\" x2=\"" << svg_number(x(t)) << "\" y1=\"" << svg_number(axis_y) << "\" y2=\"" << svg_number(axis_y + 4)
-      << "\" stroke=\"#333\"/><text x=\"" << svg_number(x(t)) << "\" y=\"" << svg_number(axis_y + 16) << "\" text-anchor=\"middle\">"
+    s << "<line x1=\"" << svg_number(x(t)) << "\" x2=\"" << svg_number(x(t)) << "\" y1=\""
+      << svg_number(axis_y) << "\" y2=\"" << svg_number(axis_y + 4) << "\" stroke=\"#333\"/><text x=\""
+      << svg_number(x(t)) << "\" y=\"" << svg_number(axis_y + 16) << "\" text-anchor=\"middle\">"
       << human_seconds(t, true) << "</text>\n";
   }
   s << "</svg>\n";
@@ -142,21 +152,24 @@ std::string memory_svg(const Json& result, int max_bars) {
   double top_value = capacity;
   for (int c : shown) top_value = std::max(top_value, cores[c]["peak_hbm_bytes"].get<double>());
   top_value *= 1.1;
-  const double left = 70, top = 40, plot_h = 260, bar_w = std::clamp(700.0 / std::max<std::size_t>(1, shown.size()), 4.0, 40.0);
+  const double left = 70, top = 40, plot_h = 260,
+               bar_w = std::clamp(700.0 / std::max<std::size_t>(1, shown.size()), 4.0, 40.0);
   const double width = std::max(400.0, left + bar_w * double(shown.size()) + 140), height = top + plot_h + 50;
   auto y = [&](double bytes) { return top + plot_h * (1 - bytes / top_value); };
   const char* cats[] = {"weights", "optimizer", "gradients", "activations", "workspace"};
 
   std::ostringstream s;
-  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << svg_number(width) << "\" height=\"" << svg_number(height)
-    << "\" font-family=\"sans-serif\" font-size=\"10\">\n";
-  s << "<text x=\"" << left << "\" y=\"16\" font-size=\"13\">Peak HBM per core, by category at the peak</text>\n";
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << svg_number(width) << "\" height=\""
+    << svg_number(height) << "\" font-family=\"sans-serif\" font-size=\"10\">\n";
+  s << "<text x=\"" << left
+    << "\" y=\"16\" font-size=\"13\">Peak HBM per core, by category at the peak</text>\n";
   const double gib = 1024.0 * 1024 * 1024;
   const double dy = tick_step(top_value / gib, 5);
   for (double v = 0; v * gib <= top_value; v += dy) {
-    s << "<line x1=\"" << left << "\" x2=\"" << svg_number(left + bar_w * double(shown.size())) << "\" y1=\"" << svg_number(y(v * gib))
-      << "\" y2=\"" << svg_number(y(v * gib)) << "\" stroke=\"#eee\"/><text x=\"" << left - 4 << "\" y=\"" << svg_number(y(v * gib) + 3)
-      << "\" text-anchor=\"end\">" << svg_number(v) << " GiB</text>\n";
+    s << "<line x1=\"" << left << "\" x2=\"" << svg_number(left + bar_w * double(shown.size())) << "\" y1=\""
+      << svg_number(y(v * gib)) << "\" y2=\"" << svg_number(y(v * gib)) << "\" stroke=\"#eee\"/><text x=\""
+      << left - 4 << "\" y=\"" << svg_number(y(v * gib) + 3) << "\" text-anchor=\"end\">" << svg_number(v)
+      << " GiB</text>\n";
   }
   for (std::size_t i = 0; i < shown.size(); ++i) {
     const auto& core = cores[shown[i]];
@@ -164,27 +177,31 @@ std::string memory_svg(const Json& result, int max_bars) {
     for (const char* cat : cats) {
       const double v = core["hbm_at_peak"][cat].get<double>();
       if (v <= 0) continue;
-      s << "<rect x=\"" << svg_number(left + bar_w * double(i) + 1) << "\" y=\"" << svg_number(y(base + v)) << "\" width=\"" << svg_number(bar_w - 2)
-        << "\" height=\"" << svg_number(y(base) - y(base + v)) << "\" fill=\"" << phase_colour(cat) << "\"><title>core "
-        << shown[i] << " " << cat << " " << human_bytes(v) << "</title></rect>\n";
+      s << "<rect x=\"" << svg_number(left + bar_w * double(i) + 1) << "\" y=\"" << svg_number(y(base + v))
+        << "\" width=\"" << svg_number(bar_w - 2) << "\" height=\"" << svg_number(y(base) - y(base + v))
+        << "\" fill=\"" << phase_colour(cat) << "\"><title>core " << shown[i] << " " << cat << " "
+        << human_bytes(v) << "</title></rect>\n";
       base += v;
     }
     if (bar_w >= 14 || i % 8 == 0)
-      s << "<text x=\"" << svg_number(left + bar_w * (double(i) + 0.5)) << "\" y=\"" << svg_number(top + plot_h + 14)
-        << "\" text-anchor=\"middle\">" << shown[i] << "</text>\n";
+      s << "<text x=\"" << svg_number(left + bar_w * (double(i) + 0.5)) << "\" y=\""
+        << svg_number(top + plot_h + 14) << "\" text-anchor=\"middle\">" << shown[i] << "</text>\n";
   }
-  s << "<line x1=\"" << left << "\" x2=\"" << svg_number(left + bar_w * double(shown.size())) << "\" y1=\"" << svg_number(y(capacity))
-    << "\" y2=\"" << svg_number(y(capacity)) << "\" stroke=\"#d00\" stroke-width=\"2\" stroke-dasharray=\"6 3\"/>"
-    << "<text x=\"" << svg_number(left + 4) << "\" y=\"" << svg_number(y(capacity) - 4) << "\" fill=\"#d00\">HBM capacity "
-    << human_bytes(capacity) << "</text>\n";
+  s << "<line x1=\"" << left << "\" x2=\"" << svg_number(left + bar_w * double(shown.size())) << "\" y1=\""
+    << svg_number(y(capacity)) << "\" y2=\"" << svg_number(y(capacity))
+    << "\" stroke=\"#d00\" stroke-width=\"2\" stroke-dasharray=\"6 3\"/>"
+    << "<text x=\"" << svg_number(left + 4) << "\" y=\"" << svg_number(y(capacity) - 4)
+    << "\" fill=\"#d00\">HBM capacity " << human_bytes(capacity) << "</text>\n";
   double ly = top + 20;
   for (const char* cat : cats) {
-    s << "<rect x=\"" << svg_number(left + bar_w * double(shown.size()) + 10) << "\" y=\"" << svg_number(ly) << "\" width=\"10\" height=\"10\" fill=\""
-      << phase_colour(cat) << "\"/><text x=\"" << svg_number(left + bar_w * double(shown.size()) + 24) << "\" y=\"" << svg_number(ly + 9) << "\">"
+    s << "<rect x=\"" << svg_number(left + bar_w * double(shown.size()) + 10) << "\" y=\"" << svg_number(ly)
+      << "\" width=\"10\" height=\"10\" fill=\"" << phase_colour(cat) << "\"/><text x=\""
+      << svg_number(left + bar_w * double(shown.size()) + 24) << "\" y=\"" << svg_number(ly + 9) << "\">"
       << cat << "</text>\n";
     ly += 16;
   }
-  s << "<text x=\"" << svg_number(left) << "\" y=\"" << svg_number(top + plot_h + 30) << "\">core</text>\n</svg>\n";
+  s << "<text x=\"" << svg_number(left) << "\" y=\"" << svg_number(top + plot_h + 30)
+    << "\">core</text>\n</svg>\n";
   return s.str();
 }
 
