@@ -159,10 +159,7 @@ std::string pareto_svg(const Json& plan) {
 
 std::string plan_html(const Json& plan) {
   std::ostringstream h;
-  h << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>tpusim plan</title>\n<style>"
-       "body{font-family:sans-serif;margin:24px;color:#222;max-width:1200px}table{border-collapse:collapse;"
-       "margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left}"
-       "th{background:#f4f4f4}</style></head><body>\n<h1>tpusim plan</h1>\n<p>"
+  h << html_page_start("tpusim plan", "td,th{text-align:left}") << "<h1>tpusim plan</h1>\n<p>"
     << xml_escape(plan["study"].get<std::string>()) << ": " << xml_escape(counts(plan)) << ".</p>\n";
   h << pareto_svg(plan);
   if (!plan["best"].is_null()) {

@@ -205,4 +205,14 @@ std::string memory_svg(const Json& result, int max_bars) {
   return s.str();
 }
 
+std::string html_page_start(const std::string& title, const std::string& extra_css) {
+  return "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + xml_escape(title) +
+         "</title>\n<style>body{font-family:sans-serif;margin:24px;color:#222;max-width:1200px}"
+         "table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px "
+         "8px;font-size:13px;"
+         "text-align:right}th{background:#f4f4f4}h2{margin-top:28px}svg{margin:6px 12px 6px "
+         "0;vertical-align:top}" +
+         extra_css + "</style></head><body>\n";
+}
+
 }  // namespace tpusim::reports

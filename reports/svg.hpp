@@ -27,6 +27,10 @@ std::string svg_number(double v);
 /// Text escaped for SVG/HTML content and attributes.
 std::string xml_escape(const std::string& text);
 
+/// The start of a self-contained report page: doctype, title, the shared style (tables, inline
+/// SVG charts) plus `extra_css`, and the opening body tag.
+std::string html_page_start(const std::string& title, const std::string& extra_css = "");
+
 /// A round step (1, 2 or 5 times a power of ten) giving about `ticks` ticks over `range`.
 double tick_step(double range, int ticks);
 

@@ -380,10 +380,7 @@ Comparison compare(const Json& meta, const std::vector<Json>& records) {
 std::string sweep_html(const Json& meta, const std::vector<Json>& records) {
   const Axes axes = choose_axes(meta);
   std::ostringstream h;
-  h << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>tpusim sweep</title>\n<style>"
-       "body{font-family:sans-serif;margin:24px;color:#222;max-width:1100px}table{border-collapse:collapse;margin:8px 0}"
-       "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:right}th{background:#f4f4f4}"
-       "h2{margin-top:28px}.fail{color:#b00}svg{margin:6px 12px 6px 0;vertical-align:top}</style></head><body>\n";
+  h << html_page_start("tpusim sweep", ".fail{color:#b00}");
   std::size_t failed = 0;
   for (const auto& r : records) failed += ok(r) ? 0 : 1;
   h << "<h1>tpusim sweep</h1>\n<p>Study <code>" << xml_escape(meta["study"].get<std::string>()) << "</code>: " << records.size()

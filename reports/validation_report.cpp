@@ -221,12 +221,7 @@ std::string parity_svg(const Json& report, const std::string& quantity) {
 
 std::string validation_html(const Json& report) {
   std::ostringstream h;
-  h << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>tpusim validation</title>\n<style>"
-       "body{font-family:sans-serif;margin:24px;color:#222;max-width:1200px}table{border-collapse:collapse;"
-       "margin:8px 0}"
-       "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:right}th{background:#f4f4f4}"
-       "td:first-child,td:nth-child(2){text-align:left}.out{color:#b00}svg{margin:6px 12px 6px "
-       "0;vertical-align:top}</style></head><body>\n";
+  h << html_page_start("tpusim validation", "td:first-child,td:nth-child(2){text-align:left}.out{color:#b00}");
   h << "<h1>tpusim validation</h1>\n<p>Predictions against measured TPU runs. Error = predicted / measured - "
        "1. "
     << xml_escape(summary_line(report["summary"])) << ".</p>\n<div>";
