@@ -127,10 +127,25 @@ std::string report_markdown(const Json& j) {
   md << "Core " << j["peak_hbm_core"].get<int>() << " peaks at "
      << human_bytes(j["peak_hbm_bytes"].get<double>()) << " ("
      << pct(j["peak_hbm_bytes"].get<double>() / j["hbm_capacity_bytes"].get<double>())
-     << " of its usable HBM):\n\n";
+     << " of its usable HBM) at "
+     << human_seconds(j["cores"][j["peak_hbm_core"].get<int>()]["peak_at_s"].get<double>()) << ", in `"
+     << j["cores"][j["peak_hbm_core"].get<int>()]["peak_task"].get<std::string>() << "`:\n\n";
   md << "| category | bytes at the peak |\n| --- | --- |\n";
   for (auto it = at_peak.begin(); it != at_peak.end(); ++it)
     md << "| " << it.key() << " | " << human_bytes(it.value().get<double>()) << " |\n";
+  md << "\nEach core's peak and the task running it:\n\n| core | peak | at | task |\n| ---: | ---: | ---: | "
+        "--- "
+        "|\n";
+  std::size_t listed = 0;
+  for (const auto& c : j["cores"]) {
+    if (c["peak_hbm_bytes"].get<double>() <= 0) continue;
+    if (++listed > 64) {
+      md << "| ... | | | (" << j["cores"].size() << " cores; the rest in result.json) |\n";
+      break;
+    }
+    md << "| " << c["core"].get<int>() << " | " << human_bytes(c["peak_hbm_bytes"].get<double>()) << " | "
+       << human_seconds(c["peak_at_s"].get<double>()) << " | " << c["peak_task"].get<std::string>() << " |\n";
+  }
   if (!j["overflow"].is_null()) {
     md << "\n**Does not fit**: core " << j["overflow"]["core"].get<int>() << " exceeds its HBM by "
        << human_bytes(j["overflow"]["bytes_over"].get<double>()) << " at "

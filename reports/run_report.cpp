@@ -142,12 +142,15 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
     Json at_peak;
     for (int k = 0; k < sim::kMemoryCategories; ++k)
       at_peak[sim::to_string(sim::MemoryCategory(k))] = cs.hbm_at_peak[k];
-    per_core.push_back(Json{{"core", c},
-                            {"chip", c / info.cores_per_chip},
-                            {"busy_s", cs.busy_s},
-                            {"idle_s", step - cs.busy_s},
-                            {"peak_hbm_bytes", cs.peak_hbm_bytes},
-                            {"hbm_at_peak", at_peak}});
+    per_core.push_back(
+        Json{{"core", c},
+             {"chip", c / info.cores_per_chip},
+             {"busy_s", cs.busy_s},
+             {"idle_s", step - cs.busy_s},
+             {"peak_hbm_bytes", cs.peak_hbm_bytes},
+             {"peak_at_s", cs.peak_at_s},
+             {"peak_task", cs.peak_task >= 0 ? Json(graph.task(cs.peak_task).name) : Json("resident state")},
+             {"hbm_at_peak", at_peak}});
   }
 
   Json overflow = nullptr;
@@ -280,6 +283,9 @@ std::string summary_text(const Json& j) {
     first = false;
   }
   out << ")\n";
+  const auto& peak_core = j["cores"][j["peak_hbm_core"].get<int>()];
+  out << "  peak at           " << human_seconds(peak_core["peak_at_s"].get<double>()) << " on core "
+      << j["peak_hbm_core"].get<int>() << ", in " << peak_core["peak_task"].get<std::string>() << "\n";
   if (j.contains("functional")) {
     const auto& f = j["functional"];
     std::snprintf(buf, sizeof buf,
@@ -299,6 +305,55 @@ std::string summary_text(const Json& j) {
   out << "\n";
   return out.str();
 }
+
+namespace {
+
+/// HBM over time as counter tracks ("ph": "C"), one per core with the memory categories as its
+/// series, sampled after every instant at which an effect on the core applies (at its task's
+/// start or end). The cores with the highest peaks first, at most kMaxCounterCores of them.
+void append_memory_counters(const sim::TaskGraph& graph, const sim::SimResult& r, int cores_per_chip,
+                            Json& events) {
+  constexpr int kMaxCounterCores = 256;
+  struct Change {
+    double time_s;
+    sim::MemoryEffect effect;
+  };
+  std::vector<std::vector<Change>> changes(static_cast<std::size_t>(graph.cores()));
+  for (int id = 0; id < graph.size(); ++id)
+    for (const auto& e : graph.task(id).memory)
+      changes[std::size_t(e.core)].push_back(
+          {e.when == sim::MemoryEffect::When::Start ? r.tasks[id].start_s : r.tasks[id].end_s, e});
+  std::vector<int> cores;
+  for (int c = 0; c < graph.cores(); ++c)
+    if (!changes[std::size_t(c)].empty()) cores.push_back(c);
+  std::stable_sort(cores.begin(), cores.end(),
+                   [&](int a, int b) { return r.cores[a].peak_hbm_bytes > r.cores[b].peak_hbm_bytes; });
+  if (cores.size() > kMaxCounterCores) cores.resize(kMaxCounterCores);
+  std::sort(cores.begin(), cores.end());
+  for (int c : cores) {
+    auto& list = changes[std::size_t(c)];
+    std::stable_sort(list.begin(), list.end(),
+                     [](const Change& a, const Change& b) { return a.time_s < b.time_s; });
+    sim::MemoryBreakdown now = graph.resident()[c];
+    auto sample = [&](double t) {
+      Json args = Json::object();
+      for (int k = 0; k < sim::kMemoryCategories; ++k)
+        args[sim::to_string(sim::MemoryCategory(k))] = std::max(0.0, now[k]);
+      events.push_back(Json{{"ph", "C"},
+                            {"name", "HBM core " + std::to_string(c) + " (bytes)"},
+                            {"pid", c / cores_per_chip},
+                            {"ts", t * 1e6},
+                            {"args", std::move(args)}});
+    };
+    sample(0.0);
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      now[int(list[i].effect.category)] += list[i].effect.bytes;
+      if (i + 1 == list.size() || list[i + 1].time_s > list[i].time_s) sample(list[i].time_s);
+    }
+  }
+}
+
+}  // namespace
 
 Json chrome_trace(const sim::TaskGraph& graph, const sim::SimResult& r, int cores_per_chip) {
   Json events = Json::array();
@@ -345,6 +400,7 @@ Json chrome_trace(const sim::TaskGraph& graph, const sim::SimResult& r, int core
     }
     events.push_back(std::move(e));
   }
+  append_memory_counters(graph, r, cores_per_chip, events);
   for (const auto& f : r.flows) {
     for (int link : f.links) {
       events.push_back(

@@ -238,6 +238,8 @@ class Runner {
     for (int c = 0; c < g_.cores(); ++c) {
       result_.cores[c].peak_hbm_bytes = memory_.peak(c);
       result_.cores[c].hbm_at_peak = memory_.at_peak(c);
+      result_.cores[c].peak_at_s = memory_.peak_at(c);
+      result_.cores[c].peak_task = memory_.peak_task(c);
     }
     result_.hbm_capacity_bytes = memory_.capacity();
     result_.overflow = memory_.overflow();

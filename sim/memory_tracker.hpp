@@ -15,9 +15,9 @@ using MemoryBreakdown = std::array<double, kMemoryCategories>;
 struct Overflow {
   bool happened = false;
   int core = -1;
-  int task = -1;             ///< the task whose allocation first exceeded capacity
+  int task = -1;  ///< the task whose allocation first exceeded capacity
   double time_s = 0;
-  double bytes_over = 0;     ///< by how much it exceeded capacity at that moment
+  double bytes_over = 0;  ///< by how much it exceeded capacity at that moment
 };
 
 class MemoryTracker {
@@ -30,6 +30,10 @@ class MemoryTracker {
   void apply(const MemoryEffect& effect, int task, double time_s);
 
   double peak(int core) const { return peak_[core]; }
+  /// When a core first reached its peak, and the task whose effect took it there (-1: the
+  /// resident state at the start).
+  double peak_at(int core) const { return peak_at_[core]; }
+  int peak_task(int core) const { return peak_task_[core]; }
   const MemoryBreakdown& at_peak(int core) const { return at_peak_[core]; }
   const MemoryBreakdown& current(int core) const { return current_[core]; }
   const Overflow& overflow() const { return overflow_; }
@@ -41,6 +45,8 @@ class MemoryTracker {
   std::vector<MemoryBreakdown> at_peak_;
   std::vector<double> total_;
   std::vector<double> peak_;
+  std::vector<double> peak_at_;
+  std::vector<int> peak_task_;
   Overflow overflow_;
 };
 

@@ -15,9 +15,11 @@ struct TaskTiming {
 };
 
 struct CoreStats {
-  double busy_s = 0;            ///< time running compute tasks
+  double busy_s = 0;  ///< time running compute tasks
   double peak_hbm_bytes = 0;
   MemoryBreakdown hbm_at_peak{};
+  double peak_at_s = 0;  ///< when it first reached its peak
+  int peak_task = -1;    ///< the task whose allocation took it there (-1: its resident state)
 };
 
 /// One flow on the wire (recorded only when asked): for Chrome-trace link tracks.
@@ -40,8 +42,8 @@ struct SimResult {
   bool fits = true;
   bool symmetric_collectives = false;  ///< collectives were simulated on representative rings
   long long flows_simulated = 0;
-  std::vector<FlowRecord> flows;       ///< filled when EngineOptions::record_flows
-  std::vector<int> completion_order;   ///< task ids in the order they completed (functional mode)
+  std::vector<FlowRecord> flows;      ///< filled when EngineOptions::record_flows
+  std::vector<int> completion_order;  ///< task ids in the order they completed (functional mode)
 };
 
 }  // namespace tpusim::sim

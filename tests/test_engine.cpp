@@ -241,6 +241,8 @@ TEST_CASE("HBM occupancy is tracked over time: peak, breakdown, overflow", "[eng
   CHECK(r.cores[0].hbm_at_peak[int(MemoryCategory::Weights)] == Approx(300));
   CHECK(r.cores[0].hbm_at_peak[int(MemoryCategory::Activations)] == Approx(500));
   CHECK(r.cores[0].hbm_at_peak[int(MemoryCategory::Workspace)] == Approx(400));
+  CHECK(r.cores[0].peak_at_s == Approx(1.0));  // the spike starts when "alloc" ends
+  CHECK(r.cores[0].peak_task == spike);
   CHECK_FALSE(r.fits);
   CHECK(r.overflow.core == 0);
   CHECK(r.overflow.task == spike);
