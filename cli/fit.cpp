@@ -133,12 +133,22 @@ int cmd_fit(const std::string& study, const std::string& path, const std::vector
   load_study(study, at_min);
 
   auto probe = [&](double v) {
-    std::vector<std::string> args = {"run", study, "--json"};
+    // --require-fit: a value whose resident state alone overflows answers at once (exit 1,
+    // a small result with "simulated": false) instead of simulating the step.
+    std::vector<std::string> args = {"run", study, "--json", "--require-fit"};
     for (const auto& s : sets) args.insert(args.end(), {"--set", s});
     args.insert(args.end(), {"--set", path + "=" + value_text(v)});
     const ChildResult child = run_self(args, probe_timeout_s);
     Probe p;
     p.value = v;
+    if (child.exit_code == 1 && !child.out.empty()) {  // ran (or was bounded): does not fit
+      try {
+        p.result = Json::parse(child.out);
+        p.fits = false;
+        return p;
+      } catch (const Json::parse_error&) {
+      }
+    }
     if (child.exit_code != 0 && child.exit_code != 2) {
       // Exit 2 is "the study is invalid at this value" (an answer); anything else is a failure.
       std::string why = child.err.empty() ? "exit code " + std::to_string(child.exit_code) : child.err;
@@ -193,7 +203,8 @@ int cmd_fit(const std::string& study, const std::string& path, const std::vector
         std::cout << "invalid or failed (" << p.error.substr(0, p.error.find('\n', p.error.find('\n') + 1))
                   << ")\n";
       else
-        std::cout << (p.fits ? "fits" : "does not fit") << ", peak "
+        std::cout << (p.fits ? "fits" : "does not fit") << ", "
+                  << (p.result.value("simulated", true) ? "peak " : "resident state alone ")
                   << reports::human_bytes(p.result["peak_hbm_bytes"].get<double>()) << " of "
                   << reports::human_bytes(p.result["hbm_capacity_bytes"].get<double>()) << "\n";
     }

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <tuple>
 
 #include "cli/fit.hpp"
@@ -72,6 +73,34 @@ struct RunOptions {
   double host_memory_budget_bytes = 4.0 * 1024 * 1024 * 1024;
 };
 
+/// When the state a core holds all step (weights, optimizer slots, gradient accumulators)
+/// already exceeds its usable HBM: a small result saying so (fits false, not simulated).
+std::optional<Json> resident_overflow(const Study& study, const sim::TaskGraph& graph) {
+  const double usable = study.hardware.core.usable_hbm_bytes();
+  int worst = -1;
+  double most = 0;
+  for (int c = 0; c < graph.cores(); ++c) {
+    double held = 0;
+    for (double b : graph.resident()[c]) held += b;
+    if (held > most) most = held, worst = c;
+  }
+  if (worst < 0 || most <= usable) return std::nullopt;
+  std::string parts;
+  for (int k = 0; k < sim::kMemoryCategories; ++k)
+    if (graph.resident()[worst][k] > 0)
+      parts += (parts.empty() ? "" : ", ") + std::string(sim::to_string(sim::MemoryCategory(k))) + " " +
+               reports::human_bytes(graph.resident()[worst][k]);
+  return Json{
+      {"fits", false},
+      {"simulated", false},
+      {"core", worst},
+      {"resident", parts},
+      {"peak_hbm_bytes", most},
+      {"hbm_capacity_bytes", usable},
+      {"overflow",
+       {{"core", worst}, {"task", "resident state"}, {"time_s", 0.0}, {"bytes_over", most - usable}}}};
+}
+
 int cmd_run(const RunOptions& o) {
   const Study study = load_study(o.study, o.sets);
   std::unique_ptr<FunctionalRuntime> functional;
@@ -89,6 +118,21 @@ int cmd_run(const RunOptions& o) {
     functional->begin_step(0);
   }
   BuiltStep step = study.schedule->build(study, functional.get());
+  if (o.require_fit) {
+    if (auto over = resident_overflow(study, step.graph)) {
+      // What every core holds all step already overflows one: it cannot fit, whatever the
+      // step does; answered without simulating it.
+      std::cerr << "tpusim: the study does not fit in HBM (--require-fit): core "
+                << over->at("core").get<int>() << " holds "
+                << reports::human_bytes(over->at("peak_hbm_bytes").get<double>()) << " of resident state ("
+                << over->at("resident").get<std::string>() << ") of "
+                << reports::human_bytes(over->at("hbm_capacity_bytes").get<double>()) << " usable, over by "
+                << reports::human_bytes(over->at("overflow").at("bytes_over").get<double>())
+                << "; the step was not simulated\n";
+      if (o.json) std::cout << over->dump(2) << "\n";
+      return 1;
+    }
+  }
   sim::EngineOptions engine;
   engine.record_flows = o.trace;
   engine.symmetric_collectives = !o.no_symmetry;
