@@ -17,6 +17,7 @@
 #include "cli/fit.hpp"
 #include "cli/output_file.hpp"
 #include "cli/plan.hpp"
+#include "cli/run_progress.hpp"
 #include "cli/sweep.hpp"
 #include "cli/validate.hpp"
 #include "hardware/torus.hpp"
@@ -102,6 +103,7 @@ std::optional<Json> resident_overflow(const Study& study, const sim::TaskGraph& 
 }
 
 int cmd_run(const RunOptions& o) {
+  cli::RunProgress progress;  // from the start: a slow graph build shows in its elapsed time
   const Study study = load_study(o.study, o.sets);
   std::unique_ptr<FunctionalRuntime> functional;
   if (o.functional) {
@@ -137,6 +139,9 @@ int cmd_run(const RunOptions& o) {
   engine.record_flows = o.trace;
   engine.symmetric_collectives = !o.no_symmetry;
   engine.functional = o.functional;
+  engine.progress = [&](int done, int total, double simulated_s) {
+    progress.update(done, total, simulated_s);
+  };
   spdlog::debug("simulating {} tasks on {} cores", step.graph.size(), step.graph.cores());
   const sim::SimResult result = sim::simulate(step.graph, study.hardware, study.slice, engine);
   Json j = reports::result_json(run_info(study, step), step.graph, result);

@@ -357,6 +357,7 @@ class Runner {
       result_.completion_order.push_back(id);
     }
     ++done_;
+    if (opt_.progress && done_ % 256 == 0) opt_.progress(done_, g_.size(), now);
     for (int s : g_.successors(id)) {
       if (--remaining_[s] != 0) continue;
       const Task& st = g_.task(s);

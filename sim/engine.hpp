@@ -5,6 +5,8 @@
 // This is the only code that includes SimGrid.
 #pragma once
 
+#include <functional>
+
 #include "hardware/hardware_spec.hpp"
 #include "sim/result.hpp"
 #include "sim/task_graph.hpp"
@@ -23,6 +25,9 @@ struct EngineOptions {
   bool record_flows = false;
   /// Run the tasks' host closures (functional mode) as they complete in simulated order.
   bool functional = false;
+  /// Called now and then (every 256 completed tasks) with the tasks done, the total and the
+  /// simulated time: for progress reports. The engine prints nothing itself.
+  std::function<void(int done, int total, double simulated_s)> progress;
 };
 
 /// Simulates one step. Throws SimulationError on an invalid graph, a deadlock or an error in a
@@ -31,7 +36,9 @@ SimResult simulate(const TaskGraph& graph, const HardwareSpec& hw, const SliceSp
                    const EngineOptions& options = {});
 
 /// Cores of the slice (chips x cores per chip), numbered chip * cores_per_chip + index.
-inline int slice_cores(const HardwareSpec& hw, const SliceSpec& slice) { return slice.chips() * hw.chip.cores; }
+inline int slice_cores(const HardwareSpec& hw, const SliceSpec& slice) {
+  return slice.chips() * hw.chip.cores;
+}
 
 /// Torus links crossed between two cores according to the SimGrid platform (for tests):
 /// builds a platform for `slice` (counts as this process's one simulation) and returns, for

@@ -1,0 +1,37 @@
+#include "cli/run_progress.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+namespace tpusim::cli {
+
+namespace {
+constexpr double kQuietFor_s = 2.0;   // runs shorter than this print nothing
+constexpr double kTtyEvery_s = 0.25;  // terminal: the line's refresh
+constexpr double kLogEvery_s = 5.0;   // otherwise: a line this often
+}  // namespace
+
+RunProgress::RunProgress() : start_(Clock::now()), last_(start_), tty_(isatty(STDERR_FILENO)) {}
+
+RunProgress::~RunProgress() {
+  if (printed_ && tty_) std::cerr << "\n" << std::flush;
+}
+
+void RunProgress::update(int done, int total, double simulated_s) {
+  const auto now = Clock::now();
+  const double elapsed = std::chrono::duration<double>(now - start_).count();
+  const double since = std::chrono::duration<double>(now - last_).count();
+  if (elapsed < kQuietFor_s || (printed_ && since < (tty_ ? kTtyEvery_s : kLogEvery_s))) return;
+  last_ = now;
+  printed_ = true;
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "%stpusim: simulating: %d of %d tasks (%.1f %%), simulated %.4g s, %.0f s elapsed%s",
+                tty_ ? "\r" : "", done, total, 100.0 * done / (total > 0 ? total : 1), simulated_s, elapsed,
+                tty_ ? " " : "\n");
+  std::cerr << buf << std::flush;
+}
+
+}  // namespace tpusim::cli
