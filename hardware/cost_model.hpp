@@ -52,8 +52,9 @@ Op batched_matmul_op(std::string name, std::int64_t batch, std::int64_t m, std::
 struct ConvShape {
   std::int64_t batch = 1, in_h = 1, in_w = 1, in_channels = 1;
   std::int64_t kernel_h = 1, kernel_w = 1, stride = 1, out_channels = 1;
-  std::int64_t out_h() const { return (in_h + stride - 1) / stride; }  ///< "SAME" padding
-  std::int64_t out_w() const { return (in_w + stride - 1) / stride; }
+  bool valid = false;  ///< "VALID" padding (no border): the output shrinks by the kernel
+  std::int64_t out_h() const { return valid ? (in_h - kernel_h) / stride + 1 : (in_h + stride - 1) / stride; }
+  std::int64_t out_w() const { return valid ? (in_w - kernel_w) / stride + 1 : (in_w + stride - 1) / stride; }
   std::int64_t params() const { return kernel_h * kernel_w * in_channels * out_channels; }
 };
 Op conv_op(std::string name, const ConvShape& c, double activation_bytes, double weight_bytes);

@@ -37,6 +37,7 @@ const std::map<std::string, ModelBuilder>& model_builders() {
       {"mlp", build_mlp},
       {"resnet50", build_resnet50},
       {"sequential", build_sequential},
+      {"ssd_resnet34", build_ssd_resnet34},
       {"transformer", build_transformer},
   };
   return builders;

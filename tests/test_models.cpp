@@ -86,6 +86,7 @@ TEST_CASE("every registered model kind builds", "[models][registry]") {
       {"mesh_lm", R"({"kind": "mesh_lm", "size": -1, "layers": 1, "seq_len": 16})"},
       {"mlp", R"({"kind": "mlp", "layers": 2, "width": 16, "input": 8, "classes": 4})"},
       {"resnet50", R"({"kind": "resnet50", "image_size": 32, "classes": 10})"},
+      {"ssd_resnet34", R"({"kind": "ssd_resnet34", "image_size": 260, "classes": 3})"},
       {"sequential",
        R"({"kind": "sequential", "layers": [{"kind": "dense", "in": 8, "out": 16}, {"kind": "classifier", "in": 16, "classes": 4}]})"},
       {"transformer",
@@ -287,4 +288,34 @@ TEST_CASE("a masked LM computes logits only for its predicted positions", "[mode
   CHECK(logits_flops(mlm) == Approx(2.0 * 3 * 20 * 64 * 1000));
   CHECK(mlm.params() == all.params());
   CHECK_FALSE(mlm.layers.back().function);  // functional mode needs every position predicted
+}
+
+TEST_CASE("SSD-ResNet34 has its parameters, six maps and 8732 default boxes", "[models]") {
+  const Model m = build(R"({"kind": "ssd_resnet34", "space_to_depth": true})");
+  // By hand: ResNet-34's stem and three stages (the third at stride 1), convolutions without
+  // bias, batch norm 2 per channel.
+  auto conv = [](double k, double in, double out) { return k * k * in * out + 2 * out; };
+  const double backbone =
+      conv(7, 3, 64) + 3 * 2 * conv(3, 64, 64) + (conv(3, 64, 128) + conv(3, 128, 128) + conv(1, 64, 128)) +
+      3 * 2 * conv(3, 128, 128) + (conv(3, 128, 256) + conv(3, 256, 256) + conv(1, 128, 256)) +
+      5 * 2 * conv(3, 256, 256);
+  const double extras = conv(1, 256, 256) + conv(3, 256, 512) + conv(1, 512, 256) + conv(3, 256, 512) +
+                        conv(1, 512, 128) + conv(3, 128, 256) + 2 * (conv(1, 256, 128) + conv(3, 128, 256));
+  // Heads: a 3x3 conv with bias for 4 offsets and one for 81 scores per default box, per map.
+  const double channels[6] = {256, 512, 512, 256, 256, 256}, defaults[6] = {4, 6, 6, 6, 4, 4};
+  double heads = 0;
+  for (int i = 0; i < 6; ++i)
+    for (double per : {4 * defaults[i], 81 * defaults[i]}) heads += 9 * channels[i] * per + per;
+  CHECK(double(m.params()) == backbone + extras + heads);
+  CHECK(m.layers.size() == 1 + 13 + 5 + 1);
+  // Maps 38, 19, 10, 5, 3, 1: 38^2*4 + 19^2*6 + 10^2*6 + 5^2*6 + 3^2*4 + 4 = 8732 boxes of 81 scores.
+  const LayerWork heads_work = m.layers.back().work(2);
+  bool found = false;
+  for (const auto& op : heads_work.forward)
+    if (op.name == "class_loss") found = op.elements == 2.0 * 8732 * 81;
+  CHECK(found);
+  // Space-to-depth: the first convolution runs as 4x4 over 150x150x12 (the same parameters).
+  const auto& first = m.layers.front().work(1).forward.front();
+  CHECK(first.k == 4 * 4 * 12);
+  CHECK(first.m == 150 * 150);
 }

@@ -1,0 +1,165 @@
+// SSD300 on a ResNet-34 backbone, MLPerf's object detector (shared/VALIDATION.md; the MLPerf
+// reference model): ResNet-34's stem and its first three stages (3, 4, 6 basic blocks of 64,
+// 128, 256 channels) with the third stage's stride set to 1, so the first detection map is
+// 38x38x256 for a 300x300 image; five extra blocks (a 1x1 convolution to 256, 256, 128, 128,
+// 128 channels, then a 3x3 one to 512, 512, 256, 256, 256: stride 2 for the first three, no
+// padding for the last two) give maps of 19, 10, 5, 3 and 1; on each of the six maps a 3x3
+// convolution predicts 4 box offsets and a 3x3 convolution the class scores for each of its
+// 4, 6, 6, 6, 4, 4 default boxes (8732 per image); softmax cross-entropy over the classes of
+// every default box and a smooth-L1 box loss. Every convolution is followed by batch norm
+// (the heads instead have biases). One layer per stem, block, extra block and the heads.
+#include "models/conv_nets.hpp"
+
+namespace tpusim {
+
+namespace {
+
+constexpr std::int64_t kExtraMid[5] = {256, 256, 128, 128, 128};
+constexpr std::int64_t kMapChannels[6] = {256, 512, 512, 256, 256, 256};
+constexpr std::int64_t kDefaults[6] = {4, 6, 6, 6, 4, 4};
+
+/// The stem: 7x7 stride-2 conv to 64, BN, ReLU, 3x3 stride-2 max pool. With space-to-depth
+/// (MLPerf's conv0_space_to_depth) the image is reshaped 2x2 into 12 channels and the
+/// convolution runs as a 4x4 stride-1 one over it: the same parameters, a better MXU shape.
+Layer stem(std::int64_t image, bool space_to_depth, double act) {
+  Layer l;
+  l.name = "stem";
+  conv_bn_weights(l, 7, 7, 3, 64);
+  l.work = [image, space_to_depth, act](std::int64_t b) {
+    WorkBuilder w(act);
+    ConvShape c = space_to_depth ? ConvShape{b, image / 2, image / 2, 12, 4, 4, 1, 64}
+                                 : ConvShape{b, image, image, 3, 7, 7, 2, 64};
+    w.conv("conv1", c, /*input_gradient=*/false, "image");
+    const FeatureMap conv{c.out_h(), 64};
+    w.batch_norm("bn1", conv.elements(b), 64);
+    w.elementwise("relu", conv.elements(b), 1, 1);
+    const FeatureMap pooled{(conv.size + 1) / 2, 64};
+    w.pool("max_pool", conv.elements(b), pooled.elements(b), 9);
+    return w.finish(double(b) * image * image * 3 * act, pooled.elements(b) * act);
+  };
+  return l;
+}
+
+/// A basic block: 3x3 conv (stride) - BN - ReLU - 3x3 conv - BN, plus the input (through a 1x1
+/// strided conv and BN when the shape changes), ReLU. `carried` bytes per example of earlier
+/// detection maps pass through it to the heads.
+Layer basic_block(const std::string& name, const FeatureMap& in, std::int64_t width, std::int64_t stride,
+                  double carried, double act) {
+  Layer l;
+  l.name = name;
+  const bool projection = stride != 1 || in.channels != width;
+  conv_bn_weights(l, 3, 3, in.channels, width);
+  conv_bn_weights(l, 3, 3, width, width);
+  if (projection) conv_bn_weights(l, 1, 1, in.channels, width);
+  l.work = [in, width, stride, projection, carried, act](std::int64_t b) {
+    WorkBuilder w(act);
+    FeatureMap x = conv_bn(w, "conv1", b, in, 3, 3, stride, width, false, "in");
+    x = conv_bn(w, "conv2", b, x, 3, 3, 1, width);
+    if (projection) conv_bn(w, "shortcut", b, in, 1, 1, stride, width, false, "in");
+    w.elementwise("residual_relu", x.elements(b), 2, 2);
+    return w.finish(in.elements(b) * act + carried * double(b), x.elements(b) * act + carried * double(b));
+  };
+  return l;
+}
+
+/// Extra block i: 1x1 conv to kExtraMid[i] - BN - ReLU - 3x3 conv to the next map (stride 2,
+/// or no padding for the last two) - BN - ReLU.
+Layer extra_block(int i, const FeatureMap& in, double carried, double act) {
+  Layer l;
+  l.name = "extra" + std::to_string(i + 1);
+  const std::int64_t mid = kExtraMid[i], out = kMapChannels[i + 1];
+  conv_bn_weights(l, 1, 1, in.channels, mid);
+  conv_bn_weights(l, 3, 3, mid, out);
+  l.work = [i, in, mid, out, carried, act](std::int64_t b) {
+    WorkBuilder w(act);
+    const FeatureMap x = conv_bn(w, "conv1x1", b, in, 1, 1, 1, mid, false, "in");
+    ConvShape c{b, x.size, x.size, mid, 3, 3, i < 3 ? 2 : 1, out};
+    c.valid = i >= 3;
+    w.elementwise("relu1", x.elements(b), 1, 1);
+    w.conv("conv3x3", c);
+    const FeatureMap y{c.out_h(), out};
+    w.batch_norm("bn2", y.elements(b), out);
+    w.elementwise("relu2", y.elements(b), 1, 1);
+    // It hands on its own map and the earlier ones, all read by the heads.
+    return w.finish(in.elements(b) * act + carried * double(b),
+                    (y.elements(b) + in.elements(b)) * act + carried * double(b));
+  };
+  return l;
+}
+
+/// The heads on the six maps and the losses over every default box.
+Layer heads(const std::vector<FeatureMap>& maps, std::int64_t classes, double act) {
+  Layer l;
+  l.name = "heads";
+  std::int64_t boxes = 0;
+  for (std::size_t m = 0; m < maps.size(); ++m) {
+    for (std::int64_t per : {4 * kDefaults[m], classes * kDefaults[m]}) {
+      l.weights.push_back({3, 3, maps[m].channels, per});
+      l.weights.push_back({per});
+    }
+    boxes += maps[m].size * maps[m].size * kDefaults[m];
+  }
+  l.work = [maps, classes, boxes, act](std::int64_t b) {
+    WorkBuilder w(act);
+    double in = 0;
+    for (std::size_t m = 0; m < maps.size(); ++m) {
+      in += maps[m].elements(b);
+      const std::string map = "map" + std::to_string(m);
+      for (const auto& [what, per] :
+           {std::pair{"box", 4 * kDefaults[m]}, {"class", classes * kDefaults[m]}}) {
+        ConvShape c{b, maps[m].size, maps[m].size, maps[m].channels, 3, 3, 1, per};
+        // The last map is kept here; each earlier one is kept by the extra block that reads it.
+        w.conv(map + "_" + what, c, true, m + 1 == maps.size() ? map : "");
+        w.bias(map + "_" + what + "_bias", b * c.out_h() * c.out_w(), per);
+      }
+    }
+    w.softmax_xent("class_loss", double(b) * boxes * classes);
+    // Smooth L1 over the matched boxes' offsets: a few element-wise operations per value.
+    w.elementwise("box_loss", double(b) * boxes * 4, 4, 2);
+    return w.finish(in * act, double(b) * 4);
+  };
+  return l;
+}
+
+}  // namespace
+
+Model build_ssd_resnet34(Fields& f, Problems& problems) {
+  const auto image = f.integer_or("image_size", 300, 64, 4096);
+  const auto classes = f.integer_or("classes", 81, 2, 1 << 16);
+  const bool space_to_depth = f.boolean_or("space_to_depth", false);
+  Model m;
+  m.activation_bytes = read_activation_bytes(f);
+  if (problems.empty() && space_to_depth && image % 2 != 0)
+    problems.add(f.path_of("image_size"), Json(image), "an even size (space-to-depth reshapes 2x2 blocks)");
+  // The maps: 1/8 of the image, halved three times, then shrunk by 2 twice (unpadded 3x3).
+  std::int64_t last = (((image + 1) / 2 + 1) / 2 + 1) / 2;
+  for (int i = 0; i < 3; ++i) last = (last + 1) / 2;
+  if (problems.empty() && last - 4 < 1)
+    problems.add(f.path_of("image_size"), Json(image),
+                 "at least 257 (the sixth detection map must be 1x1 or larger)");
+  if (!problems.empty()) return m;
+  m.name = "ssd_resnet34 " + std::to_string(image) + "px";
+  const double act = m.activation_bytes;
+  m.layers.push_back(stem(image, space_to_depth, act));
+  FeatureMap x{((image + 1) / 2 + 1) / 2, 64};
+  const std::int64_t blocks[] = {3, 4, 6}, widths[] = {64, 128, 256}, strides[] = {1, 2, 1};
+  for (int stage = 0; stage < 3; ++stage)
+    for (std::int64_t i = 0; i < blocks[stage]; ++i) {
+      const std::int64_t stride = i == 0 ? strides[stage] : 1;
+      m.layers.push_back(basic_block("stage" + std::to_string(stage + 1) + "_block" + std::to_string(i + 1),
+                                     x, widths[stage], stride, 0.0, act));
+      x = FeatureMap{(x.size + stride - 1) / stride, widths[stage]};
+    }
+  std::vector<FeatureMap> maps = {x};
+  double carried = 0;  // bytes per example of the maps before the current one
+  for (int i = 0; i < 5; ++i) {
+    m.layers.push_back(extra_block(i, maps.back(), carried, act));
+    carried += maps.back().elements(1) * act;
+    const std::int64_t size = i < 3 ? (maps.back().size + 1) / 2 : maps.back().size - 2;
+    maps.push_back(FeatureMap{size, kMapChannels[i + 1]});
+  }
+  m.layers.push_back(heads(maps, classes, act));
+  return m;
+}
+
+}  // namespace tpusim
