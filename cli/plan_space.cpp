@@ -1,6 +1,8 @@
 #include "cli/plan_space.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <set>
 #include <type_traits>
 
@@ -58,12 +60,20 @@ std::set<std::string> named_dimensions(const Model& model) {
   return dims;
 }
 
-void data_parallel(const PlanSpace& space, std::vector<Json>& out) {
+/// Data parallelism: the update replicated or sharded, fp32 or bf16 gradients, and gradient
+/// buckets of a quarter, one and four times the hardware's all-reduce combine threshold.
+void data_parallel(const Study& study, const PlanSpace& space, std::vector<Json>& out) {
+  const double combine = study.hardware.core.allreduce_combine_threshold_bytes;
   for (const std::string update : {"replicated", "sharded"}) {
     if (!allowed(space.weight_update, update)) continue;
-    for (const std::string dtype : {"fp32", "bf16"})
-      if (allowed(space.gradient_dtype, dtype))
-        out.push_back({{"kind", "data_parallel"}, {"weight_update", update}, {"gradient_dtype", dtype}});
+    for (const std::string dtype : {"fp32", "bf16"}) {
+      if (!allowed(space.gradient_dtype, dtype)) continue;
+      for (double bucket : {combine / 4, combine, combine * 4})
+        out.push_back({{"kind", "data_parallel"},
+                       {"weight_update", update},
+                       {"gradient_dtype", dtype},
+                       {"gradient_bucket_bytes", std::max(1.0, std::round(bucket))}});
+    }
   }
 }
 
@@ -143,7 +153,7 @@ PlanSpace read_plan_space(const std::string& file) {
 
 std::vector<Json> plan_candidates(const Study& study, const PlanSpace& space) {
   std::vector<Json> out;
-  if (allowed(space.kinds, std::string("data_parallel"))) data_parallel(space, out);
+  if (allowed(space.kinds, std::string("data_parallel"))) data_parallel(study, space, out);
   pipelines(study, space, out);
   if (allowed(space.kinds, std::string("mesh"))) meshes(study, space, out);
   return out;
@@ -151,9 +161,13 @@ std::vector<Json> plan_candidates(const Study& study, const PlanSpace& space) {
 
 std::string plan_label(const Json& s) {
   const std::string kind = s.at("kind").get<std::string>();
-  if (kind == "data_parallel")
+  if (kind == "data_parallel") {
+    const double bucket = s.value("gradient_bucket_bytes", 0.0);
+    char mib[32];
+    std::snprintf(mib, sizeof mib, "%g", bucket / (1 << 20));
     return "data_parallel " + s.value("weight_update", "replicated") + " " +
-           s.value("gradient_dtype", "fp32");
+           s.value("gradient_dtype", "fp32") + (bucket > 0 ? std::string(" bucket ") + mib + " MiB" : "");
+  }
   if (kind == "mesh") {
     std::string mesh;
     for (const auto& axis : s.at("mesh"))

@@ -39,18 +39,20 @@ std::string counts(const Json& plan) {
 
 /// Simulated plans with a result: (peak HBM GiB, examples/s, fits, label).
 struct Point {
-  double hbm, throughput;
+  double x, throughput;
   bool fits;
   std::string plan;
 };
 
-std::vector<Point> points(const Json& plan) {
+/// Simulated plans with a result; x: their peak HBM per core (GiB) or the cores they use.
+std::vector<Point> points(const Json& plan, bool by_cores) {
   std::vector<Point> out;
   for (const char* list : {"top", "others"})
     for (const auto& p : plan[list])
       if (p.value("examples_per_s", Json(nullptr)).is_number())
-        out.push_back({p["peak_hbm_bytes"].get<double>() / double(1 << 30), p["examples_per_s"].get<double>(),
-                       p.value("fits", false), p["plan"].get<std::string>()});
+        out.push_back(
+            {by_cores ? p["cores_used"].get<double>() : p["peak_hbm_bytes"].get<double>() / double(1 << 30),
+             p["examples_per_s"].get<double>(), p.value("fits", false), p["plan"].get<std::string>()});
   return out;
 }
 
@@ -107,19 +109,23 @@ std::string plan_markdown(const Json& plan) {
   return md.str();
 }
 
-std::string pareto_svg(const Json& plan) {
-  const auto pts = points(plan);
+namespace {
+
+/// Throughput against x over the simulated plans (filled: fits), with the front of those that
+/// fit: no other fitting plan is faster at a smaller x.
+std::string scatter_svg(const std::vector<Point>& pts, const char* cls, const std::string& title,
+                        const std::string& x_label) {
   const double w = 420, h = 300, left = 70, top = 30;
   std::ostringstream s;
-  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"pareto\" width=\"" << left + w + 20
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"" << cls << "\" width=\"" << left + w + 20
     << "\" height=\"" << top + h + 50 << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
-  s << "<text x=\"" << left << "\" y=\"18\" font-size=\"13\">throughput against peak HBM per core</text>\n";
+  s << "<text x=\"" << left << "\" y=\"18\" font-size=\"13\">" << xml_escape(title) << "</text>\n";
   if (pts.empty()) {
     s << "<text x=\"" << left << "\" y=\"" << top + 20 << "\">no simulated plans</text>\n</svg>\n";
     return s.str();
   }
   double x1 = 0, y1 = 0;
-  for (const auto& p : pts) x1 = std::max(x1, p.hbm), y1 = std::max(y1, p.throughput);
+  for (const auto& p : pts) x1 = std::max(x1, p.x), y1 = std::max(y1, p.throughput);
   x1 *= 1.1, y1 *= 1.1;
   auto X = [&](double v) { return left + v / x1 * w; };
   auto Y = [&](double v) { return top + h - v / y1 * h; };
@@ -131,30 +137,36 @@ std::string pareto_svg(const Json& plan) {
   for (double v = 0; v <= y1; v += tick_step(y1, 6))
     s << "<text x=\"" << left - 4 << "\" y=\"" << svg_number(Y(v) + 4) << "\" text-anchor=\"end\">"
       << num(v, "%g") << "</text>\n";
-  s << "<text x=\"" << left + w / 2 << "\" y=\"" << top + h + 32
-    << "\" text-anchor=\"middle\">peak HBM per core "
-    << "(GiB)</text>\n<text transform=\"translate(14," << top + h / 2
+  s << "<text x=\"" << left + w / 2 << "\" y=\"" << top + h + 32 << "\" text-anchor=\"middle\">"
+    << xml_escape(x_label) << "</text>\n<text transform=\"translate(14," << top + h / 2
     << ") rotate(-90)\" text-anchor=\"middle\">examples/s</text>\n";
   // The Pareto front of the plans that fit: no other fitting plan is faster with less memory.
   std::vector<Point> fit;
   for (const auto& p : pts)
     if (p.fits) fit.push_back(p);
-  std::sort(fit.begin(), fit.end(), [](const Point& a, const Point& b) { return a.hbm < b.hbm; });
+  std::sort(fit.begin(), fit.end(), [](const Point& a, const Point& b) { return a.x < b.x; });
   std::string front;
   double best = -1;
   for (const auto& p : fit)
     if (p.throughput > best) {
       best = p.throughput;
-      front += svg_number(X(p.hbm)) + "," + svg_number(Y(p.throughput)) + " ";
+      front += svg_number(X(p.x)) + "," + svg_number(Y(p.throughput)) + " ";
     }
   if (!front.empty())
     s << "<polyline class=\"front\" points=\"" << front << "\" fill=\"none\" stroke=\"#e15759\"/>\n";
   for (const auto& p : pts)
-    s << "<circle class=\"plan" << (p.fits ? " fits" : "") << "\" cx=\"" << svg_number(X(p.hbm)) << "\" cy=\""
+    s << "<circle class=\"plan" << (p.fits ? " fits" : "") << "\" cx=\"" << svg_number(X(p.x)) << "\" cy=\""
       << svg_number(Y(p.throughput)) << "\" r=\"4\" fill=\"" << (p.fits ? "#4e79a7" : "none")
       << "\" stroke=\"#4e79a7\"><title>" << xml_escape(p.plan) << "</title></circle>\n";
   s << "</svg>\n";
   return s.str();
+}
+
+}  // namespace
+
+std::string pareto_svg(const Json& plan) {
+  return scatter_svg(points(plan, false), "pareto", "throughput against peak HBM per core",
+                     "peak HBM per core (GiB)");
 }
 
 std::string plan_html(const Json& plan) {
@@ -162,6 +174,11 @@ std::string plan_html(const Json& plan) {
   h << html_page_start("tpusim plan", "td,th{text-align:left}") << "<h1>tpusim plan</h1>\n<p>"
     << xml_escape(plan["study"].get<std::string>()) << ": " << xml_escape(counts(plan)) << ".</p>\n";
   h << pareto_svg(plan);
+  // Against the cores used too, when the plans differ in that (a pipeline on part of the slice).
+  const auto by_cores = points(plan, true);
+  if (std::any_of(by_cores.begin(), by_cores.end(),
+                  [&](const Point& p) { return p.x != by_cores.front().x; }))
+    h << scatter_svg(by_cores, "cores", "throughput against cores used", "cores used");
   if (!plan["best"].is_null()) {
     h << "<h2>Best: " << xml_escape(plan["best"]["plan"].get<std::string>()) << "</h2>\n<table class=\"top\">"
       << "<tr><th>#</th><th>plan</th><th>step</th><th>examples/s</th><th>peak HBM per "

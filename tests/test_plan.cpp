@@ -48,7 +48,7 @@ TEST_CASE("plan proposes every pipeline shape that divides the slice and the bat
     CHECK(k * r <= 8);
     CHECK((64 / r) % m == 0);
   }
-  CHECK(dp == 4);      // replicated / sharded x fp32 / bf16
+  CHECK(dp == 12);     // replicated / sharded x fp32 / bf16 x buckets of 8, 32 and 128 MiB
   CHECK(meshes == 6);  // model axis 2, 4, 8 x replicated / sharded
   // K = 2: R in {1, 2, 4}, M up to 64/R (7, 6, 5 powers of two); K = 4: R in {1, 2} (7, 6);
   // K = 8: R = 1 (7). Remat on and off, two kinds.
