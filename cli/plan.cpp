@@ -27,10 +27,10 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 struct Candidate {
   Json schedule;
   std::string label;
-  std::string invalid;                   ///< why the study is invalid with this schedule
-  double resident_bytes = 0;             ///< the most any core holds all step
-  std::vector<double> resident_by = {};  ///< that core's resident state per memory category
-  double bound_s = 0;                    ///< the busiest core's compute time: no step is shorter
+  std::string invalid;              ///< why the study is invalid with this schedule
+  double resident_bytes = 0;        ///< the most any core holds all step
+  std::vector<double> resident_by;  ///< that core's resident state per memory category
+  double bound_s = 0;               ///< the busiest core's compute time: no step is shorter
   int cores_used = 0;
   bool pruned = false;  ///< resident state over capacity
   bool simulated = false;
@@ -183,7 +183,7 @@ std::string why(const Candidate& c, const Candidate* best, double threshold) {
 
 Json summary(const Candidate& c) {
   Json j{{"plan", c.label}, {"schedule", c.schedule}, {"cores_used", c.cores_used}, {"bound_s", c.bound_s}};
-  if (c.fits() || (c.result.is_object())) {
+  if (c.result.is_object()) {
     for (const char* k : {"step_time_s", "examples_per_s", "peak_hbm_bytes", "mxu_utilization", "fits"})
       j[k] = c.result.value(k, Json(nullptr));
   }

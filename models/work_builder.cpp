@@ -104,11 +104,8 @@ void WorkBuilder::softmax_xent(const std::string& name, double elements) {
   // Its gradient, probabilities minus the one-hot targets, is one element-wise pass.
   work_.backward.push_back(vector_op(name + "_grad", elements, 2, act_, false));
   stash(elements * act_);  // the logits' gradient, written over the logits (which die)
-  for (auto it = gradients_.rbegin(); it != gradients_.rend(); ++it)
-    if (it->output == elements) {  // the logits' producer (a bias between them holds none)
-      it->output = 0;
-      break;
-    }
+  // The op before (a bias between them records none) produced the logits.
+  if (!gradients_.empty() && gradients_.back().output == elements) gradients_.back().output = 0;
 }
 
 LayerWork WorkBuilder::finish(double input_bytes, double output_bytes) {
