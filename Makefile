@@ -3,7 +3,7 @@ BUILD ?= build
 STUDY ?= configs/studies/default.json
 JOBS ?= $(shell nproc)
 
-.PHONY: setup setup-test build run test bench clean
+.PHONY: setup setup-test build run test bench sanitize clean
 
 setup:
 	@bash scripts/setup.sh
@@ -21,8 +21,14 @@ run: build
 test: setup-test build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer, in its own build tree.
+sanitize: setup-test
+	@cmake -S . -B build-sanitize -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPUSIM_SANITIZE=ON >/dev/null
+	@cmake --build build-sanitize -j $(JOBS)
+	@cd build-sanitize && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j $(JOBS) --timeout 1800
+
 bench: build
 	@bash scripts/bench.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) out
+	rm -rf $(BUILD) build-sanitize out
