@@ -286,6 +286,41 @@ std::vector<std::string> shipped_hardware() {
 }
 
 HardwareSpec load_hardware(const std::string& name_or_path, const fs::path& base_dir) {
+  const fs::path file = hardware_file(name_or_path, base_dir);
+  return parse_hardware(read_json_file(file), file.string());
+}
+
+void apply_hardware_overrides(Json& json, const Json& overrides, const std::string& path,
+                              Problems& problems) {
+  if (!overrides.is_object()) {
+    problems.add(path, overrides, "an object of figure paths (\"chip.tdp_w\") to new values");
+    return;
+  }
+  for (auto it = overrides.begin(); it != overrides.end(); ++it) {
+    Json* node = &json;
+    std::string rest = it.key(), walked;
+    while (node && !rest.empty()) {
+      const std::string part = rest.substr(0, rest.find('.'));
+      rest = rest.find('.') == std::string::npos ? "" : rest.substr(rest.find('.') + 1);
+      walked += (walked.empty() ? "" : ".") + part;
+      node = node->is_object() && node->contains(part) && part != "source" ? &(*node)[part] : nullptr;
+    }
+    if (!node || it.key().empty()) {
+      problems.add(join_path(path, it.key()), Json(it.key()),
+                   "a figure of the base hardware (a dotted path such as chip.tdp_w or pod.chips)");
+      continue;
+    }
+    if (node->is_object() && node->contains("value") && node->contains("source")) {
+      (*node)["source"] = "override in the study (was " + (*node)["value"].dump() + ": " +
+                          (*node)["source"].get<std::string>() + ")";
+      (*node)["value"] = it.value();
+    } else {
+      *node = it.value();
+    }
+  }
+}
+
+fs::path hardware_file(const std::string& name_or_path, const fs::path& base_dir) {
   const bool is_path = name_or_path.find('/') != std::string::npos ||
                        (name_or_path.size() > 5 && name_or_path.ends_with(".json"));
   fs::path file;
@@ -301,7 +336,7 @@ HardwareSpec load_hardware(const std::string& name_or_path, const fs::path& base
                         "a shipped hardware name (" + known + ") or a path to a hardware JSON file");
     }
   }
-  return parse_hardware(read_json_file(file), file.string());
+  return file;
 }
 
 SliceSpec parse_slice(const Json& value, const std::string& path, const HardwareSpec& hw,

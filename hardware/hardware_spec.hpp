@@ -126,6 +126,16 @@ HardwareSpec parse_hardware(const Json& json, const std::string& context);
 /// against `base_dir` first) or a name under configs/hardware/. Throws ConfigError.
 HardwareSpec load_hardware(const std::string& name_or_path, const std::filesystem::path& base_dir = {});
 
+/// The file `load_hardware` reads for `name_or_path`. Throws ConfigError for an unknown name.
+std::filesystem::path hardware_file(const std::string& name_or_path,
+                                    const std::filesystem::path& base_dir = {});
+
+/// A what-if on a hardware description: each key of `overrides` is a dotted path of `json`
+/// ("chip.ici_bandwidth_bytes_per_s_per_link_per_direction", "pod.chips"); a sourced figure gets
+/// the new value and the source "override in the study (was V: its source)", anything else is
+/// replaced. An unknown path is a problem at `path`.<key>; the result is validated when parsed.
+void apply_hardware_overrides(Json& json, const Json& overrides, const std::string& path, Problems& problems);
+
 /// Reads a JSON file; a missing file or malformed JSON is a ConfigError naming the file
 /// (and the line/column for a syntax error).
 Json read_json_file(const std::filesystem::path& file);

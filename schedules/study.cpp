@@ -59,8 +59,36 @@ Study parse_study(const Json& json, const std::string& context, const std::files
 
   bool have_hardware = false;
   if (const Json* hw = top.value("hardware")) {
-    if (!hw->is_string() || hw->get<std::string>().empty()) {
-      problems.add("hardware", *hw, "a hardware name (e.g. \"tpu-v3\") or a path to a hardware JSON file");
+    if (hw->is_object()) {  // {"base": NAME_OR_PATH, "override": {"dotted.figure": value, ...}}
+      Fields h(*hw, "hardware", problems);
+      const std::string base = h.string("base");
+      const Json* overrides = h.optional("override");
+      h.finish();
+      if (problems.empty()) {
+        try {
+          const std::filesystem::path file = hardware_file(base, base_dir);
+          Json json = read_json_file(file);
+          if (overrides) apply_hardware_overrides(json, *overrides, "hardware.override", problems);
+          if (problems.empty()) {
+            study.hardware = parse_hardware(json, file.string() + " with the study's overrides");
+            if (overrides && !overrides->empty()) {
+              std::string keys;
+              for (auto it = overrides->begin(); it != overrides->end(); ++it)
+                keys += (keys.empty() ? "" : ", ") + it.key();
+              study.hardware.name += " (overridden: " + keys + ")";
+            }
+            have_hardware = true;
+          }
+        } catch (const ConfigError& e) {
+          for (const auto& p : e.problems())
+            problems.add(p.path.empty() ? "hardware" : "hardware(" + e.context() + ")." + p.path, p.found,
+                         p.expected);
+        }
+      }
+    } else if (!hw->is_string() || hw->get<std::string>().empty()) {
+      problems.add("hardware", *hw,
+                   "a hardware name (e.g. \"tpu-v3\"), a path to a hardware JSON file, or {\"base\": ..., "
+                   "\"override\": {...}}");
     } else {
       try {
         study.hardware = load_hardware(hw->get<std::string>(), base_dir);
