@@ -1,5 +1,7 @@
 #include "hardware/cost_model.hpp"
 
+#include "hardware/errors.hpp"
+
 #include <algorithm>
 
 namespace tpusim {
@@ -34,7 +36,13 @@ Op conv_op(std::string name, const ConvShape& c, double act, double weight_bytes
   Op op;
   op.kind = OpKind::MatMul;
   op.name = std::move(name);
-  op.m = c.batch * c.out_h() * c.out_w();
+  // Output pixels over the batch: checked, as an absurd batch x image overflows 64-bit counts.
+  if (__builtin_mul_overflow(c.batch, c.out_h(), &op.m) || __builtin_mul_overflow(op.m, c.out_w(), &op.m) ||
+      op.m > (std::int64_t(1) << 53))
+    throw ConfigError("study", "batch", std::to_string(c.batch) + " examples on a core",
+                      "a batch whose convolution outputs (examples x output height x width) stay below 2^53 "
+                      "pixels (here " + std::to_string(c.out_h()) + " x " + std::to_string(c.out_w()) +
+                          " per example)");
   op.k = c.kernel_h * c.kernel_w * c.in_channels;
   op.n = c.out_channels;
   op.bytes = double(c.batch) * c.in_h * c.in_w * c.in_channels * act + double(c.params()) * weight_bytes +
