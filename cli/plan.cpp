@@ -11,6 +11,7 @@
 #include "cli/child_process.hpp"
 #include "cli/output_file.hpp"
 #include "cli/plan_space.hpp"
+#include "cli/run_progress.hpp"
 #include "reports/plan_report.hpp"
 #include "reports/run_report.hpp"
 #include "schedules/study.hpp"
@@ -286,7 +287,13 @@ int cmd_plan(const PlanOptions& o) {
     all.push_back(std::move(c));
   }
   const double usable = study.hardware.core.usable_hbm_bytes();
-  for (auto& c : all) bound(base, o.study, c, usable);
+  {
+    RunProgress progress("bounding candidates", "candidates");
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      bound(base, o.study, all[i], usable);
+      progress.update(int(i + 1), int(all.size()));
+    }
+  }
   std::cerr << "tpusim plan: " << all.size() << " candidates\n";
   search(o, all);
   const Json plan = plan_json(o, all);

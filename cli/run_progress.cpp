@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <utility>
 
 namespace tpusim::cli {
 
@@ -13,7 +14,12 @@ constexpr double kTtyEvery_s = 0.25;  // terminal: the line's refresh
 constexpr double kLogEvery_s = 5.0;   // otherwise: a line this often
 }  // namespace
 
-RunProgress::RunProgress() : start_(Clock::now()), last_(start_), tty_(isatty(STDERR_FILENO)) {}
+RunProgress::RunProgress(std::string what, std::string unit)
+    : what_(std::move(what)),
+      unit_(std::move(unit)),
+      start_(Clock::now()),
+      last_(start_),
+      tty_(isatty(STDERR_FILENO)) {}
 
 RunProgress::~RunProgress() {
   if (printed_ && tty_) std::cerr << "\n" << std::flush;
@@ -26,11 +32,11 @@ void RunProgress::update(int done, int total, double simulated_s) {
   if (elapsed < kQuietFor_s || (printed_ && since < (tty_ ? kTtyEvery_s : kLogEvery_s))) return;
   last_ = now;
   printed_ = true;
-  char buf[200];
-  std::snprintf(buf, sizeof buf,
-                "%stpusim: simulating: %d of %d tasks (%.1f %%), simulated %.4g s, %.0f s elapsed%s",
-                tty_ ? "\r" : "", done, total, 100.0 * done / (total > 0 ? total : 1), simulated_s, elapsed,
-                tty_ ? " " : "\n");
+  char buf[256], sim[64] = "";
+  if (simulated_s >= 0) std::snprintf(sim, sizeof sim, ", simulated %.4g s", simulated_s);
+  std::snprintf(buf, sizeof buf, "%stpusim: %s: %d of %d %s (%.1f %%)%s, %.0f s elapsed%s", tty_ ? "\r" : "",
+                what_.c_str(), done, total, unit_.c_str(), 100.0 * done / (total > 0 ? total : 1), sim,
+                elapsed, tty_ ? " " : "\n");
   std::cerr << buf << std::flush;
 }
 

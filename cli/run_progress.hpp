@@ -10,15 +10,17 @@ namespace tpusim::cli {
 
 class RunProgress {
  public:
-  RunProgress();
+  /// `what`: the work ("simulating"), `unit`: what is counted ("tasks").
+  explicit RunProgress(std::string what = "simulating", std::string unit = "tasks");
   ~RunProgress();
   RunProgress(const RunProgress&) = delete;
   RunProgress& operator=(const RunProgress&) = delete;
-  /// Tasks done of `total`, at simulated time `simulated_s` (EngineOptions::progress).
-  void update(int done, int total, double simulated_s);
+  /// `done` of `total`, at simulated time `simulated_s` (EngineOptions::progress; < 0: none).
+  void update(int done, int total, double simulated_s = -1);
 
  private:
   using Clock = std::chrono::steady_clock;
+  std::string what_, unit_;
   Clock::time_point start_, last_;
   bool tty_, printed_ = false;
 };
