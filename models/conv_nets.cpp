@@ -21,6 +21,18 @@ FeatureMap conv_bn(WorkBuilder& w, const std::string& name, std::int64_t batch, 
   return out;
 }
 
+FeatureMap resnet_stem(WorkBuilder& w, std::int64_t b, std::int64_t image, bool space_to_depth) {
+  const ConvShape c = space_to_depth ? ConvShape{b, image / 2, image / 2, 12, 4, 4, 1, 64}
+                                     : ConvShape{b, image, image, 3, 7, 7, 2, 64};
+  w.conv("conv1", c, /*input_gradient=*/false, "image");
+  const FeatureMap conv{c.out_h(), 64};
+  w.batch_norm("bn1", conv.elements(b), 64);
+  w.elementwise("relu", conv.elements(b), 1, 1);
+  const FeatureMap pooled{(conv.size + 1) / 2, 64};
+  w.pool("max_pool", conv.elements(b), pooled.elements(b), 9);
+  return pooled;
+}
+
 void conv_bn_weights(Layer& layer, std::int64_t kh, std::int64_t kw, std::int64_t in, std::int64_t out) {
   layer.weights.push_back({kh, kw, in, out});
   layer.weights.push_back({out});

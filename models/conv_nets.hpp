@@ -22,6 +22,12 @@ FeatureMap conv_bn(WorkBuilder& w, const std::string& name, std::int64_t batch, 
                    std::int64_t kh, std::int64_t kw, std::int64_t stride, std::int64_t out_channels,
                    bool relu = true, const std::string& input = "");
 
+/// The ResNet stem on an `image` x `image` x 3 input: 7x7 stride-2 conv to 64 (keeps the image
+/// for its weight gradient), BN, ReLU, 3x3 stride-2 max pool; returns the pooled map. With
+/// `space_to_depth` (MLPerf's conv0_space_to_depth) the image is reshaped 2x2 into 12 channels
+/// and the convolution runs as a 4x4 stride-1 one over it (same parameters, another MXU shape).
+FeatureMap resnet_stem(WorkBuilder& w, std::int64_t batch, std::int64_t image, bool space_to_depth = false);
+
 /// Weight shapes of a conv (kh x kw x in x out) followed by batch norm (scale and shift).
 void conv_bn_weights(Layer& layer, std::int64_t kh, std::int64_t kw, std::int64_t in, std::int64_t out);
 

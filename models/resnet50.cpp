@@ -22,13 +22,7 @@ Layer stem(std::int64_t image, double act) {
   l.work = [image, act](std::int64_t b) {
     WorkBuilder w(act);
     const FeatureMap in{image, 3};
-    ConvShape c{b, image, image, 3, 7, 7, 2, 64};
-    w.conv("conv1", c, /*input_gradient=*/false, "image");
-    const FeatureMap conv{c.out_h(), 64};
-    w.batch_norm("bn1", conv.elements(b), 64);
-    w.elementwise("relu", conv.elements(b), 1, 1);
-    const FeatureMap pooled{(conv.size + 1) / 2, 64};
-    w.pool("max_pool", conv.elements(b), pooled.elements(b), 9);
+    const FeatureMap pooled = resnet_stem(w, b, image);
     return w.finish(in.elements(b) * act, pooled.elements(b) * act);
   };
   return l;

@@ -18,23 +18,14 @@ constexpr std::int64_t kExtraMid[5] = {256, 256, 128, 128, 128};
 constexpr std::int64_t kMapChannels[6] = {256, 512, 512, 256, 256, 256};
 constexpr std::int64_t kDefaults[6] = {4, 6, 6, 6, 4, 4};
 
-/// The stem: 7x7 stride-2 conv to 64, BN, ReLU, 3x3 stride-2 max pool. With space-to-depth
-/// (MLPerf's conv0_space_to_depth) the image is reshaped 2x2 into 12 channels and the
-/// convolution runs as a 4x4 stride-1 one over it: the same parameters, a better MXU shape.
+/// ResNet-34's stem (resnet_stem), with MLPerf's space-to-depth when asked.
 Layer stem(std::int64_t image, bool space_to_depth, double act) {
   Layer l;
   l.name = "stem";
   conv_bn_weights(l, 7, 7, 3, 64);
   l.work = [image, space_to_depth, act](std::int64_t b) {
     WorkBuilder w(act);
-    ConvShape c = space_to_depth ? ConvShape{b, image / 2, image / 2, 12, 4, 4, 1, 64}
-                                 : ConvShape{b, image, image, 3, 7, 7, 2, 64};
-    w.conv("conv1", c, /*input_gradient=*/false, "image");
-    const FeatureMap conv{c.out_h(), 64};
-    w.batch_norm("bn1", conv.elements(b), 64);
-    w.elementwise("relu", conv.elements(b), 1, 1);
-    const FeatureMap pooled{(conv.size + 1) / 2, 64};
-    w.pool("max_pool", conv.elements(b), pooled.elements(b), 9);
+    const FeatureMap pooled = resnet_stem(w, b, image, space_to_depth);
     return w.finish(double(b) * image * image * 3 * act, pooled.elements(b) * act);
   };
   return l;
