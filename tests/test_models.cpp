@@ -315,7 +315,8 @@ TEST_CASE("SSD-ResNet34 has its parameters, six maps and 8732 default boxes", "[
     if (op.name == "class_loss") found = op.elements == 2.0 * 8732 * 81;
   CHECK(found);
   // Space-to-depth: the first convolution runs as 4x4 over 150x150x12 (the same parameters).
-  const auto& first = m.layers.front().work(1).forward.front();
+  const LayerWork stem = m.layers.front().work(1);
+  const Op& first = stem.forward.front();
   CHECK(first.k == 4 * 4 * 12);
   CHECK(first.m == 150 * 150);
 }
