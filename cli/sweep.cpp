@@ -158,7 +158,10 @@ class Progress {
       : total_(total), done_(already), tty_(isatty(STDERR_FILENO)) {
     start_ = std::chrono::steady_clock::now();
   }
-  void point_done(bool failed, const std::string& key) {
+  /// `error`: empty when the point ran. On a terminal a failed point is listed on its own line
+  /// above the progress bar, so failures stay visible while the bar keeps updating.
+  void point_done(const std::string& error, const std::string& key) {
+    const bool failed = !error.empty();
     ++done_;
     ++ran_;
     failed_ += failed ? 1 : 0;
@@ -166,6 +169,9 @@ class Progress {
     const double eta = ran_ > 0 ? elapsed / double(ran_) * double(total_ - done_) : 0;
     char buf[256];
     if (tty_) {
+      if (failed)
+        std::cerr << "\r\033[K"
+                  << "FAILED " << key << ": " << error.substr(0, 200) << "\n";
       const int width = 30, filled = int(width * double(done_) / double(std::max<std::size_t>(1, total_)));
       std::snprintf(buf, sizeof buf, "\r[%s%s] %zu/%zu  failed %zu  elapsed %.1fs  ETA %.1fs ",
                     std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), done_, total_,
@@ -306,7 +312,8 @@ int cmd_sweep(const SweepOptions& o) {
       jsonl << line << "\n" << std::flush;
       csv << csv_row(paths, record) << std::flush;
       if (!jsonl || !csv) write_failed = true;
-      progress.point_done(!record["error"].is_null(), p.key());
+      progress.point_done(record["error"].is_null() ? std::string() : record["error"].get<std::string>(),
+                          p.key());
       records.push_back(std::move(record));
     }
   };

@@ -99,4 +99,13 @@ set -e
 grep -q "^32768,0\." "$work/no_timeout/results.csv" || { echo "FAIL: a point within its time limit failed"; exit 1; }
 passed=$((passed + 1))
 
+# On a terminal (script gives the sweep a pty) a failed point is listed on its own line above
+# the progress bar, which keeps updating.
+script -qec "$tpusim sweep $root/configs/studies/default.json --grid model.layers=2,-1 --out $work/tty -j 1" \
+  /dev/null > "$work/tty.raw" || true  # the sweep's own exit code says a point failed
+tr '\r' '\n' < "$work/tty.raw" > "$work/tty.txt"
+grep -aq "FAILED model.layers=-1: .*model.layers: found -1" "$work/tty.txt" || { echo "FAIL: no failure line on a TTY"; cat -v "$work/tty.txt"; exit 1; }
+grep -aq "2/2  failed 1" "$work/tty.txt" || { echo "FAIL: no final progress line"; cat -v "$work/tty.txt"; exit 1; }
+passed=$((passed + 1))
+
 echo "$passed passed, 0 failed"
