@@ -3,9 +3,8 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "sim/result.hpp"
 #include "sim/task_graph.hpp"
@@ -16,9 +15,9 @@ using Json = nlohmann::json;
 
 /// What the reports need to know about the study beyond the simulation itself.
 struct RunInfo {
-  Json study;                  ///< the resolved study, echoed into result.json
-  std::string hardware;        ///< hardware name
-  std::string slice;           ///< slice name
+  Json study;            ///< the resolved study, echoed into result.json
+  std::string hardware;  ///< hardware name
+  std::string slice;     ///< slice name
   int chips_x = 0, chips_y = 0;
   bool wrap_x = false, wrap_y = false;
   int cores_per_chip = 1;
@@ -29,7 +28,7 @@ struct RunInfo {
   std::string schedule;
   Json schedule_details;
   double peak_flops_per_core = 0;
-  double model_flops = 0;      ///< per step, all cores
+  double model_flops = 0;  ///< per step, all cores
   double hardware_flops = 0;
 };
 

@@ -15,18 +15,24 @@ const char* to_string(MemoryCategory c) {
 
 const char* to_string(CollectiveOp op) {
   switch (op) {
-    case CollectiveOp::AllReduce: return "all_reduce";
-    case CollectiveOp::ReduceScatter: return "reduce_scatter";
-    case CollectiveOp::AllGather: return "all_gather";
+    case CollectiveOp::AllReduce:
+      return "all_reduce";
+    case CollectiveOp::ReduceScatter:
+      return "reduce_scatter";
+    case CollectiveOp::AllGather:
+      return "all_gather";
   }
   return "?";
 }
 
 const char* to_string(TaskKind k) {
   switch (k) {
-    case TaskKind::Compute: return "compute";
-    case TaskKind::Transfer: return "transfer";
-    case TaskKind::Collective: return "collective";
+    case TaskKind::Compute:
+      return "compute";
+    case TaskKind::Transfer:
+      return "transfer";
+    case TaskKind::Collective:
+      return "collective";
   }
   return "?";
 }
@@ -44,14 +50,17 @@ TaskGraph::TaskGraph(int cores) : cores_(cores), programs_(cores), resident_(cor
 
 int TaskGraph::add(Task task) {
   const int id = int(boost::add_vertex(graph_));
-  if (task.kind == TaskKind::Compute && task.core >= 0 && task.core < cores_) programs_[task.core].push_back(id);
+  if (task.kind == TaskKind::Compute && task.core >= 0 && task.core < cores_)
+    programs_[task.core].push_back(id);
   tasks_.push_back(std::move(task));
   return id;
 }
 
 void TaskGraph::depend(int before, int after) { boost::add_edge(before, after, graph_); }
 
-void TaskGraph::resident(int core, MemoryCategory category, double bytes) { resident_.at(core)[int(category)] += bytes; }
+void TaskGraph::resident(int core, MemoryCategory category, double bytes) {
+  resident_.at(core)[int(category)] += bytes;
+}
 
 std::vector<int> TaskGraph::successors(int id) const {
   std::vector<int> out;
@@ -74,11 +83,15 @@ void TaskGraph::validate() const {
     const Task& t = tasks_[id];
     switch (t.kind) {
       case TaskKind::Compute:
-        if (!core_ok(t.core)) fail("task '" + t.name + "' runs on core " + std::to_string(t.core) + " of " + std::to_string(cores_));
-        if (!(t.seconds >= 0) || !std::isfinite(t.seconds)) fail("task '" + t.name + "' has duration " + std::to_string(t.seconds));
+        if (!core_ok(t.core))
+          fail("task '" + t.name + "' runs on core " + std::to_string(t.core) + " of " +
+               std::to_string(cores_));
+        if (!(t.seconds >= 0) || !std::isfinite(t.seconds))
+          fail("task '" + t.name + "' has duration " + std::to_string(t.seconds));
         break;
       case TaskKind::Transfer:
-        if (!core_ok(t.src_core) || !core_ok(t.dst_core)) fail("transfer '" + t.name + "' names a core outside the slice");
+        if (!core_ok(t.src_core) || !core_ok(t.dst_core))
+          fail("transfer '" + t.name + "' names a core outside the slice");
         if (!(t.bytes >= 0)) fail("transfer '" + t.name + "' moves a negative byte count");
         break;
       case TaskKind::Collective: {
@@ -86,8 +99,10 @@ void TaskGraph::validate() const {
         for (const auto& group : t.collective_groups()) {
           if (group.empty()) fail("collective '" + t.name + "' has an empty group");
           for (int c : group) {
-            if (!core_ok(c)) fail("collective '" + t.name + "' names core " + std::to_string(c) + " outside the slice");
-            if (!seen.insert(c).second) fail("collective '" + t.name + "' lists core " + std::to_string(c) + " twice");
+            if (!core_ok(c))
+              fail("collective '" + t.name + "' names core " + std::to_string(c) + " outside the slice");
+            if (!seen.insert(c).second)
+              fail("collective '" + t.name + "' lists core " + std::to_string(c) + " twice");
           }
         }
         if (!(t.bytes >= 0)) fail("collective '" + t.name + "' has a negative payload");
@@ -95,7 +110,8 @@ void TaskGraph::validate() const {
       }
     }
     for (const auto& m : t.memory) {
-      if (!core_ok(m.core)) fail("task '" + t.name + "' has a memory effect on core " + std::to_string(m.core));
+      if (!core_ok(m.core))
+        fail("task '" + t.name + "' has a memory effect on core " + std::to_string(m.core));
     }
   }
 

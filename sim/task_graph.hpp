@@ -33,13 +33,13 @@ struct MemoryEffect {
 
 struct Task {
   TaskKind kind = TaskKind::Compute;
-  std::string name;       ///< unique-ish, for traces and messages ("fwd L3 core 5")
-  std::string phase;      ///< what it counts as in breakdowns: forward, backward, update, allreduce, ...
+  std::string name;   ///< unique-ish, for traces and messages ("fwd L3 core 5")
+  std::string phase;  ///< what it counts as in breakdowns: forward, backward, update, allreduce, ...
   // Compute
   int core = -1;
-  double seconds = 0;          ///< duration on its core, from the cost model
-  double model_flops = 0;      ///< the math it performs
-  double hardware_flops = 0;   ///< what the MXU executes (padding, recomputation)
+  double seconds = 0;         ///< duration on its core, from the cost model
+  double model_flops = 0;     ///< the math it performs
+  double hardware_flops = 0;  ///< what the MXU executes (padding, recomputation)
   // Transfer: src_core -> dst_core, `bytes`.  Collective: `op` over `group`, `bytes` = the
   // full buffer each member holds before an all-reduce / reduce-scatter, after an all-gather.
   int src_core = -1;
@@ -58,7 +58,9 @@ struct Task {
   std::function<void()> host;  ///< functional mode: run when the task completes in simulated order
 
   /// The groups of a collective (`groups`, or `group` alone).
-  std::vector<std::vector<int>> collective_groups() const { return groups.empty() ? std::vector<std::vector<int>>{group} : groups; }
+  std::vector<std::vector<int>> collective_groups() const {
+    return groups.empty() ? std::vector<std::vector<int>>{group} : groups;
+  }
   /// Every core a communication task involves.
   std::vector<int> members() const;
 };
