@@ -78,19 +78,10 @@ struct RunOptions {
 /// already exceeds its usable HBM: a small result saying so (fits false, not simulated).
 std::optional<Json> resident_overflow(const Study& study, const sim::TaskGraph& graph) {
   const double usable = study.hardware.core.usable_hbm_bytes();
-  int worst = -1;
-  double most = 0;
-  for (int c = 0; c < graph.cores(); ++c) {
-    double held = 0;
-    for (double b : graph.resident()[c]) held += b;
-    if (held > most) most = held, worst = c;
-  }
-  if (worst < 0 || most <= usable) return std::nullopt;
-  std::string parts;
-  for (int k = 0; k < sim::kMemoryCategories; ++k)
-    if (graph.resident()[worst][k] > 0)
-      parts += (parts.empty() ? "" : ", ") + std::string(sim::to_string(sim::MemoryCategory(k))) + " " +
-               reports::human_bytes(graph.resident()[worst][k]);
+  const int worst = graph.most_resident_core();
+  if (worst < 0 || graph.resident_bytes(worst) <= usable) return std::nullopt;
+  const double most = graph.resident_bytes(worst);
+  const std::string parts = reports::categories_text(graph.resident()[std::size_t(worst)]);
   return Json{
       {"fits", false},
       {"simulated", false},

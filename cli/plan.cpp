@@ -5,7 +5,6 @@
 #include <cmath>
 #include <iostream>
 #include <limits>
-#include <mutex>
 #include <thread>
 
 #include "cli/child_process.hpp"
@@ -28,10 +27,10 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 struct Candidate {
   Json schedule;
   std::string label;
-  std::string invalid;              ///< why the study is invalid with this schedule
-  double resident_bytes = 0;        ///< the most any core holds all step
-  std::vector<double> resident_by;  ///< that core's resident state per memory category
-  double bound_s = 0;               ///< the busiest core's compute time: no step is shorter
+  std::string invalid;                 ///< why the study is invalid with this schedule
+  double resident_bytes = 0;           ///< the most any core holds all step
+  sim::MemoryBreakdown resident_by{};  ///< that core's resident state per memory category
+  double bound_s = 0;                  ///< the busiest core's compute time: no step is shorter
   int cores_used = 0;
   bool pruned = false;  ///< resident state over capacity
   bool simulated = false;
@@ -41,7 +40,7 @@ struct Candidate {
   double step_s() const { return result.at("step_time_s").get<double>(); }
 };
 
-/// The first line of a ConfigError's message without the context prefix.
+/// The first line of an error's message (a ConfigError's first problem, with its context).
 std::string first_problem(const std::string& what) {
   std::string line = what.substr(0, what.find('\n'));
   return line;
@@ -60,12 +59,10 @@ void bound(const Json& base, const std::string& file, Candidate& c, double usabl
       for (int id : graph.program(core)) busy += graph.task(id).seconds;
       if (!graph.program(core).empty()) ++c.cores_used;
       c.bound_s = std::max(c.bound_s, busy);
-      double resident = 0;
-      for (double b : graph.resident()[core]) resident += b;
-      if (resident > c.resident_bytes) {
-        c.resident_bytes = resident;
-        c.resident_by.assign(graph.resident()[core].begin(), graph.resident()[core].end());
-      }
+    }
+    if (const int core = graph.most_resident_core(); core >= 0) {
+      c.resident_bytes = graph.resident_bytes(core);
+      c.resident_by = graph.resident()[std::size_t(core)];
     }
     c.pruned = c.resident_bytes > usable;
   } catch (const ConfigError& e) {
@@ -137,20 +134,12 @@ void search(const PlanOptions& o, std::vector<Candidate>& all) {
   }
 }
 
-const char* kCategories[] = {"weights", "optimizer", "gradients", "activations", "workspace"};
-
 /// Why a candidate is not among the top: a sentence.
 std::string why(const Candidate& c, const Candidate* best, double threshold) {
   if (!c.invalid.empty()) return "invalid: " + c.invalid;
-  if (c.pruned) {
-    std::string parts;
-    for (std::size_t k = 0; k < c.resident_by.size(); ++k)
-      if (c.resident_by[k] > 0)
-        parts += (parts.empty() ? "" : ", ") + std::string(kCategories[k]) + " " +
-                 reports::human_bytes(c.resident_by[k]);
+  if (c.pruned)
     return "does not fit: resident state alone " + reports::human_bytes(c.resident_bytes) + " per core (" +
-           parts + ")";
-  }
+           reports::categories_text(c.resident_by) + ")";
   if (!c.error.empty()) return "simulation failed: " + c.error;
   if (!c.simulated)
     return "slower: its busiest core computes " + reports::human_seconds(c.bound_s) + ", more than " +

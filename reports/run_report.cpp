@@ -10,6 +10,15 @@ namespace tpusim::reports {
 
 using sim::TaskKind;
 
+std::string categories_text(const sim::MemoryBreakdown& bytes) {
+  std::string text;
+  for (int k = 0; k < sim::kMemoryCategories; ++k)
+    if (bytes[k] > 0)
+      text += (text.empty() ? "" : ", ") + std::string(sim::to_string(sim::MemoryCategory(k))) + " " +
+              human_bytes(bytes[k]);
+  return text;
+}
+
 std::string human_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;

@@ -48,6 +48,8 @@ Json chrome_trace(const sim::TaskGraph& graph, const sim::SimResult& result, int
 
 /// "1.50 GiB", "12.3 MiB" ...
 std::string human_bytes(double bytes);
+/// "weights 1.2 GiB, optimizer 2.4 GiB": the non-zero categories of a memory breakdown.
+std::string categories_text(const sim::MemoryBreakdown& bytes);
 /// "12.345 ms", "4.560 s" ...; `compact`: three significant digits ("12.3 ms", for axes).
 std::string human_seconds(double seconds, bool compact = false);
 

@@ -143,4 +143,17 @@ void TaskGraph::validate() const {
       }
 }
 
+int TaskGraph::most_resident_core() const {
+  int best = -1;
+  for (int c = 0; c < cores_; ++c)
+    if (resident_bytes(c) > (best < 0 ? 0.0 : resident_bytes(best))) best = c;
+  return best;
+}
+
+double TaskGraph::resident_bytes(int core) const {
+  double bytes = 0;
+  for (double b : resident_[std::size_t(core)]) bytes += b;
+  return bytes;
+}
+
 }  // namespace tpusim::sim

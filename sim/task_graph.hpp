@@ -86,6 +86,10 @@ class TaskGraph {
   std::vector<int> predecessors(int id) const;
   int in_degree(int id) const;
   const std::vector<std::array<double, kMemoryCategories>>& resident() const { return resident_; }
+  /// The core holding the most resident state (the first of equals; -1 when none holds any).
+  int most_resident_core() const;
+  /// What `core` holds all step, over every category.
+  double resident_bytes(int core) const;
 
   /// Throws SimulationError unless: every task is well formed (cores in range, groups of
   /// distinct cores, non-negative sizes), the dependencies with each core's program order form

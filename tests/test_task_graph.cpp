@@ -49,3 +49,15 @@ TEST_CASE("malformed tasks are caught", "[graph]") {
   k.add(compute(0, -1));
   CHECK_THROWS_AS(k.validate(), SimulationError);
 }
+
+TEST_CASE("the core holding the most resident state, and what it holds", "[graph]") {
+  sim::TaskGraph g(3);
+  CHECK(g.most_resident_core() == -1);  // nobody holds anything
+  g.resident(0, sim::MemoryCategory::Weights, 100);
+  g.resident(2, sim::MemoryCategory::Weights, 100);
+  g.resident(2, sim::MemoryCategory::Optimizer, 50);
+  CHECK(g.resident_bytes(0) == 100);
+  CHECK(g.resident_bytes(1) == 0);
+  CHECK(g.resident_bytes(2) == 150);
+  CHECK(g.most_resident_core() == 2);
+}
