@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 
 extern char** environ;
 
@@ -95,6 +97,21 @@ ChildResult run_self(const std::vector<std::string>& args, double timeout_s) {
     result.err = text;
   }
   return result;
+}
+
+int job_count(int requested) {
+  return requested > 0 ? requested : int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+void parallel_for(std::size_t count, int jobs, const std::function<void(std::size_t)>& body) {
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i = next++; i < count; i = next++) body(i);
+  };
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < std::min(std::size_t(std::max(jobs, 1)), count); ++t)
+    threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
 }
 
 }  // namespace tpusim::cli

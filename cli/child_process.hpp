@@ -2,6 +2,8 @@
 // every probe of `fit` and every point of a sweep is a process of its own).
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,5 +21,13 @@ struct ChildResult {
 /// result marked timed_out with a message in `err`. Throws std::runtime_error if the child
 /// cannot be started.
 ChildResult run_self(const std::vector<std::string>& args, double timeout_s = 0);
+
+/// `-j`: the requested number of jobs, or (0) the machine's cores.
+int job_count(int requested);
+
+/// Runs body(0) .. body(count - 1) on up to `jobs` threads (each takes the next index), and
+/// returns when all are done. For children run side by side: sweep points, validation cases,
+/// plan candidates.
+void parallel_for(std::size_t count, int jobs, const std::function<void(std::size_t)>& body);
 
 }  // namespace tpusim::cli

@@ -1,11 +1,9 @@
 #include "cli/plan.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <iostream>
 #include <limits>
-#include <thread>
 
 #include "cli/child_process.hpp"
 #include "cli/output_file.hpp"
@@ -41,10 +39,7 @@ struct Candidate {
 };
 
 /// The first line of an error's message (a ConfigError's first problem, with its context).
-std::string first_problem(const std::string& what) {
-  std::string line = what.substr(0, what.find('\n'));
-  return line;
-}
+std::string first_problem(const std::string& what) { return what.substr(0, what.find('\n')); }
 
 /// Validates the study with `c.schedule`, builds its graph, and bounds it (no engine).
 void bound(const Json& base, const std::string& file, Candidate& c, double usable) {
@@ -111,7 +106,7 @@ void search(const PlanOptions& o, std::vector<Candidate>& all) {
   std::stable_sort(order.begin(), order.end(), [](const Candidate* a, const Candidate* b) {
     return a->bound_s != b->bound_s ? a->bound_s < b->bound_s : a->label < b->label;
   });
-  const int jobs = o.jobs > 0 ? o.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
+  const int jobs = job_count(o.jobs);
   std::size_t next = 0, round = 0;
   while (next < order.size()) {
     const auto fit = ranked_fitting(all);
@@ -124,13 +119,7 @@ void search(const PlanOptions& o, std::vector<Candidate>& all) {
     std::cerr << "tpusim plan: round " << ++round << ": simulating " << batch.size() << " (bounds "
               << reports::human_seconds(batch.front()->bound_s) << " .. "
               << reports::human_seconds(batch.back()->bound_s) << ")\n";
-    std::atomic<std::size_t> i{0};
-    auto worker = [&] {
-      for (std::size_t k = i++; k < batch.size(); k = i++) simulate(o, *batch[k]);
-    };
-    std::vector<std::thread> threads;
-    for (int t = 0; t < std::min<int>(jobs, int(batch.size())); ++t) threads.emplace_back(worker);
-    for (auto& t : threads) t.join();
+    parallel_for(batch.size(), jobs, [&](std::size_t k) { simulate(o, *batch[k]); });
   }
 }
 

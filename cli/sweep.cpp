@@ -14,7 +14,6 @@
 #include <map>
 #include <mutex>
 #include <sstream>
-#include <thread>
 
 #include "cli/child_process.hpp"
 #include "cli/output_file.hpp"
@@ -278,48 +277,41 @@ int cmd_sweep(const SweepOptions& o) {
   std::mutex lock;
   std::atomic<bool> write_failed{false};
   Progress progress(points.size(), points.size() - pending.size());
-  std::atomic<std::size_t> next{0};
-  const int jobs = o.jobs > 0 ? o.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
-  auto worker = [&] {
-    for (std::size_t i = next++; i < pending.size(); i = next++) {
-      const Point& p = pending[i];
-      std::vector<std::string> args = {"run", o.study, "--json"};
-      for (const auto& s : o.sets) args.insert(args.end(), {"--set", s});
-      for (auto& a : p.set_arguments()) args.push_back(a);
-      Json record{{"index", p.index},
-                  {"key", p.key()},
-                  {"point", Json::object()},
-                  {"result", nullptr},
-                  {"error", nullptr}};
-      for (const auto& [path, value] : p.settings) record["point"][path] = value;
-      // Whatever goes wrong with one point (the child, its output, its text) is that point's
-      // error: the sweep goes on.
-      std::string line;
-      try {
-        const ChildResult child = run_self(args, o.point_timeout_s);
-        if (child.exit_code == 0)
-          record["result"] = Json::parse(child.out);
-        else
-          record["error"] =
-              one_line(child.err.empty() ? "exit code " + std::to_string(child.exit_code) : child.err);
-        line = record.dump(-1, ' ', false, Json::error_handler_t::replace);
-      } catch (const std::exception& e) {
-        record["result"] = nullptr;
-        record["error"] = std::string("could not run the point: ") + e.what();
-        line = record.dump(-1, ' ', false, Json::error_handler_t::replace);
-      }
-      std::lock_guard<std::mutex> guard(lock);
-      jsonl << line << "\n" << std::flush;
-      csv << csv_row(paths, record) << std::flush;
-      if (!jsonl || !csv) write_failed = true;
-      progress.point_done(record["error"].is_null() ? std::string() : record["error"].get<std::string>(),
-                          p.key());
-      records.push_back(std::move(record));
+  parallel_for(pending.size(), job_count(o.jobs), [&](std::size_t i) {
+    const Point& p = pending[i];
+    std::vector<std::string> args = {"run", o.study, "--json"};
+    for (const auto& s : o.sets) args.insert(args.end(), {"--set", s});
+    for (auto& a : p.set_arguments()) args.push_back(a);
+    Json record{{"index", p.index},
+                {"key", p.key()},
+                {"point", Json::object()},
+                {"result", nullptr},
+                {"error", nullptr}};
+    for (const auto& [path, value] : p.settings) record["point"][path] = value;
+    // Whatever goes wrong with one point (the child, its output, its text) is that point's
+    // error: the sweep goes on.
+    std::string line;
+    try {
+      const ChildResult child = run_self(args, o.point_timeout_s);
+      if (child.exit_code == 0)
+        record["result"] = Json::parse(child.out);
+      else
+        record["error"] =
+            one_line(child.err.empty() ? "exit code " + std::to_string(child.exit_code) : child.err);
+      line = record.dump(-1, ' ', false, Json::error_handler_t::replace);
+    } catch (const std::exception& e) {
+      record["result"] = nullptr;
+      record["error"] = std::string("could not run the point: ") + e.what();
+      line = record.dump(-1, ' ', false, Json::error_handler_t::replace);
     }
-  };
-  std::vector<std::thread> threads;
-  for (int t = 0; t < std::min<int>(jobs, int(pending.size())); ++t) threads.emplace_back(worker);
-  for (auto& t : threads) t.join();
+    std::lock_guard<std::mutex> guard(lock);
+    jsonl << line << "\n" << std::flush;
+    csv << csv_row(paths, record) << std::flush;
+    if (!jsonl || !csv) write_failed = true;
+    progress.point_done(record["error"].is_null() ? std::string() : record["error"].get<std::string>(),
+                        p.key());
+    records.push_back(std::move(record));
+  });
   jsonl.close();
   csv.close();
   if (write_failed || jsonl.fail() || csv.fail())

@@ -3,13 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <map>
 #include <mutex>
-#include <thread>
 
 #include "cli/child_process.hpp"
 #include "cli/fit.hpp"
@@ -294,18 +292,12 @@ void add_sensitivity(const std::vector<ValidationCase>& cases, const std::vector
     }
   }
   std::vector<std::optional<double>> moved(runs.size());
-  std::atomic<std::size_t> next{0};
-  auto worker = [&] {
-    for (std::size_t i = next++; i < runs.size(); i = next++) {
-      ValidationCase c = cases[runs[i].c];
-      c.sets.push_back("hardware=" + runs[i].hardware_file);
-      const Json r = run_case(c);
-      if (!r["predicted"].is_null()) moved[i] = r["predicted"].get<double>();
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int t = 0; t < std::min<int>(jobs, int(runs.size())); ++t) threads.emplace_back(worker);
-  for (auto& t : threads) t.join();
+  parallel_for(runs.size(), jobs, [&](std::size_t i) {
+    ValidationCase c = cases[runs[i].c];
+    c.sets.push_back("hardware=" + runs[i].hardware_file);
+    const Json r = run_case(c);
+    if (!r["predicted"].is_null()) moved[i] = r["predicted"].get<double>();
+  });
   std::error_code ec;
   fs::remove_all(dir, ec);
   for (auto& r : records) r["sensitivity"] = Json::object();
@@ -338,21 +330,15 @@ int cmd_validate(const ValidateOptions& o) {
   }
 
   std::vector<Json> records(cases.size());
-  std::atomic<std::size_t> next{0};
   std::mutex lock;
   std::size_t done = 0;
-  auto worker = [&] {
-    for (std::size_t i = next++; i < cases.size(); i = next++) {
-      records[i] = run_case(cases[i]);
-      std::lock_guard<std::mutex> guard(lock);
-      ++done;
-      std::fprintf(stderr, "[%zu/%zu] %s\n", done, cases.size(), cases[i].id.c_str());
-    }
-  };
-  const int jobs = o.jobs > 0 ? o.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> threads;
-  for (int t = 0; t < std::min<int>(jobs, int(cases.size())); ++t) threads.emplace_back(worker);
-  for (auto& t : threads) t.join();
+  const int jobs = job_count(o.jobs);
+  parallel_for(cases.size(), jobs, [&](std::size_t i) {
+    records[i] = run_case(cases[i]);
+    std::lock_guard<std::mutex> guard(lock);
+    ++done;
+    std::fprintf(stderr, "[%zu/%zu] %s\n", done, cases.size(), cases[i].id.c_str());
+  });
 
   const Json assumptions = assumed_figures(studies);
   if (o.sensitivity) add_sensitivity(cases, studies, assumptions, records, jobs);
