@@ -13,6 +13,13 @@ namespace tpusim::cli {
 
 void write_output_file(const std::filesystem::path& path, const std::string& text,
                        const std::string& option) {
+  write_output_file(
+      path, [&](const auto& put) { put(text); }, option);
+}
+
+void write_output_file(const std::filesystem::path& path,
+                       const std::function<void(const std::function<void(std::string_view)>& put)>& produce,
+                       const std::string& option) {
   const std::string tmp = path.string() + ".tmp";
   auto fail = [&](const char* step) {
     const std::string why = std::strerror(errno);
@@ -22,15 +29,20 @@ void write_output_file(const std::filesystem::path& path, const std::string& tex
   };
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("open");
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ::close(fd);
-      fail("write");
-    }
-    done += std::size_t(n);
+  try {
+    produce([&](std::string_view text) {
+      std::size_t done = 0;
+      while (done < text.size()) {
+        const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) fail("write");
+        done += std::size_t(n);
+      }
+    });
+  } catch (...) {  // a failed write, or `produce` failing: no partial file is left behind
+    ::close(fd);
+    std::remove(tmp.c_str());
+    throw;
   }
   if (::fsync(fd) != 0) {
     ::close(fd);

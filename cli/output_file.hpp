@@ -5,13 +5,21 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <string>
+#include <string_view>
 
 namespace tpusim::cli {
 
 /// Writes `text` to `path` atomically. Throws ConfigError (the path is unusable: exit 2)
 /// naming `option` (e.g. "--out") and the path when any step fails.
 void write_output_file(const std::filesystem::path& path, const std::string& text,
+                       const std::string& option = "--out");
+
+/// The same for text produced piece by piece (a file too large to hold in memory): `produce`
+/// is called with a function that appends a piece to the temporary file.
+void write_output_file(const std::filesystem::path& path,
+                       const std::function<void(const std::function<void(std::string_view)>& put)>& produce,
                        const std::string& option = "--out");
 
 }  // namespace tpusim::cli

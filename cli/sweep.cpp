@@ -68,15 +68,42 @@ std::vector<std::string> swept_paths(const Json& meta) {
   return paths;
 }
 
+/// A sweep record as the sweep keeps it: its summary (the point, its error, and only the scalar
+/// figures of its result, which is all the CSV and the reports read) and where its full line is
+/// in a results.jsonl. A point's full result (per-core figures) can be megabytes on a large
+/// slice: the sweep streams it to disk and never holds all of them.
+struct StoredRecord {
+  Json summary;
+  fs::path file;
+  std::uint64_t offset = 0, length = 0;
+  std::size_t index() const { return summary["index"].get<std::size_t>(); }
+  std::string key() const { return summary["key"].get<std::string>(); }
+};
+
+Json summary_of(const Json& record) {
+  Json s = Json::object();
+  for (const auto& [k, v] : record.items()) {
+    if (k != "result" || !v.is_object()) {
+      s[k] = v;
+      continue;
+    }
+    s[k] = Json::object();
+    for (const auto& [name, figure] : v.items())
+      if (!figure.is_structured()) s[k][name] = figure;
+  }
+  return s;
+}
+
 /// Records of a results.jsonl. A torn last line (a killed run) is dropped, and said so on
 /// stderr; an unreadable line before the last means the file is corrupt: refused (ConfigError)
 /// rather than silently recomputed over.
-std::vector<Json> read_records(const fs::path& file) {
-  std::vector<Json> records;
-  std::ifstream in(file);
+std::vector<StoredRecord> read_records(const fs::path& file) {
+  std::vector<StoredRecord> records;
+  std::ifstream in(file, std::ios::binary);
   std::string line;
   std::size_t number = 0, bad_line = 0;
-  while (std::getline(in, line)) {
+  std::uint64_t offset = 0;
+  for (; std::getline(in, line); offset += line.size() + 1) {
     ++number;
     if (line.empty()) continue;
     if (bad_line)
@@ -84,9 +111,9 @@ std::vector<Json> read_records(const fs::path& file) {
                         "a line that is not a sweep record",
                         "one JSON record per line (only the last line may be torn, by a killed run)");
     try {
-      Json j = Json::parse(line);
+      const Json j = Json::parse(line);
       if (j.is_object() && j.contains("key") && j.contains("index"))
-        records.push_back(std::move(j));
+        records.push_back({summary_of(j), file, offset, line.size()});
       else
         bad_line = number;
     } catch (const Json::parse_error&) {
@@ -99,24 +126,45 @@ std::vector<Json> read_records(const fs::path& file) {
   return records;
 }
 
-/// Writes results.jsonl and results.csv for `records` in point order, atomically, plus reports.
-void write_outputs(const fs::path& dir, const Json& meta, std::vector<Json> records) {
-  std::sort(records.begin(), records.end(), [](const Json& a, const Json& b) {
-    return a["index"].get<std::size_t>() < b["index"].get<std::size_t>();
-  });
+/// Writes results.jsonl (each record's full line, copied from where it is) and results.csv for
+/// `records` in point order, atomically, plus reports; the records then refer to the new file.
+void write_outputs(const fs::path& dir, const Json& meta, std::vector<StoredRecord>& records) {
+  std::sort(records.begin(), records.end(),
+            [](const StoredRecord& a, const StoredRecord& b) { return a.index() < b.index(); });
   const auto paths = swept_paths(meta);
   // Each file is written beside itself, fsync'ed and renamed over the old one: a full disk
   // leaves the previous results intact and stops the sweep with the path.
-  std::string jsonl, csv = csv_header(paths);
-  for (const auto& r : records) {
-    jsonl += r.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
-    csv += csv_row(paths, r);
+  std::vector<std::uint64_t> offsets;
+  write_output_file(dir / "results.jsonl", [&](const auto& put) {
+    std::map<fs::path, std::ifstream> sources;
+    std::string line;
+    std::uint64_t offset = 0;
+    for (const auto& r : records) {
+      auto& in = sources.try_emplace(r.file, r.file, std::ios::binary).first->second;
+      line.resize(r.length);
+      in.clear();
+      in.seekg(std::streamoff(r.offset));
+      if (!in.read(line.data(), std::streamsize(r.length)))
+        throw ConfigError(r.file.string(), "", "a record that can no longer be read",
+                          "the results.jsonl the sweep wrote (was it changed while the sweep ran?)");
+      put(line);
+      put("\n");
+      offsets.push_back(offset);
+      offset += r.length + 1;
+    }
+  });
+  std::vector<Json> summaries;
+  std::string csv = csv_header(paths);
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    records[i].file = dir / "results.jsonl";
+    records[i].offset = offsets[i];
+    csv += csv_row(paths, records[i].summary);
+    summaries.push_back(records[i].summary);
   }
-  write_output_file(dir / "results.jsonl", jsonl);
   write_output_file(dir / "results.csv", csv);
-  write_output_file(dir / "report.html", reports::sweep_html(meta, records));
-  write_output_file(dir / "report.md", reports::sweep_markdown(meta, records));
-  for (const auto& [name, svg] : reports::sweep_charts(meta, records))
+  write_output_file(dir / "report.html", reports::sweep_html(meta, summaries));
+  write_output_file(dir / "report.md", reports::sweep_markdown(meta, summaries));
+  for (const auto& [name, svg] : reports::sweep_charts(meta, summaries))
     write_output_file(dir / ("sweep_" + name + ".svg"), svg);
 }
 
@@ -228,7 +276,7 @@ int cmd_sweep(const SweepOptions& o) {
   const fs::path dir = o.out.empty() ? fs::path("out/sweep") : fs::path(o.out);
   fs::create_directories(dir);
   const DirectoryLock lock_out(dir);
-  std::vector<Json> records;
+  std::vector<StoredRecord> records;
   if (fs::exists(dir / "results.jsonl")) {
     if (!o.resume) {
       throw ConfigError("--out", "", dir.string() + " already holds results.jsonl",
@@ -257,8 +305,8 @@ int cmd_sweep(const SweepOptions& o) {
     for (const auto& p : points) wanted[p.key()] = p.index;
     std::map<std::string, bool> seen;
     for (auto& r : read_records(dir / "results.jsonl"))
-      if (wanted.count(r["key"].get<std::string>()) && !seen[r["key"].get<std::string>()]) {
-        seen[r["key"].get<std::string>()] = true;
+      if (wanted.count(r.key()) && !seen[r.key()]) {
+        seen[r.key()] = true;
         records.push_back(std::move(r));
       }
   }
@@ -266,11 +314,12 @@ int cmd_sweep(const SweepOptions& o) {
   write_outputs(dir, meta, records);  // a clean start: no torn line, CSV matching the record
 
   std::map<std::string, bool> recorded;
-  for (const auto& r : records) recorded[r["key"].get<std::string>()] = true;
+  for (const auto& r : records) recorded[r.key()] = true;
   std::vector<Point> pending;
   for (const auto& p : points)
     if (!recorded.count(p.key())) pending.push_back(p);
 
+  std::uint64_t jsonl_end = fs::file_size(dir / "results.jsonl");
   std::ofstream jsonl(dir / "results.jsonl", std::ios::app | std::ios::binary);
   std::ofstream csv(dir / "results.csv", std::ios::app | std::ios::binary);
   const auto paths = swept_paths(meta);
@@ -310,7 +359,8 @@ int cmd_sweep(const SweepOptions& o) {
     if (!jsonl || !csv) write_failed = true;
     progress.point_done(record["error"].is_null() ? std::string() : record["error"].get<std::string>(),
                         p.key());
-    records.push_back(std::move(record));
+    records.push_back({summary_of(record), dir / "results.jsonl", jsonl_end, line.size()});
+    jsonl_end += line.size() + 1;
   });
   jsonl.close();
   csv.close();
@@ -320,7 +370,7 @@ int cmd_sweep(const SweepOptions& o) {
   write_outputs(dir, meta, records);
 
   std::size_t failed = 0;
-  for (const auto& r : records) failed += r["error"].is_null() ? 0 : 1;
+  for (const auto& r : records) failed += r.summary["error"].is_null() ? 0 : 1;
   std::cout << "tpusim sweep: " << records.size() << " points (" << failed << " failed) in " << dir.string()
             << ": results.jsonl results.csv report.html report.md\n";
   return failed == 0 ? 0 : 1;
@@ -328,7 +378,7 @@ int cmd_sweep(const SweepOptions& o) {
 
 int cmd_merge(const std::vector<std::string>& dirs, const std::string& out) {
   Json meta;
-  std::vector<Json> records;
+  std::vector<StoredRecord> records;
   std::map<std::string, bool> seen;
   for (const auto& d : dirs) {
     Json m = read_json_file(fs::path(d) / "sweep.json");
@@ -339,8 +389,8 @@ int cmd_merge(const std::vector<std::string>& dirs, const std::string& out) {
                         "a shard of the same sweep as " + dirs.front() + " (same study, --set and axes)");
     }
     for (auto& r : read_records(fs::path(d) / "results.jsonl"))
-      if (!seen[r["key"].get<std::string>()]) {
-        seen[r["key"].get<std::string>()] = true;
+      if (!seen[r.key()]) {
+        seen[r.key()] = true;
         records.push_back(std::move(r));
       }
   }
@@ -349,7 +399,7 @@ int cmd_merge(const std::vector<std::string>& dirs, const std::string& out) {
   write_output_file(fs::path(out) / "sweep.json", meta.dump(2) + "\n");
   write_outputs(out, meta, records);
   std::size_t failed = 0;
-  for (const auto& r : records) failed += r["error"].is_null() ? 0 : 1;
+  for (const auto& r : records) failed += r.summary["error"].is_null() ? 0 : 1;
   std::cout << "tpusim merge: " << records.size() << " of " << meta["points"].get<std::size_t>()
             << " points (" << failed << " failed) in " << out << "\n";
   return failed == 0 ? 0 : 1;

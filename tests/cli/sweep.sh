@@ -41,6 +41,16 @@ before=$(wc -l < "$work/killed/results.jsonl")
 [ "$before" -lt 48 ] || { echo "FAIL: the sweep finished before it could be killed"; exit 1; }
 "$tpusim" sweep "$study" "${grid[@]}" -j 2 --out "$work/killed" --resume 2> /dev/null || true
 cmp "$work/full/results.csv" "$work/killed/results.csv"
+# The full records (per-core figures too) survive the resume byte for byte: the sweep keeps only
+# their summaries in memory and copies each full line from where it was written.
+cmp "$work/full/results.jsonl" "$work/killed/results.jsonl"
+python3 - "$work/killed/results.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["index"] for r in rows] == sorted(r["index"] for r in rows)
+ran = [r for r in rows if r["result"]]
+assert ran and all(isinstance(r["result"]["cores"], list) and r["result"]["cores"] for r in ran)
+PY
 [ "$(tail -n +2 "$work/killed/results.csv" | sort | uniq -d | wc -l)" -eq 0 ]
 passed=$((passed + 1))
 
