@@ -4,6 +4,7 @@
 // not met); 2 bad input (the message names the JSON path, the value and what is expected).
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cmath>
@@ -60,6 +61,13 @@ reports::RunInfo run_info(const Study& study, const BuiltStep& step) {
 
 void write_file(const fs::path& path, const std::string& text) { cli::write_output_file(path, text); }
 
+/// The default budget of host memory for one simulation: half of this machine's memory, so a
+/// sweep's two points or the rest of the machine still have room.
+double half_of_physical_memory() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? 0.5 * double(pages) * double(page) : 4e9;
+}
+
 struct RunOptions {
   std::string study;
   std::vector<std::string> sets;
@@ -71,7 +79,7 @@ struct RunOptions {
   bool functional = false;
   int steps = 3;
   std::uint64_t seed = 1;
-  double host_memory_budget_bytes = 4.0 * 1024 * 1024 * 1024;
+  double max_host_memory_bytes = half_of_physical_memory();
 };
 
 /// When the state a core holds all step (weights, optimizer slots, gradient accumulators)
@@ -95,17 +103,20 @@ std::optional<Json> resident_overflow(const Study& study, const sim::TaskGraph& 
 
 int cmd_run(const RunOptions& o) {
   cli::RunProgress progress;  // from the start: a slow graph build shows in its elapsed time
+  if (!(o.max_host_memory_bytes > 0))
+    throw ConfigError("--max-host-memory", "", std::to_string(o.max_host_memory_bytes), "bytes > 0");
+  sim::set_host_memory_budget(o.max_host_memory_bytes);
   const Study study = load_study(o.study, o.sets);
   std::unique_ptr<FunctionalRuntime> functional;
   if (o.functional) {
     FunctionalRuntime::check_supported(study);
     if (o.steps < 1) throw ConfigError("--steps", "", std::to_string(o.steps), "at least 1 step");
     const double need = FunctionalRuntime::host_bytes_needed(study, study.cores());
-    if (need > o.host_memory_budget_bytes) {
+    if (need > o.max_host_memory_bytes) {
       throw ConfigError("--functional", "",
                         "a need of " + reports::human_bytes(need) + " of host memory for real tensors",
-                        "at most the budget of " + reports::human_bytes(o.host_memory_budget_bytes) +
-                            " (shrink the model or batch, or raise --host-memory-budget-bytes)");
+                        "at most the budget of " + reports::human_bytes(o.max_host_memory_bytes) +
+                            " (shrink the model or batch, or raise --max-host-memory)");
     }
     functional = std::make_unique<FunctionalRuntime>(study, o.seed);
     functional->begin_step(0);
@@ -423,9 +434,9 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--steps", run.steps, "functional mode: training steps (default 3)");
   run_cmd->add_option("--seed", run.seed,
                       "functional mode: seed of the weights and the synthetic data (default 1)");
-  run_cmd->add_option(
-      "--host-memory-budget-bytes", run.host_memory_budget_bytes,
-      "functional mode: refuse studies whose real tensors need more host memory (default 4 GiB)");
+  run_cmd->add_option("--max-host-memory", run.max_host_memory_bytes,
+                      "bytes of host memory a run may use (the simulation's estimate, and functional mode's "
+                      "real tensors); more is refused up front, exit 2 (default: half of this machine's)");
 
   std::string check_file;
   std::vector<std::string> check_sets;
@@ -556,6 +567,9 @@ int main(int argc, char** argv) {
     if (*d_model) return cmd_describe_model(model_study, model_sets, describe_json);
   } catch (const ConfigError& e) {
     std::cerr << "tpusim: bad input\n" << e.what() << "\n";
+    return 2;
+  } catch (const ResourceError& e) {
+    std::cerr << "tpusim: too large to simulate on this machine\n" << e.what() << "\n";
     return 2;
   } catch (const SimulationError& e) {
     std::cerr << "tpusim: simulation failed: " << e.what() << "\n";

@@ -1,5 +1,5 @@
 // Typed errors of the whole library. Library code throws these; only cli/main turns them
-// into exit codes (ConfigError -> 2, SimulationError -> 1).
+// into exit codes (ConfigError -> 2, ResourceError -> 2, SimulationError -> 1).
 #pragma once
 
 #include <stdexcept>
@@ -34,6 +34,13 @@ class ConfigError : public std::runtime_error {
 
 /// The simulation could not be carried out (deadlock, broken invariant, engine failure).
 class SimulationError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A valid input too large to simulate on this machine (host memory, SimGrid's actor stacks):
+/// refused up front with the estimate, before the process would die or swap.
+class ResourceError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
@@ -389,6 +391,45 @@ class Runner {
 
 }  // namespace
 
+namespace {
+
+/// Memory mappings the kernel allows this process (vm.max_map_count; Linux's default when the
+/// file cannot be read).
+long max_memory_mappings() {
+  std::ifstream in("/proc/sys/vm/max_map_count");
+  long n = 0;
+  return (in >> n) && n > 0 ? n : 65530;
+}
+
+/// Refuses, with the estimate, a graph this machine cannot simulate: more host memory than the
+/// budget, or more simultaneous actors than memory mappings allow (each SimGrid actor's stack
+/// is a mapping plus a guard page; SimGrid aborts the process when it runs out).
+void check_host_resources(const TaskGraph& graph) {
+  const double budget = host_memory_budget();
+  if (budget > 0 && HostFootprint::bytes(graph.cores(), graph.size()) > budget) {
+    char text[400];
+    std::snprintf(text, sizeof text,
+                  "simulating %d cores and %d tasks needs about %.1f GB of host memory, more than the budget "
+                  "of %.1f GB (--max-host-memory; default half of this machine's memory)",
+                  graph.cores(), graph.size(), HostFootprint::bytes(graph.cores(), graph.size()) / 1e9,
+                  budget / 1e9);
+    throw ResourceError(text);
+  }
+  long actors = 1;  // at least one communication actor besides one per core with a program
+  for (int c = 0; c < graph.cores(); ++c) actors += graph.program(c).empty() ? 0 : 1;
+  const long mappings = max_memory_mappings(), reserve = 2048;  // libraries, heap, SimGrid itself
+  if (2 * actors + reserve > mappings) {
+    throw ResourceError("simulating " + std::to_string(graph.cores()) + " cores needs at least " +
+                        std::to_string(actors) +
+                        " simultaneous SimGrid actors, each stack two memory mappings, " +
+                        "more than this machine allows (vm.max_map_count = " + std::to_string(mappings) +
+                        "): use a slice of at most about " + std::to_string((mappings - reserve) / 2 - 1) +
+                        " cores, or raise vm.max_map_count");
+  }
+}
+
+}  // namespace
+
 SimResult simulate(const TaskGraph& graph, const HardwareSpec& hw, const SliceSpec& slice,
                    const EngineOptions& options) {
   if (graph.cores() != slice_cores(hw, slice)) {
@@ -396,6 +437,7 @@ SimResult simulate(const TaskGraph& graph, const HardwareSpec& hw, const SliceSp
                           std::to_string(slice_cores(hw, slice)));
   }
   graph.validate();
+  check_host_resources(graph);
   auto engine = make_engine();
   Runner runner(graph, hw, slice, options);
   runner.start_actors();

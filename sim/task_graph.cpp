@@ -2,6 +2,7 @@
 
 #include <boost/graph/topological_sort.hpp>
 #include <cmath>
+#include <cstdio>
 #include <set>
 
 #include "hardware/errors.hpp"
@@ -44,11 +45,41 @@ std::vector<int> Task::members() const {
   return all;
 }
 
-TaskGraph::TaskGraph(int cores) : cores_(cores), programs_(cores), resident_(cores) {
+namespace {
+double g_host_memory_budget = 0;
+
+[[noreturn]] void over_budget(int cores, double tasks) {
+  char what[160], text[512];
+  if (tasks > 0)
+    std::snprintf(what, sizeof what, "%d cores and more than %.0f tasks (the graph was still growing)", cores,
+                  tasks);
+  else
+    std::snprintf(what, sizeof what, "%d cores (SimGrid's routing table and per-core state alone)", cores);
+  std::snprintf(text, sizeof text,
+                "simulating %s needs over %.1f GB of host memory, more than the budget of %.1f GB "
+                "(--max-host-memory; default half of this machine's memory): use a smaller slice, fewer "
+                "micro-batches or layers, or raise the budget",
+                what, HostFootprint::bytes(cores, tasks) / 1e9, g_host_memory_budget / 1e9);
+  throw ResourceError(text);
+}
+}  // namespace
+
+void set_host_memory_budget(double bytes) { g_host_memory_budget = bytes; }
+double host_memory_budget() { return g_host_memory_budget; }
+
+TaskGraph::TaskGraph(int cores) : cores_(cores) {
+  if (g_host_memory_budget > 0 && HostFootprint::bytes(cores, 0) > g_host_memory_budget)
+    over_budget(cores, 0);
+  programs_.resize(std::size_t(cores));
+  resident_.resize(std::size_t(cores));
   for (auto& r : resident_) r.fill(0.0);
 }
 
 int TaskGraph::add(Task task) {
+  // Checked every 16,384 tasks: a graph that keeps growing stops at the budget, not past it.
+  if (g_host_memory_budget > 0 && tasks_.size() % 16384 == 16383 &&
+      HostFootprint::bytes(cores_, double(tasks_.size())) > g_host_memory_budget)
+    over_budget(cores_, double(tasks_.size()));
   const int id = int(boost::add_vertex(graph_));
   if (task.kind == TaskKind::Compute && task.core >= 0 && task.core < cores_)
     programs_[task.core].push_back(id);

@@ -1,6 +1,7 @@
 // Task graph validation and collective plans: no engine needed.
 #include <catch2/catch.hpp>
 
+#include "hardware/errors.hpp"
 #include "sim/task_graph.hpp"
 #include "test_support.hpp"
 
@@ -60,4 +61,26 @@ TEST_CASE("the core holding the most resident state, and what it holds", "[graph
   CHECK(g.resident_bytes(1) == 0);
   CHECK(g.resident_bytes(2) == 150);
   CHECK(g.most_resident_core() == 2);
+}
+
+TEST_CASE("a graph that would need more host memory than the budget stops as it passes it",
+          "[graph][resources]") {
+  // 1,000 cores: SimGrid's routing table is 8 MB, per-core state 20 MB, plus the base 40 MB.
+  CHECK(sim::HostFootprint::bytes(1000, 0) == Approx(40e6 + 8e6 + 20e6));
+  sim::set_host_memory_budget(sim::HostFootprint::bytes(1000, 0) - 1);
+  CHECK_THROWS_AS(sim::TaskGraph(1000), ResourceError);
+  // Room for the cores and about 50,000 tasks: the graph stops within 16,384 tasks past them.
+  sim::set_host_memory_budget(sim::HostFootprint::bytes(8, 50000));
+  sim::TaskGraph g(8);
+  int added = 0;
+  CHECK_THROWS_AS(
+      [&] {
+        for (; added < 200000; ++added)
+          g.add(sim::Task{sim::TaskKind::Compute, "t", "forward", added % 8, 1e-6});
+      }(),
+      ResourceError);
+  CHECK(added >= 50000);
+  CHECK(added <= 50000 + 16384);
+  sim::set_host_memory_budget(0);  // none: as before
+  CHECK_NOTHROW(sim::TaskGraph(1000));
 }
