@@ -89,9 +89,14 @@ void pipelines(const Study& study, const PlanSpace& space, std::vector<Json>& ou
         for (std::int64_t m : powers_of_two(1, std::min(per_replica, space.max_microbatches))) {
           if (!allowed(space.microbatches, m) || per_replica % m != 0) continue;
           for (bool remat : {true, false})
-            if (allowed(space.remat, remat))
-              out.push_back(
-                  {{"kind", kind}, {"stages", k}, {"replicas", r}, {"microbatches", m}, {"remat", remat}});
+            for (const auto& cut : space.partition.value_or(std::vector<std::string>{"memory_aware"}))
+              if (allowed(space.remat, remat))
+                out.push_back({{"kind", kind},
+                               {"stages", k},
+                               {"replicas", r},
+                               {"microbatches", m},
+                               {"remat", remat},
+                               {"partition", cut}});
         }
       }
     }
@@ -142,6 +147,12 @@ PlanSpace read_plan_space(const std::string& file) {
     s.remat = read_list<bool>(f, "remat", "true or false");
     s.weight_update = read_list<std::string>(f, "weight_update", "\"replicated\" or \"sharded\"");
     s.gradient_dtype = read_list<std::string>(f, "gradient_dtype", "\"fp32\" or \"bf16\"");
+    s.partition = read_list<std::string>(f, "partition", "\"balanced\" or \"memory_aware\"");
+    if (s.partition)
+      for (std::size_t i = 0; i < s.partition->size(); ++i)
+        if ((*s.partition)[i] != "balanced" && (*s.partition)[i] != "memory_aware")
+          problems.add(index_path(f.path_of("partition"), i), Json((*s.partition)[i]),
+                       "\"balanced\" or \"memory_aware\"");
     s.max_microbatches = f.integer_or("max_microbatches", s.max_microbatches, 1, 1 << 20);
     if (const Json* d = f.optional("description"); d && !d->is_string())
       problems.add(f.path_of("description"), *d, "a string");
@@ -175,7 +186,8 @@ std::string plan_label(const Json& s) {
     return "mesh " + mesh + " " + s.value("weight_update", "replicated");
   }
   return kind + " K=" + s.at("stages").dump() + " R=" + s.value("replicas", Json(1)).dump() +
-         " M=" + s.at("microbatches").dump() + (s.value("remat", false) ? " remat" : "");
+         " M=" + s.at("microbatches").dump() + (s.value("remat", false) ? " remat" : "") +
+         (s.value("partition", "memory_aware") == "balanced" ? " cost-cut" : "");
 }
 
 }  // namespace tpusim::cli

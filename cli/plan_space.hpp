@@ -20,6 +20,9 @@ struct PlanSpace {
   std::optional<std::vector<std::int64_t>> stages, replicas, microbatches, model_axis;
   std::optional<std::vector<bool>> remat;
   std::optional<std::vector<std::string>> weight_update, gradient_dtype;
+  /// Pipeline partitions; absent: "memory_aware" alone (the cost-balanced cut whenever that
+  /// fits, so it loses nothing to "balanced" and fits where "balanced" overflows).
+  std::optional<std::vector<std::string>> partition;
   std::int64_t max_microbatches = 64;  ///< M never above this (or the examples per replica)
 };
 

@@ -59,6 +59,11 @@ std::string report_markdown(const Json& j) {
     if (details.contains("stage_imbalance"))
       md << " The stages' estimated costs differ by up to " << pct(details["stage_imbalance"].get<double>())
          << " over the mean (the slowest stage sets the pace).";
+    if (details.value("partition_set_by", "") == "memory")
+      md << " **Memory, not cost, set the cut**: the cost-balanced partition overflows a stage's HBM, so the "
+            "layers are balanced among the partitions whose every stage fits (`partition: memory_aware`).";
+    else if (details.value("partition_set_by", "") == "cost (no partition fits)")
+      md << " No partition fits every stage in HBM (`partition: memory_aware`): the cut is the cost-balanced one.";
     md << " Idle time beyond the ideal comes from that imbalance, from transfers between stages that are not "
           "hidden ("
        << human_seconds(split.value("exposed_transfer", 0.0))

@@ -80,17 +80,19 @@ Pipeline::Pipeline(Order order, Fields& f, const Study& study, Problems& problem
   }
   if (std::int64_t(stages_) * replicas_ > study.cores()) {
     problems.add(f.path_of("stages"), Json(stages_),
-                 "stages x replicas (" + std::to_string(std::int64_t(stages_) * replicas_) + ") at most the " +
-                     std::to_string(study.cores()) + " cores of slice " + study.slice.name);
+                 "stages x replicas (" + std::to_string(std::int64_t(stages_) * replicas_) +
+                     ") at most the " + std::to_string(study.cores()) + " cores of slice " +
+                     study.slice.name);
   }
   if (study.batch % (std::int64_t(replicas_) * microbatches_) != 0) {
-    problems.add("batch", Json(study.batch),
-                 "a multiple of replicas x microbatches = " + std::to_string(std::int64_t(replicas_) * microbatches_) +
-                     " (equal micro-batches on every replica)");
+    problems.add(
+        "batch", Json(study.batch),
+        "a multiple of replicas x microbatches = " + std::to_string(std::int64_t(replicas_) * microbatches_) +
+            " (equal micro-batches on every replica)");
   }
   if (const Json* p = f.optional("partition")) {
-    if (p->is_string() && p->get<std::string>() == "balanced") {
-      // computed at build time
+    if (p->is_string() && (p->get<std::string>() == "balanced" || p->get<std::string>() == "memory_aware")) {
+      memory_aware_ = p->get<std::string>() == "memory_aware";  // computed at build time
     } else if (p->is_array() && int(p->size()) == stages_) {
       int total = 0;
       for (std::size_t i = 0; i < p->size(); ++i) {
@@ -108,7 +110,8 @@ Pipeline::Pipeline(Order order, Fields& f, const Study& study, Problems& problem
       }
     } else {
       problems.add(f.path_of("partition"), *p,
-                   "\"balanced\" or an array of " + std::to_string(stages_) + " layer counts (one per stage)");
+                   "\"balanced\", \"memory_aware\" or an array of " + std::to_string(stages_) +
+                       " layer counts (one per stage)");
     }
   }
   if (const Json* p = f.optional("placement")) {
@@ -127,7 +130,8 @@ Pipeline::Pipeline(Order order, Fields& f, const Study& study, Problems& problem
         for (std::size_t s = 0; s < row.size(); ++s) {
           const Json& c = row[s];
           if (!c.is_number_integer() || c.get<std::int64_t>() < 0 || c.get<std::int64_t>() >= study.cores()) {
-            problems.add(index_path(path, s), c, "a core id in [0, " + std::to_string(study.cores() - 1) + "]");
+            problems.add(index_path(path, s), c,
+                         "a core id in [0, " + std::to_string(study.cores() - 1) + "]");
           } else if (!used.insert(int(c.get<std::int64_t>())).second) {
             problems.add(index_path(path, s), c, "a core not used by another stage or replica");
           } else {
@@ -136,32 +140,84 @@ Pipeline::Pipeline(Order order, Fields& f, const Study& study, Problems& problem
         }
       }
     } else {
-      problems.add(f.path_of("placement"), *p,
-                   "\"auto\" or an array of " + std::to_string(replicas_) + " arrays of core ids (one per replica)");
+      problems.add(
+          f.path_of("placement"), *p,
+          "\"auto\" or an array of " + std::to_string(replicas_) + " arrays of core ids (one per replica)");
     }
   }
 }
 
 Json Pipeline::resolved() const {
-  Json j{{"kind", kind_name(order_)}, {"stages", stages_}, {"microbatches", microbatches_}, {"remat", remat_}, {"replicas", replicas_}};
-  j["partition"] = partition_.empty() ? Json("balanced") : Json(partition_);
+  Json j{{"kind", kind_name(order_)},
+         {"stages", stages_},
+         {"microbatches", microbatches_},
+         {"remat", remat_},
+         {"replicas", replicas_}};
+  j["partition"] = !partition_.empty() ? Json(partition_) : Json(memory_aware_ ? "memory_aware" : "balanced");
   j["placement"] = placement_.empty() ? Json("auto") : Json(placement_);
   return j;
 }
 
-std::vector<int> Pipeline::partition(const Study& study) const {
-  if (!partition_.empty()) return partition_;
-  const CostModel cost(study.hardware.core);
+Pipeline::Partition Pipeline::partition(const Study& study) const {
+  if (!partition_.empty()) return {partition_, "explicit"};
+  StepBuilder builder(study, 1);
   const std::int64_t b = layer_batch(study);
   std::vector<double> costs;
-  for (const auto& layer : study.model.layers) {
-    const LayerWork w = layer.work(b);
-    double fwd = 0, bwd = 0;
-    for (const auto& op : w.forward) fwd += cost.cost(op).seconds;
-    for (const auto& op : w.backward) bwd += cost.cost(op).seconds;
-    costs.push_back(fwd * (remat_ ? 2 : 1) + bwd);
+  for (int l = 0; l < int(study.model.layers.size()); ++l) {
+    const LayerCost& c = builder.cost(l, b);
+    costs.push_back(c.forward_s * (remat_ ? 2 : 1) + c.backward_s);
   }
-  return balanced_partition(costs, stages_);
+  const auto by_cost = balanced_partition(costs, stages_);
+  if (!memory_aware_) return {by_cost, "cost"};
+  const double usable = study.hardware.core.usable_hbm_bytes();
+  auto fits = [&](int stage, int first, int last) {
+    return stage_peak_bytes(builder, study, {first, last}, stage) <= usable;
+  };
+  bool cost_cut_fits = true;
+  for (int s = 0, first = 0; s < stages_; first += by_cost[s], ++s)
+    cost_cut_fits = cost_cut_fits && fits(s, first, first + by_cost[s]);
+  if (cost_cut_fits) return {by_cost, "cost"};
+  const auto by_memory = balanced_partition(costs, stages_, fits);
+  if (by_memory.empty()) return {by_cost, "cost (no partition fits)"};
+  return {by_memory, "memory"};
+}
+
+double Pipeline::stage_peak_bytes(StepBuilder& builder, const Study& study, LayerRange range,
+                                  int stage) const {
+  const std::int64_t b = layer_batch(study);
+  const LayerCost c = builder.cost(range, b);
+  double held = 0;  // weights and optimizer slots, resident all step
+  for (int l = range.first; l < range.last; ++l) {
+    const Layer& layer = study.model.layers[l];
+    held += kWeightBytes * (double(layer.params()) + study.optimizer.slot_elements(layer));
+  }
+  const double kept = remat_ ? c.input_bytes : c.stash_bytes;
+  double forward_transient = c.workspace_bytes;
+  if (remat_)
+    for (int l = range.first; l < range.last; ++l)
+      forward_transient =
+          std::max(forward_transient, builder.cost(l, b).stash_bytes + builder.cost(l, b).workspace_bytes);
+  double peak = held;
+  bool first_backward = true;
+  for (const Item& it : stage_program(order_, stage, stages_, microbatches_, remat_)) {
+    switch (it.kind) {
+      case Item::Forward:
+        held += kept;
+        peak = std::max(peak, held + forward_transient);
+        break;
+      case Item::Recompute:
+        held += c.stash_bytes;
+        peak = std::max(peak, held + c.workspace_bytes);
+        break;
+      case Item::Backward:
+        if (first_backward) held += builder.gradient_bytes(range);
+        first_backward = false;
+        peak = std::max(peak, held + c.backward_workspace_bytes);
+        held -= c.stash_bytes + (remat_ ? c.input_bytes : 0.0);
+        break;
+    }
+  }
+  return peak;
 }
 
 std::vector<std::vector<int>> Pipeline::placement(const Study& study) const {
@@ -178,7 +234,8 @@ std::vector<std::vector<int>> Pipeline::placement(const Study& study) const {
 BuiltStep Pipeline::build(const Study& study, FunctionalRuntime* functional) const {
   const int K = stages_, M = microbatches_, R = replicas_;
   const std::int64_t b = layer_batch(study);
-  const auto sizes = partition(study);
+  const Partition cut = partition(study);
+  const auto& sizes = cut.sizes;
   const auto cores = placement(study);
   std::vector<LayerRange> ranges;
   for (int s = 0, first = 0; s < K; first += sizes[s], ++s) ranges.push_back({first, first + sizes[s]});
@@ -187,7 +244,8 @@ BuiltStep Pipeline::build(const Study& study, FunctionalRuntime* functional) con
   StepBuilder builder(study, study.cores(), functional);
   // Every compute task first, in each stage's program order (a core's program is the order its
   // tasks are added); dependencies afterwards.
-  std::vector<std::vector<std::vector<int>>> F(R, std::vector<std::vector<int>>(K, std::vector<int>(M))), Rc = F, B = F;
+  std::vector<std::vector<std::vector<int>>> F(R, std::vector<std::vector<int>>(K, std::vector<int>(M))),
+      Rc = F, B = F;
   std::vector<std::vector<int>> last_backward(R, std::vector<int>(K, -1));
   for (int r = 0; r < R; ++r)
     for (int s = 0; s < K; ++s) {
@@ -197,8 +255,12 @@ BuiltStep Pipeline::build(const Study& study, FunctionalRuntime* functional) con
       for (const Item& it : stage_program(order_, s, K, M, remat_)) {
         const Labels labels{s, it.micro_batch, (std::int64_t(r) * M + it.micro_batch) * b};
         switch (it.kind) {
-          case Item::Forward: F[r][s][it.micro_batch] = builder.forward(core, ranges[s], b, -1, keep, labels); break;
-          case Item::Recompute: Rc[r][s][it.micro_batch] = builder.recompute(core, ranges[s], b, -1, labels); break;
+          case Item::Forward:
+            F[r][s][it.micro_batch] = builder.forward(core, ranges[s], b, -1, keep, labels);
+            break;
+          case Item::Recompute:
+            Rc[r][s][it.micro_batch] = builder.recompute(core, ranges[s], b, -1, labels);
+            break;
           case Item::Backward:
             B[r][s][it.micro_batch] = last_backward[r][s] =
                 builder.backward(core, ranges[s], b, -1, keep, first_backward, labels);
@@ -214,14 +276,14 @@ BuiltStep Pipeline::build(const Study& study, FunctionalRuntime* functional) con
         const Labels labels{s, m, (std::int64_t(r) * M + m) * b};
         if (s > 0) {
           const double bytes = builder.cost(ranges[s - 1], b).output_bytes;
-          g.depend(builder.transfer(cores[r][s - 1], cores[r][s], bytes, F[r][s - 1][m], "activation_transfer", labels,
-                                    ranges[s].first, false),
+          g.depend(builder.transfer(cores[r][s - 1], cores[r][s], bytes, F[r][s - 1][m],
+                                    "activation_transfer", labels, ranges[s].first, false),
                    F[r][s][m]);
         }
         if (s < K - 1) {
           const double bytes = builder.cost(ranges[s], b).output_bytes;
-          g.depend(builder.transfer(cores[r][s + 1], cores[r][s], bytes, B[r][s + 1][m], "gradient_transfer", labels,
-                                    ranges[s].last, true),
+          g.depend(builder.transfer(cores[r][s + 1], cores[r][s], bytes, B[r][s + 1][m], "gradient_transfer",
+                                    labels, ranges[s].last, true),
                    B[r][s][m]);
         } else {
           g.depend(F[r][s][m], B[r][s][m]);
@@ -239,7 +301,8 @@ BuiltStep Pipeline::build(const Study& study, FunctionalRuntime* functional) con
     if (R > 1) {
       std::vector<int> group;
       for (int r = 0; r < R; ++r) group.push_back(cores[r][s]);
-      allreduce = builder.collective(sim::CollectiveOp::AllReduce, "gradient_allreduce", "allreduce stage " + std::to_string(s), group,
+      allreduce = builder.collective(sim::CollectiveOp::AllReduce, "gradient_allreduce",
+                                     "allreduce stage " + std::to_string(s), group,
                                      builder.gradient_bytes(ranges[s]), ranges[s]);
       g.task(allreduce).stage = s;
       for (int r = 0; r < R; ++r) g.depend(last_backward[r][s], allreduce);
@@ -276,6 +339,7 @@ BuiltStep Pipeline::build(const Study& study, FunctionalRuntime* functional) con
   step.details = Json{{"micro_batch_size", b},
                       {"bubble_fraction_ideal", double(K - 1) / double(M + K - 1)},
                       {"stage_imbalance", total > 0 ? largest / (total / K) - 1.0 : 0.0},
+                      {"partition_set_by", cut.set_by},
                       {"stages", stages_json},
                       {"placement", cores}};
   return step;

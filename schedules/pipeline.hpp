@@ -21,11 +21,24 @@ class Pipeline : public Schedule {
   Pipeline(Order order, Fields& fields, const Study& study, Problems& problems);
   BuiltStep build(const Study& study, FunctionalRuntime* functional = nullptr) const override;
   Json resolved() const override;
-  std::int64_t layer_batch(const Study& study) const override { return study.batch / (replicas_ * microbatches_); }
+  std::int64_t layer_batch(const Study& study) const override {
+    return study.batch / (replicas_ * microbatches_);
+  }
 
-  /// Layers per stage: the explicit partition, or balanced on the estimated stage cost
-  /// (forward + recomputation + backward of one micro-batch on the study's hardware).
-  std::vector<int> partition(const Study& study) const;
+  /// Layers per stage and what set the cut: the explicit partition ("explicit"); balanced on the
+  /// estimated stage cost (forward + recomputation + backward of one micro-batch on the study's
+  /// hardware: "cost"); or, "memory_aware", balanced among the partitions whose every stage fits
+  /// its core's usable HBM ("cost" when the cost-balanced cut fits already, "memory" when it
+  /// does not and another does, "cost (no partition fits)" otherwise).
+  struct Partition {
+    std::vector<int> sizes;
+    std::string set_by;
+  };
+  Partition partition(const Study& study) const;
+  /// The most the core of stage `stage` holds over the step with layers `range`: its compute
+  /// tasks run one at a time, so walking its program with each task's memory effects
+  /// (StepBuilder's forward, recompute, backward) gives the engine's peak for that core.
+  double stage_peak_bytes(StepBuilder& builder, const Study& study, LayerRange range, int stage) const;
   /// Core of each (replica, stage).
   std::vector<std::vector<int>> placement(const Study& study) const;
 
@@ -35,8 +48,9 @@ class Pipeline : public Schedule {
   int microbatches_ = 1;
   int replicas_ = 1;
   bool remat_ = true;
-  std::vector<int> partition_;                ///< explicit, or empty for "balanced"
-  std::vector<std::vector<int>> placement_;   ///< explicit, or empty for "auto"
+  std::vector<int> partition_;  ///< explicit, or empty for "balanced"/"memory_aware"
+  bool memory_aware_ = false;
+  std::vector<std::vector<int>> placement_;  ///< explicit, or empty for "auto"
 };
 
 /// Cores in the order "auto" placement fills them: the torus tiled by rectangles of

@@ -74,6 +74,67 @@ TEST_CASE("the partition is optimal and contiguous (against brute force)", "[par
   }
 }
 
+namespace {
+
+/// The smallest bottleneck over the partitions whose every stage fits (infinity: none fits).
+double brute_force_fitting(const std::vector<double>& costs, int stages, const StageFits& fits, int stage = 0,
+                           int from = 0) {
+  const int n = int(costs.size());
+  if (stages == 1) {
+    double sum = 0;
+    for (int i = from; i < n; ++i) sum += costs[i];
+    return fits(stage, from, n) ? sum : 1e300;
+  }
+  double best = 1e300, sum = 0;
+  for (int end = from + 1; end + (stages - 1) <= n; ++end) {
+    sum += costs[end - 1];
+    if (fits(stage, from, end))
+      best = std::min(best, std::max(sum, brute_force_fitting(costs, stages - 1, fits, stage + 1, end)));
+  }
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("a memory-aware partition is the best among those whose stages fit (against brute force)",
+          "[partition][memory]") {
+  // Each layer holds some memory; each stage's core has its own room (as 1F1B's early stages
+  // hold more micro-batches in flight than its late ones).
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> draw(0.1, 10.0);
+  int constrained = 0, infeasible = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 2 + int(rng() % 10);
+    const int k = 1 + int(rng() % n);
+    std::vector<double> costs(n), memory(n), room(k);
+    for (auto& c : costs) c = draw(rng);
+    for (auto& m : memory) m = draw(rng);
+    for (auto& r : room) r = 3 * draw(rng);
+    const StageFits fits = [&](int stage, int first, int last) {
+      double held = 0;
+      for (int i = first; i < last; ++i) held += memory[i];
+      return held <= room[stage];
+    };
+    const double best = brute_force_fitting(costs, k, fits);
+    const auto sizes = balanced_partition(costs, k, fits);
+    if (best >= 1e300) {
+      CHECK(sizes.empty());
+      ++infeasible;
+      continue;
+    }
+    REQUIRE(int(sizes.size()) == k);
+    for (int s = 0, first = 0; s < k; first += sizes[s], ++s) {
+      REQUIRE(sizes[s] >= 1);
+      CHECK(fits(s, first, first + sizes[s]));
+    }
+    CHECK(bottleneck(costs, sizes) == Approx(best).epsilon(1e-9));
+    constrained += bottleneck(costs, sizes) > brute_force(costs, k) * (1 + 1e-9) ? 1 : 0;
+  }
+  // The draws exercise both: memory raising the bottleneck, and nothing fitting.
+  CHECK(constrained > 10);
+  CHECK(infeasible > 10);
+}
+
 TEST_CASE("imbalance is the largest stage over the mean", "[partition]") {
   CHECK(partition_imbalance({1, 1, 1, 1}, {2, 2}) == Approx(0.0));
   CHECK(partition_imbalance({3, 1, 1, 1}, {1, 3}) == Approx(0.0));

@@ -104,7 +104,7 @@ StageMemory run_memory(const std::string& kind, int K, int M, bool remat) {
   const auto r = sim::simulate(step.graph, s.hardware, s.slice);
   const int core = p->placement(s)[0][0];
   StepBuilder b(s, s.cores());
-  const auto sizes = p->partition(s);
+  const auto sizes = p->partition(s).sizes;
   const LayerCost c = b.cost(LayerRange{0, sizes[0]}, 64);
   return {r.cores[core].hbm_at_peak[int(sim::MemoryCategory::Activations)], c.stash_bytes, c.input_bytes};
 }
@@ -194,4 +194,39 @@ TEST_CASE("a range's backward holds one layer's gradients beyond what it kept, l
   CHECK(b.cost(LayerRange{0, 3}, 64).backward_workspace_bytes == Approx(2 * row));
   CHECK(b.cost(LayerRange{1, 2}, 64).stash_bytes == Approx(2 * row));
   CHECK(b.cost(LayerRange{3, 4}, 64).stash_bytes == Approx(2 * row));
+}
+
+namespace {
+
+/// Each stage's peak walked from its program (what the memory-aware partition checks) against
+/// the engine's simulated peak of that stage's core.
+void check_stage_peaks(const std::string& kind, bool remat) {
+  const Study s = mlp_pipeline(kind, 4, 8, remat, 64, 15, false);
+  const auto* p = dynamic_cast<const Pipeline*>(s.schedule.get());
+  REQUIRE(p);
+  const BuiltStep step = s.schedule->build(s);
+  const auto r = sim::simulate(step.graph, s.hardware, s.slice);
+  StepBuilder b(s, s.cores());
+  const auto sizes = p->partition(s).sizes;
+  for (int stage = 0, first = 0; stage < 4; first += sizes[stage], ++stage) {
+    INFO(kind << " remat " << remat << " stage " << stage);
+    const int core = p->placement(s)[0][stage];
+    CHECK(p->stage_peak_bytes(b, s, {first, first + sizes[stage]}, stage) ==
+          Approx(r.cores[core].peak_hbm_bytes).epsilon(1e-9));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a GPipe stage's peak walked from its program is the simulated peak (remat)", "[pipeline][memory]") {
+  check_stage_peaks("gpipe", true);
+}
+TEST_CASE("a GPipe stage's peak walked from its program is the simulated peak", "[pipeline][memory]") {
+  check_stage_peaks("gpipe", false);
+}
+TEST_CASE("a 1F1B stage's peak walked from its program is the simulated peak (remat)", "[pipeline][memory]") {
+  check_stage_peaks("one_f_one_b", true);
+}
+TEST_CASE("a 1F1B stage's peak walked from its program is the simulated peak", "[pipeline][memory]") {
+  check_stage_peaks("one_f_one_b", false);
 }
