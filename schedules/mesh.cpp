@@ -277,6 +277,311 @@ Json MeshSchedule::resolved() const {
               {"weight_update", weight_update_}};
 }
 
+namespace {
+
+/// Plays the layers' SPMD programs (events) onto a task graph, every core running the same
+/// program: compute pieces as a chain per core, halo exchanges between mesh neighbours, and
+/// collectives over the families of groups of mesh dimensions; then the optimizer's statistics,
+/// the updates and (weight-update sharding) the all-gathers of the updated pieces.
+class MeshStepPlayer {
+ public:
+  MeshStepPlayer(const Study& study, const MeshSchedule& schedule,
+                 const std::vector<std::pair<std::string, int>>& mesh, std::vector<LayerProgram> programs,
+                 bool sharded, std::shared_ptr<MeshExecutor> exec)
+      : study_(study),
+        schedule_(schedule),
+        mesh_(mesh),
+        programs_(std::move(programs)),
+        sharded_(sharded),
+        exec_(std::move(exec)),
+        cores_(study.cores()),
+        layers_(int(programs_.size())),
+        builder_(study, cores_),
+        g_(builder_.graph()),
+        last_(std::size_t(cores_), -1),
+        gradient_reductions_(std::size_t(layers_)),
+        scattered_(std::size_t(layers_)) {}
+
+  BuiltStep build(const Sharding& s) {
+    resident_shards();
+    for (int l = 0; l < layers_; ++l) play(programs_[std::size_t(l)].forward, l, true);
+    for (int l = layers_ - 1; l >= 0; --l) play(programs_[std::size_t(l)].backward, l, false);
+    optimizer_statistics(s);
+    updates();
+    gather_updated_pieces();
+    BuiltStep step = builder_.finish();
+    step.model_flops = study_.model.step_model_flops(study_.batch);
+    step.hardware_flops = hardware_flops_;
+    return step;
+  }
+
+ private:
+  using When = sim::MemoryEffect::When;
+  /// Weight-update sharding: a weight whose gradient is reduce-scattered.
+  struct Scattered {
+    MeshExecutor::ShardedWeight weight;
+    std::string name;
+    std::vector<std::string> mesh_dims;
+    double bytes;
+  };
+
+  double update_fraction(int l) const {
+    const auto& p = programs_[std::size_t(l)];
+    return p.total_weight_elements > 0 ? p.update_elements / p.total_weight_elements : 0;
+  }
+
+  /// Resident shards of weights and optimizer slots.
+  void resident_shards() {
+    for (int c = 0; c < cores_; ++c)
+      for (int l = 0; l < layers_; ++l) {
+        const auto& p = programs_[std::size_t(l)];
+        g_.resident(c, sim::MemoryCategory::Weights, kWeightBytes * p.weight_elements);
+        g_.resident(
+            c, sim::MemoryCategory::Optimizer,
+            4.0 * study_.optimizer.slot_elements(study_.model.layers[std::size_t(l)]) * update_fraction(l));
+      }
+  }
+
+  /// A collective over every group of a family at once, named by what it does and over which
+  /// mesh dimensions.
+  static sim::Task family_collective(sim::CollectiveOp op, const std::string& what,
+                                     const std::vector<std::string>& mesh_dims,
+                                     std::vector<std::vector<int>> family, const std::string& phase,
+                                     int layer, double bytes) {
+    static const char* const words[] = {"all-reduce", "reduce-scatter", "all-gather"};  // CollectiveOp order
+    sim::Task t;
+    t.kind = sim::TaskKind::Collective;
+    t.op = op;
+    t.name = collective_task_name(what, mesh_dims, words[int(op)]);
+    t.phase = phase;
+    t.layer = layer;
+    t.bytes = bytes;
+    t.groups = std::move(family);
+    return t;
+  }
+
+  /// A zero-length task per core after data arrives (`arrivals`), so each core's program stays
+  /// a chain and its next piece waits for what it receives.
+  void receive(const std::string& what, bool forward, const std::vector<std::vector<int>>& arrivals) {
+    for (int c = 0; c < cores_; ++c) {
+      sim::Task wait;
+      wait.kind = sim::TaskKind::Compute;
+      wait.name = "receive " + what + " core " + std::to_string(c);
+      wait.phase = forward ? "forward" : "backward";
+      wait.core = c;
+      const int w = g_.add(std::move(wait));
+      if (last_[std::size_t(c)] >= 0) g_.depend(last_[std::size_t(c)], w);
+      for (int x : arrivals[std::size_t(c)]) g_.depend(x, w);
+      last_[std::size_t(c)] = w;
+    }
+  }
+
+  void play(const std::vector<Event>& events, int l, bool forward) {
+    std::size_t first_compute = events.size(), last_compute = 0;
+    for (std::size_t e = 0; e < events.size(); ++e)
+      if (events[e].kind == Event::Compute) {
+        first_compute = std::min(first_compute, e);
+        last_compute = e;
+      }
+    for (std::size_t e = 0; e < events.size(); ++e) {
+      const Event& ev = events[e];
+      if (ev.kind == Event::Compute)
+        play_compute(ev, l, forward, e == first_compute, e == last_compute);
+      else if (ev.kind == Event::Halo)
+        play_halo(ev, forward);
+      else
+        play_collective(ev, l, forward);
+    }
+  }
+
+  void play_compute(const Event& ev, int l, bool forward, bool first_piece, bool last_piece) {
+    const auto& p = programs_[std::size_t(l)];
+    for (int c = 0; c < cores_; ++c) {
+      sim::Task t;
+      t.kind = sim::TaskKind::Compute;
+      t.name = std::string(forward ? "forward " : "backward ") + ev.name + " core " + std::to_string(c);
+      t.phase = forward ? "forward" : "backward";
+      t.core = c;
+      t.layer = l;
+      t.seconds = ev.seconds;
+      t.model_flops = ev.model_flops;
+      t.hardware_flops = ev.hardware_flops;
+      // A layer's kept activations live from its first forward piece to its last backward piece.
+      if (forward && first_piece)
+        t.memory.push_back({c, sim::MemoryCategory::Activations, p.kept_bytes, When::Start});
+      if (!forward && first_piece)
+        t.memory.push_back(
+            {c, sim::MemoryCategory::Gradients, kWeightBytes * p.weight_elements, When::Start});
+      if (!forward) {  // the forward's outputs are what it keeps or hands on: no workspace
+        t.memory.push_back({c, sim::MemoryCategory::Workspace, p.backward_workspace_bytes, When::Start});
+        t.memory.push_back({c, sim::MemoryCategory::Workspace, -p.backward_workspace_bytes, When::End});
+      }
+      if (!forward && last_piece)
+        t.memory.push_back({c, sim::MemoryCategory::Activations, -p.kept_bytes, When::End});
+      hardware_flops_ += ev.hardware_flops;
+      if (exec_) t.host = exec_->compute(c, l, ev.actions);
+      const int id = g_.add(std::move(t));
+      if (last_[std::size_t(c)] >= 0) g_.depend(last_[std::size_t(c)], id);
+      last_[std::size_t(c)] = id;
+    }
+  }
+
+  /// Every core sends its edge rows to its neighbours along the mesh dimension (the image does
+  /// not wrap around); each core's next piece waits for what it receives.
+  void play_halo(const Event& ev, bool forward) {
+    std::size_t axis = 0;
+    while (mesh_[axis].first != ev.mesh_dims.front()) ++axis;
+    std::vector<std::vector<int>> incoming(static_cast<std::size_t>(cores_));
+    for (int c = 0; c < cores_; ++c) {
+      auto co = schedule_.coords(c);
+      for (int step : {-1, 1}) {
+        const int n = co[axis] + step;
+        if (n < 0 || n >= mesh_[axis].second) continue;
+        auto nco = co;
+        nco[axis] = n;
+        const int neighbour = schedule_.core_at(nco);
+        const int x = builder_.transfer(c, neighbour, ev.bytes, last_[std::size_t(c)], "halo_exchange",
+                                        Labels{}, -1, false);
+        g_.task(x).name = ev.name + " core " + std::to_string(c) + "->" + std::to_string(neighbour);
+        incoming[std::size_t(neighbour)].push_back(x);
+      }
+    }
+    receive(ev.name, forward, incoming);
+  }
+
+  void play_collective(const Event& ev, int l, bool forward) {
+    using C = sim::CollectiveOp;
+    const bool scatter_gradient = ev.kind == Event::GradientAllReduce && sharded_;
+    const auto [op, phase] =
+        ev.kind == Event::BlockingAllGather       ? std::pair{C::AllGather, "activation_allgather"}
+        : ev.kind == Event::BlockingReduceScatter ? std::pair{C::ReduceScatter, "activation_reduce_scatter"}
+        : scatter_gradient                    ? std::pair{C::ReduceScatter, "weight_gradient_reduce_scatter"}
+        : ev.kind == Event::GradientAllReduce ? std::pair{C::AllReduce, "weight_gradient_allreduce"}
+                                              : std::pair{C::AllReduce, "activation_allreduce"};
+    sim::Task t =
+        family_collective(op, ev.name, ev.mesh_dims, schedule_.groups(ev.mesh_dims), phase, l, ev.bytes);
+    if (scatter_gradient) {
+      // Each core keeps only its piece of the reduced gradient, updates it, and the updated
+      // pieces are all-gathered (after the layer's updates).
+      const double local = ev.bytes / kWeightBytes, members = double(t.groups.front().size());
+      for (int c = 0; c < cores_; ++c)
+        t.memory.push_back({c, sim::MemoryCategory::Gradients,
+                            -kWeightBytes * (local - piece_elements(local, members)), When::End});
+      scattered_[std::size_t(l)].push_back(
+          {{ev.actions.front().op, t.groups}, ev.name, ev.mesh_dims, ev.bytes});
+    }
+    if (exec_) t.host = exec_->collective(t.groups, l, ev.actions.front());
+    const int id = g_.add(std::move(t));
+    for (int c = 0; c < cores_; ++c)
+      if (last_[std::size_t(c)] >= 0) g_.depend(last_[std::size_t(c)], id);
+    if (ev.kind == Event::GradientAllReduce)
+      gradient_reductions_[std::size_t(l)].push_back(id);
+    else
+      receive(ev.name, forward,
+              std::vector<std::vector<int>>(static_cast<std::size_t>(cores_), std::vector<int>{id}));
+  }
+
+  /// An optimizer statistic over split weights, all-reduced before the layer's update.
+  void statistics(int l, const std::string& phase, const std::vector<std::string>& over, double bytes) {
+    const int id = g_.add(family_collective(sim::CollectiveOp::AllReduce,
+                                            study_.model.layers[std::size_t(l)].name + " " + phase, over,
+                                            schedule_.groups(over), phase, l, bytes));
+    for (int c = 0; c < cores_; ++c) g_.depend(last_[std::size_t(c)], id);
+    for (int r : gradient_reductions_[std::size_t(l)]) g_.depend(r, id);
+    gradient_reductions_[std::size_t(l)].push_back(id);
+  }
+
+  void optimizer_statistics(const Sharding& s) {
+    const auto& rule = *study_.optimizer.rule;
+    for (int l = 0; l < layers_; ++l) {
+      const auto& p = programs_[std::size_t(l)];
+      if (const double norms = rule.layer_statistics_bytes(); norms > 0) {
+        // LARS scales each layer by ||w|| / ||g||: when the layer's weights are split over mesh
+        // dimensions, or their pieces spread by weight-update sharding, the two partial norms
+        // are all-reduced over those dimensions.
+        std::set<std::string> dims = p.weight_mesh_dims;
+        for (const auto& w : scattered_[std::size_t(l)]) dims.insert(w.mesh_dims.begin(), w.mesh_dims.end());
+        if (!dims.empty()) statistics(l, rule.layer_statistics_phase(), {dims.begin(), dims.end()}, norms);
+      } else if (rule.factored_statistics()) {
+        // Adafactor keeps, per matrix (the last two dimensions of a weight), the mean of the
+        // squared gradient over each of them: a mean over a split dimension is all-reduced over
+        // its mesh dimension (fp32, one value per remaining element).
+        std::map<std::string, double> bytes;
+        for (const auto& w : p.weights) {
+          if (w.dims.size() < 2) continue;
+          for (const Dim* d : {&w.dims[w.dims.size() - 2], &w.dims.back()})
+            if (s.split(d->name) > 1)
+              bytes[s.layout.at(d->name)] += 4.0 * s.local_elements(w) / double(s.local(*d));
+        }
+        for (const auto& [mesh_dim, b] : bytes) statistics(l, "adafactor_statistics", {mesh_dim}, b);
+      }
+    }
+  }
+
+  /// Each layer's shards are updated as soon as its weight gradients are reduced (layers in
+  /// backward order, like data parallelism's buckets), after the core's backward.
+  void updates() {
+    const CostModel cost(study_.hardware.core);
+    updates_.assign(std::size_t(layers_), {});
+    for (int c = 0; c < cores_; ++c) {
+      const int after_backward = last_[std::size_t(c)];
+      for (int l = layers_ - 1; l >= 0; --l) {
+        const auto& p = programs_[std::size_t(l)];
+        const double fraction = update_fraction(l);
+        if (fraction <= 0) continue;
+        sim::Task t;
+        t.kind = sim::TaskKind::Compute;
+        t.name = "update " + study_.model.layers[std::size_t(l)].name + " core " + std::to_string(c);
+        t.phase = "update";
+        t.core = c;
+        t.layer = l;
+        t.seconds =
+            cost.cost(study_.optimizer.update_op(study_.model.layers[std::size_t(l)], fraction)).seconds;
+        // What is left of the gradients (pieces of the reduce-scattered ones, the others whole).
+        t.memory.push_back({c, sim::MemoryCategory::Gradients, -kWeightBytes * p.update_elements, When::End});
+        if (exec_) {
+          std::vector<MeshExecutor::ShardedWeight> pieces;
+          for (const auto& w : scattered_[std::size_t(l)]) pieces.push_back(w.weight);
+          t.host = exec_->update(c, l, pieces);
+        }
+        const int id = g_.add(std::move(t));
+        g_.depend(after_backward, id);
+        for (int r : gradient_reductions_[std::size_t(l)]) g_.depend(r, id);
+        updates_[std::size_t(l)].push_back(id);
+      }
+    }
+  }
+
+  /// Weight-update sharding: the updated pieces are all-gathered within the reduce-scatter's groups.
+  void gather_updated_pieces() {
+    for (int l = layers_ - 1; l >= 0; --l)
+      for (const auto& w : scattered_[std::size_t(l)]) {
+        sim::Task t = family_collective(sim::CollectiveOp::AllGather, w.name, w.mesh_dims, w.weight.groups,
+                                        "weight_allgather", l, w.bytes);
+        if (exec_) t.host = exec_->gather(l, w.weight);
+        const int id = g_.add(std::move(t));
+        for (int u : updates_[std::size_t(l)]) g_.depend(u, id);
+      }
+  }
+
+  const Study& study_;
+  const MeshSchedule& schedule_;
+  const std::vector<std::pair<std::string, int>>& mesh_;
+  std::vector<LayerProgram> programs_;
+  bool sharded_;
+  std::shared_ptr<MeshExecutor> exec_;
+  int cores_, layers_;
+  StepBuilder builder_;
+  sim::TaskGraph& g_;
+  std::vector<int> last_;                              ///< each core's last compute task
+  std::vector<std::vector<int>> gradient_reductions_;  ///< per layer
+  std::vector<std::vector<Scattered>> scattered_;      ///< per layer
+  std::vector<std::vector<int>> updates_;              ///< per layer
+  double hardware_flops_ = 0;
+};
+
+}  // namespace
+
 BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional) const {
   const int cores = study.cores();
   // Functional mode: every core holds its shards and runs its pieces of the ops' math.
@@ -291,247 +596,22 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   for (const auto& [name, size] : mesh_) sizes[name] = size;
   const Sharding s{layout_, sizes};
   const CostModel cost(study.hardware.core);
-  const double act = study.model.activation_bytes;
-  const int layers = int(study.model.layers.size());
   const bool sharded = weight_update_ == "sharded";
-
   std::vector<LayerProgram> programs;
   Json ops = Json::array();
-  for (int l = 0; l < layers; ++l) {
-    const auto named = study.model.layers[std::size_t(l)].named_ops(study.batch);
-    programs.push_back(
-        lower_layer(named, s, cost, act, study.model.layers[std::size_t(l)].name, l == 0, sharded));
+  for (std::size_t l = 0; l < study.model.layers.size(); ++l) {
+    const Layer& layer = study.model.layers[l];
+    programs.push_back(lower_layer(layer.named_ops(study.batch), s, cost, study.model.activation_bytes,
+                                   layer.name, l == 0, sharded));
     for (auto& row : programs.back().ops) ops.push_back(std::move(row));
   }
+  BuiltStep step = MeshStepPlayer(study, *this, mesh_, std::move(programs), sharded, exec).build(s);
+  step.details =
+      Json{{"local_batch", layer_batch(study)}, {"placement", placement_details(study)}, {"ops", ops}};
+  return step;
+}
 
-  StepBuilder b(study, cores);
-  auto& g = b.graph();
-  using When = sim::MemoryEffect::When;
-  // Resident shards of weights and optimizer slots.
-  for (int c = 0; c < cores; ++c)
-    for (int l = 0; l < layers; ++l) {
-      const auto& p = programs[std::size_t(l)];
-      const double fraction = p.total_weight_elements > 0 ? p.update_elements / p.total_weight_elements : 0;
-      g.resident(c, sim::MemoryCategory::Weights, kWeightBytes * p.weight_elements);
-      g.resident(c, sim::MemoryCategory::Optimizer,
-                 4.0 * study.optimizer.slot_elements(study.model.layers[std::size_t(l)]) * fraction);
-    }
-
-  std::vector<int> last(cores, -1);  // each core's last compute task
-  std::vector<std::vector<int>> gradient_reductions(static_cast<std::size_t>(layers));  // per layer
-  // Weight-update sharding: per layer, the weights whose gradients are reduce-scattered.
-  struct Scattered {
-    MeshExecutor::ShardedWeight weight;
-    std::string name;
-    std::vector<std::string> mesh_dims;
-    double bytes;
-  };
-  std::vector<std::vector<Scattered>> scattered(static_cast<std::size_t>(layers));
-  double hardware_flops = 0;
-  // A collective over every group of a family at once, named by what it does and over which
-  // mesh dimensions.
-  auto family_collective = [](sim::CollectiveOp op, const std::string& what,
-                              const std::vector<std::string>& mesh_dims, std::vector<std::vector<int>> family,
-                              const std::string& phase, int layer, double bytes) {
-    static const char* const words[] = {"all-reduce", "reduce-scatter", "all-gather"};  // CollectiveOp order
-    sim::Task t;
-    t.kind = sim::TaskKind::Collective;
-    t.op = op;
-    t.name = collective_task_name(what, mesh_dims, words[int(op)]);
-    t.phase = phase;
-    t.layer = layer;
-    t.bytes = bytes;
-    t.groups = std::move(family);
-    return t;
-  };
-  // A zero-length task per core after data arrives (`arrivals`), so each core's program stays
-  // a chain and its next piece waits for what it receives.
-  auto receive = [&](const std::string& what, bool forward, const std::vector<std::vector<int>>& arrivals) {
-    for (int c = 0; c < cores; ++c) {
-      sim::Task wait;
-      wait.kind = sim::TaskKind::Compute;
-      wait.name = "receive " + what + " core " + std::to_string(c);
-      wait.phase = forward ? "forward" : "backward";
-      wait.core = c;
-      const int w = g.add(std::move(wait));
-      if (last[std::size_t(c)] >= 0) g.depend(last[std::size_t(c)], w);
-      for (int x : arrivals[std::size_t(c)]) g.depend(x, w);
-      last[std::size_t(c)] = w;
-    }
-  };
-  auto play = [&](const std::vector<Event>& events, int l, bool forward) {
-    const auto& p = programs[std::size_t(l)];
-    std::size_t first_compute = events.size(), last_compute = 0;
-    for (std::size_t e = 0; e < events.size(); ++e)
-      if (events[e].kind == Event::Compute) {
-        first_compute = std::min(first_compute, e);
-        last_compute = e;
-      }
-    for (std::size_t e = 0; e < events.size(); ++e) {
-      const Event& ev = events[e];
-      if (ev.kind == Event::Compute) {
-        for (int c = 0; c < cores; ++c) {
-          sim::Task t;
-          t.kind = sim::TaskKind::Compute;
-          t.name = std::string(forward ? "forward " : "backward ") + ev.name + " core " + std::to_string(c);
-          t.phase = forward ? "forward" : "backward";
-          t.core = c;
-          t.layer = l;
-          t.seconds = ev.seconds;
-          t.model_flops = ev.model_flops;
-          t.hardware_flops = ev.hardware_flops;
-          // A layer's kept activations live from its first forward piece to its last backward piece.
-          const bool first_piece = e == first_compute, last_piece = e == last_compute;
-          if (forward && first_piece)
-            t.memory.push_back({c, sim::MemoryCategory::Activations, p.kept_bytes, When::Start});
-          if (!forward && first_piece)
-            t.memory.push_back(
-                {c, sim::MemoryCategory::Gradients, kWeightBytes * p.weight_elements, When::Start});
-          if (!forward) {  // the forward's outputs are what it keeps or hands on: no workspace
-            t.memory.push_back({c, sim::MemoryCategory::Workspace, p.backward_workspace_bytes, When::Start});
-            t.memory.push_back({c, sim::MemoryCategory::Workspace, -p.backward_workspace_bytes, When::End});
-          }
-          if (!forward && last_piece)
-            t.memory.push_back({c, sim::MemoryCategory::Activations, -p.kept_bytes, When::End});
-          hardware_flops += ev.hardware_flops;
-          if (exec) t.host = exec->compute(c, l, ev.actions);
-          const int id = g.add(std::move(t));
-          if (last[c] >= 0) g.depend(last[c], id);
-          last[c] = id;
-        }
-        continue;
-      }
-      if (ev.kind == Event::Halo) {
-        // Every core sends its edge rows to its neighbours along the mesh dimension (the image
-        // does not wrap around); each core's next piece waits for what it receives.
-        std::size_t axis = 0;
-        while (mesh_[axis].first != ev.mesh_dims.front()) ++axis;
-        std::vector<std::vector<int>> incoming(static_cast<std::size_t>(cores));
-        for (int c = 0; c < cores; ++c) {
-          auto co = coords(c);
-          for (int step : {-1, 1}) {
-            const int n = co[axis] + step;
-            if (n < 0 || n >= mesh_[axis].second) continue;
-            auto nco = co;
-            nco[axis] = n;
-            const int neighbour = core_at(nco);
-            const int x = b.transfer(c, neighbour, ev.bytes, last[c], "halo_exchange", Labels{}, -1, false);
-            g.task(x).name = ev.name + " core " + std::to_string(c) + "->" + std::to_string(neighbour);
-            incoming[std::size_t(neighbour)].push_back(x);
-          }
-        }
-        receive(ev.name, forward, incoming);
-        continue;
-      }
-      using C = sim::CollectiveOp;
-      const bool scatter_gradient = ev.kind == Event::GradientAllReduce && sharded;
-      const auto [op, phase] =
-          ev.kind == Event::BlockingAllGather       ? std::pair{C::AllGather, "activation_allgather"}
-          : ev.kind == Event::BlockingReduceScatter ? std::pair{C::ReduceScatter, "activation_reduce_scatter"}
-          : scatter_gradient ? std::pair{C::ReduceScatter, "weight_gradient_reduce_scatter"}
-          : ev.kind == Event::GradientAllReduce ? std::pair{C::AllReduce, "weight_gradient_allreduce"}
-                                                : std::pair{C::AllReduce, "activation_allreduce"};
-      sim::Task t = family_collective(op, ev.name, ev.mesh_dims, groups(ev.mesh_dims), phase, l, ev.bytes);
-      if (scatter_gradient) {
-        // Each core keeps only its piece of the reduced gradient, updates it, and the updated
-        // pieces are all-gathered (after the layer's updates).
-        const double local = ev.bytes / kWeightBytes, members = double(t.groups.front().size());
-        for (int c = 0; c < cores; ++c)
-          t.memory.push_back({c, sim::MemoryCategory::Gradients,
-                              -kWeightBytes * (local - piece_elements(local, members)), When::End});
-        scattered[std::size_t(l)].push_back(
-            {{ev.actions.front().op, t.groups}, ev.name, ev.mesh_dims, ev.bytes});
-      }
-      if (exec) t.host = exec->collective(t.groups, l, ev.actions.front());
-      const int id = g.add(std::move(t));
-      for (int c = 0; c < cores; ++c)
-        if (last[c] >= 0) g.depend(last[c], id);
-      if (ev.kind == Event::GradientAllReduce) {
-        gradient_reductions[std::size_t(l)].push_back(id);
-      } else {
-        receive(ev.name, forward,
-                std::vector<std::vector<int>>(static_cast<std::size_t>(cores), std::vector<int>{id}));
-      }
-    }
-  };
-  for (int l = 0; l < layers; ++l) play(programs[std::size_t(l)].forward, l, true);
-  for (int l = layers - 1; l >= 0; --l) play(programs[std::size_t(l)].backward, l, false);
-
-  // Each layer's shards are updated as soon as its weight gradients are reduced (layers in
-  // backward order, like data parallelism's buckets), after the core's backward.
-  // Optimizer statistics over split weights, all-reduced before the layer's update.
-  auto statistics = [&](int l, const std::string& phase, const std::vector<std::string>& over, double bytes) {
-    const int id = g.add(family_collective(sim::CollectiveOp::AllReduce,
-                                           study.model.layers[std::size_t(l)].name + " " + phase, over,
-                                           groups(over), phase, l, bytes));
-    for (int c = 0; c < cores; ++c) g.depend(last[std::size_t(c)], id);
-    for (int r : gradient_reductions[std::size_t(l)]) g.depend(r, id);
-    gradient_reductions[std::size_t(l)].push_back(id);
-  };
-  for (int l = 0; l < layers; ++l) {
-    const auto& p = programs[std::size_t(l)];
-    if (const double norms = study.optimizer.rule->layer_statistics_bytes(); norms > 0) {
-      // LARS scales each layer by ||w|| / ||g||: when the layer's weights are split over mesh
-      // dimensions, or their pieces spread by weight-update sharding, the two partial norms
-      // are all-reduced over those dimensions.
-      std::set<std::string> dims = p.weight_mesh_dims;
-      for (const auto& w : scattered[std::size_t(l)]) dims.insert(w.mesh_dims.begin(), w.mesh_dims.end());
-      if (!dims.empty())
-        statistics(l, study.optimizer.rule->layer_statistics_phase(), {dims.begin(), dims.end()}, norms);
-    } else if (study.optimizer.rule->factored_statistics()) {
-      // Adafactor keeps, per matrix (the last two dimensions of a weight), the mean of the
-      // squared gradient over each of them: a mean over a split dimension is all-reduced over
-      // its mesh dimension (fp32, one value per remaining element).
-      std::map<std::string, double> bytes;
-      for (const auto& w : p.weights) {
-        if (w.dims.size() < 2) continue;
-        for (const Dim* d : {&w.dims[w.dims.size() - 2], &w.dims.back()})
-          if (s.split(d->name) > 1)
-            bytes[s.layout.at(d->name)] += 4.0 * s.local_elements(w) / double(s.local(*d));
-      }
-      for (const auto& [mesh_dim, b] : bytes) statistics(l, "adafactor_statistics", {mesh_dim}, b);
-    }
-  }
-  std::vector<std::vector<int>> updates(static_cast<std::size_t>(layers));
-  for (int c = 0; c < cores; ++c) {
-    const int after_backward = last[c];
-    for (int l = layers - 1; l >= 0; --l) {
-      const auto& p = programs[std::size_t(l)];
-      const double fraction = p.total_weight_elements > 0 ? p.update_elements / p.total_weight_elements : 0;
-      if (fraction <= 0) continue;
-      sim::Task t;
-      t.kind = sim::TaskKind::Compute;
-      t.name = "update " + study.model.layers[std::size_t(l)].name + " core " + std::to_string(c);
-      t.phase = "update";
-      t.core = c;
-      t.layer = l;
-      t.seconds = cost.cost(study.optimizer.update_op(study.model.layers[std::size_t(l)], fraction)).seconds;
-      // What is left of the gradients (pieces of the reduce-scattered ones, the others whole).
-      t.memory.push_back({c, sim::MemoryCategory::Gradients, -kWeightBytes * p.update_elements, When::End});
-      if (exec) {
-        std::vector<MeshExecutor::ShardedWeight> pieces;
-        for (const auto& w : scattered[std::size_t(l)]) pieces.push_back(w.weight);
-        t.host = exec->update(c, l, pieces);
-      }
-      const int id = g.add(std::move(t));
-      g.depend(after_backward, id);
-      for (int r : gradient_reductions[std::size_t(l)]) g.depend(r, id);
-      updates[std::size_t(l)].push_back(id);
-    }
-  }
-  // Weight-update sharding: the updated pieces are all-gathered within the reduce-scatter's groups.
-  for (int l = layers - 1; l >= 0; --l)
-    for (const auto& w : scattered[std::size_t(l)]) {
-      sim::Task t = family_collective(sim::CollectiveOp::AllGather, w.name, w.mesh_dims, w.weight.groups,
-                                      "weight_allgather", l, w.bytes);
-      if (exec) t.host = exec->gather(l, w.weight);
-      const int id = g.add(std::move(t));
-      for (int u : updates[std::size_t(l)]) g.depend(u, id);
-    }
-
-  BuiltStep step = b.finish();
-  step.model_flops = study.model.step_model_flops(study.batch);
-  step.hardware_flops = hardware_flops;
+Json MeshSchedule::placement_details(const Study& study) const {
   Json mapping = Json::array();
   int stride = 1;
   for (std::size_t i = mesh_.size(); i-- > 0 && axes_.empty();) {
@@ -578,8 +658,7 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
     m["group_chips"] = chips.size();
     m["max_ring_hops"] = hops;
   }
-  step.details = Json{{"local_batch", layer_batch(study)}, {"placement", mapping}, {"ops", ops}};
-  return step;
+  return mapping;
 }
 
 }  // namespace tpusim

@@ -44,11 +44,13 @@ class MeshSchedule : public Schedule {
     int stride = 1, size = 1;
   };
   void read_axes(const Json& placement, const std::string& path, const Study& study, Problems& problems);
+  /// Per mesh dimension: the torus axes it spans, the chips a group covers and the longest ring hop.
+  Json placement_details(const Study& study) const;
 
   std::vector<std::pair<std::string, int>> mesh_;  ///< placement order: the last varies fastest over cores
-  std::vector<std::vector<AxisPart>> axes_;        ///< per mesh dimension, fastest first; empty: by core order
-  int axis_sizes_[3] = {1, 1, 1};                  ///< cores per chip, chips along x, chips along y
-  std::map<std::string, std::string> layout_;      ///< tensor dimension -> mesh dimension
+  std::vector<std::vector<AxisPart>> axes_;    ///< per mesh dimension, fastest first; empty: by core order
+  int axis_sizes_[3] = {1, 1, 1};              ///< cores per chip, chips along x, chips along y
+  std::map<std::string, std::string> layout_;  ///< tensor dimension -> mesh dimension
   std::string weight_update_ = "replicated";
 };
 
