@@ -39,7 +39,8 @@ void for_each_element(const MeshExecutor::Box& b, F&& f) {
 }
 
 /// `x` (dimensions `from`, of `size`) laid out with its dimensions in the order `to`.
-Tensor permute(const Tensor& x, const Names& from, const std::map<std::string, std::int64_t>& size, const Names& to) {
+Tensor permute(const Tensor& x, const Names& from, const std::map<std::string, std::int64_t>& size,
+               const Names& to) {
   if (from == to) return x;
   const std::size_t rank = from.size();
   Sizes stride(rank), to_size(rank), to_stride(rank);
@@ -73,9 +74,12 @@ Tensor einsum(const Tensor& a, const Names& an, const Tensor& b, const Names& bn
               const std::map<std::string, std::int64_t>& size) {
   Names batch, m, k, n;
   for (const auto& d : an) {
-    if (has(bn, d) && has(on, d)) batch.push_back(d);
-    else if (has(on, d)) m.push_back(d);
-    else if (has(bn, d)) k.push_back(d);
+    if (has(bn, d) && has(on, d))
+      batch.push_back(d);
+    else if (has(on, d))
+      m.push_back(d);
+    else if (has(bn, d))
+      k.push_back(d);
   }
   for (const auto& d : bn)
     if (has(on, d) && !has(an, d)) n.push_back(d);
@@ -93,7 +97,8 @@ Tensor einsum(const Tensor& a, const Names& an, const Tensor& b, const Names& bn
   const Tensor ap = permute(a, an, size, cat(batch, m, k)), bp = permute(b, bn, size, cat(batch, k, n));
   Tensor c(std::size_t(B * M * N));
   for (std::int64_t i = 0; i < B; ++i)
-    kernels::gemm(false, false, M, N, K, 1.0f, ap.data() + i * M * K, bp.data() + i * K * N, 0.0f, c.data() + i * M * N);
+    kernels::gemm(false, false, M, N, K, 1.0f, ap.data() + i * M * K, bp.data() + i * K * N, 0.0f,
+                  c.data() + i * M * N);
   return permute(c, cat(batch, m, n), size, on);
 }
 
@@ -118,9 +123,14 @@ std::int64_t MeshExecutor::Box::elements() const {
   return n;
 }
 
-MeshExecutor::MeshExecutor(const Study& study, FunctionalRuntime& runtime, std::vector<std::pair<std::string, int>> mesh,
+MeshExecutor::MeshExecutor(const Study& study, FunctionalRuntime& runtime,
+                           std::vector<std::pair<std::string, int>> mesh,
                            std::map<std::string, std::string> layout, std::vector<std::vector<int>> coords)
-    : study_(study), rt_(runtime), mesh_(std::move(mesh)), layout_(std::move(layout)), coords_(std::move(coords)) {
+    : study_(study),
+      rt_(runtime),
+      mesh_(std::move(mesh)),
+      layout_(std::move(layout)),
+      coords_(std::move(coords)) {
   const std::size_t cores = coords_.size();
   out_.resize(cores);
   dout_.resize(cores);
@@ -133,10 +143,12 @@ MeshExecutor::MeshExecutor(const Study& study, FunctionalRuntime& runtime, std::
   input_.resize(cores);
   const int layers = int(study.model.layers.size());
   auto unsupported = [&](int layer, const NamedOp& op, const std::string& why) {
-    return ConfigError(study.file, "schedule.kind",
-                       "\"mesh\" with op " + study.model.layers[std::size_t(layer)].name + "/" + op.name + " (" + why + ")",
-                       "a model and layout functional mode executes on mesh shards: mlp, or a decoder-only transformer, with "
-                       "layouts not splitting seq");
+    return ConfigError(
+        study.file, "schedule.kind",
+        "\"mesh\" with op " + study.model.layers[std::size_t(layer)].name + "/" + op.name + " (" + why + ")",
+        "a model and layout functional mode executes on mesh shards: mlp, or a decoder-only transformer, "
+        "with "
+        "layouts not splitting seq");
   };
   // An operand and the output it reads: the same sizes; names may differ (seq read as seq_k)
   // only where neither is split, or where the operand reads whole (seq_k) a sequence the
@@ -169,10 +181,12 @@ MeshExecutor::MeshExecutor(const Study& study, FunctionalRuntime& runtime, std::
       auto source = [&](const NamedTensor& t, const std::string& id, bool& gather) {
         const std::string key = id.empty() ? (i == 0 ? "in" : "") : id;
         const int p = key.empty() ? f - 1 : produced.count(key) ? produced.at(key) : -2;
-        if (p == -2) throw unsupported(l, n, "it reads " + id + ", which no earlier op of the layer produces");
+        if (p == -2)
+          throw unsupported(l, n, "it reads " + id + ", which no earlier op of the layer produces");
         if (p >= 0 && !same_layout(ops_[std::size_t(p)].named.out, t, gather))
           throw unsupported(l, n, "an operand laid out unlike what produced it");
-        if (p == -1 && !(f == 0 && !t.dims.empty() && t.dims.front().name == "batch")) throw unsupported(l, n, "it reads no earlier op's output");
+        if (p == -1 && !(f == 0 && !t.dims.empty() && t.dims.front().name == "batch"))
+          throw unsupported(l, n, "it reads no earlier op's output");
         return p;
       };
       if (n.a.weight) throw unsupported(l, n, "a weight as first operand");
@@ -204,7 +218,8 @@ MeshExecutor::MeshExecutor(const Study& study, FunctionalRuntime& runtime, std::
         case NamedOp::Kind::Einsum: {
           const Names an = names_of(n.a), bn = names_of(n.b), on = names_of(n.out);
           for (const auto& d : an)
-            if (!has(bn, d) && !has(on, d)) throw unsupported(l, n, "a dimension summed out of one operand alone");
+            if (!has(bn, d) && !has(on, d))
+              throw unsupported(l, n, "a dimension summed out of one operand alone");
           for (const auto& d : on)
             if (!has(an, d) && !has(bn, d)) throw unsupported(l, n, "an output dimension from no operand");
           if (op.b == -1 && !n.b.weight) throw unsupported(l, n, "no second operand");
@@ -216,10 +231,14 @@ MeshExecutor::MeshExecutor(const Study& study, FunctionalRuntime& runtime, std::
             throw unsupported(l, n, "an element-wise op other than a bias (+ ReLU) or a residual add");
           break;
         case NamedOp::Kind::Reduction:
-          if (!reduces_last || !(n.math == M::SoftmaxXent || n.math == M::LayerNorm || n.math == M::CausalSoftmax) ||
-              (n.math == M::LayerNorm && (n.b.dims.size() != 1 || n.b.copies != 2)) || (n.math != M::LayerNorm && !n.b.dims.empty()) ||
+          if (!reduces_last ||
+              !(n.math == M::SoftmaxXent || n.math == M::LayerNorm || n.math == M::CausalSoftmax) ||
+              (n.math == M::LayerNorm && (n.b.dims.size() != 1 || n.b.copies != 2)) ||
+              (n.math != M::LayerNorm && !n.b.dims.empty()) ||
               (n.math == M::CausalSoftmax && (split(n.reduce_dim) || n.a.dims.size() < 2)))
-            throw unsupported(l, n, "a reduction other than layer norm, causal softmax or softmax cross-entropy over the last dimension");
+            throw unsupported(l, n,
+                              "a reduction other than layer norm, causal softmax or softmax cross-entropy "
+                              "over the last dimension");
           break;
         case NamedOp::Kind::Gather:
           if (f != 0 || n.a.dims.size() != 2 || n.b.dims.size() != 2 || !n.b.weight || n.out.dims.size() != 3)
@@ -255,17 +274,22 @@ MeshExecutor::MeshExecutor(const Study& study, FunctionalRuntime& runtime, std::
       const ParamView& v = views[k];
       std::int64_t elements = 1;
       for (auto s : v.shape) elements *= s;
-      match = v.param >= 0 && std::size_t(v.param) < init.size() && double(init[std::size_t(v.param)].size()) == double(elements) &&
+      match = v.param >= 0 && std::size_t(v.param) < init.size() &&
+              double(init[std::size_t(v.param)].size()) == double(elements) &&
               v.axes.size() == params[k].tensor.dims.size() && v.fixed.size() == v.shape.size();
-      for (std::size_t j = 0; match && j < v.axes.size(); ++j) match = v.shape[std::size_t(v.axes[j])] == params[k].tensor.dims[j].size;
+      for (std::size_t j = 0; match && j < v.axes.size(); ++j)
+        match = v.shape[std::size_t(v.axes[j])] == params[k].tensor.dims[j].size;
       if (match) params[k].view = v;
     }
     if (!match)
-      throw ConfigError(study.file, "model.kind", "\"" + study.model.kind + "\" (layer " + study.model.layers[std::size_t(l)].name + ")",
-                        "layers whose named weights match their functional parameters");
+      throw ConfigError(
+          study.file, "model.kind",
+          "\"" + study.model.kind + "\" (layer " + study.model.layers[std::size_t(l)].name + ")",
+          "layers whose named weights match their functional parameters");
   }
   if (ops_.empty() || ops_.back().named.math != NamedOp::Math::SoftmaxXent)
-    throw ConfigError(study.file, "model.kind", "\"" + study.model.kind + "\"", "a model ending in softmax cross-entropy for functional mesh layouts");
+    throw ConfigError(study.file, "model.kind", "\"" + study.model.kind + "\"",
+                      "a model ending in softmax cross-entropy for functional mesh layouts");
 }
 
 std::size_t MeshExecutor::Param::index(std::int64_t element) const {
@@ -301,18 +325,22 @@ std::vector<Tensor> MeshExecutor::slice(int core, int layer, const std::vector<T
   for (const auto& p : params_[std::size_t(layer)]) {
     const Box b = box(p.tensor, core);
     Tensor piece(std::size_t(b.elements()));
-    for_each_element(b, [&](std::int64_t l, std::int64_t w) { piece[std::size_t(l)] = whole[std::size_t(p.view.param)][p.index(w)]; });
+    for_each_element(b, [&](std::int64_t l, std::int64_t w) {
+      piece[std::size_t(l)] = whole[std::size_t(p.view.param)][p.index(w)];
+    });
     pieces.push_back(std::move(piece));
   }
   return pieces;
 }
 
-void MeshExecutor::place(int core, int layer, const std::vector<Tensor>& pieces, std::vector<Tensor>& whole) const {
+void MeshExecutor::place(int core, int layer, const std::vector<Tensor>& pieces,
+                         std::vector<Tensor>& whole) const {
   const auto& params = params_[std::size_t(layer)];
   for (std::size_t k = 0; k < params.size(); ++k) {
     const Param& p = params[k];
-    for_each_element(box(p.tensor, core),
-                     [&](std::int64_t l, std::int64_t w) { whole[std::size_t(p.view.param)][p.index(w)] = pieces[k][std::size_t(l)]; });
+    for_each_element(box(p.tensor, core), [&](std::int64_t l, std::int64_t w) {
+      whole[std::size_t(p.view.param)][p.index(w)] = pieces[k][std::size_t(l)];
+    });
   }
 }
 
@@ -347,13 +375,15 @@ void MeshExecutor::hold() {
   for (int c = 0; c < int(coords_.size()); ++c) rt_.hold_shards(c, all, shared_from_this());
 }
 
-std::vector<std::int32_t> MeshExecutor::per_row(int core, const NamedTensor& rows, const std::vector<std::int32_t>& of_examples) const {
+std::vector<std::int32_t> MeshExecutor::per_row(int core, const NamedTensor& rows,
+                                                const std::vector<std::int32_t>& of_examples) const {
   // `of_examples` covers this core's examples whole along the other dimensions.
   Box b = box(rows, core);
   b.whole[0] = b.local[0];
   b.offset[0] = 0;
   std::vector<std::int32_t> out(std::size_t(b.elements()));
-  for_each_element(b, [&](std::int64_t l, std::int64_t w) { out[std::size_t(l)] = of_examples[std::size_t(w)]; });
+  for_each_element(
+      b, [&](std::int64_t l, std::int64_t w) { out[std::size_t(l)] = of_examples[std::size_t(w)]; });
   return out;
 }
 
@@ -375,211 +405,223 @@ const Tensor& MeshExecutor::value(int core, int producer) {
 void MeshExecutor::add_pending(int core, int producer, Tensor g) {
   auto& store = pending_[std::size_t(core)];
   auto it = store.find(producer);
-  if (it == store.end()) store.emplace(producer, std::move(g));
-  else add_into(it->second, g);
+  if (it == store.end())
+    store.emplace(producer, std::move(g));
+  else
+    add_into(it->second, g);
 }
 
 void MeshExecutor::accumulate(int core, int producer, Tensor g) {
   if (producer < 0) return;
   auto& store = dout_[std::size_t(core)];
   auto it = store.find(producer);
-  if (it == store.end()) store.emplace(producer, std::move(g));
-  else add_into(it->second, g);
+  if (it == store.end())
+    store.emplace(producer, std::move(g));
+  else
+    add_into(it->second, g);
 }
 
 void MeshExecutor::run(int core, int f, const MeshAction& action) {
-  const MeshAction::What what = action.what;
-  using kernels::I;
-  using M = NamedOp::Math;
-  const std::size_t c = std::size_t(core);
-  if (f == 0 && what == MeshAction::Forward) {
+  if (f == 0 && action.what == MeshAction::Forward) {
     // A new step: the model's input and every gradient start afresh.
+    const std::size_t c = std::size_t(core);
     input_[c].clear();
     dout_[c].clear();
     partial_[c].clear();
     pending_[c].clear();
     gathered_[c].clear();
   }
+  const NamedOp& n = ops_[std::size_t(f)].named;
+  switch (n.kind) {
+    case NamedOp::Kind::Einsum:
+      return run_einsum(core, f, action);
+    case NamedOp::Kind::Elementwise:
+      return run_elementwise(core, f, action.what);
+    case NamedOp::Kind::Reduction:
+      if (n.math == NamedOp::Math::CausalSoftmax) return run_causal_softmax(core, f, action.what);
+      if (n.math == NamedOp::Math::LayerNorm) return run_layer_norm(core, f, action.what);
+      return run_softmax_xent(core, f, action.what);
+    case NamedOp::Kind::Gather:
+      return run_gather(core, f, action.what);
+    default:
+      throw SimulationError("functional mesh: op " + n.name + " has no host math");
+  }
+}
+
+void MeshExecutor::run_einsum(int core, int f, const MeshAction& action) {
+  const std::size_t c = std::size_t(core);
   const Op& op = ops_[std::size_t(f)];
   const NamedOp& n = op.named;
-  auto& params = rt_.params(core, op.layer);
-  auto& grads = rt_.grads(core, op.layer);
-  const Box in = box(n.a, core), out = box(n.out, core);
   std::map<std::string, std::int64_t> size;
   for (const NamedTensor* t : {&n.a, &n.b, &n.out}) {
     const Box b = box(*t, core);
     for (std::size_t i = 0; i < t->dims.size(); ++i) size[t->dims[i].name] = b.local[i];
   }
-  const I cols = in.local.empty() ? 1 : in.local.back();
-  const I rows = in.elements() / std::max<I>(cols, 1);
-  switch (n.kind) {
-    case NamedOp::Kind::Einsum: {
-      const Names an = names_of(n.a), bn = names_of(n.b), on = names_of(n.out);
-      const Tensor& B = n.b.weight ? params[std::size_t(op.params[0])] : operand(core, f, 1);
-      if (what == MeshAction::Forward) {
-        out_[c][f] = einsum(operand(core, f, 0), an, B, bn, on, size);
-      } else if (what == MeshAction::Backward) {
-        if (op.a < 0) return;  // the model's input needs no gradient
-        Tensor da = einsum(dout_[c].at(f), on, B, bn, an, size);
-        if (op.gather[0]) partial_[c][2 * f] = std::move(da);
-        else if (action.partial) add_pending(core, op.a, std::move(da));
-        else accumulate(core, op.a, std::move(da));
-      } else {
-        Tensor db = einsum(operand(core, f, 0), an, dout_[c].at(f), on, bn, size);
-        if (n.b.weight) add_into(grads[std::size_t(op.params[0])], db);
-        else if (op.gather[1]) partial_[c][2 * f + 1] = std::move(db);
-        else if (action.partial) add_pending(core, op.b, std::move(db));
-        else accumulate(core, op.b, std::move(db));
-      }
-      return;
+  const Names an = names_of(n.a), bn = names_of(n.b), on = names_of(n.out);
+  const Tensor& B = n.b.weight ? rt_.params(core, op.layer)[std::size_t(op.params[0])] : operand(core, f, 1);
+  if (action.what == MeshAction::Forward) {
+    out_[c][f] = einsum(operand(core, f, 0), an, B, bn, on, size);
+  } else if (action.what == MeshAction::Backward) {
+    if (op.a < 0) return;  // the model's input needs no gradient
+    Tensor da = einsum(dout_[c].at(f), on, B, bn, an, size);
+    if (op.gather[0])
+      partial_[c][2 * f] = std::move(da);
+    else if (action.partial)
+      add_pending(core, op.a, std::move(da));
+    else
+      accumulate(core, op.a, std::move(da));
+  } else {
+    Tensor db = einsum(operand(core, f, 0), an, dout_[c].at(f), on, bn, size);
+    if (n.b.weight)
+      add_into(rt_.grads(core, op.layer)[std::size_t(op.params[0])], db);
+    else if (op.gather[1])
+      partial_[c][2 * f + 1] = std::move(db);
+    else if (action.partial)
+      add_pending(core, op.b, std::move(db));
+    else
+      accumulate(core, op.b, std::move(db));
+  }
+}
+
+void MeshExecutor::run_elementwise(int core, int f, MeshAction::What what) {
+  using M = NamedOp::Math;
+  const std::size_t c = std::size_t(core);
+  const Op& op = ops_[std::size_t(f)];
+  const NamedOp& n = op.named;
+  const std::size_t width = n.b.dims.empty() ? 1 : std::size_t(box(n.b, core).elements());  // a bias repeats
+  if (what == MeshAction::Forward) {
+    Tensor y = value(core, op.a);
+    if (!n.b.dims.empty()) {
+      const Tensor& bias = rt_.params(core, op.layer)[std::size_t(op.params[0])];
+      for (std::size_t i = 0; i < y.size(); ++i) y[i] += bias[i % width];
     }
-    case NamedOp::Kind::Elementwise: {
-      const I width = n.b.dims.empty() ? 1 : box(n.b, core).elements();  // the bias repeats every `width` elements
-      if (what == MeshAction::Forward) {
-        Tensor y = value(core, op.a);
-        if (!n.b.dims.empty()) {
-          const Tensor& bias = params[std::size_t(op.params[0])];
-          for (std::size_t i = 0; i < y.size(); ++i) y[i] += bias[i % std::size_t(width)];
-        }
-        if (n.math == M::Residual) add_into(y, value(core, op.skip));
-        if (n.math == M::BiasRelu)
-          for (float& v : y) v = std::max(v, 0.0f);
-        out_[c][f] = std::move(y);
-      } else {
-        Tensor dz = dout_[c].at(f);
-        if (n.math == M::BiasRelu) kernels::relu_backward(out_[c].at(f).data(), dz.data(), dz.data(), I(dz.size()));
-        if (!n.b.dims.empty()) {
-          Tensor& db = grads[std::size_t(op.params[0])];
-          for (std::size_t i = 0; i < dz.size(); ++i) db[i % std::size_t(width)] += dz[i];
-        }
-        if (n.math == M::Residual) accumulate(core, op.skip, dz);
-        accumulate(core, op.a, std::move(dz));
-      }
-      return;
+    if (n.math == M::Residual) add_into(y, value(core, op.skip));
+    if (n.math == M::BiasRelu) kernels::relu_forward(y.data(), y.data(), kernels::I(y.size()));
+    out_[c][f] = std::move(y);
+    return;
+  }
+  Tensor dz = dout_[c].at(f);
+  if (n.math == M::BiasRelu)
+    kernels::relu_backward(out_[c].at(f).data(), dz.data(), dz.data(), kernels::I(dz.size()));
+  if (!n.b.dims.empty()) {
+    Tensor& db = rt_.grads(core, op.layer)[std::size_t(op.params[0])];
+    for (std::size_t i = 0; i < dz.size(); ++i) db[i % width] += dz[i];
+  }
+  if (n.math == M::Residual) accumulate(core, op.skip, dz);
+  accumulate(core, op.a, std::move(dz));
+}
+
+void MeshExecutor::run_causal_softmax(int core, int f, MeshAction::What what) {
+  // Rows: [..., query position, positions attended to]; the query's position in the sequence.
+  const Op& op = ops_[std::size_t(f)];
+  const Box in = box(op.named.a, core);
+  const kernels::I cols = in.local.back(), rows = in.elements() / cols;
+  const Tensor& x = value(core, op.a);
+  Tensor y(x.size());
+  if (what == MeshAction::Forward) {
+    kernels::softmax_forward(x.data(), y.data(), rows, cols, op.named.scale, in.local[in.local.size() - 2],
+                             in.offset[in.offset.size() - 2]);
+    out_[std::size_t(core)][f] = std::move(y);
+  } else {
+    kernels::softmax_backward(out_[std::size_t(core)].at(f).data(), dout_[std::size_t(core)].at(f).data(),
+                              y.data(), rows, cols, op.named.scale);
+    accumulate(core, op.a, std::move(y));
+  }
+}
+
+void MeshExecutor::run_layer_norm(int core, int f, MeshAction::What what) {
+  // Per row, the sums over this core's part of the row; the rows' statistics when the row is
+  // whole here, otherwise after the all-reduce of the sums over the split.
+  const std::size_t c = std::size_t(core);
+  const Op& op = ops_[std::size_t(f)];
+  const Box in = box(op.named.a, core);
+  const kernels::I cols = in.local.back(), rows = in.elements() / cols;
+  const Tensor& x = value(core, op.a);
+  std::vector<double> sums(std::size_t(2 * rows));
+  if (what == MeshAction::Forward) {
+    kernels::layernorm_sums(x.data(), sums.data(), rows, cols);
+    stats_[c][2 * f] = std::move(sums);
+    if (!split(op.named.reduce_dim)) finish_layer_norm(core, f);
+  } else {
+    auto& grads = rt_.grads(core, op.layer);
+    kernels::layernorm_gradient_sums(x.data(), rt_.params(core, op.layer)[std::size_t(op.params[0])].data(),
+                                     stats_[c].at(2 * f).data(), dout_[c].at(f).data(),
+                                     grads[std::size_t(op.params[0])].data(),
+                                     grads[std::size_t(op.params[1])].data(), sums.data(), rows, cols);
+    stats_[c][2 * f + 1] = std::move(sums);
+    if (!split(op.named.reduce_dim)) finish_layer_norm_gradient(core, f);
+  }
+}
+
+void MeshExecutor::run_softmax_xent(int core, int f, MeshAction::What what) {
+  const std::size_t c = std::size_t(core);
+  const Op& op = ops_[std::size_t(f)];
+  const NamedOp& n = op.named;
+  const Box in = box(n.a, core);
+  const kernels::I cols = in.local.back(), rows = in.elements() / cols;
+  const Tensor& x = value(core, op.a);
+  if (what == MeshAction::Forward) {
+    // Per row, (max, sum of exponentials) over this core's part of the row.
+    std::vector<double> s(std::size_t(2 * rows));
+    for (kernels::I r = 0; r < rows; ++r) {
+      double m = -INFINITY, e = 0;
+      for (kernels::I j = 0; j < cols; ++j) m = std::max(m, double(x[std::size_t(r * cols + j)]));
+      for (kernels::I j = 0; j < cols; ++j) e += std::exp(double(x[std::size_t(r * cols + j)]) - m);
+      s[std::size_t(2 * r)] = m;
+      s[std::size_t(2 * r + 1)] = e;
     }
-    case NamedOp::Kind::Reduction: {
-      const Tensor& x = value(core, op.a);
-      const bool split_reduce = split(n.reduce_dim);
-      if (n.math == M::CausalSoftmax) {
-        // Rows: [..., query position, positions attended to]; the query's position in the sequence.
-        const I queries = in.local[in.local.size() - 2], query_offset = in.offset[in.offset.size() - 2];
-        if (what == MeshAction::Forward) {
-          Tensor y(x.size());
-          for (I r = 0; r < rows; ++r) {
-            const I visible = std::min<I>(cols, query_offset + r % queries + 1);
-            double m = -INFINITY, sum = 0;
-            for (I j = 0; j < visible; ++j) m = std::max(m, n.scale * x[std::size_t(r * cols + j)]);
-            for (I j = 0; j < visible; ++j) sum += std::exp(n.scale * x[std::size_t(r * cols + j)] - m);
-            for (I j = 0; j < visible; ++j) y[std::size_t(r * cols + j)] = float(std::exp(n.scale * x[std::size_t(r * cols + j)] - m) / sum);
-          }
-          out_[c][f] = std::move(y);
-        } else {
-          const Tensor& y = out_[c].at(f);
-          const Tensor& dy = dout_[c].at(f);
-          Tensor dx(x.size());
-          for (I r = 0; r < rows; ++r) {
-            double dot = 0;
-            for (I j = 0; j < cols; ++j) dot += double(dy[std::size_t(r * cols + j)]) * y[std::size_t(r * cols + j)];
-            for (I j = 0; j < cols; ++j)
-              dx[std::size_t(r * cols + j)] = float(n.scale * y[std::size_t(r * cols + j)] * (dy[std::size_t(r * cols + j)] - dot));
-          }
-          accumulate(core, op.a, std::move(dx));
-        }
-        return;
-      }
-      if (n.math == M::LayerNorm) {
-        if (what == MeshAction::Forward) {
-          // Per row: the sum and the sum of squares over this core's part of the row.
-          std::vector<double> s(std::size_t(2 * rows), 0.0);
-          for (I r = 0; r < rows; ++r)
-            for (I j = 0; j < cols; ++j) {
-              const double v = x[std::size_t(r * cols + j)];
-              s[std::size_t(2 * r)] += v;
-              s[std::size_t(2 * r + 1)] += v * v;
-            }
-          stats_[c][2 * f] = std::move(s);
-          if (!split_reduce) finish_layer_norm(core, f);
-        } else {
-          // Weight gradients, and per row the sums the input gradient needs (over the whole row).
-          const auto& st = stats_[c].at(2 * f);  // mean, rstd per row
-          const Tensor& gamma = params[std::size_t(op.params[0])];
-          const Tensor& dy = dout_[c].at(f);
-          std::vector<double> s(std::size_t(2 * rows), 0.0);
-          for (I r = 0; r < rows; ++r)
-            for (I j = 0; j < cols; ++j) {
-              const std::size_t i = std::size_t(r * cols + j);
-              const float xhat = float((x[i] - st[std::size_t(2 * r)]) * st[std::size_t(2 * r + 1)]);
-              grads[std::size_t(op.params[0])][std::size_t(j)] += dy[i] * xhat;
-              grads[std::size_t(op.params[1])][std::size_t(j)] += dy[i];
-              const double g = double(dy[i]) * gamma[std::size_t(j)];
-              s[std::size_t(2 * r)] += g;
-              s[std::size_t(2 * r + 1)] += g * xhat;
-            }
-          stats_[c][2 * f + 1] = std::move(s);
-          if (!split_reduce) finish_layer_norm_gradient(core, f);
-        }
-        return;
-      }
-      // Softmax cross-entropy.
-      if (what == MeshAction::Forward) {
-        std::vector<double> s(std::size_t(2 * rows));
-        for (I r = 0; r < rows; ++r) {
-          double m = -INFINITY, e = 0;
-          for (I j = 0; j < cols; ++j) m = std::max(m, double(x[std::size_t(r * cols + j)]));
-          for (I j = 0; j < cols; ++j) e += std::exp(double(x[std::size_t(r * cols + j)]) - m);
-          s[std::size_t(2 * r)] = m;
-          s[std::size_t(2 * r + 1)] = e;
-        }
-        stats_[c][2 * f] = std::move(s);
-        NamedTensor row_dims = n.a;
-        row_dims.dims.pop_back();
-        targets_[c] = per_row(core, row_dims, rt_.fn(op.layer).targets(rt_.batch(in.offset[0], in.local[0])));
-        if (!split_reduce) finish_softmax_xent(core, f);
-      } else {
-        // d logits = (softmax - one-hot(target)) / rows of the whole batch.
-        const auto& lse = stats_[c].at(2 * f);
-        const auto& t = targets_[c];
-        double whole_rows = 1;
-        for (std::size_t d = 0; d + 1 < in.whole.size(); ++d) whole_rows *= double(in.whole[d]);
-        const double scale = 1.0 / whole_rows;
-        Tensor dx(x.size());
-        for (I r = 0; r < rows; ++r)
-          for (I j = 0; j < cols; ++j) {
-            const double p = std::exp(double(x[std::size_t(r * cols + j)]) - lse[std::size_t(r)]);
-            dx[std::size_t(r * cols + j)] = float((p - (in.offset.back() + j == t[std::size_t(r)] ? 1.0 : 0.0)) * scale);
-          }
-        accumulate(core, op.a, std::move(dx));
-      }
-      return;
+    stats_[c][2 * f] = std::move(s);
+    NamedTensor row_dims = n.a;
+    row_dims.dims.pop_back();
+    targets_[c] = per_row(core, row_dims, rt_.fn(op.layer).targets(rt_.batch(in.offset[0], in.local[0])));
+    if (!split(n.reduce_dim)) finish_softmax_xent(core, f);
+    return;
+  }
+  // d logits = (softmax - one-hot(target)) / rows of the whole batch.
+  const auto& lse = stats_[c].at(2 * f);
+  const auto& t = targets_[c];
+  double whole_rows = 1;
+  for (std::size_t d = 0; d + 1 < in.whole.size(); ++d) whole_rows *= double(in.whole[d]);
+  Tensor dx(x.size());
+  for (kernels::I r = 0; r < rows; ++r)
+    for (kernels::I j = 0; j < cols; ++j) {
+      const double p = std::exp(double(x[std::size_t(r * cols + j)]) - lse[std::size_t(r)]);
+      dx[std::size_t(r * cols + j)] =
+          float((p - (in.offset.back() + j == t[std::size_t(r)] ? 1.0 : 0.0)) / whole_rows);
     }
-    case NamedOp::Kind::Gather: {
-      // Token embedding: each core looks up the rows of the table it holds (zeros for the
-      // others; the all-reduce over a split vocabulary sums them).
-      const Box table = box(n.b, core);
-      const I width = table.local[1], first_row = table.offset[0], held_rows = table.local[0];
-      if (what == MeshAction::Forward) tokens_[c] = per_row(core, n.a, rt_.fn(op.layer).tokens(rt_.batch(in.offset[0], in.local[0])));
-      const auto& ids = tokens_[c];
-      if (what == MeshAction::Forward) {
-        const Tensor& t = params[std::size_t(op.params[0])];
-        Tensor y(ids.size() * std::size_t(width), 0.0f);
-        for (std::size_t r = 0; r < ids.size(); ++r) {
-          const I row = ids[r] - first_row;
-          if (row >= 0 && row < held_rows) std::copy_n(t.begin() + row * width, width, y.begin() + std::int64_t(r) * width);
-        }
-        out_[c][f] = std::move(y);
-      } else {
-        const Tensor& dy = dout_[c].at(f);
-        Tensor& dt = grads[std::size_t(op.params[0])];
-        for (std::size_t r = 0; r < ids.size(); ++r) {
-          const I row = ids[r] - first_row;
-          if (row >= 0 && row < held_rows)
-            for (I j = 0; j < width; ++j) dt[std::size_t(row * width + j)] += dy[r * std::size_t(width) + std::size_t(j)];
-        }
-      }
-      return;
+  accumulate(core, op.a, std::move(dx));
+}
+
+void MeshExecutor::run_gather(int core, int f, MeshAction::What what) {
+  // Token embedding: each core looks up the rows of the table it holds (zeros for the others;
+  // the all-reduce over a split vocabulary sums them).
+  using kernels::I;
+  const std::size_t c = std::size_t(core);
+  const Op& op = ops_[std::size_t(f)];
+  const NamedOp& n = op.named;
+  const Box in = box(n.a, core), table = box(n.b, core);
+  const I width = table.local[1], first_row = table.offset[0], held_rows = table.local[0];
+  if (what == MeshAction::Forward)
+    tokens_[c] = per_row(core, n.a, rt_.fn(op.layer).tokens(rt_.batch(in.offset[0], in.local[0])));
+  const auto& ids = tokens_[c];
+  if (what == MeshAction::Forward) {
+    const Tensor& t = rt_.params(core, op.layer)[std::size_t(op.params[0])];
+    Tensor y(ids.size() * std::size_t(width), 0.0f);
+    for (std::size_t r = 0; r < ids.size(); ++r) {
+      const I row = ids[r] - first_row;
+      if (row >= 0 && row < held_rows)
+        std::copy_n(t.begin() + row * width, width, y.begin() + std::int64_t(r) * width);
     }
-    default:
-      throw SimulationError("functional mesh: op " + n.name + " has no host math");
+    out_[c][f] = std::move(y);
+  } else {
+    const Tensor& dy = dout_[c].at(f);
+    Tensor& dt = rt_.grads(core, op.layer)[std::size_t(op.params[0])];
+    for (std::size_t r = 0; r < ids.size(); ++r) {
+      const I row = ids[r] - first_row;
+      if (row >= 0 && row < held_rows)
+        for (I j = 0; j < width; ++j)
+          dt[std::size_t(row * width + j)] += dy[r * std::size_t(width) + std::size_t(j)];
+    }
   }
 }
 
@@ -589,44 +631,24 @@ void MeshExecutor::finish_layer_norm(int core, int f) {
   const Tensor& x = value(core, op.a);
   const Box in = box(op.named.a, core);
   const std::int64_t cols = in.local.back(), rows = in.elements() / cols;
-  const double n = double(in.whole.back());
-  auto& s = stats_[std::size_t(core)].at(2 * f);
+  auto& stats = stats_[std::size_t(core)].at(2 * f);
+  kernels::layernorm_statistics(stats.data(), rows, double(in.whole.back()), kLayerNormEpsilon);
   Tensor y(x.size());
-  const Tensor &gamma = params[std::size_t(op.params[0])], &beta = params[std::size_t(op.params[1])];
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const double mean = s[std::size_t(2 * r)] / n;
-    const double var = std::max(0.0, s[std::size_t(2 * r + 1)] / n - mean * mean);
-    const float m = float(mean), rstd = float(1.0 / std::sqrt(var + kLayerNormEpsilon));
-    s[std::size_t(2 * r)] = m;
-    s[std::size_t(2 * r + 1)] = rstd;
-    for (std::int64_t j = 0; j < cols; ++j) {
-      const std::size_t i = std::size_t(r * cols + j);
-      y[i] = (x[i] - m) * rstd * gamma[std::size_t(j)] + beta[std::size_t(j)];
-    }
-  }
+  kernels::layernorm_apply(x.data(), params[std::size_t(op.params[0])].data(),
+                           params[std::size_t(op.params[1])].data(), stats.data(), y.data(), rows, cols);
   out_[std::size_t(core)][f] = std::move(y);
 }
 
 void MeshExecutor::finish_layer_norm_gradient(int core, int f) {
   const Op& op = ops_[std::size_t(f)];
-  const auto& gamma = rt_.params(core, op.layer)[std::size_t(op.params[0])];
   const Tensor& x = value(core, op.a);
-  const Tensor& dy = dout_[std::size_t(core)].at(f);
   const Box in = box(op.named.a, core);
   const std::int64_t cols = in.local.back(), rows = in.elements() / cols;
-  const double n = double(in.whole.back());
-  const auto& st = stats_[std::size_t(core)].at(2 * f);
-  const auto& s = stats_[std::size_t(core)].at(2 * f + 1);
   Tensor dx(x.size());
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const double mean = st[std::size_t(2 * r)], rstd = st[std::size_t(2 * r + 1)];
-    for (std::int64_t j = 0; j < cols; ++j) {
-      const std::size_t i = std::size_t(r * cols + j);
-      const double xhat = float((x[i] - float(mean)) * float(rstd));
-      const double g = double(dy[i]) * gamma[std::size_t(j)];
-      dx[i] = float(rstd * (g - s[std::size_t(2 * r)] / n - xhat * s[std::size_t(2 * r + 1)] / n));
-    }
-  }
+  kernels::layernorm_gradient_apply(
+      x.data(), rt_.params(core, op.layer)[std::size_t(op.params[0])].data(),
+      stats_[std::size_t(core)].at(2 * f).data(), dout_[std::size_t(core)].at(f).data(),
+      stats_[std::size_t(core)].at(2 * f + 1).data(), dx.data(), rows, cols, double(in.whole.back()));
   accumulate(core, op.a, std::move(dx));
 }
 
@@ -666,7 +688,9 @@ void MeshExecutor::reduce(const std::vector<int>& group, int f, MeshAction::What
     for (std::size_t r = 0; r < rows; ++r) {
       double m = -INFINITY, e = 0;
       for (int c : group) m = std::max(m, stats_[std::size_t(c)].at(2 * f)[2 * r]);
-      for (int c : group) e += stats_[std::size_t(c)].at(2 * f)[2 * r + 1] * std::exp(stats_[std::size_t(c)].at(2 * f)[2 * r] - m);
+      for (int c : group)
+        e += stats_[std::size_t(c)].at(2 * f)[2 * r + 1] *
+             std::exp(stats_[std::size_t(c)].at(2 * f)[2 * r] - m);
       for (int c : group) {
         stats_[std::size_t(c)].at(2 * f)[2 * r] = m;
         stats_[std::size_t(c)].at(2 * f)[2 * r + 1] = e;
@@ -686,8 +710,10 @@ void MeshExecutor::reduce(const std::vector<int>& group, int f, MeshAction::What
       for (auto* v : s) (*v)[i] = sum;
     }
     for (int c : group) {
-      if (what == MeshAction::CombineStatistics) finish_layer_norm(c, f);
-      else finish_layer_norm_gradient(c, f);
+      if (what == MeshAction::CombineStatistics)
+        finish_layer_norm(c, f);
+      else
+        finish_layer_norm_gradient(c, f);
     }
     return;
   }
@@ -711,8 +737,9 @@ void MeshExecutor::reduce(const std::vector<int>& group, int f, MeshAction::What
       Tensor whole(std::size_t(box(which ? op.named.b : op.named.a, c).elements()));
       for (int m : group) {
         const Tensor& piece = value(m, which ? op.b : op.a);
-        for_each_element(piece_in_gathered(f, which, c, m),
-                         [&](std::int64_t l, std::int64_t at) { whole[std::size_t(at)] = piece[std::size_t(l)]; });
+        for_each_element(piece_in_gathered(f, which, c, m), [&](std::int64_t l, std::int64_t at) {
+          whole[std::size_t(at)] = piece[std::size_t(l)];
+        });
       }
       gathered_[std::size_t(c)][2 * f + which] = std::move(whole);
     }
@@ -741,7 +768,8 @@ void MeshExecutor::reduce(const std::vector<int>& group, int f, MeshAction::What
       const Tensor& sum = partial_[std::size_t(m)].at(key);
       const Box b = piece_in_gathered(f, which, m, m);
       Tensor mine(std::size_t(b.elements()));
-      for_each_element(b, [&](std::int64_t l, std::int64_t at) { mine[std::size_t(l)] = sum[std::size_t(at)]; });
+      for_each_element(b,
+                       [&](std::int64_t l, std::int64_t at) { mine[std::size_t(l)] = sum[std::size_t(at)]; });
       accumulate(m, which ? op.b : op.a, std::move(mine));
     }
     for (int c : group) partial_[std::size_t(c)].erase(key);
@@ -756,18 +784,21 @@ FunctionalRuntime::Closure MeshExecutor::compute(int core, int layer, std::vecto
   };
 }
 
-FunctionalRuntime::Closure MeshExecutor::collective(std::vector<std::vector<int>> groups, int layer, MeshAction action) {
+FunctionalRuntime::Closure MeshExecutor::collective(std::vector<std::vector<int>> groups, int layer,
+                                                    MeshAction action) {
   return [this, groups = std::move(groups), layer, action] {
     for (const auto& g : groups) reduce(g, flat(layer, action.op), action.what, action.operand);
   };
 }
 
-FunctionalRuntime::Closure MeshExecutor::update(int core, int layer, const std::vector<ShardedWeight>& sharded) {
+FunctionalRuntime::Closure MeshExecutor::update(int core, int layer,
+                                                const std::vector<ShardedWeight>& sharded) {
   std::vector<std::pair<int, int>> pieces(params_[std::size_t(layer)].size(), {0, 1});
   for (const auto& w : sharded)
     for (const auto& g : w.groups)
       if (auto it = std::find(g.begin(), g.end(), core); it != g.end())
-        for (int p : ops_[std::size_t(flat(layer, w.op))].params) pieces[std::size_t(p)] = {int(it - g.begin()), int(g.size())};
+        for (int p : ops_[std::size_t(flat(layer, w.op))].params)
+          pieces[std::size_t(p)] = {int(it - g.begin()), int(g.size())};
   return rt_.update_pieces(core, layer, std::move(pieces));
 }
 
@@ -779,7 +810,9 @@ FunctionalRuntime::Closure MeshExecutor::gather(int layer, ShardedWeight weight)
           const Tensor& src = rt_.params(g[s], layer)[std::size_t(k)];
           const auto [lo, hi] = FunctionalRuntime::piece(std::int64_t(src.size()), int(s), int(g.size()));
           for (int c : g)
-            if (c != g[s]) std::copy(src.begin() + lo, src.begin() + hi, rt_.params(c, layer)[std::size_t(k)].begin() + lo);
+            if (c != g[s])
+              std::copy(src.begin() + lo, src.begin() + hi,
+                        rt_.params(c, layer)[std::size_t(k)].begin() + lo);
         }
   };
 }

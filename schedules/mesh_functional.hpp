@@ -65,7 +65,8 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
   FunctionalRuntime::Closure gather(int layer, ShardedWeight weight);
 
   std::vector<Tensor> slice(int core, int layer, const std::vector<Tensor>& whole) const override;
-  void place(int core, int layer, const std::vector<Tensor>& pieces, std::vector<Tensor>& whole) const override;
+  void place(int core, int layer, const std::vector<Tensor>& pieces,
+             std::vector<Tensor>& whole) const override;
 
   /// A core's piece of a tensor: the whole tensor's sizes, where the piece starts, its sizes.
   struct Box {
@@ -79,9 +80,10 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
   struct Op {
     NamedOp named;
     int layer = 0;
-    int a = -1, b = -1, skip = -1;  ///< producing ops (-1: the model's input; b, skip: -1 when absent or a weight)
+    int a = -1, b = -1,
+        skip = -1;  ///< producing ops (-1: the model's input; b, skip: -1 when absent or a weight)
     bool gather[2] = {false, false};  ///< operand a, b read whole along the sequence its producer splits
-    std::vector<int> params;        ///< its weight's copies among the layer's parameters
+    std::vector<int> params;          ///< its weight's copies among the layer's parameters
   };
   /// A parameter of a layer: a weight (copy) of its named ops and where it sits in the layer
   /// function's parameters.
@@ -108,8 +110,15 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
   /// Adds a partial sum to the producer's pending gradient (completed by an all-reduce).
   void add_pending(int core, int producer, Tensor g);
   /// Per row of the whole batch: the examples' targets (or tokens) this core's rows need.
-  std::vector<std::int32_t> per_row(int core, const NamedTensor& rows, const std::vector<std::int32_t>& whole_rows_of_examples) const;
+  std::vector<std::int32_t> per_row(int core, const NamedTensor& rows,
+                                    const std::vector<std::int32_t>& whole_rows_of_examples) const;
   void run(int core, int f, const MeshAction& action);
+  void run_einsum(int core, int f, const MeshAction& action);
+  void run_elementwise(int core, int f, MeshAction::What what);
+  void run_causal_softmax(int core, int f, MeshAction::What what);
+  void run_layer_norm(int core, int f, MeshAction::What what);
+  void run_softmax_xent(int core, int f, MeshAction::What what);
+  void run_gather(int core, int f, MeshAction::What what);
   /// `which`: the operand (GatherOperand, ScatterOperandGradient).
   void reduce(const std::vector<int>& group, int f, MeshAction::What what, int which);
   void finish_softmax_xent(int core, int f);
@@ -121,13 +130,14 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
   std::vector<std::pair<std::string, int>> mesh_;
   std::map<std::string, std::string> layout_;
   std::vector<std::vector<int>> coords_;
-  std::vector<Op> ops_;                           // every layer's ops, in order
-  std::vector<int> first_op_;                     // layer -> its first op
-  std::vector<std::vector<Param>> params_;        // layer -> its parameters
+  std::vector<Op> ops_;                     // every layer's ops, in order
+  std::vector<int> first_op_;               // layer -> its first op
+  std::vector<std::vector<Param>> params_;  // layer -> its parameters
   // Per core: op -> its output, the gradient of it, partial gradients awaiting an all-reduce
   // (2 op + operand), row statistics.
   std::vector<std::map<int, Tensor>> out_, dout_, partial_, gathered_;
-  std::vector<std::map<int, Tensor>> pending_;  // per core: producing op -> partial sums of its gradient awaiting an all-reduce
+  std::vector<std::map<int, Tensor>>
+      pending_;  // per core: producing op -> partial sums of its gradient awaiting an all-reduce
   std::vector<std::map<int, std::vector<double>>> stats_;
   std::vector<std::vector<std::int32_t>> targets_, tokens_;
   std::vector<Tensor> input_;

@@ -24,8 +24,8 @@ double dot(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 /// Checks `analytic` (dL/dx) against finite differences of `loss` over up to 40 elements of x.
-void check_gradient(const char* what, std::vector<float>& x, const std::function<double()>& loss, const std::vector<float>& analytic,
-                    float eps = 1e-2f) {
+void check_gradient(const char* what, std::vector<float>& x, const std::function<double()>& loss,
+                    const std::vector<float>& analytic, float eps = 1e-2f) {
   REQUIRE(analytic.size() == x.size());
   const std::size_t stride = std::max<std::size_t>(1, x.size() / 40);
   for (std::size_t i = 0; i < x.size(); i += stride) {
@@ -89,7 +89,8 @@ TEST_CASE("relu, gelu and residual add backward", "[kernels]") {
 TEST_CASE("layer norm backward", "[kernels]") {
   std::mt19937 rng(3);
   const I rows = 4, cols = 9;
-  auto x = random(rows * cols, rng), g = random(cols, rng), b = random(cols, rng), r = random(rows * cols, rng);
+  auto x = random(rows * cols, rng), g = random(cols, rng), b = random(cols, rng),
+       r = random(rows * cols, rng);
   std::vector<float> y(rows * cols), mean(rows), rstd(rows);
   auto loss = [&] {
     layernorm_forward(x.data(), g.data(), b.data(), y.data(), mean.data(), rstd.data(), rows, cols);
@@ -97,7 +98,8 @@ TEST_CASE("layer norm backward", "[kernels]") {
   };
   loss();
   std::vector<float> dx(rows * cols), dg(cols, 0.0f), dbeta(cols, 0.0f);
-  layernorm_backward(x.data(), g.data(), mean.data(), rstd.data(), r.data(), dx.data(), dg.data(), dbeta.data(), rows, cols);
+  layernorm_backward(x.data(), g.data(), mean.data(), rstd.data(), r.data(), dx.data(), dg.data(),
+                     dbeta.data(), rows, cols);
   check_gradient("dx", x, loss, dx);
   check_gradient("dgamma", g, loss, dg);
   check_gradient("dbeta", b, loss, dbeta);
@@ -109,7 +111,9 @@ TEST_CASE("softmax cross-entropy backward", "[kernels]") {
   auto logits = random(rows * classes, rng, 2.0f);
   std::vector<std::int32_t> targets = {0, 4, 2, 2, 1, 3};
   std::vector<float> probs(rows * classes), dl(rows * classes);
-  auto loss = [&] { return softmax_xent_forward(logits.data(), targets.data(), probs.data(), rows, classes, 0.5); };
+  auto loss = [&] {
+    return softmax_xent_forward(logits.data(), targets.data(), probs.data(), rows, classes, 0.5);
+  };
   loss();
   softmax_xent_backward(probs.data(), targets.data(), dl.data(), rows, classes, 0.5);
   check_gradient("dlogits", logits, loss, dl, 1e-3f);
@@ -174,7 +178,8 @@ TEST_CASE("batch norm backward", "[kernels]") {
   };
   loss();
   std::vector<float> dx(rows * ch), dg(ch, 0.0f), db(ch, 0.0f);
-  batchnorm_backward(x.data(), g.data(), mean.data(), rstd.data(), r.data(), dx.data(), dg.data(), db.data(), rows, ch);
+  batchnorm_backward(x.data(), g.data(), mean.data(), rstd.data(), r.data(), dx.data(), dg.data(), db.data(),
+                     rows, ch);
   check_gradient("dx", x, loss, dx);
   check_gradient("dgamma", g, loss, dg);
   check_gradient("dbeta", b, loss, db);
@@ -197,4 +202,80 @@ TEST_CASE("average and max pooling backward", "[kernels]") {
   };
   maxpool_backward(p, x.data(), r.data(), dx.data());
   check_gradient("max", x, mx, dx, 1e-3f);
+}
+
+TEST_CASE("a layer norm computed over pieces of its rows equals the whole rows' (mesh layouts split them)",
+          "[kernels]") {
+  std::mt19937 rng(11);
+  const I rows = 5, cols = 12, half = 7;  // pieces of 7 and 5 columns
+  auto x = random(std::size_t(rows * cols), rng), gamma = random(std::size_t(cols), rng),
+       beta = random(std::size_t(cols), rng), dy = random(std::size_t(rows * cols), rng);
+  std::vector<float> y(x.size()), mean(static_cast<std::size_t>(rows)), rstd(static_cast<std::size_t>(rows)),
+      dx(x.size()), dg(gamma.size()), db(beta.size());
+  layernorm_forward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rows, cols);
+  layernorm_backward(x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(), dx.data(), dg.data(),
+                     db.data(), rows, cols);
+  // The same rows as two pieces of columns, each with its own copy of x, dy and the weights.
+  auto piece = [&](const std::vector<float>& v, I first, I width, I row_len) {
+    std::vector<float> p;
+    for (I r = 0; r < (row_len == cols ? rows : 1); ++r)
+      for (I j = first; j < first + width; ++j) p.push_back(v[std::size_t(r * row_len + j)]);
+    return p;
+  };
+  const I firsts[2] = {0, half}, widths[2] = {half, cols - half};
+  std::vector<double> sums(std::size_t(2 * rows), 0.0), part(std::size_t(2 * rows));
+  for (int k = 0; k < 2; ++k) {
+    layernorm_sums(piece(x, firsts[k], widths[k], cols).data(), part.data(), rows, widths[k]);
+    for (std::size_t i = 0; i < sums.size(); ++i) sums[i] += part[i];
+  }
+  layernorm_statistics(sums.data(), rows, double(cols));
+  std::vector<double> gsums(std::size_t(2 * rows), 0.0);
+  std::vector<std::vector<float>> dgk(2), dbk(2);
+  for (int k = 0; k < 2; ++k) {
+    dgk[k].assign(std::size_t(widths[k]), 0.0f);
+    dbk[k].assign(std::size_t(widths[k]), 0.0f);
+    layernorm_gradient_sums(piece(x, firsts[k], widths[k], cols).data(),
+                            piece(gamma, firsts[k], widths[k], 1).data(), sums.data(),
+                            piece(dy, firsts[k], widths[k], cols).data(), dgk[k].data(), dbk[k].data(),
+                            part.data(), rows, widths[k]);
+    for (std::size_t i = 0; i < gsums.size(); ++i) gsums[i] += part[i];
+  }
+  for (int k = 0; k < 2; ++k) {
+    const auto xk = piece(x, firsts[k], widths[k], cols), gk = piece(gamma, firsts[k], widths[k], 1);
+    std::vector<float> yk(xk.size()), dxk(xk.size());
+    layernorm_apply(xk.data(), gk.data(), piece(beta, firsts[k], widths[k], 1).data(), sums.data(), yk.data(),
+                    rows, widths[k]);
+    layernorm_gradient_apply(xk.data(), gk.data(), sums.data(), piece(dy, firsts[k], widths[k], cols).data(),
+                             gsums.data(), dxk.data(), rows, widths[k], double(cols));
+    CHECK(yk == piece(y, firsts[k], widths[k], cols));
+    CHECK(dxk == piece(dx, firsts[k], widths[k], cols));
+    CHECK(dgk[k] == piece(dg, firsts[k], widths[k], 1));
+    CHECK(dbk[k] == piece(db, firsts[k], widths[k], 1));
+  }
+}
+
+TEST_CASE("causal softmax: each row sees its own position and those before; its gradient", "[kernels]") {
+  std::mt19937 rng(12);
+  const I queries = 4, cols = 4, rows = 2 * queries;  // two sequences of 4 positions
+  auto x = random(std::size_t(rows * cols), rng), r = random(std::size_t(rows * cols), rng);
+  std::vector<float> y(x.size());
+  softmax_forward(x.data(), y.data(), rows, cols, 0.5, queries);
+  for (I row = 0; row < rows; ++row) {
+    double sum = 0;
+    for (I j = 0; j < cols; ++j) {
+      if (j > row % queries) CHECK(y[std::size_t(row * cols + j)] == 0.0f);
+      sum += y[std::size_t(row * cols + j)];
+    }
+    CHECK(sum == Approx(1.0));
+  }
+  std::vector<float> dx(x.size());
+  softmax_backward(y.data(), r.data(), dx.data(), rows, cols, 0.5);
+  check_gradient(
+      "causal softmax", x,
+      [&] {
+        std::vector<float> out(x.size());
+        softmax_forward(x.data(), out.data(), rows, cols, 0.5, queries);
+        return dot(out, r);
+      },
+      dx);
 }

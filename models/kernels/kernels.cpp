@@ -7,9 +7,10 @@
 
 namespace tpusim::kernels {
 
-void gemm(bool ta, bool tb, I m, I n, I k, float alpha, const float* A, const float* B, float beta, float* C) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k), alpha, A,
-              ta ? int(m) : int(k), B, tb ? int(k) : int(n), beta, C, int(n));
+void gemm(bool ta, bool tb, I m, I n, I k, float alpha, const float* A, const float* B, float beta,
+          float* C) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n),
+              int(k), alpha, A, ta ? int(m) : int(k), B, tb ? int(k) : int(n), beta, C, int(n));
 }
 
 void dense_forward(const float* x, const float* W, const float* b, float* y, I t, I k, I n) {
@@ -19,7 +20,8 @@ void dense_forward(const float* x, const float* W, const float* b, float* y, I t
       for (I j = 0; j < n; ++j) y[r * n + j] += b[j];
 }
 
-void dense_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, float* db, I t, I k, I n) {
+void dense_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, float* db, I t,
+                    I k, I n) {
   if (dx) gemm(false, true, t, k, n, 1.0f, dy, W, 0.0f, dx);
   gemm(true, false, k, n, t, 1.0f, x, dy, 1.0f, dW);
   if (db)
@@ -63,45 +65,112 @@ void add(const float* x, const float* r, float* y, I n) {
   for (I i = 0; i < n; ++i) y[i] = x[i] + r[i];
 }
 
-void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd, I rows, I cols,
-                       float eps) {
-#pragma omp parallel for schedule(static)
+void layernorm_sums(const float* x, double* sums, I rows, I cols) {
   for (I r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols;
-    double m = 0, v = 0;
-    for (I j = 0; j < cols; ++j) m += xr[j];
-    m /= double(cols);
-    for (I j = 0; j < cols; ++j) v += (xr[j] - m) * (xr[j] - m);
-    v /= double(cols);
-    mean[r] = float(m);
-    rstd[r] = float(1.0 / std::sqrt(v + eps));
-    for (I j = 0; j < cols; ++j) y[r * cols + j] = (xr[j] - mean[r]) * rstd[r] * gamma[j] + beta[j];
+    double sum = 0, squares = 0;
+    for (I j = 0; j < cols; ++j) {
+      const double v = x[r * cols + j];
+      sum += v;
+      squares += v * v;
+    }
+    sums[2 * r] = sum;
+    sums[2 * r + 1] = squares;
   }
 }
 
-void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy, float* dx,
-                        float* dgamma, float* dbeta, I rows, I cols) {
+void layernorm_statistics(double* sums, I rows, double n, float eps) {
   for (I r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols;
-    const float* dyr = dy + r * cols;
+    const double mean = sums[2 * r] / n;
+    const double var = std::max(0.0, sums[2 * r + 1] / n - mean * mean);
+    sums[2 * r] = float(mean);
+    sums[2 * r + 1] = float(1.0 / std::sqrt(var + eps));
+  }
+}
+
+void layernorm_apply(const float* x, const float* gamma, const float* beta, const double* stats, float* y,
+                     I rows, I cols) {
+  for (I r = 0; r < rows; ++r) {
+    const float m = float(stats[2 * r]), rstd = float(stats[2 * r + 1]);
+    for (I j = 0; j < cols; ++j) y[r * cols + j] = (x[r * cols + j] - m) * rstd * gamma[j] + beta[j];
+  }
+}
+
+void layernorm_gradient_sums(const float* x, const float* gamma, const double* stats, const float* dy,
+                             float* dgamma, float* dbeta, double* sums, I rows, I cols) {
+  for (I r = 0; r < rows; ++r) {
     double sum_g = 0, sum_gx = 0;
     for (I j = 0; j < cols; ++j) {
-      const float xhat = (xr[j] - mean[r]) * rstd[r];
-      const float g = dyr[j] * gamma[j];
-      dgamma[j] += dyr[j] * xhat;
-      dbeta[j] += dyr[j];
+      const I i = r * cols + j;
+      const float xhat = float((x[i] - stats[2 * r]) * stats[2 * r + 1]);
+      dgamma[j] += dy[i] * xhat;
+      dbeta[j] += dy[i];
+      const double g = double(dy[i]) * gamma[j];
       sum_g += g;
       sum_gx += g * xhat;
     }
+    sums[2 * r] = sum_g;
+    sums[2 * r + 1] = sum_gx;
+  }
+}
+
+void layernorm_gradient_apply(const float* x, const float* gamma, const double* stats, const float* dy,
+                              const double* sums, float* dx, I rows, I cols, double n) {
+  for (I r = 0; r < rows; ++r) {
+    const double mean = stats[2 * r], rstd = stats[2 * r + 1];
     for (I j = 0; j < cols; ++j) {
-      const float xhat = (xr[j] - mean[r]) * rstd[r];
-      const float g = dyr[j] * gamma[j];
-      dx[r * cols + j] = float(rstd[r] * (g - sum_g / double(cols) - xhat * sum_gx / double(cols)));
+      const I i = r * cols + j;
+      const double xhat = float((x[i] - float(mean)) * float(rstd));
+      const double g = double(dy[i]) * gamma[j];
+      dx[i] = float(rstd * (g - sums[2 * r] / n - xhat * sums[2 * r + 1] / n));
     }
   }
 }
 
-double softmax_xent_forward(const float* logits, const std::int32_t* targets, float* probs, I rows, I classes, double scale) {
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                       float* rstd, I rows, I cols, float eps) {
+  std::vector<double> stats(std::size_t(2 * rows));
+  layernorm_sums(x, stats.data(), rows, cols);
+  layernorm_statistics(stats.data(), rows, double(cols), eps);
+  layernorm_apply(x, gamma, beta, stats.data(), y, rows, cols);
+  for (I r = 0; r < rows; ++r) {
+    mean[r] = float(stats[std::size_t(2 * r)]);
+    rstd[r] = float(stats[std::size_t(2 * r + 1)]);
+  }
+}
+
+void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                        const float* dy, float* dx, float* dgamma, float* dbeta, I rows, I cols) {
+  std::vector<double> stats(std::size_t(2 * rows)), sums(std::size_t(2 * rows));
+  for (I r = 0; r < rows; ++r) {
+    stats[std::size_t(2 * r)] = mean[r];
+    stats[std::size_t(2 * r + 1)] = rstd[r];
+  }
+  layernorm_gradient_sums(x, gamma, stats.data(), dy, dgamma, dbeta, sums.data(), rows, cols);
+  layernorm_gradient_apply(x, gamma, stats.data(), dy, sums.data(), dx, rows, cols, double(cols));
+}
+
+void softmax_forward(const float* x, float* y, I rows, I cols, double scale, I queries, I query_offset) {
+  for (I r = 0; r < rows; ++r) {
+    const I visible = queries > 0 ? std::min<I>(cols, query_offset + r % queries + 1) : cols;
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    double m = -INFINITY, sum = 0;
+    for (I j = 0; j < visible; ++j) m = std::max(m, scale * xr[j]);
+    for (I j = 0; j < visible; ++j) sum += std::exp(scale * xr[j] - m);
+    for (I j = 0; j < cols; ++j) yr[j] = j < visible ? float(std::exp(scale * xr[j] - m) / sum) : 0.0f;
+  }
+}
+
+void softmax_backward(const float* y, const float* dy, float* dx, I rows, I cols, double scale) {
+  for (I r = 0; r < rows; ++r) {
+    double dot = 0;
+    for (I j = 0; j < cols; ++j) dot += double(dy[r * cols + j]) * y[r * cols + j];
+    for (I j = 0; j < cols; ++j) dx[r * cols + j] = float(scale * y[r * cols + j] * (dy[r * cols + j] - dot));
+  }
+}
+
+double softmax_xent_forward(const float* logits, const std::int32_t* targets, float* probs, I rows, I classes,
+                            double scale) {
   // Per-row losses summed in row order afterwards: the same total whatever the threads.
   std::vector<double> row_loss(static_cast<std::size_t>(rows));
 #pragma omp parallel for schedule(static)
@@ -123,7 +192,8 @@ double softmax_xent_forward(const float* logits, const std::int32_t* targets, fl
   return loss * scale;
 }
 
-void softmax_xent_backward(const float* probs, const std::int32_t* targets, float* dlogits, I rows, I classes, double scale) {
+void softmax_xent_backward(const float* probs, const std::int32_t* targets, float* dlogits, I rows, I classes,
+                           double scale) {
 #pragma omp parallel for schedule(static)
   for (I r = 0; r < rows; ++r)
     for (I j = 0; j < classes; ++j)
@@ -131,7 +201,8 @@ void softmax_xent_backward(const float* probs, const std::int32_t* targets, floa
 }
 
 void embedding_forward(const std::int32_t* ids, const float* table, float* out, I rows, I width) {
-  for (I r = 0; r < rows; ++r) std::copy(table + I(ids[r]) * width, table + I(ids[r] + 1) * width, out + r * width);
+  for (I r = 0; r < rows; ++r)
+    std::copy(table + I(ids[r]) * width, table + I(ids[r] + 1) * width, out + r * width);
 }
 
 void embedding_backward(const std::int32_t* ids, const float* dout, float* dtable, I rows, I width) {
@@ -162,21 +233,15 @@ void attention_forward(const float* qkv, float* ctx, float* probs, I B, I S, I H
       unpack_head(qkv, b, h, S, H, D, q.data(), k.data(), v.data());
       float* P = probs + (b * H + h) * S * S;
       gemm(false, true, S, S, D, scale, q.data(), k.data(), 0.0f, P);
-      for (I t = 0; t < S; ++t) {
-        float* row = P + t * S;
-        float mx = row[0];
-        for (I u = 1; u <= t; ++u) mx = std::max(mx, row[u]);
-        double sum = 0;
-        for (I u = 0; u <= t; ++u) sum += std::exp(double(row[u] - mx));
-        for (I u = 0; u < S; ++u) row[u] = u <= t ? float(std::exp(double(row[u] - mx)) / sum) : 0.0f;
-      }
+      softmax_forward(P, P, S, S, 1.0, S);  // causal: position t sees positions 0..t
       gemm(false, false, S, D, S, 1.0f, P, v.data(), 0.0f, c.data());
       for (I t = 0; t < S; ++t)
         for (I e = 0; e < D; ++e) ctx[((b * S + t) * H + h) * D + e] = c[t * D + e];
     }
 }
 
-void attention_backward(const float* qkv, const float* probs, const float* dctx, float* dqkv, I B, I S, I H, I D) {
+void attention_backward(const float* qkv, const float* probs, const float* dctx, float* dqkv, I B, I S, I H,
+                        I D) {
   const float scale = 1.0f / std::sqrt(float(D));
   std::vector<float> q(S * D), k(S * D), v(S * D), dc(S * D), dP(S * S), dq(S * D), dk(S * D), dv(S * D);
   for (I b = 0; b < B; ++b)
@@ -185,13 +250,9 @@ void attention_backward(const float* qkv, const float* probs, const float* dctx,
       for (I t = 0; t < S; ++t)
         for (I e = 0; e < D; ++e) dc[t * D + e] = dctx[((b * S + t) * H + h) * D + e];
       const float* P = probs + (b * H + h) * S * S;
-      gemm(true, false, S, D, S, 1.0f, P, dc.data(), 0.0f, dv.data());   // dV = P^T dC
+      gemm(true, false, S, D, S, 1.0f, P, dc.data(), 0.0f, dv.data());         // dV = P^T dC
       gemm(false, true, S, S, D, 1.0f, dc.data(), v.data(), 0.0f, dP.data());  // dP = dC V^T
-      for (I t = 0; t < S; ++t) {  // softmax backward: dS = P * (dP - sum(dP * P))
-        double dot = 0;
-        for (I u = 0; u < S; ++u) dot += double(dP[t * S + u]) * P[t * S + u];
-        for (I u = 0; u < S; ++u) dP[t * S + u] = float(P[t * S + u] * (dP[t * S + u] - dot)) * scale;
-      }
+      softmax_backward(P, dP.data(), dP.data(), S, S, scale);  // dS = scale P (dP - sum(dP P))
       gemm(false, false, S, D, S, 1.0f, dP.data(), k.data(), 0.0f, dq.data());  // dQ = dS K
       gemm(true, false, S, D, S, 1.0f, dP.data(), q.data(), 0.0f, dk.data());   // dK = dS^T Q
       for (I t = 0; t < S; ++t)
@@ -221,8 +282,10 @@ void im2col(const Conv& c, const float* x, float* cols) {
         for (I kx = 0; kx < c.k; ++kx) {
           const I iy = oy * c.stride + ky - p, ix = ox * c.stride + kx - p;
           float* dst = row + (ky * c.k + kx) * c.cin;
-          if (iy < 0 || iy >= c.h || ix < 0 || ix >= c.w) std::fill(dst, dst + c.cin, 0.0f);
-          else std::copy(x + (iy * c.w + ix) * c.cin, x + (iy * c.w + ix + 1) * c.cin, dst);
+          if (iy < 0 || iy >= c.h || ix < 0 || ix >= c.w)
+            std::fill(dst, dst + c.cin, 0.0f);
+          else
+            std::copy(x + (iy * c.w + ix) * c.cin, x + (iy * c.w + ix + 1) * c.cin, dst);
         }
     }
 }
@@ -270,8 +333,8 @@ void conv2d_backward(const Conv& c, const float* x, const float* W, const float*
   }
 }
 
-void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd, I rows, I ch,
-                       float eps) {
+void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                       float* rstd, I rows, I ch, float eps) {
   std::vector<double> m(ch, 0.0), v(ch, 0.0);
   for (I r = 0; r < rows; ++r)
     for (I j = 0; j < ch; ++j) m[j] += x[r * ch + j];
@@ -286,8 +349,8 @@ void batchnorm_forward(const float* x, const float* gamma, const float* beta, fl
     for (I j = 0; j < ch; ++j) y[r * ch + j] = (x[r * ch + j] - mean[j]) * rstd[j] * gamma[j] + beta[j];
 }
 
-void batchnorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy, float* dx,
-                        float* dgamma, float* dbeta, I rows, I ch) {
+void batchnorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                        const float* dy, float* dx, float* dgamma, float* dbeta, I rows, I ch) {
   std::vector<double> sum_dy(ch, 0.0), sum_dy_xhat(ch, 0.0);
   for (I r = 0; r < rows; ++r)
     for (I j = 0; j < ch; ++j) {
@@ -302,7 +365,9 @@ void batchnorm_backward(const float* x, const float* gamma, const float* mean, c
   for (I r = 0; r < rows; ++r)
     for (I j = 0; j < ch; ++j) {
       const double xhat = (x[r * ch + j] - mean[j]) * rstd[j];
-      dx[r * ch + j] = float(gamma[j] * rstd[j] * (dy[r * ch + j] - sum_dy[j] / double(rows) - xhat * sum_dy_xhat[j] / double(rows)));
+      dx[r * ch + j] =
+          float(gamma[j] * rstd[j] *
+                (dy[r * ch + j] - sum_dy[j] / double(rows) - xhat * sum_dy_xhat[j] / double(rows)));
     }
 }
 
@@ -354,7 +419,8 @@ void maxpool_forward(const Pool& p, const float* x, float* y) {
   std::fill(y, y + p.n * oh * ow * p.c, -INFINITY);
   for_each_window(p, [&](I n, I oy, I ox, I iy, I ix) {
     const I o = (n * oh + oy) * ow + ox;
-    for (I c = 0; c < p.c; ++c) y[o * p.c + c] = std::max(y[o * p.c + c], x[((n * p.h + iy) * p.w + ix) * p.c + c]);
+    for (I c = 0; c < p.c; ++c)
+      y[o * p.c + c] = std::max(y[o * p.c + c], x[((n * p.h + iy) * p.w + ix) * p.c + c]);
   });
 }
 

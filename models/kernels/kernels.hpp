@@ -12,12 +12,14 @@ namespace tpusim::kernels {
 using I = std::int64_t;
 
 /// C[m x n] = alpha * op(A) . op(B) + beta * C (OpenBLAS sgemm, row-major).
-void gemm(bool trans_a, bool trans_b, I m, I n, I k, float alpha, const float* A, const float* B, float beta, float* C);
+void gemm(bool trans_a, bool trans_b, I m, I n, I k, float alpha, const float* A, const float* B, float beta,
+          float* C);
 
 /// y[t x n] = x[t x k] . W[k x n] (+ b[n] when b is non-null).
 void dense_forward(const float* x, const float* W, const float* b, float* y, I t, I k, I n);
 /// dx = dy . W^T (if dx), dW += x^T . dy, db += column sums of dy (if db).
-void dense_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, float* db, I t, I k, I n);
+void dense_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, float* db, I t,
+                    I k, I n);
 
 void relu_forward(const float* x, float* y, I n);
 /// dx = dy where y > 0 (y: the ReLU output).
@@ -29,17 +31,45 @@ void gelu_backward(const float* x, const float* dy, float* dx, I n);
 /// y = x + r (residual add).
 void add(const float* x, const float* r, float* y, I n);
 
+/// Layer norm in pieces, so that a row split over cores (a mesh layout) computes exactly what a
+/// whole row does: each piece's per-row sums are added over the pieces, then each piece applies
+/// the whole row's statistics. `sums`, `stats`: two doubles per row.
+/// Per row of this piece: (sum of x, sum of x^2).
+void layernorm_sums(const float* x, double* sums, I rows, I cols);
+/// From the whole rows' sums over `n` elements each: (mean, rstd) per row, written over them.
+void layernorm_statistics(double* sums, I rows, double n, float eps = 1e-5f);
+/// y = (x - mean) * rstd * gamma + beta over this piece (gamma, beta: the piece's columns).
+void layernorm_apply(const float* x, const float* gamma, const float* beta, const double* stats, float* y,
+                     I rows, I cols);
+/// Backward, this piece: dgamma += dy * xhat, dbeta += dy, and per row (sum of g, sum of g *
+/// xhat) with g = dy * gamma, to be added over the pieces.
+void layernorm_gradient_sums(const float* x, const float* gamma, const double* stats, const float* dy,
+                             float* dgamma, float* dbeta, double* sums, I rows, I cols);
+/// dx = rstd (g - sum g / n - xhat sum(g xhat) / n) from the whole rows' sums.
+void layernorm_gradient_apply(const float* x, const float* gamma, const double* stats, const float* dy,
+                              const double* sums, float* dx, I rows, I cols, double n);
+
+/// Softmax of scale * x over the first visible(r) columns of each row, 0 after them: with
+/// causal masking row r is query position query_offset + r % queries and sees the positions up
+/// to its own (visible = min(cols, that + 1)); queries = 0: every column is visible.
+void softmax_forward(const float* x, float* y, I rows, I cols, double scale = 1, I queries = 0,
+                     I query_offset = 0);
+/// dx = scale * y * (dy - sum(dy * y)) per row.
+void softmax_backward(const float* y, const float* dy, float* dx, I rows, I cols, double scale = 1);
+
 /// Layer norm over rows of `cols`: y = (x - mean) * rstd * gamma + beta; saves mean, rstd per row.
-void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd, I rows,
-                       I cols, float eps = 1e-5f);
-void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy, float* dx,
-                        float* dgamma, float* dbeta, I rows, I cols);
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                       float* rstd, I rows, I cols, float eps = 1e-5f);
+void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                        const float* dy, float* dx, float* dgamma, float* dbeta, I rows, I cols);
 
 /// Softmax cross-entropy of `rows` rows of `classes` logits against integer targets. Writes the
 /// probabilities, returns the summed loss times `scale`.
-double softmax_xent_forward(const float* logits, const std::int32_t* targets, float* probs, I rows, I classes, double scale);
+double softmax_xent_forward(const float* logits, const std::int32_t* targets, float* probs, I rows, I classes,
+                            double scale);
 /// dlogits = (probs - onehot(target)) * scale.
-void softmax_xent_backward(const float* probs, const std::int32_t* targets, float* dlogits, I rows, I classes, double scale);
+void softmax_xent_backward(const float* probs, const std::int32_t* targets, float* dlogits, I rows, I classes,
+                           double scale);
 
 /// out[r] = table[ids[r]] (rows of `width`).
 void embedding_forward(const std::int32_t* ids, const float* table, float* out, I rows, I width);
@@ -50,7 +80,8 @@ void embedding_backward(const std::int32_t* ids, const float* dout, float* dtabl
 /// projection produces them): ctx[b, s, h, d] = softmax(q k^T / sqrt(d) + causal mask) v.
 /// Saves the probabilities probs[b, h, s, s].
 void attention_forward(const float* qkv, float* ctx, float* probs, I b, I s, I h, I d);
-void attention_backward(const float* qkv, const float* probs, const float* dctx, float* dqkv, I b, I s, I h, I d);
+void attention_backward(const float* qkv, const float* probs, const float* dctx, float* dqkv, I b, I s, I h,
+                        I d);
 
 /// 2D convolution, NHWC, "SAME" padding, square kernel k, stride; weights [k, k, cin, cout].
 struct Conv {
@@ -65,10 +96,10 @@ void conv2d_backward(const Conv& c, const float* x, const float* W, const float*
 
 /// Batch norm (training: batch statistics) over rows of `channels` (NHWC flattened): saves
 /// mean and rstd per channel.
-void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd, I rows,
-                       I channels, float eps = 1e-5f);
-void batchnorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy, float* dx,
-                        float* dgamma, float* dbeta, I rows, I channels);
+void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                       float* rstd, I rows, I channels, float eps = 1e-5f);
+void batchnorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                        const float* dy, float* dx, float* dgamma, float* dbeta, I rows, I channels);
 
 /// Pooling, NHWC, window k x k, stride, "SAME" padding (padding ignored by max, excluded from
 /// the average's count).
