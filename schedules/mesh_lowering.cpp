@@ -5,43 +5,6 @@
 
 namespace tpusim::mesh {
 
-double Sharding::statistics_bytes(const NamedOp& op) const {
-  if (split(op.reduce_dim) <= 1) return 0;
-  for (const auto& d : op.a.dims)
-    if (d.name == op.reduce_dim) return 2.0 * 4.0 * local_elements(op.a) / double(local(d));
-  return 0;
-}
-
-std::vector<std::string> Sharding::split_missing(const std::vector<const NamedTensor*>& from,
-                                                 const NamedTensor& to) const {
-  std::set<std::string> mesh;
-  for (const NamedTensor* t : from)
-    for (const auto& d : t->dims)
-      if (!to.has(d.name) && layout.count(d.name)) mesh.insert(layout.at(d.name));
-  return {mesh.begin(), mesh.end()};
-}
-
-Op local_matmul(const std::string& name, const Sharding& s, const NamedTensor& x, const NamedTensor& y,
-                const NamedTensor& z, double act) {
-  std::int64_t batch = 1, m = 1, k = 1, n = 1;
-  for (const auto& d : x.dims) {
-    const std::int64_t l = s.local(d);
-    if (y.has(d.name) && z.has(d.name))
-      batch *= l;
-    else if (z.has(d.name))
-      m *= l;
-    else if (y.has(d.name))
-      k *= l;
-  }
-  for (const auto& d : y.dims)
-    if (z.has(d.name) && !x.has(d.name)) n *= s.local(d);
-  Op op = batched_matmul_op(name, batch, m, k, n, act);
-  op.bytes = s.local_elements(x) * (x.weight ? kWeightBytes : act) +
-             s.local_elements(y) * (y.weight ? kWeightBytes : act) +
-             s.local_elements(z) * (z.weight ? kWeightBytes : act);
-  return op;
-}
-
 std::string collective_task_name(const std::string& event, const std::vector<std::string>& mesh_dims,
                                  const char* op) {
   std::string dims;
@@ -50,31 +13,6 @@ std::string collective_task_name(const std::string& event, const std::vector<std
 }
 
 double piece_elements(double elements, double count) { return std::ceil(elements / count); }
-
-namespace {
-
-/// Local elements of the gradients an op's backward holds at once: its output gradient and its
-/// activation operands' gradients, as WorkBuilder counts them (element-wise ops fuse into their
-/// neighbours and hold none of their own; normalizations, softmaxes and a gather only the
-/// gradient of their output, which their input gradient overwrites; softmax cross-entropy none:
-/// its gradient is what it keeps, and the op producing its logits reads that as its output
-/// gradient).
-double gradients_in_flight(const std::vector<NamedOp>& ops, std::size_t i, const Sharding& s,
-                           bool reads_model_input) {
-  using K = NamedOp::Kind;
-  const NamedOp& op = ops[i];
-  if (op.kind == K::Elementwise || op.math == NamedOp::Math::SoftmaxXent) return 0;
-  std::size_t next = i + 1;
-  while (next < ops.size() && ops[next].kind == K::Elementwise) ++next;
-  const bool feeds_xent = next < ops.size() && ops[next].math == NamedOp::Math::SoftmaxXent;
-  const double out = feeds_xent ? 0.0 : s.local_elements(op.out);
-  if (op.kind == K::Gather || op.kind == K::Reduction || op.kind == K::BatchNorm) return out;
-  double g = out + (op.kind == K::Conv && reads_model_input ? 0.0 : s.local_elements(op.a));
-  if (op.kind == K::Einsum && !op.b.weight) g += s.local_elements(op.b);
-  return g;
-}
-
-}  // namespace
 
 LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, const CostModel& cost,
                          double act, const std::string& layer, bool model_input, bool sharded) {
@@ -140,19 +78,6 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
                                         {"halo", true}});
     }
   };
-  auto conv_shape = [&](const NamedOp& op) {
-    ConvShape c;
-    for (const auto& d : op.a.dims) {
-      if (d.name == "batch") c.batch = s.local(d);
-      if (d.name == "height") c.in_h = s.local(d);
-      if (d.name == "width") c.in_w = s.local(d);
-      if (d.name == "channels") c.in_channels = s.local(d);
-    }
-    c.kernel_h = c.kernel_w = op.window;
-    c.stride = op.stride;
-    c.out_channels = op.b.dims.back().size;
-    return c;
-  };
   // Batch-norm statistics: per channel, summed over the split image (not over the batch,
   // whose replicas keep their own statistics as in data parallelism).
   auto spatial_mesh = [&]() {
@@ -178,14 +103,6 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
     std::erase(mesh, seq_mesh);
     return mesh;
   };
-  // Normalizations and softmaxes run as the core's multi-pass kernels; softmax cross-entropy's
-  // gradient (probabilities minus the one-hot targets) is one element-wise pass.
-  auto norm_or_softmax = [&](const NamedOp& op, bool backward) {
-    const std::string name = backward ? op.name + "_grad" : op.name;
-    const auto pattern = multipass_of(op, backward);
-    return pattern ? multipass_op(name, s.local_elements(op.out), act, *pattern)
-                   : vector_op(name, s.local_elements(op.out), 2, act, false);
-  };
   // Forward.
   using A = MeshAction;
   for (const auto& op : ops) {
@@ -210,17 +127,17 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
             collective(p.forward, Event::BlockingAllGather, op.name + " operand all-gather", {seq_mesh},
                        s.local_elements(t) * act, row, A::GatherOperand, operand);
         }
-        flops = compute(p.forward, local_matmul(op.name, s, op.a, op.b, op.out, act), A::Forward).model_flops;
+        flops = compute(p.forward, forward_op(op, s, act), A::Forward).model_flops;
         collective(p.forward, Event::BlockingAllReduce, op.name + " partial sums",
                    s.split_missing({&op.a, &op.b}, op.out), s.local_elements(op.out) * act, row,
                    A::SumOutput);
         break;
       }
       case NamedOp::Kind::Elementwise:
-        compute(p.forward, vector_op(op.name, s.local_elements(op.out), op.ops, act, true), A::Forward);
+        compute(p.forward, forward_op(op, s, act), A::Forward);
         break;
       case NamedOp::Kind::Reduction: {
-        compute(p.forward, norm_or_softmax(op, false), A::Forward);
+        compute(p.forward, forward_op(op, s, act), A::Forward);
         if (s.statistics_bytes(op) > 0)
           collective(p.forward, Event::BlockingAllReduce, op.name + " statistics",
                      {s.layout.at(op.reduce_dim)}, s.statistics_bytes(op), row, A::CombineStatistics);
@@ -228,26 +145,25 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
       }
       case NamedOp::Kind::Conv:
         halos(p.forward, op, "halo", row);
-        flops =
-            compute(p.forward, conv_op(op.name, conv_shape(op), act, kWeightBytes), A::Forward).model_flops;
+        flops = compute(p.forward, forward_op(op, s, act), A::Forward).model_flops;
         break;
       case NamedOp::Kind::BatchNorm:
-        compute(p.forward, norm_or_softmax(op, false), A::Forward);
+        compute(p.forward, forward_op(op, s, act), A::Forward);
         collective(p.forward, Event::BlockingAllReduce, op.name + " statistics", spatial_mesh(),
                    2.0 * 4.0 * double(op.b.dims.front().size), row, A::CombineStatistics);
         break;
       case NamedOp::Kind::Pool:
         if (op.out.dims.size() < 4) {  // global: partial sums over the split image
-          compute(p.forward, vector_op(op.name, s.local_elements(op.a), 1, act, false), A::Forward);
+          compute(p.forward, forward_op(op, s, act), A::Forward);
           collective(p.forward, Event::BlockingAllReduce, op.name + " partial sums", spatial_mesh(),
                      s.local_elements(op.out) * act, row, A::SumOutput);
         } else {
           halos(p.forward, op, "halo", row);
-          compute(p.forward, vector_op(op.name, s.local_elements(op.out), op.ops, act, false), A::Forward);
+          compute(p.forward, forward_op(op, s, act), A::Forward);
         }
         break;
       case NamedOp::Kind::Gather:
-        compute(p.forward, memory_op(op.name, s.local_elements(op.out) * (kWeightBytes + act)), A::Forward);
+        compute(p.forward, forward_op(op, s, act), A::Forward);
         // A split table gives each core the rows it holds (zeros elsewhere): summed over the split.
         collective(p.forward, Event::BlockingAllReduce, op.name + " rows", s.split_missing({&op.b}, op.out),
                    s.local_elements(op.out) * act, row, A::SumOutput);
@@ -294,8 +210,7 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
         const bool ga = gathered(i, op.a), gb = gathered(i, op.b);
         const bool needs_da = !op.a.weight && !(model_input && i == 0);
         const auto over_a = needs_da ? s.split_missing({&op.out, &op.b}, op.a) : std::vector<std::string>{};
-        compute(p.backward, local_matmul(op.name + "_da", s, op.out, op.b, op.a, act), A::Backward,
-                !over_a.empty());
+        compute(p.backward, input_gradient_op(op, s, act), A::Backward, !over_a.empty());
         if (needs_da && !ga && !over_a.empty() && produced_before(i, op.a.id)) {
           auto [it, fresh] = deferred.try_emplace({op.a.id, over_a},
                                                   Deferred{int(i), op.name, s.local_elements(op.a) * act});
@@ -312,9 +227,8 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
                        {seq_mesh}, s.local_elements(op.a) * act, row, A::ScatterOperandGradient, 0);
         }
         const auto over = s.split_missing({&op.a, &op.out}, op.b);
-        Op db = local_matmul(op.name + "_db", s, op.a, op.out, op.b, act);
-        db.weight_gradient = op.b.weight;
-        compute(p.backward, db, A::WeightGradient, !op.b.weight && !over.empty());
+        compute(p.backward, *operand_gradient_op(op, s, act), A::WeightGradient,
+                !op.b.weight && !over.empty());
         collective(p.backward, op.b.weight ? Event::GradientAllReduce : Event::BlockingAllReduce,
                    op.name + (op.b.weight ? " weight gradient" : " input gradient"),
                    gb ? without_seq(over) : over, s.local_elements(op.b) * (op.b.weight ? kWeightBytes : act),
@@ -325,15 +239,14 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
         break;
       }
       case NamedOp::Kind::Elementwise:
-        compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.out), op.ops, act, true),
-                A::Backward);
+        compute(p.backward, input_gradient_op(op, s, act), A::Backward);
         if (!op.b.dims.empty())
           collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient",
                      s.split_missing({&op.a}, op.b), s.local_elements(op.b) * kWeightBytes, row,
                      A::SumWeightGradient);
         break;
       case NamedOp::Kind::Reduction: {
-        compute(p.backward, norm_or_softmax(op, true), A::Backward);
+        compute(p.backward, input_gradient_op(op, s, act), A::Backward);
         // Softmax cross-entropy's gradient needs only the forward's statistics; a normalization's
         // needs its gradient's row sums.
         if (s.statistics_bytes(op) > 0 && op.math != NamedOp::Math::SoftmaxXent)
@@ -346,20 +259,18 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
         break;
       }
       case NamedOp::Kind::Conv: {
-        const ConvShape c = conv_shape(op);
         if (!(model_input && i == 0)) {
-          compute(p.backward, conv_input_grad_op(op.name + "_dx", c, act, kWeightBytes), A::Backward);
+          compute(p.backward, input_gradient_op(op, s, act), A::Backward);
           halos(p.backward, op, "halo gradient", row);
         }
-        Op dw = conv_weight_grad_op(op.name + "_dw", c, act, kWeightBytes);
-        compute(p.backward, dw, A::WeightGradient);
+        compute(p.backward, *operand_gradient_op(op, s, act), A::WeightGradient);
         collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient",
                    s.split_missing({&op.a, &op.out}, op.b), s.local_elements(op.b) * kWeightBytes, row,
                    A::SumWeightGradient);
         break;
       }
       case NamedOp::Kind::BatchNorm:
-        compute(p.backward, norm_or_softmax(op, true), A::Backward);
+        compute(p.backward, input_gradient_op(op, s, act), A::Backward);
         collective(p.backward, Event::BlockingAllReduce, op.name + " gradient statistics", spatial_mesh(),
                    2.0 * 4.0 * double(op.b.dims.front().size), row, A::CombineGradientStatistics);
         collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient",
@@ -367,14 +278,11 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
                    A::SumWeightGradient);
         break;
       case NamedOp::Kind::Pool:
-        compute(p.backward, vector_op(op.name + "_grad", s.local_elements(op.a), 2, act, false), A::Backward);
+        compute(p.backward, input_gradient_op(op, s, act), A::Backward);
         if (op.out.dims.size() == 4) halos(p.backward, op, "halo gradient", row);
         break;
       case NamedOp::Kind::Gather:
-        compute(p.backward,
-                memory_op(op.name + "_scatter_add",
-                          s.local_elements(op.b) * kWeightBytes + s.local_elements(op.out) * act),
-                A::Backward);
+        compute(p.backward, input_gradient_op(op, s, act), A::Backward);
         collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient",
                    s.split_missing({&op.a}, op.b), s.local_elements(op.b) * kWeightBytes, row,
                    A::SumWeightGradient);

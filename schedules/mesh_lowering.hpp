@@ -11,43 +11,10 @@
 #include "hardware/cost_model.hpp"
 #include "models/model.hpp"
 #include "models/named_ops.hpp"
+#include "models/op_lowering.hpp"
 #include "schedules/mesh_functional.hpp"
 
 namespace tpusim::mesh {
-
-/// The layout's view of one op: local sizes, split mesh dimensions.
-struct Sharding {
-  const std::map<std::string, std::string>& layout;
-  const std::map<std::string, int>& sizes;  // mesh dimension -> size
-
-  int split(const std::string& dim) const {
-    auto it = layout.find(dim);
-    return it == layout.end() ? 1 : sizes.at(it->second);
-  }
-  /// A core's extent of a dimension. An image split unevenly is padded (the last cores' rows
-  /// are partly padding), as spatial partitioning does; other dimensions divide evenly.
-  std::int64_t local(const Dim& d) const {
-    const int n = split(d.name);
-    return is_spatial(d.name) ? (d.size + n - 1) / n : d.size / n;
-  }
-  static bool is_spatial(const std::string& dim) { return dim == "height" || dim == "width"; }
-  double local_elements(const NamedTensor& t) const {
-    double n = t.copies;
-    for (const auto& d : t.dims) n *= double(local(d));
-    return n;
-  }
-  /// Bytes of a normalization's statistics (two fp32 values per normalized row) when its reduced
-  /// dimension is split, else 0.
-  double statistics_bytes(const NamedOp& op) const;
-  /// Mesh dimensions splitting the dimensions of `from` that `to` lacks (sorted, unique).
-  std::vector<std::string> split_missing(const std::vector<const NamedTensor*>& from,
-                                         const NamedTensor& to) const;
-};
-
-/// x . y -> z as a (batched) matmul of local sizes: batch dims in all three, m in x and z, k in
-/// x and y, n in y and z.
-Op local_matmul(const std::string& name, const Sharding& s, const NamedTensor& x, const NamedTensor& y,
-                const NamedTensor& z, double act);
 
 /// The name of the collective task an event becomes (the per-op table refers to it).
 std::string collective_task_name(const std::string& event, const std::vector<std::string>& mesh_dims,
