@@ -1,5 +1,7 @@
 #include "models/conv_nets.hpp"
 
+#include "models/op_lowering.hpp"
+
 namespace tpusim {
 
 FeatureMap conv_bn(WorkBuilder& w, const std::string& name, std::int64_t batch, const FeatureMap& in,
@@ -56,18 +58,9 @@ Layer classifier_head(const FeatureMap& in, std::int64_t classes, double act) {
     ops.front().a.keep = true;  // the last block's output, which its ReLU's gradient reads
     return ops;
   };
-  l.work = [in, classes, act](std::int64_t b) {
-    WorkBuilder w(act);
-    // The global average pool's gradient needs no activation; what this layer keeps is its input
-    // for the last block's ReLU gradient.
-    w.pool("global_avg_pool", in.elements(b), double(b) * in.channels, double(in.size) * in.size,
-           WorkBuilder::Pool::Average);
-    w.stash(in.elements(b) * act);
-    w.dense("fc", b, in.channels, classes);
-    w.bias("fc_bias", b, classes);
-    w.softmax_xent("softmax_xent", double(b) * classes);
-    return w.finish(in.elements(b) * act, double(b) * 4);
-  };
+  derive_work(l, act, false, [in, act](std::int64_t b) {
+    return std::pair{in.elements(b) * act, double(b) * 4};
+  });
   return l;
 }
 

@@ -1,29 +1,21 @@
 // A multi-layer perceptron: `layers` hidden dense layers of `width` (bias + ReLU), then a
 // classifier to `classes` with softmax cross-entropy. The simplest model with identical layers,
 // used for schedule oracles.
-#include "models/work_builder.hpp"
+#include "models/op_lowering.hpp"
 
 namespace tpusim {
 
 namespace {
 
-Layer dense_layer(const std::string& name, std::int64_t in, std::int64_t out, double act, bool classifier) {
+Layer dense_layer(const std::string& name, std::int64_t in, std::int64_t out, double act, int index,
+                  bool classifier) {
   Layer layer;
   layer.name = name;
   layer.weights = {{in, out}, {out}};
-  layer.work = [in, out, act, classifier](std::int64_t b) {
-    WorkBuilder w(act);
-    w.dense("matmul", b, in, out);
-    w.bias("bias", b, out);
-    if (classifier) {
-      w.softmax_xent("softmax_xent", double(b) * out);
-    } else {
-      w.elementwise("relu", double(b) * out, 1, 1);
-      w.stash(double(b) * out * act);  // the activation (its sign drives the ReLU gradient)
-      w.workspace(double(b) * out * act);
-    }
-    return w.finish(double(b) * in * act, classifier ? double(b) * 4 : double(b) * out * act);
-  };
+  layer.named_ops = dense_named_ops(in, out, index, classifier);
+  derive_work(layer, act, index == 0, [in, out, act, classifier](std::int64_t b) {
+    return std::pair{double(b) * in * act, classifier ? double(b) * 4 : double(b) * out * act};
+  });
   return layer;
 }
 
@@ -39,13 +31,12 @@ Model build_mlp(Fields& f, Problems& problems) {
   if (!problems.empty()) return m;
   m.name = "mlp " + std::to_string(layers) + "x" + std::to_string(width);
   for (std::int64_t i = 0; i < layers; ++i) {
-    m.layers.push_back(dense_layer("dense" + std::to_string(i), i == 0 ? input : width, width, m.activation_bytes, false));
+    m.layers.push_back(dense_layer("dense" + std::to_string(i), i == 0 ? input : width, width,
+                                   m.activation_bytes, int(i), false));
     m.layers.back().function = mlp_dense_function(i == 0 ? input : width, width, i == 0, input, classes);
-    m.layers.back().named_ops = dense_named_ops(i == 0 ? input : width, width, int(i), false);
   }
-  m.layers.push_back(dense_layer("classifier", width, classes, m.activation_bytes, true));
+  m.layers.push_back(dense_layer("classifier", width, classes, m.activation_bytes, int(layers), true));
   m.layers.back().function = mlp_classifier_function(width, classes, false, input);
-  m.layers.back().named_ops = dense_named_ops(width, classes, int(layers), true);
   return m;
 }
 

@@ -109,24 +109,34 @@ NamedOp pool(std::string name, std::int64_t batch, std::int64_t size, std::int64
   op.window = window;
   op.stride = stride;
   op.ops = double(window) * window;
+  // A global pool averages (a classifier head); a window picks its maximum.
+  op.math = window >= size ? NamedOp::Math::AveragePool : NamedOp::Math::MaxPool;
   return op;
 }
 
 std::function<std::vector<NamedOp>(std::int64_t)> dense_named_ops(std::int64_t in, std::int64_t out,
-                                                                  int index, bool classifier) {
+                                                                  int index, bool classifier, bool bias,
+                                                                  bool relu) {
   const std::string in_name = index % 2 == 0 ? "d_model" : "d_ff";
   const std::string out_name = classifier ? "vocab" : (index % 2 == 0 ? "d_ff" : "d_model");
   return [=](std::int64_t b) {
     const Dim B{"batch", b}, I{in_name, in}, O{out_name, out};
     std::vector<NamedOp> ops = {einsum("matmul", act({B, I}, true), weight({I, O}), act({B, O}))};
     if (classifier) {
-      ops.push_back(elementwise("bias", act({B, O}), 1, weight({O})));
-      ops.back().math = NamedOp::Math::Bias;
+      if (bias) {
+        ops.push_back(elementwise("bias", act({B, O}), 1, weight({O})));
+        ops.back().math = NamedOp::Math::Bias;
+      }
       ops.push_back(reduction("softmax_xent", act({B, O}, true), out_name));
       ops.back().math = NamedOp::Math::SoftmaxXent;
-    } else {
-      ops.push_back(elementwise("bias_relu", act({B, O}, true), 2, weight({O})));
+    } else if (relu) {
+      // The ReLU's gradient reads its output (kept).
+      ops.push_back(elementwise(bias ? "bias_relu" : "relu", act({B, O}, true), bias ? 2 : 1,
+                                bias ? weight({O}) : NamedTensor{}));
       ops.back().math = NamedOp::Math::BiasRelu;
+    } else if (bias) {
+      ops.push_back(elementwise("bias", act({B, O}), 1, weight({O})));
+      ops.back().math = NamedOp::Math::Bias;
     }
     return ops;
   };

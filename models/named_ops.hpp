@@ -24,11 +24,14 @@ struct NamedTensor {
   std::vector<Dim> dims;
   bool weight = false;  ///< a parameter (its gradient is reduced; it is sharded in HBM)
   bool keep = false;    ///< an activation kept from forward for backward
-  int copies = 1;       ///< identical-shape tensors it stands for (a norm's scale and shift)
+  int copies = 1;  ///< identical-shape tensors it stands for (a norm's scale and shift)
   /// Which activation of the layer this is, where an op reads something other than the previous
   /// op's output ("in": the layer's input; otherwise the `id` of an earlier op's output).
   /// Empty: the previous op's output (or, for an op's output, a name nobody refers to).
   std::string id;
+  /// A weight of another layer read as an input (an embedding table tied to the output layer):
+  /// its gradient adds to that layer's weight gradient, not to an activation gradient in flight.
+  bool tied = false;
   double elements() const {
     double n = copies;
     for (const auto& d : dims) n *= double(d.size);
@@ -47,7 +50,8 @@ struct NamedOp {
     Elementwise,  ///< a -> out, `ops` per element, fusible into its producer; b: optional bias
     Reduction,    ///< a -> out, normalizing over `reduce_dim` (layer norm, softmax): needs its
                   ///< statistics; b: optional scale and shift
-    Gather,       ///< rows of table b picked by ids a -> out (embedding)
+    Gather,       ///< rows of table b picked by ids a -> out (an embedding; b an activation: rows of
+                  ///< it, as a masked LM picks its predicted positions)
     Conv,         ///< a [batch, height, width, channels] * b [kernel, channels_out] -> out, a
                   ///< `window` x `window` convolution with `stride` ("SAME" padding)
     BatchNorm,    ///< a [batch, height, width, channels] -> out: per-channel statistics over the
@@ -66,6 +70,8 @@ struct NamedOp {
     Residual,       ///< Elementwise: out = a + b (optional bias over the last dimensions) + `skip`
     CausalSoftmax,  ///< Reduction over the last dimension (positions attended to): softmax of
                     ///< `scale` * a, positions after the query's (the second-to-last dimension) masked
+    MaxPool,        ///< Pool: the window's maximum (its gradient finds it again in the input)
+    AveragePool,    ///< Pool: the window's mean (its gradient needs no activation)
   };
   Kind kind = Kind::Einsum;
   Math math = Math::Unspecified;
@@ -107,8 +113,9 @@ NamedOp pool(std::string name, std::int64_t batch, std::int64_t size, std::int64
 
 /// A dense layer (with bias; ReLU, or softmax cross-entropy when `classifier`) at position
 /// `index` of a stack: activations alternate between the names d_model and d_ff (d_model
-/// first), the classifier's output is vocab.
+/// first), the classifier's output is vocab. Without `bias` or `relu`, those ops are left out.
 std::function<std::vector<NamedOp>(std::int64_t)> dense_named_ops(std::int64_t in, std::int64_t out,
-                                                                  int index, bool classifier);
+                                                                  int index, bool classifier,
+                                                                  bool bias = true, bool relu = true);
 
 }  // namespace tpusim

@@ -64,9 +64,12 @@ double gradients_in_flight(const std::vector<NamedOp>& ops, std::size_t i, const
   while (next < ops.size() && ops[next].kind == K::Elementwise) ++next;
   const bool feeds_xent = next < ops.size() && ops[next].math == NamedOp::Math::SoftmaxXent;
   const double out = feeds_xent ? 0.0 : s.local_elements(op.out);
-  if (op.kind == K::Gather || op.kind == K::Reduction || op.kind == K::BatchNorm) return out;
+  // A gather from an activation (picked rows) scatters its rows' gradients into a gradient of the
+  // whole; from a table, into the table's weight gradient.
+  if (op.kind == K::Gather) return out + (op.b.weight || op.b.tied ? 0.0 : s.local_elements(op.b));
+  if (op.kind == K::Reduction || op.kind == K::BatchNorm) return out;
   double g = out + (op.kind == K::Conv && reads_model_input ? 0.0 : s.local_elements(op.a));
-  if (op.kind == K::Einsum && !op.b.weight) g += s.local_elements(op.b);
+  if (op.kind == K::Einsum && !op.b.weight && !op.b.tied) g += s.local_elements(op.b);
   return g;
 }
 
@@ -85,6 +88,13 @@ ConvShape conv_shape(const NamedOp& op, const Sharding& s) {
 }
 
 namespace {
+
+constexpr double kIdBytes = 4;  ///< an int32 token id or position
+
+/// Bytes per element of a gather's table: fp32 master weights, or picked activations.
+double table_bytes(const NamedTensor& table, double act) {
+  return table.weight || table.tied ? kWeightBytes : act;
+}
 
 /// Normalizations and softmaxes run as the core's multi-pass kernels; softmax cross-entropy's
 /// gradient (probabilities minus the one-hot targets) is one element-wise pass.
@@ -109,12 +119,18 @@ Op forward_op(const NamedOp& op, const Sharding& s, double act) {
       return norm_or_softmax(op, s, act, false);
     case K::Conv:
       return conv_op(op.name, conv_shape(op, s), act, kWeightBytes);
-    case K::Pool:
-      return op.out.dims.size() < 4  // global: a sum over the (local) image
-                 ? vector_op(op.name, s.local_elements(op.a), 1, act, false)
-                 : vector_op(op.name, s.local_elements(op.out), op.ops, act, false);
-    case K::Gather:
-      return memory_op(op.name, s.local_elements(op.out) * (kWeightBytes + act));
+    case K::Pool: {
+      // `ops` per output over its window (global: one add per input element); it reads its
+      // input and writes its output.
+      const bool global = op.out.dims.size() < 4;
+      Op pool = global ? vector_op(op.name, s.local_elements(op.a), 1, act, false)
+                       : vector_op(op.name, s.local_elements(op.out), op.ops, act, false);
+      pool.bytes = (s.local_elements(op.a) + s.local_elements(op.out)) * act;
+      return pool;
+    }
+    case K::Gather:  // the picked rows read and written, and their ids
+      return memory_op(op.name, s.local_elements(op.out) * (table_bytes(op.b, act) + act) +
+                                    s.local_elements(op.a) * kIdBytes);
   }
   return {};
 }
@@ -131,11 +147,20 @@ Op input_gradient_op(const NamedOp& op, const Sharding& s, double act) {
       return norm_or_softmax(op, s, act, true);
     case K::Conv:
       return conv_input_grad_op(op.name + "_dx", conv_shape(op, s), act, kWeightBytes);
-    case K::Pool:
-      return vector_op(op.name + "_grad", s.local_elements(op.a), 2, act, false);
-    case K::Gather:
-      return memory_op(op.name + "_scatter_add",
-                       s.local_elements(op.b) * kWeightBytes + s.local_elements(op.out) * act);
+    case K::Pool: {
+      // Reads the output gradient, writes the input's; a max pool finds each window's maximum
+      // again in its (recomputed) input: one read more.
+      Op grad = vector_op(op.name + "_grad", s.local_elements(op.a), 2, act, false);
+      const double reads = op.math == NamedOp::Math::MaxPool ? 2 : 1;
+      grad.bytes = (s.local_elements(op.a) * reads + s.local_elements(op.out)) * act;
+      return grad;
+    }
+    case K::Gather: {  // the rows' gradients scattered into a dense gradient of the whole table
+      Op grad = memory_op(op.name + "_scatter_add",
+                          s.local_elements(op.b) * table_bytes(op.b, act) + s.local_elements(op.out) * act);
+      grad.weight_gradient = op.b.weight;
+      return grad;
+    }
   }
   return {};
 }
@@ -160,6 +185,8 @@ LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_inp
     for (const auto& t : op.tensors())
       if (t.keep) w.stash_bytes += s.local_elements(t) * act;
     if (op.kind == NamedOp::Kind::BatchNorm) w.batch_norm_channels.push_back(op.b.dims.front().size);
+    if (op.kind == NamedOp::Kind::Gather)
+      w.stash_bytes += s.local_elements(op.a) * kIdBytes;  // for the scatter
     w.forward.push_back(forward_op(op, s, act));
     const bool reads_model_input = model_input && i == 0;
     // The model's input needs no gradient: a convolution reading it skips its dx (an einsum's
@@ -173,6 +200,13 @@ LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_inp
   w.input_bytes = input_bytes;
   w.output_bytes = output_bytes;
   return w;
+}
+
+void derive_work(Layer& layer, double act, bool model_input, Boundary boundary) {
+  layer.work = [named = layer.named_ops, act, model_input, boundary = std::move(boundary)](std::int64_t b) {
+    const auto [in, out] = boundary(b);
+    return lower_work(named(b), act, model_input, in, out);
+  };
 }
 
 }  // namespace tpusim

@@ -5,6 +5,7 @@
 // and a layer's work on one core (data parallelism, pipeline stages) is its ops unsharded.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -77,5 +78,12 @@ double gradients_in_flight(const std::vector<NamedOp>& ops, std::size_t i, const
 /// which needs no gradient. The bytes it reads from and hands to other layers are the model's.
 LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_input, double input_bytes,
                      double output_bytes);
+
+/// The bytes a layer reads from earlier layers and hands on to later ones, for a batch.
+using Boundary = std::function<std::pair<double, double>(std::int64_t batch)>;
+
+/// Sets `layer.work` to its named ops lowered on one core (lower_work): the named-op program is
+/// the one description of a layer, which the mesh lowering shards.
+void derive_work(Layer& layer, double act, bool model_input, Boundary boundary);
 
 }  // namespace tpusim

@@ -2,6 +2,7 @@
 // stages (3, 4, 6, 3) with the stride on the 3x3 convolution, projection shortcuts at the first
 // block of each stage, then global pooling and a 1000-way classifier. One layer per block.
 #include "models/conv_nets.hpp"
+#include "models/op_lowering.hpp"
 
 namespace tpusim {
 
@@ -19,12 +20,10 @@ Layer stem(std::int64_t image, double act) {
     ops.front().a.keep = true;  // the image, which conv1's weight gradient reads
     return ops;
   };
-  l.work = [image, act](std::int64_t b) {
-    WorkBuilder w(act);
-    const FeatureMap in{image, 3};
-    const FeatureMap pooled = resnet_stem(w, b, image);
-    return w.finish(in.elements(b) * act, pooled.elements(b) * act);
-  };
+  derive_work(l, act, true, [image, act](std::int64_t b) {
+    const FeatureMap in{image, 3}, pooled{((image + 1) / 2 + 1) / 2, 64};
+    return std::pair{in.elements(b) * act, pooled.elements(b) * act};
+  });
   return l;
 }
 
@@ -57,16 +56,10 @@ Layer bottleneck(const std::string& name, const FeatureMap& in, std::int64_t wid
     ops.push_back(elementwise("residual_relu", tpusim::image(b, out, out_channels), 2));
     return ops;
   };
-  l.work = [in, width, stride, out_channels, projection, act](std::int64_t b) {
-    WorkBuilder w(act);
-    FeatureMap x = conv_bn(w, "conv1", b, in, 1, 1, 1, width, false, "in");
-    x = conv_bn(w, "conv2", b, x, 3, 3, stride, width);
-    x = conv_bn(w, "conv3", b, x, 1, 1, 1, out_channels);
-    if (projection) conv_bn(w, "shortcut", b, in, 1, 1, stride, out_channels, false, "in");
-    // The ReLU's gradient needs the block's output, which the next layer keeps as its input.
-    w.elementwise("residual_relu", x.elements(b), 2, 2);
-    return w.finish(in.elements(b) * act, x.elements(b) * act);
-  };
+  derive_work(l, act, false, [in, stride, out_channels, act](std::int64_t b) {
+    const FeatureMap out{(in.size + stride - 1) / stride, out_channels};
+    return std::pair{in.elements(b) * act, out.elements(b) * act};
+  });
   return l;
 }
 

@@ -3,6 +3,7 @@
 // previous layer produces (checked, with the JSON path of the mismatch).
 #include "models/blocks.hpp"
 #include "models/conv_nets.hpp"
+#include "models/op_lowering.hpp"
 
 namespace tpusim {
 
@@ -15,27 +16,20 @@ struct Shape {
 };
 
 Layer dense_layer(const std::string& name, std::int64_t in, std::int64_t out, bool relu, bool bias,
-                  bool classifier, double act) {
+                  bool classifier, int index, bool first, double act) {
   Layer l;
   l.name = name;
   l.weights = {{in, out}};
   if (bias) l.weights.push_back({out});
-  l.work = [=](std::int64_t b) {
-    WorkBuilder w(act);
-    w.dense("matmul", b, in, out);
-    if (bias) w.bias("bias", b, out);
-    if (classifier) w.softmax_xent("softmax_xent", double(b) * out);
-    if (relu) {
-      w.elementwise("relu", double(b) * out, 1, 1);
-      w.stash(double(b) * out * act);
-    }
-    return w.finish(double(b) * in * act, classifier ? double(b) * 4 : double(b) * out * act);
-  };
+  l.named_ops = dense_named_ops(in, out, index, classifier, bias, relu);
+  derive_work(l, act, first, [=](std::int64_t b) {
+    return std::pair{double(b) * in * act, classifier ? double(b) * 4 : double(b) * out * act};
+  });
   return l;
 }
 
 Layer conv_layer(const std::string& name, const FeatureMap& in, std::int64_t kernel, std::int64_t stride,
-                 std::int64_t out_channels, bool batch_norm, double act) {
+                 std::int64_t out_channels, bool batch_norm, bool first, double act) {
   Layer l;
   l.name = name;
   l.weights = {{kernel, kernel, in.channels, out_channels}};
@@ -43,15 +37,17 @@ Layer conv_layer(const std::string& name, const FeatureMap& in, std::int64_t ker
     l.weights.push_back({out_channels});
     l.weights.push_back({out_channels});
   }
-  l.work = [=](std::int64_t b) {
-    WorkBuilder w(act);
-    ConvShape c{b, in.size, in.size, in.channels, kernel, kernel, stride, out_channels};
-    w.conv("conv", c, true, "in");  // the layer's input, handed on materialized by the layer before
-    const FeatureMap out{c.out_h(), out_channels};
-    if (batch_norm) w.batch_norm("bn", out.elements(b), out_channels);
-    w.elementwise("relu", out.elements(b), 1, 1);
-    return w.finish(in.elements(b) * act, out.elements(b) * act);
+  const FeatureMap out{(in.size + stride - 1) / stride, out_channels};
+  l.named_ops = [=](std::int64_t b) {
+    std::vector<NamedOp> ops{conv("conv", b, in.size, in.channels, out_channels, int(kernel), int(stride))};
+    ops.front().a.keep = true;  // the layer's input, handed on materialized by the layer before
+    if (batch_norm) ops.push_back(tpusim::batch_norm("bn", b, out.size, out_channels));
+    ops.push_back(elementwise("relu", image(b, out.size, out_channels), 1));
+    return ops;
   };
+  derive_work(l, act, first, [=](std::int64_t b) {
+    return std::pair{in.elements(b) * act, out.elements(b) * act};
+  });
   return l;
 }
 
@@ -97,10 +93,8 @@ Model build_sequential(Fields& f, Problems& problems) {
         problems.add(e.path_of("count"), Json(count), "1 unless in == out");
       for (std::int64_t r = 0; r < count && problems.empty(); ++r) {
         m.layers.push_back(dense_layer(kind + std::to_string(i) + (count > 1 ? "_" + std::to_string(r) : ""),
-                                       in, out, relu, bias, kind == "classifier", act));
-        if (relu && bias) m.layers.back().named_ops = dense_named_ops(in, out, dense_index, false);
-        if (kind == "classifier" && bias)
-          m.layers.back().named_ops = dense_named_ops(in, out, dense_index, true);
+                                       in, out, relu, bias, kind == "classifier", dense_index,
+                                       m.layers.empty(), act));
         ++dense_index;
       }
       shape = {Shape::Flat, kind == "classifier" ? 0 : out};
@@ -117,7 +111,7 @@ Model build_sequential(Fields& f, Problems& problems) {
       FeatureMap in{size, cin};
       for (std::int64_t r = 0; r < count && problems.empty(); ++r) {
         m.layers.push_back(conv_layer("conv" + std::to_string(i) + (count > 1 ? "_" + std::to_string(r) : ""),
-                                      in, kernel, stride, cout, bn, act));
+                                      in, kernel, stride, cout, bn, m.layers.empty(), act));
         in = FeatureMap{(in.size + stride - 1) / stride, cout};
       }
       shape = {Shape::Image, in.size * in.size * cout};

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "models/blocks.hpp"
-#include "models/work_builder.hpp"
+#include "models/op_lowering.hpp"
 
 namespace tpusim {
 
@@ -29,31 +29,7 @@ void add_dense_weights(Layer& l, const Dims& d, std::int64_t k, std::int64_t n) 
   if (d.biases) l.weights.push_back({n});
 }
 
-void dense(WorkBuilder& w, const Dims& d, const std::string& name, std::int64_t t, std::int64_t k,
-           std::int64_t n, bool x_recomputed = false) {
-  w.dense(name, t, k, n, x_recomputed);
-  if (d.biases) w.bias(name + "_bias", t, n);
-}
-
-/// Attention of `t` query tokens (batch b, length s) over `s_kv` keys: projections, scores,
-/// softmax, context and output projection. `cross`: keys and values come from the encoder.
-void attention(WorkBuilder& w, const Dims& d, const std::string& name, std::int64_t b, std::int64_t s_kv,
-               bool cross) {
-  const std::int64_t t = b * d.seq;
-  const std::int64_t inner = d.inner();
-  if (cross) {
-    dense(w, d, name + "_q", t, d.d_model, inner, /*x_recomputed=*/true);  // a layer norm's output
-    dense(w, d, name + "_kv", b * s_kv, d.d_model, 2 * inner);
-  } else {
-    dense(w, d, name + "_qkv", t, d.d_model, 3 * inner, /*x_recomputed=*/true);  // a layer norm's output
-  }
-  const double scores = double(b) * d.heads * d.seq * s_kv;
-  w.batched_matmul(name + "_scores", b * d.heads, d.seq, d.d_kv, s_kv);
-  w.softmax(name + "_softmax", scores);
-  w.batched_matmul(name + "_context", b * d.heads, d.seq, s_kv, d.d_kv, /*keep_a=*/false, /*keep_b=*/true);
-  dense(w, d, name + "_out", t, inner, d.d_model);
-  w.elementwise(name + "_residual", double(t) * d.d_model, 1, 1);
-}
+std::vector<NamedOp> block_named_ops(const Dims& d, std::int64_t b, bool cross);
 
 Layer block(const std::string& name, const Dims& d, double act, bool decoder_with_encoder) {
   Layer l;
@@ -73,39 +49,40 @@ Layer block(const std::string& name, const Dims& d, double act, bool decoder_wit
   l.weights.push_back({d.d_model});
   add_dense_weights(l, d, d.d_model, d.d_ff);
   add_dense_weights(l, d, d.d_ff, d.d_model);
-  l.work = [d, act, decoder_with_encoder](std::int64_t b) {
-    WorkBuilder w(act);
-    const std::int64_t t = b * d.seq;
-    const double td = double(t) * d.d_model;
-    w.layer_norm("layernorm_self", td);
-    attention(w, d, "self", b, d.seq, false);
-    if (decoder_with_encoder) {
-      w.layer_norm("layernorm_cross", td);
-      attention(w, d, "cross", b, d.seq, true);
-    }
-    w.layer_norm("layernorm_ffn", td);
-    dense(w, d, "ffn_in", t, d.d_model, d.d_ff, /*x_recomputed=*/true);  // a layer norm's output
-    // ffn_out keeps its input: it stands for the pre-activation the ReLU is recomputed from.
-    w.elementwise("relu", double(t) * d.d_ff, 1, 1);
-    dense(w, d, "ffn_out", t, d.d_ff, d.d_model);
-    w.elementwise("ffn_residual", td, 1, 1);
-    // A decoder block also passes the encoder output on to the next decoder block.
-    const double carried = decoder_with_encoder ? td * act : 0.0;
-    return w.finish(td * act + carried, td * act + carried);
+  l.named_ops = [d, decoder_with_encoder](std::int64_t b) {
+    return block_named_ops(d, b, decoder_with_encoder);
   };
+  derive_work(l, act, false, [d, act, decoder_with_encoder](std::int64_t b) {
+    // A decoder block also passes the encoder output on to the next decoder block.
+    const double td = double(b) * d.seq * d.d_model * act;
+    const double bytes = td * (decoder_with_encoder ? 2 : 1);
+    return std::pair{bytes, bytes};
+  });
   return l;
+}
+
+/// A table [vocab, d_model]: this layer's weight, or (tied) another layer's read as an input.
+NamedTensor embedding_table(const Dims& d, bool owned, bool transposed) {
+  const Dim M{"d_model", d.d_model}, V{"vocab", d.vocab};
+  const std::vector<Dim> dims = transposed ? std::vector<Dim>{M, V} : std::vector<Dim>{V, M};
+  NamedTensor t = owned ? weight(dims) : tpusim::act(dims);
+  t.tied = !owned;
+  return t;
 }
 
 Layer embedding(const std::string& name, const Dims& d, double act, bool owns_table, double carried_bytes) {
   Layer l;
   l.name = name;
   if (owns_table) l.weights = {{d.vocab, d.d_model}};
-  l.work = [d, act, carried_bytes](std::int64_t b) {
-    WorkBuilder w(act);
-    const double t = double(b) * d.seq;
-    w.gather("gather", t, d.vocab, d.d_model);
-    return w.finish(t * 4 + carried_bytes * double(b), t * d.d_model * act + carried_bytes * double(b));
+  l.named_ops = [name, d, owns_table](std::int64_t b) {
+    const Dim B{"batch", b}, S{"seq", d.seq}, M{"d_model", d.d_model};
+    return std::vector<NamedOp>{
+        gather(name, tpusim::act({B, S}), embedding_table(d, owns_table, false), tpusim::act({B, S, M}))};
   };
+  derive_work(l, act, true, [d, act, carried_bytes](std::int64_t b) {
+    const double t = double(b) * d.seq;
+    return std::pair{t * 4 + carried_bytes * double(b), t * d.d_model * act + carried_bytes * double(b)};
+  });
   return l;
 }
 
@@ -114,18 +91,27 @@ Layer output(const Dims& d, double act, bool owns_table) {
   l.name = "output";
   l.weights = {{d.d_model}, {d.d_model}};
   if (owns_table) l.weights.push_back({d.d_model, d.vocab});
-  l.work = [d, act](std::int64_t b) {
-    WorkBuilder w(act);
-    const std::int64_t t = b * d.seq, p = b * d.predicted_positions();
-    const double td = double(t) * d.d_model;
-    w.layer_norm("final_layernorm", td);
-    // Logits only for the predicted positions (a masked LM picks them out first).
-    if (p < t) w.pick("predicted_positions", double(p), double(t), d.d_model);
-    w.dense("logits", p, d.d_model, d.vocab,
-            /*x_recomputed=*/p == t);  // the layer norm's output, or picked rows
-    w.softmax_xent("softmax_xent", double(p) * d.vocab);
-    return w.finish(td * act, double(p) * 4);
+  l.named_ops = [d, owns_table](std::int64_t b) {
+    const Dim B{"batch", b}, S{"seq", d.seq}, M{"d_model", d.d_model}, V{"vocab", d.vocab};
+    // Logits for the predicted positions only (all of them unless a masked LM).
+    const Dim P{"seq", d.predicted_positions()};
+    std::vector<NamedOp> ops{
+        reduction("final_layernorm", tpusim::act({B, S, M}, true), "d_model", weight({M}, 2))};
+    ops[0].math = NamedOp::Math::LayerNorm;
+    const bool picked = d.predicted_positions() < d.seq;
+    if (picked)  // a masked LM picks its predicted positions' rows first
+      ops.push_back(
+          gather("predicted_positions", tpusim::act({B, P}), tpusim::act({B, S, M}), tpusim::act({B, P, M})));
+    // The final layer norm's output is recomputed; a masked LM keeps its picked rows.
+    ops.push_back(einsum("logits", tpusim::act({B, P, M}, picked), embedding_table(d, owns_table, true),
+                         tpusim::act({B, P, V})));
+    ops.push_back(reduction("softmax_xent", tpusim::act({B, P, V}, true), "vocab"));
+    ops.back().math = NamedOp::Math::SoftmaxXent;
+    return ops;
   };
+  derive_work(l, act, false, [d, act](std::int64_t b) {
+    return std::pair{double(b) * d.seq * d.d_model * act, double(b) * d.predicted_positions() * 4};
+  });
   return l;
 }
 
@@ -150,7 +136,7 @@ std::vector<NamedOp> block_named_ops(const Dims& d, std::int64_t b, bool cross) 
     ops.back().out.id = p + "_h";
     for (const char* x : {"q", "k", "v"}) {
       // The layer norm's output feeds the query projection (and the key and value ones in
-      // self-attention): recomputed for their weight gradients, not kept (WorkBuilder::dense).
+      // self-attention): recomputed for their weight gradients, not kept.
       // Cross-attention's k and v project the encoder output, kept once.
       const bool encoder_side = from_encoder && x[0] != 'q';
       const auto input = named(tpusim::act({B, encoder_side ? Sk : S, M}, encoder_side && x[0] == 'k'),
@@ -215,42 +201,6 @@ Model assemble(const Dims& d, double act, const std::string& name) {
   for (std::int64_t i = 0; i < d.layers; ++i)
     m.layers.push_back(block((encdec ? "decoder" : "block") + std::to_string(i), d, act, encdec));
   m.layers.push_back(output(d, act, !d.shared_embeddings));
-  {
-    // Over named dimensions (mesh layouts). A table shared with an earlier layer is an input
-    // here, not a weight of this layer.
-    const Dim S{"seq", d.seq}, M{"d_model", d.d_model}, V{"vocab", d.vocab};
-    auto table = [=](bool owned) { return owned ? weight({V, M}) : tpusim::act({V, M}); };
-    for (std::size_t i = 0; i < m.layers.size(); ++i) {
-      Layer& layer = m.layers[i];
-      if (layer.name == "embedding" || layer.name == "source_embedding" || layer.name == "target_embedding") {
-        const bool owned = !layer.weights.empty();
-        layer.named_ops = [=](std::int64_t b) {
-          const Dim B{"batch", b};
-          return std::vector<NamedOp>{
-              gather(layer.name, tpusim::act({B, S}), table(owned), tpusim::act({B, S, M}))};
-        };
-      } else if (layer.name == "output") {
-        const bool owned = layer.weights.size() == 3;
-        layer.named_ops = [=](std::int64_t b) {
-          const Dim B{"batch", b};
-          // Logits for the predicted positions only (all of them unless a masked LM).
-          const Dim P{"seq", d.predicted_positions()};
-          std::vector<NamedOp> ops{
-              reduction("final_layernorm", tpusim::act({B, S, M}, true), "d_model", weight({M}, 2)),
-              // The final layer norm's output is recomputed; a masked LM keeps its picked rows.
-              einsum("logits", tpusim::act({B, P, M}, d.predicted_positions() < d.seq),
-                     owned ? weight({M, V}) : tpusim::act({M, V}), tpusim::act({B, P, V})),
-              reduction("softmax_xent", tpusim::act({B, P, V}, true), "vocab")};
-          ops[0].math = NamedOp::Math::LayerNorm;
-          ops[2].math = NamedOp::Math::SoftmaxXent;
-          return ops;
-        };
-      } else {
-        const bool cross = encdec && layer.name.rfind("decoder", 0) == 0;
-        layer.named_ops = [d, cross](std::int64_t b) { return block_named_ops(d, b, cross); };
-      }
-    }
-  }
   // Functional mode covers the decoder-only model with its own input and output tables.
   if (!encdec && !d.shared_embeddings && d.predicted_positions() == d.seq) {
     m.layers.front().function = embedding_function(d.vocab, d.d_model, d.seq);
