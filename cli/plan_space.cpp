@@ -103,15 +103,19 @@ void pipelines(const Study& study, const PlanSpace& space, std::vector<Json>& ou
   }
 }
 
-/// Two-dimensional meshes (batch x model) with the model axis on the named dimensions that
-/// split a layer's weights across it: the feed-forward width, the heads and the vocabulary
-/// (Megatron-style), or the image height (spatial partitioning).
+/// Two-dimensional meshes (batch x model) with the model axis on the image height of a
+/// convolutional net (spatial partitioning), otherwise on the named dimensions that split a
+/// layer's weights across it: the feed-forward width, the heads and the vocabulary
+/// (Megatron-style).
 void meshes(const Study& study, const PlanSpace& space, std::vector<Json>& out) {
   const auto dims = named_dimensions(study.model);
   Json layout{{"batch", "batch"}};
-  for (const char* d : {"d_ff", "heads", "vocab"})
-    if (dims.count(d)) layout[d] = "model";
-  if (layout.size() == 1 && dims.count("height")) layout["height"] = "model";
+  if (dims.count("height")) {
+    layout["height"] = "model";  // a convolutional net: its images split (not its classifier)
+  } else {
+    for (const char* d : {"d_ff", "heads", "vocab"})
+      if (dims.count(d)) layout[d] = "model";
+  }
   if (layout.size() == 1) return;
   const std::int64_t cores = study.cores();
   for (std::int64_t m : powers_of_two(2, cores)) {

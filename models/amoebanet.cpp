@@ -63,49 +63,46 @@ void edge_weights(Layer& l, CellOp op, std::int64_t w, bool strided) {
 }
 
 /// Factorized reduce: ReLU, two stride-2 1x1 convs of half the width each, concatenated, BN.
-FeatureMap factorized_reduce(WorkBuilder& wb, const std::string& name, std::int64_t b, const FeatureMap& in,
-                             std::int64_t width) {
-  wb.elementwise(name + "_relu", in.elements(b), 1, 1);
-  ConvShape c{b, in.size, in.size, in.channels, 1, 1, 2, width / 2};
-  wb.conv(name + "_path1", c, true);  // both paths read ReLU(in), recomputed for their gradients
-  c.out_channels = width - width / 2;
-  wb.conv(name + "_path2", c, true);
-  const FeatureMap out{c.out_h(), width};
-  wb.batch_norm(name + "_bn", out.elements(b), width);
+/// Both paths read the ReLU's output, recomputed for their gradients.
+FeatureMap factorized_reduce(std::vector<NamedOp>& ops, const std::string& name, std::int64_t b,
+                             const FeatureMap& in, std::int64_t width) {
+  ops.push_back(elementwise(name + "_relu", image(b, in.size, in.channels), 1));
+  ops.push_back(conv(name + "_path1", b, in.size, in.channels, width / 2, 1, 2));
+  ops.push_back(conv(name + "_path2", b, in.size, in.channels, width - width / 2, 1, 2));
+  const FeatureMap out{(in.size + 1) / 2, width};
+  ops.push_back(batch_norm(name + "_bn", b, out.size, width));
   return out;
 }
 
-/// Lowers one edge applied to `in` (width w); returns its output map. Every edge reads its state
-/// through a ReLU or a pool, so none keeps the state itself (WorkBuilder::conv).
-FeatureMap edge_work(WorkBuilder& wb, const std::string& name, std::int64_t b, CellOp op,
-                     const FeatureMap& in, std::int64_t stride) {
+/// Appends one edge applied to `in` (width w); returns its output map. Every edge reads its
+/// state through a ReLU or a pool, so none keeps the state itself.
+FeatureMap edge_ops(std::vector<NamedOp>& ops, const std::string& name, std::int64_t b, CellOp op,
+                    const FeatureMap& in, int stride) {
   const std::int64_t w = in.channels, q = w / 4;
   switch (op) {
     case CellOp::Conv1x1:
-      return conv_bn(wb, name, b, in, 1, 1, stride, w);
+      return conv_bn(ops, name, b, in, 1, 1, stride, w);
     case CellOp::Conv3x3: {
       // The stride sits on the first convolution of the bottleneck (an assumption: the
       // genotype does not say which of the three convolutions is strided).
-      FeatureMap x = conv_bn(wb, name + "_a", b, in, 1, 1, stride, q);
-      x = conv_bn(wb, name + "_b", b, x, 3, 3, 1, q);
-      return conv_bn(wb, name + "_c", b, x, 1, 1, 1, w);
+      FeatureMap x = conv_bn(ops, name + "_a", b, in, 1, 1, stride, q);
+      x = conv_bn(ops, name + "_b", b, x, 3, 3, 1, q);
+      return conv_bn(ops, name + "_c", b, x, 1, 1, 1, w);
     }
     case CellOp::Conv1x7_7x1: {
-      FeatureMap x = conv_bn(wb, name + "_a", b, in, 1, 1, stride, q);
-      x = conv_bn(wb, name + "_b", b, x, 1, 7, 1, q);
-      x = conv_bn(wb, name + "_c", b, x, 7, 1, 1, q);
-      return conv_bn(wb, name + "_d", b, x, 1, 1, 1, w);
+      FeatureMap x = conv_bn(ops, name + "_a", b, in, 1, 1, stride, q);
+      x = conv_bn(ops, name + "_b", b, x, 1, 7, 1, q);
+      x = conv_bn(ops, name + "_c", b, x, 7, 1, 1, q);
+      return conv_bn(ops, name + "_d", b, x, 1, 1, 1, w);
     }
     case CellOp::MaxPool2x2:
     case CellOp::MaxPool3x3:
-    case CellOp::AvgPool3x3: {
-      const FeatureMap out{(in.size + stride - 1) / stride, w};
-      wb.pool(name, in.elements(b), out.elements(b), op == CellOp::MaxPool2x2 ? 4 : 9,
-              op == CellOp::AvgPool3x3 ? WorkBuilder::Pool::Average : WorkBuilder::Pool::Max);
-      return out;
-    }
+    case CellOp::AvgPool3x3:
+      ops.push_back(pool(name, b, in.size, w, op == CellOp::MaxPool2x2 ? 2 : 3, stride));
+      ops.back().math = op == CellOp::AvgPool3x3 ? NamedOp::Math::AveragePool : NamedOp::Math::MaxPool;
+      return FeatureMap{(in.size + stride - 1) / stride, w};
     case CellOp::None:
-      return stride > 1 ? factorized_reduce(wb, name, b, in, w) : in;
+      return stride > 1 ? factorized_reduce(ops, name, b, in, w) : in;
   }
   return in;
 }
@@ -134,32 +131,34 @@ Layer cell_layer(const std::string& name, const CellSpec& s, double act) {
   const Edge* edges = s.reduction ? kReduction : kNormal;
   for (int i = 0; i < 10; ++i) edge_weights(l, edges[i].op, w, s.reduction && edges[i].input < 2);
 
-  l.work = [s, act, pp_reduce, pp_conv, edges](std::int64_t b) {
-    WorkBuilder wb(act);
+  l.named_ops = [s, pp_reduce, pp_conv, edges](std::int64_t b) {
+    std::vector<NamedOp> ops;
     const std::int64_t w = s.width;
     std::vector<FeatureMap> states;
-    states.push_back(conv_bn(wb, "base_prev", b, s.prev, 1, 1, 1, w));
+    states.push_back(conv_bn(ops, "base_prev", b, s.prev, 1, 1, 1, w));
     if (pp_reduce)
-      states.push_back(factorized_reduce(wb, "base_prev_prev", b, s.prev_prev, w));
+      states.push_back(factorized_reduce(ops, "base_prev_prev", b, s.prev_prev, w));
     else if (pp_conv)
-      states.push_back(conv_bn(wb, "base_prev_prev", b, s.prev_prev, 1, 1, 1, w));
+      states.push_back(conv_bn(ops, "base_prev_prev", b, s.prev_prev, 1, 1, 1, w));
     else
       states.push_back(s.prev_prev);
     for (int k = 0; k < 5; ++k) {
       FeatureMap sum;
       for (int e = 2 * k; e < 2 * k + 2; ++e) {
-        const std::int64_t stride = (s.reduction && edges[e].input < 2) ? 2 : 1;
-        sum = edge_work(wb, "s" + std::to_string(k + 2) + "_op" + std::to_string(e % 2), b, edges[e].op,
-                        states[edges[e].input], stride);
+        const int stride = (s.reduction && edges[e].input < 2) ? 2 : 1;
+        sum = edge_ops(ops, "s" + std::to_string(k + 2) + "_op" + std::to_string(e % 2), b, edges[e].op,
+                       states[std::size_t(edges[e].input)], stride);
       }
-      wb.elementwise("s" + std::to_string(k + 2) + "_add", sum.elements(b), 1, 1);
+      ops.push_back(elementwise("s" + std::to_string(k + 2) + "_add", image(b, sum.size, sum.channels), 1));
       states.push_back(sum);
     }
-    const FeatureMap out = s.out();
-    // The next cell reads this cell's output and its prev: both cross a stage boundary.
-    const double in_bytes = (s.prev.elements(b) + s.prev_prev.elements(b)) * act;
-    return wb.finish(in_bytes, (out.elements(b) + s.prev.elements(b)) * act);
+    return ops;
   };
+  derive_work(l, act, false, [s, act](std::int64_t b) {
+    // The next cell reads this cell's output and its prev: both cross a stage boundary.
+    return std::pair{(s.prev.elements(b) + s.prev_prev.elements(b)) * act,
+                     (s.out().elements(b) + s.prev.elements(b)) * act};
+  });
   return l;
 }
 
@@ -167,14 +166,14 @@ Layer stem_layer(std::int64_t image, std::int64_t c, double act) {
   Layer l;
   l.name = "stem";
   conv_bn_weights(l, 3, 3, 3, c);
-  l.work = [image, c, act](std::int64_t b) {
-    WorkBuilder wb(act);
-    ConvShape shape{b, image, image, 3, 3, 3, 2, c};
-    wb.conv("conv", shape, /*input_gradient=*/false, "image");
-    const FeatureMap out{shape.out_h(), c};
-    wb.batch_norm("bn", out.elements(b), c);
-    return wb.finish(double(b) * image * image * 3 * act, out.elements(b) * act);
+  l.named_ops = [image, c](std::int64_t b) {
+    std::vector<NamedOp> ops{conv("conv", b, image, 3, c, 3, 2), batch_norm("bn", b, (image + 1) / 2, c)};
+    ops.front().a.keep = true;  // the image, which the convolution's weight gradient reads
+    return ops;
   };
+  derive_work(l, act, true, [image, c, act](std::int64_t b) {
+    return std::pair{double(b) * image * image * 3 * act, FeatureMap{(image + 1) / 2, c}.elements(b) * act};
+  });
   return l;
 }
 

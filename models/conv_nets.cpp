@@ -1,39 +1,30 @@
 #include "models/conv_nets.hpp"
 
-#include "models/op_lowering.hpp"
-
 namespace tpusim {
 
-FeatureMap conv_bn(WorkBuilder& w, const std::string& name, std::int64_t batch, const FeatureMap& in,
-                   std::int64_t kh, std::int64_t kw, std::int64_t stride, std::int64_t out_channels,
-                   bool relu, const std::string& input) {
-  if (relu) w.elementwise(name + "_relu", in.elements(batch), 1, 1);
-  ConvShape c;
-  c.batch = batch;
-  c.in_h = c.in_w = in.size;
-  c.in_channels = in.channels;
-  c.kernel_h = kh;
-  c.kernel_w = kw;
-  c.stride = stride;
-  c.out_channels = out_channels;
-  // Its ReLU is fused into the convolution's operand and recomputed for its gradients.
-  w.conv(name, c, true, relu ? "" : input);
-  const FeatureMap out{c.out_h(), out_channels};
-  w.batch_norm(name + "_bn", out.elements(batch), out_channels);
+FeatureMap conv_bn(std::vector<NamedOp>& ops, const std::string& name, std::int64_t batch,
+                   const FeatureMap& in, int kh, int kw, int stride, std::int64_t out_channels, bool relu,
+                   bool keep_input) {
+  if (relu) ops.push_back(elementwise(name + "_relu", image(batch, in.size, in.channels), 1));
+  ops.push_back(conv(name, batch, in.size, in.channels, out_channels, kh, kw, stride));
+  ops.back().a.keep = keep_input && !relu;
+  const FeatureMap out{(in.size + stride - 1) / stride, out_channels};
+  ops.push_back(batch_norm(name + "_bn", batch, out.size, out_channels));
   return out;
 }
 
-FeatureMap resnet_stem(WorkBuilder& w, std::int64_t b, std::int64_t image, bool space_to_depth) {
-  const ConvShape c = space_to_depth ? ConvShape{b, image / 2, image / 2, 12, 4, 4, 1, 64}
-                                     : ConvShape{b, image, image, 3, 7, 7, 2, 64};
-  w.conv("conv1", c, /*input_gradient=*/false, "image");
-  const FeatureMap conv{c.out_h(), 64};
-  w.batch_norm("bn1", conv.elements(b), 64);
-  w.elementwise("relu", conv.elements(b), 1, 1);
-  const FeatureMap pooled{(conv.size + 1) / 2, 64};
-  w.pool("max_pool", conv.elements(b), pooled.elements(b), 9);
-  return pooled;
+std::vector<NamedOp> resnet_stem(std::int64_t b, std::int64_t image_size, bool space_to_depth) {
+  const std::int64_t conv_size = (image_size + 1) / 2;
+  std::vector<NamedOp> ops{space_to_depth ? conv("conv1", b, image_size / 2, 12, 64, 4, 1)
+                                          : conv("conv1", b, image_size, 3, 64, 7, 2),
+                           batch_norm("bn1", b, conv_size, 64),
+                           elementwise("relu", image(b, conv_size, 64), 1),
+                           pool("max_pool", b, conv_size, 64, 3, 2)};
+  ops.front().a.keep = true;  // the image, which conv1's weight gradient reads
+  return ops;
 }
+
+FeatureMap resnet_stem_output(std::int64_t image_size) { return {((image_size + 1) / 2 + 1) / 2, 64}; }
 
 void conv_bn_weights(Layer& layer, std::int64_t kh, std::int64_t kw, std::int64_t in, std::int64_t out) {
   layer.weights.push_back({kh, kw, in, out});

@@ -1,8 +1,9 @@
-// Shared pieces of the convolutional models: a ReLU-conv-BN unit lowered onto a WorkBuilder,
-// and the input/head layers of an image classifier.
+// Shared pieces of the convolutional models: a ReLU-conv-BN unit as named ops, the ResNet
+// stem, and the input/head layers of an image classifier.
 #pragma once
 
-#include "models/work_builder.hpp"
+#include "models/model.hpp"
+#include "models/op_lowering.hpp"
 
 namespace tpusim {
 
@@ -13,20 +14,22 @@ struct FeatureMap {
   double elements(std::int64_t batch) const { return double(batch) * size * size * channels; }
 };
 
-/// ReLU (optional) -> conv kh x kw (stride) -> batch norm, on `in` for `batch` examples.
-/// Returns the output map. Keeps the batch norm's input (the convolution's output); the
-/// convolution's own input is kept only without the ReLU and when `input` names it (a
-/// materialized tensor, kept once however many convolutions read it); a ReLU'd or unnamed input
-/// is an element-wise result its backward recomputes (WorkBuilder::conv).
-FeatureMap conv_bn(WorkBuilder& w, const std::string& name, std::int64_t batch, const FeatureMap& in,
-                   std::int64_t kh, std::int64_t kw, std::int64_t stride, std::int64_t out_channels,
-                   bool relu = true, const std::string& input = "");
+/// Appends ReLU (optional) -> conv kh x kw (stride) -> batch norm on `in` for `batch` examples
+/// to `ops`; returns the output map. The batch norm keeps its input (the convolution's output).
+/// The convolution's own input is an element-wise result (a ReLU's, a sum's) that XLA fuses
+/// into it and its backward recomputes, unless `keep_input`: a materialized tensor (the layer's
+/// input), kept for its weight gradient (flag it on one reader only: it is kept once).
+FeatureMap conv_bn(std::vector<NamedOp>& ops, const std::string& name, std::int64_t batch,
+                   const FeatureMap& in, int kh, int kw, int stride, std::int64_t out_channels,
+                   bool relu = true, bool keep_input = false);
 
 /// The ResNet stem on an `image` x `image` x 3 input: 7x7 stride-2 conv to 64 (keeps the image
-/// for its weight gradient), BN, ReLU, 3x3 stride-2 max pool; returns the pooled map. With
-/// `space_to_depth` (MLPerf's conv0_space_to_depth) the image is reshaped 2x2 into 12 channels
-/// and the convolution runs as a 4x4 stride-1 one over it (same parameters, another MXU shape).
-FeatureMap resnet_stem(WorkBuilder& w, std::int64_t batch, std::int64_t image, bool space_to_depth = false);
+/// for its weight gradient), BN, ReLU, 3x3 stride-2 max pool. With `space_to_depth` (MLPerf's
+/// conv0_space_to_depth) the image is reshaped 2x2 into 12 channels and the convolution runs as
+/// a 4x4 stride-1 one over it (same parameters, another MXU shape).
+std::vector<NamedOp> resnet_stem(std::int64_t batch, std::int64_t image, bool space_to_depth = false);
+/// Its output: a quarter of the image, 64 channels.
+FeatureMap resnet_stem_output(std::int64_t image);
 
 /// Weight shapes of a conv (kh x kw x in x out) followed by batch norm (scale and shift).
 void conv_bn_weights(Layer& layer, std::int64_t kh, std::int64_t kw, std::int64_t in, std::int64_t out);

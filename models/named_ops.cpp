@@ -76,14 +76,22 @@ NamedTensor image(std::int64_t batch, std::int64_t size, std::int64_t channels, 
 
 NamedOp conv(std::string name, std::int64_t batch, std::int64_t size, std::int64_t in, std::int64_t out,
              int window, int stride) {
+  return conv(std::move(name), batch, size, in, out, window, window, stride);
+}
+
+NamedOp conv(std::string name, std::int64_t batch, std::int64_t size, std::int64_t in, std::int64_t out,
+             int kh, int kw, int stride, bool valid) {
   NamedOp op;
   op.kind = NamedOp::Kind::Conv;
   op.name = std::move(name);
-  op.a = image(batch, size, in, false);  // an element-wise result unless the model says (WorkBuilder::conv)
-  op.b = weight({{"kernel", std::int64_t(window) * window * in}, {"channels_out", out}});
-  op.out = image(batch, (size + stride - 1) / stride, out, false);
-  op.window = window;
+  op.a = image(batch, size, in, false);  // an element-wise result unless the model says it is kept
+  op.b = weight({{"kernel", std::int64_t(kh) * kw * in}, {"channels_out", out}});
+  const std::int64_t out_size = valid ? (size - std::max(kh, kw)) / stride + 1 : (size + stride - 1) / stride;
+  op.out = image(batch, out_size, out, false);
+  op.window = kh;
+  op.window_w = kw;
   op.stride = stride;
+  op.valid = valid;
   return op;
 }
 
@@ -102,7 +110,7 @@ NamedOp pool(std::string name, std::int64_t batch, std::int64_t size, std::int64
   NamedOp op;
   op.kind = NamedOp::Kind::Pool;
   op.name = std::move(name);
-  op.a = image(batch, size, channels, false);  // recomputed for a max pool's gradient (WorkBuilder::pool)
+  op.a = image(batch, size, channels, false);  // recomputed for a max pool's gradient
   // A global pool leaves one value per channel: no image dimensions.
   op.out = window >= size ? act({{"batch", batch}, {"channels", channels}})
                           : image(batch, (size + stride - 1) / stride, channels, false);

@@ -24,7 +24,7 @@ struct NamedTensor {
   std::vector<Dim> dims;
   bool weight = false;  ///< a parameter (its gradient is reduced; it is sharded in HBM)
   bool keep = false;    ///< an activation kept from forward for backward
-  int copies = 1;  ///< identical-shape tensors it stands for (a norm's scale and shift)
+  int copies = 1;       ///< identical-shape tensors it stands for (a norm's scale and shift)
   /// Which activation of the layer this is, where an op reads something other than the previous
   /// op's output ("in": the layer's input; otherwise the `id` of an earlier op's output).
   /// Empty: the previous op's output (or, for an op's output, a name nobody refers to).
@@ -80,7 +80,9 @@ struct NamedOp {
   double ops =
       1;  ///< per element (Elementwise, Pool); normalizations and softmaxes: the core's MultiPassKernels
   std::string reduce_dim;                    ///< Reduction
-  int window = 1;                            ///< Conv, Pool
+  int window = 1;                            ///< Conv, Pool (Conv: its height)
+  int window_w = 0;                          ///< Conv: its width (0: square)
+  bool valid = false;                        ///< Conv: no padding ("VALID") instead of "SAME"
   int stride = 1;                            ///< Conv, Pool
   std::string skip;                          ///< Residual: the id of the activation added
   double scale = 1;                          ///< CausalSoftmax
@@ -107,6 +109,9 @@ NamedTensor image(std::int64_t batch, std::int64_t size, std::int64_t channels, 
 /// partitioning).
 NamedOp conv(std::string name, std::int64_t batch, std::int64_t size, std::int64_t in, std::int64_t out,
              int window, int stride);
+/// A `kh` x `kw` convolution (valid: unpadded).
+NamedOp conv(std::string name, std::int64_t batch, std::int64_t size, std::int64_t in, std::int64_t out,
+             int kh, int kw, int stride, bool valid = false);
 NamedOp batch_norm(std::string name, std::int64_t batch, std::int64_t size, std::int64_t channels);
 NamedOp pool(std::string name, std::int64_t batch, std::int64_t size, std::int64_t channels, int window,
              int stride);

@@ -50,7 +50,7 @@ Op local_matmul(const std::string& name, const Sharding& s, const NamedTensor& x
 }
 
 /// Local elements of the gradients an op's backward holds at once: its output gradient and its
-/// activation operands' gradients, as WorkBuilder counts them (element-wise ops fuse into their
+/// activation operands' gradients (element-wise ops fuse into their
 /// neighbours and hold none of their own; normalizations, softmaxes and a gather only the
 /// gradient of their output, which their input gradient overwrites; softmax cross-entropy none:
 /// its gradient is what it keeps, and the op producing its logits reads that as its output
@@ -81,7 +81,9 @@ ConvShape conv_shape(const NamedOp& op, const Sharding& s) {
     if (d.name == "width") c.in_w = s.local(d);
     if (d.name == "channels") c.in_channels = s.local(d);
   }
-  c.kernel_h = c.kernel_w = op.window;
+  c.kernel_h = op.window;
+  c.kernel_w = op.window_w > 0 ? op.window_w : op.window;
+  c.valid = op.valid;
   c.stride = op.stride;
   c.out_channels = op.b.dims.back().size;
   return c;

@@ -2,7 +2,6 @@
 // stages (3, 4, 6, 3) with the stride on the 3x3 convolution, projection shortcuts at the first
 // block of each stage, then global pooling and a 1000-way classifier. One layer per block.
 #include "models/conv_nets.hpp"
-#include "models/op_lowering.hpp"
 
 namespace tpusim {
 
@@ -12,17 +11,9 @@ Layer stem(std::int64_t image, double act) {
   Layer l;
   l.name = "stem";
   conv_bn_weights(l, 7, 7, 3, 64);
-  l.named_ops = [image](std::int64_t b) {
-    const std::int64_t conv_size = (image + 1) / 2;
-    std::vector<NamedOp> ops{conv("conv1", b, image, 3, 64, 7, 2), batch_norm("bn1", b, conv_size, 64),
-                             elementwise("relu", tpusim::image(b, conv_size, 64), 1),
-                             pool("max_pool", b, conv_size, 64, 3, 2)};
-    ops.front().a.keep = true;  // the image, which conv1's weight gradient reads
-    return ops;
-  };
+  l.named_ops = [image](std::int64_t b) { return resnet_stem(b, image); };
   derive_work(l, act, true, [image, act](std::int64_t b) {
-    const FeatureMap in{image, 3}, pooled{((image + 1) / 2 + 1) / 2, 64};
-    return std::pair{in.elements(b) * act, pooled.elements(b) * act};
+    return std::pair{FeatureMap{image, 3}.elements(b) * act, resnet_stem_output(image).elements(b) * act};
   });
   return l;
 }
@@ -72,7 +63,7 @@ Model build_resnet50(Fields& f, Problems& problems) {
   if (!problems.empty()) return m;
   m.name = "resnet50 " + std::to_string(image) + "px";
   m.layers.push_back(stem(image, m.activation_bytes));
-  FeatureMap x{(image + 3) / 4, 64};  // after the stride-2 conv and the stride-2 max pool
+  FeatureMap x = resnet_stem_output(image);  // after the stride-2 conv and the stride-2 max pool
   const std::int64_t blocks[] = {3, 4, 6, 3};
   for (int stage = 0; stage < 4; ++stage) {
     const std::int64_t width = 64 << stage;

@@ -23,11 +23,10 @@ Layer stem(std::int64_t image, bool space_to_depth, double act) {
   Layer l;
   l.name = "stem";
   conv_bn_weights(l, 7, 7, 3, 64);
-  l.work = [image, space_to_depth, act](std::int64_t b) {
-    WorkBuilder w(act);
-    const FeatureMap pooled = resnet_stem(w, b, image, space_to_depth);
-    return w.finish(double(b) * image * image * 3 * act, pooled.elements(b) * act);
-  };
+  l.named_ops = [image, space_to_depth](std::int64_t b) { return resnet_stem(b, image, space_to_depth); };
+  derive_work(l, act, true, [image, act](std::int64_t b) {
+    return std::pair{double(b) * image * image * 3 * act, resnet_stem_output(image).elements(b) * act};
+  });
   return l;
 }
 
@@ -42,14 +41,19 @@ Layer basic_block(const std::string& name, const FeatureMap& in, std::int64_t wi
   conv_bn_weights(l, 3, 3, in.channels, width);
   conv_bn_weights(l, 3, 3, width, width);
   if (projection) conv_bn_weights(l, 1, 1, in.channels, width);
-  l.work = [in, width, stride, projection, carried, act](std::int64_t b) {
-    WorkBuilder w(act);
-    FeatureMap x = conv_bn(w, "conv1", b, in, 3, 3, stride, width, false, "in");
-    x = conv_bn(w, "conv2", b, x, 3, 3, 1, width);
-    if (projection) conv_bn(w, "shortcut", b, in, 1, 1, stride, width, false, "in");
-    w.elementwise("residual_relu", x.elements(b), 2, 2);
-    return w.finish(in.elements(b) * act + carried * double(b), x.elements(b) * act + carried * double(b));
+  l.named_ops = [in, width, stride, projection](std::int64_t b) {
+    std::vector<NamedOp> ops;
+    // conv1 and the shortcut read the block's input (materialized), kept once.
+    FeatureMap x = conv_bn(ops, "conv1", b, in, 3, 3, int(stride), width, false, true);
+    x = conv_bn(ops, "conv2", b, x, 3, 3, 1, width);
+    if (projection) conv_bn(ops, "shortcut", b, in, 1, 1, int(stride), width, false);
+    ops.push_back(elementwise("residual_relu", image(b, x.size, width), 2));
+    return ops;
   };
+  derive_work(l, act, false, [in, width, stride, carried, act](std::int64_t b) {
+    const FeatureMap out{(in.size + stride - 1) / stride, width};
+    return std::pair{in.elements(b) * act + carried * double(b), out.elements(b) * act + carried * double(b)};
+  });
   return l;
 }
 
@@ -61,20 +65,25 @@ Layer extra_block(int i, const FeatureMap& in, double carried, double act) {
   const std::int64_t mid = kExtraMid[i], out = kMapChannels[i + 1];
   conv_bn_weights(l, 1, 1, in.channels, mid);
   conv_bn_weights(l, 3, 3, mid, out);
-  l.work = [i, in, mid, out, carried, act](std::int64_t b) {
-    WorkBuilder w(act);
-    const FeatureMap x = conv_bn(w, "conv1x1", b, in, 1, 1, 1, mid, false, "in");
-    ConvShape c{b, x.size, x.size, mid, 3, 3, i < 3 ? 2 : 1, out};
-    c.valid = i >= 3;
-    w.elementwise("relu1", x.elements(b), 1, 1);
-    w.conv("conv3x3", c);
-    const FeatureMap y{c.out_h(), out};
-    w.batch_norm("bn2", y.elements(b), out);
-    w.elementwise("relu2", y.elements(b), 1, 1);
-    // It hands on its own map and the earlier ones, all read by the heads.
-    return w.finish(in.elements(b) * act + carried * double(b),
-                    (y.elements(b) + in.elements(b)) * act + carried * double(b));
+  const int stride = i < 3 ? 2 : 1;
+  const bool valid = i >= 3;
+  const std::int64_t out_size = valid ? in.size - 2 : (in.size + 1) / 2;
+  l.named_ops = [in, mid, out, stride, valid](std::int64_t b) {
+    std::vector<NamedOp> ops;
+    const FeatureMap x = conv_bn(ops, "conv1x1", b, in, 1, 1, 1, mid, false, true);
+    ops.push_back(elementwise("relu1", image(b, x.size, mid), 1));
+    ops.push_back(conv("conv3x3", b, x.size, mid, out, 3, 3, stride, valid));
+    const std::int64_t size = ops.back().out.dims[1].size;
+    ops.push_back(batch_norm("bn2", b, size, out));
+    ops.push_back(elementwise("relu2", image(b, size, out), 1));
+    return ops;
   };
+  derive_work(l, act, false, [in, out, out_size, carried, act](std::int64_t b) {
+    // It hands on its own map and the earlier ones, all read by the heads.
+    const FeatureMap y{out_size, out};
+    return std::pair{in.elements(b) * act + carried * double(b),
+                     (y.elements(b) + in.elements(b)) * act + carried * double(b)};
+  });
   return l;
 }
 
@@ -90,25 +99,32 @@ Layer heads(const std::vector<FeatureMap>& maps, std::int64_t classes, double ac
     }
     boxes += maps[m].size * maps[m].size * kDefaults[m];
   }
-  l.work = [maps, classes, boxes, act](std::int64_t b) {
-    WorkBuilder w(act);
-    double in = 0;
+  l.named_ops = [maps, classes, boxes](std::int64_t b) {
+    std::vector<NamedOp> ops;
     for (std::size_t m = 0; m < maps.size(); ++m) {
-      in += maps[m].elements(b);
       const std::string map = "map" + std::to_string(m);
       for (const auto& [what, per] :
            {std::pair{"box", 4 * kDefaults[m]}, {"class", classes * kDefaults[m]}}) {
-        ConvShape c{b, maps[m].size, maps[m].size, maps[m].channels, 3, 3, 1, per};
-        // The last map is kept here; each earlier one is kept by the extra block that reads it.
-        w.conv(map + "_" + what, c, true, m + 1 == maps.size() ? map : "");
-        w.bias(map + "_" + what + "_bias", b * c.out_h() * c.out_w(), per);
+        ops.push_back(conv(map + "_" + what, b, maps[m].size, maps[m].channels, per, 3, 3, 1));
+        ops.back().a.id = map;
+        // The last map is kept here (once); each earlier one is kept by the extra block reading it.
+        ops.back().a.keep = m + 1 == maps.size() && what[0] == 'b';
+        ops.push_back(elementwise(map + "_" + what + "_bias", image(b, maps[m].size, per), 1,
+                                  weight({{"channels", per}})));
       }
     }
-    w.softmax_xent("class_loss", double(b) * boxes * classes);
+    const Dim B{"batch", b}, boxes_dim{"seq", boxes}, classes_dim{"vocab", classes};
+    ops.push_back(reduction("class_loss", tpusim::act({B, boxes_dim, classes_dim}, true), "vocab"));
+    ops.back().math = NamedOp::Math::SoftmaxXent;
     // Smooth L1 over the matched boxes' offsets: a few element-wise operations per value.
-    w.elementwise("box_loss", double(b) * boxes * 4, 4, 2);
-    return w.finish(in * act, double(b) * 4);
+    ops.push_back(elementwise("box_loss", tpusim::act({B, boxes_dim, {"d_kv", 4}}), 4));
+    return ops;
   };
+  derive_work(l, act, false, [maps, act](std::int64_t b) {
+    double in = 0;
+    for (const auto& map : maps) in += map.elements(b);
+    return std::pair{in * act, double(b) * 4};
+  });
   return l;
 }
 

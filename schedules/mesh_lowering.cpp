@@ -54,10 +54,11 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
           collective_task_name(layer + "/" + name, mesh, "all-gather");
     }
   };
-  // A window op on a split image needs its neighbours' edge rows: (window - 1) / 2 of them
-  // from each side, for every split spatial dimension.
+  // A window op on a split image needs its neighbours' edge rows: (kernel - 1) / 2 of them
+  // from each side, for every split spatial dimension (the kernel's extent along it).
   auto halos = [&](std::vector<Event>& into, const NamedOp& op, const std::string& what, Json& row) {
-    if (op.window <= 1 || op.out.dims.size() < 4) return;
+    const int kh = op.window, kw = op.window_w > 0 ? op.window_w : op.window;
+    if ((kh <= 1 && kw <= 1) || op.out.dims.size() < 4) return;
     std::int64_t b = 1, h = 1, w = 1, c = 1;
     for (const auto& d : op.a.dims) {
       if (d.name == "batch") b = s.local(d);
@@ -65,10 +66,10 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
       if (d.name == "width") w = s.local(d);
       if (d.name == "channels") c = s.local(d);
     }
-    for (const auto& [dim, across] :
-         {std::pair{std::string("height"), w}, std::pair{std::string("width"), h}}) {
-      if (s.split(dim) <= 1) continue;
-      const double bytes = double((op.window - 1) / 2) * double(across) * double(c) * double(b) * act;
+    for (const auto& [dim, across, kernel] :
+         {std::tuple{std::string("height"), w, kh}, std::tuple{std::string("width"), h, kw}}) {
+      if (s.split(dim) <= 1 || kernel <= 1) continue;
+      const double bytes = double((kernel - 1) / 2) * double(across) * double(c) * double(b) * act;
       into.push_back(
           Event{Event::Halo, layer + "/" + op.name + " " + what, 0, 0, 0, {s.layout.at(dim)}, bytes, {}});
       row["collectives"].push_back(Json{{"what", op.name + " " + what},

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "models/model.hpp"
-#include "models/work_builder.hpp"
+#include "models/op_lowering.hpp"
 
 using namespace tpusim;
 
@@ -241,14 +241,15 @@ TEST_CASE("AmoebaNet keeps its convolutions' outputs only: ReLUs, sums and pools
 TEST_CASE("a pool keeps nothing; a max pool's gradient reads its input again", "[models][memory]") {
   // 400 inputs, 100 outputs, bf16. Forward: read the input, write the output. Backward: read the
   // output gradient, write the input gradient, and (max) read the input to find the maxima.
-  for (auto kind : {WorkBuilder::Pool::Max, WorkBuilder::Pool::Average}) {
-    WorkBuilder w(2);
-    w.pool("p", 400, 100, 4, kind);
-    const LayerWork work = w.finish(0, 0);
+  // A 20x20 image of one channel pooled 2x2 with stride 2 to 10x10.
+  for (auto kind : {NamedOp::Math::MaxPool, NamedOp::Math::AveragePool}) {
+    NamedOp p = pool("p", 1, 20, 1, 2, 2);
+    p.math = kind;
+    const LayerWork work = lower_work({p}, 2, false, 0, 0);
     REQUIRE(work.forward.size() == 1);
     REQUIRE(work.backward.size() == 1);
     CHECK(work.forward[0].bytes == 500 * 2);
-    CHECK(work.backward[0].bytes == (kind == WorkBuilder::Pool::Max ? 900 : 500) * 2);
+    CHECK(work.backward[0].bytes == (kind == NamedOp::Math::MaxPool ? 900 : 500) * 2);
     CHECK(work.stash_bytes == 0);
     CHECK(work.backward_workspace_bytes == 500 * 2);
   }
