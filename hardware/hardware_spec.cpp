@@ -190,6 +190,7 @@ HardwareSpec parse_hardware(const Json& json, const std::string& context) {
     c.op_overhead_s = r.number("op_overhead_s", 0.0, 1e-2);
     c.fuse_elementwise = r.flag("fuse_elementwise");
     c.allreduce_combine_threshold_bytes = r.number("allreduce_combine_threshold_bytes", 1, 1e12);
+    c.gradient_collectives_overlap_backward = r.flag("gradient_collectives_overlap_backward");
     auto multipass = [&](const std::string& name) {
       MultiPassKernels m;
       m.kernels = r.kernels(name + "_kernels");

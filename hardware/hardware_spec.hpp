@@ -50,6 +50,10 @@ struct CoreSpec {
   /// The compiler combines gradient all-reduces into buffers of about this size (the default
   /// gradient bucket of data parallelism).
   double allreduce_combine_threshold_bytes = 0;
+  /// Weight-gradient reductions start as soon as their gradients are computed, behind the rest of
+  /// the backward (true), or only once the whole backward has finished (false: the compiler
+  /// combines them into all-reduces scheduled at its end).
+  bool gradient_collectives_overlap_backward = true;
   MultiPassKernels normalization_forward;   ///< batch / layer norm: statistics, then normalize
   MultiPassKernels normalization_backward;  ///< gradient statistics, then the input gradient
   MultiPassKernels softmax_forward;         ///< maximum, sum of exponentials, then normalize

@@ -122,8 +122,14 @@ BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional)
         sharded_ ? sim::CollectiveOp::ReduceScatter : sim::CollectiveOp::AllReduce,
         sharded_ ? "gradient_reduce_scatter" : "gradient_allreduce",
         (sharded_ ? "reduce-scatter " : "all-reduce ") + range, group, params * gradient_wire_bytes_, r);
+    // As soon as the bucket's gradients exist, or (the software stack's choice) once the whole
+    // backward has finished.
+    const bool overlap = study.hardware.core.gradient_collectives_overlap_backward;
     for (int c = 0; c < cores; ++c)
-      for (int l = r.first; l < r.last; ++l) g.depend(bwd[c][l], reduce);
+      if (overlap)
+        for (int l = r.first; l < r.last; ++l) g.depend(bwd[c][l], reduce);
+      else
+        g.depend(last_bwd[c], reduce);
     int ready = reduce;
     if (sharded_) {
       // After the reduce-scatter a core keeps only its shard of the gradients.

@@ -306,6 +306,9 @@ class MeshStepPlayer {
     resident_shards();
     for (int l = 0; l < layers_; ++l) play(programs_[std::size_t(l)].forward, l, true);
     for (int l = layers_ - 1; l >= 0; --l) play(programs_[std::size_t(l)].backward, l, false);
+    playing_deferred_ = true;  // after the whole backward
+    for (const auto& [ev, l] : deferred_) play_collective(*ev, l, false);
+    deferred_.clear();
     optimizer_statistics(s);
     updates();
     gather_updated_pieces();
@@ -450,6 +453,13 @@ class MeshStepPlayer {
   }
 
   void play_collective(const Event& ev, int l, bool forward) {
+    // A weight-gradient reduction runs behind the rest of the backward, or (the software stack's
+    // choice) waits until the whole backward has finished.
+    if (ev.kind == Event::GradientAllReduce && !study_.hardware.core.gradient_collectives_overlap_backward &&
+        !forward && !playing_deferred_) {
+      deferred_.push_back({&ev, l});
+      return;
+    }
     using C = sim::CollectiveOp;
     const bool scatter_gradient = ev.kind == Event::GradientAllReduce && sharded_;
     const auto [op, phase] =
@@ -578,6 +588,9 @@ class MeshStepPlayer {
   std::vector<std::vector<Scattered>> scattered_;      ///< per layer
   std::vector<std::vector<int>> updates_;              ///< per layer
   double hardware_flops_ = 0;
+  /// Weight-gradient reductions held back until the backward ends (no overlap).
+  std::vector<std::pair<const Event*, int>> deferred_;
+  bool playing_deferred_ = false;
 };
 
 }  // namespace

@@ -526,3 +526,39 @@ TEST_CASE("a batch-only layout computes forward and backward as long as data par
     CHECK(busy(a, "backward") == Approx(busy(b, "backward")).epsilon(0.02));
   }
 }
+
+TEST_CASE("without overlap a mesh's weight-gradient reductions wait for the whole backward", "[mesh]") {
+  const Json model = Json::parse(
+      R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})");
+  for (bool overlap : {true, false}) {
+    INFO("overlap " << overlap);
+    Study s = mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"batch": 8, "model": 4},
+                                                "layout": {"batch": "batch", "d_ff": "model", "heads": "model"}})"));
+    s.hardware.core.gradient_collectives_overlap_backward = overlap;
+    const BuiltStep step = s.schedule->build(s);
+    REQUIRE_NOTHROW(step.graph.validate());
+    // Each core's last backward task, in its program.
+    std::set<int> last_backward;
+    for (int c = 0; c < s.cores(); ++c) {
+      int last = -1;
+      for (int id : step.graph.program(c))
+        if (step.graph.task(id).phase == "backward") last = id;
+      last_backward.insert(last);
+    }
+    int gradient = 0,
+        after = 0;  // weight-gradient reductions, and those waiting for every core's last backward
+    for (int id = 0; id < step.graph.size(); ++id) {
+      const auto& t = step.graph.task(id);
+      if (t.kind != sim::TaskKind::Collective || t.phase.rfind("weight_gradient", 0) != 0) continue;
+      ++gradient;
+      int waits = 0;
+      for (int p : step.graph.predecessors(id)) waits += last_backward.count(p) ? 1 : 0;
+      after += waits == s.cores() ? 1 : 0;
+    }
+    REQUIRE(gradient > 1);
+    if (overlap)
+      CHECK(after < gradient);
+    else
+      CHECK(after == gradient);
+  }
+}
