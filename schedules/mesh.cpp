@@ -306,9 +306,7 @@ class MeshStepPlayer {
     resident_shards();
     for (int l = 0; l < layers_; ++l) play(programs_[std::size_t(l)].forward, l, true);
     for (int l = layers_ - 1; l >= 0; --l) play(programs_[std::size_t(l)].backward, l, false);
-    playing_deferred_ = true;  // after the whole backward
-    for (const auto& [ev, l] : deferred_) play_collective(*ev, l, false);
-    deferred_.clear();
+    combined_gradient_reductions();
     optimizer_statistics(s);
     updates();
     gather_updated_pieces();
@@ -454,9 +452,9 @@ class MeshStepPlayer {
 
   void play_collective(const Event& ev, int l, bool forward) {
     // A weight-gradient reduction runs behind the rest of the backward, or (the software stack's
-    // choice) waits until the whole backward has finished.
+    // choice) waits until the whole backward has finished, combined with the others.
     if (ev.kind == Event::GradientAllReduce && !study_.hardware.core.gradient_collectives_overlap_backward &&
-        !forward && !playing_deferred_) {
+        !forward) {
       deferred_.push_back({&ev, l});
       return;
     }
@@ -489,6 +487,44 @@ class MeshStepPlayer {
     else
       receive(ev.name, forward,
               std::vector<std::vector<int>>(static_cast<std::size_t>(cores_), std::vector<int>{id}));
+  }
+
+  /// Without overlap: the weight-gradient reductions held back during the backward, after it,
+  /// combined into one collective per set of mesh dimensions (XLA's all-reduce combiner), every
+  /// layer's update waiting for its set's.
+  void combined_gradient_reductions() {
+    std::map<std::vector<std::string>, std::vector<std::pair<const Event*, int>>> by_dims;
+    for (const auto& d : deferred_) by_dims[d.first->mesh_dims].push_back(d);
+    deferred_.clear();
+    using C = sim::CollectiveOp;
+    for (const auto& [dims, events] : by_dims) {
+      double bytes = 0;
+      for (const auto& [ev, l] : events) bytes += ev->bytes;
+      sim::Task t = family_collective(
+          sharded_ ? C::ReduceScatter : C::AllReduce, "weight gradients (combined)", dims,
+          schedule_.groups(dims), sharded_ ? "weight_gradient_reduce_scatter" : "weight_gradient_allreduce",
+          -1, bytes);
+      const double members = double(t.groups.front().size());
+      std::vector<FunctionalRuntime::Closure> parts;
+      for (const auto& [ev, l] : events) {
+        if (sharded_) {  // each core keeps its piece of each reduced gradient
+          const double local = ev->bytes / kWeightBytes;
+          for (int c = 0; c < cores_; ++c)
+            t.memory.push_back({c, sim::MemoryCategory::Gradients,
+                                -kWeightBytes * (local - piece_elements(local, members)), When::End});
+          scattered_[std::size_t(l)].push_back(
+              {{ev->actions.front().op, t.groups}, ev->name, ev->mesh_dims, ev->bytes});
+        }
+        if (exec_) parts.push_back(exec_->collective(t.groups, l, ev->actions.front()));
+      }
+      if (exec_)
+        t.host = [parts] {
+          for (const auto& part : parts) part();
+        };
+      const int id = g_.add(std::move(t));
+      for (int c = 0; c < cores_; ++c) g_.depend(last_[std::size_t(c)], id);
+      for (const auto& [ev, l] : events) gradient_reductions_[std::size_t(l)].push_back(id);
+    }
   }
 
   /// An optimizer statistic over split weights, all-reduced before the layer's update.
@@ -590,7 +626,6 @@ class MeshStepPlayer {
   double hardware_flops_ = 0;
   /// Weight-gradient reductions held back until the backward ends (no overlap).
   std::vector<std::pair<const Event*, int>> deferred_;
-  bool playing_deferred_ = false;
 };
 
 }  // namespace

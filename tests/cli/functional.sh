@@ -34,6 +34,14 @@ for sched in '{"kind":"gpipe","stages":2,"microbatches":4}' '{"kind":"one_f_one_
     n=$((n + 1))
   done
 done
+# Gradient reductions after the backward (no overlap; a mesh combines them): the same gradients.
+sync='hardware={"base":"tpu-v3","override":{"core.gradient_collectives_overlap_backward":false}}'
+for sched in '{"kind":"data_parallel","weight_update":"sharded"}' \
+  '{"kind":"mesh","mesh":{"batch":4,"model":2},"layout":{"batch":"batch","d_ff":"model","heads":"model"}}' \
+  '{"kind":"mesh","mesh":{"batch":4,"model":2},"layout":{"batch":"batch","d_ff":"model","heads":"model"},"weight_update":"sharded"}'; do
+  fingerprint 1e-5 --set "model=$tf" --set optimizer.kind=momentum --set "schedule=$sched" --set "$sync" > /dev/null
+  n=$((n + 1))
+done
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 for i in 1 2; do
   "$tpusim" run "$root/configs/studies/default.json" --set "model=$tf" --set slice=v3-8 --set batch=32 \
