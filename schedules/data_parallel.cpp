@@ -113,6 +113,7 @@ BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional)
 
   Json bucket_json = Json::array();
   double padding_params = 0;
+  int previous_reduce = -1;
   for (std::size_t k = 0; k < buckets.size() && cores > 1; ++k) {
     const LayerRange r = buckets[k];
     const std::string range = "layers " + std::to_string(r.first) + "-" + std::to_string(r.last - 1);
@@ -123,13 +124,15 @@ BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional)
         sharded_ ? "gradient_reduce_scatter" : "gradient_allreduce",
         (sharded_ ? "reduce-scatter " : "all-reduce ") + range, group, params * gradient_wire_bytes_, r);
     // As soon as the bucket's gradients exist, or (the software stack's choice) once the whole
-    // backward has finished.
+    // backward has finished, the combined buckets one after another.
     const bool overlap = study.hardware.core.gradient_collectives_overlap_backward;
     for (int c = 0; c < cores; ++c)
       if (overlap)
         for (int l = r.first; l < r.last; ++l) g.depend(bwd[c][l], reduce);
       else
         g.depend(last_bwd[c], reduce);
+    if (!overlap && previous_reduce >= 0) g.depend(previous_reduce, reduce);
+    previous_reduce = reduce;
     int ready = reduce;
     if (sharded_) {
       // After the reduce-scatter a core keeps only its shard of the gradients.

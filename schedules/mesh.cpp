@@ -490,41 +490,60 @@ class MeshStepPlayer {
   }
 
   /// Without overlap: the weight-gradient reductions held back during the backward, after it,
-  /// combined into one collective per set of mesh dimensions (XLA's all-reduce combiner), every
-  /// layer's update waiting for its set's.
+  /// combined as XLA's all-reduce combiner does.
   void combined_gradient_reductions() {
     std::map<std::vector<std::string>, std::vector<std::pair<const Event*, int>>> by_dims;
     for (const auto& d : deferred_) by_dims[d.first->mesh_dims].push_back(d);
     deferred_.clear();
-    using C = sim::CollectiveOp;
+    // Per set of mesh dimensions, in backward order, combined up to the hardware's combine
+    // threshold (as data parallelism's buckets), one after another: a layer's update waits for
+    // its chunk only.
+    const double threshold = study_.hardware.core.allreduce_combine_threshold_bytes;
     for (const auto& [dims, events] : by_dims) {
-      double bytes = 0;
-      for (const auto& [ev, l] : events) bytes += ev->bytes;
-      sim::Task t = family_collective(
-          sharded_ ? C::ReduceScatter : C::AllReduce, "weight gradients (combined)", dims,
-          schedule_.groups(dims), sharded_ ? "weight_gradient_reduce_scatter" : "weight_gradient_allreduce",
-          -1, bytes);
-      const double members = double(t.groups.front().size());
-      std::vector<FunctionalRuntime::Closure> parts;
-      for (const auto& [ev, l] : events) {
-        if (sharded_) {  // each core keeps its piece of each reduced gradient
-          const double local = ev->bytes / kWeightBytes;
-          for (int c = 0; c < cores_; ++c)
-            t.memory.push_back({c, sim::MemoryCategory::Gradients,
-                                -kWeightBytes * (local - piece_elements(local, members)), When::End});
-          scattered_[std::size_t(l)].push_back(
-              {{ev->actions.front().op, t.groups}, ev->name, ev->mesh_dims, ev->bytes});
-        }
-        if (exec_) parts.push_back(exec_->collective(t.groups, l, ev->actions.front()));
+      int previous = -1;
+      for (std::size_t first = 0; first < events.size();) {
+        std::size_t last = first;
+        double bytes = events[first].first->bytes;
+        while (last + 1 < events.size() && bytes + events[last + 1].first->bytes <= threshold)
+          bytes += events[++last].first->bytes;
+        const int id = combined_reduction(
+            dims, {events.begin() + std::ptrdiff_t(first), events.begin() + std::ptrdiff_t(last) + 1}, bytes);
+        if (previous >= 0) g_.depend(previous, id);
+        previous = id;
+        first = last + 1;
       }
-      if (exec_)
-        t.host = [parts] {
-          for (const auto& part : parts) part();
-        };
-      const int id = g_.add(std::move(t));
-      for (int c = 0; c < cores_; ++c) g_.depend(last_[std::size_t(c)], id);
-      for (const auto& [ev, l] : events) gradient_reductions_[std::size_t(l)].push_back(id);
     }
+  }
+
+  /// One combined weight-gradient reduction of `events` over `dims`, after every core's backward.
+  int combined_reduction(const std::vector<std::string>& dims,
+                         const std::vector<std::pair<const Event*, int>>& events, double bytes) {
+    using C = sim::CollectiveOp;
+    sim::Task t = family_collective(sharded_ ? C::ReduceScatter : C::AllReduce, "weight gradients (combined)",
+                                    dims, schedule_.groups(dims),
+                                    sharded_ ? "weight_gradient_reduce_scatter" : "weight_gradient_allreduce",
+                                    -1, bytes);
+    const double members = double(t.groups.front().size());
+    std::vector<FunctionalRuntime::Closure> parts;
+    for (const auto& [ev, l] : events) {
+      if (sharded_) {  // each core keeps its piece of each reduced gradient
+        const double local = ev->bytes / kWeightBytes;
+        for (int c = 0; c < cores_; ++c)
+          t.memory.push_back({c, sim::MemoryCategory::Gradients,
+                              -kWeightBytes * (local - piece_elements(local, members)), When::End});
+        scattered_[std::size_t(l)].push_back(
+            {{ev->actions.front().op, t.groups}, ev->name, ev->mesh_dims, ev->bytes});
+      }
+      if (exec_) parts.push_back(exec_->collective(t.groups, l, ev->actions.front()));
+    }
+    if (exec_)
+      t.host = [parts] {
+        for (const auto& part : parts) part();
+      };
+    const int id = g_.add(std::move(t));
+    for (int c = 0; c < cores_; ++c) g_.depend(last_[std::size_t(c)], id);
+    for (const auto& [ev, l] : events) gradient_reductions_[std::size_t(l)].push_back(id);
+    return id;
   }
 
   /// An optimizer statistic over split weights, all-reduced before the layer's update.
