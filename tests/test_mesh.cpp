@@ -3,6 +3,7 @@
 #include <set>
 
 #include "schedules/mesh.hpp"
+#include "test_support.hpp"
 
 using namespace tpusim;
 
@@ -542,23 +543,12 @@ TEST_CASE("without overlap a mesh's weight-gradient reductions wait for the whol
     s.hardware.core.gradient_collectives_overlap_backward = overlap;
     const BuiltStep step = s.schedule->build(s);
     REQUIRE_NOTHROW(step.graph.validate());
-    // Each core's last backward task, in its program.
-    std::set<int> last_backward;
-    for (int c = 0; c < s.cores(); ++c) {
-      int last = -1;
-      for (int id : step.graph.program(c))
-        if (step.graph.task(id).phase == "backward") last = id;
-      last_backward.insert(last);
-    }
-    int gradient = 0,
-        after = 0;  // weight-gradient reductions, and those waiting for every core's last backward
+    int gradient = 0, after = 0;  // weight-gradient reductions, and those waiting for the whole backward
     for (int id = 0; id < step.graph.size(); ++id) {
       const auto& t = step.graph.task(id);
       if (t.kind != sim::TaskKind::Collective || t.phase.rfind("weight_gradient", 0) != 0) continue;
       ++gradient;
-      int waits = 0;
-      for (int p : step.graph.predecessors(id)) waits += last_backward.count(p) ? 1 : 0;
-      after += waits == s.cores() ? 1 : 0;
+      after += test::waits_for_whole_backward(step.graph, id) ? 1 : 0;
     }
     REQUIRE(gradient >= 1);
     if (overlap) {

@@ -6,6 +6,7 @@
 #include "hardware/torus.hpp"
 #include "schedules/study.hpp"
 #include "sim/collective_plan.hpp"
+#include "test_support.hpp"
 
 using namespace tpusim;
 
@@ -313,21 +314,11 @@ TEST_CASE("gradient reductions overlap the backward, or wait for all of it (a so
     s.hardware.core.gradient_collectives_overlap_backward = overlap;
     const BuiltStep step = s.schedule->build(s);
     REQUIRE_NOTHROW(step.graph.validate());
-    // Each core's last backward task: its program's last task before the updates.
-    std::set<int> last_backward;
-    for (int c = 0; c < s.cores(); ++c) {
-      int last = -1;
-      for (int id : step.graph.program(c))
-        if (step.graph.task(id).phase == "backward") last = id;
-      last_backward.insert(last);
-    }
     int waiting = 0, collectives = 0;
     for (int id = 0; id < step.graph.size(); ++id) {
       if (step.graph.task(id).kind != sim::TaskKind::Collective) continue;
       ++collectives;
-      int after_last = 0;
-      for (int p : step.graph.predecessors(id)) after_last += last_backward.count(p) ? 1 : 0;
-      waiting += after_last == s.cores() ? 1 : 0;
+      waiting += test::waits_for_whole_backward(step.graph, id) ? 1 : 0;
     }
     REQUIRE(collectives > 1);
     // Overlapping, only the bucket holding the first layers waits for the whole backward.

@@ -1,6 +1,8 @@
 // Helpers shared by the tests: shipped hardware, custom slices, tiny graphs.
 #pragma once
 
+#include <set>
+
 #include "hardware/hardware_spec.hpp"
 #include "sim/task_graph.hpp"
 
@@ -48,6 +50,21 @@ inline sim::Task collective(sim::CollectiveOp op, std::vector<int> group, double
   t.name = "collective";
   t.phase = "allreduce";
   return t;
+}
+
+/// Whether task `id` of `g` waits for every core's last backward task (in its program): it
+/// starts only once the whole backward has finished.
+inline bool waits_for_whole_backward(const sim::TaskGraph& g, int id) {
+  std::set<int> last;
+  for (int c = 0; c < g.cores(); ++c) {
+    int l = -1;
+    for (int t : g.program(c))
+      if (g.task(t).phase == "backward") l = t;
+    if (l >= 0) last.insert(l);
+  }
+  int waits = 0;
+  for (int p : g.predecessors(id)) waits += last.count(p) ? 1 : 0;
+  return waits == int(last.size());
 }
 
 }  // namespace tpusim::test
