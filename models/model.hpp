@@ -47,12 +47,13 @@ struct LayerWork {
 struct Layer {
   std::string name;
   std::vector<std::vector<std::int64_t>> weights;  ///< shapes of the parameter tensors
+  /// The layer, described once: its forward as ops over named dimensions for `batch` examples
+  /// (the backward, what it keeps and the collectives a mesh layout induces follow from them).
+  std::function<std::vector<NamedOp>(std::int64_t batch)> named_ops;
+  /// Its named ops lowered on one core (derive_work in models/op_lowering.hpp).
   std::function<LayerWork(std::int64_t batch)> work;
   /// The host math for functional mode (null when the layer kind has none).
   std::shared_ptr<const LayerFunction> function;
-  /// The forward as ops over named dimensions for `batch` examples (for mesh layouts; empty
-  /// function when the layer kind has none).
-  std::function<std::vector<NamedOp>(std::int64_t batch)> named_ops;
 
   std::int64_t params() const;
 };
