@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -405,16 +404,7 @@ long max_memory_mappings() {
 /// budget, or more simultaneous actors than memory mappings allow (each SimGrid actor's stack
 /// is a mapping plus a guard page; SimGrid aborts the process when it runs out).
 void check_host_resources(const TaskGraph& graph) {
-  const double budget = host_memory_budget();
-  if (budget > 0 && HostFootprint::bytes(graph.cores(), graph.size()) > budget) {
-    char text[400];
-    std::snprintf(text, sizeof text,
-                  "simulating %d cores and %d tasks needs about %.1f GB of host memory, more than the budget "
-                  "of %.1f GB (--max-host-memory; default half of this machine's memory)",
-                  graph.cores(), graph.size(), HostFootprint::bytes(graph.cores(), graph.size()) / 1e9,
-                  budget / 1e9);
-    throw ResourceError(text);
-  }
+  check_host_memory(graph.cores(), graph.size(), true);
   long actors = 1;  // at least one communication actor besides one per core with a program
   for (int c = 0; c < graph.cores(); ++c) actors += graph.program(c).empty() ? 0 : 1;
   const long mappings = max_memory_mappings(), reserve = 2048;  // libraries, heap, SimGrid itself

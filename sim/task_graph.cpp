@@ -47,10 +47,17 @@ std::vector<int> Task::members() const {
 
 namespace {
 double g_host_memory_budget = 0;
+}  // namespace
 
-[[noreturn]] void over_budget(int cores, double tasks) {
+void set_host_memory_budget(double bytes) { g_host_memory_budget = bytes; }
+double host_memory_budget() { return g_host_memory_budget; }
+
+void check_host_memory(int cores, double tasks, bool complete) {
+  if (g_host_memory_budget <= 0 || HostFootprint::bytes(cores, tasks) <= g_host_memory_budget) return;
   char what[160], text[512];
-  if (tasks > 0)
+  if (complete)
+    std::snprintf(what, sizeof what, "%d cores and %.0f tasks", cores, tasks);
+  else if (tasks > 0)
     std::snprintf(what, sizeof what, "%d cores and more than %.0f tasks (the graph was still growing)", cores,
                   tasks);
   else
@@ -62,14 +69,9 @@ double g_host_memory_budget = 0;
                 what, HostFootprint::bytes(cores, tasks) / 1e9, g_host_memory_budget / 1e9);
   throw ResourceError(text);
 }
-}  // namespace
-
-void set_host_memory_budget(double bytes) { g_host_memory_budget = bytes; }
-double host_memory_budget() { return g_host_memory_budget; }
 
 TaskGraph::TaskGraph(int cores) : cores_(cores) {
-  if (g_host_memory_budget > 0 && HostFootprint::bytes(cores, 0) > g_host_memory_budget)
-    over_budget(cores, 0);
+  check_host_memory(cores, 0, false);
   programs_.resize(std::size_t(cores));
   resident_.resize(std::size_t(cores));
   for (auto& r : resident_) r.fill(0.0);
@@ -77,9 +79,7 @@ TaskGraph::TaskGraph(int cores) : cores_(cores) {
 
 int TaskGraph::add(Task task) {
   // Checked every 16,384 tasks: a graph that keeps growing stops at the budget, not past it.
-  if (g_host_memory_budget > 0 && tasks_.size() % 16384 == 16383 &&
-      HostFootprint::bytes(cores_, double(tasks_.size())) > g_host_memory_budget)
-    over_budget(cores_, double(tasks_.size()));
+  if (tasks_.size() % 16384 == 16383) check_host_memory(cores_, double(tasks_.size()), false);
   const int id = int(boost::add_vertex(graph_));
   if (task.kind == TaskKind::Compute && task.core >= 0 && task.core < cores_)
     programs_[task.core].push_back(id);

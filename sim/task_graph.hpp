@@ -84,6 +84,9 @@ struct HostFootprint {
 /// budget, before it has used it.
 void set_host_memory_budget(double bytes);
 double host_memory_budget();
+/// Throws ResourceError, with the estimate, when `cores` and `tasks` need more host memory than
+/// the budget; `complete`: the graph is whole (otherwise it may still grow, or has no tasks yet).
+void check_host_memory(int cores, double tasks, bool complete);
 
 class TaskGraph {
  public:
