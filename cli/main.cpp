@@ -270,6 +270,8 @@ int cmd_describe_hardware(const std::string& name, bool as_json) {
     print_row("", num(m.vpu_ops_per_element, " ops/element"),
               src(std::string("core.") + key + "_vpu_ops_per_element"));
   }
+  print_row("random number (dropout)", num(hw.core.random_number_vpu_ops, " ops/element"),
+            src("core.random_number_vpu_ops_per_element"));
   print_row("pod", std::to_string(hw.pod.chips_x) + "x" + std::to_string(hw.pod.chips_y) + " chips",
             src("pod"));
   std::string names;

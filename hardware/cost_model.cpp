@@ -108,7 +108,8 @@ OpCost CostModel::cost(const Op& op) const {
   } else if (op.multipass) {
     c.vpu_s = op.elements * core_.multipass(*op.multipass).vpu_ops_per_element / core_.vector_ops_per_s();
   } else {
-    c.vpu_s = op.elements * op.ops_per_element / core_.vector_ops_per_s();
+    const double ops = op.ops_per_element + op.random_numbers_per_element * core_.random_number_vpu_ops;
+    c.vpu_s = op.elements * ops / core_.vector_ops_per_s();
   }
   if (op.fusible && core_.fuse_elementwise) {
     // Folded into the producer's pass over the data: its VPU work overlaps the producer's

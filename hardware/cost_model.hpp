@@ -26,9 +26,10 @@ struct Op {
   std::int64_t n = 0;      ///< MatMul: output (column) dimension
   double elements = 0;     ///< Vector: elements processed
   double ops_per_element = 0;
-  double bytes = 0;              ///< HBM bytes moved if the op runs on its own
-  bool fusible = false;          ///< element-wise: fuses into its producer when the core says so
-  bool weight_gradient = false;  ///< backward op computing a weight gradient (vs. an input gradient)
+  double random_numbers_per_element = 0;  ///< Vector: random numbers drawn per element (a dropout mask)
+  double bytes = 0;                       ///< HBM bytes moved if the op runs on its own
+  bool fusible = false;                   ///< element-wise: fuses into its producer when the core says so
+  bool weight_gradient = false;           ///< backward op computing a weight gradient (vs. an input gradient)
   /// Vector work run as several fused kernels (a normalization, a softmax): `bytes` is then one
   /// pass over its tensor, and the core's MultiPassKernels give the passes, the kernels (each
   /// paying the per-op overhead) and the vector operations per element.

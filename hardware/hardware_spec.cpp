@@ -197,6 +197,7 @@ HardwareSpec parse_hardware(const Json& json, const std::string& context) {
       m.vpu_ops_per_element = r.number(name + "_vpu_ops_per_element", 0.0, 1000.0);
       return m;
     };
+    c.random_number_vpu_ops = r.number("random_number_vpu_ops_per_element", 0.0, 1000.0);
     c.normalization_forward = multipass("normalization_forward");
     c.normalization_backward = multipass("normalization_backward");
     c.softmax_forward = multipass("softmax_forward");

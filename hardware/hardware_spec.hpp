@@ -54,6 +54,8 @@ struct CoreSpec {
   /// the backward (true), or only once the whole backward has finished (false: the compiler
   /// combines them into all-reduces scheduled at its end).
   bool gradient_collectives_overlap_backward = true;
+  /// Vector operations to draw one random number (dropout's mask), per element.
+  double random_number_vpu_ops = 0;
   MultiPassKernels normalization_forward;   ///< batch / layer norm: statistics, then normalize
   MultiPassKernels normalization_backward;  ///< gradient statistics, then the input gradient
   MultiPassKernels softmax_forward;         ///< maximum, sum of exponentials, then normalize

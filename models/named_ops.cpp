@@ -35,6 +35,14 @@ NamedOp elementwise(std::string name, NamedTensor a, double ops, NamedTensor bia
   return op;
 }
 
+NamedOp dropout(std::string name, NamedTensor a) {
+  a.keep = true;
+  NamedOp op = elementwise(std::move(name), std::move(a), 3);
+  op.math = NamedOp::Math::Dropout;
+  op.backward_ops = 1;
+  return op;
+}
+
 NamedOp reduction(std::string name, NamedTensor a, std::string reduce_dim, NamedTensor params) {
   NamedOp op;
   op.kind = NamedOp::Kind::Reduction;

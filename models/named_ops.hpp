@@ -72,6 +72,9 @@ struct NamedOp {
                     ///< `scale` * a, positions after the query's (the second-to-last dimension) masked
     MaxPool,        ///< Pool: the window's maximum (its gradient finds it again in the input)
     AveragePool,    ///< Pool: the window's mean (its gradient needs no activation)
+    BiasGelu,       ///< Elementwise: out = gelu(a + b), BERT's tanh approximation (cost only)
+    Dropout,        ///< Elementwise: out = a * mask / keep with a random mask drawn here and kept
+                    ///< for the backward (`a`'s keep flag stands for the mask; cost only)
   };
   Kind kind = Kind::Einsum;
   Math math = Math::Unspecified;
@@ -86,6 +89,7 @@ struct NamedOp {
   int stride = 1;                            ///< Conv, Pool
   std::string skip;                          ///< Residual: the id of the activation added
   double scale = 1;                          ///< CausalSoftmax
+  double backward_ops = 0;                   ///< Elementwise: per element of its gradient (0: `ops`)
   std::vector<NamedTensor> tensors() const;  ///< a, b (if any), out
 };
 
@@ -102,6 +106,9 @@ NamedTensor weight(std::vector<Dim> dims, int copies = 1);
 NamedOp einsum(std::string name, NamedTensor a, NamedTensor b, NamedTensor out);
 NamedOp elementwise(std::string name, NamedTensor a, double ops, NamedTensor bias = {});
 NamedOp reduction(std::string name, NamedTensor a, std::string reduce_dim, NamedTensor params = {});
+/// Dropout of `a` (kept: it stands for the mask, the same shape): a random number, a compare, a
+/// select and a scale per element forward; the gradient multiplies by the mask.
+NamedOp dropout(std::string name, NamedTensor a);
 NamedOp gather(std::string name, NamedTensor ids, NamedTensor table, NamedTensor out);
 /// An activation [batch, height, width, channels].
 NamedTensor image(std::int64_t batch, std::int64_t size, std::int64_t channels, bool keep = false);

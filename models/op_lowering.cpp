@@ -115,6 +115,13 @@ Op forward_op(const NamedOp& op, const Sharding& s, double act) {
     case K::Einsum:
       return local_matmul(op.name, s, op.a, op.b, op.out, act);
     case K::Elementwise:
+      if (op.math == NamedOp::Math::Dropout) {
+        // Fused with its producer but for the mask it writes for the backward: a pass of its own.
+        Op mask = vector_op(op.name, s.local_elements(op.out), op.ops, act, false);
+        mask.random_numbers_per_element = 1;
+        mask.bytes = s.local_elements(op.out) * act;
+        return mask;
+      }
       return vector_op(op.name, s.local_elements(op.out), op.ops, act, true);
     case K::Reduction:
     case K::BatchNorm:
@@ -142,8 +149,15 @@ Op input_gradient_op(const NamedOp& op, const Sharding& s, double act) {
   switch (op.kind) {
     case K::Einsum:
       return local_matmul(op.name + "_da", s, op.out, op.b, op.a, act);
-    case K::Elementwise:
-      return vector_op(op.name + "_grad", s.local_elements(op.out), op.ops, act, true);
+    case K::Elementwise: {
+      const double ops = op.backward_ops > 0 ? op.backward_ops : op.ops;
+      if (op.math == NamedOp::Math::Dropout) {  // reads the kept mask
+        Op mask = vector_op(op.name + "_grad", s.local_elements(op.out), ops, act, false);
+        mask.bytes = s.local_elements(op.out) * act;
+        return mask;
+      }
+      return vector_op(op.name + "_grad", s.local_elements(op.out), ops, act, true);
+    }
     case K::Reduction:
     case K::BatchNorm:
       return norm_or_softmax(op, s, act, true);

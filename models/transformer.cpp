@@ -1,8 +1,9 @@
 // Transformers as sequences of layers: the GPipe paper's Transformer-L (decoder-only, separate
 // input and output embeddings), the MLPerf Transformer-big (encoder-decoder, shared
 // embeddings), and the Mesh-TensorFlow language models (`mesh_lm`, no biases). Pre-norm blocks:
-// self-attention (+ cross-attention in a decoder block of an encoder-decoder) and a ReLU
-// feed-forward; biases and layer norms are counted.
+// self-attention (+ cross-attention in a decoder block of an encoder-decoder) and a ReLU (or
+// BERT's GELU) feed-forward, with dropout where the model asks for it; biases and layer norms
+// are counted.
 #include <cmath>
 
 #include "models/blocks.hpp"
@@ -16,6 +17,9 @@ struct Dims {
   std::int64_t layers = 0, encoder_layers = 0, d_model = 0, d_ff = 0, heads = 0, d_kv = 0, vocab = 0, seq = 0;
   bool biases = true;
   bool shared_embeddings = false;
+  bool gelu = false;  ///< the feed-forward's activation: GELU (BERT) instead of ReLU
+  /// Dropout rates: on the embedding and every sublayer's output, and on attention probabilities.
+  double dropout = 0, attention_dropout = 0;
   /// Positions per sequence the output layer predicts (BERT's masked-LM predicts a few of
   /// them); 0: every position.
   std::int64_t predicted = 0;
@@ -76,8 +80,10 @@ Layer embedding(const std::string& name, const Dims& d, double act, bool owns_ta
   if (owns_table) l.weights = {{d.vocab, d.d_model}};
   l.named_ops = [name, d, owns_table](std::int64_t b) {
     const Dim B{"batch", b}, S{"seq", d.seq}, M{"d_model", d.d_model};
-    return std::vector<NamedOp>{
+    std::vector<NamedOp> ops{
         gather(name, tpusim::act({B, S}), embedding_table(d, owns_table, false), tpusim::act({B, S, M}))};
+    if (d.dropout > 0) ops.push_back(dropout(name + "_dropout", tpusim::act({B, S, M})));
+    return ops;
   };
   derive_work(l, act, true, [d, act, carried_bytes](std::int64_t b) {
     const double t = double(b) * d.seq;
@@ -156,10 +162,14 @@ std::vector<NamedOp> block_named_ops(const Dims& d, std::int64_t b, bool cross) 
     ops.push_back(reduction(p + "_softmax", tpusim::act({B, H, S, Sk}), "seq_k"));
     ops.back().math = NamedOp::Math::CausalSoftmax;
     ops.back().scale = 1.0 / std::sqrt(double(d.d_kv));
+    // With dropout, the context's kept input stands for the probabilities (the softmax's
+    // backward reads them); the dropped ones are recomputed from them and the mask in its fusion.
+    if (d.attention_dropout > 0) ops.push_back(dropout(p + "_attention_dropout", tpusim::act({B, H, S, Sk})));
     ops.push_back(einsum(p + "_context", tpusim::act({B, H, S, Sk}, true),
                          named(tpusim::act({B, Sk, H, K}, true), p + "_v"), tpusim::act({B, S, H, K})));
     ops.push_back(
         einsum(p + "_output", tpusim::act({B, S, H, K}, true), weight({H, K, M}), tpusim::act({B, S, M})));
+    if (d.dropout > 0) ops.push_back(dropout(p + "_dropout", tpusim::act({B, S, M})));
     ops.push_back(elementwise(p + "_residual", tpusim::act({B, S, M}), 2, bias({M})));
     ops.back().math = NamedOp::Math::Residual;
     ops.back().skip = in;
@@ -173,9 +183,19 @@ std::vector<NamedOp> block_named_ops(const Dims& d, std::int64_t b, bool cross) 
   // ffn_in reads the layer norm's output (recomputed); ffn_out's kept input stands for the
   // pre-activation its ReLU is recomputed from (the same size).
   ops.push_back(einsum("ffn_in", tpusim::act({B, S, M}), weight({M, F}), tpusim::act({B, S, F})));
-  ops.push_back(elementwise("ffn_relu", tpusim::act({B, S, F}), 2, bias({F})));
-  ops.back().math = NamedOp::Math::BiasRelu;
+  if (d.gelu) {
+    // gelu(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), BERT's form: with the bias, 10
+    // operations per element (tanh one); its gradient recomputes tanh from the kept input and
+    // takes 17. Unlike ReLU's, it needs its input as well as its output (ffn_out's input).
+    ops.push_back(elementwise("ffn_gelu", tpusim::act({B, S, F}, true), 10, bias({F})));
+    ops.back().math = NamedOp::Math::BiasGelu;
+    ops.back().backward_ops = 17;
+  } else {
+    ops.push_back(elementwise("ffn_relu", tpusim::act({B, S, F}), 2, bias({F})));
+    ops.back().math = NamedOp::Math::BiasRelu;
+  }
   ops.push_back(einsum("ffn_out", tpusim::act({B, S, F}, true), weight({F, M}), tpusim::act({B, S, M})));
+  if (d.dropout > 0) ops.push_back(dropout("ffn_dropout", tpusim::act({B, S, M})));
   ops.push_back(elementwise("ffn_residual", tpusim::act({B, S, M}), 2, bias({M})));
   ops.back().math = NamedOp::Math::Residual;
   ops.back().skip = "ffn_in";
@@ -201,8 +221,10 @@ Model assemble(const Dims& d, double act, const std::string& name) {
   for (std::int64_t i = 0; i < d.layers; ++i)
     m.layers.push_back(block((encdec ? "decoder" : "block") + std::to_string(i), d, act, encdec));
   m.layers.push_back(output(d, act, !d.shared_embeddings));
-  // Functional mode covers the decoder-only model with its own input and output tables.
-  if (!encdec && !d.shared_embeddings && d.predicted_positions() == d.seq) {
+  // Functional mode covers the decoder-only model with its own input and output tables, ReLU and
+  // no dropout.
+  if (!encdec && !d.shared_embeddings && d.predicted_positions() == d.seq && !d.gelu && d.dropout == 0 &&
+      d.attention_dropout == 0) {
     m.layers.front().function = embedding_function(d.vocab, d.d_model, d.seq);
     for (std::size_t i = 1; i + 1 < m.layers.size(); ++i)
       m.layers[i].function = block_function(d.d_model, d.d_ff, d.heads, d.d_kv, d.seq, d.biases);
@@ -227,6 +249,10 @@ Dims read_dims(Fields& f, Problems& problems, const Dims* defaults) {
   d.biases = f.boolean_or("biases", d.biases);
   d.shared_embeddings = f.boolean_or("shared_embeddings", false);
   d.predicted = f.integer_or("predicted_positions", 0, 1, d.seq > 0 ? d.seq : 1);
+  d.gelu = f.string_or("activation", "relu", {"relu", "gelu"}) == "gelu";
+  // A rate of 1 would drop everything: at most 0.99.
+  d.dropout = f.has("dropout") ? f.number("dropout", 0.0, 0.99) : 0.0;
+  d.attention_dropout = f.has("attention_dropout") ? f.number("attention_dropout", 0.0, 0.99) : 0.0;
   if (f.has("d_kv")) {
     d.d_kv = f.integer("d_kv", 1, 1 << 16);
   } else {

@@ -13,7 +13,7 @@ void FunctionalRuntime::check_supported(const Study& study) {
       throw ConfigError(study.file, "model.kind",
                         "\"" + study.model.kind + "\" (layer " + study.model.layers[l].name + ")",
                         "a model functional mode can execute: mlp, or a decoder-only transformer without "
-                        "shared embeddings");
+                        "shared embeddings, with ReLU and no dropout");
     }
   }
   if (!study.optimizer.rule->functional()) {

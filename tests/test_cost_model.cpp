@@ -85,3 +85,13 @@ TEST_CASE("the multi-pass kernels are hardware figures: more passes cost more", 
   core.normalization_forward.kernels = {{1, 0}, {1, 0}, {1, 1}};  // a two-pass variance
   CHECK(CostModel(core).cost(bn).hbm_s == Approx(before * 4 / 3));
 }
+
+TEST_CASE("random numbers cost the core's figure per element on the vector unit", "[cost]") {
+  // Oracle, by hand: 1e8 elements, 3 operations each plus one random number at 5 operations
+  // (the figure set here) = 8e8 operations on 8 x 128 ALUs at 940 MHz.
+  auto core = test::v3().core;
+  core.random_number_vpu_ops = 5;
+  Op drop = vector_op("dropout", 1e8, 3, 2, false);
+  drop.random_numbers_per_element = 1;
+  CHECK(CostModel(core).cost(drop).vpu_s == Approx(8e8 / (8 * 128 * 940e6)));
+}

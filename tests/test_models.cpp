@@ -321,3 +321,54 @@ TEST_CASE("SSD-ResNet34 has its parameters, six maps and 8732 default boxes", "[
   CHECK(first.k == 4 * 4 * 12);
   CHECK(first.m == 150 * 150);
 }
+
+TEST_CASE("dropout keeps its mask and GELU its input: exactly the tensors their backwards read",
+          "[models][memory]") {
+  const std::int64_t b = 2, s = 64, d = 256, ff = 1024, h = 4;
+  const std::string dims =
+      R"("kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 64)";
+  const Model plain = build("{" + dims + "}");
+  const Model hidden = build("{" + dims + R"(, "dropout": 0.1})");
+  const Model attention = build("{" + dims + R"(, "attention_dropout": 0.1})");
+  const Model gelu = build("{" + dims + R"(, "activation": "gelu"})");
+  const double act = 2;  // bf16
+  auto stash = [&](const Model& m, std::size_t layer) { return m.layers[layer].work(b).stash_bytes; };
+  // Two sublayer outputs per block, one embedding output; one [b, h, s, s] mask per attention;
+  // GELU's pre-activation [b, s, d_ff].
+  CHECK(stash(hidden, 1) - stash(plain, 1) == Approx(2.0 * b * s * d * act));
+  CHECK(stash(hidden, 0) - stash(plain, 0) == Approx(1.0 * b * s * d * act));
+  CHECK(stash(attention, 1) - stash(plain, 1) == Approx(1.0 * b * h * s * s * act));
+  CHECK(stash(gelu, 1) - stash(plain, 1) == Approx(1.0 * b * s * ff * act));
+  // No FLOPs change: dropout and GELU are vector work.
+  CHECK(total_flops(hidden, b, false) == Approx(total_flops(plain, b, false)));
+  CHECK(total_flops(gelu, b, true) == Approx(total_flops(plain, b, true)));
+}
+
+TEST_CASE("a dropout writes its mask forward and reads it backward, drawing one random number each",
+          "[models][cost]") {
+  const NamedOp op = dropout("drop", act({{"batch", 4}, {"seq", 8}, {"d_model", 16}}));
+  const double elements = 4 * 8 * 16;
+  const Op fwd = forward_op(op, Sharding::none(), 2);
+  CHECK(fwd.bytes == Approx(elements * 2));
+  CHECK(fwd.random_numbers_per_element == 1);
+  CHECK(fwd.ops_per_element == 3);  // compare, select, scale
+  CHECK_FALSE(fwd.fusible);         // its own pass: the mask is an output of its own
+  const Op bwd = input_gradient_op(op, Sharding::none(), 2);
+  CHECK(bwd.bytes == Approx(elements * 2));
+  CHECK(bwd.ops_per_element == 1);
+  CHECK(bwd.random_numbers_per_element == 0);
+}
+
+TEST_CASE("dropout rates and the activation are validated", "[models]") {
+  for (const char* bad : {R"("dropout": 1)", R"("attention_dropout": -0.1)", R"("activation": "swish")"}) {
+    Problems problems("test");
+    build_model(
+        Json::parse(
+            std::string(
+                R"({"kind": "transformer", "layers": 1, "d_model": 8, "d_ff": 8, "heads": 2, "vocab": 4, "seq_len": 4, )") +
+            bad + "}"),
+        "model", problems);
+    const std::string key = std::string(bad).substr(1, std::string(bad).find('"', 1) - 1);
+    CHECK_THROWS_WITH(problems.throw_if_any(), Catch::Contains("model." + key));
+  }
+}
