@@ -4,6 +4,7 @@
 #include <cmath>
 #include <iostream>
 #include <limits>
+#include <mutex>
 
 #include "cli/child_process.hpp"
 #include "cli/output_file.hpp"
@@ -12,6 +13,7 @@
 #include "reports/plan_report.hpp"
 #include "reports/run_report.hpp"
 #include "schedules/study.hpp"
+#include "sim/collective_plan.hpp"
 
 namespace fs = std::filesystem;
 
@@ -28,7 +30,7 @@ struct Candidate {
   std::string invalid;                 ///< why the study is invalid with this schedule
   double resident_bytes = 0;           ///< the most any core holds all step
   sim::MemoryBreakdown resident_by{};  ///< that core's resident state per memory category
-  double bound_s = 0;                  ///< the busiest core's compute time: no step is shorter
+  double bound_s = 0;  ///< no step is shorter: the longest chain of work, or the busiest core's
   int cores_used = 0;
   bool pruned = false;  ///< resident state over capacity
   bool simulated = false;
@@ -41,6 +43,34 @@ struct Candidate {
 /// The first line of an error's message (a ConfigError's first problem, with its context).
 std::string first_problem(const std::string& what) { return what.substr(0, what.find('\n')); }
 
+/// Collectives a member core waits for before it can compute on (partial sums of a split
+/// layer): its time adds to the core's.
+bool blocking(const sim::Task& t) {
+  return t.kind == sim::TaskKind::Collective &&
+         (t.phase == "tensor_parallel" || t.phase == "activation_allreduce" ||
+          t.phase == "activation_allgather" || t.phase == "activation_reduce_scatter");
+}
+
+/// No collective or transfer is faster: each ring step (each transfer) moves its bytes over one
+/// link at the fastest link bandwidth and pays the shortest latency once (no contention, no
+/// multi-hop route). A compute task takes its time.
+double task_floor(const Study& s, const Torus& torus, const sim::Task& t) {
+  const auto& chip = s.hardware.chip;
+  const double bandwidth = std::max(chip.onchip_bandwidth_bytes_per_s, chip.ici_bandwidth_bytes_per_s);
+  const double latency = std::min(chip.onchip_latency_s, chip.ici_latency_s);
+  if (t.kind == sim::TaskKind::Compute) return t.seconds;
+  if (t.kind == sim::TaskKind::Transfer) return t.bytes > 0 ? t.bytes / bandwidth + latency : 0.0;
+  double floor = 0;
+  for (const auto& phase :
+       sim::plan_collective(torus, chip.cores, t.op, t.collective_groups().front(), t.bytes)) {
+    double slowest = 0;
+    for (const auto& ring : phase.rings)
+      slowest = std::max(slowest, ring.steps * (ring.chunk_bytes / bandwidth + latency));
+    floor += slowest;
+  }
+  return floor;
+}
+
 /// Validates the study with `c.schedule`, builds its graph, and bounds it (no engine).
 void bound(const Json& base, const std::string& file, Candidate& c, double usable) {
   Json j = base;
@@ -49,12 +79,21 @@ void bound(const Json& base, const std::string& file, Candidate& c, double usabl
     const Study s = parse_study(j, file, fs::path(file).parent_path());
     const BuiltStep step = s.schedule->build(s);
     const auto& graph = step.graph;
-    for (int core = 0; core < graph.cores(); ++core) {
-      double busy = 0;
-      for (int id : graph.program(core)) busy += graph.task(id).seconds;
-      if (!graph.program(core).empty()) ++c.cores_used;
-      c.bound_s = std::max(c.bound_s, busy);
+    const Torus torus(s.slice);
+    std::vector<double> floors, busy(std::size_t(graph.cores()), 0.0);
+    for (int id = 0; id < graph.size(); ++id) {
+      const sim::Task& t = graph.task(id);
+      floors.push_back(task_floor(s, torus, t));
+      if (blocking(t))
+        for (int core : t.members()) busy[std::size_t(core)] += floors.back();
     }
+    for (int core = 0; core < graph.cores(); ++core) {
+      for (int id : graph.program(core)) busy[std::size_t(core)] += graph.task(id).seconds;
+      if (!graph.program(core).empty()) ++c.cores_used;
+      c.bound_s = std::max(c.bound_s, busy[std::size_t(core)]);
+    }
+    // The longest chain of dependent work: a pipeline's fill and drain, a core's waits.
+    c.bound_s = std::max(c.bound_s, graph.critical_path(floors));
     if (const int core = graph.most_resident_core(); core >= 0) {
       c.resident_bytes = graph.resident_bytes(core);
       c.resident_by = graph.resident()[std::size_t(core)];
@@ -131,8 +170,8 @@ std::string why(const Candidate& c, const Candidate* best, double threshold) {
            reports::categories_text(c.resident_by) + ")";
   if (!c.error.empty()) return "simulation failed: " + c.error;
   if (!c.simulated)
-    return "slower: its busiest core computes " + reports::human_seconds(c.bound_s) + ", more than " +
-           reports::human_seconds(threshold) + " (the last of the top plans)";
+    return "slower: its longest chain of dependent work takes at least " + reports::human_seconds(c.bound_s) +
+           ", more than " + reports::human_seconds(threshold) + " (the last of the top plans)";
   if (!c.fits()) {
     const Json& r = c.result;
     const Json& at = r["cores"][r["peak_hbm_core"].get<int>()]["hbm_at_peak"];
@@ -266,11 +305,15 @@ int cmd_plan(const PlanOptions& o) {
   }
   const double usable = study.hardware.core.usable_hbm_bytes();
   {
+    // Each candidate's graph is built on its own (-j at a time); results stay in candidate order.
     RunProgress progress("bounding candidates", "candidates");
-    for (std::size_t i = 0; i < all.size(); ++i) {
+    std::mutex lock;
+    int done = 0;
+    parallel_for(all.size(), job_count(o.jobs), [&](std::size_t i) {
       bound(base, o.study, all[i], usable);
-      progress.update(int(i + 1), int(all.size()));
-    }
+      const std::lock_guard<std::mutex> guard(lock);
+      progress.update(++done, int(all.size()));
+    });
   }
   std::cerr << "tpusim plan: " << all.size() << " candidates\n";
   search(o, all);

@@ -77,27 +77,40 @@ void data_parallel(const Study& study, const PlanSpace& space, std::vector<Json>
   }
 }
 
+/// The replicas and micro-batches of K stages of T cores each.
+void pipeline_shapes(const Study& study, const PlanSpace& space, const std::string& kind, std::int64_t k,
+                     std::int64_t t, std::vector<Json>& out) {
+  for (std::int64_t r : powers_of_two(1, study.cores() / (k * t))) {
+    if (!allowed(space.replicas, r) || study.batch % r != 0) continue;
+    const std::int64_t per_replica = study.batch / r;
+    for (std::int64_t m : powers_of_two(1, std::min(per_replica, space.max_microbatches))) {
+      if (!allowed(space.microbatches, m) || per_replica % m != 0) continue;
+      for (bool remat : {true, false})
+        for (const auto& cut : space.partition.value_or(std::vector<std::string>{"memory_aware"}))
+          if (allowed(space.remat, remat)) {
+            Json s{{"kind", kind},      {"stages", k},    {"replicas", r},
+                   {"microbatches", m}, {"remat", remat}, {"partition", cut}};
+            if (t > 1) s["tensor_parallel"] = t;
+            out.push_back(std::move(s));
+          }
+    }
+  }
+}
+
+/// Pipelines: K stages x R replicas x M micro-batches, with and without re-materialization, each
+/// stage on T cores that split its layers (tensor parallelism, for models with d_ff, heads or
+/// vocab dimensions).
 void pipelines(const Study& study, const PlanSpace& space, std::vector<Json>& out) {
   const std::int64_t cores = study.cores(), layers = std::int64_t(study.model.layers.size());
+  const auto dims = named_dimensions(study.model);
+  const bool splittable = dims.count("d_ff") || dims.count("heads") || dims.count("vocab");
   for (const std::string kind : {"gpipe", "one_f_one_b"}) {
     if (!allowed(space.kinds, kind)) continue;
     for (std::int64_t k : powers_of_two(2, std::min(cores, layers))) {
       if (!allowed(space.stages, k)) continue;
-      for (std::int64_t r : powers_of_two(1, cores / k)) {
-        if (!allowed(space.replicas, r) || study.batch % r != 0) continue;
-        const std::int64_t per_replica = study.batch / r;
-        for (std::int64_t m : powers_of_two(1, std::min(per_replica, space.max_microbatches))) {
-          if (!allowed(space.microbatches, m) || per_replica % m != 0) continue;
-          for (bool remat : {true, false})
-            for (const auto& cut : space.partition.value_or(std::vector<std::string>{"memory_aware"}))
-              if (allowed(space.remat, remat))
-                out.push_back({{"kind", kind},
-                               {"stages", k},
-                               {"replicas", r},
-                               {"microbatches", m},
-                               {"remat", remat},
-                               {"partition", cut}});
-        }
+      for (std::int64_t t : powers_of_two(1, splittable ? std::min<std::int64_t>(4, cores / k) : 1)) {
+        if (!allowed(space.tensor_parallel, t)) continue;
+        pipeline_shapes(study, space, kind, k, t, out);
       }
     }
   }
@@ -148,6 +161,8 @@ PlanSpace read_plan_space(const std::string& file) {
     s.microbatches = read_list<std::int64_t>(f, "microbatches", "an integer >= 1");
     s.model_axis =
         read_list<std::int64_t>(f, "model_axis", "an integer >= 1 (cores on the mesh's model axis)");
+    s.tensor_parallel =
+        read_list<std::int64_t>(f, "tensor_parallel", "an integer >= 1 (cores per pipeline stage)");
     s.remat = read_list<bool>(f, "remat", "true or false");
     s.weight_update = read_list<std::string>(f, "weight_update", "\"replicated\" or \"sharded\"");
     s.gradient_dtype = read_list<std::string>(f, "gradient_dtype", "\"fp32\" or \"bf16\"");
@@ -190,7 +205,9 @@ std::string plan_label(const Json& s) {
     return "mesh " + mesh + " " + s.value("weight_update", "replicated");
   }
   return kind + " K=" + s.at("stages").dump() + " R=" + s.value("replicas", Json(1)).dump() +
-         " M=" + s.at("microbatches").dump() + (s.value("remat", false) ? " remat" : "") +
+         " M=" + s.at("microbatches").dump() +
+         (s.contains("tensor_parallel") ? " T=" + s.at("tensor_parallel").dump() : "") +
+         (s.value("remat", false) ? " remat" : "") +
          (s.value("partition", "memory_aware") == "balanced" ? " cost-cut" : "");
 }
 

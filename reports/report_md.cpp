@@ -63,13 +63,22 @@ std::string report_markdown(const Json& j) {
       md << " **Memory, not cost, set the cut**: the cost-balanced partition overflows a stage's HBM, so the "
             "layers are balanced among the partitions whose every stage fits (`partition: memory_aware`).";
     else if (details.value("partition_set_by", "") == "cost (no partition fits)")
-      md << " No partition fits every stage in HBM (`partition: memory_aware`): the cut is the cost-balanced one.";
+      md << " No partition fits every stage in HBM (`partition: memory_aware`): the cut is the cost-balanced "
+            "one.";
     md << " Idle time beyond the ideal comes from that imbalance, from transfers between stages that are not "
           "hidden ("
        << human_seconds(split.value("exposed_transfer", 0.0))
        << " per core on average), from the all-reduce of gradients ("
        << human_seconds(split.value("exposed_collective", 0.0))
-       << ") and from the update; recomputation scheduled early fills part of it.\n\n";
+       << ") and from the update; recomputation scheduled early fills part of it.";
+    const Json& by_phase = j["breakdown"]["communication_by_phase_s"];
+    if (j["study"]["schedule"].contains("tensor_parallel") && by_phase.contains("tensor_parallel"))
+      md << " Each stage runs on " << j["study"]["schedule"]["tensor_parallel"].get<int>()
+         << " cores that split its layers (`tensor_parallel`, over "
+         << j["study"]["schedule"]["tensor_layout"].dump() << "); their partial sums take "
+         << human_seconds(by_phase["tensor_parallel"].get<double>())
+         << " of all-reduces, which count as communication above, not as bubble.";
+    md << "\n\n";
     md << "| stage | layers | parameters | cost per micro-batch | busy | peak HBM |\n| --- | --- | --- | --- "
           "| --- | --- |\n";
     for (const auto& st : details["stages"]) {

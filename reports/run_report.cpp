@@ -92,7 +92,8 @@ double uncovered(const std::vector<Interval>& a, const std::vector<Interval>& b)
 Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::SimResult& r) {
   const int cores = graph.cores();
   const double step = r.step_time_s;
-  std::vector<std::vector<Interval>> busy(cores), waits_transfer(cores), waits_collective(cores);
+  std::vector<std::vector<Interval>> busy(cores), waits_transfer(cores), waits_collective(cores),
+      waits_group(cores);
   std::vector<std::map<std::string, double>> by_phase(cores);
   std::vector<Interval> comm;
   std::map<std::string, std::vector<Interval>> comm_by_phase;
@@ -106,8 +107,10 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
     }
     comm.push_back(iv);
     comm_by_phase[t.phase].push_back(iv);
-    for (int c : t.members())
+    for (int c : t.members()) {
       (t.kind == TaskKind::Transfer ? waits_transfer : waits_collective)[c].push_back(iv);
+      if (t.phase == "tensor_parallel") waits_group[c].push_back(iv);
+    }
   }
   std::vector<int> used;
   int critical = -1;
@@ -133,7 +136,9 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
     split["exposed_transfer"] += t_exposed;
     split["exposed_collective"] += c_exposed;
     split["idle"] += idle - t_exposed - c_exposed;
-    bubble += step > 0 ? idle / step : 0.0;
+    // Waiting for its own stage's partial sums (tensor parallelism) is communication, not bubble.
+    const auto group_exposed = uncovered(merge(waits_group[c]), merge(covered));
+    bubble += step > 0 ? (idle - group_exposed) / step : 0.0;
   }
   const double n_used = std::max<double>(1.0, double(used.size()));
   Json split_json = Json::object();

@@ -99,38 +99,7 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
     return;
   }
   // Every op of every layer must have a legal, evenly divisible layout.
-  for (const auto& layer : study.model.layers) {
-    if (!layer.named_ops) {
-      problems.add("model.kind", Json(study.model.kind),
-                   "a model whose layers are described over named dimensions (transformer, mesh_lm, mlp, or "
-                   "dense layers of sequential)");
-      return;
-    }
-    for (const auto& op : layer.named_ops(study.batch)) {
-      for (const auto& t : op.tensors()) {
-        std::map<std::string, std::string> used;
-        for (const auto& d : t.dims) {
-          if (!layout_.count(d.name)) continue;
-          const std::string& mesh_dim = layout_.at(d.name);
-          if (used.count(mesh_dim)) {
-            problems.add(f.path_of("layout"), *f.value("layout"),
-                         "a layout where no tensor maps two of its dimensions to one mesh dimension: op " +
-                             layer.name + "/" + op.name + " has a tensor " + dims_text(t) + " mapping both " +
-                             used[mesh_dim] + " and " + d.name + " to " + mesh_dim);
-            return;
-          }
-          used[mesh_dim] = d.name;
-          if (d.size % sizes.at(mesh_dim) != 0 && d.name != "height" && d.name != "width") {
-            problems.add(f.path_of("layout") + "." + d.name, Json(mesh_dim),
-                         "a mesh dimension dividing " + d.name + " (" + std::to_string(d.size) + ") in op " +
-                             layer.name + "/" + op.name + ": " + mesh_dim + " has " +
-                             std::to_string(sizes.at(mesh_dim)) + " cores");
-            return;
-          }
-        }
-      }
-    }
-  }
+  check_layout(study, layout_, sizes, f.path_of("layout"), *f.value("layout"), problems);
 }
 
 void MeshSchedule::read_axes(const Json& placement, const std::string& path, const Study& study,

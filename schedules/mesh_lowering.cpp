@@ -300,4 +300,41 @@ std::string dims_text(const NamedTensor& t) {
   return s + "]";
 }
 
+void check_layout(const Study& study, const std::map<std::string, std::string>& layout,
+                  const std::map<std::string, int>& sizes, const std::string& path, const Json& layout_json,
+                  Problems& problems) {
+  for (const auto& layer : study.model.layers) {
+    if (!layer.named_ops) {
+      problems.add("model.kind", Json(study.model.kind),
+                   "a model whose layers are described over named dimensions (transformer, mesh_lm, mlp, or "
+                   "dense layers of sequential)");
+      return;
+    }
+    for (const auto& op : layer.named_ops(study.batch)) {
+      for (const auto& t : op.tensors()) {
+        std::map<std::string, std::string> used;
+        for (const auto& d : t.dims) {
+          if (!layout.count(d.name)) continue;
+          const std::string& mesh_dim = layout.at(d.name);
+          if (used.count(mesh_dim)) {
+            problems.add(path, layout_json,
+                         "a layout where no tensor maps two of its dimensions to one mesh dimension: op " +
+                             layer.name + "/" + op.name + " has a tensor " + dims_text(t) + " mapping both " +
+                             used[mesh_dim] + " and " + d.name + " to " + mesh_dim);
+            return;
+          }
+          used[mesh_dim] = d.name;
+          if (d.size % sizes.at(mesh_dim) != 0 && d.name != "height" && d.name != "width") {
+            problems.add(path + "." + d.name, Json(mesh_dim),
+                         "a mesh dimension dividing " + d.name + " (" + std::to_string(d.size) + ") in op " +
+                             layer.name + "/" + op.name + ": " + mesh_dim + " has " +
+                             std::to_string(sizes.at(mesh_dim)) + " cores");
+            return;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace tpusim::mesh

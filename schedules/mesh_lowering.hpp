@@ -13,6 +13,7 @@
 #include "models/named_ops.hpp"
 #include "models/op_lowering.hpp"
 #include "schedules/mesh_functional.hpp"
+#include "schedules/study.hpp"
 
 namespace tpusim::mesh {
 
@@ -60,5 +61,13 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
 
 /// "[batch, seq, d_model]"
 std::string dims_text(const NamedTensor& t);
+
+/// Adds a problem (at `path`, the layout's JSON path) unless every op of every layer of the
+/// study's model has a legal layout: described over named dimensions, no tensor mapping two of
+/// its dimensions to one mesh dimension, every split dimension but an image's divisible by its
+/// mesh dimension's size.
+void check_layout(const Study& study, const std::map<std::string, std::string>& layout,
+                  const std::map<std::string, int>& sizes, const std::string& path, const Json& layout_json,
+                  Problems& problems);
 
 }  // namespace tpusim::mesh

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "hardware/torus.hpp"
+#include "schedules/mesh_lowering.hpp"
 #include "schedules/partitioner.hpp"
 
 namespace tpusim {
@@ -73,17 +74,19 @@ Pipeline::Pipeline(Order order, Fields& f, const Study& study, Problems& problem
   microbatches_ = int(f.integer("microbatches", 1, 1 << 20));
   remat_ = f.boolean_or("remat", true);
   replicas_ = int(f.integer_or("replicas", 1, 1, 1 << 20));
+  tensor_ = int(f.integer_or("tensor_parallel", 1, 1, 4096));
   if (!problems.empty()) return;
   if (stages_ > layers) {
     problems.add(f.path_of("stages"), Json(stages_),
                  "at most the model's " + std::to_string(layers) + " layers (every stage needs one)");
   }
-  if (std::int64_t(stages_) * replicas_ > study.cores()) {
+  if (std::int64_t(stages_) * replicas_ * tensor_ > study.cores()) {
     problems.add(f.path_of("stages"), Json(stages_),
-                 "stages x replicas (" + std::to_string(std::int64_t(stages_) * replicas_) +
-                     ") at most the " + std::to_string(study.cores()) + " cores of slice " +
-                     study.slice.name);
+                 "stages x replicas x tensor_parallel (" +
+                     std::to_string(std::int64_t(stages_) * replicas_ * tensor_) + ") at most the " +
+                     std::to_string(study.cores()) + " cores of slice " + study.slice.name);
   }
+  read_tensor_parallel(f, study, problems);
   if (study.batch % (std::int64_t(replicas_) * microbatches_) != 0) {
     problems.add(
         "batch", Json(study.batch),
@@ -144,7 +147,55 @@ Pipeline::Pipeline(Order order, Fields& f, const Study& study, Problems& problem
           f.path_of("placement"), *p,
           "\"auto\" or an array of " + std::to_string(replicas_) + " arrays of core ids (one per replica)");
     }
+    if (tensor_ > 1 && p->is_array())
+      problems.add(f.path_of("placement"), *p,
+                   "\"auto\" when tensor_parallel > 1 (each stage's cores are placed together)");
   }
+}
+
+void Pipeline::read_tensor_parallel(Fields& f, const Study& study, Problems& problems) {
+  std::vector<std::string> dims;
+  if (const Json* l = f.optional("tensor_layout")) {
+    const auto& allowed = tensor_parallel_dims();
+    if (!l->is_array() || l->empty())
+      problems.add(f.path_of("tensor_layout"), *l, "a non-empty array of dimensions");
+    for (std::size_t i = 0; l->is_array() && i < l->size(); ++i) {
+      const Json& d = (*l)[i];
+      if (!d.is_string() || std::find(allowed.begin(), allowed.end(), d.get<std::string>()) == allowed.end())
+        problems.add(index_path(f.path_of("tensor_layout"), i), d,
+                     "a dimension that stays inside a layer: d_ff, heads, d_kv or vocab");
+      else
+        dims.push_back(d.get<std::string>());
+    }
+  }
+  if (tensor_ == 1 || !problems.empty()) return;
+  bool named = true;
+  std::set<std::string> present;
+  for (const auto& layer : study.model.layers) {
+    named = named && bool(layer.named_ops);
+    if (!layer.named_ops) break;
+    for (const auto& op : layer.named_ops(1))
+      for (const auto& t : op.tensors())
+        for (const auto& d : t.dims) present.insert(d.name);
+  }
+  for (std::size_t i = 0; i < dims.size(); ++i)
+    if (!present.count(dims[i]))
+      problems.add(index_path(f.path_of("tensor_layout"), i), Json(dims[i]),
+                   "a dimension of the model's ops");
+  if (dims.empty())
+    for (const char* d : {"d_ff", "heads", "vocab"})
+      if (present.count(d)) dims.push_back(d);
+  if (!problems.empty()) return;
+  if (!named || dims.empty()) {
+    problems.add(f.path_of("tensor_parallel"), Json(tensor_),
+                 "1 for this model: splitting a stage over cores needs a model with d_ff, heads or vocab "
+                 "dimensions (transformer, mesh_lm)");
+    return;
+  }
+  sharding_.sizes = {{"model", tensor_}};
+  for (const auto& d : dims) sharding_.layout[d] = "model";
+  mesh::check_layout(study, sharding_.layout, sharding_.sizes, f.path_of("tensor_layout"), Json(dims),
+                     problems);
 }
 
 Json Pipeline::resolved() const {
@@ -155,12 +206,19 @@ Json Pipeline::resolved() const {
          {"replicas", replicas_}};
   j["partition"] = !partition_.empty() ? Json(partition_) : Json(memory_aware_ ? "memory_aware" : "balanced");
   j["placement"] = placement_.empty() ? Json("auto") : Json(placement_);
+  if (tensor_ > 1) {
+    j["tensor_parallel"] = tensor_;
+    Json dims = Json::array();
+    for (const auto& [d, m] : sharding_.layout) dims.push_back(d);
+    j["tensor_layout"] = dims;
+  }
   return j;
 }
 
 Pipeline::Partition Pipeline::partition(const Study& study) const {
   if (!partition_.empty()) return {partition_, "explicit"};
   StepBuilder builder(study, 1);
+  split(builder);
   const std::int64_t b = layer_batch(study);
   std::vector<double> costs;
   for (int l = 0; l < int(study.model.layers.size()); ++l) {
@@ -220,102 +278,192 @@ double Pipeline::stage_peak_bytes(StepBuilder& builder, const Study& study, Laye
   return peak;
 }
 
-std::vector<std::vector<int>> Pipeline::placement(const Study& study) const {
-  if (!placement_.empty()) return placement_;
-  const int cpc = study.hardware.chip.cores;
-  const int chips_per_pipeline = std::max(1, (stages_ + cpc - 1) / cpc);
+std::vector<std::vector<std::vector<int>>> Pipeline::groups(const Study& study) const {
+  std::vector<std::vector<std::vector<int>>> cores(replicas_, std::vector<std::vector<int>>(stages_));
+  if (!placement_.empty()) {
+    for (int r = 0; r < replicas_; ++r)
+      for (int s = 0; s < stages_; ++s) cores[r][s] = {placement_[r][s]};
+    return cores;
+  }
+  const int cpc = study.hardware.chip.cores, per_pipeline = stages_ * tensor_;
+  const int chips_per_pipeline = std::max(1, (per_pipeline + cpc - 1) / cpc);
   const auto order = pipeline_core_order(study.slice, cpc, chips_per_pipeline);
-  std::vector<std::vector<int>> cores(replicas_, std::vector<int>(stages_));
   for (int r = 0; r < replicas_; ++r)
-    for (int s = 0; s < stages_; ++s) cores[r][s] = order[std::size_t(r) * stages_ + s];
+    for (int s = 0; s < stages_; ++s)
+      for (int t = 0; t < tensor_; ++t)
+        cores[r][s].push_back(order[(std::size_t(r) * stages_ + s) * tensor_ + t]);
   return cores;
 }
 
+std::vector<std::vector<int>> Pipeline::placement(const Study& study) const {
+  std::vector<std::vector<int>> first;
+  for (const auto& replica : groups(study)) {
+    first.emplace_back();
+    for (const auto& group : replica) first.back().push_back(group.front());
+  }
+  return first;
+}
+
+namespace {
+
+/// A stage's work item on its group of cores: a compute task per core, then (tensor
+/// parallelism) the collectives over the group one after another; `ends`: what later work waits
+/// for (one task per core, or the group's last collective).
+struct GroupTask {
+  std::vector<int> compute;
+  std::vector<int> ends;
+  int end(int t) const { return ends.size() == 1 ? ends[0] : ends[std::size_t(t)]; }
+};
+using StageTasks = std::vector<std::vector<std::vector<GroupTask>>>;  // [replica][stage][micro-batch]
+
+/// The collectives of each of a group's items, in its program order; each item's compute waits
+/// for the previous item's collectives (a core cannot run on before its partial sums arrive).
+void group_collectives(StepBuilder& builder, const std::vector<int>& group, LayerRange range, std::int64_t b,
+                       const std::vector<Item>& program, int stage, std::vector<GroupTask*> items) {
+  const LayerCost c = builder.cost(range, b);
+  auto& g = builder.graph();
+  const GroupTask* previous = nullptr;
+  for (std::size_t i = 0; i < program.size(); ++i) {
+    GroupTask& task = *items[i];
+    const auto& list = program[i].kind == Item::Backward ? c.backward_collectives : c.forward_collectives;
+    task.ends = task.compute;
+    if (group.size() > 1 && !list.empty()) {
+      int last = -1;
+      for (const auto& col : list) {
+        const int id = builder.collective(
+            col.op, "tensor_parallel",
+            std::string(sim::to_string(col.op)) + " stage " + std::to_string(stage) + " mb" +
+                std::to_string(program[i].micro_batch) + " core " + std::to_string(group.front()),
+            group, col.bytes, range);
+        g.task(id).stage = stage;
+        g.task(id).micro_batch = program[i].micro_batch;
+        for (int dep : last >= 0 ? std::vector<int>{last} : task.compute) g.depend(dep, id);
+        last = id;
+      }
+      task.ends = {last};
+    }
+    if (previous && previous->ends.size() == 1 && group.size() > 1)
+      for (int t : task.compute) g.depend(previous->ends[0], t);
+    previous = &task;
+  }
+}
+
+}  // namespace
+
 BuiltStep Pipeline::build(const Study& study, FunctionalRuntime* functional) const {
+  if (functional && tensor_ > 1)
+    throw ConfigError(study.file, "schedule.tensor_parallel", std::to_string(tensor_),
+                      "1 in functional mode (it runs a stage's layers whole on one core)");
   const int K = stages_, M = microbatches_, R = replicas_;
   const std::int64_t b = layer_batch(study);
   const Partition cut = partition(study);
   const auto& sizes = cut.sizes;
-  const auto cores = placement(study);
+  const auto cores = groups(study);
   std::vector<LayerRange> ranges;
   for (int s = 0, first = 0; s < K; first += sizes[s], ++s) ranges.push_back({first, first + sizes[s]});
   const Keep keep = remat_ ? Keep::Input : Keep::All;
 
   StepBuilder builder(study, study.cores(), functional);
+  split(builder);
   // Every compute task first, in each stage's program order (a core's program is the order its
   // tasks are added); dependencies afterwards.
-  std::vector<std::vector<std::vector<int>>> F(R, std::vector<std::vector<int>>(K, std::vector<int>(M))),
-      Rc = F, B = F;
-  std::vector<std::vector<int>> last_backward(R, std::vector<int>(K, -1));
+  StageTasks F(R, std::vector<std::vector<GroupTask>>(K, std::vector<GroupTask>(M))), Rc = F, B = F;
   for (int r = 0; r < R; ++r)
     for (int s = 0; s < K; ++s) {
-      const int core = cores[r][s];
-      builder.resident_weights(core, ranges[s], 1.0);
+      for (int core : cores[r][s]) builder.resident_weights(core, ranges[s], 1.0);
       bool first_backward = true;
-      for (const Item& it : stage_program(order_, s, K, M, remat_)) {
+      const auto program = stage_program(order_, s, K, M, remat_);
+      std::vector<GroupTask*> items;
+      for (const Item& it : program) {
         const Labels labels{s, it.micro_batch, (std::int64_t(r) * M + it.micro_batch) * b};
-        switch (it.kind) {
-          case Item::Forward:
-            F[r][s][it.micro_batch] = builder.forward(core, ranges[s], b, -1, keep, labels);
-            break;
-          case Item::Recompute:
-            Rc[r][s][it.micro_batch] = builder.recompute(core, ranges[s], b, -1, labels);
-            break;
-          case Item::Backward:
-            B[r][s][it.micro_batch] = last_backward[r][s] =
-                builder.backward(core, ranges[s], b, -1, keep, first_backward, labels);
-            first_backward = false;
-            break;
+        GroupTask& task = (it.kind == Item::Forward     ? F
+                           : it.kind == Item::Recompute ? Rc
+                                                        : B)[r][s][it.micro_batch];
+        for (int core : cores[r][s]) {
+          if (it.kind == Item::Forward)
+            task.compute.push_back(builder.forward(core, ranges[s], b, -1, keep, labels));
+          else if (it.kind == Item::Recompute)
+            task.compute.push_back(builder.recompute(core, ranges[s], b, -1, labels));
+          else
+            task.compute.push_back(builder.backward(core, ranges[s], b, -1, keep, first_backward, labels));
         }
+        first_backward = first_backward && it.kind != Item::Backward;
+        items.push_back(&task);
       }
+      group_collectives(builder, cores[r][s], ranges[s], b, program, s, items);
     }
   auto& g = builder.graph();
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < M; ++m)
-      for (int s = 0; s < K; ++s) {
-        const Labels labels{s, m, (std::int64_t(r) * M + m) * b};
-        if (s > 0) {
-          const double bytes = builder.cost(ranges[s - 1], b).output_bytes;
-          g.depend(builder.transfer(cores[r][s - 1], cores[r][s], bytes, F[r][s - 1][m],
-                                    "activation_transfer", labels, ranges[s].first, false),
-                   F[r][s][m]);
+      for (int s = 0; s < K; ++s)
+        for (std::size_t t = 0; t < cores[r][s].size(); ++t) {
+          const int ti = int(t);
+          const Labels labels{s, m, (std::int64_t(r) * M + m) * b};
+          if (s > 0) {
+            const double bytes = builder.cost(ranges[s - 1], b).output_bytes;
+            g.depend(builder.transfer(cores[r][s - 1][t], cores[r][s][t], bytes, F[r][s - 1][m].end(ti),
+                                      "activation_transfer", labels, ranges[s].first, false),
+                     F[r][s][m].compute[t]);
+          }
+          if (s < K - 1) {
+            const double bytes = builder.cost(ranges[s], b).output_bytes;
+            g.depend(builder.transfer(cores[r][s + 1][t], cores[r][s][t], bytes, B[r][s + 1][m].end(ti),
+                                      "gradient_transfer", labels, ranges[s].last, true),
+                     B[r][s][m].compute[t]);
+          } else {
+            g.depend(F[r][s][m].end(ti), B[r][s][m].compute[t]);
+          }
+          if (remat_) {
+            g.depend(F[r][s][m].end(ti), Rc[r][s][m].compute[t]);
+            g.depend(Rc[r][s][m].end(ti), B[r][s][m].compute[t]);
+          }
         }
-        if (s < K - 1) {
-          const double bytes = builder.cost(ranges[s], b).output_bytes;
-          g.depend(builder.transfer(cores[r][s + 1], cores[r][s], bytes, B[r][s + 1][m], "gradient_transfer",
-                                    labels, ranges[s].last, true),
-                   B[r][s][m]);
-        } else {
-          g.depend(F[r][s][m], B[r][s][m]);
-        }
-        if (remat_) {
-          g.depend(F[r][s][m], Rc[r][s][m]);
-          g.depend(Rc[r][s][m], B[r][s][m]);
-        }
-      }
 
-  // Gradients of each stage all-reduced across the replicas, then the update.
+  // The last backward of each core (GPipe: micro-batch 0; 1F1B: the last one).
+  auto last_backward = [&](int r, int s, int t) {
+    const auto program = stage_program(order_, s, K, M, remat_);
+    return B[r][s][program.back().micro_batch].end(t);
+  };
+  // Gradients of each stage all-reduced across the replicas (each core's shard with the same
+  // shard of the other replicas), then the update.
   Json stages_json = Json::array();
   for (int s = 0; s < K; ++s) {
-    int allreduce = -1;
-    if (R > 1) {
-      std::vector<int> group;
-      for (int r = 0; r < R; ++r) group.push_back(cores[r][s]);
-      allreduce = builder.collective(sim::CollectiveOp::AllReduce, "gradient_allreduce",
-                                     "allreduce stage " + std::to_string(s), group,
-                                     builder.gradient_bytes(ranges[s]), ranges[s]);
-      g.task(allreduce).stage = s;
-      for (int r = 0; r < R; ++r) g.depend(last_backward[r][s], allreduce);
-    }
-    for (int r = 0; r < R; ++r) {
-      const int upd = builder.update(cores[r][s], ranges[s], 1.0, Labels{s, -1});
-      g.depend(allreduce >= 0 ? allreduce : last_backward[r][s], upd);
-    }
+    const int T = int(cores[0][s].size());
     const LayerCost c = builder.cost(ranges[s], b);
+    std::vector<std::vector<int>> after(R, std::vector<int>(T));
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) after[r][t] = last_backward(r, s, t);
+    if (c.group_gradient_bytes > 0 && T > 1)
+      for (int r = 0; r < R; ++r) {
+        const int id = builder.collective(sim::CollectiveOp::AllReduce, "gradient_allreduce",
+                                          "tensor gradient allreduce stage " + std::to_string(s), cores[r][s],
+                                          c.group_gradient_bytes, ranges[s]);
+        g.task(id).stage = s;
+        for (int t = 0; t < T; ++t) g.depend(after[r][t], id);
+        std::fill(after[r].begin(), after[r].end(), id);
+      }
+    for (int t = 0; t < T; ++t) {
+      int allreduce = -1;
+      if (R > 1) {
+        std::vector<int> group;
+        for (int r = 0; r < R; ++r) group.push_back(cores[r][s][t]);
+        allreduce = builder.collective(
+            sim::CollectiveOp::AllReduce, "gradient_allreduce",
+            "allreduce stage " + std::to_string(s) + (T > 1 ? " shard " + std::to_string(t) : ""), group,
+            builder.gradient_bytes(ranges[s]), ranges[s]);
+        g.task(allreduce).stage = s;
+        for (int r = 0; r < R; ++r) g.depend(after[r][t], allreduce);
+      }
+      for (int r = 0; r < R; ++r) {
+        const int upd = builder.update(cores[r][s][t], ranges[s], 1.0, Labels{s, -1});
+        g.depend(allreduce >= 0 ? allreduce : after[r][t], upd);
+      }
+    }
     std::int64_t params = 0;
     for (int l = ranges[s].first; l < ranges[s].last; ++l) params += study.model.layers[l].params();
     Json stage_cores = Json::array();
-    for (int r = 0; r < R; ++r) stage_cores.push_back(cores[r][s]);
+    for (int r = 0; r < R; ++r)  // replica by replica, each group's cores in turn
+      for (int core : cores[r][s]) stage_cores.push_back(core);
     stages_json.push_back(Json{{"stage", s},
                                {"layers", {ranges[s].first, ranges[s].last - 1}},
                                {"first_layer", study.model.layers[ranges[s].first].name},
@@ -341,7 +489,7 @@ BuiltStep Pipeline::build(const Study& study, FunctionalRuntime* functional) con
                       {"stage_imbalance", total > 0 ? largest / (total / K) - 1.0 : 0.0},
                       {"partition_set_by", cut.set_by},
                       {"stages", stages_json},
-                      {"placement", cores}};
+                      {"placement", tensor_ > 1 ? Json(cores) : Json(placement(study))}};
   return step;
 }
 

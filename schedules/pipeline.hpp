@@ -7,6 +7,7 @@
 #pragma once
 
 #include "schedules/step_builder.hpp"
+#include "schedules/tensor_parallel.hpp"
 
 namespace tpusim {
 
@@ -17,7 +18,9 @@ class Pipeline : public Schedule {
     OneFOneB,  ///< warm-up forwards, then one forward / one backward, then drain
   };
 
-  /// Reads "stages", "microbatches", "remat", "replicas", "partition", "placement".
+  /// Reads "stages", "microbatches", "remat", "replicas", "partition", "placement",
+  /// "tensor_parallel" (cores per stage, default 1) and "tensor_layout" (the tensor dimensions
+  /// a stage's cores split: default those of d_ff, heads and vocab the model has).
   Pipeline(Order order, Fields& fields, const Study& study, Problems& problems);
   BuiltStep build(const Study& study, FunctionalRuntime* functional = nullptr) const override;
   Json resolved() const override;
@@ -39,8 +42,10 @@ class Pipeline : public Schedule {
   /// tasks run one at a time, so walking its program with each task's memory effects
   /// (StepBuilder's forward, recompute, backward) gives the engine's peak for that core.
   double stage_peak_bytes(StepBuilder& builder, const Study& study, LayerRange range, int stage) const;
-  /// Core of each (replica, stage).
+  /// Core of each (replica, stage): the first of its group.
   std::vector<std::vector<int>> placement(const Study& study) const;
+  /// Cores of each (replica, stage): `tensor_parallel` of them.
+  std::vector<std::vector<std::vector<int>>> groups(const Study& study) const;
 
  private:
   Order order_;
@@ -51,6 +56,14 @@ class Pipeline : public Schedule {
   std::vector<int> partition_;  ///< explicit, or empty for "balanced"/"memory_aware"
   bool memory_aware_ = false;
   std::vector<std::vector<int>> placement_;  ///< explicit, or empty for "auto"
+  int tensor_ = 1;                           ///< cores per stage
+  StageSharding sharding_;                   ///< how they split its layers (tensor_ > 1)
+
+  void read_tensor_parallel(Fields& f, const Study& study, Problems& problems);
+  /// A builder whose layer costs are one core's share of a stage.
+  void split(StepBuilder& builder) const {
+    if (tensor_ > 1) builder.split_layers(sharding_);
+  }
 };
 
 /// Cores in the order "auto" placement fills them: the torus tiled by rectangles of

@@ -1,6 +1,7 @@
 #include "schedules/step_builder.hpp"
 
 #include "schedules/functional_runtime.hpp"
+#include "schedules/tensor_parallel.hpp"
 
 namespace tpusim {
 
@@ -12,12 +13,25 @@ StepBuilder::StepBuilder(const Study& study, int cores, FunctionalRuntime* funct
     : study_(study), functional_(functional), cost_model_(study.hardware.core), graph_(cores) {
   for (const auto& layer : study.model.layers)
     update_s_.push_back(cost_model_.cost(study.optimizer.update_op(layer)).seconds);
+  weight_fraction_.assign(study.model.layers.size(), 1.0);
+}
+
+void StepBuilder::split_layers(const StageSharding& s) {
+  sharding_ = &s;
+  cache_.clear();
+  for (std::size_t l = 0; l < weight_fraction_.size(); ++l)
+    weight_fraction_[l] = cost(int(l), 1).weight_fraction;
 }
 
 const LayerCost& StepBuilder::cost(int layer, std::int64_t batch) {
   auto key = std::make_pair(layer, batch);
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
+  if (sharding_)
+    return cache_
+        .emplace(key, sharded_layer_cost(study_.model.layers[layer], batch, *sharding_, cost_model_,
+                                         study_.model.activation_bytes, layer == 0))
+        .first->second;
   const LayerWork w = study_.model.layers[layer].work(batch);
   LayerCost c;
   for (const auto& op : w.forward) {
@@ -51,12 +65,17 @@ LayerCost StepBuilder::cost(LayerRange layers, std::int64_t batch) {
     sum.forward_hardware_flops += c.forward_hardware_flops;
     sum.backward_hardware_flops += c.backward_hardware_flops;
     sum.stash_bytes += c.stash_bytes;
+    sum.forward_collectives.insert(sum.forward_collectives.end(), c.forward_collectives.begin(),
+                                   c.forward_collectives.end());
+    sum.group_gradient_bytes += c.group_gradient_bytes;
     // Under re-materialization a layer's activations exist only while it computes.
     sum.workspace_bytes = std::max(sum.workspace_bytes, c.workspace_bytes);
   }
   double freed = 0;  // kept by the layers whose backward has run
   for (int l = layers.last - 1; l >= layers.first; --l) {
     const LayerCost& c = cost(l, batch);
+    sum.backward_collectives.insert(sum.backward_collectives.end(), c.backward_collectives.begin(),
+                                    c.backward_collectives.end());
     sum.backward_workspace_bytes = std::max(sum.backward_workspace_bytes, c.backward_workspace_bytes - freed);
     freed += c.stash_bytes;
   }
@@ -70,7 +89,7 @@ LayerCost StepBuilder::cost(LayerRange layers, std::int64_t batch) {
 double StepBuilder::gradient_bytes(LayerRange layers) const {
   double bytes = 0;
   for (int l = layers.first; l < layers.last; ++l)
-    bytes += kWeightBytes * double(study_.model.layers[l].params());
+    bytes += kWeightBytes * double(study_.model.layers[l].params()) * weight_fraction_[std::size_t(l)];
   return bytes;
 }
 
@@ -78,9 +97,10 @@ void StepBuilder::resident_weights(int core, LayerRange layers, double slot_frac
   if (functional_) functional_->hold(core, layers);
   for (int l = layers.first; l < layers.last; ++l) {
     const Layer& layer = study_.model.layers[l];
-    graph_.resident(core, MemoryCategory::Weights, kWeightBytes * double(layer.params()));
+    const double share = weight_fraction_[std::size_t(l)];
+    graph_.resident(core, MemoryCategory::Weights, kWeightBytes * double(layer.params()) * share);
     graph_.resident(core, MemoryCategory::Optimizer,
-                    kWeightBytes * study_.optimizer.slot_elements(layer) * slot_fraction);
+                    kWeightBytes * study_.optimizer.slot_elements(layer) * slot_fraction * share);
   }
 }
 
@@ -206,7 +226,7 @@ int StepBuilder::update(int core, LayerRange layers, double fraction, Labels lab
   for (int l = layers.first; l < layers.last; ++l) {
     // The update's duration scales with the shard; the fixed per-op overhead does not.
     const double overhead = study_.hardware.core.op_overhead_s;
-    t.seconds += (update_s_[l] - overhead) * fraction + overhead;
+    t.seconds += (update_s_[l] - overhead) * fraction * weight_fraction_[std::size_t(l)] + overhead;
   }
   // The gradients it consumes: the whole buffer, or the shard a reduce-scatter left.
   t.memory.push_back({core, MemoryCategory::Gradients, -gradient_bytes(layers) * fraction, When::End});

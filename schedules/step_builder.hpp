@@ -12,6 +12,12 @@
 
 namespace tpusim {
 
+/// A collective over a stage's group of cores (tensor parallelism): what it does, bytes per core.
+struct GroupCollective {
+  sim::CollectiveOp op = sim::CollectiveOp::AllReduce;
+  double bytes = 0;
+};
+
 /// A layer's cost for one batch size on one core.
 struct LayerCost {
   double forward_s = 0, backward_s = 0;
@@ -23,6 +29,12 @@ struct LayerCost {
   /// goes, holds at its peak beyond the activations kept at its start:
   /// max over l of (layer l's transient - what the layers after l kept), at least 0.
   double backward_workspace_bytes = 0;
+  /// Split over a group of cores (tensor parallelism): the blocking collectives of its forward and
+  /// backward in program order, weight-gradient reductions within the group (bytes per core),
+  /// and a core's share of the weights.
+  std::vector<GroupCollective> forward_collectives, backward_collectives;
+  double group_gradient_bytes = 0;
+  double weight_fraction = 1;
 };
 
 /// Layers [first, last).
@@ -44,6 +56,7 @@ struct Labels {
 };
 
 class FunctionalRuntime;
+struct StageSharding;
 
 class StepBuilder {
  public:
@@ -51,6 +64,9 @@ class StepBuilder {
   StepBuilder(const Study& study, int cores, FunctionalRuntime* functional = nullptr);
 
   sim::TaskGraph& graph() { return graph_; }
+  /// Every layer from now on split over a group of cores (tensor parallelism): costs, weights,
+  /// gradients and updates are one core's share (`s` outlives the builder).
+  void split_layers(const StageSharding& s);
   const LayerCost& cost(int layer, std::int64_t batch);
   /// The summed cost of a range of layers (stash and time add up; workspace is the largest).
   LayerCost cost(LayerRange layers, std::int64_t batch);
@@ -98,6 +114,8 @@ class StepBuilder {
   sim::TaskGraph graph_;
   std::map<std::pair<int, std::int64_t>, LayerCost> cache_;
   std::vector<double> update_s_;  // per layer, full update on one core
+  const StageSharding* sharding_ = nullptr;
+  std::vector<double> weight_fraction_;  // per layer, a core's share of its weights
   double hardware_flops_ = 0;
 };
 

@@ -1,5 +1,6 @@
 #include "sim/task_graph.hpp"
 
+#include <boost/graph/dag_shortest_paths.hpp>
 #include <boost/graph/topological_sort.hpp>
 #include <cmath>
 #include <cstdio>
@@ -185,6 +186,28 @@ double TaskGraph::resident_bytes(int core) const {
   double bytes = 0;
   for (double b : resident_[std::size_t(core)]) bytes += b;
   return bytes;
+}
+
+double TaskGraph::critical_path(const std::vector<double>& seconds) const {
+  // Shortest paths with each edge weighing minus its source's duration are minus the longest
+  // chains; vertex n is a source before every task.
+  using Weighted = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, boost::no_property,
+                                         boost::property<boost::edge_weight_t, double>>;
+  const int n = size();
+  Weighted g(std::size_t(n) + 1);
+  for (auto [it, end] = boost::edges(graph_); it != end; ++it) {
+    const auto u = boost::source(*it, graph_);
+    boost::add_edge(u, boost::target(*it, graph_), -seconds[u], g);
+  }
+  for (const auto& program : programs_)
+    for (std::size_t i = 1; i < program.size(); ++i)
+      boost::add_edge(program[i - 1], program[i], -seconds[std::size_t(program[i - 1])], g);
+  for (int v = 0; v < n; ++v) boost::add_edge(n, v, 0.0, g);
+  std::vector<double> distance(std::size_t(n) + 1);
+  boost::dag_shortest_paths(g, n, boost::distance_map(distance.data()));
+  double longest = 0;
+  for (int v = 0; v < n; ++v) longest = std::max(longest, seconds[std::size_t(v)] - distance[std::size_t(v)]);
+  return longest;
 }
 
 }  // namespace tpusim::sim

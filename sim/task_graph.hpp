@@ -114,6 +114,10 @@ class TaskGraph {
   /// What `core` holds all step, over every category.
   double resident_bytes(int core) const;
 
+  /// The longest chain of task durations (`seconds`, one per task) through the dependencies and
+  /// every core's program order: no run of the graph ends sooner, whatever its contention.
+  double critical_path(const std::vector<double>& seconds) const;
+
   /// Throws SimulationError unless: every task is well formed (cores in range, groups of
   /// distinct cores, non-negative sizes), the dependencies with each core's program order form
   /// a DAG (otherwise the engine would deadlock), and every core's memory effects over the

@@ -1,6 +1,7 @@
 // Pipeline schedules without the engine: partitioner, placement, program order, validation.
 #include <catch2/catch.hpp>
 #include <random>
+#include <set>
 
 #include "hardware/torus.hpp"
 #include "schedules/partitioner.hpp"
@@ -172,7 +173,9 @@ TEST_CASE("auto placement lines replicas up so stage groups form torus lines", "
 }
 
 TEST_CASE("GPipe program order: all forwards, then backwards last micro-batch first", "[pipeline]") {
-  const Study s = pipeline_study(R"({"kind": "gpipe", "stages": 2, "microbatches": 3, "remat": true, "placement": [[0, 1]]})", "v3-32", 48);
+  const Study s = pipeline_study(
+      R"({"kind": "gpipe", "stages": 2, "microbatches": 3, "remat": true, "placement": [[0, 1]]})", "v3-32",
+      48);
   const BuiltStep step = s.schedule->build(s);
   REQUIRE_NOTHROW(step.graph.validate());
   std::vector<std::string> program;
@@ -184,7 +187,8 @@ TEST_CASE("GPipe program order: all forwards, then backwards last micro-batch fi
 }
 
 TEST_CASE("1F1B program order: warm-up, one forward one backward, drain", "[pipeline]") {
-  const Study s = pipeline_study(R"({"kind": "one_f_one_b", "stages": 3, "microbatches": 4, "remat": false, "placement": [[0, 1, 2]]})");
+  const Study s = pipeline_study(
+      R"({"kind": "one_f_one_b", "stages": 3, "microbatches": 4, "remat": false, "placement": [[0, 1, 2]]})");
   const BuiltStep step = s.schedule->build(s);
   REQUIRE_NOTHROW(step.graph.validate());
   auto program = [&](int core) {
@@ -228,13 +232,90 @@ TEST_CASE("pipeline settings are validated against the study", "[pipeline][confi
     INFO(schedule);
     CHECK_THROWS_WITH(pipeline_study(schedule, "v3-32", batch), Catch::Contains(path));
   };
-  fails(R"({"kind": "gpipe", "stages": 17, "microbatches": 4})", 64, "schedule.stages: found 17");            // > layers
-  fails(R"({"kind": "gpipe", "stages": 8, "microbatches": 4, "replicas": 8})", 64, "schedule.stages");     // > cores
-  fails(R"({"kind": "gpipe", "stages": 2, "microbatches": 5})", 64, "batch: found 64");                    // divisibility
-  fails(R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "partition": [3, 3]})", 64, "schedule.partition");
-  fails(R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "partition": [16, 0]})", 64, "schedule.partition[1]");
-  fails(R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "placement": [[0, 0]]})", 64, "schedule.placement[0][1]");
-  fails(R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "placement": [[0, 99]]})", 64, "schedule.placement[0][1]");
+  fails(R"({"kind": "gpipe", "stages": 17, "microbatches": 4})", 64,
+        "schedule.stages: found 17");  // > layers
+  fails(R"({"kind": "gpipe", "stages": 8, "microbatches": 4, "replicas": 8})", 64,
+        "schedule.stages");                                                              // > cores
+  fails(R"({"kind": "gpipe", "stages": 2, "microbatches": 5})", 64, "batch: found 64");  // divisibility
+  fails(R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "partition": [3, 3]})", 64,
+        "schedule.partition");
+  fails(R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "partition": [16, 0]})", 64,
+        "schedule.partition[1]");
+  fails(R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "placement": [[0, 0]]})", 64,
+        "schedule.placement[0][1]");
+  fails(R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "placement": [[0, 99]]})", 64,
+        "schedule.placement[0][1]");
   fails(R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "remat": "yes"})", 64, "schedule.remat");
   fails(R"({"kind": "gpipe", "stages": 2})", 64, "schedule.microbatches: found missing");
+}
+
+TEST_CASE("tensor-parallel stages: groups on one chip, weights split, partial sums over the group",
+          "[pipeline][tensor_parallel]") {
+  // 14 layers (embedding, 12 blocks, output) in 2 stages x 2 replicas x 2 cores per stage on v3-32.
+  const Study s = pipeline_study(
+      R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "replicas": 2, "tensor_parallel": 2, "remat": false})");
+  const auto* p = dynamic_cast<const Pipeline*>(s.schedule.get());
+  REQUIRE(p);
+  const auto groups = p->groups(s);
+  std::set<int> used;
+  for (const auto& replica : groups)
+    for (const auto& group : replica) {
+      REQUIRE(group.size() == 2);
+      CHECK(group[0] / 2 == group[1] / 2);  // the two cores of one chip
+      used.insert(group.begin(), group.end());
+    }
+  CHECK(used.size() == 8);
+  const BuiltStep step = s.schedule->build(s);
+  int activations = 0, partial_sums = 0;
+  double reduced = 0;  // across replicas
+  for (int id = 0; id < step.graph.size(); ++id) {
+    const auto& t = step.graph.task(id);
+    if (t.phase == "activation_transfer") {
+      ++activations;
+      // Core t of one stage's group to core t of the next stage's: same position in the group.
+      bool matched = false;
+      for (const auto& replica : groups)
+        matched = matched || (replica[0][0] == t.src_core && replica[1][0] == t.dst_core) ||
+                  (replica[0][1] == t.src_core && replica[1][1] == t.dst_core);
+      CHECK(matched);
+    }
+    if (t.phase == "tensor_parallel") {
+      ++partial_sums;
+      CHECK(t.group.size() == 2);
+    }
+    if (t.phase == "gradient_allreduce") reduced += t.bytes;
+  }
+  CHECK(activations == 2 * 1 * 4 * 2);  // replicas x boundaries x micro-batches x cores per group
+  // Per block: forward partial sums of the attention output and the feed-forward output;
+  // backward those of the q, k, v projections' and ffn_in's input gradients; the output layer's
+  // logits split over the vocabulary add its softmax statistics and an input gradient.
+  CHECK(partial_sums > 0);
+  // Each core's shard reduced across the 2 replicas, shard by shard: by hand, the split weights'
+  // gradients once in all (half on each core of a group) and the replicated ones (per block two
+  // layer norms, 4 d_model, and the output projection's and second feed-forward's biases,
+  // 2 d_model; the final layer norm, 2 d_model) once per core of the group: fp32.
+  const double d = 256, replicated = 14 * 6 * d + 2 * d;
+  CHECK(reduced == Approx(4.0 * (double(s.model.params()) + (2 - 1) * replicated)));
+}
+
+TEST_CASE("tensor-parallel settings are validated", "[pipeline][tensor_parallel][config]") {
+  auto fails = [](const std::string& schedule, const std::string& path) {
+    INFO(schedule);
+    CHECK_THROWS_WITH(pipeline_study(schedule), Catch::Contains(path));
+  };
+  fails(R"({"kind": "gpipe", "stages": 4, "microbatches": 4, "replicas": 4, "tensor_parallel": 4})",
+        "schedule.stages");  // 64 cores > 32
+  fails(R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "tensor_parallel": 8})",
+        "schedule.tensor_layout.heads");  // 4 heads
+  fails(
+      R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "tensor_parallel": 2, "tensor_layout": ["d_model"]})",
+      "schedule.tensor_layout[0]");
+  fails(R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "tensor_parallel": 2, "placement": [[0, 1]]})",
+        "schedule.placement");
+  fails(R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "tensor_parallel": 0})",
+        "schedule.tensor_parallel");
+  Json j = Json::parse(R"({"hardware": "tpu-v3", "slice": "v3-32", "model": {"kind": "resnet50"}, "batch": 64,
+    "optimizer": {"kind": "sgd"}, "schedule": {"kind": "gpipe", "stages": 2, "microbatches": 4, "tensor_parallel": 2,
+    "tensor_layout": ["heads"]}})");
+  CHECK_THROWS_WITH(parse_study(j, "test"), Catch::Contains("schedule.tensor_layout[0]"));
 }

@@ -218,7 +218,8 @@ void check_stage_peaks(const std::string& kind, bool remat) {
 
 }  // namespace
 
-TEST_CASE("a GPipe stage's peak walked from its program is the simulated peak (remat)", "[pipeline][memory]") {
+TEST_CASE("a GPipe stage's peak walked from its program is the simulated peak (remat)",
+          "[pipeline][memory]") {
   check_stage_peaks("gpipe", true);
 }
 TEST_CASE("a GPipe stage's peak walked from its program is the simulated peak", "[pipeline][memory]") {

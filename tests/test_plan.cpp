@@ -43,16 +43,18 @@ TEST_CASE("plan proposes every pipeline shape that divides the slice and the bat
     }
     if (kind != "gpipe" && kind != "one_f_one_b") continue;
     ++pipelines;
-    const int k = c["stages"], r = c["replicas"], m = c["microbatches"];
+    const int k = c["stages"], r = c["replicas"], m = c["microbatches"], t = c.value("tensor_parallel", 1);
     CHECK(k >= 2);
-    CHECK(k * r <= 8);
+    CHECK(k * r * t <= 8);
+    CHECK(t <= 4);
     CHECK((64 / r) % m == 0);
   }
   CHECK(dp == 12);     // replicated / sharded x fp32 / bf16 x buckets of 8, 32 and 128 MiB
   CHECK(meshes == 6);  // model axis 2, 4, 8 x replicated / sharded
-  // K = 2: R in {1, 2, 4}, M up to 64/R (7, 6, 5 powers of two); K = 4: R in {1, 2} (7, 6);
-  // K = 8: R = 1 (7). Remat on and off, two kinds.
-  CHECK(pipelines == 2 * 2 * (7 + 6 + 5 + 7 + 6 + 7));
+  // M up to 64/R: 7, 6, 5 powers of two for R = 1, 2, 4. K = 2: T = 1 with R in {1, 2, 4}, T = 2
+  // with R in {1, 2}, T = 4 with R = 1; K = 4: T = 1 with R in {1, 2}, T = 2 with R = 1; K = 8:
+  // T = 1, R = 1. Remat on and off, two kinds.
+  CHECK(pipelines == 2 * 2 * ((7 + 6 + 5) + (7 + 6) + 7 + (7 + 6) + 7 + 7));
 }
 
 TEST_CASE("a plan space file narrows the search; bad ones name the path", "[plan]") {

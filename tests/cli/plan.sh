@@ -18,9 +18,13 @@ study mlp v3-8 256 '{"kind": "mlp", "layers": 6, "width": 1024, "input": 512, "c
 study t12_v3_8 v3-8 64 '{"kind": "transformer", "layers": 12, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 8000, "seq_len": 256}'
 study t12_v3_32 v3-32 128 '{"kind": "transformer", "layers": 12, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 8000, "seq_len": 256}'
 
+# On v3-32 the exhaustive run simulates a narrower space (both runs search the same one): stages
+# of one or two cores, at most 8 micro-batches.
+echo '{"schema": "tpusim.plan_space/1", "tensor_parallel": [1, 2], "max_microbatches": 8}' > "$work/narrow.json"
 for s in mlp t12_v3_8 t12_v3_32; do
-  "$tpusim" plan "$work/$s.json" -j 2 --json > "$work/$s.plan.json" 2> /dev/null
-  "$tpusim" plan "$work/$s.json" -j 2 --json --exhaustive > "$work/$s.all.json" 2> /dev/null
+  space=(); [ "$s" = t12_v3_32 ] && space=(--space "$work/narrow.json")
+  "$tpusim" plan "$work/$s.json" -j 2 --json "${space[@]}" > "$work/$s.plan.json" 2> /dev/null
+  "$tpusim" plan "$work/$s.json" -j 2 --json --exhaustive "${space[@]}" > "$work/$s.all.json" 2> /dev/null
   python3 - "$work/$s.plan.json" "$work/$s.all.json" "$s" <<'PY'
 import json, sys
 plan, every, name = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]

@@ -1,0 +1,66 @@
+#include "schedules/tensor_parallel.hpp"
+
+#include "schedules/mesh_lowering.hpp"
+
+namespace tpusim {
+
+const std::vector<std::string>& tensor_parallel_dims() {
+  static const std::vector<std::string> dims = {"d_ff", "heads", "d_kv", "vocab"};
+  return dims;
+}
+
+namespace {
+
+/// The blocking collectives of a program, in order, and its compute summed (a core runs its
+/// pieces and the collectives between them one after another, so their order within a stage's
+/// task does not change its length).
+void add_events(const std::vector<mesh::Event>& events, double& seconds, double& flops,
+                double& hardware_flops, std::vector<GroupCollective>& collectives, double& gradient_bytes) {
+  using E = mesh::Event;
+  for (const auto& ev : events) {
+    switch (ev.kind) {
+      case E::Compute:
+        seconds += ev.seconds;
+        flops += ev.model_flops;
+        hardware_flops += ev.hardware_flops;
+        break;
+      case E::BlockingAllReduce:
+        collectives.push_back({sim::CollectiveOp::AllReduce, ev.bytes});
+        break;
+      case E::BlockingAllGather:
+        collectives.push_back({sim::CollectiveOp::AllGather, ev.bytes});
+        break;
+      case E::BlockingReduceScatter:
+        collectives.push_back({sim::CollectiveOp::ReduceScatter, ev.bytes});
+        break;
+      case E::GradientAllReduce:
+        gradient_bytes += ev.bytes;
+        break;
+      case E::Halo:  // excluded by tensor_parallel_dims(): no image is split
+        throw SimulationError("tensor parallelism: a halo exchange in " + ev.name);
+    }
+  }
+}
+
+}  // namespace
+
+LayerCost sharded_layer_cost(const Layer& layer, std::int64_t batch, const StageSharding& s,
+                             const CostModel& cost, double act, bool model_input) {
+  const Sharding sharding{s.layout, s.sizes};
+  const mesh::LayerProgram p =
+      mesh::lower_layer(layer.named_ops(batch), sharding, cost, act, layer.name, model_input, false);
+  const LayerWork whole = layer.work(batch);
+  LayerCost c;
+  add_events(p.forward, c.forward_s, c.forward_flops, c.forward_hardware_flops, c.forward_collectives,
+             c.group_gradient_bytes);
+  add_events(p.backward, c.backward_s, c.backward_flops, c.backward_hardware_flops, c.backward_collectives,
+             c.group_gradient_bytes);
+  c.stash_bytes = p.kept_bytes;
+  c.backward_workspace_bytes = p.backward_workspace_bytes;
+  c.input_bytes = whole.input_bytes;  // whole on every core of the group
+  c.output_bytes = whole.output_bytes;
+  c.weight_fraction = p.total_weight_elements > 0 ? p.weight_elements / p.total_weight_elements : 1.0;
+  return c;
+}
+
+}  // namespace tpusim
