@@ -348,148 +348,203 @@ void group_collectives(StepBuilder& builder, const std::vector<int>& group, Laye
   }
 }
 
+/// Plays a pipeline's programs onto a task graph: each stage's compute on its group of cores in
+/// program order, the transfers between stages, then each stage's gradient reductions and
+/// updates.
+class PipelinePlayer {
+ public:
+  PipelinePlayer(const Study& study, StepBuilder& builder, Pipeline::Order order, int M, bool remat,
+                 std::vector<LayerRange> ranges, std::vector<std::vector<std::vector<int>>> cores)
+      : study_(study),
+        builder_(builder),
+        order_(order),
+        K_(int(ranges.size())),
+        M_(M),
+        R_(int(cores.size())),
+        remat_(remat),
+        b_(study.batch / (std::int64_t(cores.size()) * M)),
+        ranges_(std::move(ranges)),
+        cores_(std::move(cores)),
+        F_(R_, std::vector<std::vector<GroupTask>>(K_, std::vector<GroupTask>(M_))),
+        Rc_(F_),
+        B_(F_) {}
+
+  /// Every compute task first, in each stage's program order (a core's program is the order its
+  /// tasks are added); dependencies afterwards.
+  void compute() {
+    for (int r = 0; r < R_; ++r)
+      for (int s = 0; s < K_; ++s) stage_compute(r, s);
+  }
+
+  /// Activations forward and gradients backward between consecutive stages, core t of a group
+  /// to core t of the next; each stage's recompute and backward after its forward.
+  void link() {
+    auto& g = builder_.graph();
+    for (int r = 0; r < R_; ++r)
+      for (int m = 0; m < M_; ++m)
+        for (int s = 0; s < K_; ++s)
+          for (int t = 0; t < int(cores_[r][s].size()); ++t) {
+            const Labels labels{s, m, (std::int64_t(r) * M_ + m) * b_};
+            const auto [F, Rc, B] = std::tie(F_[r][s][m], Rc_[r][s][m], B_[r][s][m]);
+            if (s > 0)
+              g.depend(builder_.transfer(cores_[r][s - 1][t], cores_[r][s][t], boundary(s - 1),
+                                         F_[r][s - 1][m].end(t), "activation_transfer", labels,
+                                         ranges_[s].first, false),
+                       F.compute[t]);
+            if (s < K_ - 1)
+              g.depend(
+                  builder_.transfer(cores_[r][s + 1][t], cores_[r][s][t], boundary(s), B_[r][s + 1][m].end(t),
+                                    "gradient_transfer", labels, ranges_[s].last, true),
+                  B.compute[t]);
+            else
+              g.depend(F.end(t), B.compute[t]);
+            if (remat_) {
+              g.depend(F.end(t), Rc.compute[t]);
+              g.depend(Rc.end(t), B.compute[t]);
+            }
+          }
+  }
+
+  /// Gradients of each stage all-reduced across the replicas (each core's shard with the same
+  /// shard of the other replicas), then the update; the stages' table for the report.
+  Json reduce_and_update() {
+    Json stages = Json::array();
+    for (int s = 0; s < K_; ++s) {
+      const auto after = reduce_within_groups(s);
+      for (int t = 0; t < int(cores_[0][s].size()); ++t) update_shard(s, t, after);
+      stages.push_back(stage_json(s));
+    }
+    return stages;
+  }
+
+ private:
+  void stage_compute(int r, int s) {
+    const Keep keep = remat_ ? Keep::Input : Keep::All;
+    for (int core : cores_[r][s]) builder_.resident_weights(core, ranges_[s], 1.0);
+    bool first_backward = true;
+    const auto program = stage_program(order_, s, K_, M_, remat_);
+    std::vector<GroupTask*> items;
+    for (const Item& it : program) {
+      const Labels labels{s, it.micro_batch, (std::int64_t(r) * M_ + it.micro_batch) * b_};
+      GroupTask& task = (it.kind == Item::Forward     ? F_
+                         : it.kind == Item::Recompute ? Rc_
+                                                      : B_)[r][s][it.micro_batch];
+      for (int core : cores_[r][s]) {
+        if (it.kind == Item::Forward)
+          task.compute.push_back(builder_.forward(core, ranges_[s], b_, -1, keep, labels));
+        else if (it.kind == Item::Recompute)
+          task.compute.push_back(builder_.recompute(core, ranges_[s], b_, -1, labels));
+        else
+          task.compute.push_back(builder_.backward(core, ranges_[s], b_, -1, keep, first_backward, labels));
+      }
+      first_backward = first_backward && it.kind != Item::Backward;
+      items.push_back(&task);
+    }
+    group_collectives(builder_, cores_[r][s], ranges_[s], b_, program, s, items);
+  }
+
+  double boundary(int s) { return builder_.cost(ranges_[s], b_).output_bytes; }
+
+  /// What each core's update waits for: its last backward (GPipe: micro-batch 0; 1F1B: the last
+  /// one), or the group's reduction of weight gradients its layout leaves partial.
+  std::vector<std::vector<int>> reduce_within_groups(int s) {
+    const int T = int(cores_[0][s].size());
+    const auto program = stage_program(order_, s, K_, M_, remat_);
+    const double partial = builder_.cost(ranges_[s], b_).group_gradient_bytes;
+    std::vector<std::vector<int>> after(R_, std::vector<int>(T));
+    for (int r = 0; r < R_; ++r) {
+      for (int t = 0; t < T; ++t) after[r][t] = B_[r][s][program.back().micro_batch].end(t);
+      if (partial <= 0 || T == 1) continue;
+      const int id = builder_.collective(sim::CollectiveOp::AllReduce, "gradient_allreduce",
+                                         "tensor gradient allreduce stage " + std::to_string(s), cores_[r][s],
+                                         partial, ranges_[s]);
+      builder_.graph().task(id).stage = s;
+      for (int t = 0; t < T; ++t) builder_.graph().depend(after[r][t], id);
+      std::fill(after[r].begin(), after[r].end(), id);
+    }
+    return after;
+  }
+
+  void update_shard(int s, int t, const std::vector<std::vector<int>>& after) {
+    auto& g = builder_.graph();
+    const bool split = cores_[0][s].size() > 1;
+    int allreduce = -1;
+    if (R_ > 1) {
+      std::vector<int> group;
+      for (int r = 0; r < R_; ++r) group.push_back(cores_[r][s][t]);
+      allreduce = builder_.collective(
+          sim::CollectiveOp::AllReduce, "gradient_allreduce",
+          "allreduce stage " + std::to_string(s) + (split ? " shard " + std::to_string(t) : ""), group,
+          builder_.gradient_bytes(ranges_[s]), ranges_[s]);
+      g.task(allreduce).stage = s;
+      for (int r = 0; r < R_; ++r) g.depend(after[r][t], allreduce);
+    }
+    for (int r = 0; r < R_; ++r) {
+      const int upd = builder_.update(cores_[r][s][t], ranges_[s], 1.0, Labels{s, -1});
+      g.depend(allreduce >= 0 ? allreduce : after[r][t], upd);
+    }
+  }
+
+  Json stage_json(int s) {
+    const LayerCost c = builder_.cost(ranges_[s], b_);
+    const auto& layers = study_.model.layers;
+    std::int64_t params = 0;
+    for (int l = ranges_[s].first; l < ranges_[s].last; ++l) params += layers[l].params();
+    Json stage_cores = Json::array();
+    for (int r = 0; r < R_; ++r)  // replica by replica, each group's cores in turn
+      for (int core : cores_[r][s]) stage_cores.push_back(core);
+    return Json{{"stage", s},
+                {"layers", {ranges_[s].first, ranges_[s].last - 1}},
+                {"first_layer", layers[ranges_[s].first].name},
+                {"last_layer", layers[ranges_[s].last - 1].name},
+                {"params", params},
+                {"forward_s", c.forward_s},
+                {"backward_s", c.backward_s},
+                {"cost_s", c.forward_s * (remat_ ? 2 : 1) + c.backward_s},
+                {"boundary_bytes", c.output_bytes},
+                {"cores", stage_cores}};
+  }
+
+  const Study& study_;
+  StepBuilder& builder_;
+  Pipeline::Order order_;
+  int K_, M_, R_;
+  bool remat_;
+  std::int64_t b_;
+  std::vector<LayerRange> ranges_;
+  std::vector<std::vector<std::vector<int>>> cores_;
+  StageTasks F_, Rc_, B_;
+};
+
 }  // namespace
 
 BuiltStep Pipeline::build(const Study& study, FunctionalRuntime* functional) const {
   if (functional && tensor_ > 1)
     throw ConfigError(study.file, "schedule.tensor_parallel", std::to_string(tensor_),
                       "1 in functional mode (it runs a stage's layers whole on one core)");
-  const int K = stages_, M = microbatches_, R = replicas_;
-  const std::int64_t b = layer_batch(study);
+  const int K = stages_, M = microbatches_;
   const Partition cut = partition(study);
-  const auto& sizes = cut.sizes;
-  const auto cores = groups(study);
   std::vector<LayerRange> ranges;
-  for (int s = 0, first = 0; s < K; first += sizes[s], ++s) ranges.push_back({first, first + sizes[s]});
-  const Keep keep = remat_ ? Keep::Input : Keep::All;
-
+  for (int s = 0, first = 0; s < K; first += cut.sizes[s], ++s)
+    ranges.push_back({first, first + cut.sizes[s]});
   StepBuilder builder(study, study.cores(), functional);
   split(builder);
-  // Every compute task first, in each stage's program order (a core's program is the order its
-  // tasks are added); dependencies afterwards.
-  StageTasks F(R, std::vector<std::vector<GroupTask>>(K, std::vector<GroupTask>(M))), Rc = F, B = F;
-  for (int r = 0; r < R; ++r)
-    for (int s = 0; s < K; ++s) {
-      for (int core : cores[r][s]) builder.resident_weights(core, ranges[s], 1.0);
-      bool first_backward = true;
-      const auto program = stage_program(order_, s, K, M, remat_);
-      std::vector<GroupTask*> items;
-      for (const Item& it : program) {
-        const Labels labels{s, it.micro_batch, (std::int64_t(r) * M + it.micro_batch) * b};
-        GroupTask& task = (it.kind == Item::Forward     ? F
-                           : it.kind == Item::Recompute ? Rc
-                                                        : B)[r][s][it.micro_batch];
-        for (int core : cores[r][s]) {
-          if (it.kind == Item::Forward)
-            task.compute.push_back(builder.forward(core, ranges[s], b, -1, keep, labels));
-          else if (it.kind == Item::Recompute)
-            task.compute.push_back(builder.recompute(core, ranges[s], b, -1, labels));
-          else
-            task.compute.push_back(builder.backward(core, ranges[s], b, -1, keep, first_backward, labels));
-        }
-        first_backward = first_backward && it.kind != Item::Backward;
-        items.push_back(&task);
-      }
-      group_collectives(builder, cores[r][s], ranges[s], b, program, s, items);
-    }
-  auto& g = builder.graph();
-  for (int r = 0; r < R; ++r)
-    for (int m = 0; m < M; ++m)
-      for (int s = 0; s < K; ++s)
-        for (std::size_t t = 0; t < cores[r][s].size(); ++t) {
-          const int ti = int(t);
-          const Labels labels{s, m, (std::int64_t(r) * M + m) * b};
-          if (s > 0) {
-            const double bytes = builder.cost(ranges[s - 1], b).output_bytes;
-            g.depend(builder.transfer(cores[r][s - 1][t], cores[r][s][t], bytes, F[r][s - 1][m].end(ti),
-                                      "activation_transfer", labels, ranges[s].first, false),
-                     F[r][s][m].compute[t]);
-          }
-          if (s < K - 1) {
-            const double bytes = builder.cost(ranges[s], b).output_bytes;
-            g.depend(builder.transfer(cores[r][s + 1][t], cores[r][s][t], bytes, B[r][s + 1][m].end(ti),
-                                      "gradient_transfer", labels, ranges[s].last, true),
-                     B[r][s][m].compute[t]);
-          } else {
-            g.depend(F[r][s][m].end(ti), B[r][s][m].compute[t]);
-          }
-          if (remat_) {
-            g.depend(F[r][s][m].end(ti), Rc[r][s][m].compute[t]);
-            g.depend(Rc[r][s][m].end(ti), B[r][s][m].compute[t]);
-          }
-        }
-
-  // The last backward of each core (GPipe: micro-batch 0; 1F1B: the last one).
-  auto last_backward = [&](int r, int s, int t) {
-    const auto program = stage_program(order_, s, K, M, remat_);
-    return B[r][s][program.back().micro_batch].end(t);
-  };
-  // Gradients of each stage all-reduced across the replicas (each core's shard with the same
-  // shard of the other replicas), then the update.
-  Json stages_json = Json::array();
-  for (int s = 0; s < K; ++s) {
-    const int T = int(cores[0][s].size());
-    const LayerCost c = builder.cost(ranges[s], b);
-    std::vector<std::vector<int>> after(R, std::vector<int>(T));
-    for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) after[r][t] = last_backward(r, s, t);
-    if (c.group_gradient_bytes > 0 && T > 1)
-      for (int r = 0; r < R; ++r) {
-        const int id = builder.collective(sim::CollectiveOp::AllReduce, "gradient_allreduce",
-                                          "tensor gradient allreduce stage " + std::to_string(s), cores[r][s],
-                                          c.group_gradient_bytes, ranges[s]);
-        g.task(id).stage = s;
-        for (int t = 0; t < T; ++t) g.depend(after[r][t], id);
-        std::fill(after[r].begin(), after[r].end(), id);
-      }
-    for (int t = 0; t < T; ++t) {
-      int allreduce = -1;
-      if (R > 1) {
-        std::vector<int> group;
-        for (int r = 0; r < R; ++r) group.push_back(cores[r][s][t]);
-        allreduce = builder.collective(
-            sim::CollectiveOp::AllReduce, "gradient_allreduce",
-            "allreduce stage " + std::to_string(s) + (T > 1 ? " shard " + std::to_string(t) : ""), group,
-            builder.gradient_bytes(ranges[s]), ranges[s]);
-        g.task(allreduce).stage = s;
-        for (int r = 0; r < R; ++r) g.depend(after[r][t], allreduce);
-      }
-      for (int r = 0; r < R; ++r) {
-        const int upd = builder.update(cores[r][s][t], ranges[s], 1.0, Labels{s, -1});
-        g.depend(allreduce >= 0 ? allreduce : after[r][t], upd);
-      }
-    }
-    std::int64_t params = 0;
-    for (int l = ranges[s].first; l < ranges[s].last; ++l) params += study.model.layers[l].params();
-    Json stage_cores = Json::array();
-    for (int r = 0; r < R; ++r)  // replica by replica, each group's cores in turn
-      for (int core : cores[r][s]) stage_cores.push_back(core);
-    stages_json.push_back(Json{{"stage", s},
-                               {"layers", {ranges[s].first, ranges[s].last - 1}},
-                               {"first_layer", study.model.layers[ranges[s].first].name},
-                               {"last_layer", study.model.layers[ranges[s].last - 1].name},
-                               {"params", params},
-                               {"forward_s", c.forward_s},
-                               {"backward_s", c.backward_s},
-                               {"cost_s", c.forward_s * (remat_ ? 2 : 1) + c.backward_s},
-                               {"boundary_bytes", c.output_bytes},
-                               {"cores", stage_cores}});
-  }
-  std::vector<double> stage_costs;
-  for (const auto& st : stages_json) stage_costs.push_back(st["cost_s"].get<double>());
+  PipelinePlayer player(study, builder, order_, M, remat_, ranges, groups(study));
+  player.compute();
+  player.link();
+  const Json stages = player.reduce_and_update();
   double largest = 0, total = 0;
-  for (double c : stage_costs) {
-    largest = std::max(largest, c);
-    total += c;
+  for (const auto& st : stages) {
+    largest = std::max(largest, st["cost_s"].get<double>());
+    total += st["cost_s"].get<double>();
   }
-
   BuiltStep step = builder.finish();
-  step.details = Json{{"micro_batch_size", b},
+  step.details = Json{{"micro_batch_size", layer_batch(study)},
                       {"bubble_fraction_ideal", double(K - 1) / double(M + K - 1)},
                       {"stage_imbalance", total > 0 ? largest / (total / K) - 1.0 : 0.0},
                       {"partition_set_by", cut.set_by},
-                      {"stages", stages_json},
-                      {"placement", tensor_ > 1 ? Json(cores) : Json(placement(study))}};
+                      {"stages", stages},
+                      {"placement", tensor_ > 1 ? Json(groups(study)) : Json(placement(study))}};
   return step;
 }
 
