@@ -12,6 +12,7 @@
 #include "cli/run_progress.hpp"
 #include "reports/plan_report.hpp"
 #include "reports/run_report.hpp"
+#include "schedules/mesh.hpp"
 #include "schedules/study.hpp"
 #include "sim/collective_plan.hpp"
 
@@ -51,24 +52,60 @@ bool blocking(const sim::Task& t) {
           t.phase == "activation_allgather" || t.phase == "activation_reduce_scatter");
 }
 
-/// No collective or transfer is faster: each ring step (each transfer) moves its bytes over one
-/// link at the fastest link bandwidth and pays the shortest latency once (no contention, no
-/// multi-hop route). A compute task takes its time.
-double task_floor(const Study& s, const Torus& torus, const sim::Task& t) {
+/// No collective is faster: each ring step moves its chunk over one link at the fastest link
+/// bandwidth and pays the shortest latency once (no contention, no multi-hop route; without
+/// `latency` the bandwidth term alone, which adds up over collectives however they are combined).
+double collective_floor(const Study& s, const Torus& torus, sim::CollectiveOp op,
+                        const std::vector<int>& group, double bytes, bool latency = true) {
   const auto& chip = s.hardware.chip;
   const double bandwidth = std::max(chip.onchip_bandwidth_bytes_per_s, chip.ici_bandwidth_bytes_per_s);
-  const double latency = std::min(chip.onchip_latency_s, chip.ici_latency_s);
-  if (t.kind == sim::TaskKind::Compute) return t.seconds;
-  if (t.kind == sim::TaskKind::Transfer) return t.bytes > 0 ? t.bytes / bandwidth + latency : 0.0;
+  const double hop = latency ? std::min(chip.onchip_latency_s, chip.ici_latency_s) : 0.0;
   double floor = 0;
-  for (const auto& phase :
-       sim::plan_collective(torus, chip.cores, t.op, t.collective_groups().front(), t.bytes)) {
+  for (const auto& phase : sim::plan_collective(torus, chip.cores, op, group, bytes)) {
     double slowest = 0;
     for (const auto& ring : phase.rings)
-      slowest = std::max(slowest, ring.steps * (ring.chunk_bytes / bandwidth + latency));
+      slowest = std::max(slowest, ring.steps * (ring.chunk_bytes / bandwidth + hop));
     floor += slowest;
   }
   return floor;
+}
+
+/// A task's floor: a compute task takes its time; a transfer moves its bytes over one link at the
+/// fastest bandwidth after the shortest latency; a collective, collective_floor.
+double task_floor(const Study& s, const Torus& torus, const sim::Task& t) {
+  const auto& chip = s.hardware.chip;
+  if (t.kind == sim::TaskKind::Compute) return t.seconds;
+  if (t.kind == sim::TaskKind::Transfer)
+    return t.bytes > 0
+               ? t.bytes / std::max(chip.onchip_bandwidth_bytes_per_s, chip.ici_bandwidth_bytes_per_s) +
+                     std::min(chip.onchip_latency_s, chip.ici_latency_s)
+               : 0.0;
+  return collective_floor(s, torus, t.op, t.collective_groups().front(), t.bytes);
+}
+
+/// A mesh layout's bound from its SPMD program alone (a task graph of every core is costly on a
+/// large slice): one core runs every compute piece and waits for every blocking collective; its
+/// weight-gradient reductions, when they wait for the whole backward, add their bandwidth terms.
+double mesh_bound(const Study& s, const MeshSchedule& mesh) {
+  using E = mesh::Event;
+  const Torus torus(s.slice);
+  double bound = 0;
+  for (const auto& program : mesh.programs(s))
+    for (const auto* events : {&program.forward, &program.backward})
+      for (const auto& ev : *events) {
+        const auto group = [&] { return mesh.groups(ev.mesh_dims).front(); };
+        if (ev.kind == E::Compute)
+          bound += ev.seconds;
+        else if (ev.kind == E::BlockingAllReduce)
+          bound += collective_floor(s, torus, sim::CollectiveOp::AllReduce, group(), ev.bytes);
+        else if (ev.kind == E::BlockingAllGather)
+          bound += collective_floor(s, torus, sim::CollectiveOp::AllGather, group(), ev.bytes);
+        else if (ev.kind == E::BlockingReduceScatter)
+          bound += collective_floor(s, torus, sim::CollectiveOp::ReduceScatter, group(), ev.bytes);
+        else if (ev.kind == E::GradientAllReduce && !s.hardware.core.gradient_collectives_overlap_backward)
+          bound += collective_floor(s, torus, sim::CollectiveOp::ReduceScatter, group(), ev.bytes, false);
+      }
+  return bound;
 }
 
 /// Validates the study with `c.schedule`, builds its graph, and bounds it (no engine).
@@ -77,6 +114,12 @@ void bound(const Json& base, const std::string& file, Candidate& c, double usabl
   j["schedule"] = c.schedule;
   try {
     const Study s = parse_study(j, file, fs::path(file).parent_path());
+    if (const auto* mesh = dynamic_cast<const MeshSchedule*>(s.schedule.get())) {
+      // Its memory is checked when it is simulated.
+      c.bound_s = mesh_bound(s, *mesh);
+      c.cores_used = s.cores();
+      return;
+    }
     const BuiltStep step = s.schedule->build(s);
     const auto& graph = step.graph;
     const Torus torus(s.slice);

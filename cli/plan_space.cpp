@@ -116,29 +116,44 @@ void pipelines(const Study& study, const PlanSpace& space, std::vector<Json>& ou
   }
 }
 
-/// Two-dimensional meshes (batch x model) with the model axis on the image height of a
-/// convolutional net (spatial partitioning), otherwise on the named dimensions that split a
-/// layer's weights across it: the feed-forward width, the heads and the vocabulary
-/// (Megatron-style).
+/// The model-axis layouts of a model's meshes: the image height of a convolutional net (spatial
+/// partitioning); otherwise Megatron's (the feed-forward width, the heads and the vocabulary:
+/// every layer's weights split), the model width (weights split along d_model, the
+/// normalizations' statistics combined) and the sequence (attention gathers keys and values).
+std::vector<std::vector<std::string>> model_axis_layouts(const std::set<std::string>& dims) {
+  if (dims.count("height")) return {{"height"}};
+  std::vector<std::vector<std::string>> out;
+  std::vector<std::string> megatron;
+  for (const char* d : {"d_ff", "heads", "vocab"})
+    if (dims.count(d)) megatron.push_back(d);
+  if (!megatron.empty()) out.push_back(megatron);
+  for (const char* d : {"d_model", "seq"})
+    if (dims.count(d)) out.push_back({d});
+  return out;
+}
+
+/// Two-dimensional meshes (batch x model) for every power-of-two model axis and every
+/// model-axis layout, with the update replicated or sharded.
 void meshes(const Study& study, const PlanSpace& space, std::vector<Json>& out) {
   const auto dims = named_dimensions(study.model);
-  Json layout{{"batch", "batch"}};
-  if (dims.count("height")) {
-    layout["height"] = "model";  // a convolutional net: its images split (not its classifier)
-  } else {
-    for (const char* d : {"d_ff", "heads", "vocab"})
-      if (dims.count(d)) layout[d] = "model";
-  }
-  if (layout.size() == 1) return;
   const std::int64_t cores = study.cores();
-  for (std::int64_t m : powers_of_two(2, cores)) {
-    if (!allowed(space.model_axis, m) || study.batch % (cores / m) != 0) continue;
-    for (const std::string update : {"replicated", "sharded"})
-      if (allowed(space.weight_update, update))
-        out.push_back({{"kind", "mesh"},
-                       {"mesh", Json::array({Json::array({"batch", cores / m}), Json::array({"model", m})})},
-                       {"layout", layout},
-                       {"weight_update", update}});
+  for (const auto& on_model : space.model_axis_dims.value_or(model_axis_layouts(dims))) {
+    Json layout{{"batch", "batch"}};
+    bool present = true;
+    for (const auto& d : on_model) {
+      present = present && dims.count(d);
+      layout[d] = "model";
+    }
+    if (!present || on_model.empty()) continue;
+    for (std::int64_t m : powers_of_two(2, cores)) {
+      if (!allowed(space.model_axis, m) || study.batch % (cores / m) != 0) continue;
+      for (const std::string update : {"replicated", "sharded"})
+        if (allowed(space.weight_update, update))
+          out.push_back({{"kind", "mesh"},
+                         {"mesh", Json::array({Json::array({"batch", cores / m}), Json::array({"model", m})})},
+                         {"layout", layout},
+                         {"weight_update", update}});
+    }
   }
 }
 
@@ -172,6 +187,27 @@ PlanSpace read_plan_space(const std::string& file) {
         if ((*s.partition)[i] != "balanced" && (*s.partition)[i] != "memory_aware")
           problems.add(index_path(f.path_of("partition"), i), Json((*s.partition)[i]),
                        "\"balanced\" or \"memory_aware\"");
+    if (const Json* v = f.optional("model_axis_dims")) {
+      const auto& known = named_dims();
+      s.model_axis_dims.emplace();
+      if (!v->is_array() || v->empty())
+        problems.add(f.path_of("model_axis_dims"), *v, "a non-empty array of arrays of tensor dimensions");
+      for (std::size_t i = 0; v->is_array() && i < v->size(); ++i) {
+        const Json& set = (*v)[i];
+        std::vector<std::string> dims;
+        for (std::size_t k = 0; set.is_array() && k < set.size(); ++k)
+          if (set[k].is_string() && std::find(known.begin(), known.end(), set[k].get<std::string>()) != known.end())
+            dims.push_back(set[k].get<std::string>());
+        if (!set.is_array() || set.empty() || dims.size() != set.size())
+          problems.add(index_path(f.path_of("model_axis_dims"), i), set,
+                       "a non-empty array of tensor dimensions (batch excluded): seq, d_model, d_ff, heads, d_kv, "
+                       "vocab, height, width");
+        else if (std::find(dims.begin(), dims.end(), "batch") != dims.end())
+          problems.add(index_path(f.path_of("model_axis_dims"), i), set, "dimensions other than batch");
+        else
+          s.model_axis_dims->push_back(dims);
+      }
+    }
     s.max_microbatches = f.integer_or("max_microbatches", s.max_microbatches, 1, 1 << 20);
     if (const Json* d = f.optional("description"); d && !d->is_string())
       problems.add(f.path_of("description"), *d, "a string");
@@ -199,10 +235,13 @@ std::string plan_label(const Json& s) {
            s.value("gradient_dtype", "fp32") + (bucket > 0 ? std::string(" bucket ") + mib + " MiB" : "");
   }
   if (kind == "mesh") {
-    std::string mesh;
+    std::string mesh, on_model;
     for (const auto& axis : s.at("mesh"))
       mesh += (mesh.empty() ? "" : "x") + axis[0].get<std::string>() + ":" + axis[1].dump();
-    return "mesh " + mesh + " " + s.value("weight_update", "replicated");
+    for (auto it = s.at("layout").begin(); it != s.at("layout").end(); ++it)
+      if (it.value() == "model") on_model += (on_model.empty() ? "" : "+") + it.key();
+    return "mesh " + mesh + (on_model.empty() ? "" : " (" + on_model + ")") + " " +
+           s.value("weight_update", "replicated");
   }
   return kind + " K=" + s.at("stages").dump() + " R=" + s.value("replicas", Json(1)).dump() +
          " M=" + s.at("microbatches").dump() +

@@ -26,6 +26,10 @@ struct PlanSpace {
   /// Pipeline partitions; absent: "memory_aware" alone (the cost-balanced cut whenever that
   /// fits, so it loses nothing to "balanced" and fits where "balanced" overflows).
   std::optional<std::vector<std::string>> partition;
+  /// The tensor dimensions a mesh puts on its model axis, one set per layout; absent: for a
+  /// transformer, Megatron's {d_ff, heads, vocab}, {d_model} and {seq} (sequence parallelism);
+  /// for a convolutional net, {height}.
+  std::optional<std::vector<std::vector<std::string>>> model_axis_dims;
   std::int64_t max_microbatches = 64;  ///< M never above this (or the examples per replica)
 };
 

@@ -631,20 +631,29 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   std::map<std::string, int> sizes;
   for (const auto& [name, size] : mesh_) sizes[name] = size;
   const Sharding s{layout_, sizes};
-  const CostModel cost(study.hardware.core);
-  const bool sharded = weight_update_ == "sharded";
-  std::vector<LayerProgram> programs;
+  auto lowered = programs(study);
   Json ops = Json::array();
-  for (std::size_t l = 0; l < study.model.layers.size(); ++l) {
-    const Layer& layer = study.model.layers[l];
-    programs.push_back(lower_layer(layer.named_ops(study.batch), s, cost, study.model.activation_bytes,
-                                   layer.name, l == 0, sharded));
-    for (auto& row : programs.back().ops) ops.push_back(std::move(row));
-  }
-  BuiltStep step = MeshStepPlayer(study, *this, mesh_, std::move(programs), sharded, exec).build(s);
+  for (auto& program : lowered)
+    for (auto& row : program.ops) ops.push_back(std::move(row));
+  BuiltStep step =
+      MeshStepPlayer(study, *this, mesh_, std::move(lowered), weight_update_ == "sharded", exec).build(s);
   step.details =
       Json{{"local_batch", layer_batch(study)}, {"placement", placement_details(study)}, {"ops", ops}};
   return step;
+}
+
+std::vector<LayerProgram> MeshSchedule::programs(const Study& study) const {
+  std::map<std::string, int> sizes;
+  for (const auto& [name, size] : mesh_) sizes[name] = size;
+  const Sharding s{layout_, sizes};
+  const CostModel cost(study.hardware.core);
+  std::vector<LayerProgram> out;
+  for (std::size_t l = 0; l < study.model.layers.size(); ++l) {
+    const Layer& layer = study.model.layers[l];
+    out.push_back(lower_layer(layer.named_ops(study.batch), s, cost, study.model.activation_bytes, layer.name,
+                              l == 0, weight_update_ == "sharded"));
+  }
+  return out;
 }
 
 Json MeshSchedule::placement_details(const Study& study) const {

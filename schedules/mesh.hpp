@@ -10,6 +10,7 @@
 // placement gives them. Weights, optimizer slots and activations are sharded in HBM.
 #pragma once
 
+#include "schedules/mesh_lowering.hpp"
 #include "schedules/step_builder.hpp"
 
 namespace tpusim {
@@ -34,6 +35,8 @@ class MeshSchedule : public Schedule {
   std::vector<int> coords(int core) const;
   /// The core at mesh coordinates (the inverse of coords()).
   int core_at(const std::vector<int>& coords) const;
+  /// Each layer's SPMD program (what every core runs; `build` plays them onto the task graph).
+  std::vector<mesh::LayerProgram> programs(const Study& study) const;
   /// Every group of cores that differ only along `mesh_dims`: a partition of the mesh's cores.
   std::vector<std::vector<int>> groups(const std::vector<std::string>& mesh_dims) const;
 

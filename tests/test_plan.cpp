@@ -31,6 +31,7 @@ TEST_CASE("plan proposes every pipeline shape that divides the slice and the bat
   const auto all = plan_candidates(s, PlanSpace{});
   std::set<std::string> labels;
   int pipelines = 0, meshes = 0, dp = 0;
+  std::set<std::string> on_model;
   for (const auto& c : all) {
     INFO(c.dump());
     CHECK(labels.insert(plan_label(c)).second);  // every label names one candidate
@@ -39,7 +40,8 @@ TEST_CASE("plan proposes every pipeline shape that divides the slice and the bat
     if (kind == "mesh") {
       ++meshes;
       CHECK(c["mesh"][0][1].get<int>() * c["mesh"][1][1].get<int>() == 8);
-      CHECK(c["layout"]["heads"] == "model");
+      CHECK(c["layout"]["batch"] == "batch");
+      on_model.insert(c["layout"].dump());
     }
     if (kind != "gpipe" && kind != "one_f_one_b") continue;
     ++pipelines;
@@ -50,7 +52,10 @@ TEST_CASE("plan proposes every pipeline shape that divides the slice and the bat
     CHECK((64 / r) % m == 0);
   }
   CHECK(dp == 12);     // replicated / sharded x fp32 / bf16 x buckets of 8, 32 and 128 MiB
-  CHECK(meshes == 6);  // model axis 2, 4, 8 x replicated / sharded
+  CHECK(meshes == 18);  // model axis 2, 4, 8 x 3 layouts x replicated / sharded
+  CHECK(on_model == std::set<std::string>{R"({"batch":"batch","d_ff":"model","heads":"model","vocab":"model"})",
+                                          R"({"batch":"batch","d_model":"model"})",
+                                          R"({"batch":"batch","seq":"model"})"});
   // M up to 64/R: 7, 6, 5 powers of two for R = 1, 2, 4. K = 2: T = 1 with R in {1, 2, 4}, T = 2
   // with R in {1, 2}, T = 4 with R = 1; K = 4: T = 1 with R in {1, 2}, T = 2 with R = 1; K = 8:
   // T = 1, R = 1. Remat on and off, two kinds.
@@ -61,12 +66,17 @@ TEST_CASE("a plan space file narrows the search; bad ones name the path", "[plan
   const Study s = study(kTransformer, 64, "v3-8");
   const std::string file = (std::filesystem::temp_directory_path() / "tpusim_plan_space_test.json").string();
   std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "kinds": ["gpipe"], "stages": [4],
-                             "microbatches": [8], "remat": [true]})";
+                             "microbatches": [8], "remat": [true], "tensor_parallel": [1]})";
   const auto all = plan_candidates(s, read_plan_space(file));
   REQUIRE(all.size() == 2);  // R = 1 or 2
   for (const auto& c : all) CHECK(plan_label(c).rfind("gpipe K=4 R=", 0) == 0);
+  std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "kinds": ["mesh"], "model_axis_dims": [["seq"]]})";
+  const auto seq = plan_candidates(s, read_plan_space(file));
+  CHECK(seq.size() == 6);  // model axis 2, 4, 8 x replicated / sharded
+  for (const auto& c : seq) CHECK(plan_label(c).find(" (seq) ") != std::string::npos);
   std::ofstream(file)
-      << R"({"schema": "tpusim.plan_space/1", "kinds": ["pipe"], "stagez": [2], "remat": [1]})";
+      << R"({"schema": "tpusim.plan_space/1", "kinds": ["pipe"], "stagez": [2], "remat": [1],
+             "model_axis_dims": [["d_ff"], ["batch"], ["bogus"]]})";
   try {
     read_plan_space(file);
     FAIL("accepted a bad space");
@@ -75,6 +85,8 @@ TEST_CASE("a plan space file narrows the search; bad ones name the path", "[plan
     CHECK_THAT(what, Catch::Contains("kinds[0]"));
     CHECK_THAT(what, Catch::Contains("stagez"));
     CHECK_THAT(what, Catch::Contains("remat[0]"));
+    CHECK_THAT(what, Catch::Contains("model_axis_dims[1]"));
+    CHECK_THAT(what, Catch::Contains("model_axis_dims[2]"));
   }
 }
 
