@@ -192,6 +192,24 @@ std::optional<Op> operand_gradient_op(const NamedOp& op, const Sharding& s, doub
   return std::nullopt;
 }
 
+double forward_transient(const std::vector<NamedOp>& ops, std::size_t i, const Sharding& s) {
+  using K = NamedOp::Kind;
+  const NamedOp& op = ops[i];
+  if (op.kind == K::Elementwise) return 0;  // fused into its producer, in place
+  // The previous op's output (this op's input) unless kept, and this op's output unless the next
+  // op keeps it; element-wise successors fuse in and write nothing of their own.
+  std::size_t next = i + 1;
+  while (next < ops.size() && ops[next].kind == K::Elementwise) ++next;
+  const bool reads_previous = i > 0 && op.a.id.empty() && !op.a.keep;
+  // Kept: read and kept by the next op, or by a later op naming it. Softmax cross-entropy's
+  // output is a loss per row (its gradient is what it keeps).
+  bool output_kept = (next < ops.size() && ops[next].a.id.empty() && ops[next].a.keep) ||
+                     op.math == NamedOp::Math::SoftmaxXent;
+  for (std::size_t j = i + 1; j < ops.size() && !op.out.id.empty() && !output_kept; ++j)
+    for (const auto& t : ops[j].tensors()) output_kept = output_kept || (t.id == op.out.id && t.keep);
+  return (reads_previous ? s.local_elements(op.a) : 0.0) + (output_kept ? 0.0 : s.local_elements(op.out));
+}
+
 LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_input, double input_bytes,
                      double output_bytes) {
   const Sharding& s = Sharding::none();
@@ -212,6 +230,7 @@ LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_inp
     if (auto g = operand_gradient_op(op, s, act)) w.backward.push_back(*g);
     w.backward_workspace_bytes =
         std::max(w.backward_workspace_bytes, gradients_in_flight(ops, i, s, reads_model_input) * act);
+    w.workspace_bytes = std::max(w.workspace_bytes, forward_transient(ops, i, s) * act);
   }
   w.input_bytes = input_bytes;
   w.output_bytes = output_bytes;

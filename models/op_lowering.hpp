@@ -67,6 +67,11 @@ Op input_gradient_op(const NamedOp& op, const Sharding& s, double act);
 /// convolution's dw.
 std::optional<Op> operand_gradient_op(const NamedOp& op, const Sharding& s, double act);
 
+/// Local elements an op's forward holds besides the kept activations: its input, unless kept (the
+/// previous op's output), and its output, unless the next op keeps it. Element-wise ops fuse
+/// into their producer and hold none of their own.
+double forward_transient(const std::vector<NamedOp>& ops, std::size_t i, const Sharding& s);
+
 /// Local elements of the gradients the backward of op `i` holds at once (its output gradient
 /// and its operands'); `reads_model_input`: its first operand is the model's input.
 double gradients_in_flight(const std::vector<NamedOp>& ops, std::size_t i, const Sharding& s,

@@ -68,8 +68,14 @@ LayerCost StepBuilder::cost(LayerRange layers, std::int64_t batch) {
     sum.forward_collectives.insert(sum.forward_collectives.end(), c.forward_collectives.begin(),
                                    c.forward_collectives.end());
     sum.group_gradient_bytes += c.group_gradient_bytes;
-    // Under re-materialization a layer's activations exist only while it computes.
-    sum.workspace_bytes = std::max(sum.workspace_bytes, c.workspace_bytes);
+  }
+  // A forward that keeps everything allocates the range's kept activations as it starts, so a
+  // layer's transient adds beyond them only what the later layers have not kept yet.
+  double later = 0;
+  for (int l = layers.last - 1; l >= layers.first; --l) {
+    const LayerCost& c = cost(l, batch);
+    sum.workspace_bytes = std::max(sum.workspace_bytes, c.workspace_bytes - later);
+    later += c.stash_bytes;
   }
   double freed = 0;  // kept by the layers whose backward has run
   for (int l = layers.last - 1; l >= layers.first; --l) {

@@ -23,7 +23,11 @@ struct LayerCost {
   double forward_s = 0, backward_s = 0;
   double forward_flops = 0, backward_flops = 0;                    ///< model FLOPs
   double forward_hardware_flops = 0, backward_hardware_flops = 0;  ///< padded MXU FLOPs
-  double stash_bytes = 0, workspace_bytes = 0, input_bytes = 0, output_bytes = 0;
+  double stash_bytes = 0, input_bytes = 0, output_bytes = 0;
+  /// One layer: the most its forward holds besides its kept activations (LayerWork). Layers
+  /// [first, last): what a forward keeping everything holds beyond all of them at its peak:
+  /// max over l of (layer l's transient - what the layers after l keep), at least 0.
+  double workspace_bytes = 0;
   /// One layer: the largest op's gradients in flight (LayerWork). Layers [first, last): what
   /// their backward, which runs last to first freeing each layer's kept activations as it
   /// goes, holds at its peak beyond the activations kept at its start:
@@ -68,7 +72,8 @@ class StepBuilder {
   /// gradients and updates are one core's share (`s` outlives the builder).
   void split_layers(const StageSharding& s);
   const LayerCost& cost(int layer, std::int64_t batch);
-  /// The summed cost of a range of layers (stash and time add up; workspace is the largest).
+  /// The summed cost of a range of layers (stash and time add up; the workspaces are what the
+  /// forward and the backward hold beyond the range's kept activations at their peaks).
   LayerCost cost(LayerRange layers, std::int64_t batch);
   /// fp32 gradient bytes of layers.
   double gradient_bytes(LayerRange layers) const;

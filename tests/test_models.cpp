@@ -372,3 +372,18 @@ TEST_CASE("dropout rates and the activation are validated", "[models]") {
     CHECK_THROWS_WITH(problems.throw_if_any(), Catch::Contains("model." + key));
   }
 }
+
+TEST_CASE("a forward holds its largest unkept intermediate: attention scores beside their probabilities",
+          "[models][memory]") {
+  // By hand, one block, batch 2, sequence 128, d_model 256, 4 heads: the scores [2, 4, 128, 128]
+  // exist while the softmax writes the (kept) probabilities; every other unkept tensor is
+  // smaller (d_model rows: 2 x 128 x 256) and the feed-forward's hidden is kept. bf16.
+  const Model m = build(
+      R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 128})");
+  CHECK(m.layers[1].work(2).workspace_bytes == Approx(2.0 * 4 * 128 * 128 * 2));
+  // The output layer: the logits read the final layer norm's (recomputed, unkept) output; softmax
+  // cross-entropy keeps the logits' gradient and writes a loss per row, not [batch, seq, vocab].
+  const Model big_vocab = build(
+      R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 128})");
+  CHECK(big_vocab.layers.back().work(2).workspace_bytes == Approx(2.0 * 128 * 256 * 2));
+}
