@@ -132,11 +132,43 @@ std::vector<std::vector<std::string>> model_axis_layouts(const std::set<std::str
   return out;
 }
 
+void push_mesh(const PlanSpace& space, Json mesh, const Json& layout, std::vector<Json>& out) {
+  for (const std::string update : {"replicated", "sharded"})
+    if (allowed(space.weight_update, update))
+      out.push_back({{"kind", "mesh"}, {"mesh", mesh}, {"layout", layout}, {"weight_update", update}});
+}
+
+/// Three-dimensional meshes batch x model2 x model: Megatron's dimensions on the model axis
+/// (innermost: its partial sums are the most frequent) and d_model or the sequence on a second
+/// model axis, every power-of-two pair of sizes.
+void meshes_3d(const Study& study, const PlanSpace& space, const std::set<std::string>& dims,
+               std::vector<Json>& out) {
+  const auto layouts = model_axis_layouts(dims);
+  if (layouts.empty() || dims.count("height") || !dims.count("d_ff")) return;
+  const std::int64_t cores = study.cores();
+  for (std::size_t second = 1; second < layouts.size(); ++second) {
+    Json layout{{"batch", "batch"}};
+    for (const auto& d : layouts[0]) layout[d] = "model";
+    for (const auto& d : layouts[second]) layout[d] = "model2";
+    for (std::int64_t m : powers_of_two(2, cores / 2)) {
+      if (!allowed(space.model_axis, m)) continue;
+      for (std::int64_t m2 : powers_of_two(2, cores / m))
+        if (study.batch % (cores / (m * m2)) == 0)
+          push_mesh(space,
+                    Json::array({Json::array({"batch", cores / (m * m2)}), Json::array({"model2", m2}),
+                                 Json::array({"model", m})}),
+                    layout, out);
+    }
+  }
+}
+
 /// Two-dimensional meshes (batch x model) for every power-of-two model axis and every
-/// model-axis layout, with the update replicated or sharded.
+/// model-axis layout, and three-dimensional ones when the space asks; the update replicated or
+/// sharded.
 void meshes(const Study& study, const PlanSpace& space, std::vector<Json>& out) {
   const auto dims = named_dimensions(study.model);
   const std::int64_t cores = study.cores();
+  if (space.meshes_3d) meshes_3d(study, space, dims, out);
   for (const auto& on_model : space.model_axis_dims.value_or(model_axis_layouts(dims))) {
     Json layout{{"batch", "batch"}};
     bool present = true;
@@ -145,15 +177,10 @@ void meshes(const Study& study, const PlanSpace& space, std::vector<Json>& out) 
       layout[d] = "model";
     }
     if (!present || on_model.empty()) continue;
-    for (std::int64_t m : powers_of_two(2, cores)) {
-      if (!allowed(space.model_axis, m) || study.batch % (cores / m) != 0) continue;
-      for (const std::string update : {"replicated", "sharded"})
-        if (allowed(space.weight_update, update))
-          out.push_back({{"kind", "mesh"},
-                         {"mesh", Json::array({Json::array({"batch", cores / m}), Json::array({"model", m})})},
-                         {"layout", layout},
-                         {"weight_update", update}});
-    }
+    for (std::int64_t m : powers_of_two(2, cores))
+      if (allowed(space.model_axis, m) && study.batch % (cores / m) == 0)
+        push_mesh(space, Json::array({Json::array({"batch", cores / m}), Json::array({"model", m})}), layout,
+                  out);
   }
 }
 
@@ -196,12 +223,14 @@ PlanSpace read_plan_space(const std::string& file) {
         const Json& set = (*v)[i];
         std::vector<std::string> dims;
         for (std::size_t k = 0; set.is_array() && k < set.size(); ++k)
-          if (set[k].is_string() && std::find(known.begin(), known.end(), set[k].get<std::string>()) != known.end())
+          if (set[k].is_string() &&
+              std::find(known.begin(), known.end(), set[k].get<std::string>()) != known.end())
             dims.push_back(set[k].get<std::string>());
         if (!set.is_array() || set.empty() || dims.size() != set.size())
-          problems.add(index_path(f.path_of("model_axis_dims"), i), set,
-                       "a non-empty array of tensor dimensions (batch excluded): seq, d_model, d_ff, heads, d_kv, "
-                       "vocab, height, width");
+          problems.add(
+              index_path(f.path_of("model_axis_dims"), i), set,
+              "a non-empty array of tensor dimensions (batch excluded): seq, d_model, d_ff, heads, d_kv, "
+              "vocab, height, width");
         else if (std::find(dims.begin(), dims.end(), "batch") != dims.end())
           problems.add(index_path(f.path_of("model_axis_dims"), i), set, "dimensions other than batch");
         else
@@ -209,6 +238,7 @@ PlanSpace read_plan_space(const std::string& file) {
       }
     }
     s.max_microbatches = f.integer_or("max_microbatches", s.max_microbatches, 1, 1 << 20);
+    s.meshes_3d = f.boolean_or("meshes_3d", false);
     if (const Json* d = f.optional("description"); d && !d->is_string())
       problems.add(f.path_of("description"), *d, "a string");
     f.finish();
@@ -235,11 +265,14 @@ std::string plan_label(const Json& s) {
            s.value("gradient_dtype", "fp32") + (bucket > 0 ? std::string(" bucket ") + mib + " MiB" : "");
   }
   if (kind == "mesh") {
-    std::string mesh, on_model;
+    std::string mesh, on_model, on_second;
     for (const auto& axis : s.at("mesh"))
       mesh += (mesh.empty() ? "" : "x") + axis[0].get<std::string>() + ":" + axis[1].dump();
-    for (auto it = s.at("layout").begin(); it != s.at("layout").end(); ++it)
+    for (auto it = s.at("layout").begin(); it != s.at("layout").end(); ++it) {
       if (it.value() == "model") on_model += (on_model.empty() ? "" : "+") + it.key();
+      if (it.value() == "model2") on_second += (on_second.empty() ? "" : "+") + it.key();
+    }
+    if (!on_second.empty()) on_model += "; model2: " + on_second;
     return "mesh " + mesh + (on_model.empty() ? "" : " (" + on_model + ")") + " " +
            s.value("weight_update", "replicated");
   }

@@ -51,11 +51,23 @@ TEST_CASE("plan proposes every pipeline shape that divides the slice and the bat
     CHECK(t <= 4);
     CHECK((64 / r) % m == 0);
   }
-  CHECK(dp == 12);     // replicated / sharded x fp32 / bf16 x buckets of 8, 32 and 128 MiB
-  CHECK(meshes == 18);  // model axis 2, 4, 8 x 3 layouts x replicated / sharded
-  CHECK(on_model == std::set<std::string>{R"({"batch":"batch","d_ff":"model","heads":"model","vocab":"model"})",
-                                          R"({"batch":"batch","d_model":"model"})",
-                                          R"({"batch":"batch","seq":"model"})"});
+  CHECK(dp == 12);             // replicated / sharded x fp32 / bf16 x buckets of 8, 32 and 128 MiB
+  CHECK(meshes == 3 * 3 * 2);  // model axis 2, 4, 8 x 3 layouts x replicated / sharded
+  CHECK(on_model == std::set<std::string>{
+                        R"({"batch":"batch","d_ff":"model","heads":"model","vocab":"model"})",
+                        R"({"batch":"batch","d_model":"model"})", R"({"batch":"batch","seq":"model"})"});
+  // Asked for, three-dimensional meshes too (Megatron's dimensions on the model axis, d_model or
+  // seq on model2): (2, 2), (2, 4), (4, 2) x 2 layouts x replicated / sharded.
+  PlanSpace with_3d;
+  with_3d.meshes_3d = true;
+  int three = 0;
+  for (const auto& c : plan_candidates(s, with_3d))
+    if (c["kind"] == "mesh" && c["mesh"].size() == 3) {
+      ++three;
+      CHECK(c["mesh"][0][1].get<int>() * c["mesh"][1][1].get<int>() * c["mesh"][2][1].get<int>() == 8);
+      CHECK(c["mesh"][2][0] == "model");  // innermost: its partial sums are the most frequent
+    }
+  CHECK(three == 3 * 2 * 2);
   // M up to 64/R: 7, 6, 5 powers of two for R = 1, 2, 4. K = 2: T = 1 with R in {1, 2, 4}, T = 2
   // with R in {1, 2}, T = 4 with R = 1; K = 4: T = 1 with R in {1, 2}, T = 2 with R = 1; K = 8:
   // T = 1, R = 1. Remat on and off, two kinds.
@@ -70,12 +82,12 @@ TEST_CASE("a plan space file narrows the search; bad ones name the path", "[plan
   const auto all = plan_candidates(s, read_plan_space(file));
   REQUIRE(all.size() == 2);  // R = 1 or 2
   for (const auto& c : all) CHECK(plan_label(c).rfind("gpipe K=4 R=", 0) == 0);
-  std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "kinds": ["mesh"], "model_axis_dims": [["seq"]]})";
+  std::ofstream(file)
+      << R"({"schema": "tpusim.plan_space/1", "kinds": ["mesh"], "model_axis_dims": [["seq"]]})";
   const auto seq = plan_candidates(s, read_plan_space(file));
   CHECK(seq.size() == 6);  // model axis 2, 4, 8 x replicated / sharded
   for (const auto& c : seq) CHECK(plan_label(c).find(" (seq) ") != std::string::npos);
-  std::ofstream(file)
-      << R"({"schema": "tpusim.plan_space/1", "kinds": ["pipe"], "stagez": [2], "remat": [1],
+  std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "kinds": ["pipe"], "stagez": [2], "remat": [1],
              "model_axis_dims": [["d_ff"], ["batch"], ["bogus"]]})";
   try {
     read_plan_space(file);
