@@ -44,12 +44,10 @@ struct Candidate {
 /// The first line of an error's message (a ConfigError's first problem, with its context).
 std::string first_problem(const std::string& what) { return what.substr(0, what.find('\n')); }
 
-/// Collectives a member core waits for before it can compute on (partial sums of a split
-/// layer): its time adds to the core's.
+/// Collectives a member core waits for before it can compute on (the partial sums of a
+/// pipeline stage split over cores): its time adds to the core's.
 bool blocking(const sim::Task& t) {
-  return t.kind == sim::TaskKind::Collective &&
-         (t.phase == "tensor_parallel" || t.phase == "activation_allreduce" ||
-          t.phase == "activation_allgather" || t.phase == "activation_reduce_scatter");
+  return t.kind == sim::TaskKind::Collective && t.phase == "tensor_parallel";
 }
 
 /// No collective is faster: each ring step moves its chunk over one link at the fastest link

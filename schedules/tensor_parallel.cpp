@@ -47,8 +47,8 @@ void add_events(const std::vector<mesh::Event>& events, double& seconds, double&
 LayerCost sharded_layer_cost(const Layer& layer, std::int64_t batch, const StageSharding& s,
                              const CostModel& cost, double act, bool model_input) {
   const Sharding sharding{s.layout, s.sizes};
-  const mesh::LayerProgram p =
-      mesh::lower_layer(layer.named_ops(batch), sharding, cost, act, layer.name, model_input, false);
+  const auto ops = layer.named_ops(batch);
+  const mesh::LayerProgram p = mesh::lower_layer(ops, sharding, cost, act, layer.name, model_input, false);
   const LayerWork whole = layer.work(batch);
   LayerCost c;
   add_events(p.forward, c.forward_s, c.forward_flops, c.forward_hardware_flops, c.forward_collectives,
@@ -56,6 +56,8 @@ LayerCost sharded_layer_cost(const Layer& layer, std::int64_t batch, const Stage
   add_events(p.backward, c.backward_s, c.backward_flops, c.backward_hardware_flops, c.backward_collectives,
              c.group_gradient_bytes);
   c.stash_bytes = p.kept_bytes;
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    c.workspace_bytes = std::max(c.workspace_bytes, forward_transient(ops, i, sharding) * act);
   c.backward_workspace_bytes = p.backward_workspace_bytes;
   c.input_bytes = whole.input_bytes;  // whole on every core of the group
   c.output_bytes = whole.output_bytes;
