@@ -98,12 +98,12 @@ void pipeline_shapes(const Study& study, const PlanSpace& space, const std::stri
 }
 
 /// Pipelines: K stages x R replicas x M micro-batches, with and without re-materialization, each
-/// stage on T cores that split its layers (tensor parallelism, for models with d_ff, heads or
-/// vocab dimensions).
+/// stage on T cores that split its layers (tensor parallelism, for models with d_ff or heads
+/// dimensions).
 void pipelines(const Study& study, const PlanSpace& space, std::vector<Json>& out) {
   const std::int64_t cores = study.cores(), layers = std::int64_t(study.model.layers.size());
   const auto dims = named_dimensions(study.model);
-  const bool splittable = dims.count("d_ff") || dims.count("heads") || dims.count("vocab");
+  const bool splittable = dims.count("d_ff") || dims.count("heads");
   for (const std::string kind : {"gpipe", "one_f_one_b"}) {
     if (!allowed(space.kinds, kind)) continue;
     for (std::int64_t k : powers_of_two(2, std::min(cores, layers))) {

@@ -18,8 +18,8 @@ namespace tpusim::cli {
 struct PlanSpace {
   std::optional<std::vector<std::string>> kinds;  ///< schedule kinds
   std::optional<std::vector<std::int64_t>> stages, replicas, microbatches, model_axis;
-  /// Cores per pipeline stage (tensor parallelism); absent, for a model with
-  /// d_ff, heads or vocab dimensions (1 otherwise): 1, 2 and 4 (a group of at most two chips).
+  /// Cores per pipeline stage (tensor parallelism); absent, for a model with d_ff or heads
+  /// dimensions (1 otherwise): 1, 2 and 4 (a group of at most two chips).
   std::optional<std::vector<std::int64_t>> tensor_parallel;
   std::optional<std::vector<bool>> remat;
   std::optional<std::vector<std::string>> weight_update, gradient_dtype;

@@ -182,14 +182,16 @@ void Pipeline::read_tensor_parallel(Fields& f, const Study& study, Problems& pro
     if (!present.count(dims[i]))
       problems.add(index_path(f.path_of("tensor_layout"), i), Json(dims[i]),
                    "a dimension of the model's ops");
-  if (dims.empty())
+  // By default Megatron's split, for models whose layers have a feed-forward or attention to
+  // split (a classifier's vocabulary alone would leave every other layer whole on every core).
+  if (dims.empty() && (present.count("d_ff") || present.count("heads")))
     for (const char* d : {"d_ff", "heads", "vocab"})
       if (present.count(d)) dims.push_back(d);
   if (!problems.empty()) return;
   if (!named || dims.empty()) {
     problems.add(f.path_of("tensor_parallel"), Json(tensor_),
-                 "1 for this model: splitting a stage over cores needs a model with d_ff, heads or vocab "
-                 "dimensions (transformer, mesh_lm)");
+                 "1 for this model (or a tensor_layout): splitting a stage over cores by default needs a "
+                 "model with d_ff or heads dimensions (transformer, mesh_lm, mlp)");
     return;
   }
   sharding_.sizes = {{"model", tensor_}};
