@@ -100,10 +100,24 @@ class Platform {
   std::set<std::pair<int, int>> routed_;
 };
 
+/// Memory mappings the kernel allows this process (vm.max_map_count; Linux's default when the
+/// file cannot be read).
+long max_memory_mappings() {
+  std::ifstream in("/proc/sys/vm/max_map_count");
+  long n = 0;
+  return (in >> n) && n > 0 ? n : 65530;
+}
+
+/// SimGrid's and the libraries' own memory mappings, kept free of actor stacks.
+constexpr long kReservedMappings = 2048;
+
 class Runner {
  public:
   Runner(const TaskGraph& g, const HardwareSpec& hw, const SliceSpec& slice, const EngineOptions& opt)
       : g_(g), opt_(opt), platform_(hw, slice), memory_(g.cores(), hw.core.usable_hbm_bytes()) {
+    // Each actor's stack is a mapping and a guard page.
+    actor_limit_ = opt.max_simultaneous_actors > 0 ? opt.max_simultaneous_actors
+                                                   : (max_memory_mappings() - kReservedMappings) / 2;
     const int n = g.size();
     remaining_.resize(n);
     for (int id = 0; id < n; ++id) remaining_[id] = g.in_degree(id);
@@ -216,16 +230,23 @@ class Runner {
   }
 
   void start_actors() {
+    long first = 0;  // the actors started here, refused before any exists
+    for (int c = 0; c < g_.cores(); ++c) first += g_.program(c).empty() ? 0 : 1;
+    for (int id = 0; id < g_.size(); ++id)
+      first += remaining_[id] == 0 && g_.task(id).kind != TaskKind::Compute;
+    if (first > actor_limit_) throw out_of_actors();
     for (int c = 0; c < g_.cores(); ++c)
       if (!g_.program(c).empty())
-        sg::Actor::create("core" + std::to_string(c), platform_.host(c),
-                          [this, c] { guarded([&] { run_core(c); }); });
+        spawn("core" + std::to_string(c), platform_.host(c), [this, c] { run_core(c); });
     for (int id = 0; id < g_.size(); ++id)
       if (remaining_[id] == 0 && g_.task(id).kind != TaskKind::Compute) launch(id);
   }
 
   SimResult finish() {
-    if (!error_.empty()) throw SimulationError(error_);
+    if (!error_.empty()) {
+      if (out_of_actors_) throw ResourceError(error_);
+      throw SimulationError(error_);
+    }
     if (done_ != g_.size()) {
       std::string names;
       int shown = 0;
@@ -259,6 +280,25 @@ class Runner {
     }
   }
 
+  ResourceError out_of_actors() {
+    out_of_actors_ = true;
+    return ResourceError(
+        "the simulation needs more than " + std::to_string(actor_limit_) +
+        " SimGrid actors at once (cores, transfers, collectives and their rings), more than " +
+        "this machine's memory mappings allow (vm.max_map_count = " + std::to_string(max_memory_mappings()) +
+        "): simulate fewer cores or fewer concurrent collectives, or raise vm.max_map_count");
+  }
+
+  /// An actor running `body`, unless this machine could not hold one more actor's stack.
+  sg::ActorPtr spawn(const std::string& name, sg::Host* host, std::function<void()> body) {
+    if (live_actors_ >= actor_limit_) throw out_of_actors();
+    ++live_actors_;
+    return sg::Actor::create(name, host, [this, body = std::move(body)] {
+      guarded(body);
+      --live_actors_;
+    });
+  }
+
   void run_core(int core) {
     for (int id : g_.program(core)) {
       if (remaining_[id] > 0) {
@@ -277,7 +317,7 @@ class Runner {
   void launch(int id) {
     const Task& t = g_.task(id);
     const int where = t.members().front();
-    sg::Actor::create(t.name, platform_.host(where), [this, id] { guarded([&] { run_communication(id); }); });
+    spawn(t.name, platform_.host(where), [this, id] { run_communication(id); });
   }
 
   void run_communication(int id) {
@@ -291,8 +331,8 @@ class Runner {
       for (const Phase& phase : plans_[id]) {
         std::vector<sg::ActorPtr> rings;
         for (const auto& ring : phase.rings) {
-          rings.push_back(sg::Actor::create(t.name, platform_.host(ring.cores.front()),
-                                            [this, id, &ring] { guarded([&] { play_ring(ring, id); }); }));
+          rings.push_back(
+              spawn(t.name, platform_.host(ring.cores.front()), [this, id, &ring] { play_ring(ring, id); }));
         }
         for (auto& actor : rings) actor->join();
       }
@@ -386,19 +426,13 @@ class Runner {
   SimResult result_;
   int done_ = 0;
   std::string error_;
+  long actor_limit_ = 0, live_actors_ = 0;
+  bool out_of_actors_ = false;  ///< error_ is a ResourceError
 };
 
 }  // namespace
 
 namespace {
-
-/// Memory mappings the kernel allows this process (vm.max_map_count; Linux's default when the
-/// file cannot be read).
-long max_memory_mappings() {
-  std::ifstream in("/proc/sys/vm/max_map_count");
-  long n = 0;
-  return (in >> n) && n > 0 ? n : 65530;
-}
 
 /// Refuses, with the estimate, a graph this machine cannot simulate: more host memory than the
 /// budget, or more simultaneous actors than memory mappings allow (each SimGrid actor's stack
@@ -407,7 +441,7 @@ void check_host_resources(const TaskGraph& graph) {
   check_host_memory(graph.cores(), graph.size(), true);
   long actors = 1;  // at least one communication actor besides one per core with a program
   for (int c = 0; c < graph.cores(); ++c) actors += graph.program(c).empty() ? 0 : 1;
-  const long mappings = max_memory_mappings(), reserve = 2048;  // libraries, heap, SimGrid itself
+  const long mappings = max_memory_mappings(), reserve = kReservedMappings;
   if (2 * actors + reserve > mappings) {
     throw ResourceError("simulating " + std::to_string(graph.cores()) + " cores needs at least " +
                         std::to_string(actors) +

@@ -25,6 +25,10 @@ struct EngineOptions {
   bool record_flows = false;
   /// Run the tasks' host closures (functional mode) as they complete in simulated order.
   bool functional = false;
+  /// Most SimGrid actors alive at once (cores, transfers, collectives and their rings); 0: what
+  /// this machine's memory mappings (vm.max_map_count) allow. More is a ResourceError, not the
+  /// abort SimGrid would make of it.
+  long max_simultaneous_actors = 0;
   /// Called now and then (every 256 completed tasks) with the tasks done, the total and the
   /// simulated time: for progress reports. The engine prints nothing itself.
   std::function<void(int done, int total, double simulated_s)> progress;

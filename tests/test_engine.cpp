@@ -334,3 +334,29 @@ TEST_CASE("cross-replica batch norm adds each normalization's all-reduce to the 
   CHECK(collectives == 2 * 53);
   CHECK(phase == Approx(expected).epsilon(1e-4));
 }
+
+TEST_CASE("more simultaneous actors than this machine allows is a resource error, not an abort",
+          "[engine][resources]") {
+  // A compute task on core 0, then an all-reduce over the 4 chips of a 2x2 slice: the core's actor
+  // and the collective's fit a limit of 2, the collective's rings do not.
+  const auto hw = v3();
+  const auto s = slice(2, 2, true, true);
+  sim::TaskGraph g(sim::slice_cores(hw, s));
+  const int work = g.add(compute(0, 1e-3));
+  const int reduce = g.add(collective(CollectiveOp::AllReduce, chip_leaders(s, 2), kS));
+  g.depend(work, reduce);
+  sim::EngineOptions options;
+  options.max_simultaneous_actors = 2;
+  CHECK_THROWS_AS(sim::simulate(g, hw, s, options), ResourceError);
+}
+
+TEST_CASE("more cores than simultaneous actors are refused before any runs", "[engine][resources]") {
+  const auto hw = v3();
+  const auto s = slice(2, 2, true, true);
+  sim::TaskGraph g(sim::slice_cores(hw, s));
+  g.add(compute(0, 1e-3));
+  g.add(compute(1, 1e-3));
+  sim::EngineOptions options;
+  options.max_simultaneous_actors = 1;
+  CHECK_THROWS_WITH(sim::simulate(g, hw, s, options), Catch::Contains("vm.max_map_count"));
+}
