@@ -206,7 +206,7 @@ double forward_transient(const std::vector<NamedOp>& ops, std::size_t i, const S
   bool output_kept = (next < ops.size() && ops[next].a.id.empty() && ops[next].a.keep) ||
                      op.math == NamedOp::Math::SoftmaxXent;
   for (std::size_t j = i + 1; j < ops.size() && !op.out.id.empty() && !output_kept; ++j)
-    for (const auto& t : ops[j].tensors()) output_kept = output_kept || (t.id == op.out.id && t.keep);
+    output_kept = (ops[j].a.keep && ops[j].a.id == op.out.id) || (ops[j].b.keep && ops[j].b.id == op.out.id);
   return (reads_previous ? s.local_elements(op.a) : 0.0) + (output_kept ? 0.0 : s.local_elements(op.out));
 }
 
