@@ -84,11 +84,11 @@ double task_floor(const Study& s, const Torus& torus, const sim::Task& t) {
 /// A mesh layout's bound from its SPMD program alone (a task graph of every core is costly on a
 /// large slice): one core runs every compute piece and waits for every blocking collective; its
 /// weight-gradient reductions, when they wait for the whole backward, add their bandwidth terms.
-double mesh_bound(const Study& s, const MeshSchedule& mesh) {
+double mesh_bound(const Study& s, const MeshSchedule& mesh, const std::vector<mesh::LayerProgram>& programs) {
   using E = mesh::Event;
   const Torus torus(s.slice);
   double bound = 0;
-  for (const auto& program : mesh.programs(s))
+  for (const auto& program : programs)
     for (const auto* events : {&program.forward, &program.backward})
       for (const auto& ev : *events) {
         const auto group = [&] { return mesh.groups(ev.mesh_dims).front(); };
@@ -113,9 +113,17 @@ void bound(const Json& base, const std::string& file, Candidate& c, double usabl
   try {
     const Study s = parse_study(j, file, fs::path(file).parent_path());
     if (const auto* mesh = dynamic_cast<const MeshSchedule*>(s.schedule.get())) {
-      // Its memory is checked when it is simulated.
-      c.bound_s = mesh_bound(s, *mesh);
+      const auto programs = mesh->programs(s);
+      c.bound_s = mesh_bound(s, *mesh, programs);
       c.cores_used = s.cores();
+      // Every core holds the same shards of the weights and optimizer slots all step.
+      for (std::size_t l = 0; l < programs.size(); ++l) {
+        c.resident_by[int(sim::MemoryCategory::Weights)] += kWeightBytes * programs[l].weight_elements;
+        c.resident_by[int(sim::MemoryCategory::Optimizer)] +=
+            kWeightBytes * s.optimizer.slot_elements(s.model.layers[l]) * mesh::update_fraction(programs[l]);
+      }
+      for (double bytes : c.resident_by) c.resident_bytes += bytes;
+      c.pruned = c.resident_bytes > usable;
       return;
     }
     const BuiltStep step = s.schedule->build(s);

@@ -295,10 +295,7 @@ class MeshStepPlayer {
     double bytes;
   };
 
-  double update_fraction(int l) const {
-    const auto& p = programs_[std::size_t(l)];
-    return p.total_weight_elements > 0 ? p.update_elements / p.total_weight_elements : 0;
-  }
+  double update_fraction(int l) const { return mesh::update_fraction(programs_[std::size_t(l)]); }
 
   /// Resident shards of weights and optimizer slots.
   void resident_shards() {

@@ -14,6 +14,10 @@ std::string collective_task_name(const std::string& event, const std::vector<std
 
 double piece_elements(double elements, double count) { return std::ceil(elements / count); }
 
+double update_fraction(const LayerProgram& p) {
+  return p.total_weight_elements > 0 ? p.update_elements / p.total_weight_elements : 0;
+}
+
 LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, const CostModel& cost,
                          double act, const std::string& layer, bool model_input, bool sharded) {
   LayerProgram p;

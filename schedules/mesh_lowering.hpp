@@ -54,6 +54,11 @@ struct LayerProgram {
   Json ops = Json::array();                // per-op table
 };
 
+/// A core's share of a layer's update: the elements of its weight shards it updates (all of
+/// them, or under weight-update sharding its pieces) over the layer's weight elements. Its
+/// optimizer slots are that share of the layer's.
+double update_fraction(const LayerProgram& p);
+
 /// `model_input`: the layer's first op reads the model's input, which needs no gradient.
 /// `sharded`: weight gradients are reduce-scattered (weight-update sharding) instead of all-reduced.
 LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, const CostModel& cost,
