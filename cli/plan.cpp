@@ -44,20 +44,20 @@ struct Candidate {
 /// The first line of an error's message (a ConfigError's first problem, with its context).
 std::string first_problem(const std::string& what) { return what.substr(0, what.find('\n')); }
 
-/// Collectives a member core waits for before it can compute on (the partial sums of a
-/// pipeline stage split over cores): its time adds to the core's.
-bool blocking(const sim::Task& t) {
-  return t.kind == sim::TaskKind::Collective && t.phase == "tensor_parallel";
-}
-
 /// No collective is faster: each ring step moves its chunk over one link at the fastest link
 /// bandwidth and pays the shortest latency once (no contention, no multi-hop route; without
 /// `latency` the bandwidth term alone, which adds up over collectives however they are combined).
+double fastest_bandwidth(const Study& s) {
+  return std::max(s.hardware.chip.onchip_bandwidth_bytes_per_s, s.hardware.chip.ici_bandwidth_bytes_per_s);
+}
+double shortest_latency(const Study& s) {
+  return std::min(s.hardware.chip.onchip_latency_s, s.hardware.chip.ici_latency_s);
+}
+
 double collective_floor(const Study& s, const Torus& torus, sim::CollectiveOp op,
                         const std::vector<int>& group, double bytes, bool latency = true) {
   const auto& chip = s.hardware.chip;
-  const double bandwidth = std::max(chip.onchip_bandwidth_bytes_per_s, chip.ici_bandwidth_bytes_per_s);
-  const double hop = latency ? std::min(chip.onchip_latency_s, chip.ici_latency_s) : 0.0;
+  const double bandwidth = fastest_bandwidth(s), hop = latency ? shortest_latency(s) : 0.0;
   double floor = 0;
   for (const auto& phase : sim::plan_collective(torus, chip.cores, op, group, bytes)) {
     double slowest = 0;
@@ -71,13 +71,9 @@ double collective_floor(const Study& s, const Torus& torus, sim::CollectiveOp op
 /// A task's floor: a compute task takes its time; a transfer moves its bytes over one link at the
 /// fastest bandwidth after the shortest latency; a collective, collective_floor.
 double task_floor(const Study& s, const Torus& torus, const sim::Task& t) {
-  const auto& chip = s.hardware.chip;
   if (t.kind == sim::TaskKind::Compute) return t.seconds;
   if (t.kind == sim::TaskKind::Transfer)
-    return t.bytes > 0
-               ? t.bytes / std::max(chip.onchip_bandwidth_bytes_per_s, chip.ici_bandwidth_bytes_per_s) +
-                     std::min(chip.onchip_latency_s, chip.ici_latency_s)
-               : 0.0;
+    return t.bytes > 0 ? t.bytes / fastest_bandwidth(s) + shortest_latency(s) : 0.0;
   return collective_floor(s, torus, t.op, t.collective_groups().front(), t.bytes);
 }
 
@@ -118,9 +114,9 @@ void bound(const Json& base, const std::string& file, Candidate& c, double usabl
       c.cores_used = s.cores();
       // Every core holds the same shards of the weights and optimizer slots all step.
       for (std::size_t l = 0; l < programs.size(); ++l) {
-        c.resident_by[int(sim::MemoryCategory::Weights)] += kWeightBytes * programs[l].weight_elements;
-        c.resident_by[int(sim::MemoryCategory::Optimizer)] +=
-            kWeightBytes * s.optimizer.slot_elements(s.model.layers[l]) * mesh::update_fraction(programs[l]);
+        const auto held = mesh::resident_shards(programs[l], s.optimizer.slot_elements(s.model.layers[l]));
+        c.resident_by[int(sim::MemoryCategory::Weights)] += held.weights;
+        c.resident_by[int(sim::MemoryCategory::Optimizer)] += held.optimizer;
       }
       for (double bytes : c.resident_by) c.resident_bytes += bytes;
       c.pruned = c.resident_bytes > usable;
@@ -129,20 +125,13 @@ void bound(const Json& base, const std::string& file, Candidate& c, double usabl
     const BuiltStep step = s.schedule->build(s);
     const auto& graph = step.graph;
     const Torus torus(s.slice);
-    std::vector<double> floors, busy(std::size_t(graph.cores()), 0.0);
-    for (int id = 0; id < graph.size(); ++id) {
-      const sim::Task& t = graph.task(id);
-      floors.push_back(task_floor(s, torus, t));
-      if (blocking(t))
-        for (int core : t.members()) busy[std::size_t(core)] += floors.back();
-    }
-    for (int core = 0; core < graph.cores(); ++core) {
-      for (int id : graph.program(core)) busy[std::size_t(core)] += graph.task(id).seconds;
-      if (!graph.program(core).empty()) ++c.cores_used;
-      c.bound_s = std::max(c.bound_s, busy[std::size_t(core)]);
-    }
-    // The longest chain of dependent work: a pipeline's fill and drain, a core's waits.
-    c.bound_s = std::max(c.bound_s, graph.critical_path(floors));
+    std::vector<double> floors;
+    for (int id = 0; id < graph.size(); ++id) floors.push_back(task_floor(s, torus, graph.task(id)));
+    for (int core = 0; core < graph.cores(); ++core) c.cores_used += graph.program(core).empty() ? 0 : 1;
+    // The longest chain of dependent work (each core's program order included, so never less
+    // than the busiest core's compute and the partial sums it waits for): a pipeline's fill and
+    // drain, a core's waits.
+    c.bound_s = graph.critical_path(floors);
     if (const int core = graph.most_resident_core(); core >= 0) {
       c.resident_bytes = graph.resident_bytes(core);
       c.resident_by = graph.resident()[std::size_t(core)];

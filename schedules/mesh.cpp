@@ -301,11 +301,10 @@ class MeshStepPlayer {
   void resident_shards() {
     for (int c = 0; c < cores_; ++c)
       for (int l = 0; l < layers_; ++l) {
-        const auto& p = programs_[std::size_t(l)];
-        g_.resident(c, sim::MemoryCategory::Weights, kWeightBytes * p.weight_elements);
-        g_.resident(
-            c, sim::MemoryCategory::Optimizer,
-            4.0 * study_.optimizer.slot_elements(study_.model.layers[std::size_t(l)]) * update_fraction(l));
+        const auto held = mesh::resident_shards(
+            programs_[std::size_t(l)], study_.optimizer.slot_elements(study_.model.layers[std::size_t(l)]));
+        g_.resident(c, sim::MemoryCategory::Weights, held.weights);
+        g_.resident(c, sim::MemoryCategory::Optimizer, held.optimizer);
       }
   }
 

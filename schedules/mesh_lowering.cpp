@@ -18,6 +18,10 @@ double update_fraction(const LayerProgram& p) {
   return p.total_weight_elements > 0 ? p.update_elements / p.total_weight_elements : 0;
 }
 
+ResidentShards resident_shards(const LayerProgram& p, double slot_elements) {
+  return {kWeightBytes * p.weight_elements, kWeightBytes * slot_elements * update_fraction(p)};
+}
+
 LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, const CostModel& cost,
                          double act, const std::string& layer, bool model_input, bool sharded) {
   LayerProgram p;
