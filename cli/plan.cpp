@@ -4,7 +4,9 @@
 #include <cmath>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <mutex>
+#include <tuple>
 
 #include "cli/child_process.hpp"
 #include "cli/output_file.hpp"
@@ -13,6 +15,7 @@
 #include "reports/plan_report.hpp"
 #include "reports/run_report.hpp"
 #include "schedules/mesh.hpp"
+#include "schedules/step_builder.hpp"
 #include "schedules/study.hpp"
 #include "sim/collective_plan.hpp"
 
@@ -102,12 +105,15 @@ double mesh_bound(const Study& s, const MeshSchedule& mesh, const std::vector<me
   return bound;
 }
 
-/// Validates the study with `c.schedule`, builds its graph, and bounds it (no engine).
-void bound(const Json& base, const std::string& file, Candidate& c, double usable) {
+/// Validates the study with `c.schedule`, builds its graph, and bounds it (no engine). The
+/// candidates share `costs` (they differ only in their schedule).
+void bound(const Json& base, const std::string& file, Candidate& c, double usable,
+           const std::shared_ptr<LayerCostCache>& costs) {
   Json j = base;
   j["schedule"] = c.schedule;
   try {
-    const Study s = parse_study(j, file, fs::path(file).parent_path());
+    Study s = parse_study(j, file, fs::path(file).parent_path());
+    s.layer_costs = costs;
     if (const auto* mesh = dynamic_cast<const MeshSchedule*>(s.schedule.get())) {
       const auto programs = mesh->programs(s);
       c.bound_s = mesh_bound(s, *mesh, programs);
@@ -126,7 +132,19 @@ void bound(const Json& base, const std::string& file, Candidate& c, double usabl
     const auto& graph = step.graph;
     const Torus torus(s.slice);
     std::vector<double> floors;
-    for (int id = 0; id < graph.size(); ++id) floors.push_back(task_floor(s, torus, graph.task(id)));
+    // A step repeats its collectives (every micro-batch's, every layer's): each planned once.
+    std::map<std::tuple<sim::CollectiveOp, std::vector<int>, double>, double> collective_floors;
+    for (int id = 0; id < graph.size(); ++id) {
+      const sim::Task& t = graph.task(id);
+      if (t.kind != sim::TaskKind::Collective) {
+        floors.push_back(task_floor(s, torus, t));
+        continue;
+      }
+      const auto key = std::make_tuple(t.op, t.collective_groups().front(), t.bytes);
+      auto it = collective_floors.find(key);
+      if (it == collective_floors.end()) it = collective_floors.emplace(key, task_floor(s, torus, t)).first;
+      floors.push_back(it->second);
+    }
     for (int core = 0; core < graph.cores(); ++core) c.cores_used += graph.program(core).empty() ? 0 : 1;
     // The longest chain of dependent work (each core's program order included, so never less
     // than the busiest core's compute and the partial sums it waits for): a pipeline's fill and
@@ -347,8 +365,9 @@ int cmd_plan(const PlanOptions& o) {
     RunProgress progress("bounding candidates", "candidates");
     std::mutex lock;
     int done = 0;
+    const auto costs = std::make_shared<LayerCostCache>();
     parallel_for(all.size(), job_count(o.jobs), [&](std::size_t i) {
-      bound(base, o.study, all[i], usable);
+      bound(base, o.study, all[i], usable, costs);
       const std::lock_guard<std::mutex> guard(lock);
       progress.update(++done, int(all.size()));
     });

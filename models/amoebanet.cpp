@@ -196,7 +196,9 @@ Model build_amoebanet_d(Fields& f, Problems& problems) {
   FeatureMap prev{(image + 1) / 2, c}, prev_prev = prev;
   auto add_cell = [&](const std::string& name, bool reduction, std::int64_t width) {
     CellSpec s{reduction, width, prev, prev_prev};
-    m.layers.push_back(cell_layer(name, s, m.activation_bytes));
+    const std::string call = std::string(reduction ? "reduction" : "normal") + " cell " +
+                             std::to_string(width) + " " + prev.text() + " " + prev_prev.text();
+    m.add(cell_layer(name, s, m.activation_bytes), call);
     prev_prev = prev;
     prev = s.out();
   };

@@ -12,6 +12,9 @@ struct FeatureMap {
   std::int64_t size = 0;  ///< height = width
   std::int64_t channels = 0;
   double elements(std::int64_t batch) const { return double(batch) * size * size * channels; }
+  std::string text() const {
+    return std::to_string(size) + "x" + std::to_string(size) + "x" + std::to_string(channels);
+  }
 };
 
 /// Appends ReLU (optional) -> conv kh x kw (stride) -> batch norm on `in` for `batch` examples

@@ -20,14 +20,30 @@ std::int64_t Model::params() const {
   return total;
 }
 
-double Model::step_model_flops(std::int64_t batch) const {
-  double flops = 0;
-  for (const auto& l : layers) {
-    const LayerWork w = l.work(batch);
-    for (const auto* ops : {&w.forward, &w.backward})
-      for (const auto& op : *ops) flops += op.model_flops();
+void Model::add(Layer layer, const std::string& call) {
+  if (!call.empty()) {
+    const auto [it, first] = first_of_call.emplace(call, int(layers.size()));
+    if (!first) layer.same_as = it->second;
   }
-  return flops;
+  layers.push_back(std::move(layer));
+}
+
+double Model::step_model_flops(std::int64_t batch) const {
+  std::vector<double> per_layer;
+  for (const auto& l : layers) {
+    double flops = 0;
+    if (l.same_as >= 0) {
+      flops = per_layer[std::size_t(l.same_as)];
+    } else {
+      const LayerWork w = l.work(batch);
+      for (const auto* ops : {&w.forward, &w.backward})
+        for (const auto& op : *ops) flops += op.model_flops();
+    }
+    per_layer.push_back(flops);
+  }
+  double total = 0;
+  for (double f : per_layer) total += f;
+  return total;
 }
 
 const std::map<std::string, ModelBuilder>& model_builders() {

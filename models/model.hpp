@@ -54,6 +54,10 @@ struct Layer {
   std::function<LayerWork(std::int64_t batch)> work;
   /// The host math for functional mode (null when the layer kind has none).
   std::shared_ptr<const LayerFunction> function;
+  /// The index of an earlier layer of the model that is the same computation (made by the same
+  /// builder call: equal named ops, weights and work for every batch; only the name differs), so
+  /// its costs serve this one; -1: none.
+  int same_as = -1;
 
   std::int64_t params() const;
 };
@@ -65,11 +69,19 @@ struct Model {
   double activation_bytes = 2;  ///< bytes per activation element (bf16 = 2)
   std::vector<Layer> layers;
 
+  /// Appends `layer`. `call` names the builder call that made it (the factory and every argument
+  /// but the name; empty: not worth comparing): a layer made by the same call as an earlier one
+  /// is marked the same computation (Layer::same_as).
+  void add(Layer layer, const std::string& call = "");
+
   std::int64_t params() const;
   /// The math of one training step over `batch` examples: every layer's forward and backward
   /// (input and weight gradients), unpadded, without recomputation. The one definition every
   /// schedule reports as model FLOPs (and MXU utilization divides by).
   double step_model_flops(std::int64_t batch) const;
+
+  /// Builder call -> the first layer it made (add).
+  std::map<std::string, int> first_of_call;
 };
 
 /// Builds a model from its JSON description; records problems at `path`.

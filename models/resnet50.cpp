@@ -69,8 +69,9 @@ Model build_resnet50(Fields& f, Problems& problems) {
     const std::int64_t width = 64 << stage;
     for (std::int64_t i = 0; i < blocks[stage]; ++i) {
       const std::int64_t stride = (stage > 0 && i == 0) ? 2 : 1;
-      m.layers.push_back(bottleneck("stage" + std::to_string(stage + 1) + "_block" + std::to_string(i + 1), x,
-                                    width, stride, m.activation_bytes));
+      m.add(bottleneck("stage" + std::to_string(stage + 1) + "_block" + std::to_string(i + 1), x, width,
+                       stride, m.activation_bytes),
+            "bottleneck " + x.text() + " " + std::to_string(width) + " " + std::to_string(stride));
       x = FeatureMap{(x.size + stride - 1) / stride, 4 * width};
     }
   }

@@ -153,8 +153,9 @@ Model build_ssd_resnet34(Fields& f, Problems& problems) {
   for (int stage = 0; stage < 3; ++stage)
     for (std::int64_t i = 0; i < blocks[stage]; ++i) {
       const std::int64_t stride = i == 0 ? strides[stage] : 1;
-      m.layers.push_back(basic_block("stage" + std::to_string(stage + 1) + "_block" + std::to_string(i + 1),
-                                     x, widths[stage], stride, 0.0, act));
+      m.add(basic_block("stage" + std::to_string(stage + 1) + "_block" + std::to_string(i + 1), x,
+                        widths[stage], stride, 0.0, act),
+            "basic_block " + x.text() + " " + std::to_string(widths[stage]) + " " + std::to_string(stride));
       x = FeatureMap{(x.size + stride - 1) / stride, widths[stage]};
     }
   std::vector<FeatureMap> maps = {x};

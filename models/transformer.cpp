@@ -212,14 +212,15 @@ Model assemble(const Dims& d, double act, const std::string& name) {
   m.layers.push_back(
       embedding(encdec ? "source_embedding" : "embedding", d, act, true, encdec ? tokens_per_example : 0));
   for (std::int64_t i = 0; i < d.encoder_layers; ++i)
-    m.layers.push_back(block("encoder" + std::to_string(i), d, act, false));
+    m.add(block("encoder" + std::to_string(i), d, act, false), "block");
   if (encdec) {
     // The target embedding reads the target ids and passes the encoder output along.
     m.layers.push_back(
         embedding("target_embedding", d, act, !d.shared_embeddings, double(d.seq) * d.d_model * act));
   }
   for (std::int64_t i = 0; i < d.layers; ++i)
-    m.layers.push_back(block((encdec ? "decoder" : "block") + std::to_string(i), d, act, encdec));
+    m.add(block((encdec ? "decoder" : "block") + std::to_string(i), d, act, encdec),
+          encdec ? "decoder_block" : "block");
   m.layers.push_back(output(d, act, !d.shared_embeddings));
   // Functional mode covers the decoder-only model with its own input and output tables, ReLU and
   // no dropout.

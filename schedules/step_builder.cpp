@@ -9,8 +9,24 @@ using sim::MemoryCategory;
 using sim::MemoryEffect;
 using When = sim::MemoryEffect::When;
 
+const LayerCost& LayerCostCache::get(int layer, std::int64_t batch, const std::string& sharding,
+                                     const std::function<LayerCost()>& compute) {
+  const auto key = std::make_tuple(layer, batch, sharding);
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = costs_.find(key); it != costs_.end()) return it->second;
+  }
+  LayerCost c = compute();
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return costs_.emplace(key, std::move(c)).first->second;
+}
+
 StepBuilder::StepBuilder(const Study& study, int cores, FunctionalRuntime* functional)
-    : study_(study), functional_(functional), cost_model_(study.hardware.core), graph_(cores) {
+    : study_(study),
+      functional_(functional),
+      cost_model_(study.hardware.core),
+      graph_(cores),
+      costs_(study.layer_costs ? study.layer_costs : std::make_shared<LayerCostCache>()) {
   for (const auto& layer : study.model.layers)
     update_s_.push_back(cost_model_.cost(study.optimizer.update_op(layer)).seconds);
   weight_fraction_.assign(study.model.layers.size(), 1.0);
@@ -18,20 +34,29 @@ StepBuilder::StepBuilder(const Study& study, int cores, FunctionalRuntime* funct
 
 void StepBuilder::split_layers(const StageSharding& s) {
   sharding_ = &s;
+  sharding_key_.clear();
+  for (const auto& [dim, mesh_dim] : s.layout) sharding_key_ += dim + "=" + mesh_dim + ";";
+  for (const auto& [mesh_dim, size] : s.sizes) sharding_key_ += mesh_dim + ":" + std::to_string(size) + ";";
   cache_.clear();
   for (std::size_t l = 0; l < weight_fraction_.size(); ++l)
     weight_fraction_[l] = cost(int(l), 1).weight_fraction;
 }
 
 const LayerCost& StepBuilder::cost(int layer, std::int64_t batch) {
-  auto key = std::make_pair(layer, batch);
-  auto it = cache_.find(key);
-  if (it != cache_.end()) return it->second;
+  // A layer that is the same computation as an earlier one has its costs.
+  const int same_as = study_.model.layers[std::size_t(layer)].same_as;
+  if (same_as >= 0) layer = same_as;
+  const auto key = std::make_pair(layer, batch);
+  if (auto it = cache_.find(key); it != cache_.end()) return *it->second;
+  const LayerCost& c = costs_->get(layer, batch, sharding_key_, [&] { return layer_cost(layer, batch); });
+  cache_.emplace(key, &c);
+  return c;
+}
+
+LayerCost StepBuilder::layer_cost(int layer, std::int64_t batch) const {
   if (sharding_)
-    return cache_
-        .emplace(key, sharded_layer_cost(study_.model.layers[layer], batch, *sharding_, cost_model_,
-                                         study_.model.activation_bytes, layer == 0))
-        .first->second;
+    return sharded_layer_cost(study_.model.layers[layer], batch, *sharding_, cost_model_,
+                              study_.model.activation_bytes, layer == 0);
   const LayerWork w = study_.model.layers[layer].work(batch);
   LayerCost c;
   for (const auto& op : w.forward) {
@@ -51,7 +76,7 @@ const LayerCost& StepBuilder::cost(int layer, std::int64_t batch) {
   c.backward_workspace_bytes = std::max(w.workspace_bytes, w.backward_workspace_bytes);
   c.input_bytes = w.input_bytes;
   c.output_bytes = w.output_bytes;
-  return cache_.emplace(key, c).first->second;
+  return c;
 }
 
 LayerCost StepBuilder::cost(LayerRange layers, std::int64_t batch) {

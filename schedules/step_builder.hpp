@@ -5,7 +5,12 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
 
 #include "hardware/cost_model.hpp"
 #include "schedules/study.hpp"
@@ -62,6 +67,20 @@ struct Labels {
 class FunctionalRuntime;
 struct StageSharding;
 
+/// Layer costs by (layer, batch, sharding), shared by the step builders of one model on one
+/// hardware (Study::layer_costs: plan's candidates differ only in their schedule). Thread-safe;
+/// entries are never removed, so the references it hands out stay valid.
+class LayerCostCache {
+ public:
+  /// The cost stored under the key, or `compute()`'s result stored first (computed unlocked).
+  const LayerCost& get(int layer, std::int64_t batch, const std::string& sharding,
+                       const std::function<LayerCost()>& compute);
+
+ private:
+  std::mutex mutex_;
+  std::map<std::tuple<int, std::int64_t, std::string>, LayerCost> costs_;
+};
+
 class StepBuilder {
  public:
   /// With a `functional` runtime every task gets the host closure doing its math.
@@ -111,14 +130,18 @@ class StepBuilder {
 
  private:
   std::string describe(LayerRange layers) const;
+  /// The cost of `layer` for `batch` examples, computed (cost() caches it).
+  LayerCost layer_cost(int layer, std::int64_t batch) const;
   sim::Task compute_task(const char* phase, int core, LayerRange layers, Labels labels) const;
 
   const Study& study_;
   FunctionalRuntime* functional_;
   CostModel cost_model_;
   sim::TaskGraph graph_;
-  std::map<std::pair<int, std::int64_t>, LayerCost> cache_;
-  std::vector<double> update_s_;  // per layer, full update on one core
+  std::shared_ptr<LayerCostCache> costs_;  // the study's, or this builder's own
+  std::string sharding_key_;               // the split the costs are for ("" unsplit)
+  std::map<std::pair<int, std::int64_t>, const LayerCost*> cache_;  // this builder's lookups
+  std::vector<double> update_s_;                                    // per layer, full update on one core
   const StageSharding* sharding_ = nullptr;
   std::vector<double> weight_fraction_;  // per layer, a core's share of its weights
   double hardware_flops_ = 0;

@@ -17,6 +17,7 @@ namespace tpusim {
 
 struct Study;
 class FunctionalRuntime;
+class LayerCostCache;
 
 /// What a schedule hands the engine and the reports.
 struct BuiltStep {
@@ -42,18 +43,22 @@ class Schedule {
 
 /// Parses a schedule's fields (the "kind" key is already read) and checks them against the
 /// rest of the study (batch divisibility, core counts); records problems.
-using ScheduleFactory = std::function<std::unique_ptr<Schedule>(Fields& fields, const Study& study, Problems& problems)>;
+using ScheduleFactory =
+    std::function<std::unique_ptr<Schedule>(Fields& fields, const Study& study, Problems& problems)>;
 const std::map<std::string, ScheduleFactory>& schedule_registry();
 
 struct Study {
-  std::string file;       ///< where it came from ("" if built in memory)
-  Json json;              ///< the study after overrides, as given
+  std::string file;  ///< where it came from ("" if built in memory)
+  Json json;         ///< the study after overrides, as given
   HardwareSpec hardware;
   SliceSpec slice;
   Model model;
   std::int64_t batch = 0;  ///< global examples per step
   Optimizer optimizer;
   std::shared_ptr<const Schedule> schedule;
+  /// Layer costs shared with other studies of the same model and hardware (plan's candidates);
+  /// null: each step builder computes its own.
+  std::shared_ptr<LayerCostCache> layer_costs;
 
   int cores() const { return slice.chips() * hardware.chip.cores; }
 };

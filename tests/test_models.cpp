@@ -1,6 +1,8 @@
 // Model descriptions: parameter counts and FLOPs against hand-derived formulas.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
 #include "models/model.hpp"
 #include "models/op_lowering.hpp"
@@ -386,4 +388,73 @@ TEST_CASE("a forward holds its largest unkept intermediate: attention scores bes
   const Model big_vocab = build(
       R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 128})");
   CHECK(big_vocab.layers.back().work(2).workspace_bytes == Approx(2.0 * 128 * 256 * 2));
+}
+
+namespace {
+
+/// Everything a layer's lowering reads from its named ops, as text.
+std::string program_text(const std::vector<NamedOp>& ops) {
+  std::string text;
+  for (const auto& op : ops) {
+    text += op.name + " " + std::to_string(int(op.kind)) + " " + std::to_string(int(op.math)) + " " +
+            std::to_string(op.ops) + " " + op.reduce_dim + " " + std::to_string(op.window) + " " +
+            std::to_string(op.stride) + " " + op.skip + ":";
+    for (const auto& t : op.tensors()) {
+      text += " [" + t.id + (t.keep ? " kept" : "") + (t.weight ? " weight" : "");
+      for (const auto& d : t.dims) text += " " + d.name + "=" + std::to_string(d.size);
+      text += "]";
+    }
+    text += "\n";
+  }
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("a layer marked the same computation as an earlier one lowers exactly like it", "[models]") {
+  // Every shipped study's model: the marked layers (whose costs are computed once) have the
+  // weights, named ops and work of the layer they name, at two batch sizes.
+  int marked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(config_dir() / "studies")) {
+    const Json study = Json::parse(std::ifstream(entry.path()));
+    const Model m = build(study["model"].dump());
+    for (std::size_t l = 0; l < m.layers.size(); ++l) {
+      const Layer& layer = m.layers[l];
+      if (layer.same_as < 0) continue;
+      INFO(entry.path().filename().string() << ": " << layer.name);
+      REQUIRE(layer.same_as < int(l));
+      const Layer& first = m.layers[std::size_t(layer.same_as)];
+      ++marked;
+      CHECK(layer.weights == first.weights);
+      for (std::int64_t b : {1, 3}) {
+        CHECK(program_text(layer.named_ops(b)) == program_text(first.named_ops(b)));
+        const LayerWork w = layer.work(b), f = first.work(b);
+        CHECK(w.forward.size() == f.forward.size());
+        CHECK(w.backward.size() == f.backward.size());
+        for (auto bytes : {&LayerWork::input_bytes, &LayerWork::output_bytes, &LayerWork::stash_bytes,
+                           &LayerWork::workspace_bytes, &LayerWork::backward_workspace_bytes})
+          CHECK(w.*bytes == f.*bytes);
+      }
+    }
+  }
+  CHECK(marked > 100);  // the transformers' blocks, the conv nets' repeated blocks and cells
+}
+
+TEST_CASE("a transformer's blocks are one computation; a ResNet stage's first block is not", "[models]") {
+  const Model t = build(
+      R"({"kind": "transformer", "layers": 3, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16, "seq_len": 8})");
+  REQUIRE(t.layers.size() == 5);  // embedding, 3 blocks, output
+  CHECK(t.layers[1].same_as == -1);
+  CHECK(t.layers[2].same_as == 1);
+  CHECK(t.layers[3].same_as == 1);
+  CHECK(t.layers[4].same_as == -1);
+  const Model r = build(R"({"kind": "resnet50"})");
+  CHECK(r.layers[1].same_as == -1);  // stage1_block1: projection shortcut
+  CHECK(r.layers[2].same_as == -1);  // stage1_block2: the first of its kind
+  CHECK(r.layers[3].same_as == 2);
+  CHECK(r.layers[4].same_as == -1);  // stage2_block1: stride 2
+  // A step's FLOPs count every block, the marked ones included.
+  for (const Model* m : {&t, &r})
+    CHECK(m->step_model_flops(4) ==
+          Approx(total_flops(*m, 4, false) + total_flops(*m, 4, true)).epsilon(1e-12));
 }
