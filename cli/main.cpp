@@ -11,7 +11,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <tuple>
 
@@ -408,165 +410,168 @@ int cmd_describe_model(const std::string& file, const std::vector<std::string>& 
   return 0;
 }
 
-}  // namespace
+/// What a subcommand does once its options are parsed: an exit code.
+using Action = std::function<int()>;
+/// Every subcommand with its action (options live as long as the actions).
+using Commands = std::vector<std::pair<CLI::App*, Action>>;
 
-int main(int argc, char** argv) {
-  auto logger = spdlog::stderr_color_st("tpusim");
-  spdlog::set_default_logger(logger);
-  spdlog::set_level(spdlog::level::warn);
+void add_run(CLI::App& app, Commands& commands) {
+  auto run = std::make_shared<RunOptions>();
+  auto* cmd = app.add_subcommand("run", "simulate one training step of a study");
+  cmd->add_option("study", run->study, "study JSON file")->required();
+  cmd->add_option("--set", run->sets, "override a study field: dotted.path=value (repeatable)");
+  cmd->add_option("--out", run->out,
+                  "write result.json, report.md, timeline.svg, memory.svg (and trace.json) here");
+  cmd->add_flag("--json", run->json, "print result.json to stdout instead of the summary");
+  cmd->add_flag("--trace", run->trace, "also write a Chrome/Perfetto trace (needs --out)");
+  cmd->add_flag("--require-fit", run->require_fit, "exit 1 if the step does not fit in HBM");
+  cmd->add_flag("--no-symmetry", run->no_symmetry,
+                "simulate every ring of every collective (slower; same result)");
+  cmd->add_flag("--functional", run->functional,
+                "also run the real math on the host and compare with one core");
+  cmd->add_option("--steps", run->steps, "functional mode: training steps (default 3)");
+  cmd->add_option("--seed", run->seed,
+                  "functional mode: seed of the weights and the synthetic data (default 1)");
+  cmd->add_option("--max-host-memory", run->max_host_memory_bytes,
+                  "bytes of host memory a run may use (the simulation's estimate, and functional mode's "
+                  "real tensors); more is refused up front, exit 2 (default: half of this machine's)");
+  commands.emplace_back(cmd, [run] {
+    if (run->trace && run->out.empty())
+      throw ConfigError("--trace", "", "no --out directory", "--out DIR to write trace.json into");
+    return cmd_run(*run);
+  });
+}
 
-  CLI::App app{"tpusim: a discrete-event simulator of TPU pods and their training schedules"};
-  app.require_subcommand(1);
-  bool verbose = false;
-  app.add_flag("-v,--verbose", verbose, "log progress to stderr");
+void add_check(CLI::App& app, Commands& commands) {
+  auto file = std::make_shared<std::string>();
+  auto sets = std::make_shared<std::vector<std::string>>();
+  auto* cmd = app.add_subcommand("check", "validate a study without simulating");
+  cmd->add_option("study", *file, "study JSON file")->required();
+  cmd->add_option("--set", *sets, "override a study field: dotted.path=value");
+  commands.emplace_back(cmd, [file, sets] { return cmd_check(*file, *sets); });
+}
 
-  RunOptions run;
-  auto* run_cmd = app.add_subcommand("run", "simulate one training step of a study");
-  run_cmd->add_option("study", run.study, "study JSON file")->required();
-  run_cmd->add_option("--set", run.sets, "override a study field: dotted.path=value (repeatable)");
-  run_cmd->add_option("--out", run.out,
-                      "write result.json, report.md, timeline.svg, memory.svg (and trace.json) here");
-  run_cmd->add_flag("--json", run.json, "print result.json to stdout instead of the summary");
-  run_cmd->add_flag("--trace", run.trace, "also write a Chrome/Perfetto trace (needs --out)");
-  run_cmd->add_flag("--require-fit", run.require_fit, "exit 1 if the step does not fit in HBM");
-  run_cmd->add_flag("--no-symmetry", run.no_symmetry,
-                    "simulate every ring of every collective (slower; same result)");
-  run_cmd->add_flag("--functional", run.functional,
-                    "also run the real math on the host and compare with one core");
-  run_cmd->add_option("--steps", run.steps, "functional mode: training steps (default 3)");
-  run_cmd->add_option("--seed", run.seed,
-                      "functional mode: seed of the weights and the synthetic data (default 1)");
-  run_cmd->add_option("--max-host-memory", run.max_host_memory_bytes,
-                      "bytes of host memory a run may use (the simulation's estimate, and functional mode's "
-                      "real tensors); more is refused up front, exit 2 (default: half of this machine's)");
-
-  std::string check_file;
-  std::vector<std::string> check_sets;
-  auto* check_cmd = app.add_subcommand("check", "validate a study without simulating");
-  check_cmd->add_option("study", check_file, "study JSON file")->required();
-  check_cmd->add_option("--set", check_sets, "override a study field: dotted.path=value");
-
-  std::string fit_study, fit_path;
-  std::vector<std::string> fit_sets;
-  std::optional<double> fit_min, fit_max, fit_step;
-  bool fit_json = false;
-  double fit_probe_timeout = 0;
-  auto* fit_cmd =
+void add_fit(CLI::App& app, Commands& commands) {
+  struct FitOptions {
+    std::string study, path;
+    std::vector<std::string> sets;
+    std::optional<double> min, max, step;
+    bool json = false;
+    double probe_timeout = 0;
+  };
+  auto fit = std::make_shared<FitOptions>();
+  auto* cmd =
       app.add_subcommand("fit", "the largest value of a numeric field for which the study fits in HBM");
-  fit_cmd->add_option("study", fit_study, "study JSON file")->required();
-  fit_cmd->add_option("--maximize", fit_path, "dotted path of the field, e.g. model.layers")->required();
-  fit_cmd->add_option("--min", fit_min, "smallest value (default 1)");
-  fit_cmd->add_option("--max", fit_max, "largest value (default: search upwards by doubling)");
-  fit_cmd->add_option("--step", fit_step, "granularity of the answer (default 1)");
-  fit_cmd->add_option("--set", fit_sets, "override a study field: dotted.path=value");
-  fit_cmd->add_flag("--json", fit_json, "machine-readable output");
-  fit_cmd->add_option(
-      "--probe-timeout", fit_probe_timeout,
+  cmd->add_option("study", fit->study, "study JSON file")->required();
+  cmd->add_option("--maximize", fit->path, "dotted path of the field, e.g. model.layers")->required();
+  cmd->add_option("--min", fit->min, "smallest value (default 1)");
+  cmd->add_option("--max", fit->max, "largest value (default: search upwards by doubling)");
+  cmd->add_option("--step", fit->step, "granularity of the answer (default 1)");
+  cmd->add_option("--set", fit->sets, "override a study field: dotted.path=value");
+  cmd->add_flag("--json", fit->json, "machine-readable output");
+  cmd->add_option(
+      "--probe-timeout", fit->probe_timeout,
       "seconds after which a probe still running is killed: the search fails (exit 3) (default: none)");
+  commands.emplace_back(cmd, [fit] {
+    return cli::cmd_fit(fit->study, fit->path, fit->sets, fit->min, fit->max, fit->step, fit->json,
+                        fit->probe_timeout);
+  });
+}
 
-  cli::SweepOptions sweep;
-  auto* sweep_cmd =
+void add_sweep_and_merge(CLI::App& app, Commands& commands) {
+  auto sweep = std::make_shared<cli::SweepOptions>();
+  auto* cmd =
       app.add_subcommand("sweep", "run a study over a grid of settings, each point in its own process");
-  sweep_cmd->add_option("study", sweep.study, "study JSON file")->required();
-  sweep_cmd->add_option("--grid", sweep.grids,
-                        "PATH=v1,v2,... or a range a..b, a..b:+k, a..b:xk (repeatable: cartesian product)");
-  sweep_cmd->add_option("--zip", sweep.zips, "PATH=v1,v2,...: zip axes move together (same length)");
-  sweep_cmd->add_option("--set", sweep.sets, "override a study field for every point");
-  sweep_cmd->add_option("-j,--jobs", sweep.jobs, "points run at once (default: the number of cores)");
-  sweep_cmd->add_option("--out", sweep.out, "output directory (default out/sweep)");
-  sweep_cmd->add_flag("--resume", sweep.resume, "skip points already recorded in --out");
-  sweep_cmd->add_option("--shard", sweep.shard,
-                        "run shard i/n of the points (0 <= i < n); default from SLURM_ARRAY_TASK_ID/COUNT");
-  sweep_cmd->add_option(
-      "--point-timeout", sweep.point_timeout_s,
+  cmd->add_option("study", sweep->study, "study JSON file")->required();
+  cmd->add_option("--grid", sweep->grids,
+                  "PATH=v1,v2,... or a range a..b, a..b:+k, a..b:xk (repeatable: cartesian product)");
+  cmd->add_option("--zip", sweep->zips, "PATH=v1,v2,...: zip axes move together (same length)");
+  cmd->add_option("--set", sweep->sets, "override a study field for every point");
+  cmd->add_option("-j,--jobs", sweep->jobs, "points run at once (default: the number of cores)");
+  cmd->add_option("--out", sweep->out, "output directory (default out/sweep)");
+  cmd->add_flag("--resume", sweep->resume, "skip points already recorded in --out");
+  cmd->add_option("--shard", sweep->shard,
+                  "run shard i/n of the points (0 <= i < n); default from SLURM_ARRAY_TASK_ID/COUNT");
+  cmd->add_option(
+      "--point-timeout", sweep->point_timeout_s,
       "seconds after which a point still running is killed and recorded as failed (default: none)");
+  commands.emplace_back(cmd, [sweep] { return cli::cmd_sweep(*sweep); });
 
-  std::vector<std::string> merge_dirs;
-  std::string merge_out;
-  auto* merge_cmd = app.add_subcommand("merge", "combine the outputs of sweep shards");
-  merge_cmd->add_option("dirs", merge_dirs, "sweep output directories")->required();
-  merge_cmd->add_option("--out", merge_out, "output directory")->required();
+  auto dirs = std::make_shared<std::vector<std::string>>();
+  auto out = std::make_shared<std::string>();
+  auto* merge = app.add_subcommand("merge", "combine the outputs of sweep shards");
+  merge->add_option("dirs", *dirs, "sweep output directories")->required();
+  merge->add_option("--out", *out, "output directory")->required();
+  commands.emplace_back(merge, [dirs, out] { return cli::cmd_merge(*dirs, *out); });
+}
 
-  cli::ValidateOptions validate;
-  auto* validate_cmd =
+void add_validate(CLI::App& app, Commands& commands) {
+  auto validate = std::make_shared<cli::ValidateOptions>();
+  auto* cmd =
       app.add_subcommand("validate", "compare predictions with the measured TPU runs of configs/validation/");
-  validate_cmd->add_option("cases", validate.ids, "case ids (default: every case)");
-  validate_cmd->add_option("-j,--jobs", validate.jobs, "cases run at once (default: the number of cores)");
-  validate_cmd->add_flag("--json", validate.json, "print the tpusim.validation/1 JSON instead of the table");
-  validate_cmd->add_option("--out", validate.out,
-                           "write validation.json, validation.md and validation.html here");
-  validate_cmd->add_option("--cases-dir", validate.dir,
-                           "folder of validation cases (default: configs/validation)");
-  validate_cmd->add_flag(
-      "--sensitivity", validate.sensitivity,
+  cmd->add_option("cases", validate->ids, "case ids (default: every case)");
+  cmd->add_option("-j,--jobs", validate->jobs, "cases run at once (default: the number of cores)");
+  cmd->add_flag("--json", validate->json, "print the tpusim.validation/1 JSON instead of the table");
+  cmd->add_option("--out", validate->out, "write validation.json, validation.md and validation.html here");
+  cmd->add_option("--cases-dir", validate->dir, "folder of validation cases (default: configs/validation)");
+  cmd->add_flag(
+      "--sensitivity", validate->sensitivity,
       "also show how much each prediction moves when each assumed hardware figure moves up by 10 %");
+  commands.emplace_back(cmd, [validate] { return cli::cmd_validate(*validate); });
+}
 
-  cli::PlanOptions plan;
-  auto* plan_cmd = app.add_subcommand(
+void add_plan(CLI::App& app, Commands& commands) {
+  auto plan = std::make_shared<cli::PlanOptions>();
+  auto* cmd = app.add_subcommand(
       "plan", "search the fastest schedule that fits for a study's model, batch and slice");
-  plan_cmd->add_option("study", plan.study, "study JSON file (its schedule is ignored)")->required();
-  plan_cmd->add_option("--set", plan.sets, "override a study field: dotted.path=value (repeatable)");
-  plan_cmd->add_option("--objective", plan.objective, "step_time_s (default) or examples_per_s");
-  plan_cmd->add_option("--top", plan.top, "plans to report with their results (default 5)");
-  plan_cmd->add_option("--space", plan.space, "a tpusim.plan_space/1 file narrowing the search");
-  plan_cmd->add_option("-j,--jobs", plan.jobs, "simulations at once (default: the number of cores)");
-  plan_cmd->add_flag("--json", plan.json, "print the tpusim.plan/1 JSON instead of the table");
-  plan_cmd->add_option("--out", plan.out, "write plan.json, plan.md, plan.html and best.json here");
-  plan_cmd->add_flag("--exhaustive", plan.exhaustive, "simulate every valid candidate (checks the search)");
-  plan_cmd->add_option("--point-timeout", plan.point_timeout_s, "kill a simulation running longer (seconds)");
+  cmd->add_option("study", plan->study, "study JSON file (its schedule is ignored)")->required();
+  cmd->add_option("--set", plan->sets, "override a study field: dotted.path=value (repeatable)");
+  cmd->add_option("--objective", plan->objective, "step_time_s (default) or examples_per_s");
+  cmd->add_option("--top", plan->top, "plans to report with their results (default 5)");
+  cmd->add_option("--space", plan->space, "a tpusim.plan_space/1 file narrowing the search");
+  cmd->add_option("-j,--jobs", plan->jobs, "simulations at once (default: the number of cores)");
+  cmd->add_flag("--json", plan->json, "print the tpusim.plan/1 JSON instead of the table");
+  cmd->add_option("--out", plan->out, "write plan.json, plan.md, plan.html and best.json here");
+  cmd->add_flag("--exhaustive", plan->exhaustive, "simulate every valid candidate (checks the search)");
+  cmd->add_option("--point-timeout", plan->point_timeout_s, "kill a simulation running longer (seconds)");
+  commands.emplace_back(cmd, [plan] { return cli::cmd_plan(*plan); });
+}
 
+void add_describe(CLI::App& app, Commands& commands) {
+  struct DescribeOptions {
+    std::string hardware, slice, slice_hardware, study;
+    std::vector<std::string> sets;
+    bool json = false;
+  };
+  auto o = std::make_shared<DescribeOptions>();
   auto* describe = app.add_subcommand("describe", "print derived figures of hardware or a slice");
   describe->require_subcommand(1);
-  std::string hw_name, slice_name, slice_hw;
-  bool describe_json = false;
-  auto* d_hw = describe->add_subcommand("hardware", "a hardware generation (name or path)");
-  d_hw->add_option("name", hw_name, "e.g. tpu-v3 or path/to/hardware.json")->required();
-  d_hw->add_flag("--json", describe_json, "machine-readable output");
-  std::string model_study;
-  std::vector<std::string> model_sets;
-  auto* d_model = describe->add_subcommand("model", "per-layer table of a study's model on one core");
-  d_model->add_option("study", model_study, "study JSON file")->required();
-  d_model->add_option("--set", model_sets, "override a study field: dotted.path=value");
-  d_model->add_flag("--json", describe_json, "machine-readable output");
-  auto* d_opt =
+  auto* hw = describe->add_subcommand("hardware", "a hardware generation (name or path)");
+  hw->add_option("name", o->hardware, "e.g. tpu-v3 or path/to/hardware.json")->required();
+  hw->add_flag("--json", o->json, "machine-readable output");
+  commands.emplace_back(hw, [o] { return cmd_describe_hardware(o->hardware, o->json); });
+  auto* model = describe->add_subcommand("model", "per-layer table of a study's model on one core");
+  model->add_option("study", o->study, "study JSON file")->required();
+  model->add_option("--set", o->sets, "override a study field: dotted.path=value");
+  model->add_flag("--json", o->json, "machine-readable output");
+  commands.emplace_back(model, [o] { return cmd_describe_model(o->study, o->sets, o->json); });
+  auto* opt =
       describe->add_subcommand("optimizers", "every optimizer rule: slots, update cost and its derivation");
-  d_opt->add_flag("--json", describe_json, "machine-readable output");
-  auto* d_slice = describe->add_subcommand("slice", "a named slice");
-  d_slice->add_option("name", slice_name, "e.g. v3-32")->required();
-  d_slice->add_option("--hardware", slice_hw,
-                      "hardware to look the slice up in (default: every shipped one)");
-  d_slice->add_flag("--json", describe_json, "machine-readable output");
+  opt->add_flag("--json", o->json, "machine-readable output");
+  commands.emplace_back(opt, [o] { return cmd_describe_optimizers(o->json); });
+  auto* slice = describe->add_subcommand("slice", "a named slice");
+  slice->add_option("name", o->slice, "e.g. v3-32")->required();
+  slice->add_option("--hardware", o->slice_hardware,
+                    "hardware to look the slice up in (default: every shipped one)");
+  slice->add_flag("--json", o->json, "machine-readable output");
+  commands.emplace_back(slice, [o] { return cmd_describe_slice(o->slice, o->slice_hardware, o->json); });
+}
 
+/// Runs the parsed subcommand's action; typed errors become exit codes here and only here.
+int dispatch(const Commands& commands) {
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return 2;
-  }
-  if (verbose) spdlog::set_level(spdlog::level::debug);
-
-  try {
-    if (*run_cmd) {
-      if (run.trace && run.out.empty())
-        throw ConfigError("--trace", "", "no --out directory", "--out DIR to write trace.json into");
-      return cmd_run(run);
-    }
-    if (*check_cmd) return cmd_check(check_file, check_sets);
-    if (*sweep_cmd) return cli::cmd_sweep(sweep);
-    if (*merge_cmd) return cli::cmd_merge(merge_dirs, merge_out);
-    if (*validate_cmd) return cli::cmd_validate(validate);
-    if (*plan_cmd) return cli::cmd_plan(plan);
-    if (*fit_cmd)
-      return cli::cmd_fit(fit_study, fit_path, fit_sets, fit_min, fit_max, fit_step, fit_json,
-                          fit_probe_timeout);
-    if (*d_hw) return cmd_describe_hardware(hw_name, describe_json);
-    if (*d_opt) return cmd_describe_optimizers(describe_json);
-    if (*d_slice) return cmd_describe_slice(slice_name, slice_hw, describe_json);
-    if (*d_model) return cmd_describe_model(model_study, model_sets, describe_json);
+    for (const auto& [cmd, action] : commands)
+      if (*cmd) return action();
   } catch (const ConfigError& e) {
     std::cerr << "tpusim: bad input\n" << e.what() << "\n";
     return 2;
@@ -581,4 +586,33 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto logger = spdlog::stderr_color_st("tpusim");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::warn);
+
+  CLI::App app{"tpusim: a discrete-event simulator of TPU pods and their training schedules"};
+  app.require_subcommand(1);
+  bool verbose = false;
+  app.add_flag("-v,--verbose", verbose, "log progress to stderr");
+  Commands commands;
+  for (auto add : {add_run, add_check, add_fit, add_sweep_and_merge, add_validate, add_plan, add_describe})
+    add(app, commands);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  if (verbose) spdlog::set_level(spdlog::level::debug);
+  return dispatch(commands);
 }
