@@ -48,6 +48,19 @@ std::optional<std::vector<T>> read_list(Fields& f, const std::string& key, const
   return out;
 }
 
+/// A list of strings each one of `choices` ("a", "b" or "c").
+std::optional<std::vector<std::string>> read_choices(Fields& f, const std::string& key,
+                                                     const std::vector<std::string>& choices) {
+  std::string expected;
+  for (std::size_t i = 0; i < choices.size(); ++i)
+    expected += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + ("\"" + choices[i] + "\"");
+  auto list = read_list<std::string>(f, key, expected.c_str());
+  for (std::size_t i = 0; list && i < list->size(); ++i)
+    if (std::find(choices.begin(), choices.end(), (*list)[i]) == choices.end())
+      f.problems().add(index_path(f.path_of(key), i), Json((*list)[i]), expected);
+  return list;
+}
+
 /// Named dimensions of the model's ops (empty when a layer has no named ops: no mesh layout).
 std::set<std::string> named_dimensions(const Model& model) {
   std::set<std::string> dims;
@@ -87,12 +100,14 @@ void pipeline_shapes(const Study& study, const PlanSpace& space, const std::stri
       if (!allowed(space.microbatches, m) || per_replica % m != 0) continue;
       for (bool remat : {true, false})
         for (const auto& cut : space.partition.value_or(std::vector<std::string>{"memory_aware"}))
-          if (allowed(space.remat, remat)) {
-            Json s{{"kind", kind},      {"stages", k},    {"replicas", r},
-                   {"microbatches", m}, {"remat", remat}, {"partition", cut}};
-            if (t > 1) s["tensor_parallel"] = t;
-            out.push_back(std::move(s));
-          }
+          for (const auto& place : space.placement.value_or(std::vector<std::string>{"auto"}))
+            if (allowed(space.remat, remat) && (place == "auto" || r > 1)) {  // one replica: the same
+              Json s{{"kind", kind},      {"stages", k},    {"replicas", r},
+                     {"microbatches", m}, {"remat", remat}, {"partition", cut}};
+              if (t > 1) s["tensor_parallel"] = t;
+              if (place != "auto") s["placement"] = place;
+              out.push_back(std::move(s));
+            }
     }
   }
 }
@@ -206,14 +221,10 @@ PlanSpace read_plan_space(const std::string& file) {
     s.tensor_parallel =
         read_list<std::int64_t>(f, "tensor_parallel", "an integer >= 1 (cores per pipeline stage)");
     s.remat = read_list<bool>(f, "remat", "true or false");
-    s.weight_update = read_list<std::string>(f, "weight_update", "\"replicated\" or \"sharded\"");
-    s.gradient_dtype = read_list<std::string>(f, "gradient_dtype", "\"fp32\" or \"bf16\"");
-    s.partition = read_list<std::string>(f, "partition", "\"balanced\" or \"memory_aware\"");
-    if (s.partition)
-      for (std::size_t i = 0; i < s.partition->size(); ++i)
-        if ((*s.partition)[i] != "balanced" && (*s.partition)[i] != "memory_aware")
-          problems.add(index_path(f.path_of("partition"), i), Json((*s.partition)[i]),
-                       "\"balanced\" or \"memory_aware\"");
+    s.weight_update = read_choices(f, "weight_update", {"replicated", "sharded"});
+    s.gradient_dtype = read_choices(f, "gradient_dtype", {"fp32", "bf16"});
+    s.partition = read_choices(f, "partition", {"balanced", "memory_aware"});
+    s.placement = read_choices(f, "placement", {"auto", "by_stage"});
     if (const Json* v = f.optional("model_axis_dims")) {
       const auto& known = named_dims();
       s.model_axis_dims.emplace();
@@ -280,7 +291,8 @@ std::string plan_label(const Json& s) {
          " M=" + s.at("microbatches").dump() +
          (s.contains("tensor_parallel") ? " T=" + s.at("tensor_parallel").dump() : "") +
          (s.value("remat", false) ? " remat" : "") +
-         (s.value("partition", "memory_aware") == "balanced" ? " cost-cut" : "");
+         (s.value("partition", "memory_aware") == "balanced" ? " cost-cut" : "") +
+         (s.value("placement", "auto") == "by_stage" ? " by-stage" : "");
 }
 
 }  // namespace tpusim::cli

@@ -26,6 +26,10 @@ struct PlanSpace {
   /// Pipeline partitions; absent: "memory_aware" alone (the cost-balanced cut whenever that
   /// fits, so it loses nothing to "balanced" and fits where "balanced" overflows).
   std::optional<std::vector<std::string>> partition;
+  /// Pipeline placements ("auto", "by_stage"); absent: "auto" alone (on a 2D torus with two
+  /// cores per chip, a stage's replicas spread one per chip all-reduce over more links than
+  /// packed side by side: by_stage was slower on every case tried, see the README).
+  std::optional<std::vector<std::string>> placement;
   /// The tensor dimensions a mesh puts on its model axis, one set per layout; absent: for a
   /// transformer, Megatron's {d_ff, heads, vocab}, {d_model} and {seq} (sequence parallelism);
   /// for a convolutional net, {height}.

@@ -118,8 +118,8 @@ Pipeline::Pipeline(Order order, Fields& f, const Study& study, Problems& problem
     }
   }
   if (const Json* p = f.optional("placement")) {
-    if (p->is_string() && p->get<std::string>() == "auto") {
-      // computed at build time
+    if (p->is_string() && (p->get<std::string>() == "auto" || p->get<std::string>() == "by_stage")) {
+      by_stage_ = p->get<std::string>() == "by_stage";  // computed at build time
     } else if (p->is_array() && int(p->size()) == replicas_) {
       std::set<int> used;
       for (std::size_t r = 0; r < p->size(); ++r) {
@@ -143,13 +143,14 @@ Pipeline::Pipeline(Order order, Fields& f, const Study& study, Problems& problem
         }
       }
     } else {
-      problems.add(
-          f.path_of("placement"), *p,
-          "\"auto\" or an array of " + std::to_string(replicas_) + " arrays of core ids (one per replica)");
+      problems.add(f.path_of("placement"), *p,
+                   "\"auto\", \"by_stage\" or an array of " + std::to_string(replicas_) +
+                       " arrays of core ids (one per replica)");
     }
     if (tensor_ > 1 && p->is_array())
-      problems.add(f.path_of("placement"), *p,
-                   "\"auto\" when tensor_parallel > 1 (each stage's cores are placed together)");
+      problems.add(
+          f.path_of("placement"), *p,
+          "\"auto\" or \"by_stage\" when tensor_parallel > 1 (each stage's cores are placed together)");
   }
 }
 
@@ -207,7 +208,7 @@ Json Pipeline::resolved() const {
          {"remat", remat_},
          {"replicas", replicas_}};
   j["partition"] = !partition_.empty() ? Json(partition_) : Json(memory_aware_ ? "memory_aware" : "balanced");
-  j["placement"] = placement_.empty() ? Json("auto") : Json(placement_);
+  j["placement"] = !placement_.empty() ? Json(placement_) : Json(by_stage_ ? "by_stage" : "auto");
   if (tensor_ > 1) {
     j["tensor_parallel"] = tensor_;
     Json dims = Json::array();
@@ -287,13 +288,15 @@ std::vector<std::vector<std::vector<int>>> Pipeline::groups(const Study& study) 
       for (int s = 0; s < stages_; ++s) cores[r][s] = {placement_[r][s]};
     return cores;
   }
-  const int cpc = study.hardware.chip.cores, per_pipeline = stages_ * tensor_;
-  const int chips_per_pipeline = std::max(1, (per_pipeline + cpc - 1) / cpc);
-  const auto order = pipeline_core_order(study.slice, cpc, chips_per_pipeline);
+  // Blocks of neighbouring cores: one per pipeline ("auto"), or one per stage's replicas.
+  const int cpc = study.hardware.chip.cores, per_block = (by_stage_ ? replicas_ : stages_) * tensor_;
+  const auto order = pipeline_core_order(study.slice, cpc, std::max(1, (per_block + cpc - 1) / cpc));
   for (int r = 0; r < replicas_; ++r)
     for (int s = 0; s < stages_; ++s)
-      for (int t = 0; t < tensor_; ++t)
-        cores[r][s].push_back(order[(std::size_t(r) * stages_ + s) * tensor_ + t]);
+      for (int t = 0; t < tensor_; ++t) {
+        const std::size_t slot = by_stage_ ? std::size_t(s) * replicas_ + r : std::size_t(r) * stages_ + s;
+        cores[r][s].push_back(order[slot * tensor_ + t]);
+      }
   return cores;
 }
 

@@ -55,9 +55,12 @@ class Pipeline : public Schedule {
   bool remat_ = true;
   std::vector<int> partition_;  ///< explicit, or empty for "balanced"/"memory_aware"
   bool memory_aware_ = false;
-  std::vector<std::vector<int>> placement_;  ///< explicit, or empty for "auto"
-  int tensor_ = 1;                           ///< cores per stage
-  StageSharding sharding_;                   ///< how they split its layers (tensor_ > 1)
+  std::vector<std::vector<int>> placement_;  ///< explicit, or empty for "auto" or "by_stage"
+  /// "by_stage": a stage's replicas on neighbouring cores (its gradient all-reduce stays local;
+  /// the activations travel between blocks); otherwise ("auto") a pipeline's stages are.
+  bool by_stage_ = false;
+  int tensor_ = 1;          ///< cores per stage
+  StageSharding sharding_;  ///< how they split its layers (tensor_ > 1)
 
   void read_tensor_parallel(Fields& f, const Study& study, Problems& problems);
   /// A builder whose layer costs are one core's share of a stage.

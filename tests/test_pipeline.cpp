@@ -172,6 +172,24 @@ TEST_CASE("auto placement lines replicas up so stage groups form torus lines", "
   }
 }
 
+TEST_CASE("by_stage placement puts a stage's replicas on neighbouring cores", "[pipeline][placement]") {
+  // K = 2, R = 16 on v3-32: stage 0's replicas fill the first 8 chips of the snake (both cores of
+  // each), stage 1's the other 8; every core is used once.
+  const Study s = pipeline_study(
+      R"({"kind": "gpipe", "stages": 2, "microbatches": 2, "replicas": 16, "placement": "by_stage"})");
+  const auto* p = dynamic_cast<const Pipeline*>(s.schedule.get());
+  const auto cores = p->placement(s);
+  const auto order = pipeline_core_order(s.slice, 2, 8);
+  std::set<int> used;
+  for (int r = 0; r < 16; ++r)
+    for (int stage = 0; stage < 2; ++stage) {
+      CHECK(cores[r][stage] == order[std::size_t(stage * 16 + r)]);
+      used.insert(cores[r][stage]);
+    }
+  CHECK(used.size() == 32);
+  CHECK(p->resolved()["placement"] == "by_stage");
+}
+
 TEST_CASE("GPipe program order: all forwards, then backwards last micro-batch first", "[pipeline]") {
   const Study s = pipeline_study(
       R"({"kind": "gpipe", "stages": 2, "microbatches": 3, "remat": true, "placement": [[0, 1]]})", "v3-32",

@@ -82,13 +82,21 @@ TEST_CASE("a plan space file narrows the search; bad ones name the path", "[plan
   const auto all = plan_candidates(s, read_plan_space(file));
   REQUIRE(all.size() == 2);  // R = 1 or 2
   for (const auto& c : all) CHECK(plan_label(c).rfind("gpipe K=4 R=", 0) == 0);
+  std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "kinds": ["gpipe"], "stages": [4],
+                             "microbatches": [8], "remat": [true], "tensor_parallel": [1],
+                             "placement": ["auto", "by_stage"]})";
+  const auto placed = plan_candidates(s, read_plan_space(file));
+  REQUIRE(placed.size() == 3);  // by_stage only with replicas to place: R = 2
+  CHECK(plan_label(placed[2]) == "gpipe K=4 R=2 M=8 remat by-stage");
+  CHECK(placed[2]["placement"] == "by_stage");
   std::ofstream(file)
       << R"({"schema": "tpusim.plan_space/1", "kinds": ["mesh"], "model_axis_dims": [["seq"]]})";
   const auto seq = plan_candidates(s, read_plan_space(file));
   CHECK(seq.size() == 6);  // model axis 2, 4, 8 x replicated / sharded
   for (const auto& c : seq) CHECK(plan_label(c).find(" (seq) ") != std::string::npos);
   std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "kinds": ["pipe"], "stagez": [2], "remat": [1],
-             "model_axis_dims": [["d_ff"], ["batch"], ["bogus"]]})";
+             "model_axis_dims": [["d_ff"], ["batch"], ["bogus"]], "placement": ["auto", "diagonal"],
+             "weight_update": ["shraded"]})";
   try {
     read_plan_space(file);
     FAIL("accepted a bad space");
@@ -99,6 +107,8 @@ TEST_CASE("a plan space file narrows the search; bad ones name the path", "[plan
     CHECK_THAT(what, Catch::Contains("remat[0]"));
     CHECK_THAT(what, Catch::Contains("model_axis_dims[1]"));
     CHECK_THAT(what, Catch::Contains("model_axis_dims[2]"));
+    CHECK_THAT(what, Catch::Contains("placement[1]: found \"diagonal\", expected \"auto\" or \"by_stage\""));
+    CHECK_THAT(what, Catch::Contains("weight_update[0]: found \"shraded\""));
   }
 }
 
