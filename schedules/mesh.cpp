@@ -293,6 +293,9 @@ class MeshStepPlayer {
     std::string name;
     std::vector<std::string> mesh_dims;
     double bytes;
+    /// The reduce-scatter it came from: the weights of one combined reduction are all-gathered
+    /// together too.
+    int chunk = 0;
   };
 
   double update_fraction(int l) const { return mesh::update_fraction(programs_[std::size_t(l)]); }
@@ -441,7 +444,7 @@ class MeshStepPlayer {
         t.memory.push_back({c, sim::MemoryCategory::Gradients,
                             -kWeightBytes * (local - piece_elements(local, members)), When::End});
       scattered_[std::size_t(l)].push_back(
-          {{ev.actions.front().op, t.groups}, ev.name, ev.mesh_dims, ev.bytes});
+          {{ev.actions.front().op, t.groups}, ev.name, ev.mesh_dims, ev.bytes, chunks_++});
     }
     if (exec_) t.host = exec_->collective(t.groups, l, ev.actions.front());
     const int id = g_.add(std::move(t));
@@ -489,6 +492,7 @@ class MeshStepPlayer {
                                     sharded_ ? "weight_gradient_reduce_scatter" : "weight_gradient_allreduce",
                                     -1, bytes);
     const double members = double(t.groups.front().size());
+    const int chunk = chunks_++;
     std::vector<FunctionalRuntime::Closure> parts;
     for (const auto& [ev, l] : events) {
       if (sharded_) {  // each core keeps its piece of each reduced gradient
@@ -497,7 +501,7 @@ class MeshStepPlayer {
           t.memory.push_back({c, sim::MemoryCategory::Gradients,
                               -kWeightBytes * (local - piece_elements(local, members)), When::End});
         scattered_[std::size_t(l)].push_back(
-            {{ev->actions.front().op, t.groups}, ev->name, ev->mesh_dims, ev->bytes});
+            {{ev->actions.front().op, t.groups}, ev->name, ev->mesh_dims, ev->bytes, chunk});
       }
       if (exec_) parts.push_back(exec_->collective(t.groups, l, ev->actions.front()));
     }
@@ -582,16 +586,41 @@ class MeshStepPlayer {
     }
   }
 
-  /// Weight-update sharding: the updated pieces are all-gathered within the reduce-scatter's groups.
+  /// Weight-update sharding: the updated pieces are all-gathered within the reduce-scatter's
+  /// groups, those of one reduce-scatter together (XLA combines all-gathers as it combines
+  /// reductions), once every layer among them is updated; last layers first.
   void gather_updated_pieces() {
+    std::map<int, std::vector<std::pair<int, const Scattered*>>> chunks;
+    std::vector<int> order;
     for (int l = layers_ - 1; l >= 0; --l)
       for (const auto& w : scattered_[std::size_t(l)]) {
-        sim::Task t = family_collective(sim::CollectiveOp::AllGather, w.name, w.mesh_dims, w.weight.groups,
-                                        "weight_allgather", l, w.bytes);
-        if (exec_) t.host = exec_->gather(l, w.weight);
-        const int id = g_.add(std::move(t));
-        for (int u : updates_[std::size_t(l)]) g_.depend(u, id);
+        if (!chunks.count(w.chunk)) order.push_back(w.chunk);
+        chunks[w.chunk].push_back({l, &w});
       }
+    for (int chunk : order) {
+      const auto& pieces = chunks.at(chunk);
+      const Scattered& first = *pieces.front().second;
+      std::set<int> layers;
+      double bytes = 0;
+      for (const auto& [l, w] : pieces) {
+        layers.insert(l);
+        bytes += w->bytes;
+      }
+      const bool one = pieces.size() == 1;
+      sim::Task t = family_collective(sim::CollectiveOp::AllGather, one ? first.name : "weights (combined)",
+                                      first.mesh_dims, first.weight.groups, "weight_allgather",
+                                      layers.size() == 1 ? pieces.front().first : -1, bytes);
+      if (exec_) {
+        std::vector<FunctionalRuntime::Closure> parts;
+        for (const auto& [l, w] : pieces) parts.push_back(exec_->gather(l, w->weight));
+        t.host = [parts] {
+          for (const auto& part : parts) part();
+        };
+      }
+      const int id = g_.add(std::move(t));
+      for (int l : layers)
+        for (int u : updates_[std::size_t(l)]) g_.depend(u, id);
+    }
   }
 
   const Study& study_;
@@ -606,6 +635,7 @@ class MeshStepPlayer {
   std::vector<int> last_;                              ///< each core's last compute task
   std::vector<std::vector<int>> gradient_reductions_;  ///< per layer
   std::vector<std::vector<Scattered>> scattered_;      ///< per layer
+  int chunks_ = 0;                                     ///< reduce-scatters of weight gradients
   std::vector<std::vector<int>> updates_;              ///< per layer
   double hardware_flops_ = 0;
   /// Weight-gradient reductions held back until the backward ends (no overlap).

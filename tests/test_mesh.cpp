@@ -562,3 +562,29 @@ TEST_CASE("without overlap a mesh's weight-gradient reductions wait for the whol
     }
   }
 }
+
+TEST_CASE("without overlap, sharded updates all-gather together what one combined reduce-scatter scattered",
+          "[mesh][sharding]") {
+  const Json model = Json::parse(
+      R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})");
+  Study s = mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"batch": 8, "model": 4},
+                                              "layout": {"batch": "batch", "d_ff": "model", "heads": "model"},
+                                              "weight_update": "sharded"})"));
+  s.hardware.core.gradient_collectives_overlap_backward = false;
+  const BuiltStep step = s.schedule->build(s);
+  REQUIRE_NOTHROW(step.graph.validate());
+  using Key = std::pair<double, std::vector<std::vector<int>>>;
+  std::multiset<Key> scatter, gather;
+  for (int id = 0; id < step.graph.size(); ++id) {
+    const auto& t = step.graph.task(id);
+    if (t.phase == "weight_gradient_reduce_scatter") scatter.insert({t.bytes, t.groups});
+    if (t.phase != "weight_allgather") continue;
+    gather.insert({t.bytes, t.groups});
+    // After the updates of the layers it gathers, every core's.
+    int updates = 0;
+    for (int p : step.graph.predecessors(id)) updates += step.graph.task(p).phase == "update" ? 1 : 0;
+    CHECK(updates >= s.cores());
+  }
+  REQUIRE(!scatter.empty());
+  CHECK(gather == scatter);
+}
