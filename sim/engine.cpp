@@ -170,13 +170,15 @@ class Runner {
   /// The representative simulation of a collective is exact when its groups fall into
   /// clusters (groups linked by shared links: e.g. the two cores of each chip in different
   /// groups over the same column) that are congruent (the same rings, chunks and hop counts)
-  /// and use disjoint links, and when collectives with different groups use disjoint links:
-  /// then every cluster runs the same, undisturbed by the others, and one cluster (its groups'
-  /// first rows) stands for all. Fills `representatives_` with each family's first cluster.
+  /// and use disjoint links, and when collectives with different groups use disjoint links or
+  /// never run at once: then every cluster runs the same, undisturbed by the others, and one
+  /// cluster (its groups' first rows) stands for all. Fills `representatives_` with each family's first
+  /// cluster.
   bool families_are_independent(const TaskGraph& g) {
     const Torus& torus = platform_.torus();
     const int cpc = platform_.cores_per_chip();
     std::map<std::vector<std::vector<int>>, std::set<long long>> family_links;
+    std::vector<std::pair<std::vector<std::vector<int>>, std::vector<std::vector<int>>>> sharing;
     for (int id = 0; id < g.size(); ++id) {
       const Task& t = g.task(id);
       if (t.kind != TaskKind::Collective) continue;
@@ -222,10 +224,22 @@ class Runner {
       for (const auto& l : links) all.insert(l.begin(), l.end());
       for (const auto& [other, other_links] : family_links)
         for (long long l : all)
-          if (other_links.count(l)) return false;
+          if (other_links.count(l)) {
+            sharing.push_back({groups, other});
+            break;
+          }
       family_links[groups] = std::move(all);
       representatives_[groups] = first;
     }
+    // Families sharing links must never run at once: each one's collectives all before or all
+    // after each of the other's (e.g. weight-gradient reductions waiting for the whole backward,
+    // and the activations' collectives within it).
+    std::map<std::vector<std::vector<int>>, std::vector<int>> tasks;
+    if (!sharing.empty())
+      for (int id = 0; id < g.size(); ++id)
+        if (g.task(id).kind == TaskKind::Collective) tasks[g.task(id).collective_groups()].push_back(id);
+    for (const auto& [x, y] : sharing)
+      if (!g.ordered(tasks.at(x), tasks.at(y))) return false;
     return true;
   }
 

@@ -19,7 +19,7 @@ struct EngineOptions {
   /// family of groups partitioning the slice), so traffic is translation-symmetric over the torus
   /// and every ring starts together. For families, each one is simulated on its first group
   /// (exact when the families' groups are translations of each other over disjoint torus
-  /// links; tests compare with the full run).
+  /// links, and families sharing links never run at once; tests compare with the full run).
   bool symmetric_collectives = true;
   /// Record every flow (for trace link tracks). Costs memory and time on big slices.
   bool record_flows = false;

@@ -210,4 +210,41 @@ double TaskGraph::critical_path(const std::vector<double>& seconds) const {
   return longest;
 }
 
+bool TaskGraph::ordered(const std::vector<int>& a, const std::vector<int>& b, double max_bytes) const {
+  using Plain = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
+  const std::size_t n = std::size_t(size());
+  const std::size_t words_a = (a.size() + 63) / 64, words_b = (b.size() + 63) / 64;
+  if (double(n) * double(words_a + words_b) * 8.0 > max_bytes) return false;
+  Plain g(n);
+  for (auto [it, end] = boost::edges(graph_); it != end; ++it)
+    boost::add_edge(boost::source(*it, graph_), boost::target(*it, graph_), g);
+  for (const auto& program : programs_)
+    for (std::size_t i = 1; i < program.size(); ++i) boost::add_edge(program[i - 1], program[i], g);
+  std::vector<std::size_t> reversed;  // a topological order, last task first
+  boost::topological_sort(g, std::back_inserter(reversed));
+  // Per task, a bit per member of `set` among its ancestors, carried forward in topological order.
+  auto ancestors_in = [&](const std::vector<int>& set, std::size_t words) {
+    std::vector<std::uint64_t> bits(n * words, 0);
+    std::vector<int> index(n, -1);
+    for (std::size_t k = 0; k < set.size(); ++k) index[std::size_t(set[k])] = int(k);
+    for (auto v = reversed.rbegin(); v != reversed.rend(); ++v) {
+      const std::uint64_t* from = &bits[*v * words];
+      for (auto [it, end] = boost::adjacent_vertices(*v, g); it != end; ++it) {
+        std::uint64_t* to = &bits[*it * words];
+        for (std::size_t w = 0; w < words; ++w) to[w] |= from[w];
+        if (const int k = index[*v]; k >= 0) to[std::size_t(k) / 64] |= std::uint64_t(1) << (k % 64);
+      }
+    }
+    return bits;
+  };
+  const auto above_a = ancestors_in(a, words_a), above_b = ancestors_in(b, words_b);
+  auto has = [](const std::vector<std::uint64_t>& bits, std::size_t words, int task, std::size_t k) {
+    return (bits[std::size_t(task) * words + k / 64] >> (k % 64)) & 1;
+  };
+  for (std::size_t i = 0; i < a.size(); ++i)
+    for (std::size_t j = 0; j < b.size(); ++j)
+      if (!has(above_a, words_a, b[j], i) && !has(above_b, words_b, a[i], j)) return false;
+  return true;
+}
+
 }  // namespace tpusim::sim

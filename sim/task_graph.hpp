@@ -118,6 +118,12 @@ class TaskGraph {
   /// every core's program order: no run of the graph ends sooner, whatever its contention.
   double critical_path(const std::vector<double>& seconds) const;
 
+  /// Whether every task of `a` and every task of `b` are ordered: one of the two is an
+  /// ancestor of the other through the dependencies and the cores' program order, so no run of
+  /// the graph has them running at once. False also when proving it would take more than
+  /// `max_bytes` of memory.
+  bool ordered(const std::vector<int>& a, const std::vector<int>& b, double max_bytes = 1e9) const;
+
   /// Throws SimulationError unless: every task is well formed (cores in range, groups of
   /// distinct cores, non-negative sizes), the dependencies with each core's program order form
   /// a DAG (otherwise the engine would deadlock), and every core's memory effects over the

@@ -20,6 +20,33 @@ TEST_CASE("a well-formed graph validates and keeps program order", "[graph]") {
   CHECK(g.predecessors(b) == std::vector<int>{a});
 }
 
+TEST_CASE("tasks are ordered when one is an ancestor of the other, program order included", "[graph]") {
+  // Core 0 runs a then c; core 1 runs b then d; b waits for a. e (core 2) depends on nothing.
+  sim::TaskGraph g(3);
+  const int a = g.add(compute(0, 1));
+  const int b = g.add(compute(1, 1));
+  const int c = g.add(compute(0, 1));
+  const int d = g.add(compute(1, 1));
+  const int e = g.add(compute(2, 1));
+  g.depend(a, b);
+  CHECK(g.ordered({a}, {b, d}));     // a -> b, and b -> d by core 1's program
+  CHECK(g.ordered({b, d}, {a}));     // either way round
+  CHECK(g.ordered({a}, {c}));        // core 0's program
+  CHECK_FALSE(g.ordered({c}, {b}));  // c and b could run at once
+  CHECK_FALSE(g.ordered({a, e}, {d}));
+  CHECK_FALSE(g.ordered({a}, {b}, 1.0));  // no memory to prove it
+  // Many tasks: a chain of 100 on core 0 is ordered with a later chain of 70 on core 1.
+  sim::TaskGraph h(2);
+  std::vector<int> first, second;
+  for (int i = 0; i < 100; ++i) first.push_back(h.add(compute(0, 1)));
+  for (int i = 0; i < 70; ++i) second.push_back(h.add(compute(1, 1)));
+  h.depend(first.back(), second.front());
+  CHECK(h.ordered(first, second));
+  h.add(compute(0, 1));
+  first.push_back(h.size() - 1);  // after the chain on core 0, unordered with core 1's
+  CHECK_FALSE(h.ordered(first, second));
+}
+
 TEST_CASE("a dependency cycle through program order is caught", "[graph]") {
   sim::TaskGraph g(2);
   const int a = g.add(compute(0, 1));

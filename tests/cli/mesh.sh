@@ -19,7 +19,8 @@ claimed=0
 for sched in '{"kind":"mesh","mesh":[["batch",8],["model",4]],"layout":{"batch":"batch","d_ff":"model","heads":"model","vocab":"model"}}' \
              '{"kind":"mesh","mesh":[["model",4],["batch",8]],"layout":{"batch":"batch","d_ff":"model","heads":"model"}}' \
              '{"kind":"mesh","mesh":[["batch",4],["model",8]],"layout":{"batch":"batch","d_ff":"model","heads":"model","vocab":"model"}}' \
-             '{"kind":"mesh","mesh":[["batch",8],["model",4]],"layout":{"batch":"batch","d_ff":"model","heads":"model"},"weight_update":"sharded"}'; do
+             '{"kind":"mesh","mesh":[["batch",8],["model",4]],"layout":{"batch":"batch","d_ff":"model","heads":"model"},"weight_update":"sharded"}' \
+             '{"kind":"mesh","mesh":[["batch",16],["model",2]],"layout":{"batch":"batch","seq":"model"},"weight_update":"sharded"}'; do
   a=$("$tpusim" run "$study" --set "schedule=$sched" --json)
   b=$("$tpusim" run "$study" --set "schedule=$sched" --json --no-symmetry)
   c=$(python3 - "$a" "$b" <<'PY'
@@ -35,6 +36,17 @@ PY
   n=$((n + 1))
 done
 [ "$claimed" -ge 1 ] || { echo "FAIL: no layout used the representative-group simulation"; exit 1; }
+# The sequence on the model axis: the weight-gradient reductions (over every core) share the
+# chips' on-chip links with the sequence's all-gathers, but wait for the whole backward, so the
+# representative simulation still holds (the last layout above: checked equal); when they
+# overlap the backward it does not, and the engine simulates every ring.
+seq='{"kind":"mesh","mesh":[["batch",16],["model",2]],"layout":{"batch":"batch","seq":"model"},"weight_update":"sharded"}'
+overlap='hardware={"base":"tpu-v2","override":{"core.gradient_collectives_overlap_backward":true}}'
+python3 - "$c" "$("$tpusim" run "$study" --set "schedule=$seq" --set "$overlap" --json)" <<'PY'
+import json, sys
+assert sys.argv[1] == "1", "the sequence layout was not simulated on representative rings"
+assert not json.loads(sys.argv[2])["engine"]["symmetric_collectives"]
+PY
 # Explicit placement: model groups on chips two apart along x (batch takes the fast half of x)
 # pay in hops and contention against model groups on neighbouring chips.
 placed() {
