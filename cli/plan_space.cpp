@@ -178,8 +178,8 @@ void meshes_3d(const Study& study, const PlanSpace& space, const std::set<std::s
 }
 
 /// Two-dimensional meshes (batch x model) for every power-of-two model axis and every
-/// model-axis layout, and three-dimensional ones when the space asks; the update replicated or
-/// sharded.
+/// model-axis layout, and three-dimensional ones unless the space turns them off; the update
+/// replicated or sharded.
 void meshes(const Study& study, const PlanSpace& space, std::vector<Json>& out) {
   const auto dims = named_dimensions(study.model);
   const std::int64_t cores = study.cores();
@@ -249,7 +249,7 @@ PlanSpace read_plan_space(const std::string& file) {
       }
     }
     s.max_microbatches = f.integer_or("max_microbatches", s.max_microbatches, 1, 1 << 20);
-    s.meshes_3d = f.boolean_or("meshes_3d", false);
+    s.meshes_3d = f.boolean_or("meshes_3d", true);
     if (const Json* d = f.optional("description"); d && !d->is_string())
       problems.add(f.path_of("description"), *d, "a string");
     f.finish();

@@ -35,9 +35,9 @@ struct PlanSpace {
   /// for a convolutional net, {height}.
   std::optional<std::vector<std::vector<std::string>>> model_axis_dims;
   std::int64_t max_microbatches = 64;  ///< M never above this (or the examples per replica)
-  /// Also three-dimensional meshes (batch x model2 x model); off by default: on a large slice
-  /// each of their simulations is slow and their bounds are loose.
-  bool meshes_3d = false;
+  /// Three-dimensional meshes (batch x model2 x model) too; on by default (a space file may turn
+  /// them off: on a large slice they add a fifth to the candidates to bound).
+  bool meshes_3d = true;
 };
 
 /// Reads a `--space` file (schema tpusim.plan_space/1).

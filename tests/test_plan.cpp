@@ -37,7 +37,7 @@ TEST_CASE("plan proposes every pipeline shape that divides the slice and the bat
     CHECK(labels.insert(plan_label(c)).second);  // every label names one candidate
     const std::string kind = c["kind"];
     if (kind == "data_parallel") ++dp;
-    if (kind == "mesh") {
+    if (kind == "mesh" && c["mesh"].size() == 2) {
       ++meshes;
       CHECK(c["mesh"][0][1].get<int>() * c["mesh"][1][1].get<int>() == 8);
       CHECK(c["layout"]["batch"] == "batch");
@@ -56,12 +56,14 @@ TEST_CASE("plan proposes every pipeline shape that divides the slice and the bat
   CHECK(on_model == std::set<std::string>{
                         R"({"batch":"batch","d_ff":"model","heads":"model","vocab":"model"})",
                         R"({"batch":"batch","d_model":"model"})", R"({"batch":"batch","seq":"model"})"});
-  // Asked for, three-dimensional meshes too (Megatron's dimensions on the model axis, d_model or
-  // seq on model2): (2, 2), (2, 4), (4, 2) x 2 layouts x replicated / sharded.
-  PlanSpace with_3d;
-  with_3d.meshes_3d = true;
+  // Three-dimensional meshes too (Megatron's dimensions on the model axis, d_model or seq on
+  // model2): (2, 2), (2, 4), (4, 2) x 2 layouts x replicated / sharded; none when the space
+  // turns them off.
+  PlanSpace without_3d;
+  without_3d.meshes_3d = false;
+  for (const auto& c : plan_candidates(s, without_3d)) CHECK(!(c["kind"] == "mesh" && c["mesh"].size() == 3));
   int three = 0;
-  for (const auto& c : plan_candidates(s, with_3d))
+  for (const auto& c : all)
     if (c["kind"] == "mesh" && c["mesh"].size() == 3) {
       ++three;
       CHECK(c["mesh"][0][1].get<int>() * c["mesh"][1][1].get<int>() * c["mesh"][2][1].get<int>() == 8);
@@ -89,10 +91,10 @@ TEST_CASE("a plan space file narrows the search; bad ones name the path", "[plan
   REQUIRE(placed.size() == 3);  // by_stage only with replicas to place: R = 2
   CHECK(plan_label(placed[2]) == "gpipe K=4 R=2 M=8 remat by-stage");
   CHECK(placed[2]["placement"] == "by_stage");
-  std::ofstream(file)
-      << R"({"schema": "tpusim.plan_space/1", "kinds": ["mesh"], "model_axis_dims": [["seq"]]})";
+  std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "kinds": ["mesh"], "model_axis_dims": [["seq"]],
+             "meshes_3d": false})";
   const auto seq = plan_candidates(s, read_plan_space(file));
-  CHECK(seq.size() == 6);  // model axis 2, 4, 8 x replicated / sharded
+  CHECK(seq.size() == 6);  // model axis 2, 4, 8 x replicated / sharded (two-dimensional meshes only)
   for (const auto& c : seq) CHECK(plan_label(c).find(" (seq) ") != std::string::npos);
   std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "kinds": ["pipe"], "stagez": [2], "remat": [1],
              "model_axis_dims": [["d_ff"], ["batch"], ["bogus"]], "placement": ["auto", "diagonal"],
