@@ -415,11 +415,17 @@ using Action = std::function<int()>;
 /// Every subcommand with its action (options live as long as the actions).
 using Commands = std::vector<std::pair<CLI::App*, Action>>;
 
+/// The study file and its repeatable `--set` overrides, as the study commands take them.
+void add_study(CLI::App* cmd, std::string& study, std::vector<std::string>& sets,
+               const std::string& about = "study JSON file") {
+  cmd->add_option("study", study, about)->required();
+  cmd->add_option("--set", sets, "override a study field: dotted.path=value (repeatable)");
+}
+
 void add_run(CLI::App& app, Commands& commands) {
   auto run = std::make_shared<RunOptions>();
   auto* cmd = app.add_subcommand("run", "simulate one training step of a study");
-  cmd->add_option("study", run->study, "study JSON file")->required();
-  cmd->add_option("--set", run->sets, "override a study field: dotted.path=value (repeatable)");
+  add_study(cmd, run->study, run->sets);
   cmd->add_option("--out", run->out,
                   "write result.json, report.md, timeline.svg, memory.svg (and trace.json) here");
   cmd->add_flag("--json", run->json, "print result.json to stdout instead of the summary");
@@ -446,8 +452,7 @@ void add_check(CLI::App& app, Commands& commands) {
   auto file = std::make_shared<std::string>();
   auto sets = std::make_shared<std::vector<std::string>>();
   auto* cmd = app.add_subcommand("check", "validate a study without simulating");
-  cmd->add_option("study", *file, "study JSON file")->required();
-  cmd->add_option("--set", *sets, "override a study field: dotted.path=value");
+  add_study(cmd, *file, *sets);
   commands.emplace_back(cmd, [file, sets] { return cmd_check(*file, *sets); });
 }
 
@@ -462,12 +467,11 @@ void add_fit(CLI::App& app, Commands& commands) {
   auto fit = std::make_shared<FitOptions>();
   auto* cmd =
       app.add_subcommand("fit", "the largest value of a numeric field for which the study fits in HBM");
-  cmd->add_option("study", fit->study, "study JSON file")->required();
+  add_study(cmd, fit->study, fit->sets);
   cmd->add_option("--maximize", fit->path, "dotted path of the field, e.g. model.layers")->required();
   cmd->add_option("--min", fit->min, "smallest value (default 1)");
   cmd->add_option("--max", fit->max, "largest value (default: search upwards by doubling)");
   cmd->add_option("--step", fit->step, "granularity of the answer (default 1)");
-  cmd->add_option("--set", fit->sets, "override a study field: dotted.path=value");
   cmd->add_flag("--json", fit->json, "machine-readable output");
   cmd->add_option(
       "--probe-timeout", fit->probe_timeout,
@@ -524,8 +528,7 @@ void add_plan(CLI::App& app, Commands& commands) {
   auto plan = std::make_shared<cli::PlanOptions>();
   auto* cmd = app.add_subcommand(
       "plan", "search the fastest schedule that fits for a study's model, batch and slice");
-  cmd->add_option("study", plan->study, "study JSON file (its schedule is ignored)")->required();
-  cmd->add_option("--set", plan->sets, "override a study field: dotted.path=value (repeatable)");
+  add_study(cmd, plan->study, plan->sets, "study JSON file (its schedule is ignored)");
   cmd->add_option("--objective", plan->objective, "step_time_s (default) or examples_per_s");
   cmd->add_option("--top", plan->top, "plans to report with their results (default 5)");
   cmd->add_option("--space", plan->space, "a tpusim.plan_space/1 file narrowing the search");
@@ -551,8 +554,7 @@ void add_describe(CLI::App& app, Commands& commands) {
   hw->add_flag("--json", o->json, "machine-readable output");
   commands.emplace_back(hw, [o] { return cmd_describe_hardware(o->hardware, o->json); });
   auto* model = describe->add_subcommand("model", "per-layer table of a study's model on one core");
-  model->add_option("study", o->study, "study JSON file")->required();
-  model->add_option("--set", o->sets, "override a study field: dotted.path=value");
+  add_study(model, o->study, o->sets);
   model->add_flag("--json", o->json, "machine-readable output");
   commands.emplace_back(model, [o] { return cmd_describe_model(o->study, o->sets, o->json); });
   auto* opt =
