@@ -172,8 +172,8 @@ class Runner {
   /// groups over the same column) that are congruent (the same rings, chunks and hop counts)
   /// and use disjoint links, and when collectives with different groups use disjoint links or
   /// never run at once: then every cluster runs the same, undisturbed by the others, and one
-  /// cluster (its groups' first rows) stands for all. Fills `representatives_` with each family's first
-  /// cluster.
+  /// cluster (its groups' first rows) stands for all. Fills `representatives_` with each
+  /// family's first cluster.
   bool families_are_independent(const TaskGraph& g) {
     const Torus& torus = platform_.torus();
     const int cpc = platform_.cores_per_chip();

@@ -122,7 +122,7 @@ class TaskGraph {
   /// ancestor of the other through the dependencies and the cores' program order, so no run of
   /// the graph has them running at once. False also when proving it would take more than
   /// `max_bytes` of memory.
-  bool ordered(const std::vector<int>& a, const std::vector<int>& b, double max_bytes = 1e9) const;
+  bool ordered(const std::vector<int>& a, const std::vector<int>& b, double max_bytes = 256e6) const;
 
   /// Throws SimulationError unless: every task is well formed (cores in range, groups of
   /// distinct cores, non-negative sizes), the dependencies with each core's program order form
