@@ -30,3 +30,16 @@ print(f"plan {name}: {ms} ms, {p['evaluated']} candidates ({p['evaluated'] / (ms
       f"{p['simulated']} simulated, best: {best}")
 PY
 done
+# One large mesh run, timed: Transformer-L on v3-512, batch:256 x model:2 with the sequence on the
+# model axis and sharded updates (its collectives simulated on representative rings).
+start=$(date +%s%N)
+"$build/cli/tpusim" run bench/studies/plan-transformer-l-v3-512.json --set \
+  'schedule={"kind":"mesh","mesh":[["batch",256],["model",2]],"layout":{"batch":"batch","seq":"model"},"weight_update":"sharded"}' \
+  --json > /tmp/tpusim-bench-mesh.json 2> /dev/null || true
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+python3 - /tmp/tpusim-bench-mesh.json "$ms" <<'PY'
+import json, sys
+r, ms = json.load(open(sys.argv[1])), int(sys.argv[2])
+print(f"run mesh seq-sharded v3-512: {ms} ms, step {r['step_time_s'] * 1e3:.3f} ms, "
+      f"{r['engine']['flows_simulated']} flows")
+PY
