@@ -22,7 +22,7 @@ std::int64_t Model::params() const {
 
 void Model::add(Layer layer, const std::string& call) {
   if (!call.empty()) {
-    const auto [it, first] = first_of_call.emplace(call, int(layers.size()));
+    const auto [it, first] = first_of_call_.emplace(call, int(layers.size()));
     if (!first) layer.same_as = it->second;
   }
   layers.push_back(std::move(layer));

@@ -80,8 +80,8 @@ struct Model {
   /// schedule reports as model FLOPs (and MXU utilization divides by).
   double step_model_flops(std::int64_t batch) const;
 
-  /// Builder call -> the first layer it made (add).
-  std::map<std::string, int> first_of_call;
+ private:
+  std::map<std::string, int> first_of_call_;  ///< builder call -> the first layer it made (add)
 };
 
 /// Builds a model from its JSON description; records problems at `path`.
