@@ -98,10 +98,13 @@ void pipeline_shapes(const Study& study, const PlanSpace& space, const std::stri
     const std::int64_t per_replica = study.batch / r;
     for (std::int64_t m : powers_of_two(1, std::min(per_replica, space.max_microbatches))) {
       if (!allowed(space.microbatches, m) || per_replica % m != 0) continue;
+      // With one replica every placement is auto's: one candidate, whichever the space lists.
+      std::vector<std::string> placements = space.placement.value_or(std::vector<std::string>{"auto"});
+      if (r == 1) placements = {"auto"};
       for (bool remat : {true, false})
         for (const auto& cut : space.partition.value_or(std::vector<std::string>{"memory_aware"}))
-          for (const auto& place : space.placement.value_or(std::vector<std::string>{"auto"}))
-            if (allowed(space.remat, remat) && (place == "auto" || r > 1)) {  // one replica: the same
+          for (const auto& place : placements)
+            if (allowed(space.remat, remat)) {
               Json s{{"kind", kind},      {"stages", k},    {"replicas", r},
                      {"microbatches", m}, {"remat", remat}, {"partition", cut}};
               if (t > 1) s["tensor_parallel"] = t;

@@ -91,6 +91,13 @@ TEST_CASE("a plan space file narrows the search; bad ones name the path", "[plan
   REQUIRE(placed.size() == 3);  // by_stage only with replicas to place: R = 2
   CHECK(plan_label(placed[2]) == "gpipe K=4 R=2 M=8 remat by-stage");
   CHECK(placed[2]["placement"] == "by_stage");
+  std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "kinds": ["gpipe"], "stages": [4],
+                             "microbatches": [8], "remat": [true], "tensor_parallel": [1],
+                             "placement": ["by_stage"]})";
+  const auto by_stage = plan_candidates(s, read_plan_space(file));
+  REQUIRE(by_stage.size() == 2);  // one replica has nothing to place: auto's candidate
+  CHECK(plan_label(by_stage[0]) == "gpipe K=4 R=1 M=8 remat");
+  CHECK(plan_label(by_stage[1]) == "gpipe K=4 R=2 M=8 remat by-stage");
   std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "kinds": ["mesh"], "model_axis_dims": [["seq"]],
              "meshes_3d": false})";
   const auto seq = plan_candidates(s, read_plan_space(file));
