@@ -28,6 +28,7 @@
 #include "reports/run_report.hpp"
 #include "reports/svg.hpp"
 #include "schedules/functional_runtime.hpp"
+#include "schedules/host_input.hpp"
 #include "schedules/study.hpp"
 #include "sim/engine.hpp"
 
@@ -58,6 +59,19 @@ reports::RunInfo run_info(const Study& study, const BuiltStep& step) {
   info.peak_flops_per_core = study.hardware.core.peak_matmul_flops_per_s();
   info.model_flops = step.model_flops;
   info.hardware_flops = step.hardware_flops;
+  const HostInput host = host_input(study);
+  info.input_bound_s = host.bound_s();
+  info.input =
+      Json{{"bytes_per_example", host.bytes_per_example},
+           {"hosts", host.hosts},
+           {"busiest_chip", host.busiest_chip},
+           {"busiest_chip_bytes", host.chip_bytes},
+           {"infeed_s", host.infeed_s},
+           {"busiest_host", host.busiest_host},
+           {"busiest_host_examples", host.host_examples},
+           {"host_examples_per_s",
+            study.host_examples_per_s > 0 ? Json(study.host_examples_per_s) : Json(nullptr)},
+           {"preparation_s", study.host_examples_per_s > 0 ? Json(host.preparation_s) : Json(nullptr)}};
   return info;
 }
 
@@ -259,7 +273,23 @@ int cmd_describe_hardware(const std::string& name, bool as_json) {
             src("chip.ici_bandwidth_bytes_per_s_per_link_per_direction"));
   print_row("ICI latency per hop", num(hw.chip.ici_latency_s * 1e6, " us"),
             src("chip.ici_latency_s_per_hop"));
+  print_row(
+      "core to core on a chip",
+      num(hw.chip.onchip_bandwidth_bytes_per_s / 1e9, " GB/s, ") + num(hw.chip.onchip_latency_s * 1e6, " us"),
+      src("chip.onchip_core_to_core_bandwidth_bytes_per_s"));
+  print_row("host link per chip", num(hw.chip.host_link_bandwidth_bytes_per_s / 1e9, " GB/s"),
+            src("chip.host_link_bandwidth_bytes_per_s_per_chip"));
+  print_row("chips per host",
+            std::to_string(hw.chip.host_board_chips_x) + "x" + std::to_string(hw.chip.host_board_chips_y),
+            src("chip.host_board_chips_x"));
+  print_row("matmul row padding", std::to_string(hw.core.matmul_row_padding), src("core.matmul_row_padding"));
   print_row("per-op overhead", num(hw.core.op_overhead_s * 1e6, " us"), src("core.op_overhead_s"));
+  print_row("element-wise fusion", hw.core.fuse_elementwise ? "yes" : "no", src("core.fuse_elementwise"));
+  print_row("all-reduce combining", reports::human_bytes(hw.core.allreduce_combine_threshold_bytes),
+            src("core.allreduce_combine_threshold_bytes"));
+  print_row("gradient reductions",
+            hw.core.gradient_collectives_overlap_backward ? "during backward" : "after backward",
+            src("core.gradient_collectives_overlap_backward"));
   for (const auto& [label, key, pattern] :
        {std::tuple{"normalization forward", "normalization_forward", MultiPass::NormalizationForward},
         std::tuple{"normalization backward", "normalization_backward", MultiPass::NormalizationBackward},

@@ -216,6 +216,8 @@ HardwareSpec parse_hardware(const Json& json, const std::string& context) {
     c.onchip_bandwidth_bytes_per_s = r.number("onchip_core_to_core_bandwidth_bytes_per_s", 1e6, 1e14);
     c.onchip_latency_s = r.number("onchip_core_to_core_latency_s", 0.0, 1e-2);
     c.host_link_bandwidth_bytes_per_s = r.number("host_link_bandwidth_bytes_per_s_per_chip", 1e6, 1e13);
+    c.host_board_chips_x = r.count("host_board_chips_x", 1, 1024);
+    c.host_board_chips_y = r.count("host_board_chips_y", 1, 1024);
     c.tdp_w = r.number("tdp_w", 1, 1e5);
     f.finish();
   }

@@ -96,7 +96,9 @@ struct ChipSpec {
   double onchip_bandwidth_bytes_per_s = 0;  ///< core-to-core on the same chip
   double onchip_latency_s = 0;
   double host_link_bandwidth_bytes_per_s = 0;  ///< PCIe to the host, per chip
-  double tdp_w = 0;                            ///< thermal design power (information only)
+  /// The block of chips one host feeds (its board): chips along torus dimensions 0 and 1.
+  int host_board_chips_x = 1, host_board_chips_y = 1;
+  double tdp_w = 0;  ///< thermal design power (information only)
 };
 
 /// A rectangle of chips: the 2D torus (or mesh, where a dimension does not wrap around).

@@ -91,7 +91,10 @@ double uncovered(const std::vector<Interval>& a, const std::vector<Interval>& b)
 
 Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::SimResult& r) {
   const int cores = graph.cores();
-  const double step = r.step_time_s;
+  // The TPUs' step, and the step itself: longer when the hosts cannot keep up (its input
+  // arrives later than the TPUs could take it).
+  const double device_step = r.step_time_s;
+  const double step = std::max(device_step, info.input_bound_s);
   std::vector<std::vector<Interval>> busy(cores), waits_transfer(cores), waits_collective(cores),
       waits_group(cores);
   std::vector<std::map<std::string, double>> by_phase(cores);
@@ -128,7 +131,7 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
   for (int c : used) {
     for (const auto& [phase, s] : by_phase[c]) split[phase] += s;
     const auto b = merge(busy[c]);
-    const auto idle = uncovered({{0.0, step}}, b);
+    const auto idle = uncovered({{0.0, device_step}}, b);
     const auto t_exposed = uncovered(merge(waits_transfer[c]), b);
     auto covered = b;
     covered.insert(covered.end(), waits_transfer[c].begin(), waits_transfer[c].end());
@@ -141,6 +144,7 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
     bubble += step > 0 ? (idle - group_exposed) / step : 0.0;
   }
   const double n_used = std::max<double>(1.0, double(used.size()));
+  if (step > device_step) split["input_wait"] = (step - device_step) * n_used;
   Json split_json = Json::object();
   for (const auto& [k, v] : split) split_json[k] = v / n_used;
 
@@ -252,6 +256,17 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
                           {"communication_by_phase_s", comm_phases},
                           {"exposed_communication_by_phase_s", comm_exposed},
                           {"exposed_communication_s", uncovered(comm_union, critical_busy)}};
+  Json input = info.input;
+  if (!input.is_null()) {
+    input["tpu_step_time_s"] = device_step;
+    // What the busiest host's input pipeline must prepare to keep pace with the TPUs.
+    input["host_examples_per_s_needed"] =
+        device_step > 0 ? input.value("busiest_host_examples", 0.0) / device_step : 0.0;
+    const double prep = input["preparation_s"].is_null() ? 0.0 : input["preparation_s"].get<double>();
+    const double infeed = input.value("infeed_s", 0.0);
+    input["bound"] = step <= device_step ? "tpus" : (prep > infeed ? "host preparation" : "infeed");
+    out["input"] = input;
+  }
   out["engine"] =
       Json{{"symmetric_collectives", r.symmetric_collectives}, {"flows_simulated", r.flows_simulated}};
   out["cores"] = per_core;
@@ -286,6 +301,17 @@ std::string summary_text(const Json& j) {
   const auto& b = j["breakdown"];
   out << "  communication     " << human_seconds(b["communication_s"].get<double>()) << " ("
       << human_seconds(b["exposed_communication_s"].get<double>()) << " exposed)\n";
+  if (j.contains("input")) {
+    const auto& in = j["input"];
+    std::snprintf(buf, sizeof buf,
+                  "  input             %.0f examples per step on the busiest host (%.0f/s to keep pace)",
+                  in["busiest_host_examples"].get<double>(), in["host_examples_per_s_needed"].get<double>());
+    out << buf << "; infeed " << human_seconds(in["infeed_s"].get<double>()) << " per chip";
+    if (!in["preparation_s"].is_null())
+      out << "; preparation " << human_seconds(in["preparation_s"].get<double>());
+    const std::string bound = in["bound"].get<std::string>();
+    out << (bound == "tpus" ? "" : "; the step waits for its input (" + bound + "-bound)") << "\n";
+  }
   out << "  peak HBM per core " << human_bytes(j["peak_hbm_bytes"].get<double>()) << " of "
       << human_bytes(j["hbm_capacity_bytes"].get<double>()) << " usable";
   const auto& at_peak = j["cores"][j["peak_hbm_core"].get<int>()]["hbm_at_peak"];

@@ -30,6 +30,11 @@ struct RunInfo {
   double peak_flops_per_core = 0;
   double model_flops = 0;  ///< per step, all cores
   double hardware_flops = 0;
+  /// The hosts' side of the step (result.json's `input`): their infeed and preparation of the
+  /// examples; `input_bound_s`, the shortest step they allow (a longer one than the TPUs' makes
+  /// the step wait for its input).
+  Json input;
+  double input_bound_s = 0;
 };
 
 /// Builds result.json.

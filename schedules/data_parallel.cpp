@@ -26,6 +26,12 @@ DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
   }
 }
 
+std::vector<CoreInput> DataParallel::input(const Study& study) const {
+  std::vector<CoreInput> in(std::size_t(study.cores()));
+  for (int r = 0; r < replicas_; ++r) in[std::size_t(r)] = {r, double(layer_batch(study)), 1.0};
+  return in;
+}
+
 Json DataParallel::resolved() const {
   return Json{{"kind", "data_parallel"},
               {"replicas", replicas_},

@@ -26,13 +26,15 @@ class DataParallel : public Schedule {
   BuiltStep build(const Study& study, FunctionalRuntime* functional = nullptr) const override;
   Json resolved() const override;
   std::int64_t layer_batch(const Study& study) const override { return study.batch / replicas_; }
+  /// Each replica's core reads its share of the batch.
+  std::vector<CoreInput> input(const Study& study) const override;
 
  private:
   int replicas_ = 1;  ///< cores used: the first `replicas_` of the slice
   bool sharded_ = false;
   double gradient_wire_bytes_ = 4;  ///< bytes per gradient element on the wire
-  double bucket_bytes_ = 0;  ///< default: the hardware's all-reduce combine threshold
-  int batch_norm_group_ = 1;  ///< replicas whose batch-norm statistics are combined
+  double bucket_bytes_ = 0;         ///< default: the hardware's all-reduce combine threshold
+  int batch_norm_group_ = 1;        ///< replicas whose batch-norm statistics are combined
 };
 
 }  // namespace tpusim

@@ -226,6 +226,18 @@ std::vector<std::vector<int>> MeshSchedule::groups(const std::vector<std::string
   return out;
 }
 
+std::vector<CoreInput> MeshSchedule::input(const Study& study) const {
+  int batch_dim = -1;  // the mesh dimension splitting the batch, if any
+  for (std::size_t i = 0; i < mesh_.size(); ++i)
+    if (layout_.count("batch") && mesh_[i].first == layout_.at("batch")) batch_dim = int(i);
+  const double part = 1.0 / double(split("height") * split("width"));
+  std::vector<CoreInput> in(std::size_t(study.cores()));
+  for (int c = 0; c < study.cores(); ++c)
+    in[std::size_t(c)] = {batch_dim < 0 ? 0 : coords(c)[std::size_t(batch_dim)], double(layer_batch(study)),
+                          part};
+  return in;
+}
+
 Json MeshSchedule::resolved() const {
   Json mesh = Json::array(), order = Json::array();
   for (const auto& [name, size] : mesh_) {

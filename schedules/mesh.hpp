@@ -27,6 +27,9 @@ class MeshSchedule : public Schedule {
   BuiltStep build(const Study& study, FunctionalRuntime* functional = nullptr) const override;
   Json resolved() const override;
   std::int64_t layer_batch(const Study& study) const override { return study.batch / split("batch"); }
+  /// Every core reads its batch shard (the cores along the other mesh dimensions read the same
+  /// one), the part of each image its spatial split gives it.
+  std::vector<CoreInput> input(const Study& study) const override;
 
   /// The mesh size a tensor dimension is split by (1 when the layout does not split it).
   int split(const std::string& dim) const;

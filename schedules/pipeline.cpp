@@ -201,6 +201,15 @@ void Pipeline::read_tensor_parallel(Fields& f, const Study& study, Problems& pro
                      problems);
 }
 
+std::vector<CoreInput> Pipeline::input(const Study& study) const {
+  std::vector<CoreInput> in(std::size_t(study.cores()));
+  const auto cores = groups(study);
+  for (int r = 0; r < replicas_; ++r)
+    for (int core : cores[std::size_t(r)].front())
+      in[std::size_t(core)] = {r, double(study.batch / replicas_), 1.0};
+  return in;
+}
+
 Json Pipeline::resolved() const {
   Json j{{"kind", kind_name(order_)},
          {"stages", stages_},

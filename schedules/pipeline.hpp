@@ -27,6 +27,9 @@ class Pipeline : public Schedule {
   std::int64_t layer_batch(const Study& study) const override {
     return study.batch / (replicas_ * microbatches_);
   }
+  /// The cores of each replica's first stage read the replica's micro-batches (all of them the
+  /// same ones when the stage is split over several cores).
+  std::vector<CoreInput> input(const Study& study) const override;
 
   /// Layers per stage and what set the cut: the explicit partition ("explicit"); balanced on the
   /// estimated stage cost (forward + recomputation + backward of one micro-batch on the study's

@@ -108,6 +108,11 @@ Study parse_study(const Json& json, const std::string& context, const std::files
   study.batch = top.integer("batch", 1, std::int64_t(1) << 40);
   if (const Json* opt = top.value("optimizer"))
     study.optimizer = parse_optimizer(*opt, "optimizer", problems);
+  if (const Json* input = top.optional("input_pipeline")) {
+    Fields f(*input, "input_pipeline", problems);
+    if (f.ok()) study.host_examples_per_s = f.number("examples_per_s_per_host", 1e-3, 1e12);
+    f.finish();
+  }
   const Json* schedule = top.value("schedule");
   top.finish();
   problems.throw_if_any();

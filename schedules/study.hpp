@@ -27,6 +27,13 @@ struct BuiltStep {
   Json details;               ///< schedule-specific facts for result.json (buckets, stages, ...)
 };
 
+/// The examples one core reads from its host per step (its infeed).
+struct CoreInput {
+  int shard = -1;       ///< which examples: cores with the same shard read the same ones (-1: none)
+  double examples = 0;  ///< how many
+  double part = 1;      ///< the fraction of each example's input it reads (a spatially split image)
+};
+
 /// A way of running a training step on a slice. Implementations register under their JSON
 /// "kind" (schedule_registry()); a new schedule never touches the engine.
 class Schedule {
@@ -39,6 +46,8 @@ class Schedule {
   virtual Json resolved() const = 0;
   /// Examples one layer processes at once on a core (the per-core batch, or the micro-batch).
   virtual std::int64_t layer_batch(const Study& study) const = 0;
+  /// What each core reads from its host's infeed per step, by core.
+  virtual std::vector<CoreInput> input(const Study& study) const = 0;
 };
 
 /// Parses a schedule's fields (the "kind" key is already read) and checks them against the
@@ -55,6 +64,9 @@ struct Study {
   Model model;
   std::int64_t batch = 0;  ///< global examples per step
   Optimizer optimizer;
+  /// What-if (study key input_pipeline.examples_per_s_per_host): how many examples a host's input
+  /// pipeline prepares per second; 0: not given, the hosts keep up.
+  double host_examples_per_s = 0;
   std::shared_ptr<const Schedule> schedule;
   /// Layer costs shared with other studies of the same model and hardware (plan's candidates);
   /// null: each step builder computes its own.

@@ -1,0 +1,54 @@
+#include "schedules/host_input.hpp"
+
+#include <map>
+#include <set>
+
+namespace tpusim {
+
+int host_of_chip(const SliceSpec& slice, const ChipSpec& chip, int index) {
+  const int x = index % slice.chips_x, y = index / slice.chips_x;
+  const int hosts_x = (slice.chips_x + chip.host_board_chips_x - 1) / chip.host_board_chips_x;
+  return (y / chip.host_board_chips_y) * hosts_x + x / chip.host_board_chips_x;
+}
+
+HostInput host_input(const Study& study, const std::vector<CoreInput>& input, double bytes_per_example) {
+  const ChipSpec& chip = study.hardware.chip;
+  HostInput h;
+  h.bytes_per_example = bytes_per_example;
+  std::vector<double> chip_bytes(std::size_t(study.slice.chips()), 0.0);
+  // Per host: the examples of each shard its cores read (a shard is prepared once per host).
+  std::map<int, std::map<int, double>> shards;
+  for (std::size_t c = 0; c < input.size(); ++c) {
+    const CoreInput& in = input[c];
+    if (in.shard < 0 || in.examples <= 0) continue;
+    const int index = int(c) / chip.cores;
+    chip_bytes[std::size_t(index)] += in.examples * in.part * bytes_per_example;
+    double& examples = shards[host_of_chip(study.slice, chip, index)][in.shard];
+    examples = std::max(examples, in.examples);
+  }
+  for (int i = 0; i < study.slice.chips(); ++i) {
+    h.hosts = std::max(h.hosts, host_of_chip(study.slice, chip, i) + 1);
+    if (chip_bytes[std::size_t(i)] > h.chip_bytes) {
+      h.chip_bytes = chip_bytes[std::size_t(i)];
+      h.busiest_chip = i;
+    }
+  }
+  for (const auto& [host, of_shard] : shards) {
+    double examples = 0;
+    for (const auto& [shard, n] : of_shard) examples += n;
+    if (examples > h.host_examples) {
+      h.host_examples = examples;
+      h.busiest_host = host;
+    }
+  }
+  h.infeed_s = h.chip_bytes / chip.host_link_bandwidth_bytes_per_s;
+  if (study.host_examples_per_s > 0) h.preparation_s = h.host_examples / study.host_examples_per_s;
+  return h;
+}
+
+HostInput host_input(const Study& study) {
+  const double bytes = study.model.layers.front().work(1).input_bytes;
+  return host_input(study, study.schedule->input(study), bytes);
+}
+
+}  // namespace tpusim

@@ -1,0 +1,42 @@
+// The hosts' side of a training step. Each host feeds the block of chips on its board: its input
+// pipeline prepares the examples its cores read, and the infeed carries them over each chip's
+// host link. Both run ahead of the TPUs (the next step's input is prepared and sent while this
+// step computes), so in steady state a step takes the longest of the TPUs' step, the busiest
+// chip's infeed and the busiest host's preparation of its examples.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include "schedules/study.hpp"
+
+namespace tpusim {
+
+/// What the hosts do for one step, at their busiest.
+struct HostInput {
+  double bytes_per_example = 0;  ///< the model's input for one example (what its first layer reads)
+  int hosts = 0;                 ///< hosts feeding the slice
+  int busiest_chip = 0;          ///< the chip receiving the most input bytes
+  double chip_bytes = 0;         ///< what it receives per step
+  int busiest_host = 0;          ///< the host preparing the most examples
+  double host_examples = 0;      ///< examples it prepares per step (each once, however many cores read it)
+  double infeed_s = 0;           ///< the busiest chip's bytes over its host link
+  /// The busiest host's examples at the study's input_pipeline.examples_per_s_per_host; 0 when the
+  /// study does not give that rate.
+  double preparation_s = 0;
+  /// The shortest step the hosts allow.
+  double bound_s() const { return std::max(infeed_s, preparation_s); }
+};
+
+/// The host feeding `chip` (chips numbered x fastest): hosts own blocks of
+/// host_board_chips_x x host_board_chips_y chips, numbered x fastest too.
+int host_of_chip(const SliceSpec& slice, const ChipSpec& chip, int index);
+
+/// The hosts' work per step for `input` (Schedule::input: what each core reads), with
+/// `bytes_per_example` of input per example.
+HostInput host_input(const Study& study, const std::vector<CoreInput>& input, double bytes_per_example);
+
+/// The same for a study as its schedule feeds it.
+HostInput host_input(const Study& study);
+
+}  // namespace tpusim

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The hosts' side of a step through the engine: with the shipped figures ResNet-50 is bound by
+# its TPUs (the step is the simulated one); with a host link a thousand times slower the step is
+# its infeed (the busiest chip's bytes over the link) and the wait shows in the step split; a
+# preparation rate bounds it by the busiest host's examples; both wait the same in every point.
+set -euo pipefail
+tpusim="$1"; root="$2"
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+study="$root/configs/studies/resnet50-momentum-v3-8.json"
+"$tpusim" run "$study" --json > "$work/tpus.json"
+"$tpusim" run "$study" --json \
+  --set 'hardware={"base": "tpu-v3", "override": {"chip.host_link_bandwidth_bytes_per_s_per_chip": 1.6e7}}' \
+  > "$work/infeed.json"
+"$tpusim" run "$study" --json --set input_pipeline.examples_per_s_per_host=2000 > "$work/prep.json"
+python3 - "$work" <<'PY'
+import json, sys
+d = sys.argv[1]
+tpus, infeed, prep = (json.load(open(f"{d}/{n}.json")) for n in ("tpus", "infeed", "prep"))
+i = tpus["input"]
+# v3-8: one host, 4 chips, 128 images per core; a 224x224x3 bf16 image is 301,056 bytes.
+assert i["hosts"] == 1 and i["busiest_host_examples"] == 1024, i
+assert abs(i["bytes_per_example"] - 224 * 224 * 3 * 2) < 1e-6, i
+assert abs(i["busiest_chip_bytes"] - 256 * 224 * 224 * 3 * 2) < 1e-3, i
+assert abs(i["infeed_s"] - i["busiest_chip_bytes"] / 16e9) < 1e-12, i
+assert i["bound"] == "tpus" and tpus["step_time_s"] == i["tpu_step_time_s"], i
+assert "input_wait" not in tpus["breakdown"]["step_split_s"]
+assert abs(i["host_examples_per_s_needed"] - 1024 / tpus["step_time_s"]) < 1e-6, i
+# A host link of 16 MB/s: 77 MB per chip take 4.8 s, far beyond the TPUs' step.
+f = infeed["input"]
+assert f["bound"] == "infeed", f
+assert abs(infeed["step_time_s"] - f["busiest_chip_bytes"] / 1.6e7) < 1e-9, (infeed["step_time_s"], f)
+assert abs(f["tpu_step_time_s"] - tpus["step_time_s"]) < 1e-12, f
+wait = infeed["breakdown"]["step_split_s"]["input_wait"]
+assert abs(wait - (infeed["step_time_s"] - f["tpu_step_time_s"])) < 1e-9, wait
+assert abs(infeed["examples_per_s"] - 1024 / infeed["step_time_s"]) < 1e-6
+# 1024 images at 2000 per second: 512 ms.
+p = prep["input"]
+assert p["bound"] == "host preparation" and abs(prep["step_time_s"] - 0.512) < 1e-12, p
+PY
+"$tpusim" run "$study" --set input_pipeline.examples_per_s_per_host=2000 | grep -q "host preparation-bound"
+set +e; "$tpusim" check "$study" --set input_pipeline.examples_per_s_per_host=-1 2> "$work/err"; rc=$?; set -e
+[ "$rc" -eq 2 ] && grep -qF "input_pipeline.examples_per_s_per_host" "$work/err" || { cat "$work/err"; exit 1; }
+echo "host input: ok"
