@@ -19,11 +19,8 @@ std::string num(double v, const char* format = "%.3g") {
   return buf;
 }
 
-}  // namespace
-
-std::string report_markdown(const Json& j) {
-  std::ostringstream md;
-  const double step = j["step_time_s"].get<double>();
+/// The title and the table of headline figures.
+void summary_section(std::ostringstream& md, const Json& j, double step) {
   md << "# " << j["model"]["name"].get<std::string>() << " on " << j["hardware"].get<std::string>() << " "
      << j["slice"]["name"].get<std::string>() << " (" << j["schedule"]["kind"].get<std::string>() << ")\n\n";
   md << "| figure | value |\n| --- | --- |\n";
@@ -36,9 +33,10 @@ std::string report_markdown(const Json& j) {
   md << "| peak HBM per core | " << human_bytes(j["peak_hbm_bytes"].get<double>()) << " of "
      << human_bytes(j["hbm_capacity_bytes"].get<double>()) << " usable (the runtime's reserve excluded) |\n";
   md << "| fits | " << (j["fits"].get<bool>() ? "yes" : "**no**") << " |\n\n";
+}
 
-  md << "## Timeline\n\n![timeline](timeline.svg)\n\n";
-
+/// Where the step goes, averaged over the cores used.
+void split_section(std::ostringstream& md, const Json& j, double step) {
   const auto& split = j["breakdown"]["step_split_s"];
   md << "## Where the step goes (average over the cores used)\n\n| part | time | share |\n| --- | --- | --- "
         "|\n";
@@ -47,8 +45,11 @@ std::string report_markdown(const Json& j) {
        << pct(step > 0 ? it.value().get<double>() / step : 0) << " |\n";
   }
   md << "\n";
+}
 
-  const auto& details = j["schedule"]["details"];
+/// The pipeline's bubble and its stages (pipeline schedules).
+void pipeline_section(std::ostringstream& md, const Json& j, const Json& details) {
+  const auto& split = j["breakdown"]["step_split_s"];
   if (!j["bubble_fraction_ideal"].is_null()) {
     const double measured = j["bubble_fraction"].get<double>(),
                  ideal = j["bubble_fraction_ideal"].get<double>();
@@ -91,7 +92,10 @@ std::string report_markdown(const Json& j) {
     }
     md << "\n";
   }
+}
 
+/// Where each mesh dimension lies on the slice (mesh layouts).
+void mesh_placement_section(std::ostringstream& md, const Json& details) {
   const bool mesh_placement = details.contains("placement") && details["placement"].is_array() &&
                               !details["placement"].empty() && details["placement"][0].is_object() &&
                               details["placement"][0].contains("mesh_dim");
@@ -110,7 +114,10 @@ std::string report_markdown(const Json& j) {
     }
     md << "\n";
   }
+}
 
+/// Each op's share and the collectives the layout induces (mesh layouts).
+void ops_section(std::ostringstream& md, const Json& details) {
   if (details.contains("ops")) {
     md << "## Ops under the layout\n\nEach core's share of every op, and the collectives the layout induces "
           "(time as "
@@ -135,7 +142,29 @@ std::string report_markdown(const Json& j) {
     }
     md << "\n";
   }
+}
 
+/// What the hosts feed the step (result.json's input).
+void input_section(std::ostringstream& md, const Json& j) {
+  if (!j.contains("input")) return;
+  const auto& in = j["input"];
+  md << "## Input from the hosts\n\n| figure | value |\n| --- | --- |\n";
+  md << "| hosts | " << in["hosts"].get<int>() << " |\n";
+  md << "| input per example | " << human_bytes(in["bytes_per_example"].get<double>()) << " |\n";
+  md << "| busiest chip's infeed per step | " << human_bytes(in["busiest_chip_bytes"].get<double>()) << " in "
+     << human_seconds(in["infeed_s"].get<double>()) << " over its host link |\n";
+  md << "| busiest host's examples per step | " << num(in["busiest_host_examples"].get<double>(), "%.6g")
+     << " (" << num(in["host_examples_per_s_needed"].get<double>(), "%.0f")
+     << " per second to keep pace with the TPUs) |\n";
+  if (!in["preparation_s"].is_null())
+    md << "| their preparation at " << num(in["host_examples_per_s"].get<double>(), "%.6g")
+       << " per second | " << human_seconds(in["preparation_s"].get<double>()) << " |\n";
+  md << "| the step is bound by | " << in["bound"].get<std::string>() << " (TPU step "
+     << human_seconds(in["tpu_step_time_s"].get<double>()) << ") |\n\n";
+}
+
+/// The busiest core's HBM at its peak, every core's peak, and an overflow.
+void memory_section(std::ostringstream& md, const Json& j) {
   md << "## Memory\n\n![memory](memory.svg)\n\n";
   const auto& at_peak = j["cores"][j["peak_hbm_core"].get<int>()]["hbm_at_peak"];
   md << "Core " << j["peak_hbm_core"].get<int>() << " peaks at "
@@ -166,6 +195,22 @@ std::string report_markdown(const Json& j) {
        << human_seconds(j["overflow"]["time_s"].get<double>()) << ", when `"
        << j["overflow"]["task"].get<std::string>() << "` allocates.\n";
   }
+}
+
+}  // namespace
+
+std::string report_markdown(const Json& j) {
+  std::ostringstream md;
+  const double step = j["step_time_s"].get<double>();
+  summary_section(md, j, step);
+  md << "## Timeline\n\n![timeline](timeline.svg)\n\n";
+  split_section(md, j, step);
+  const auto& details = j["schedule"]["details"];
+  pipeline_section(md, j, details);
+  mesh_placement_section(md, details);
+  ops_section(md, details);
+  input_section(md, j);
+  memory_section(md, j);
   return md.str();
 }
 

@@ -89,74 +89,85 @@ double uncovered(const std::vector<Interval>& a, const std::vector<Interval>& b)
 
 }  // namespace
 
-Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::SimResult& r) {
-  const int cores = graph.cores();
-  // The TPUs' step, and the step itself: longer when the hosts cannot keep up (its input
-  // arrives later than the TPUs could take it).
-  const double device_step = r.step_time_s;
-  const double step = std::max(device_step, info.input_bound_s);
-  std::vector<std::vector<Interval>> busy(cores), waits_transfer(cores), waits_collective(cores),
-      waits_group(cores);
-  std::vector<std::map<std::string, double>> by_phase(cores);
-  std::vector<Interval> comm;
+namespace {
+
+/// When every core computed and waited, from the tasks' simulated times.
+struct Activity {
+  std::vector<std::vector<Interval>> busy, waits_transfer, waits_collective, waits_group;
+  std::vector<std::map<std::string, double>> by_phase;  ///< per core: compute seconds by phase
+  std::vector<Interval> comm;                           ///< every transfer and collective
   std::map<std::string, std::vector<Interval>> comm_by_phase;
+  std::vector<int> used;  ///< cores that computed
+  int critical = 0;       ///< the busiest of them
+};
+
+Activity activity(const sim::TaskGraph& graph, const sim::SimResult& r) {
+  const int cores = graph.cores();
+  Activity a;
+  a.busy.resize(cores);
+  a.waits_transfer.resize(cores);
+  a.waits_collective.resize(cores);
+  a.waits_group.resize(cores);
+  a.by_phase.resize(cores);
   for (int id = 0; id < graph.size(); ++id) {
     const sim::Task& t = graph.task(id);
     const Interval iv{r.tasks[id].start_s, r.tasks[id].end_s};
     if (t.kind == TaskKind::Compute) {
-      busy[t.core].push_back(iv);
-      by_phase[t.core][t.phase] += t.seconds;
+      a.busy[t.core].push_back(iv);
+      a.by_phase[t.core][t.phase] += t.seconds;
       continue;
     }
-    comm.push_back(iv);
-    comm_by_phase[t.phase].push_back(iv);
+    a.comm.push_back(iv);
+    a.comm_by_phase[t.phase].push_back(iv);
     for (int c : t.members()) {
-      (t.kind == TaskKind::Transfer ? waits_transfer : waits_collective)[c].push_back(iv);
-      if (t.phase == "tensor_parallel") waits_group[c].push_back(iv);
+      (t.kind == TaskKind::Transfer ? a.waits_transfer : a.waits_collective)[c].push_back(iv);
+      if (t.phase == "tensor_parallel") a.waits_group[c].push_back(iv);
     }
   }
-  std::vector<int> used;
   int critical = -1;
   for (int c = 0; c < cores; ++c) {
-    if (busy[c].empty()) continue;
-    used.push_back(c);
+    if (a.busy[c].empty()) continue;
+    a.used.push_back(c);
     if (critical < 0 || r.cores[c].busy_s > r.cores[critical].busy_s) critical = c;
   }
-  if (critical < 0) critical = 0;
-  const auto comm_union = merge(comm);
+  a.critical = critical < 0 ? 0 : critical;
+  return a;
+}
 
-  // Each used core's step: busy by phase, then its idle time split by what it was waiting on.
+/// Each used core's step, averaged: busy by phase, then its idle time within the TPUs' step split
+/// by what it was waiting on, and the wait for the input beyond it. Sets the pipeline bubble:
+/// the idle time not spent waiting for a stage's own partial sums, as a fraction of the step.
+Json step_split(const Activity& a, double device_step, double step, double& bubble) {
   std::map<std::string, double> split;
-  double bubble = 0;
-  for (int c : used) {
-    for (const auto& [phase, s] : by_phase[c]) split[phase] += s;
-    const auto b = merge(busy[c]);
+  bubble = 0;
+  for (int c : a.used) {
+    for (const auto& [phase, s] : a.by_phase[c]) split[phase] += s;
+    const auto b = merge(a.busy[c]);
     const auto idle = uncovered({{0.0, device_step}}, b);
-    const auto t_exposed = uncovered(merge(waits_transfer[c]), b);
+    const auto t_exposed = uncovered(merge(a.waits_transfer[c]), b);
     auto covered = b;
-    covered.insert(covered.end(), waits_transfer[c].begin(), waits_transfer[c].end());
-    const auto c_exposed = uncovered(merge(waits_collective[c]), merge(covered));
+    covered.insert(covered.end(), a.waits_transfer[c].begin(), a.waits_transfer[c].end());
+    const auto c_exposed = uncovered(merge(a.waits_collective[c]), merge(covered));
     split["exposed_transfer"] += t_exposed;
     split["exposed_collective"] += c_exposed;
     split["idle"] += idle - t_exposed - c_exposed;
     // Waiting for its own stage's partial sums (tensor parallelism) is communication, not bubble.
-    const auto group_exposed = uncovered(merge(waits_group[c]), merge(covered));
+    const auto group_exposed = uncovered(merge(a.waits_group[c]), merge(covered));
     bubble += step > 0 ? (idle - group_exposed) / step : 0.0;
   }
-  const double n_used = std::max<double>(1.0, double(used.size()));
+  const double n_used = std::max<double>(1.0, double(a.used.size()));
+  bubble /= n_used;
   if (step > device_step) split["input_wait"] = (step - device_step) * n_used;
   Json split_json = Json::object();
   for (const auto& [k, v] : split) split_json[k] = v / n_used;
+  return split_json;
+}
 
-  double peak = 0;
-  int peak_core = 0;
+/// Every core: busy and idle time, its HBM peak (when, in which task, by category).
+Json cores_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::SimResult& r, double step) {
   Json per_core = Json::array();
-  for (int c = 0; c < cores; ++c) {
+  for (int c = 0; c < graph.cores(); ++c) {
     const auto& cs = r.cores[c];
-    if (cs.peak_hbm_bytes > peak) {
-      peak = cs.peak_hbm_bytes;
-      peak_core = c;
-    }
     Json at_peak;
     for (int k = 0; k < sim::kMemoryCategories; ++k)
       at_peak[sim::to_string(sim::MemoryCategory(k))] = cs.hbm_at_peak[k];
@@ -170,37 +181,29 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
              {"peak_task", cs.peak_task >= 0 ? Json(graph.task(cs.peak_task).name) : Json("resident state")},
              {"hbm_at_peak", at_peak}});
   }
+  return per_core;
+}
 
-  Json overflow = nullptr;
-  if (r.overflow.happened) {
-    overflow =
-        Json{{"core", r.overflow.core},
-             {"task", r.overflow.task >= 0 ? Json(graph.task(r.overflow.task).name) : Json("resident state")},
-             {"time_s", r.overflow.time_s},
-             {"bytes_over", r.overflow.bytes_over}};
-  }
-  Json phases = Json::object();
-  for (const auto& [phase, s] : by_phase[critical]) phases[phase] = s;
-  // Each communication phase: how long it was under way (its intervals' union) and how much
-  // of that the busiest core spent idle.
-  Json comm_phases = Json::object(), comm_exposed = Json::object();
-  const auto critical_busy = merge(busy[critical]);
-  for (const auto& [phase, intervals] : comm_by_phase) {
-    const auto u = merge(intervals);
-    comm_phases[phase] = length(u);
-    comm_exposed[phase] = uncovered(u, critical_busy);
-  }
+Json overflow_json(const sim::TaskGraph& graph, const sim::SimResult& r) {
+  if (!r.overflow.happened) return nullptr;
+  return Json{
+      {"core", r.overflow.core},
+      {"task", r.overflow.task >= 0 ? Json(graph.task(r.overflow.task).name) : Json("resident state")},
+      {"time_s", r.overflow.time_s},
+      {"bytes_over", r.overflow.bytes_over}};
+}
 
-  // Per-stage measured figures for pipeline schedules.
+/// The schedule's details with what the simulation measured: each mesh op's collectives (their
+/// time and how much the busiest core waited for them), each pipeline stage's busy time and peak.
+Json measured_details(const RunInfo& info, const sim::TaskGraph& graph, const sim::SimResult& r,
+                      const Activity& a) {
   Json details = info.schedule_details;
-  // Per-op collectives of mesh layouts: their measured time and how much the busiest core
-  // waited for them.
   if (details.contains("ops")) {
     std::map<std::string, Interval> by_name;
     for (int id = 0; id < graph.size(); ++id)
       if (graph.task(id).kind == TaskKind::Collective)
         by_name[graph.task(id).name] = {r.tasks[id].start_s, r.tasks[id].end_s};
-    const auto busy_critical = merge(busy[critical]);
+    const auto busy_critical = merge(a.busy[a.critical]);
     for (auto& op : details["ops"])
       for (auto& c : op["collectives"]) {
         auto it = by_name.find(c.value("task", ""));
@@ -220,7 +223,65 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
       st["peak_hbm_bytes"] = stage_peak;
     }
   }
+  return details;
+}
 
+/// The critical core's compute by phase; each communication phase, how long it was under way (its
+/// intervals' union) and how much of that the busiest core spent idle.
+Json breakdown_json(const Activity& a, Json split) {
+  Json phases = Json::object();
+  for (const auto& [phase, s] : a.by_phase[a.critical]) phases[phase] = s;
+  Json comm_phases = Json::object(), comm_exposed = Json::object();
+  const auto critical_busy = merge(a.busy[a.critical]);
+  for (const auto& [phase, intervals] : a.comm_by_phase) {
+    const auto u = merge(intervals);
+    comm_phases[phase] = length(u);
+    comm_exposed[phase] = uncovered(u, critical_busy);
+  }
+  const auto comm_union = merge(a.comm);
+  return Json{{"critical_core", a.critical},
+              {"compute_s", phases},
+              {"step_split_s", std::move(split)},
+              {"communication_s", length(comm_union)},
+              {"communication_by_phase_s", comm_phases},
+              {"exposed_communication_by_phase_s", comm_exposed},
+              {"exposed_communication_s", uncovered(comm_union, critical_busy)}};
+}
+
+/// The hosts' side with what the TPUs' step asks of it.
+Json input_json(const RunInfo& info, double device_step, double step) {
+  Json input = info.input;
+  input["tpu_step_time_s"] = device_step;
+  // What the busiest host's input pipeline must prepare to keep pace with the TPUs.
+  input["host_examples_per_s_needed"] =
+      device_step > 0 ? input.value("busiest_host_examples", 0.0) / device_step : 0.0;
+  const double prep = input["preparation_s"].is_null() ? 0.0 : input["preparation_s"].get<double>();
+  const double infeed = input.value("infeed_s", 0.0);
+  input["bound"] = step <= device_step ? "tpus" : (prep > infeed ? "host preparation" : "infeed");
+  return input;
+}
+
+}  // namespace
+
+Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::SimResult& r) {
+  // The TPUs' step, and the step itself: longer when the hosts cannot keep up (its input
+  // arrives later than the TPUs could take it).
+  const double device_step = r.step_time_s;
+  const double step = std::max(device_step, info.input_bound_s);
+  const Activity a = activity(graph, r);
+  double bubble = 0;
+  Json split = step_split(a, device_step, step, bubble);
+  Json per_core = cores_json(info, graph, r, step);
+  double peak = 0;
+  int peak_core = 0;
+  for (int c = 0; c < graph.cores(); ++c)
+    if (r.cores[c].peak_hbm_bytes > peak) {
+      peak = r.cores[c].peak_hbm_bytes;
+      peak_core = c;
+    }
+  Json details = measured_details(info, graph, r, a);
+
+  const double n_used = std::max<double>(1.0, double(a.used.size()));
   const double peak_flops = info.peak_flops_per_core * n_used * step;
   Json out;
   out["schema"] = "tpusim.result/1";
@@ -231,7 +292,7 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
   out["hardware_flops_utilization"] = step > 0 ? info.hardware_flops / peak_flops : 0.0;
   out["model_flops_per_step"] = info.model_flops;
   out["hardware_flops_per_step"] = info.hardware_flops;
-  out["bubble_fraction"] = bubble / n_used;
+  out["bubble_fraction"] = bubble;
   out["bubble_fraction_ideal"] =
       details.contains("bubble_fraction_ideal") ? details["bubble_fraction_ideal"] : Json(nullptr);
   out["params"] = info.params;
@@ -239,34 +300,18 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
   out["peak_hbm_bytes"] = peak;
   out["peak_hbm_core"] = peak_core;
   out["hbm_capacity_bytes"] = r.hbm_capacity_bytes;
-  out["overflow"] = overflow;
+  out["overflow"] = overflow_json(graph, r);
   out["hardware"] = info.hardware;
   out["slice"] = Json{{"name", info.slice},
                       {"chips", {info.chips_x, info.chips_y}},
                       {"wraparound", {info.wrap_x, info.wrap_y}},
-                      {"cores", cores},
-                      {"cores_used", used.size()}};
+                      {"cores", graph.cores()},
+                      {"cores_used", a.used.size()}};
   out["model"] = Json{
       {"kind", info.model_kind}, {"name", info.model_name}, {"params", info.params}, {"layers", info.layers}};
   out["schedule"] = Json{{"kind", info.schedule}, {"details", details}};
-  out["breakdown"] = Json{{"critical_core", critical},
-                          {"compute_s", phases},
-                          {"step_split_s", split_json},
-                          {"communication_s", length(comm_union)},
-                          {"communication_by_phase_s", comm_phases},
-                          {"exposed_communication_by_phase_s", comm_exposed},
-                          {"exposed_communication_s", uncovered(comm_union, critical_busy)}};
-  Json input = info.input;
-  if (!input.is_null()) {
-    input["tpu_step_time_s"] = device_step;
-    // What the busiest host's input pipeline must prepare to keep pace with the TPUs.
-    input["host_examples_per_s_needed"] =
-        device_step > 0 ? input.value("busiest_host_examples", 0.0) / device_step : 0.0;
-    const double prep = input["preparation_s"].is_null() ? 0.0 : input["preparation_s"].get<double>();
-    const double infeed = input.value("infeed_s", 0.0);
-    input["bound"] = step <= device_step ? "tpus" : (prep > infeed ? "host preparation" : "infeed");
-    out["input"] = input;
-  }
+  out["breakdown"] = breakdown_json(a, std::move(split));
+  if (!info.input.is_null()) out["input"] = input_json(info, device_step, step);
   out["engine"] =
       Json{{"symmetric_collectives", r.symmetric_collectives}, {"flows_simulated", r.flows_simulated}};
   out["cores"] = per_core;
