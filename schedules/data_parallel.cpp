@@ -41,153 +41,203 @@ Json DataParallel::resolved() const {
               {"batch_norm_group", batch_norm_group_}};
 }
 
-BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional) const {
-  const int cores = replicas_;
-  const std::int64_t local_batch = layer_batch(study);
-  StepBuilder b(study, study.cores(), functional);
-  auto& g = b.graph();
-  const int layers = int(study.model.layers.size());
-  std::vector<int> group(cores);
-  for (int c = 0; c < cores; ++c) group[c] = c;
+namespace {
 
-  // Gradient buckets in backward order: layers [first, last) each.
-  std::vector<LayerRange> buckets;
-  for (int l = layers - 1; l >= 0;) {
-    double bytes = 0;
-    const int last = l + 1;
-    do {
-      bytes += b.gradient_bytes(l);
-      --l;
-    } while (l >= 0 && bytes + b.gradient_bytes(l) <= bucket_bytes_);
-    buckets.push_back({l + 1, last});
+/// One data-parallel step played onto a task graph: the per-core chains of forward and backward,
+/// the batch norms' cross-replica statistics, then each gradient bucket's reduction and update.
+class DataParallelPlayer {
+ public:
+  struct Settings {
+    int cores = 1;
+    bool sharded = false;
+    double gradient_wire_bytes = 4;
+    double bucket_bytes = 0;
+    int batch_norm_group = 1;
+  };
+
+  DataParallelPlayer(const Study& study, FunctionalRuntime* functional, Settings settings,
+                     std::int64_t local_batch)
+      : study_(study),
+        s_(settings),
+        local_batch_(local_batch),
+        b_(study, study.cores(), functional),
+        g_(b_.graph()),
+        layers_(int(study.model.layers.size())) {
+    for (int c = 0; c < s_.cores; ++c) group_.push_back(c);
+    for (int first = 0; first < s_.cores && s_.batch_norm_group > 1; first += s_.batch_norm_group) {
+      bn_groups_.emplace_back();
+      for (int c = first; c < first + s_.batch_norm_group; ++c) bn_groups_.back().push_back(c);
+    }
+    plan_buckets();
   }
-  auto params_of = [&](LayerRange r) {
+
+  BuiltStep play() {
+    for (int c = 0; c < s_.cores; ++c)
+      for (const auto& bucket : buckets_)
+        b_.resident_weights(c, bucket, s_.sharded && s_.cores > 1 ? shard_fraction(bucket) : 1.0);
+    forward_and_backward();
+    Json buckets = Json::array();
+    for (std::size_t k = 0; k < buckets_.size() && s_.cores > 1; ++k)
+      buckets.push_back(reduce_and_update(buckets_[k]));
+    if (s_.cores == 1) g_.depend(last_bwd_[0], b_.update(0, {0, layers_}, 1.0));
+
+    BuiltStep step = b_.finish();
+    step.details = Json{{"local_batch", local_batch_},
+                        {"weight_update", s_.sharded ? "sharded" : "replicated"},
+                        {"gradient_buckets", buckets}};
+    if (s_.sharded) {
+      step.details["shard_padding_params"] = padding_params_;
+      step.details["shard_padding_bytes"] = padding_params_ * kWeightBytes;
+    }
+    return step;
+  }
+
+ private:
+  /// Gradient buckets in backward order: layers [first, last) each, up to the bucket size.
+  void plan_buckets() {
+    for (int l = layers_ - 1; l >= 0;) {
+      double bytes = 0;
+      const int last = l + 1;
+      do {
+        bytes += b_.gradient_bytes(l);
+        --l;
+      } while (l >= 0 && bytes + b_.gradient_bytes(l) <= s_.bucket_bytes);
+      buckets_.push_back({l + 1, last});
+    }
+  }
+  double params_of(LayerRange r) const {
     double p = 0;
-    for (int k = r.first; k < r.last; ++k) p += double(study.model.layers[k].params());
+    for (int k = r.first; k < r.last; ++k) p += double(study_.model.layers[k].params());
     return p;
-  };
-  // A shard is an equal piece of the bucket's flattened parameters, padded up to N pieces.
-  auto shard_fraction = [&](LayerRange r) {
-    const double params = params_of(r);
-    return params > 0 ? std::ceil(params / cores) / params : 1.0;
-  };
-
-  // Cross-replica batch norm: after a layer's forward (backward) on every core, one all-reduce
-  // per batch normalization of the layer, in a chain, over every group at once; the next layer
-  // waits for them. Per normalization: mean and variance (or the gradient's two sums), fp32.
-  std::vector<std::vector<int>> bn_groups;
-  for (int first = 0; first < cores && batch_norm_group_ > 1; first += batch_norm_group_) {
-    bn_groups.emplace_back();
-    for (int c = first; c < first + batch_norm_group_; ++c) bn_groups.back().push_back(c);
   }
-  auto bn_allreduces = [&](int l, const std::vector<int>& after, const char* phase) {
-    if (bn_groups.empty()) return after;
+  /// A shard is an equal piece of the bucket's flattened parameters, padded up to N pieces.
+  double shard_fraction(LayerRange r) const {
+    const double params = params_of(r);
+    return params > 0 ? std::ceil(params / s_.cores) / params : 1.0;
+  }
+
+  /// Cross-replica batch norm: after a layer's forward (backward) on every core, one all-reduce
+  /// per batch normalization of the layer, in a chain, over every group at once; the next layer
+  /// waits for them. Per normalization: mean and variance (or the gradient's two sums), fp32.
+  std::vector<int> bn_allreduces(int l, const std::vector<int>& after, const char* phase) {
+    if (bn_groups_.empty()) return after;
     int prev = -1;
     for (const std::int64_t channels :
-         study.model.layers[std::size_t(l)].work(local_batch).batch_norm_channels) {
-      const int ar = b.collective(sim::CollectiveOp::AllReduce, phase,
-                                  std::string(phase) + " layer " + std::to_string(l), bn_groups.front(),
-                                  2.0 * 4.0 * double(channels), {l, l + 1});
-      g.task(ar).groups = bn_groups;
-      for (int c = 0; c < cores && prev < 0; ++c) g.depend(after[std::size_t(c)], ar);
-      if (prev >= 0) g.depend(prev, ar);
+         study_.model.layers[std::size_t(l)].work(local_batch_).batch_norm_channels) {
+      const int ar = b_.collective(sim::CollectiveOp::AllReduce, phase,
+                                   std::string(phase) + " layer " + std::to_string(l), bn_groups_.front(),
+                                   2.0 * 4.0 * double(channels), {l, l + 1});
+      g_.task(ar).groups = bn_groups_;
+      for (int c = 0; c < s_.cores && prev < 0; ++c) g_.depend(after[std::size_t(c)], ar);
+      if (prev >= 0) g_.depend(prev, ar);
       prev = ar;
     }
-    return prev < 0 ? after : std::vector<int>(std::size_t(cores), prev);
-  };
-
-  // Resident state and the per-core forward/backward chains, layer by layer over the cores.
-  std::vector<std::vector<int>> bwd(cores, std::vector<int>(layers));
-  std::vector<int> prev(std::size_t(cores), -1), last_bwd(cores);
-  auto examples = [&](int c) { return Labels{-1, -1, c * local_batch}; };
-  for (int c = 0; c < cores; ++c)
-    for (const auto& bucket : buckets)
-      b.resident_weights(c, bucket, sharded_ && cores > 1 ? shard_fraction(bucket) : 1.0);
-  for (int l = 0; l < layers; ++l) {
-    for (int c = 0; c < cores; ++c)
-      prev[std::size_t(c)] =
-          b.forward(c, {l, l + 1}, local_batch, prev[std::size_t(c)], Keep::All, examples(c));
-    prev = bn_allreduces(l, prev, "batch_norm_statistics");
+    return prev < 0 ? after : std::vector<int>(std::size_t(s_.cores), prev);
   }
-  for (int l = layers - 1; l >= 0; --l) {
-    for (int c = 0; c < cores; ++c)
-      bwd[c][l] = prev[std::size_t(c)] = b.backward(c, {l, l + 1}, local_batch, prev[std::size_t(c)],
-                                                    Keep::All, /*allocate_gradients=*/true, examples(c));
-    prev = bn_allreduces(l, prev, "batch_norm_gradient_statistics");
-  }
-  for (int c = 0; c < cores; ++c) last_bwd[c] = prev[std::size_t(c)];
 
-  Json bucket_json = Json::array();
-  double padding_params = 0;
-  int previous_reduce = -1;
-  for (std::size_t k = 0; k < buckets.size() && cores > 1; ++k) {
-    const LayerRange r = buckets[k];
+  /// The per-core forward and backward chains, layer by layer over the cores.
+  void forward_and_backward() {
+    bwd_.assign(std::size_t(s_.cores), std::vector<int>(std::size_t(layers_)));
+    std::vector<int> prev(std::size_t(s_.cores), -1);
+    auto examples = [&](int c) { return Labels{-1, -1, c * local_batch_}; };
+    for (int l = 0; l < layers_; ++l) {
+      for (int c = 0; c < s_.cores; ++c)
+        prev[std::size_t(c)] =
+            b_.forward(c, {l, l + 1}, local_batch_, prev[std::size_t(c)], Keep::All, examples(c));
+      prev = bn_allreduces(l, prev, "batch_norm_statistics");
+    }
+    for (int l = layers_ - 1; l >= 0; --l) {
+      for (int c = 0; c < s_.cores; ++c)
+        bwd_[c][l] = prev[std::size_t(c)] =
+            b_.backward(c, {l, l + 1}, local_batch_, prev[std::size_t(c)], Keep::All,
+                        /*allocate_gradients=*/true, examples(c));
+      prev = bn_allreduces(l, prev, "batch_norm_gradient_statistics");
+    }
+    last_bwd_ = prev;
+  }
+
+  /// A bucket's gradient reduction (all-reduce, or reduce-scatter with sharding, then the
+  /// optimizer's per-layer statistics), every core's update and, with sharding, the all-gather
+  /// of the updated weights. Returns the bucket's entry of the details.
+  Json reduce_and_update(LayerRange r) {
     const std::string range = "layers " + std::to_string(r.first) + "-" + std::to_string(r.last - 1);
     const double params = params_of(r);
-    const double fraction = sharded_ ? shard_fraction(r) : 1.0;
-    const int reduce = b.collective(
-        sharded_ ? sim::CollectiveOp::ReduceScatter : sim::CollectiveOp::AllReduce,
-        sharded_ ? "gradient_reduce_scatter" : "gradient_allreduce",
-        (sharded_ ? "reduce-scatter " : "all-reduce ") + range, group, params * gradient_wire_bytes_, r);
+    const double fraction = s_.sharded ? shard_fraction(r) : 1.0;
+    const int reduce = b_.collective(
+        s_.sharded ? sim::CollectiveOp::ReduceScatter : sim::CollectiveOp::AllReduce,
+        s_.sharded ? "gradient_reduce_scatter" : "gradient_allreduce",
+        (s_.sharded ? "reduce-scatter " : "all-reduce ") + range, group_, params * s_.gradient_wire_bytes, r);
     // As soon as the bucket's gradients exist, or (the software stack's choice) once the whole
     // backward has finished, the combined buckets one after another.
-    const bool overlap = study.hardware.core.gradient_collectives_overlap_backward;
-    for (int c = 0; c < cores; ++c)
+    const bool overlap = study_.hardware.core.gradient_collectives_overlap_backward;
+    for (int c = 0; c < s_.cores; ++c)
       if (overlap)
-        for (int l = r.first; l < r.last; ++l) g.depend(bwd[c][l], reduce);
+        for (int l = r.first; l < r.last; ++l) g_.depend(bwd_[c][l], reduce);
       else
-        g.depend(last_bwd[c], reduce);
-    if (!overlap && previous_reduce >= 0) g.depend(previous_reduce, reduce);
-    previous_reduce = reduce;
+        g_.depend(last_bwd_[c], reduce);
+    if (!overlap && previous_reduce_ >= 0) g_.depend(previous_reduce_, reduce);
+    previous_reduce_ = reduce;
     int ready = reduce;
-    if (sharded_) {
-      // After the reduce-scatter a core keeps only its shard of the gradients.
-      const double kept = b.gradient_bytes(r) * fraction;
-      for (int c = 0; c < cores; ++c)
-        g.task(reduce).memory.push_back(
-            {c, sim::MemoryCategory::Gradients, -(b.gradient_bytes(r) - kept), sim::MemoryEffect::When::End});
-      if (const double norms = study.optimizer.rule->layer_statistics_bytes(); norms > 0) {
-        // Per-layer statistics over the whole weights (LARS's ||w|| and ||g||): the shards'
-        // partial sums are all-reduced.
-        const std::string phase = study.optimizer.rule->layer_statistics_phase();
-        ready = b.collective(sim::CollectiveOp::AllReduce, phase, phase + " " + range, group,
-                             norms * r.size(), r);
-        g.depend(reduce, ready);
-      }
-      padding_params += std::ceil(params / cores) * cores - params;
-    }
+    if (s_.sharded) ready = keep_shard(r, reduce, range, fraction, params);
     std::vector<int> updates;
-    for (int c = 0; c < cores; ++c) {
-      const int upd = sharded_ ? b.update(c, r, fraction, {}, c, cores) : b.update(c, r, fraction);
-      g.depend(ready, upd);
-      g.depend(last_bwd[c], upd);
+    for (int c = 0; c < s_.cores; ++c) {
+      const int upd = s_.sharded ? b_.update(c, r, fraction, {}, c, s_.cores) : b_.update(c, r, fraction);
+      g_.depend(ready, upd);
+      g_.depend(last_bwd_[c], upd);
       updates.push_back(upd);
     }
     Json bj{{"layers", {r.first, r.last - 1}},
             {"params", params},
-            {"gradient_bytes_on_wire", params * gradient_wire_bytes_}};
-    if (sharded_) {
-      const int gather = b.collective(sim::CollectiveOp::AllGather, "weight_allgather",
-                                      "all-gather weights " + range, group, kWeightBytes * params, r);
-      for (int upd : updates) g.depend(upd, gather);
-      bj["shard_params"] = std::ceil(params / cores);
+            {"gradient_bytes_on_wire", params * s_.gradient_wire_bytes}};
+    if (s_.sharded) {
+      const int gather = b_.collective(sim::CollectiveOp::AllGather, "weight_allgather",
+                                       "all-gather weights " + range, group_, kWeightBytes * params, r);
+      for (int upd : updates) g_.depend(upd, gather);
+      bj["shard_params"] = std::ceil(params / s_.cores);
     }
-    bucket_json.push_back(bj);
-  }
-  if (cores == 1) {
-    const int upd = b.update(0, {0, layers}, 1.0);
-    g.depend(last_bwd[0], upd);
+    return bj;
   }
 
-  BuiltStep step = b.finish();
-  step.details = Json{{"local_batch", local_batch},
-                      {"weight_update", sharded_ ? "sharded" : "replicated"},
-                      {"gradient_buckets", bucket_json}};
-  if (sharded_) {
-    step.details["shard_padding_params"] = padding_params;
-    step.details["shard_padding_bytes"] = padding_params * kWeightBytes;
+  /// After a reduce-scatter a core keeps only its shard of the gradients; an optimizer with
+  /// per-layer statistics over the whole weights (LARS's ||w|| and ||g||) all-reduces the shards'
+  /// partial sums. Returns the task the updates wait for.
+  int keep_shard(LayerRange r, int reduce, const std::string& range, double fraction, double params) {
+    const double kept = b_.gradient_bytes(r) * fraction;
+    for (int c = 0; c < s_.cores; ++c)
+      g_.task(reduce).memory.push_back(
+          {c, sim::MemoryCategory::Gradients, -(b_.gradient_bytes(r) - kept), sim::MemoryEffect::When::End});
+    padding_params_ += std::ceil(params / s_.cores) * s_.cores - params;
+    const double norms = study_.optimizer.rule->layer_statistics_bytes();
+    if (norms <= 0) return reduce;
+    const std::string phase = study_.optimizer.rule->layer_statistics_phase();
+    const int ready =
+        b_.collective(sim::CollectiveOp::AllReduce, phase, phase + " " + range, group_, norms * r.size(), r);
+    g_.depend(reduce, ready);
+    return ready;
   }
-  return step;
+
+  const Study& study_;
+  Settings s_;
+  std::int64_t local_batch_;
+  StepBuilder b_;
+  sim::TaskGraph& g_;
+  int layers_;
+  std::vector<int> group_;
+  std::vector<std::vector<int>> bn_groups_;
+  std::vector<LayerRange> buckets_;
+  std::vector<std::vector<int>> bwd_;  ///< per core, per layer: its backward task
+  std::vector<int> last_bwd_;          ///< per core: its last backward (or batch-norm statistics) task
+  int previous_reduce_ = -1;
+  double padding_params_ = 0;
+};
+
+}  // namespace
+
+BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional) const {
+  DataParallelPlayer player(study, functional,
+                            {replicas_, sharded_, gradient_wire_bytes_, bucket_bytes_, batch_norm_group_},
+                            layer_batch(study));
+  return player.play();
 }
 
 }  // namespace tpusim

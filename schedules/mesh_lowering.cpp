@@ -22,284 +22,339 @@ ResidentShards resident_shards(const LayerProgram& p, double slot_elements) {
   return {kWeightBytes * p.weight_elements, kWeightBytes * slot_elements * update_fraction(p)};
 }
 
-LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, const CostModel& cost,
-                         double act, const std::string& layer, bool model_input, bool sharded) {
-  LayerProgram p;
-  double unshared_update = 0;  // elements of reduce-scattered weights a core does not update
-  int at = 0;                  // the op being lowered
-  auto compute = [&](std::vector<Event>& into, const Op& op, MeshAction::What what, bool partial = false) {
-    const OpCost c = cost.cost(op);
+namespace {
+
+using A = MeshAction;
+
+/// Lowers one layer's ops under a layout: each op's local compute, then the collectives the
+/// layout induces, forward in op order and backward in reverse, into a LayerProgram.
+class LayerLowering {
+ public:
+  LayerLowering(const std::vector<NamedOp>& ops, const Sharding& s, const CostModel& cost, double act,
+                const std::string& layer, bool model_input, bool sharded)
+      : ops_(ops),
+        s_(s),
+        cost_(cost),
+        act_(act),
+        layer_(layer),
+        model_input_(model_input),
+        sharded_(sharded),
+        seq_mesh_(s.split("seq") > 1 ? s.layout.at("seq") : "") {}
+
+  LayerProgram run() {
+    for (std::size_t i = 0; i < ops_.size(); ++i) forward(i);
+    for (std::size_t i = ops_.size(); i-- > 0;) backward(i);
+    p_.update_elements = p_.weight_elements - unshared_update_;
+    return std::move(p_);
+  }
+
+ private:
+  // --- Events ---------------------------------------------------------------------------------
+  /// The op's local compute, appended to the running compute event.
+  OpCost compute(std::vector<Event>& into, const Op& op, MeshAction::What what, bool partial = false) {
+    const OpCost c = cost_.cost(op);
     if (into.empty() || into.back().kind != Event::Compute)
-      into.push_back(Event{Event::Compute, layer, 0, 0, 0, {}, 0, {}});
-    into.back().actions.push_back(MeshAction{at, what, 0, partial});
+      into.push_back(Event{Event::Compute, layer_, 0, 0, 0, {}, 0, {}});
+    into.back().actions.push_back(MeshAction{at_, what, 0, partial});
     into.back().seconds += c.seconds;
     into.back().model_flops += c.model_flops;
     into.back().hardware_flops += c.hardware_flops;
     return c;
-  };
-  auto collective = [&](std::vector<Event>& into, Event::Kind kind, const std::string& name,
-                        std::vector<std::string> mesh, double bytes, Json& row, MeshAction::What what,
-                        int operand = 0) {
+  }
+  /// A collective over `mesh` (none when it is empty or moves nothing), listed in the op's row.
+  void collective(std::vector<Event>& into, Event::Kind kind, const std::string& name,
+                  std::vector<std::string> mesh, double bytes, Json& row, MeshAction::What what,
+                  int operand = 0) {
     if (mesh.empty() || bytes <= 0) return;
-    into.push_back(Event{kind, layer + "/" + name, 0, 0, 0, mesh, bytes, {MeshAction{at, what, operand}}});
+    into.push_back(Event{kind, layer_ + "/" + name, 0, 0, 0, mesh, bytes, {MeshAction{at_, what, operand}}});
     const bool scatter =
-        (sharded && kind == Event::GradientAllReduce) || kind == Event::BlockingReduceScatter;
+        (sharded_ && kind == Event::GradientAllReduce) || kind == Event::BlockingReduceScatter;
     row["collectives"].push_back(
         Json{{"what", name},
              {"mesh_dims", mesh},
              {"bytes", bytes},
              {"blocking", kind != Event::GradientAllReduce},
-             {"task", collective_task_name(layer + "/" + name, mesh,
+             {"task", collective_task_name(layer_ + "/" + name, mesh,
                                            kind == Event::BlockingAllGather ? "all-gather"
                                            : scatter                        ? "reduce-scatter"
                                                                             : "all-reduce")}});
-    if (sharded && kind == Event::GradientAllReduce) {
+    if (sharded_ && kind == Event::GradientAllReduce) {
       double members = 1;
-      for (const auto& m : mesh) members *= s.sizes.at(m);
+      for (const auto& m : mesh) members *= s_.sizes.at(m);
       const double local = bytes / kWeightBytes;
-      unshared_update += local - piece_elements(local, members);
+      unshared_update_ += local - piece_elements(local, members);
       row["collectives"].back()["allgather_task"] =
-          collective_task_name(layer + "/" + name, mesh, "all-gather");
+          collective_task_name(layer_ + "/" + name, mesh, "all-gather");
     }
-  };
-  // A window op on a split image needs its neighbours' edge rows: (kernel - 1) / 2 of them
-  // from each side, for every split spatial dimension (the kernel's extent along it).
-  auto halos = [&](std::vector<Event>& into, const NamedOp& op, const std::string& what, Json& row) {
+  }
+  /// A weight's gradient reduced over the mesh dimensions splitting the dimensions of `from` it lacks.
+  void weight_gradient(const NamedOp& op, const std::vector<const NamedTensor*>& from, Json& row) {
+    collective(p_.backward, Event::GradientAllReduce, op.name + " weight gradient",
+               s_.split_missing(from, op.b), s_.local_elements(op.b) * kWeightBytes, row,
+               A::SumWeightGradient);
+  }
+  /// A window op on a split image needs its neighbours' edge rows: (kernel - 1) / 2 of them
+  /// from each side, for every split spatial dimension (the kernel's extent along it).
+  void halos(std::vector<Event>& into, const NamedOp& op, const std::string& what, Json& row) {
     const int kh = op.window, kw = op.window_w > 0 ? op.window_w : op.window;
     if ((kh <= 1 && kw <= 1) || op.out.dims.size() < 4) return;
     std::int64_t b = 1, h = 1, w = 1, c = 1;
     for (const auto& d : op.a.dims) {
-      if (d.name == "batch") b = s.local(d);
-      if (d.name == "height") h = s.local(d);
-      if (d.name == "width") w = s.local(d);
-      if (d.name == "channels") c = s.local(d);
+      if (d.name == "batch") b = s_.local(d);
+      if (d.name == "height") h = s_.local(d);
+      if (d.name == "width") w = s_.local(d);
+      if (d.name == "channels") c = s_.local(d);
     }
     for (const auto& [dim, across, kernel] :
          {std::tuple{std::string("height"), w, kh}, std::tuple{std::string("width"), h, kw}}) {
-      if (s.split(dim) <= 1 || kernel <= 1) continue;
-      const double bytes = double((kernel - 1) / 2) * double(across) * double(c) * double(b) * act;
+      if (s_.split(dim) <= 1 || kernel <= 1) continue;
+      const double bytes = double((kernel - 1) / 2) * double(across) * double(c) * double(b) * act_;
       into.push_back(
-          Event{Event::Halo, layer + "/" + op.name + " " + what, 0, 0, 0, {s.layout.at(dim)}, bytes, {}});
+          Event{Event::Halo, layer_ + "/" + op.name + " " + what, 0, 0, 0, {s_.layout.at(dim)}, bytes, {}});
       row["collectives"].push_back(Json{{"what", op.name + " " + what},
-                                        {"mesh_dims", {s.layout.at(dim)}},
+                                        {"mesh_dims", {s_.layout.at(dim)}},
                                         {"bytes", bytes},
                                         {"blocking", true},
                                         {"halo", true}});
     }
-  };
-  // Batch-norm statistics: per channel, summed over the split image (not over the batch,
-  // whose replicas keep their own statistics as in data parallelism).
-  auto spatial_mesh = [&]() {
+  }
+  /// Batch-norm statistics: per channel, summed over the split image (not over the batch,
+  /// whose replicas keep their own statistics as in data parallelism).
+  std::vector<std::string> spatial_mesh() const {
     std::vector<std::string> mesh;
     for (const char* dim : {"height", "width"})
-      if (s.split(dim) > 1) mesh.push_back(s.layout.at(dim));
+      if (s_.split(dim) > 1) mesh.push_back(s_.layout.at(dim));
     std::sort(mesh.begin(), mesh.end());
     mesh.erase(std::unique(mesh.begin(), mesh.end()), mesh.end());
     return mesh;
-  };
-  // Attention over a split sequence: an operand reading every position (seq_k) of a tensor
-  // produced split along seq (keys, values; an encoder's output) is all-gathered over seq's
-  // mesh dimension first, and its gradient, summed over the queries' pieces, reduce-scattered back.
-  const std::string seq_mesh = s.split("seq") > 1 ? s.layout.at("seq") : "";
-  auto gathered = [&](std::size_t i, const NamedTensor& t) {
-    if (seq_mesh.empty() || t.weight || !t.has("seq_k")) return false;
-    const NamedTensor* producer = t.id.empty() && i > 0 ? &ops[i - 1].out : nullptr;
+  }
+  /// Attention over a split sequence: an operand reading every position (seq_k) of a tensor
+  /// produced split along seq (keys, values; an encoder's output) is all-gathered over seq's
+  /// mesh dimension first, and its gradient, summed over the queries' pieces, reduce-scattered back.
+  bool gathered(std::size_t i, const NamedTensor& t) const {
+    if (seq_mesh_.empty() || t.weight || !t.has("seq_k")) return false;
+    const NamedTensor* producer = t.id.empty() && i > 0 ? &ops_[i - 1].out : nullptr;
     for (std::size_t j = 0; j < i && !t.id.empty(); ++j)
-      if (ops[j].out.id == t.id) producer = &ops[j].out;
+      if (ops_[j].out.id == t.id) producer = &ops_[j].out;
     return !(producer && producer->has("seq_k"));
-  };
-  auto without_seq = [&](std::vector<std::string> mesh) {
-    std::erase(mesh, seq_mesh);
+  }
+  std::vector<std::string> without_seq(std::vector<std::string> mesh) const {
+    std::erase(mesh, seq_mesh_);
     return mesh;
-  };
-  // Forward.
-  using A = MeshAction;
-  for (const auto& op : ops) {
-    at = int(p.ops.size());
-    Json row{{"layer", layer}, {"op", op.name}, {"collectives", Json::array()}};
+  }
+  bool produced_before(std::size_t i, const std::string& id) const {
+    for (std::size_t j = 0; j < i && !id.empty(); ++j)
+      if (ops_[j].out.id == id) return true;
+    return false;
+  }
+  bool reads_model_input(std::size_t i) const { return model_input_ && i == 0; }
+
+  // --- Forward ----------------------------------------------------------------------------------
+  /// What the op's tensors add to the layer's kept activations and weights.
+  void record_tensors(const NamedOp& op) {
     for (const auto& t : op.tensors()) {
-      if (t.keep) p.kept_bytes += s.local_elements(t) * act;
-      if (t.weight) {
-        p.weight_elements += s.local_elements(t);
-        p.total_weight_elements += t.elements();
-        for (const auto& d : t.dims)
-          if (s.layout.count(d.name)) p.weight_mesh_dims.insert(s.layout.at(d.name));
-        p.weights.push_back(t);
-      }
+      if (t.keep) p_.kept_bytes += s_.local_elements(t) * act_;
+      if (!t.weight) continue;
+      p_.weight_elements += s_.local_elements(t);
+      p_.total_weight_elements += t.elements();
+      for (const auto& d : t.dims)
+        if (s_.layout.count(d.name)) p_.weight_mesh_dims.insert(s_.layout.at(d.name));
+      p_.weights.push_back(t);
     }
+  }
+  void forward(std::size_t i) {
+    const NamedOp& op = ops_[i];
+    at_ = int(p_.ops.size());
+    Json row{{"layer", layer_}, {"op", op.name}, {"collectives", Json::array()}};
+    record_tensors(op);
     double flops = 0;
+    using K = NamedOp::Kind;
     switch (op.kind) {
-      case NamedOp::Kind::Einsum: {
-        for (int operand : {0, 1}) {
-          const NamedTensor& t = operand ? op.b : op.a;
-          if (gathered(std::size_t(at), t))
-            collective(p.forward, Event::BlockingAllGather, op.name + " operand all-gather", {seq_mesh},
-                       s.local_elements(t) * act, row, A::GatherOperand, operand);
-        }
-        flops = compute(p.forward, forward_op(op, s, act), A::Forward).model_flops;
-        collective(p.forward, Event::BlockingAllReduce, op.name + " partial sums",
-                   s.split_missing({&op.a, &op.b}, op.out), s.local_elements(op.out) * act, row,
-                   A::SumOutput);
+      case K::Einsum:
+        flops = forward_einsum(i, row);
         break;
-      }
-      case NamedOp::Kind::Elementwise:
-        compute(p.forward, forward_op(op, s, act), A::Forward);
+      case K::Elementwise:
+        compute(p_.forward, forward_op(op, s_, act_), A::Forward);
         break;
-      case NamedOp::Kind::Reduction: {
-        compute(p.forward, forward_op(op, s, act), A::Forward);
-        if (s.statistics_bytes(op) > 0)
-          collective(p.forward, Event::BlockingAllReduce, op.name + " statistics",
-                     {s.layout.at(op.reduce_dim)}, s.statistics_bytes(op), row, A::CombineStatistics);
+      case K::Reduction:
+        compute(p_.forward, forward_op(op, s_, act_), A::Forward);
+        if (s_.statistics_bytes(op) > 0)
+          collective(p_.forward, Event::BlockingAllReduce, op.name + " statistics",
+                     {s_.layout.at(op.reduce_dim)}, s_.statistics_bytes(op), row, A::CombineStatistics);
         break;
-      }
-      case NamedOp::Kind::Conv:
-        halos(p.forward, op, "halo", row);
-        flops = compute(p.forward, forward_op(op, s, act), A::Forward).model_flops;
+      case K::Conv:
+        halos(p_.forward, op, "halo", row);
+        flops = compute(p_.forward, forward_op(op, s_, act_), A::Forward).model_flops;
         break;
-      case NamedOp::Kind::BatchNorm:
-        compute(p.forward, forward_op(op, s, act), A::Forward);
-        collective(p.forward, Event::BlockingAllReduce, op.name + " statistics", spatial_mesh(),
+      case K::BatchNorm:
+        compute(p_.forward, forward_op(op, s_, act_), A::Forward);
+        collective(p_.forward, Event::BlockingAllReduce, op.name + " statistics", spatial_mesh(),
                    2.0 * 4.0 * double(op.b.dims.front().size), row, A::CombineStatistics);
         break;
-      case NamedOp::Kind::Pool:
-        if (op.out.dims.size() < 4) {  // global: partial sums over the split image
-          compute(p.forward, forward_op(op, s, act), A::Forward);
-          collective(p.forward, Event::BlockingAllReduce, op.name + " partial sums", spatial_mesh(),
-                     s.local_elements(op.out) * act, row, A::SumOutput);
-        } else {
-          halos(p.forward, op, "halo", row);
-          compute(p.forward, forward_op(op, s, act), A::Forward);
-        }
+      case K::Pool:
+        forward_pool(op, row);
         break;
-      case NamedOp::Kind::Gather:
-        compute(p.forward, forward_op(op, s, act), A::Forward);
+      case K::Gather:
+        compute(p_.forward, forward_op(op, s_, act_), A::Forward);
         // A split table gives each core the rows it holds (zeros elsewhere): summed over the split.
-        collective(p.forward, Event::BlockingAllReduce, op.name + " rows", s.split_missing({&op.b}, op.out),
-                   s.local_elements(op.out) * act, row, A::SumOutput);
+        collective(p_.forward, Event::BlockingAllReduce, op.name + " rows", s_.split_missing({&op.b}, op.out),
+                   s_.local_elements(op.out) * act_, row, A::SumOutput);
         break;
     }
     row["local_forward_flops"] = flops;
-    p.ops.push_back(std::move(row));
+    p_.ops.push_back(std::move(row));
   }
-  // Mesh-TensorFlow's lazy all-reduce: the partial input gradients of an activation several
-  // einsums read (the q, k and v projections of one layer norm's output) are added locally and
-  // all-reduced once, when the backward reaches the op that produced it.
+  /// Operands read whole along a split sequence are gathered first; a split contraction leaves
+  /// partial sums, all-reduced. Returns the local model FLOPs.
+  double forward_einsum(std::size_t i, Json& row) {
+    const NamedOp& op = ops_[i];
+    for (int operand : {0, 1}) {
+      const NamedTensor& t = operand ? op.b : op.a;
+      if (gathered(i, t))
+        collective(p_.forward, Event::BlockingAllGather, op.name + " operand all-gather", {seq_mesh_},
+                   s_.local_elements(t) * act_, row, A::GatherOperand, operand);
+    }
+    const double flops = compute(p_.forward, forward_op(op, s_, act_), A::Forward).model_flops;
+    collective(p_.forward, Event::BlockingAllReduce, op.name + " partial sums",
+               s_.split_missing({&op.a, &op.b}, op.out), s_.local_elements(op.out) * act_, row, A::SumOutput);
+    return flops;
+  }
+  void forward_pool(const NamedOp& op, Json& row) {
+    if (op.out.dims.size() < 4) {  // global: partial sums over the split image
+      compute(p_.forward, forward_op(op, s_, act_), A::Forward);
+      collective(p_.forward, Event::BlockingAllReduce, op.name + " partial sums", spatial_mesh(),
+                 s_.local_elements(op.out) * act_, row, A::SumOutput);
+    } else {
+      halos(p_.forward, op, "halo", row);
+      compute(p_.forward, forward_op(op, s_, act_), A::Forward);
+    }
+  }
+
+  // --- Backward ---------------------------------------------------------------------------------
+  /// Mesh-TensorFlow's lazy all-reduce: the partial input gradients of an activation several
+  /// einsums read (the q, k and v projections of one layer norm's output) are added locally and
+  /// all-reduced once, when the backward reaches the op that produced it.
   struct Deferred {
     int consumer;  // the op whose row lists the all-reduce (the last to add its part)
     std::string names;
     double bytes;
   };
-  std::map<std::pair<std::string, std::vector<std::string>>, Deferred>
-      deferred;  // (activation id, mesh dims)
-  auto produced_before = [&](std::size_t i, const std::string& id) {
-    for (std::size_t j = 0; j < i && !id.empty(); ++j)
-      if (ops[j].out.id == id) return true;
-    return false;
-  };
-  // Backward, ops in reverse.
-  for (std::size_t i = ops.size(); i-- > 0;) {
-    const NamedOp& op = ops[i];
-    p.backward_workspace_bytes =
-        std::max(p.backward_workspace_bytes, gradients_in_flight(ops, i, s, model_input && i == 0) * act);
-    for (auto it = deferred.begin(); it != deferred.end();) {
+  void flush_deferred(const NamedOp& op) {
+    for (auto it = deferred_.begin(); it != deferred_.end();) {
       if (op.out.id.empty() || it->first.first != op.out.id) {
         ++it;
         continue;
       }
-      at = it->second.consumer;
-      collective(p.backward, Event::BlockingAllReduce,
+      at_ = it->second.consumer;
+      collective(p_.backward, Event::BlockingAllReduce,
                  op.out.id + " input gradient (" + it->second.names + ")", it->first.second, it->second.bytes,
-                 p.ops[std::size_t(at)], A::SumInputGradient);
-      it = deferred.erase(it);
+                 p_.ops[std::size_t(at_)], A::SumInputGradient);
+      it = deferred_.erase(it);
     }
-    at = int(i);
-    Json& row = p.ops[i];
+  }
+  void backward(std::size_t i) {
+    const NamedOp& op = ops_[i];
+    p_.backward_workspace_bytes =
+        std::max(p_.backward_workspace_bytes, gradients_in_flight(ops_, i, s_, reads_model_input(i)) * act_);
+    flush_deferred(op);
+    at_ = int(i);
+    Json& row = p_.ops[i];
+    using K = NamedOp::Kind;
     switch (op.kind) {
-      case NamedOp::Kind::Einsum: {
-        const bool ga = gathered(i, op.a), gb = gathered(i, op.b);
-        const bool needs_da = !op.a.weight && !(model_input && i == 0);
-        const auto over_a = needs_da ? s.split_missing({&op.out, &op.b}, op.a) : std::vector<std::string>{};
-        compute(p.backward, input_gradient_op(op, s, act), A::Backward, !over_a.empty());
-        if (needs_da && !ga && !over_a.empty() && produced_before(i, op.a.id)) {
-          auto [it, fresh] = deferred.try_emplace({op.a.id, over_a},
-                                                  Deferred{int(i), op.name, s.local_elements(op.a) * act});
-          if (!fresh) {
-            it->second.consumer = int(i);
-            it->second.names = op.name + ", " + it->second.names;
-          }
-        } else if (needs_da) {
-          collective(p.backward, Event::BlockingAllReduce, op.name + " input gradient",
-                     ga ? without_seq(over_a) : over_a, s.local_elements(op.a) * act, row,
-                     A::SumInputGradient);
-          if (ga)
-            collective(p.backward, Event::BlockingReduceScatter, op.name + " input gradient scatter",
-                       {seq_mesh}, s.local_elements(op.a) * act, row, A::ScatterOperandGradient, 0);
-        }
-        const auto over = s.split_missing({&op.a, &op.out}, op.b);
-        compute(p.backward, *operand_gradient_op(op, s, act), A::WeightGradient,
-                !op.b.weight && !over.empty());
-        collective(p.backward, op.b.weight ? Event::GradientAllReduce : Event::BlockingAllReduce,
-                   op.name + (op.b.weight ? " weight gradient" : " input gradient"),
-                   gb ? without_seq(over) : over, s.local_elements(op.b) * (op.b.weight ? kWeightBytes : act),
-                   row, A::SumWeightGradient);
-        if (gb)
-          collective(p.backward, Event::BlockingReduceScatter, op.name + " operand gradient scatter",
-                     {seq_mesh}, s.local_elements(op.b) * act, row, A::ScatterOperandGradient, 1);
+      case K::Einsum:
+        backward_einsum(i, row);
         break;
-      }
-      case NamedOp::Kind::Elementwise:
-        compute(p.backward, input_gradient_op(op, s, act), A::Backward);
-        if (!op.b.dims.empty())
-          collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient",
-                     s.split_missing({&op.a}, op.b), s.local_elements(op.b) * kWeightBytes, row,
-                     A::SumWeightGradient);
+      case K::Elementwise:
+        compute(p_.backward, input_gradient_op(op, s_, act_), A::Backward);
+        if (!op.b.dims.empty()) weight_gradient(op, {&op.a}, row);
         break;
-      case NamedOp::Kind::Reduction: {
-        compute(p.backward, input_gradient_op(op, s, act), A::Backward);
+      case K::Reduction:
+        compute(p_.backward, input_gradient_op(op, s_, act_), A::Backward);
         // Softmax cross-entropy's gradient needs only the forward's statistics; a normalization's
         // needs its gradient's row sums.
-        if (s.statistics_bytes(op) > 0 && op.math != NamedOp::Math::SoftmaxXent)
-          collective(p.backward, Event::BlockingAllReduce, op.name + " gradient statistics",
-                     {s.layout.at(op.reduce_dim)}, s.statistics_bytes(op), row, A::CombineGradientStatistics);
-        if (!op.b.dims.empty())
-          collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient",
-                     s.split_missing({&op.a}, op.b), s.local_elements(op.b) * kWeightBytes, row,
-                     A::SumWeightGradient);
+        if (s_.statistics_bytes(op) > 0 && op.math != NamedOp::Math::SoftmaxXent)
+          collective(p_.backward, Event::BlockingAllReduce, op.name + " gradient statistics",
+                     {s_.layout.at(op.reduce_dim)}, s_.statistics_bytes(op), row,
+                     A::CombineGradientStatistics);
+        if (!op.b.dims.empty()) weight_gradient(op, {&op.a}, row);
         break;
-      }
-      case NamedOp::Kind::Conv: {
-        if (!(model_input && i == 0)) {
-          compute(p.backward, input_gradient_op(op, s, act), A::Backward);
-          halos(p.backward, op, "halo gradient", row);
+      case K::Conv:
+        if (!reads_model_input(i)) {
+          compute(p_.backward, input_gradient_op(op, s_, act_), A::Backward);
+          halos(p_.backward, op, "halo gradient", row);
         }
-        compute(p.backward, *operand_gradient_op(op, s, act), A::WeightGradient);
-        collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient",
-                   s.split_missing({&op.a, &op.out}, op.b), s.local_elements(op.b) * kWeightBytes, row,
-                   A::SumWeightGradient);
+        compute(p_.backward, *operand_gradient_op(op, s_, act_), A::WeightGradient);
+        weight_gradient(op, {&op.a, &op.out}, row);
         break;
-      }
-      case NamedOp::Kind::BatchNorm:
-        compute(p.backward, input_gradient_op(op, s, act), A::Backward);
-        collective(p.backward, Event::BlockingAllReduce, op.name + " gradient statistics", spatial_mesh(),
+      case K::BatchNorm:
+        compute(p_.backward, input_gradient_op(op, s_, act_), A::Backward);
+        collective(p_.backward, Event::BlockingAllReduce, op.name + " gradient statistics", spatial_mesh(),
                    2.0 * 4.0 * double(op.b.dims.front().size), row, A::CombineGradientStatistics);
-        collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient",
-                   s.split_missing({&op.a}, op.b), s.local_elements(op.b) * kWeightBytes, row,
-                   A::SumWeightGradient);
+        weight_gradient(op, {&op.a}, row);
         break;
-      case NamedOp::Kind::Pool:
-        compute(p.backward, input_gradient_op(op, s, act), A::Backward);
-        if (op.out.dims.size() == 4) halos(p.backward, op, "halo gradient", row);
+      case K::Pool:
+        compute(p_.backward, input_gradient_op(op, s_, act_), A::Backward);
+        if (op.out.dims.size() == 4) halos(p_.backward, op, "halo gradient", row);
         break;
-      case NamedOp::Kind::Gather:
-        compute(p.backward, input_gradient_op(op, s, act), A::Backward);
-        collective(p.backward, Event::GradientAllReduce, op.name + " weight gradient",
-                   s.split_missing({&op.a}, op.b), s.local_elements(op.b) * kWeightBytes, row,
-                   A::SumWeightGradient);
+      case K::Gather:
+        compute(p_.backward, input_gradient_op(op, s_, act_), A::Backward);
+        weight_gradient(op, {&op.a}, row);
         break;
     }
   }
-  p.update_elements = p.weight_elements - unshared_update;
-  return p;
+  /// The input gradient (its partial sums reduced now, or deferred to the lazy all-reduce of an
+  /// activation several einsums read), then the second operand's gradient and its reduction.
+  void backward_einsum(std::size_t i, Json& row) {
+    const NamedOp& op = ops_[i];
+    const bool ga = gathered(i, op.a), gb = gathered(i, op.b);
+    const bool needs_da = !op.a.weight && !reads_model_input(i);
+    const auto over_a = needs_da ? s_.split_missing({&op.out, &op.b}, op.a) : std::vector<std::string>{};
+    compute(p_.backward, input_gradient_op(op, s_, act_), A::Backward, !over_a.empty());
+    if (needs_da && !ga && !over_a.empty() && produced_before(i, op.a.id)) {
+      auto [it, fresh] =
+          deferred_.try_emplace({op.a.id, over_a}, Deferred{int(i), op.name, s_.local_elements(op.a) * act_});
+      if (!fresh) {
+        it->second.consumer = int(i);
+        it->second.names = op.name + ", " + it->second.names;
+      }
+    } else if (needs_da) {
+      collective(p_.backward, Event::BlockingAllReduce, op.name + " input gradient",
+                 ga ? without_seq(over_a) : over_a, s_.local_elements(op.a) * act_, row, A::SumInputGradient);
+      if (ga)
+        collective(p_.backward, Event::BlockingReduceScatter, op.name + " input gradient scatter",
+                   {seq_mesh_}, s_.local_elements(op.a) * act_, row, A::ScatterOperandGradient, 0);
+    }
+    const auto over = s_.split_missing({&op.a, &op.out}, op.b);
+    compute(p_.backward, *operand_gradient_op(op, s_, act_), A::WeightGradient,
+            !op.b.weight && !over.empty());
+    collective(p_.backward, op.b.weight ? Event::GradientAllReduce : Event::BlockingAllReduce,
+               op.name + (op.b.weight ? " weight gradient" : " input gradient"),
+               gb ? without_seq(over) : over, s_.local_elements(op.b) * (op.b.weight ? kWeightBytes : act_),
+               row, A::SumWeightGradient);
+    if (gb)
+      collective(p_.backward, Event::BlockingReduceScatter, op.name + " operand gradient scatter",
+                 {seq_mesh_}, s_.local_elements(op.b) * act_, row, A::ScatterOperandGradient, 1);
+  }
+
+  const std::vector<NamedOp>& ops_;
+  const Sharding& s_;
+  const CostModel& cost_;
+  double act_;
+  std::string layer_;
+  bool model_input_, sharded_;
+  std::string seq_mesh_;  ///< the mesh dimension splitting the sequence ("" when none does)
+  LayerProgram p_;
+  double unshared_update_ = 0;  ///< elements of reduce-scattered weights a core does not update
+  int at_ = 0;                  ///< the op being lowered (its row in p_.ops)
+  std::map<std::pair<std::string, std::vector<std::string>>, Deferred>
+      deferred_;  ///< (activation id, mesh dims)
+};
+
+}  // namespace
+
+LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, const CostModel& cost,
+                         double act, const std::string& layer, bool model_input, bool sharded) {
+  return LayerLowering(ops, s, cost, act, layer, model_input, sharded).run();
 }
 
 std::string dims_text(const NamedTensor& t) {
