@@ -141,155 +141,165 @@ MeshExecutor::MeshExecutor(const Study& study, FunctionalRuntime& runtime,
   targets_.resize(cores);
   tokens_.resize(cores);
   input_.resize(cores);
-  const int layers = int(study.model.layers.size());
-  auto unsupported = [&](int layer, const NamedOp& op, const std::string& why) {
-    return ConfigError(
-        study.file, "schedule.kind",
-        "\"mesh\" with op " + study.model.layers[std::size_t(layer)].name + "/" + op.name + " (" + why + ")",
-        "a model and layout functional mode executes on mesh shards: mlp, or a decoder-only transformer, "
-        "with "
-        "layouts not splitting seq");
-  };
-  // An operand and the output it reads: the same sizes; names may differ (seq read as seq_k)
-  // only where neither is split, or where the operand reads whole (seq_k) a sequence the
-  // producer splits (then it is all-gathered: `gather`).
-  auto same_layout = [&](const NamedTensor& produced, const NamedTensor& read, bool& gather) {
-    if (produced.dims.size() != read.dims.size()) return false;
-    for (std::size_t i = 0; i < read.dims.size(); ++i) {
-      const auto &p = produced.dims[i], &r = read.dims[i];
-      if (p.name == "seq" && r.name == "seq_k" && split(p.name) && !split(r.name) && p.size == r.size) {
-        gather = true;
-        continue;
-      }
-      if (p.size != r.size || (p.name != r.name && (split(p.name) || split(r.name)))) return false;
-    }
-    return true;
-  };
   int last_of_previous = -1;
-  for (int l = 0; l < layers; ++l) {
-    first_op_.push_back(int(ops_.size()));
-    params_.emplace_back();
-    std::map<std::string, int> produced{{"in", last_of_previous}};
-    auto named = study.model.layers[std::size_t(l)].named_ops(study.batch);
-    for (std::size_t i = 0; i < named.size(); ++i) {
-      Op op;
-      op.named = std::move(named[i]);
-      op.layer = l;
-      const NamedOp& n = op.named;
-      const int f = int(ops_.size());
-      bool ignored = false;
-      auto source = [&](const NamedTensor& t, const std::string& id, bool& gather) {
-        const std::string key = id.empty() ? (i == 0 ? "in" : "") : id;
-        const int p = key.empty() ? f - 1 : produced.count(key) ? produced.at(key) : -2;
-        if (p == -2)
-          throw unsupported(l, n, "it reads " + id + ", which no earlier op of the layer produces");
-        if (p >= 0 && !same_layout(ops_[std::size_t(p)].named.out, t, gather))
-          throw unsupported(l, n, "an operand laid out unlike what produced it");
-        if (p == -1 && !(f == 0 && !t.dims.empty() && t.dims.front().name == "batch"))
-          throw unsupported(l, n, "it reads no earlier op's output");
-        return p;
-      };
-      if (n.a.weight) throw unsupported(l, n, "a weight as first operand");
-      op.a = source(n.a, n.a.id, op.gather[0]);
-      if (!n.b.dims.empty()) {
-        if (n.b.weight) {
-          for (int c = 0; c < n.b.copies; ++c) {
-            op.params.push_back(int(params_.back().size()));
-            NamedTensor t = n.b;
-            t.copies = 1;
-            params_.back().push_back(Param{t, {}});
-          }
-        } else {
-          op.b = source(n.b, n.b.id, op.gather[1]);
-        }
-      }
-      if (!n.skip.empty()) op.skip = source(n.out, n.skip, ignored);
-      if ((op.gather[0] || op.gather[1] || ignored) && n.kind != NamedOp::Kind::Einsum)
-        throw unsupported(l, n, "only einsums read a split sequence whole");
-      auto suffix_bias = [&] {
-        if (n.b.dims.size() > n.a.dims.size()) return false;
-        for (std::size_t j = 0; j < n.b.dims.size(); ++j)
-          if (n.b.dims[j].name != n.a.dims[n.a.dims.size() - n.b.dims.size() + j].name) return false;
-        return n.b.dims.empty() || n.b.weight;
-      };
-      const bool reduces_last = !n.a.dims.empty() && n.reduce_dim == n.a.dims.back().name;
-      using M = NamedOp::Math;
-      switch (n.kind) {
-        case NamedOp::Kind::Einsum: {
-          const Names an = names_of(n.a), bn = names_of(n.b), on = names_of(n.out);
-          for (const auto& d : an)
-            if (!has(bn, d) && !has(on, d))
-              throw unsupported(l, n, "a dimension summed out of one operand alone");
-          for (const auto& d : on)
-            if (!has(an, d) && !has(bn, d)) throw unsupported(l, n, "an output dimension from no operand");
-          if (op.b == -1 && !n.b.weight) throw unsupported(l, n, "no second operand");
-          break;
-        }
-        case NamedOp::Kind::Elementwise:
-          if (!(n.math == M::Bias || n.math == M::BiasRelu || n.math == M::Residual) || !suffix_bias() ||
-              (n.math != M::Residual && n.b.dims.empty()) || (n.math == M::Residual && op.skip < 0))
-            throw unsupported(l, n, "an element-wise op other than a bias (+ ReLU) or a residual add");
-          break;
-        case NamedOp::Kind::Reduction:
-          if (!reduces_last ||
-              !(n.math == M::SoftmaxXent || n.math == M::LayerNorm || n.math == M::CausalSoftmax) ||
-              (n.math == M::LayerNorm && (n.b.dims.size() != 1 || n.b.copies != 2)) ||
-              (n.math != M::LayerNorm && !n.b.dims.empty()) ||
-              (n.math == M::CausalSoftmax && (split(n.reduce_dim) || n.a.dims.size() < 2)))
-            throw unsupported(l, n,
-                              "a reduction other than layer norm, causal softmax or softmax cross-entropy "
-                              "over the last dimension");
-          break;
-        case NamedOp::Kind::Gather:
-          if (f != 0 || n.a.dims.size() != 2 || n.b.dims.size() != 2 || !n.b.weight || n.out.dims.size() != 3)
-            throw unsupported(l, n, "a lookup other than the model's token embedding");
-          break;
-        default:
-          throw unsupported(l, n, "no host math for this kind of op on shards");
-      }
-      if (f > 0 && ops_.back().named.math == M::SoftmaxXent) throw unsupported(l, n, "it follows the loss");
-      if (!n.out.id.empty()) produced[n.out.id] = f;
-      ops_.push_back(std::move(op));
-    }
+  for (int l = 0; l < int(study.model.layers.size()); ++l) {
+    add_layer_ops(l, last_of_previous);
     last_of_previous = int(ops_.size()) - 1;
-    // Where the named weights sit in the layer function's parameters.
-    const auto init = runtime.fn(l).init(0);
-    auto views = runtime.fn(l).param_views();
-    auto& params = params_.back();
-    bool match = true;
-    if (views.empty()) {
-      match = init.size() == params.size();
-      for (std::size_t k = 0; match && k < params.size(); ++k) {
-        Sizes shape;
-        std::vector<int> axes;
-        for (const auto& d : params[k].tensor.dims) {
-          axes.push_back(int(shape.size()));
-          shape.push_back(d.size);
-        }
-        views.push_back(ParamView{int(k), shape, axes, Sizes(shape.size(), 0)});
-      }
-    }
-    match = match && views.size() == params.size();
-    for (std::size_t k = 0; match && k < params.size(); ++k) {
-      const ParamView& v = views[k];
-      std::int64_t elements = 1;
-      for (auto s : v.shape) elements *= s;
-      match = v.param >= 0 && std::size_t(v.param) < init.size() &&
-              double(init[std::size_t(v.param)].size()) == double(elements) &&
-              v.axes.size() == params[k].tensor.dims.size() && v.fixed.size() == v.shape.size();
-      for (std::size_t j = 0; match && j < v.axes.size(); ++j)
-        match = v.shape[std::size_t(v.axes[j])] == params[k].tensor.dims[j].size;
-      if (match) params[k].view = v;
-    }
-    if (!match)
-      throw ConfigError(
-          study.file, "model.kind",
-          "\"" + study.model.kind + "\" (layer " + study.model.layers[std::size_t(l)].name + ")",
-          "layers whose named weights match their functional parameters");
+    match_params(l);
   }
   if (ops_.empty() || ops_.back().named.math != NamedOp::Math::SoftmaxXent)
     throw ConfigError(study.file, "model.kind", "\"" + study.model.kind + "\"",
                       "a model ending in softmax cross-entropy for functional mesh layouts");
+}
+
+ConfigError MeshExecutor::unsupported(int layer, const NamedOp& op, const std::string& why) const {
+  return ConfigError(
+      study_.file, "schedule.kind",
+      "\"mesh\" with op " + study_.model.layers[std::size_t(layer)].name + "/" + op.name + " (" + why + ")",
+      "a model and layout functional mode executes on mesh shards: mlp, or a decoder-only transformer, "
+      "with "
+      "layouts not splitting seq");
+}
+
+bool MeshExecutor::same_layout(const NamedTensor& produced, const NamedTensor& read, bool& gather) const {
+  if (produced.dims.size() != read.dims.size()) return false;
+  for (std::size_t i = 0; i < read.dims.size(); ++i) {
+    const auto &p = produced.dims[i], &r = read.dims[i];
+    if (p.name == "seq" && r.name == "seq_k" && split(p.name) && !split(r.name) && p.size == r.size) {
+      gather = true;
+      continue;
+    }
+    if (p.size != r.size || (p.name != r.name && (split(p.name) || split(r.name)))) return false;
+  }
+  return true;
+}
+
+void MeshExecutor::add_layer_ops(int l, int last_of_previous) {
+  first_op_.push_back(int(ops_.size()));
+  params_.emplace_back();
+  std::map<std::string, int> produced{{"in", last_of_previous}};
+  auto named = study_.model.layers[std::size_t(l)].named_ops(study_.batch);
+  for (std::size_t i = 0; i < named.size(); ++i) {
+    Op op;
+    op.named = std::move(named[i]);
+    op.layer = l;
+    const NamedOp& n = op.named;
+    const int f = int(ops_.size());
+    bool ignored = false;
+    auto source = [&](const NamedTensor& t, const std::string& id, bool& gather) {
+      const std::string key = id.empty() ? (i == 0 ? "in" : "") : id;
+      const int p = key.empty() ? f - 1 : produced.count(key) ? produced.at(key) : -2;
+      if (p == -2) throw unsupported(l, n, "it reads " + id + ", which no earlier op of the layer produces");
+      if (p >= 0 && !same_layout(ops_[std::size_t(p)].named.out, t, gather))
+        throw unsupported(l, n, "an operand laid out unlike what produced it");
+      if (p == -1 && !(f == 0 && !t.dims.empty() && t.dims.front().name == "batch"))
+        throw unsupported(l, n, "it reads no earlier op's output");
+      return p;
+    };
+    if (n.a.weight) throw unsupported(l, n, "a weight as first operand");
+    op.a = source(n.a, n.a.id, op.gather[0]);
+    if (!n.b.dims.empty()) {
+      if (n.b.weight) {
+        for (int c = 0; c < n.b.copies; ++c) {
+          op.params.push_back(int(params_.back().size()));
+          NamedTensor t = n.b;
+          t.copies = 1;
+          params_.back().push_back(Param{t, {}});
+        }
+      } else {
+        op.b = source(n.b, n.b.id, op.gather[1]);
+      }
+    }
+    if (!n.skip.empty()) op.skip = source(n.out, n.skip, ignored);
+    if ((op.gather[0] || op.gather[1] || ignored) && n.kind != NamedOp::Kind::Einsum)
+      throw unsupported(l, n, "only einsums read a split sequence whole");
+    check_supported(l, op, f);
+    if (!n.out.id.empty()) produced[n.out.id] = f;
+    ops_.push_back(std::move(op));
+  }
+}
+
+void MeshExecutor::check_supported(int l, const Op& op, int f) const {
+  const NamedOp& n = op.named;
+  auto suffix_bias = [&] {
+    if (n.b.dims.size() > n.a.dims.size()) return false;
+    for (std::size_t j = 0; j < n.b.dims.size(); ++j)
+      if (n.b.dims[j].name != n.a.dims[n.a.dims.size() - n.b.dims.size() + j].name) return false;
+    return n.b.dims.empty() || n.b.weight;
+  };
+  const bool reduces_last = !n.a.dims.empty() && n.reduce_dim == n.a.dims.back().name;
+  using M = NamedOp::Math;
+  switch (n.kind) {
+    case NamedOp::Kind::Einsum: {
+      const Names an = names_of(n.a), bn = names_of(n.b), on = names_of(n.out);
+      for (const auto& d : an)
+        if (!has(bn, d) && !has(on, d))
+          throw unsupported(l, n, "a dimension summed out of one operand alone");
+      for (const auto& d : on)
+        if (!has(an, d) && !has(bn, d)) throw unsupported(l, n, "an output dimension from no operand");
+      if (op.b == -1 && !n.b.weight) throw unsupported(l, n, "no second operand");
+      break;
+    }
+    case NamedOp::Kind::Elementwise:
+      if (!(n.math == M::Bias || n.math == M::BiasRelu || n.math == M::Residual) || !suffix_bias() ||
+          (n.math != M::Residual && n.b.dims.empty()) || (n.math == M::Residual && op.skip < 0))
+        throw unsupported(l, n, "an element-wise op other than a bias (+ ReLU) or a residual add");
+      break;
+    case NamedOp::Kind::Reduction:
+      if (!reduces_last ||
+          !(n.math == M::SoftmaxXent || n.math == M::LayerNorm || n.math == M::CausalSoftmax) ||
+          (n.math == M::LayerNorm && (n.b.dims.size() != 1 || n.b.copies != 2)) ||
+          (n.math != M::LayerNorm && !n.b.dims.empty()) ||
+          (n.math == M::CausalSoftmax && (split(n.reduce_dim) || n.a.dims.size() < 2)))
+        throw unsupported(l, n,
+                          "a reduction other than layer norm, causal softmax or softmax cross-entropy "
+                          "over the last dimension");
+      break;
+    case NamedOp::Kind::Gather:
+      if (f != 0 || n.a.dims.size() != 2 || n.b.dims.size() != 2 || !n.b.weight || n.out.dims.size() != 3)
+        throw unsupported(l, n, "a lookup other than the model's token embedding");
+      break;
+    default:
+      throw unsupported(l, n, "no host math for this kind of op on shards");
+  }
+  if (f > 0 && ops_.back().named.math == M::SoftmaxXent) throw unsupported(l, n, "it follows the loss");
+}
+
+void MeshExecutor::match_params(int l) {
+  // Where the named weights sit in the layer function's parameters.
+  const auto init = rt_.fn(l).init(0);
+  auto views = rt_.fn(l).param_views();
+  auto& params = params_.back();
+  bool match = true;
+  if (views.empty()) {
+    match = init.size() == params.size();
+    for (std::size_t k = 0; match && k < params.size(); ++k) {
+      Sizes shape;
+      std::vector<int> axes;
+      for (const auto& d : params[k].tensor.dims) {
+        axes.push_back(int(shape.size()));
+        shape.push_back(d.size);
+      }
+      views.push_back(ParamView{int(k), shape, axes, Sizes(shape.size(), 0)});
+    }
+  }
+  match = match && views.size() == params.size();
+  for (std::size_t k = 0; match && k < params.size(); ++k) {
+    const ParamView& v = views[k];
+    std::int64_t elements = 1;
+    for (auto s : v.shape) elements *= s;
+    match = v.param >= 0 && std::size_t(v.param) < init.size() &&
+            double(init[std::size_t(v.param)].size()) == double(elements) &&
+            v.axes.size() == params[k].tensor.dims.size() && v.fixed.size() == v.shape.size();
+    for (std::size_t j = 0; match && j < v.axes.size(); ++j)
+      match = v.shape[std::size_t(v.axes[j])] == params[k].tensor.dims[j].size;
+    if (match) params[k].view = v;
+  }
+  if (!match)
+    throw ConfigError(
+        study_.file, "model.kind",
+        "\"" + study_.model.kind + "\" (layer " + study_.model.layers[std::size_t(l)].name + ")",
+        "layers whose named weights match their functional parameters");
 }
 
 std::size_t MeshExecutor::Param::index(std::int64_t element) const {

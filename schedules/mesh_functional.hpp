@@ -94,6 +94,19 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
     std::size_t index(std::int64_t element) const;
   };
   int flat(int layer, int op) const { return first_op_[std::size_t(layer)] + op; }
+  /// The error for an op functional mode cannot execute on shards, and why.
+  ConfigError unsupported(int layer, const NamedOp& op, const std::string& why) const;
+  /// An operand and the output it reads: the same sizes; names may differ (seq read as seq_k)
+  /// only where neither is split, or where the operand reads whole (seq_k) a sequence the
+  /// producer splits (then it is all-gathered: `gather`).
+  bool same_layout(const NamedTensor& produced, const NamedTensor& read, bool& gather) const;
+  /// Appends layer `layer`'s ops with where their operands come from (`last_of_previous`: the
+  /// previous layer's last op, which its input is), checking each is supported.
+  void add_layer_ops(int layer, int last_of_previous);
+  /// Throws unsupported() unless op `f` (of layer `layer`) has host math on shards.
+  void check_supported(int layer, const Op& op, int f) const;
+  /// Where layer `layer`'s named weights sit in its layer function's parameters.
+  void match_params(int layer);
   /// Whether `core` is the first of the cores holding the same piece of a tensor over `dims`
   /// (coordinate 0 along every mesh dimension that splits none of them).
   bool first_replica(int core, const std::vector<std::string>& dims) const;
