@@ -692,41 +692,9 @@ void MeshExecutor::finish_softmax_xent(int core, int f) {
 void MeshExecutor::reduce(const std::vector<int>& group, int f, MeshAction::What what, int which) {
   const Op& op = ops_[std::size_t(f)];
   const bool layer_norm = op.named.math == NamedOp::Math::LayerNorm;
-  if (what == MeshAction::CombineStatistics && !layer_norm) {
-    // Softmax: (max, sum of exponentials) pairs combine exactly: M = max m, S = sum s exp(m - M).
-    const std::size_t rows = stats_[std::size_t(group.front())].at(2 * f).size() / 2;
-    for (std::size_t r = 0; r < rows; ++r) {
-      double m = -INFINITY, e = 0;
-      for (int c : group) m = std::max(m, stats_[std::size_t(c)].at(2 * f)[2 * r]);
-      for (int c : group)
-        e += stats_[std::size_t(c)].at(2 * f)[2 * r + 1] *
-             std::exp(stats_[std::size_t(c)].at(2 * f)[2 * r] - m);
-      for (int c : group) {
-        stats_[std::size_t(c)].at(2 * f)[2 * r] = m;
-        stats_[std::size_t(c)].at(2 * f)[2 * r + 1] = e;
-      }
-    }
-    for (int c : group) finish_softmax_xent(c, f);
-    return;
-  }
-  if (what == MeshAction::CombineStatistics || what == MeshAction::CombineGradientStatistics) {
-    // Layer norm: row sums add up.
-    const int key = 2 * f + (what == MeshAction::CombineGradientStatistics ? 1 : 0);
-    std::vector<std::vector<double>*> s;
-    for (int c : group) s.push_back(&stats_[std::size_t(c)].at(key));
-    for (std::size_t i = 0; i < s.front()->size(); ++i) {
-      double sum = 0;
-      for (auto* v : s) sum += (*v)[i];
-      for (auto* v : s) (*v)[i] = sum;
-    }
-    for (int c : group) {
-      if (what == MeshAction::CombineStatistics)
-        finish_layer_norm(c, f);
-      else
-        finish_layer_norm_gradient(c, f);
-    }
-    return;
-  }
+  if (what == MeshAction::CombineStatistics && !layer_norm) return combine_softmax_statistics(group, f);
+  if (what == MeshAction::CombineStatistics || what == MeshAction::CombineGradientStatistics)
+    return combine_layer_norm_sums(group, f, what == MeshAction::CombineGradientStatistics);
   std::vector<Tensor*> pieces;
   if (what == MeshAction::SumWeightGradient && op.named.b.weight) {
     for (int p : op.params) {
@@ -741,20 +709,7 @@ void MeshExecutor::reduce(const std::vector<int>& group, int f, MeshAction::What
     sum_all(pieces);
     return;
   }
-  if (what == MeshAction::GatherOperand) {
-    // Every member's piece of the operand, placed along the sequence.
-    for (int c : group) {
-      Tensor whole(std::size_t(box(which ? op.named.b : op.named.a, c).elements()));
-      for (int m : group) {
-        const Tensor& piece = value(m, which ? op.b : op.a);
-        for_each_element(piece_in_gathered(f, which, c, m), [&](std::int64_t l, std::int64_t at) {
-          whole[std::size_t(at)] = piece[std::size_t(l)];
-        });
-      }
-      gathered_[std::size_t(c)][2 * f + which] = std::move(whole);
-    }
-    return;
-  }
+  if (what == MeshAction::GatherOperand) return gather_operand(group, f, which);
   // A partial input gradient: summed, then it joins the operand's gradient (for an operand
   // read whole along a split sequence, each member takes its piece of the sum).
   if (what == MeshAction::SumWeightGradient) which = 1;
@@ -773,19 +728,73 @@ void MeshExecutor::reduce(const std::vector<int>& group, int f, MeshAction::What
   const int key = 2 * f + which;
   for (int c : group) pieces.push_back(&partial_[std::size_t(c)].at(key));
   sum_all(pieces);
-  if (what == MeshAction::ScatterOperandGradient) {
-    for (int m : group) {
-      const Tensor& sum = partial_[std::size_t(m)].at(key);
-      const Box b = piece_in_gathered(f, which, m, m);
-      Tensor mine(std::size_t(b.elements()));
-      for_each_element(b,
-                       [&](std::int64_t l, std::int64_t at) { mine[std::size_t(l)] = sum[std::size_t(at)]; });
-      accumulate(m, which ? op.b : op.a, std::move(mine));
+  // Then the reduce-scatter over the sequence, unless this is it.
+  if (what == MeshAction::ScatterOperandGradient) scatter_operand_gradient(group, f, which);
+}
+
+void MeshExecutor::combine_softmax_statistics(const std::vector<int>& group, int f) {
+  // (max, sum of exponentials) pairs combine exactly: M = max m, S = sum s exp(m - M).
+  const std::size_t rows = stats_[std::size_t(group.front())].at(2 * f).size() / 2;
+  for (std::size_t r = 0; r < rows; ++r) {
+    double m = -INFINITY, e = 0;
+    for (int c : group) m = std::max(m, stats_[std::size_t(c)].at(2 * f)[2 * r]);
+    for (int c : group)
+      e +=
+          stats_[std::size_t(c)].at(2 * f)[2 * r + 1] * std::exp(stats_[std::size_t(c)].at(2 * f)[2 * r] - m);
+    for (int c : group) {
+      stats_[std::size_t(c)].at(2 * f)[2 * r] = m;
+      stats_[std::size_t(c)].at(2 * f)[2 * r + 1] = e;
     }
-    for (int c : group) partial_[std::size_t(c)].erase(key);
-    return;
   }
-  // Otherwise the reduce-scatter over the sequence follows.
+  for (int c : group) finish_softmax_xent(c, f);
+}
+
+void MeshExecutor::combine_layer_norm_sums(const std::vector<int>& group, int f, bool gradient) {
+  // Row sums add up.
+  const int key = 2 * f + (gradient ? 1 : 0);
+  std::vector<std::vector<double>*> s;
+  for (int c : group) s.push_back(&stats_[std::size_t(c)].at(key));
+  for (std::size_t i = 0; i < s.front()->size(); ++i) {
+    double sum = 0;
+    for (auto* v : s) sum += (*v)[i];
+    for (auto* v : s) (*v)[i] = sum;
+  }
+  for (int c : group) {
+    if (gradient)
+      finish_layer_norm_gradient(c, f);
+    else
+      finish_layer_norm(c, f);
+  }
+}
+
+void MeshExecutor::gather_operand(const std::vector<int>& group, int f, int which) {
+  // Every member's piece of the operand, placed along the sequence.
+  const Op& op = ops_[std::size_t(f)];
+  for (int c : group) {
+    Tensor whole(std::size_t(box(which ? op.named.b : op.named.a, c).elements()));
+    for (int m : group) {
+      const Tensor& piece = value(m, which ? op.b : op.a);
+      for_each_element(piece_in_gathered(f, which, c, m), [&](std::int64_t l, std::int64_t at) {
+        whole[std::size_t(at)] = piece[std::size_t(l)];
+      });
+    }
+    gathered_[std::size_t(c)][2 * f + which] = std::move(whole);
+  }
+}
+
+void MeshExecutor::scatter_operand_gradient(const std::vector<int>& group, int f, int which) {
+  // Each member takes its piece of the summed gradient of an operand read whole.
+  const Op& op = ops_[std::size_t(f)];
+  const int key = 2 * f + which;
+  for (int m : group) {
+    const Tensor& sum = partial_[std::size_t(m)].at(key);
+    const Box b = piece_in_gathered(f, which, m, m);
+    Tensor mine(std::size_t(b.elements()));
+    for_each_element(b,
+                     [&](std::int64_t l, std::int64_t at) { mine[std::size_t(l)] = sum[std::size_t(at)]; });
+    accumulate(m, which ? op.b : op.a, std::move(mine));
+  }
+  for (int c : group) partial_[std::size_t(c)].erase(key);
 }
 
 FunctionalRuntime::Closure MeshExecutor::compute(int core, int layer, std::vector<MeshAction> actions) {

@@ -134,6 +134,14 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
   void run_gather(int core, int f, MeshAction::What what);
   /// `which`: the operand (GatherOperand, ScatterOperandGradient).
   void reduce(const std::vector<int>& group, int f, MeshAction::What what, int which);
+  /// A split softmax's (max, sum of exponentials) row statistics, combined over the group.
+  void combine_softmax_statistics(const std::vector<int>& group, int f);
+  /// A split layer norm's row sums (of its input, or of its gradient), summed over the group.
+  void combine_layer_norm_sums(const std::vector<int>& group, int f, bool gradient);
+  /// Op f's operand `which`, split along the sequence, gathered whole on every member.
+  void gather_operand(const std::vector<int>& group, int f, int which);
+  /// The summed gradient of an operand read whole, each member keeping its piece.
+  void scatter_operand_gradient(const std::vector<int>& group, int f, int which);
   void finish_softmax_xent(int core, int f);
   void finish_layer_norm(int core, int f);
   void finish_layer_norm_gradient(int core, int f);
