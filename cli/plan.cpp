@@ -90,7 +90,7 @@ double mesh_bound(const Study& s, const MeshSchedule& mesh, const std::vector<me
   for (const auto& program : programs)
     for (const auto* events : {&program.forward, &program.backward})
       for (const auto& ev : *events) {
-        const auto group = [&] { return mesh.groups(ev.mesh_dims).front(); };
+        const auto group = [&] { return mesh.groups(ev).front(); };
         if (ev.kind == E::Compute)
           bound += ev.seconds;
         else if (ev.kind == E::BlockingAllReduce)

@@ -91,7 +91,14 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
       }
     }
   }
+  batch_norm_group_ = int(f.integer_or("batch_norm_group", 1, 1, study.cores()));
   if (!problems.empty()) return;
+  if (batch_norm_group_ > 1 && split("batch") % batch_norm_group_ != 0) {
+    problems.add(f.path_of("batch_norm_group"), Json(batch_norm_group_),
+                 "a divisor of the " + std::to_string(split("batch")) +
+                     " replicas the layout splits the batch over (groups of consecutive replicas)");
+    return;
+  }
   if (study.batch % split("batch") != 0) {
     problems.add(
         "batch", Json(study.batch),
@@ -211,14 +218,17 @@ int MeshSchedule::core_at(const std::vector<int>& c) const {
   return core;
 }
 
-std::vector<std::vector<int>> MeshSchedule::groups(const std::vector<std::string>& mesh_dims) const {
+std::vector<std::vector<int>> MeshSchedule::groups(const std::vector<std::string>& mesh_dims,
+                                                   const std::string& block_dim, int block) const {
   int cores = 1;
   for (const auto& [name, size] : mesh_) cores *= size;
   std::map<std::vector<int>, std::vector<int>> by_key;
   for (int c = 0; c < cores; ++c) {
     auto key = coords(c);
-    for (std::size_t i = 0; i < mesh_.size(); ++i)
-      if (std::find(mesh_dims.begin(), mesh_dims.end(), mesh_[i].first) != mesh_dims.end()) key[i] = -1;
+    for (std::size_t i = 0; i < mesh_.size(); ++i) {
+      if (std::find(mesh_dims.begin(), mesh_dims.end(), mesh_[i].first) == mesh_dims.end()) continue;
+      key[i] = block > 0 && mesh_[i].first == block_dim ? -1 - key[i] / block : -1;
+    }
     by_key[key].push_back(c);
   }
   std::vector<std::vector<int>> out;
@@ -255,7 +265,8 @@ Json MeshSchedule::resolved() const {
               {"mesh", mesh},
               {"layout", layout_},
               {"placement", order},
-              {"weight_update", weight_update_}};
+              {"weight_update", weight_update_},
+              {"batch_norm_group", batch_norm_group_}};
 }
 
 namespace {
@@ -446,8 +457,7 @@ class MeshStepPlayer {
         : scatter_gradient                    ? std::pair{C::ReduceScatter, "weight_gradient_reduce_scatter"}
         : ev.kind == Event::GradientAllReduce ? std::pair{C::AllReduce, "weight_gradient_allreduce"}
                                               : std::pair{C::AllReduce, "activation_allreduce"};
-    sim::Task t =
-        family_collective(op, ev.name, ev.mesh_dims, schedule_.groups(ev.mesh_dims), phase, l, ev.bytes);
+    sim::Task t = family_collective(op, ev.name, ev.mesh_dims, schedule_.groups(ev), phase, l, ev.bytes);
     if (scatter_gradient) {
       // Each core keeps only its piece of the reduced gradient, updates it, and the updated
       // pieces are all-gathered (after the layer's updates).
@@ -689,7 +699,7 @@ std::vector<LayerProgram> MeshSchedule::programs(const Study& study) const {
   for (std::size_t l = 0; l < study.model.layers.size(); ++l) {
     const Layer& layer = study.model.layers[l];
     out.push_back(lower_layer(layer.named_ops(study.batch), s, cost, study.model.activation_bytes, layer.name,
-                              l == 0, weight_update_ == "sharded"));
+                              l == 0, weight_update_ == "sharded", batch_norm_group_));
   }
   return out;
 }

@@ -41,7 +41,14 @@ class MeshSchedule : public Schedule {
   /// Each layer's SPMD program (what every core runs; `build` plays them onto the task graph).
   std::vector<mesh::LayerProgram> programs(const Study& study) const;
   /// Every group of cores that differ only along `mesh_dims`: a partition of the mesh's cores.
-  std::vector<std::vector<int>> groups(const std::vector<std::string>& mesh_dims) const;
+  /// With `block` > 0, cores differing along `block_dim` (one of `mesh_dims`) share a group only
+  /// within the same block of `block` consecutive coordinates.
+  std::vector<std::vector<int>> groups(const std::vector<std::string>& mesh_dims,
+                                       const std::string& block_dim = "", int block = 0) const;
+  /// The groups a collective event runs on.
+  std::vector<std::vector<int>> groups(const mesh::Event& ev) const {
+    return groups(ev.mesh_dims, ev.block_dim, ev.block);
+  }
 
  private:
   /// A torus axis (0: the cores of a chip, 1: x, 2: y), or the part of one starting at `stride`.
@@ -58,6 +65,7 @@ class MeshSchedule : public Schedule {
   int axis_sizes_[3] = {1, 1, 1};              ///< cores per chip, chips along x, chips along y
   std::map<std::string, std::string> layout_;  ///< tensor dimension -> mesh dimension
   std::string weight_update_ = "replicated";
+  int batch_norm_group_ = 1;  ///< replicas along the batch's mesh dimension sharing batch-norm statistics
 };
 
 }  // namespace tpusim

@@ -31,8 +31,9 @@ using A = MeshAction;
 class LayerLowering {
  public:
   LayerLowering(const std::vector<NamedOp>& ops, const Sharding& s, const CostModel& cost, double act,
-                const std::string& layer, bool model_input, bool sharded)
-      : ops_(ops),
+                const std::string& layer, bool model_input, bool sharded, int batch_norm_group)
+      : batch_norm_group_(batch_norm_group),
+        ops_(ops),
         s_(s),
         cost_(cost),
         act_(act),
@@ -128,6 +129,30 @@ class LayerLowering {
     mesh.erase(std::unique(mesh.begin(), mesh.end()), mesh.end());
     return mesh;
   }
+  /// A batch norm's statistics (forward) or its gradient's sums (backward), per channel in fp32:
+  /// summed over the split image and, with cross-replica batch norm, over the group of replicas
+  /// along the batch's mesh dimension (the whole of it when the group spans it).
+  void batch_norm_statistics(const NamedOp& op, bool backward, Json& row) {
+    auto mesh = spatial_mesh();
+    std::string block_dim;
+    int block = 0;
+    if (batch_norm_group_ > 1) {
+      block_dim = s_.layout.at("batch");
+      mesh.push_back(block_dim);
+      std::sort(mesh.begin(), mesh.end());
+      mesh.erase(std::unique(mesh.begin(), mesh.end()), mesh.end());
+      if (batch_norm_group_ < s_.split("batch")) block = batch_norm_group_;
+    }
+    auto& into = backward ? p_.backward : p_.forward;
+    const std::size_t before = into.size();
+    collective(into, Event::BlockingAllReduce, op.name + (backward ? " gradient statistics" : " statistics"),
+               mesh, 2.0 * 4.0 * double(op.b.dims.front().size), row,
+               backward ? A::CombineGradientStatistics : A::CombineStatistics);
+    if (into.size() == before || batch_norm_group_ <= 1) return;
+    into.back().block_dim = block_dim;
+    into.back().block = block;
+    row["collectives"].back()["batch_norm_group"] = batch_norm_group_;
+  }
   /// Attention over a split sequence: an operand reading every position (seq_k) of a tensor
   /// produced split along seq (keys, values; an encoder's output) is all-gathered over seq's
   /// mesh dimension first, and its gradient, summed over the queries' pieces, reduce-scattered back.
@@ -188,8 +213,7 @@ class LayerLowering {
         break;
       case K::BatchNorm:
         compute(p_.forward, forward_op(op, s_, act_), A::Forward);
-        collective(p_.forward, Event::BlockingAllReduce, op.name + " statistics", spatial_mesh(),
-                   2.0 * 4.0 * double(op.b.dims.front().size), row, A::CombineStatistics);
+        batch_norm_statistics(op, false, row);
         break;
       case K::Pool:
         forward_pool(op, row);
@@ -288,8 +312,7 @@ class LayerLowering {
         break;
       case K::BatchNorm:
         compute(p_.backward, input_gradient_op(op, s_, act_), A::Backward);
-        collective(p_.backward, Event::BlockingAllReduce, op.name + " gradient statistics", spatial_mesh(),
-                   2.0 * 4.0 * double(op.b.dims.front().size), row, A::CombineGradientStatistics);
+        batch_norm_statistics(op, true, row);
         weight_gradient(op, {&op.a}, row);
         break;
       case K::Pool:
@@ -336,6 +359,7 @@ class LayerLowering {
                  {seq_mesh_}, s_.local_elements(op.b) * act_, row, A::ScatterOperandGradient, 1);
   }
 
+  int batch_norm_group_;  ///< replicas along the batch's mesh dimension sharing batch-norm statistics
   const std::vector<NamedOp>& ops_;
   const Sharding& s_;
   const CostModel& cost_;
@@ -353,8 +377,9 @@ class LayerLowering {
 }  // namespace
 
 LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, const CostModel& cost,
-                         double act, const std::string& layer, bool model_input, bool sharded) {
-  return LayerLowering(ops, s, cost, act, layer, model_input, sharded).run();
+                         double act, const std::string& layer, bool model_input, bool sharded,
+                         int batch_norm_group) {
+  return LayerLowering(ops, s, cost, act, layer, model_input, sharded, batch_norm_group).run();
 }
 
 std::string dims_text(const NamedTensor& t) {

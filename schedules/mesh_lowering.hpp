@@ -40,6 +40,11 @@ struct Event {
   std::vector<std::string> mesh_dims;  // collectives; Halo: the mesh dimension of the neighbours
   double bytes = 0;                    // collectives: payload per core; Halo: per neighbour
   std::vector<MeshAction> actions;     // functional mode: the math this event performs
+  /// Collectives: with `block` > 0, only among cores whose coordinates along mesh dimension
+  /// `block_dim` (one of mesh_dims) fall in the same block of `block` consecutive ones
+  /// (cross-replica batch norm over groups of replicas).
+  std::string block_dim;
+  int block = 0;
 };
 
 struct LayerProgram {
@@ -68,8 +73,12 @@ ResidentShards resident_shards(const LayerProgram& p, double slot_elements);
 
 /// `model_input`: the layer's first op reads the model's input, which needs no gradient.
 /// `sharded`: weight gradients are reduce-scattered (weight-update sharding) instead of all-reduced.
+/// `batch_norm_group`: batch normalizations combine their statistics over groups of this many
+/// consecutive replicas along the batch's mesh dimension too (cross-replica batch norm; 1: each
+/// replica its own, summed over a split image only).
 LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, const CostModel& cost,
-                         double act, const std::string& layer, bool model_input, bool sharded);
+                         double act, const std::string& layer, bool model_input, bool sharded,
+                         int batch_norm_group = 1);
 
 /// "[batch, seq, d_model]"
 std::string dims_text(const NamedTensor& t);

@@ -249,6 +249,51 @@ TEST_CASE("spatial partitioning: batch-norm statistics are summed over the image
                          "global_avg_pool partial sums")["mesh_dims"] == Json::array({"spatial"}));
 }
 
+TEST_CASE("cross-replica batch norm under a mesh: statistics over groups of consecutive batch replicas",
+          "[mesh][spatial]") {
+  Json schedule = kSpatial;
+  schedule["batch_norm_group"] = 2;
+  const Study s = mesh_study(Json::parse(R"({"kind": "resnet50"})"), schedule, "v3-32", 256);
+  const BuiltStep step = s.schedule->build(s);
+  REQUIRE_NOTHROW(step.graph.validate());
+  const Json bn = collectives_of(step, "stage2_block1", "bn2");
+  for (const char* what : {"bn2 statistics", "bn2 gradient statistics"}) {
+    const Json stats = collective_named(bn, what);
+    CHECK(stats["mesh_dims"] == Json::array({"batch", "spatial"}));
+    CHECK(stats["batch_norm_group"] == 2);
+    CHECK(stats["bytes"].get<double>() == Approx(2.0 * 4 * 128));
+  }
+  // The task runs on 4 groups of 8 cores: 2 consecutive batch replicas x the 4 cores of an image.
+  const auto* mesh = dynamic_cast<const MeshSchedule*>(s.schedule.get());
+  REQUIRE(mesh != nullptr);
+  int found = 0;
+  for (int id = 0; id < step.graph.size(); ++id) {
+    const auto& t = step.graph.task(id);
+    if (t.name != collective_named(bn, "bn2 statistics")["task"].get<std::string>()) continue;
+    ++found;
+    REQUIRE(t.groups.size() == 4);
+    for (const auto& group : t.groups) {
+      REQUIRE(group.size() == 8);
+      std::set<int> batch_blocks;
+      for (int c : group) batch_blocks.insert(mesh->coords(c)[0] / 2);
+      CHECK(batch_blocks.size() == 1);
+    }
+  }
+  CHECK(found == 1);
+  // The weight gradients are still summed over every replica.
+  CHECK(collective_named(bn, "bn2 weight gradient").contains("batch_norm_group") == false);
+  // A group spanning every replica needs no blocks; one that does not divide them is bad input.
+  schedule["batch_norm_group"] = 8;
+  const Study all = mesh_study(Json::parse(R"({"kind": "resnet50"})"), schedule, "v3-32", 256);
+  const BuiltStep whole = all.schedule->build(all);
+  for (int id = 0; id < whole.graph.size(); ++id)
+    if (whole.graph.task(id).name == collective_named(bn, "bn2 statistics")["task"].get<std::string>())
+      CHECK(whole.graph.task(id).groups.size() == 1);
+  schedule["batch_norm_group"] = 3;
+  CHECK_THROWS_WITH(mesh_study(Json::parse(R"({"kind": "resnet50"})"), schedule, "v3-32", 256),
+                    Catch::Contains("schedule.batch_norm_group"));
+}
+
 TEST_CASE("spatial partitioning pads an image that does not divide", "[mesh][spatial]") {
   // The 7x7 stage on 4 cores: 2 rows each (8 with padding), so each core does 2/7 of the work.
   const Study whole = mesh_study(
