@@ -261,12 +261,41 @@ PlanSpace read_plan_space(const std::string& file) {
   return s;
 }
 
+/// The study's cross-replica batch norm (its schedule's batch_norm_group; 1 when it has none).
+std::int64_t batch_norm_group(const Study& study) {
+  const Json& schedule = study.json.value("schedule", Json::object());
+  return schedule.is_object() ? schedule.value("batch_norm_group", std::int64_t(1)) : 1;
+}
+
+/// Keeps the study's batch-norm groups in every candidate: a training setting, not a way to
+/// split the work. Candidates that cannot honour them are left out: pipelines (each stage keeps
+/// its micro-batches' statistics) and layouts whose batch replicas they do not divide.
+std::vector<Json> with_batch_norm_group(std::vector<Json> candidates, std::int64_t group) {
+  if (group <= 1) return candidates;
+  std::vector<Json> out;
+  for (auto& c : candidates) {
+    const std::string kind = c.at("kind").get<std::string>();
+    if (kind == "mesh") {
+      std::int64_t replicas = 1;
+      for (const auto& axis : c.at("mesh"))
+        if (c.at("layout").value("batch", "") == axis[0].get<std::string>())
+          replicas = axis[1].get<std::int64_t>();
+      if (replicas % group != 0) continue;
+    } else if (kind != "data_parallel") {
+      continue;
+    }
+    c["batch_norm_group"] = group;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 std::vector<Json> plan_candidates(const Study& study, const PlanSpace& space) {
   std::vector<Json> out;
   if (allowed(space.kinds, std::string("data_parallel"))) data_parallel(study, space, out);
   pipelines(study, space, out);
   if (allowed(space.kinds, std::string("mesh"))) meshes(study, space, out);
-  return out;
+  return with_batch_norm_group(std::move(out), batch_norm_group(study));
 }
 
 std::string plan_label(const Json& s) {

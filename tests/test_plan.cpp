@@ -132,3 +132,37 @@ TEST_CASE("a convolutional net gets spatial mesh candidates (the image height on
     }
   CHECK(spatial > 0);
 }
+
+TEST_CASE("plan keeps the study's batch-norm groups, leaving out what cannot honour them", "[plan]") {
+  Json j =
+      Json::parse(R"({"hardware": "tpu-v3", "slice": "v3-32", "batch": 256, "optimizer": {"kind": "lars"},
+    "model": {"kind": "resnet50", "image_size": 64, "classes": 10},
+    "schedule": {"kind": "data_parallel", "batch_norm_group": 4}})");
+  const auto grouped = plan_candidates(parse_study(j, "test"), PlanSpace{});
+  j["schedule"].erase("batch_norm_group");
+  const auto plain = plan_candidates(parse_study(j, "test"), PlanSpace{});
+  int data_parallel = 0, meshes = 0, plain_meshes = 0, pipelines = 0;
+  for (const auto& c : plain) {
+    plain_meshes += c["kind"] == "mesh";
+    pipelines += c["kind"] == "gpipe" || c["kind"] == "one_f_one_b";
+  }
+  REQUIRE(pipelines > 0);
+  for (const auto& c : grouped) {
+    REQUIRE((c["kind"] == "data_parallel" || c["kind"] == "mesh"));
+    CHECK(c["batch_norm_group"] == 4);
+    data_parallel += c["kind"] == "data_parallel";
+    if (c["kind"] != "mesh") continue;
+    ++meshes;
+    for (const auto& axis : c["mesh"])
+      if (axis[0] == "batch") CHECK(axis[1].get<int>() % 4 == 0);
+  }
+  CHECK(data_parallel == 12);  // replicated or sharded, fp32 or bf16, three bucket sizes
+  CHECK(meshes > 0);
+  CHECK(meshes < plain_meshes);  // batch:2 x spatial:16 cannot group 4 replicas
+  // Every candidate kept is valid as it stands.
+  for (const auto& c : grouped) {
+    Json k = j;
+    k["schedule"] = c;
+    CHECK_NOTHROW(parse_study(k, "test"));
+  }
+}
