@@ -1,6 +1,7 @@
 // A multi-layer perceptron: `layers` hidden dense layers of `width` (bias + ReLU), then a
 // classifier to `classes` with softmax cross-entropy. The simplest model with identical layers,
 // used for schedule oracles.
+#include "models/named_op_function.hpp"
 #include "models/op_lowering.hpp"
 
 namespace tpusim {
@@ -33,10 +34,9 @@ Model build_mlp(Fields& f, Problems& problems) {
   for (std::int64_t i = 0; i < layers; ++i) {
     m.layers.push_back(dense_layer("dense" + std::to_string(i), i == 0 ? input : width, width,
                                    m.activation_bytes, int(i), false));
-    m.layers.back().function = mlp_dense_function(i == 0 ? input : width, width, i == 0, input, classes);
   }
   m.layers.push_back(dense_layer("classifier", width, classes, m.activation_bytes, int(layers), true));
-  m.layers.back().function = mlp_classifier_function(width, classes, false, input);
+  attach_functions(m, mlp_data(input, classes));
   return m;
 }
 

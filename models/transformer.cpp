@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "models/blocks.hpp"
+#include "models/named_op_function.hpp"
 #include "models/op_lowering.hpp"
 
 namespace tpusim {
@@ -222,15 +223,9 @@ Model assemble(const Dims& d, double act, const std::string& name) {
     m.add(block((encdec ? "decoder" : "block") + std::to_string(i), d, act, encdec),
           encdec ? "decoder_block" : "block");
   m.layers.push_back(output(d, act, !d.shared_embeddings));
-  // Functional mode covers the decoder-only model with its own input and output tables, ReLU and
-  // no dropout.
-  if (!encdec && !d.shared_embeddings && d.predicted_positions() == d.seq && !d.gelu && d.dropout == 0 &&
-      d.attention_dropout == 0) {
-    m.layers.front().function = embedding_function(d.vocab, d.d_model, d.seq);
-    for (std::size_t i = 1; i + 1 < m.layers.size(); ++i)
-      m.layers[i].function = block_function(d.d_model, d.d_ff, d.heads, d.d_kv, d.seq, d.biases);
-    m.layers.back().function = lm_output_function(d.d_model, d.vocab, d.seq);
-  }
+  // Functional mode runs the named ops on the host wherever it has their math (the decoder-only
+  // model with its own input and output tables and without dropout).
+  attach_functions(m, lm_data(d.seq, d.vocab));
   return m;
 }
 

@@ -77,12 +77,13 @@ class FunctionalRuntime {
   /// Starts step `step`: zero gradients, empty stores.
   void begin_step(int step);
   const std::vector<double>& losses() const { return losses_; }
-  /// The largest, over every parameter tensor held by any core, of max|w - w_ref| / max|w_ref|.
+  /// The largest, over every layer held by any core, of max|w - w_ref| / max|w_ref| over the
+  /// layer's parameter tensors.
   double max_rel_diff(const FunctionalRuntime& reference) const;
   /// Keeps a copy of every core's gradients as they stand (call when the first step has run:
   /// reduced, before the next step zeroes them).
   void keep_first_gradients();
-  /// The largest, over every gradient tensor held by any core, of max|g - g_ref| / max|g_ref|,
+  /// The largest, over every layer held by any core, of max|g - g_ref| / max|g_ref| over its tensors,
   /// between the kept first-step gradients and the reference's: what a schedule can get wrong,
   /// before an optimizer turns rounding noise into steps.
   double gradient_max_rel_diff(const FunctionalRuntime& reference) const;
@@ -129,7 +130,7 @@ class FunctionalRuntime {
   std::shared_ptr<const Shards> shards_;                            // null: cores hold whole layers
   std::map<std::pair<int, int>, std::vector<Tensor>> first_grads_;  // (core, layer)
 
-  /// max over tensors of max|a - b| / max|b|, where `mine` (a core's, whole or pieces) is
+  /// max|a - b| / max|b| over a layer's tensors, where `mine` (a core's, whole or pieces) is
   /// compared with the reference's whole tensors `ref`.
   double rel_diff(int core, int layer, const std::vector<Tensor>& mine, const std::vector<Tensor>& ref) const;
 };

@@ -13,7 +13,6 @@ namespace {
 using named::add_into;
 using named::einsum;
 using Names = std::vector<std::string>;
-using Sizes = std::vector<std::int64_t>;
 constexpr float kLayerNormEpsilon = 1e-5f;  // the layer functions' (kernels::layernorm_forward's default)
 
 bool has(const Names& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
@@ -91,9 +90,8 @@ ConfigError MeshExecutor::unsupported(int layer, const NamedOp& op, const std::s
   return ConfigError(
       study_.file, "schedule.kind",
       "\"mesh\" with op " + study_.model.layers[std::size_t(layer)].name + "/" + op.name + " (" + why + ")",
-      "a model and layout functional mode executes on mesh shards: mlp, or a decoder-only transformer, "
-      "with "
-      "layouts not splitting seq");
+      "a model and layout functional mode executes on mesh shards: mlp, or a decoder-only transformer "
+      "without shared embeddings, picked positions or dropout");
 }
 
 bool MeshExecutor::same_layout(const NamedTensor& produced, const NamedTensor& read, bool& gather) const {
@@ -139,7 +137,7 @@ void MeshExecutor::add_layer_ops(int l, int last_of_previous) {
           op.params.push_back(int(params_.back().size()));
           NamedTensor t = n.b;
           t.copies = 1;
-          params_.back().push_back(Param{t, {}});
+          params_.back().push_back(Param{t});
         }
       } else {
         op.b = source(n.b, n.b.id, op.gather[1]);
@@ -176,9 +174,10 @@ void MeshExecutor::check_supported(int l, const Op& op, int f) const {
       break;
     }
     case NamedOp::Kind::Elementwise:
-      if (!(n.math == M::Bias || n.math == M::BiasRelu || n.math == M::Residual) || !suffix_bias() ||
-          (n.math != M::Residual && n.b.dims.empty()) || (n.math == M::Residual && op.skip < 0))
-        throw unsupported(l, n, "an element-wise op other than a bias (+ ReLU) or a residual add");
+      if (!(n.math == M::Bias || n.math == M::BiasRelu || n.math == M::BiasGelu || n.math == M::Residual) ||
+          !suffix_bias() || (n.math != M::Residual && n.b.dims.empty()) ||
+          (n.math == M::Residual && op.skip < 0))
+        throw unsupported(l, n, "an element-wise op other than a bias (+ ReLU or GELU) or a residual add");
       break;
     case NamedOp::Kind::Reduction:
       if (!reduces_last ||
@@ -201,51 +200,17 @@ void MeshExecutor::check_supported(int l, const Op& op, int f) const {
 }
 
 void MeshExecutor::match_params(int l) {
-  // Where the named weights sit in the layer function's parameters.
+  // The layer function's parameters are its named weights, in op order (one per copy).
   const auto init = rt_.fn(l).init(0);
-  auto views = rt_.fn(l).param_views();
-  auto& params = params_.back();
-  bool match = true;
-  if (views.empty()) {
-    match = init.size() == params.size();
-    for (std::size_t k = 0; match && k < params.size(); ++k) {
-      Sizes shape;
-      std::vector<int> axes;
-      for (const auto& d : params[k].tensor.dims) {
-        axes.push_back(int(shape.size()));
-        shape.push_back(d.size);
-      }
-      views.push_back(ParamView{int(k), shape, axes, Sizes(shape.size(), 0)});
-    }
-  }
-  match = match && views.size() == params.size();
-  for (std::size_t k = 0; match && k < params.size(); ++k) {
-    const ParamView& v = views[k];
-    std::int64_t elements = 1;
-    for (auto s : v.shape) elements *= s;
-    match = v.param >= 0 && std::size_t(v.param) < init.size() &&
-            double(init[std::size_t(v.param)].size()) == double(elements) &&
-            v.axes.size() == params[k].tensor.dims.size() && v.fixed.size() == v.shape.size();
-    for (std::size_t j = 0; match && j < v.axes.size(); ++j)
-      match = v.shape[std::size_t(v.axes[j])] == params[k].tensor.dims[j].size;
-    if (match) params[k].view = v;
-  }
+  const auto& params = params_.back();
+  bool match = init.size() == params.size();
+  for (std::size_t k = 0; match && k < params.size(); ++k)
+    match = double(init[k].size()) == params[k].tensor.elements();
   if (!match)
     throw ConfigError(
         study_.file, "model.kind",
         "\"" + study_.model.kind + "\" (layer " + study_.model.layers[std::size_t(l)].name + ")",
-        "layers whose named weights match their functional parameters");
-}
-
-std::size_t MeshExecutor::Param::index(std::int64_t element) const {
-  Sizes at = view.fixed;
-  for (std::size_t j = tensor.dims.size(); j-- > 0;) {
-    at[std::size_t(view.axes[j])] = element % tensor.dims[j].size;
-    element /= tensor.dims[j].size;
-  }
-  std::int64_t flat = 0;
-  for (std::size_t j = 0; j < at.size(); ++j) flat = flat * view.shape[j] + at[j];
-  return std::size_t(flat);
+        "layers whose named weights are their functional parameters");
 }
 
 MeshExecutor::Box MeshExecutor::box(const NamedTensor& t, int core) const {
@@ -267,12 +232,12 @@ MeshExecutor::Box MeshExecutor::box(const NamedTensor& t, int core) const {
 
 std::vector<Tensor> MeshExecutor::slice(int core, int layer, const std::vector<Tensor>& whole) const {
   std::vector<Tensor> pieces;
-  for (const auto& p : params_[std::size_t(layer)]) {
-    const Box b = box(p.tensor, core);
+  const auto& params = params_[std::size_t(layer)];
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    const Box b = box(params[k].tensor, core);
     Tensor piece(std::size_t(b.elements()));
-    for_each_element(b, [&](std::int64_t l, std::int64_t w) {
-      piece[std::size_t(l)] = whole[std::size_t(p.view.param)][p.index(w)];
-    });
+    for_each_element(
+        b, [&](std::int64_t l, std::int64_t w) { piece[std::size_t(l)] = whole[k][std::size_t(w)]; });
     pieces.push_back(std::move(piece));
   }
   return pieces;
@@ -282,9 +247,8 @@ void MeshExecutor::place(int core, int layer, const std::vector<Tensor>& pieces,
                          std::vector<Tensor>& whole) const {
   const auto& params = params_[std::size_t(layer)];
   for (std::size_t k = 0; k < params.size(); ++k) {
-    const Param& p = params[k];
-    for_each_element(box(p.tensor, core), [&](std::int64_t l, std::int64_t w) {
-      whole[std::size_t(p.view.param)][p.index(w)] = pieces[k][std::size_t(l)];
+    for_each_element(box(params[k].tensor, core), [&](std::int64_t l, std::int64_t w) {
+      whole[k][std::size_t(w)] = pieces[k][std::size_t(l)];
     });
   }
 }
@@ -442,12 +406,19 @@ void MeshExecutor::run_elementwise(int core, int f, MeshAction::What what) {
     }
     if (n.math == M::Residual) add_into(y, value(core, op.skip));
     if (n.math == M::BiasRelu) kernels::relu_forward(y.data(), y.data(), kernels::I(y.size()));
+    if (n.math == M::BiasGelu) kernels::gelu_forward(y.data(), y.data(), kernels::I(y.size()));
     out_[c][f] = std::move(y);
     return;
   }
   Tensor dz = dout_[c].at(f);
   if (n.math == M::BiasRelu)
     kernels::relu_backward(out_[c].at(f).data(), dz.data(), dz.data(), kernels::I(dz.size()));
+  if (n.math == M::BiasGelu) {  // its input again: the operand plus the bias
+    Tensor pre = value(core, op.a);
+    const Tensor& bias = rt_.params(core, op.layer)[std::size_t(op.params[0])];
+    for (std::size_t i = 0; i < pre.size(); ++i) pre[i] += bias[i % width];
+    kernels::gelu_backward(pre.data(), dz.data(), dz.data(), kernels::I(dz.size()));
+  }
   if (!n.b.dims.empty()) {
     Tensor& db = rt_.grads(core, op.layer)[std::size_t(op.params[0])];
     for (std::size_t i = 0; i < dz.size(); ++i) db[i % width] += dz[i];

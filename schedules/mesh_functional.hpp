@@ -85,13 +85,10 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
     bool gather[2] = {false, false};  ///< operand a, b read whole along the sequence its producer splits
     std::vector<int> params;          ///< its weight's copies among the layer's parameters
   };
-  /// A parameter of a layer: a weight (copy) of its named ops and where it sits in the layer
-  /// function's parameters.
+  /// A parameter of a layer: a weight (copy) of its named ops, row-major over its dimensions, as
+  /// the layer function holds it.
   struct Param {
     NamedTensor tensor;
-    ParamView view;
-    /// Where element `element` (row-major over the weight's dimensions) sits in the parameter.
-    std::size_t index(std::int64_t element) const;
   };
   int flat(int layer, int op) const { return first_op_[std::size_t(layer)] + op; }
   /// The error for an op functional mode cannot execute on shards, and why.

@@ -206,14 +206,15 @@ TEST_CASE("attention's key bias has an exactly zero gradient", "[functional]") {
   j["model"] = Json::parse(kTransformer);
   const Study s = parse_study(j, "test");
   const auto ref = FunctionalRuntime::reference(s, 1, 7);
-  const Tensor& bqkv = ref->grads(0, 1).at(3);  // layer 1: the first block; [3, heads, d_kv]: q, k, v biases
-  const std::size_t inner = bqkv.size() / 3;
+  // Layer 1, the first block: its parameters are its named ops' weights in op order (layer norm
+  // scale and shift, then the q, k and v projections each with its bias [heads, d_kv]).
+  const auto& grads = ref->grads(0, 1);
   auto max_abs = [&](std::size_t part) {
     double m = 0;
-    for (std::size_t i = part * inner; i < (part + 1) * inner; ++i)
-      m = std::max(m, double(std::fabs(bqkv[i])));
+    for (float g : grads.at(3 + 2 * part)) m = std::max(m, double(std::fabs(g)));
     return m;
   };
+  REQUIRE(grads.at(3).size() == 2 * 16);  // heads x d_kv
   REQUIRE(max_abs(0) > 0);
   REQUIRE(max_abs(2) > 0);
   CHECK(max_abs(1) <= 1e-5 * std::max(max_abs(0), max_abs(2)));
@@ -247,4 +248,19 @@ TEST_CASE("replicas that diverge are caught, not hidden behind the lowest core's
   rt.params(3, 2)[0][5] += 1e-3f;  // core 3's copy of layer 2 drifts
   CHECK_FALSE(rt.replicas_identical());
   CHECK(rt.weights_fingerprint() == fingerprint);  // why the fingerprint alone is not enough
+}
+
+const char* kGeluTransformer =
+    R"({"kind": "transformer", "layers": 2, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16, "seq_len": 8,
+        "activation": "gelu"})";
+
+TEST_CASE("a GELU transformer's pipeline matches one core", "[functional]") {
+  check_equivalent(kGeluTransformer, R"({"kind": "gpipe", "stages": 2, "microbatches": 4})");
+}
+
+TEST_CASE("a GELU transformer's mesh layout matches one core", "[functional][mesh]") {
+  check_equivalent(kGeluTransformer,
+                   R"({"kind": "mesh", "mesh": [["batch", 2], ["model", 2]],
+                       "layout": {"batch": "batch", "d_ff": "model", "heads": "model"}})",
+                   "momentum", kFourCores);
 }

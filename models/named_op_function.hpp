@@ -1,0 +1,52 @@
+// The host math of a layer interpreted from its named ops, the one description of the layer:
+// functional mode runs exactly the ops the cost model prices. Each op reads its predecessor's
+// output, the layer's input ("in") or an earlier op's output by id; its weights are the layer's
+// parameters, in op order, one tensor per copy (a layer norm's scale, then its shift).
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "models/functional.hpp"
+#include "models/model.hpp"
+#include "models/named_ops.hpp"
+
+namespace tpusim {
+
+/// A model's synthetic data for functional mode: a function of seed, step and example index
+/// only, so every partition of a batch sees the same examples.
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+  /// Features of a model whose first layer reads them ([examples x features]).
+  virtual Tensor features(const Batch&) const { return {}; }
+  /// Token ids of a model whose first layer looks them up ([examples x positions]).
+  virtual std::vector<std::int32_t> tokens(const Batch&) const { return {}; }
+  /// The class each row of the loss scores against (per example, or per position).
+  virtual std::vector<std::int32_t> targets(const Batch&) const = 0;
+};
+
+/// The mlp's data: features uniform in [-1, 1); the class a fixed random linear teacher scores
+/// highest (learnable by the model).
+std::shared_ptr<const DataSource> mlp_data(std::int64_t input, std::int64_t classes);
+/// A language model's data: random tokens; each position's target is the next token id modulo
+/// the vocabulary (learnable through the embedding and output layers).
+std::shared_ptr<const DataSource> lm_data(std::int64_t seq, std::int64_t vocab);
+
+using NamedOpsOf = std::function<std::vector<NamedOp>(std::int64_t batch)>;
+
+/// Whether every op has host math here: einsums, bias, bias + ReLU, bias + GELU and residual
+/// adds, layer norms, causal softmaxes and softmax cross-entropy over the last dimension, and a
+/// first op looking up a table.
+bool has_host_math(const std::vector<NamedOp>& ops);
+
+/// The layer function of a layer described by `ops`; `first`: it reads the model's input (from
+/// `data`); a layer ending in softmax cross-entropy scores `data`'s targets.
+std::shared_ptr<const LayerFunction> named_op_function(NamedOpsOf ops, std::shared_ptr<const DataSource> data,
+                                                       bool first);
+
+/// Gives every layer of `model` its named-op function, reading and scoring `data`, when every
+/// layer has host math here; otherwise none (functional mode then refuses the model).
+void attach_functions(Model& model, const std::shared_ptr<const DataSource>& data);
+
+}  // namespace tpusim

@@ -1,0 +1,115 @@
+// Functional mode's host math interpreted from the named ops, without the engine: every layer's
+// backward against finite differences of its forward, and a batch split in two adding up to the
+// whole batch.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "models/named_op_function.hpp"
+#include "schedules/study.hpp"
+
+using namespace tpusim;
+
+namespace {
+
+Study tiny(const Json& model) {
+  Json j = Json::parse(R"({"hardware": "tpu-v3", "slice": "v3-8", "batch": 4, "optimizer": {"kind": "sgd"},
+    "schedule": {"kind": "data_parallel", "replicas": 1}})");
+  j["model"] = model;
+  return parse_study(j, "test");
+}
+
+const Json kGeluTransformer = Json::parse(
+    R"({"kind": "transformer", "layers": 1, "d_model": 8, "d_ff": 12, "heads": 2, "vocab": 7, "seq_len": 3,
+        "activation": "gelu"})");
+
+/// Loss of a layer call as a function of its parameters and input: the layer's own loss, or the
+/// sum of its output times fixed weights `r`.
+struct Probe {
+  const LayerFunction& fn;
+  Batch batch;
+  Tensor in, r;
+  double operator()(const std::vector<Tensor>& params, const Tensor& x) const {
+    Saved s;
+    double loss = 0;
+    const Tensor y = fn.forward(params, x, batch, s, loss);
+    for (std::size_t i = 0; i < y.size(); ++i) loss += double(y[i]) * r[i];
+    return loss;
+  }
+};
+
+Tensor noise(std::size_t n, std::uint64_t salt) {
+  Tensor t(n);
+  for (std::size_t i = 0; i < n; ++i) t[i] = unit(mix(salt, i));
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("every named-op layer's backward matches finite differences of its forward",
+          "[functional][kernels]") {
+  for (const Json& model :
+       {kGeluTransformer, Json::parse(R"({"kind": "mlp", "layers": 2, "width": 6, "input": 5,
+                                                               "classes": 4})")}) {
+    const Study s = tiny(model);
+    for (std::size_t l = 0; l < s.model.layers.size(); ++l) {
+      const LayerFunction& fn = *s.model.layers[l].function;
+      std::vector<Tensor> params = fn.init(l + 3);
+      for (auto& p : params)  // away from zero biases and unit norm scales: every path matters
+        for (std::size_t i = 0; i < p.size(); ++i) p[i] += 0.1f * unit(mix(l, i, p.size()));
+      const Batch batch{0, 4, 4, 0, 5};
+      Saved saved;
+      double loss = 0;
+      const std::size_t width = l == 0 ? 0 : std::size_t(4 * (model["kind"] == "mlp" ? 6 : 3 * 8));
+      const Tensor in = noise(width, 17 + l);
+      const Tensor y = fn.forward(params, in, batch, saved, loss);
+      const Probe probe{fn, batch, in, noise(y.size(), 29 + l)};
+      std::vector<Tensor> grads;
+      for (const auto& p : params) grads.emplace_back(p.size(), 0.0f);
+      const Tensor dx = fn.backward(params, probe.r, batch, saved, grads);
+      INFO(model["kind"] << " layer " << s.model.layers[l].name);
+      // A ReLU's kink must not fall within the step: a smaller one for the mlp.
+      const double h = model["kind"] == "mlp" ? 1e-3 : 1e-2;
+      for (std::size_t k = 0; k < params.size(); ++k)
+        for (std::size_t i = 0; i < params[k].size(); i += 1 + params[k].size() / 7) {
+          auto up = params, down = params;
+          up[k][i] += float(h);
+          down[k][i] -= float(h);
+          const double numeric = (probe(up, in) - probe(down, in)) / (2 * h);
+          INFO("parameter " << k << " element " << i);
+          CHECK(grads[k][i] == Approx(numeric).margin(2e-3).epsilon(2e-2));
+        }
+      for (std::size_t i = 0; i < dx.size(); i += 1 + dx.size() / 9) {
+        Tensor up = in, down = in;
+        up[i] += float(h);
+        down[i] -= float(h);
+        INFO("input element " << i);
+        CHECK(dx[i] ==
+              Approx((probe(params, up) - probe(params, down)) / (2 * h)).margin(2e-3).epsilon(2e-2));
+      }
+    }
+  }
+}
+
+TEST_CASE("a named-op layer's parameters are its ops' weights, one tensor per copy", "[functional]") {
+  const Study s = tiny(kGeluTransformer);
+  const auto& block = s.model.layers[1];
+  const auto params = block.function->init(1);
+  std::size_t expected = 0;
+  for (const auto& op : block.named_ops(1))
+    if (op.b.weight) expected += std::size_t(op.b.copies);
+  REQUIRE(params.size() == expected);
+  CHECK(params[0] == Tensor(8, 1.0f));  // the first layer norm's scale
+  CHECK(params[1] == Tensor(8, 0.0f));  // and its shift
+  double elements = 0;
+  for (const auto& p : params) elements += double(p.size());
+  CHECK(elements == double(block.params()));  // the same weights the cost model counts
+}
+
+TEST_CASE("layers without host math get no function: functional mode refuses the model", "[functional]") {
+  Json dropout = kGeluTransformer;
+  dropout["dropout"] = 0.1;
+  for (const auto& layer : tiny(dropout).model.layers) CHECK(layer.function == nullptr);
+  Json shared = kGeluTransformer;
+  shared["shared_embeddings"] = true;
+  for (const auto& layer : tiny(shared).model.layers) CHECK(layer.function == nullptr);
+}
