@@ -210,28 +210,39 @@ double forward_transient(const std::vector<NamedOp>& ops, std::size_t i, const S
   return (reads_previous ? s.local_elements(op.a) : 0.0) + (output_kept ? 0.0 : s.local_elements(op.out));
 }
 
+LayerMemory layer_memory(const std::vector<NamedOp>& ops, const Sharding& s, double act, bool model_input) {
+  LayerMemory m;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const NamedOp& op = ops[i];
+    for (const auto& t : op.tensors())
+      if (t.keep) m.kept_bytes += s.local_elements(t) * act;
+    if (op.kind == NamedOp::Kind::Gather)
+      m.kept_bytes += s.local_elements(op.a) * kIdBytes;  // for the scatter
+    m.backward_workspace_bytes =
+        std::max(m.backward_workspace_bytes, gradients_in_flight(ops, i, s, model_input && i == 0) * act);
+    m.workspace_bytes = std::max(m.workspace_bytes, forward_transient(ops, i, s) * act);
+  }
+  return m;
+}
+
 LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_input, double input_bytes,
                      double output_bytes) {
   const Sharding& s = Sharding::none();
   LayerWork w;
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const NamedOp& op = ops[i];
-    for (const auto& t : op.tensors())
-      if (t.keep) w.stash_bytes += s.local_elements(t) * act;
     if (op.kind == NamedOp::Kind::BatchNorm) w.batch_norm_channels.push_back(op.b.dims.front().size);
-    if (op.kind == NamedOp::Kind::Gather)
-      w.stash_bytes += s.local_elements(op.a) * kIdBytes;  // for the scatter
     w.forward.push_back(forward_op(op, s, act));
-    const bool reads_model_input = model_input && i == 0;
     // The model's input needs no gradient: a convolution reading it skips its dx (an einsum's
     // da is computed all the same, as the frameworks' dense layers do).
-    if (!(reads_model_input && op.kind == NamedOp::Kind::Conv))
+    if (!(model_input && i == 0 && op.kind == NamedOp::Kind::Conv))
       w.backward.push_back(input_gradient_op(op, s, act));
     if (auto g = operand_gradient_op(op, s, act)) w.backward.push_back(*g);
-    w.backward_workspace_bytes =
-        std::max(w.backward_workspace_bytes, gradients_in_flight(ops, i, s, reads_model_input) * act);
-    w.workspace_bytes = std::max(w.workspace_bytes, forward_transient(ops, i, s) * act);
   }
+  const LayerMemory m = layer_memory(ops, s, act, model_input);
+  w.stash_bytes = m.kept_bytes;
+  w.workspace_bytes = m.workspace_bytes;
+  w.backward_workspace_bytes = m.backward_workspace_bytes;
   w.input_bytes = input_bytes;
   w.output_bytes = output_bytes;
   return w;

@@ -77,6 +77,15 @@ double forward_transient(const std::vector<NamedOp>& ops, std::size_t i, const S
 double gradients_in_flight(const std::vector<NamedOp>& ops, std::size_t i, const Sharding& s,
                            bool reads_model_input);
 
+/// What a layer's ops keep and hold on a core, the one set of memory rules every lowering uses.
+struct LayerMemory {
+  double kept_bytes = 0;                ///< activations kept for the backward (and a gather's ids)
+  double workspace_bytes = 0;           ///< the largest forward transient (forward_transient)
+  double backward_workspace_bytes = 0;  ///< the largest op's gradients in flight (gradients_in_flight)
+};
+/// `model_input`: the first op reads the model's input, which needs no gradient.
+LayerMemory layer_memory(const std::vector<NamedOp>& ops, const Sharding& s, double act, bool model_input);
+
 /// A layer's ops on one core, unsharded, as LayerWork: forward and backward hardware ops, the
 /// activations kept for the backward (the tensors marked `keep`), the gradients held at once,
 /// its batch normalizations' channels. `model_input`: the first op reads the model's input,

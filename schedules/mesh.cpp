@@ -404,9 +404,11 @@ class MeshStepPlayer {
       if (!forward && first_piece)
         t.memory.push_back(
             {c, sim::MemoryCategory::Gradients, kWeightBytes * p.weight_elements, When::Start});
-      if (!forward) {  // the forward's outputs are what it keeps or hands on: no workspace
-        t.memory.push_back({c, sim::MemoryCategory::Workspace, p.backward_workspace_bytes, When::Start});
-        t.memory.push_back({c, sim::MemoryCategory::Workspace, -p.backward_workspace_bytes, When::End});
+      // While it computes: the forward's largest transient, or the backward's gradients in flight.
+      const double workspace = forward ? p.workspace_bytes : p.backward_workspace_bytes;
+      if (!forward || workspace > 0) {
+        t.memory.push_back({c, sim::MemoryCategory::Workspace, workspace, When::Start});
+        t.memory.push_back({c, sim::MemoryCategory::Workspace, -workspace, When::End});
       }
       if (!forward && last_piece)
         t.memory.push_back({c, sim::MemoryCategory::Activations, -p.kept_bytes, When::End});

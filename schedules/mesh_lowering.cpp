@@ -43,6 +43,10 @@ class LayerLowering {
         seq_mesh_(s.split("seq") > 1 ? s.layout.at("seq") : "") {}
 
   LayerProgram run() {
+    const LayerMemory m = layer_memory(ops_, s_, act_, model_input_);
+    p_.kept_bytes = m.kept_bytes;
+    p_.workspace_bytes = m.workspace_bytes;
+    p_.backward_workspace_bytes = m.backward_workspace_bytes;
     for (std::size_t i = 0; i < ops_.size(); ++i) forward(i);
     for (std::size_t i = ops_.size(); i-- > 0;) backward(i);
     p_.update_elements = p_.weight_elements - unshared_update_;
@@ -175,10 +179,9 @@ class LayerLowering {
   bool reads_model_input(std::size_t i) const { return model_input_ && i == 0; }
 
   // --- Forward ----------------------------------------------------------------------------------
-  /// What the op's tensors add to the layer's kept activations and weights.
-  void record_tensors(const NamedOp& op) {
+  /// What the op's weights add to the layer's.
+  void record_weights(const NamedOp& op) {
     for (const auto& t : op.tensors()) {
-      if (t.keep) p_.kept_bytes += s_.local_elements(t) * act_;
       if (!t.weight) continue;
       p_.weight_elements += s_.local_elements(t);
       p_.total_weight_elements += t.elements();
@@ -191,7 +194,7 @@ class LayerLowering {
     const NamedOp& op = ops_[i];
     at_ = int(p_.ops.size());
     Json row{{"layer", layer_}, {"op", op.name}, {"collectives", Json::array()}};
-    record_tensors(op);
+    record_weights(op);
     double flops = 0;
     using K = NamedOp::Kind;
     switch (op.kind) {
@@ -278,8 +281,6 @@ class LayerLowering {
   }
   void backward(std::size_t i) {
     const NamedOp& op = ops_[i];
-    p_.backward_workspace_bytes =
-        std::max(p_.backward_workspace_bytes, gradients_in_flight(ops_, i, s_, reads_model_input(i)) * act_);
     flush_deferred(op);
     at_ = int(i);
     Json& row = p_.ops[i];

@@ -50,6 +50,7 @@ struct Event {
 struct LayerProgram {
   std::vector<Event> forward, backward;
   double kept_bytes = 0, weight_elements = 0, total_weight_elements = 0;
+  double workspace_bytes = 0;           ///< the largest forward transient (LayerWork)
   double backward_workspace_bytes = 0;  ///< the largest op's gradients in flight (LayerWork)
   /// Elements of its weight shards a core updates: all of them, or with weight-update sharding
   /// its piece of each weight whose gradient is reduce-scattered.

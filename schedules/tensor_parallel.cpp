@@ -56,8 +56,7 @@ LayerCost sharded_layer_cost(const Layer& layer, std::int64_t batch, const Stage
   add_events(p.backward, c.backward_s, c.backward_flops, c.backward_hardware_flops, c.backward_collectives,
              c.group_gradient_bytes);
   c.stash_bytes = p.kept_bytes;
-  for (std::size_t i = 0; i < ops.size(); ++i)
-    c.workspace_bytes = std::max(c.workspace_bytes, forward_transient(ops, i, sharding) * act);
+  c.workspace_bytes = p.workspace_bytes;
   c.backward_workspace_bytes = p.backward_workspace_bytes;
   c.input_bytes = whole.input_bytes;  // whole on every core of the group
   c.output_bytes = whole.output_bytes;

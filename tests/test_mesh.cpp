@@ -633,3 +633,26 @@ TEST_CASE("without overlap, sharded updates all-gather together what one combine
   REQUIRE(!scatter.empty());
   CHECK(gather == scatter);
 }
+
+TEST_CASE("unsharded, the mesh lowering keeps and holds what a layer's work does (one set of memory rules)",
+          "[mesh]") {
+  const CostModel cost(load_hardware("tpu-v3").core);
+  for (const char* model :
+       {R"({"kind": "transformer", "layers": 2, "d_model": 64, "d_ff": 128, "heads": 4,
+                                "vocab": 100, "seq_len": 32, "activation": "gelu", "dropout": 0.1})",
+        R"({"kind": "resnet50", "image_size": 64, "classes": 10})",
+        R"({"kind": "amoebanet_d", "normal_cells": 6, "filters": 32, "image_size": 64})"}) {
+    const Study s = mesh_study(Json::parse(model), Json::parse(R"({"kind": "mesh", "mesh": [["batch", 32]],
+                                                                  "layout": {"batch": "batch"}})"));
+    for (std::size_t l = 0; l < s.model.layers.size(); ++l) {
+      const Layer& layer = s.model.layers[l];
+      const LayerWork work = layer.work(8);
+      const auto p = mesh::lower_layer(layer.named_ops(8), Sharding::none(), cost, s.model.activation_bytes,
+                                       layer.name, l == 0, false);
+      INFO(model << " layer " << layer.name);
+      CHECK(p.kept_bytes == Approx(work.stash_bytes));
+      CHECK(p.workspace_bytes == Approx(work.workspace_bytes));
+      CHECK(p.backward_workspace_bytes == Approx(work.backward_workspace_bytes));
+    }
+  }
+}
