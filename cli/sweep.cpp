@@ -239,28 +239,139 @@ class Progress {
 
 }  // namespace
 
+namespace {
+
+void check_options(const SweepOptions& o) {
+  if (!(o.point_timeout_s >= 0))
+    throw ConfigError("--point-timeout", "", std::to_string(o.point_timeout_s), "seconds >= 0 (0: none)");
+  if (o.jobs < 0)
+    throw ConfigError("-j", "", std::to_string(o.jobs),
+                      "a number of parallel points >= 1 (0: the number of cores)");
+}
+
+/// This run's shard of the points: --shard i/n, or a SLURM array task's, or all of them.
+std::pair<int, int> shard_of(const SweepOptions& o) {
+  if (!o.shard.empty()) return parse_shard(o.shard);
+  if (const char* id = std::getenv("SLURM_ARRAY_TASK_ID"); id && std::getenv("SLURM_ARRAY_TASK_COUNT")) {
+    const int min = std::getenv("SLURM_ARRAY_TASK_MIN") ? std::atoi(std::getenv("SLURM_ARRAY_TASK_MIN")) : 0;
+    return parse_shard(std::to_string(std::atoi(id) - min) + "/" + std::getenv("SLURM_ARRAY_TASK_COUNT"));
+  }
+  return {0, 1};
+}
+
+/// The records of `points` a previous run of the same sweep left in `dir` (--resume), each once;
+/// none when `dir` holds no results. Refuses another sweep's results.
+std::vector<StoredRecord> resumed_records(const SweepOptions& o, const fs::path& dir, const Json& meta,
+                                          const std::vector<Point>& points) {
+  std::vector<StoredRecord> records;
+  if (!fs::exists(dir / "results.jsonl")) return records;
+  if (!o.resume) {
+    throw ConfigError("--out", "", dir.string() + " already holds results.jsonl",
+                      "--resume to continue that sweep, or another --out directory");
+  }
+  Json old;
+  try {
+    old = read_json_file(dir / "sweep.json");
+  } catch (const ConfigError&) {
+    throw ConfigError("--resume", "", "no readable sweep.json in " + dir.string(),
+                      "the sweep.json of the sweep being resumed (without it, its results could belong to "
+                      "another sweep)");
+  }
+  if (!old.is_object() || old["study"] != meta["study"] || old["axes"] != meta["axes"] ||
+      old["sets"] != meta["sets"]) {
+    throw ConfigError("--resume", "", "a different sweep in " + dir.string(),
+                      "the same study, --set and axes as the sweep being resumed");
+  }
+  if (old["shard"] != meta["shard"]) {
+    throw ConfigError("--shard", "",
+                      meta["shard"].dump() + " (this run) vs " + old["shard"].dump() + " in " + dir.string(),
+                      "the shard of the sweep being resumed (resuming another shard would drop its points)");
+  }
+  std::map<std::string, std::size_t> wanted;
+  for (const auto& p : points) wanted[p.key()] = p.index;
+  std::map<std::string, bool> seen;
+  for (auto& r : read_records(dir / "results.jsonl"))
+    if (wanted.count(r.key()) && !seen[r.key()]) {
+      seen[r.key()] = true;
+      records.push_back(std::move(r));
+    }
+  return records;
+}
+
+/// One point as a `tpusim run` child: its record, with the result or the error. Whatever goes
+/// wrong with it (the child, its output, its text) is that point's error: the sweep goes on.
+Json run_point(const SweepOptions& o, const Point& p) {
+  std::vector<std::string> args = {"run", o.study, "--json"};
+  for (const auto& s : o.sets) args.insert(args.end(), {"--set", s});
+  for (auto& a : p.set_arguments()) args.push_back(a);
+  Json record{{"index", p.index},
+              {"key", p.key()},
+              {"point", Json::object()},
+              {"result", nullptr},
+              {"error", nullptr}};
+  for (const auto& [path, value] : p.settings) record["point"][path] = value;
+  try {
+    const ChildResult child = run_self(args, o.point_timeout_s);
+    if (child.exit_code == 0)
+      record["result"] = Json::parse(child.out);
+    else
+      record["error"] =
+          one_line(child.err.empty() ? "exit code " + std::to_string(child.exit_code) : child.err);
+  } catch (const std::exception& e) {
+    record["result"] = nullptr;
+    record["error"] = std::string("could not run the point: ") + e.what();
+  }
+  return record;
+}
+
+/// Runs the points not yet recorded, `-j` at a time, appending each record to results.jsonl and
+/// results.csv as it completes (and to `records`).
+void run_pending(const SweepOptions& o, const fs::path& dir, const Json& meta,
+                 const std::vector<Point>& points, std::vector<StoredRecord>& records) {
+  std::map<std::string, bool> recorded;
+  for (const auto& r : records) recorded[r.key()] = true;
+  std::vector<Point> pending;
+  for (const auto& p : points)
+    if (!recorded.count(p.key())) pending.push_back(p);
+
+  std::uint64_t jsonl_end = fs::file_size(dir / "results.jsonl");
+  std::ofstream jsonl(dir / "results.jsonl", std::ios::app | std::ios::binary);
+  std::ofstream csv(dir / "results.csv", std::ios::app | std::ios::binary);
+  const auto paths = swept_paths(meta);
+  std::mutex lock;
+  std::atomic<bool> write_failed{false};
+  Progress progress(points.size(), points.size() - pending.size());
+  parallel_for(pending.size(), job_count(o.jobs), [&](std::size_t i) {
+    const Json record = run_point(o, pending[i]);
+    const std::string line = record.dump(-1, ' ', false, Json::error_handler_t::replace);
+    std::lock_guard<std::mutex> guard(lock);
+    jsonl << line << "\n" << std::flush;
+    csv << csv_row(paths, record) << std::flush;
+    if (!jsonl || !csv) write_failed = true;
+    progress.point_done(record["error"].is_null() ? std::string() : record["error"].get<std::string>(),
+                        pending[i].key());
+    records.push_back({summary_of(record), dir / "results.jsonl", jsonl_end, line.size()});
+    jsonl_end += line.size() + 1;
+  });
+  jsonl.close();
+  csv.close();
+  if (write_failed || jsonl.fail() || csv.fail())
+    throw ConfigError("--out", "", (dir / "results.jsonl").string(),
+                      "a writable output directory (writing the results failed)");
+}
+
+}  // namespace
+
 int cmd_sweep(const SweepOptions& o) {
   std::vector<Axis> grid, zip;
   for (const auto& g : o.grids) grid.push_back(parse_axis("--grid", g));
   for (const auto& z : o.zips) zip.push_back(parse_axis("--zip", z));
   if (grid.empty() && zip.empty())
     throw ConfigError("sweep", "", "no --grid or --zip", "at least one axis to sweep");
-  if (!(o.point_timeout_s >= 0))
-    throw ConfigError("--point-timeout", "", std::to_string(o.point_timeout_s), "seconds >= 0 (0: none)");
-  if (o.jobs < 0)
-    throw ConfigError("-j", "", std::to_string(o.jobs),
-                      "a number of parallel points >= 1 (0: the number of cores)");
+  check_options(o);
   const auto all = enumerate_points(grid, zip);
   load_study(o.study, o.sets);  // the study itself must be valid; points may still fail
-
-  std::pair<int, int> shard{0, 1};
-  if (!o.shard.empty()) {
-    shard = parse_shard(o.shard);
-  } else if (const char* id = std::getenv("SLURM_ARRAY_TASK_ID");
-             id && std::getenv("SLURM_ARRAY_TASK_COUNT")) {
-    const int min = std::getenv("SLURM_ARRAY_TASK_MIN") ? std::atoi(std::getenv("SLURM_ARRAY_TASK_MIN")) : 0;
-    shard = parse_shard(std::to_string(std::atoi(id) - min) + "/" + std::getenv("SLURM_ARRAY_TASK_COUNT"));
-  }
+  const std::pair<int, int> shard = shard_of(o);
   const auto points = shard_points(all, shard.first, shard.second);
 
   Json meta{{"schema", "tpusim.sweep/1"},
@@ -276,97 +387,10 @@ int cmd_sweep(const SweepOptions& o) {
   const fs::path dir = o.out.empty() ? fs::path("out/sweep") : fs::path(o.out);
   fs::create_directories(dir);
   const DirectoryLock lock_out(dir);
-  std::vector<StoredRecord> records;
-  if (fs::exists(dir / "results.jsonl")) {
-    if (!o.resume) {
-      throw ConfigError("--out", "", dir.string() + " already holds results.jsonl",
-                        "--resume to continue that sweep, or another --out directory");
-    }
-    Json old;
-    try {
-      old = read_json_file(dir / "sweep.json");
-    } catch (const ConfigError&) {
-      throw ConfigError("--resume", "", "no readable sweep.json in " + dir.string(),
-                        "the sweep.json of the sweep being resumed (without it, its results could belong to "
-                        "another sweep)");
-    }
-    if (!old.is_object() || old["study"] != meta["study"] || old["axes"] != meta["axes"] ||
-        old["sets"] != meta["sets"]) {
-      throw ConfigError("--resume", "", "a different sweep in " + dir.string(),
-                        "the same study, --set and axes as the sweep being resumed");
-    }
-    if (old["shard"] != meta["shard"]) {
-      throw ConfigError(
-          "--shard", "",
-          meta["shard"].dump() + " (this run) vs " + old["shard"].dump() + " in " + dir.string(),
-          "the shard of the sweep being resumed (resuming another shard would drop its points)");
-    }
-    std::map<std::string, std::size_t> wanted;
-    for (const auto& p : points) wanted[p.key()] = p.index;
-    std::map<std::string, bool> seen;
-    for (auto& r : read_records(dir / "results.jsonl"))
-      if (wanted.count(r.key()) && !seen[r.key()]) {
-        seen[r.key()] = true;
-        records.push_back(std::move(r));
-      }
-  }
+  std::vector<StoredRecord> records = resumed_records(o, dir, meta, points);
   write_output_file(dir / "sweep.json", meta.dump(2) + "\n");
   write_outputs(dir, meta, records);  // a clean start: no torn line, CSV matching the record
-
-  std::map<std::string, bool> recorded;
-  for (const auto& r : records) recorded[r.key()] = true;
-  std::vector<Point> pending;
-  for (const auto& p : points)
-    if (!recorded.count(p.key())) pending.push_back(p);
-
-  std::uint64_t jsonl_end = fs::file_size(dir / "results.jsonl");
-  std::ofstream jsonl(dir / "results.jsonl", std::ios::app | std::ios::binary);
-  std::ofstream csv(dir / "results.csv", std::ios::app | std::ios::binary);
-  const auto paths = swept_paths(meta);
-  std::mutex lock;
-  std::atomic<bool> write_failed{false};
-  Progress progress(points.size(), points.size() - pending.size());
-  parallel_for(pending.size(), job_count(o.jobs), [&](std::size_t i) {
-    const Point& p = pending[i];
-    std::vector<std::string> args = {"run", o.study, "--json"};
-    for (const auto& s : o.sets) args.insert(args.end(), {"--set", s});
-    for (auto& a : p.set_arguments()) args.push_back(a);
-    Json record{{"index", p.index},
-                {"key", p.key()},
-                {"point", Json::object()},
-                {"result", nullptr},
-                {"error", nullptr}};
-    for (const auto& [path, value] : p.settings) record["point"][path] = value;
-    // Whatever goes wrong with one point (the child, its output, its text) is that point's
-    // error: the sweep goes on.
-    std::string line;
-    try {
-      const ChildResult child = run_self(args, o.point_timeout_s);
-      if (child.exit_code == 0)
-        record["result"] = Json::parse(child.out);
-      else
-        record["error"] =
-            one_line(child.err.empty() ? "exit code " + std::to_string(child.exit_code) : child.err);
-      line = record.dump(-1, ' ', false, Json::error_handler_t::replace);
-    } catch (const std::exception& e) {
-      record["result"] = nullptr;
-      record["error"] = std::string("could not run the point: ") + e.what();
-      line = record.dump(-1, ' ', false, Json::error_handler_t::replace);
-    }
-    std::lock_guard<std::mutex> guard(lock);
-    jsonl << line << "\n" << std::flush;
-    csv << csv_row(paths, record) << std::flush;
-    if (!jsonl || !csv) write_failed = true;
-    progress.point_done(record["error"].is_null() ? std::string() : record["error"].get<std::string>(),
-                        p.key());
-    records.push_back({summary_of(record), dir / "results.jsonl", jsonl_end, line.size()});
-    jsonl_end += line.size() + 1;
-  });
-  jsonl.close();
-  csv.close();
-  if (write_failed || jsonl.fail() || csv.fail())
-    throw ConfigError("--out", "", (dir / "results.jsonl").string(),
-                      "a writable output directory (writing the results failed)");
+  run_pending(o, dir, meta, points, records);
   write_outputs(dir, meta, records);
 
   std::size_t failed = 0;
