@@ -152,103 +152,93 @@ std::string strip_prefix_number(const std::string& name, bool& ok) {
   return ok ? name.substr(dash + 1) : std::string();
 }
 
-}  // namespace
+/// The core's figures (`core` of the hardware file).
+void read_core(const Json& core, HardwareSpec& hw, Problems& problems) {
+  Fields f(core, "core", problems);
+  SourcedReader r(f, hw);
+  CoreSpec& c = hw.core;
+  c.mxus = r.count("mxus_per_core", 1, 64);
+  c.mxu_rows = r.count("mxu_rows", 1, 4096);
+  c.mxu_cols = r.count("mxu_cols", 1, 4096);
+  c.matmul_row_padding = r.count("matmul_row_padding", 1, 4096);
+  c.clock_hz = r.number("clock_hz", 1e6, 1e11);
+  c.vpu_sublanes = r.count("vpu_sublanes", 1, 4096);
+  c.vpu_lanes = r.count("vpu_lanes", 1, 4096);
+  c.vpu_ops_per_alu_per_cycle = r.number("vpu_ops_per_alu_per_cycle", 0.01, 64);
+  c.hbm_bytes = r.number("hbm_bytes_per_core", 1e6, 1e15);
+  c.hbm_reserved_bytes = r.number("hbm_reserved_bytes_per_core", 0, 1e15);
+  if (problems.empty() && c.hbm_reserved_bytes >= c.hbm_bytes)
+    problems.add("core.hbm_reserved_bytes_per_core.value", Json(c.hbm_reserved_bytes),
+                 "less than core.hbm_bytes_per_core (" + Json(c.hbm_bytes).dump() + ")");
+  c.hbm_bandwidth_bytes_per_s = r.number("hbm_bandwidth_bytes_per_s_per_core", 1e6, 1e14);
+  c.vmem_bytes = r.number("vmem_bytes_per_core", 1e3, 1e12);
+  c.op_overhead_s = r.number("op_overhead_s", 0.0, 1e-2);
+  c.fuse_elementwise = r.flag("fuse_elementwise");
+  c.allreduce_combine_threshold_bytes = r.number("allreduce_combine_threshold_bytes", 1, 1e12);
+  c.gradient_collectives_overlap_backward = r.flag("gradient_collectives_overlap_backward");
+  auto multipass = [&](const std::string& name) {
+    MultiPassKernels m;
+    m.kernels = r.kernels(name + "_kernels");
+    m.vpu_ops_per_element = r.number(name + "_vpu_ops_per_element", 0.0, 1000.0);
+    return m;
+  };
+  c.random_number_vpu_ops = r.number("random_number_vpu_ops_per_element", 0.0, 1000.0);
+  c.normalization_forward = multipass("normalization_forward");
+  c.normalization_backward = multipass("normalization_backward");
+  c.softmax_forward = multipass("softmax_forward");
+  c.softmax_backward = multipass("softmax_backward");
+  f.finish();
+}
 
-HardwareSpec parse_hardware(const Json& json, const std::string& context) {
-  Problems problems(context);
-  HardwareSpec hw;
-  Fields top(json, "", problems);
-  if (!top.ok()) problems.throw_if_any();
-  top.string("schema", {"tpusim.hardware/1"});
-  hw.name = top.string("name");
-  if (const Json* d = top.optional("description")) {
-    if (d->is_string())
-      hw.description = d->get<std::string>();
-    else
-      problems.add("description", *d, "a string (free text describing the hardware)");
-  }
+/// The chip's figures (`chip`).
+void read_chip(const Json& chip, HardwareSpec& hw, Problems& problems) {
+  Fields f(chip, "chip", problems);
+  SourcedReader r(f, hw);
+  ChipSpec& c = hw.chip;
+  c.cores = r.count("cores_per_chip", 1, 64);
+  c.peak_bf16_flops_per_s = r.number("peak_bf16_flops_per_s_per_chip", 1e6, 1e18);
+  c.ici_links = r.count("ici_links_per_chip", 0, 64);
+  c.ici_bandwidth_bytes_per_s = r.number("ici_bandwidth_bytes_per_s_per_link_per_direction", 1e6, 1e13);
+  c.ici_latency_s = r.number("ici_latency_s_per_hop", 0.0, 1e-2);
+  c.onchip_bandwidth_bytes_per_s = r.number("onchip_core_to_core_bandwidth_bytes_per_s", 1e6, 1e14);
+  c.onchip_latency_s = r.number("onchip_core_to_core_latency_s", 0.0, 1e-2);
+  c.host_link_bandwidth_bytes_per_s = r.number("host_link_bandwidth_bytes_per_s_per_chip", 1e6, 1e13);
+  c.host_board_chips_x = r.count("host_board_chips_x", 1, 1024);
+  c.host_board_chips_y = r.count("host_board_chips_y", 1, 1024);
+  c.tdp_w = r.number("tdp_w", 1, 1e5);
+  f.finish();
+}
 
-  if (const Json* core = top.value("core")) {
-    Fields f(*core, "core", problems);
-    SourcedReader r(f, hw);
-    CoreSpec& c = hw.core;
-    c.mxus = r.count("mxus_per_core", 1, 64);
-    c.mxu_rows = r.count("mxu_rows", 1, 4096);
-    c.mxu_cols = r.count("mxu_cols", 1, 4096);
-    c.matmul_row_padding = r.count("matmul_row_padding", 1, 4096);
-    c.clock_hz = r.number("clock_hz", 1e6, 1e11);
-    c.vpu_sublanes = r.count("vpu_sublanes", 1, 4096);
-    c.vpu_lanes = r.count("vpu_lanes", 1, 4096);
-    c.vpu_ops_per_alu_per_cycle = r.number("vpu_ops_per_alu_per_cycle", 0.01, 64);
-    c.hbm_bytes = r.number("hbm_bytes_per_core", 1e6, 1e15);
-    c.hbm_reserved_bytes = r.number("hbm_reserved_bytes_per_core", 0, 1e15);
-    if (problems.empty() && c.hbm_reserved_bytes >= c.hbm_bytes)
-      problems.add("core.hbm_reserved_bytes_per_core.value", Json(c.hbm_reserved_bytes),
-                   "less than core.hbm_bytes_per_core (" + Json(c.hbm_bytes).dump() + ")");
-    c.hbm_bandwidth_bytes_per_s = r.number("hbm_bandwidth_bytes_per_s_per_core", 1e6, 1e14);
-    c.vmem_bytes = r.number("vmem_bytes_per_core", 1e3, 1e12);
-    c.op_overhead_s = r.number("op_overhead_s", 0.0, 1e-2);
-    c.fuse_elementwise = r.flag("fuse_elementwise");
-    c.allreduce_combine_threshold_bytes = r.number("allreduce_combine_threshold_bytes", 1, 1e12);
-    c.gradient_collectives_overlap_backward = r.flag("gradient_collectives_overlap_backward");
-    auto multipass = [&](const std::string& name) {
-      MultiPassKernels m;
-      m.kernels = r.kernels(name + "_kernels");
-      m.vpu_ops_per_element = r.number(name + "_vpu_ops_per_element", 0.0, 1000.0);
-      return m;
-    };
-    c.random_number_vpu_ops = r.number("random_number_vpu_ops_per_element", 0.0, 1000.0);
-    c.normalization_forward = multipass("normalization_forward");
-    c.normalization_backward = multipass("normalization_backward");
-    c.softmax_forward = multipass("softmax_forward");
-    c.softmax_backward = multipass("softmax_backward");
-    f.finish();
-  }
-  if (const Json* chip = top.value("chip")) {
-    Fields f(*chip, "chip", problems);
-    SourcedReader r(f, hw);
-    ChipSpec& c = hw.chip;
-    c.cores = r.count("cores_per_chip", 1, 64);
-    c.peak_bf16_flops_per_s = r.number("peak_bf16_flops_per_s_per_chip", 1e6, 1e18);
-    c.ici_links = r.count("ici_links_per_chip", 0, 64);
-    c.ici_bandwidth_bytes_per_s = r.number("ici_bandwidth_bytes_per_s_per_link_per_direction", 1e6, 1e13);
-    c.ici_latency_s = r.number("ici_latency_s_per_hop", 0.0, 1e-2);
-    c.onchip_bandwidth_bytes_per_s = r.number("onchip_core_to_core_bandwidth_bytes_per_s", 1e6, 1e14);
-    c.onchip_latency_s = r.number("onchip_core_to_core_latency_s", 0.0, 1e-2);
-    c.host_link_bandwidth_bytes_per_s = r.number("host_link_bandwidth_bytes_per_s_per_chip", 1e6, 1e13);
-    c.host_board_chips_x = r.count("host_board_chips_x", 1, 1024);
-    c.host_board_chips_y = r.count("host_board_chips_y", 1, 1024);
-    c.tdp_w = r.number("tdp_w", 1, 1e5);
-    f.finish();
-  }
-  if (const Json* pod = top.value("pod")) {
-    Fields f(*pod, "pod", problems);
-    read_shape(f, hw.pod);
-    hw.sources["pod"] = f.string("source");
-    hw.pod.name = hw.name + "-pod";
-    f.finish();
-  }
-  if (const Json* slices = top.value("slices")) {
-    Fields f(*slices, "slices", problems);
-    if (f.ok()) {
-      hw.sources["slices"] = f.string("source");
-      for (auto it = slices->begin(); it != slices->end(); ++it) {
-        if (it.key() == "source") continue;
-        f.allow(it.key());
-        Fields s(it.value(), f.path_of(it.key()), problems);
-        SliceSpec slice;
-        slice.name = it.key();
-        read_shape(s, slice);
-        s.finish();
-        hw.slices[slice.name] = slice;
-      }
+/// The pod's shape (`pod`) and the named slices (`slices`).
+void read_pod(const Json& pod, HardwareSpec& hw, Problems& problems) {
+  Fields f(pod, "pod", problems);
+  read_shape(f, hw.pod);
+  hw.sources["pod"] = f.string("source");
+  hw.pod.name = hw.name + "-pod";
+  f.finish();
+}
+
+void read_slices(const Json& slices, HardwareSpec& hw, Problems& problems) {
+  Fields f(slices, "slices", problems);
+  if (f.ok()) {
+    hw.sources["slices"] = f.string("source");
+    for (auto it = slices.begin(); it != slices.end(); ++it) {
+      if (it.key() == "source") continue;
+      f.allow(it.key());
+      Fields s(it.value(), f.path_of(it.key()), problems);
+      SliceSpec slice;
+      slice.name = it.key();
+      read_shape(s, slice);
+      s.finish();
+      hw.slices[slice.name] = slice;
     }
-    f.finish();
   }
-  top.finish();
-  problems.throw_if_any();
+  f.finish();
+}
 
-  // Cross-field checks, now that every value is sound.
+/// Checks across figures, once every value is sound: the stated peak against the derived one,
+/// the torus's links, and each slice against the pod and its name.
+void check_consistency(const HardwareSpec& hw, Problems& problems) {
   const double derived_peak = hw.chip.cores * hw.core.peak_matmul_flops_per_s();
   if (std::fabs(derived_peak - hw.chip.peak_bf16_flops_per_s) > 0.01 * hw.chip.peak_bf16_flops_per_s) {
     std::ostringstream msg;
@@ -274,6 +264,31 @@ HardwareSpec parse_hardware(const Json& json, const std::string& context) {
                        " cores per chip)");
     }
   }
+}
+
+}  // namespace
+
+HardwareSpec parse_hardware(const Json& json, const std::string& context) {
+  Problems problems(context);
+  HardwareSpec hw;
+  Fields top(json, "", problems);
+  if (!top.ok()) problems.throw_if_any();
+  top.string("schema", {"tpusim.hardware/1"});
+  hw.name = top.string("name");
+  if (const Json* d = top.optional("description")) {
+    if (d->is_string())
+      hw.description = d->get<std::string>();
+    else
+      problems.add("description", *d, "a string (free text describing the hardware)");
+  }
+
+  if (const Json* core = top.value("core")) read_core(*core, hw, problems);
+  if (const Json* chip = top.value("chip")) read_chip(*chip, hw, problems);
+  if (const Json* pod = top.value("pod")) read_pod(*pod, hw, problems);
+  if (const Json* slices = top.value("slices")) read_slices(*slices, hw, problems);
+  top.finish();
+  problems.throw_if_any();
+  check_consistency(hw, problems);
   problems.throw_if_any();
   hw.file = context;
   return hw;
