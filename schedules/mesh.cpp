@@ -12,85 +12,16 @@ namespace tpusim {
 using namespace mesh;
 
 MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
-  if (const Json* mesh = f.value("mesh")) {
-    const std::string path = f.path_of("mesh");
-    if (mesh->is_object()) {
-      for (auto it = mesh->begin(); it != mesh->end(); ++it) {
-        if (!it.value().is_number_integer() || it.value().get<std::int64_t>() < 1 ||
-            it.value().get<std::int64_t>() > 65536)
-          problems.add(path + "." + it.key(), it.value(), "a mesh dimension size: an integer in [1, 65536]");
-        else
-          mesh_.emplace_back(it.key(), int(it.value().get<std::int64_t>()));
-      }
-    } else if (mesh->is_array()) {
-      for (std::size_t i = 0; i < mesh->size(); ++i) {
-        const Json& e = (*mesh)[i];
-        if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number_integer() ||
-            e[1].get<std::int64_t>() < 1)
-          problems.add(index_path(path, i), e, "[\"name\", size >= 1]");
-        else
-          mesh_.emplace_back(e[0].get<std::string>(), int(e[1].get<std::int64_t>()));
-      }
-    } else {
-      problems.add(path, *mesh, "an object of mesh dimension sizes, e.g. {\"batch\": 16, \"model\": 32}");
-    }
-    if (problems.empty()) {
-      std::int64_t product = 1;
-      for (const auto& [name, size] : mesh_) product *= size;
-      if (mesh_.empty() || product != study.cores())
-        problems.add(path, *mesh,
-                     "mesh sizes multiplying to the " + std::to_string(study.cores()) + " cores of slice " +
-                         study.slice.name);
-    }
-  }
+  if (const Json* mesh = f.value("mesh")) read_mesh(*mesh, f.path_of("mesh"), study, problems);
   axis_sizes_[0] = study.hardware.chip.cores;
   axis_sizes_[1] = study.slice.chips_x;
   axis_sizes_[2] = study.slice.chips_y;
-  if (const Json* placement = f.optional("placement")) {
-    if (placement->is_string() && placement->get<std::string>() == "auto") {
-    } else if (placement->is_object()) {
-      if (problems.empty()) read_axes(*placement, f.path_of("placement"), study, problems);
-    } else if (placement->is_array() && placement->size() == mesh_.size()) {
-      std::vector<std::pair<std::string, int>> ordered;
-      for (const auto& name : *placement) {
-        auto it = std::find_if(mesh_.begin(), mesh_.end(), [&](const auto& m) {
-          return name.is_string() && m.first == name.get<std::string>();
-        });
-        if (it == mesh_.end() || std::count(placement->begin(), placement->end(), name) > 1) {
-          problems.add(
-              f.path_of("placement"), *placement,
-              "\"auto\", every mesh dimension once (outermost first), or {mesh dimension: [torus axes]}");
-          break;
-        }
-        ordered.push_back(*it);
-      }
-      if (ordered.size() == mesh_.size()) mesh_ = ordered;
-    } else {
-      problems.add(
-          f.path_of("placement"), *placement,
-          "\"auto\", every mesh dimension once (outermost first), or {mesh dimension: [torus axes]}");
-    }
-  }
+  if (const Json* placement = f.optional("placement"))
+    read_placement(*placement, f.path_of("placement"), study, problems);
   weight_update_ = f.string_or("weight_update", "replicated", {"replicated", "sharded"});
   std::map<std::string, int> sizes;
   for (const auto& [name, size] : mesh_) sizes[name] = size;
-  if (const Json* layout = f.value("layout")) {
-    Fields l(*layout, f.path_of("layout"), problems);
-    if (l.ok()) {
-      for (auto it = layout->begin(); it != layout->end(); ++it) {
-        l.allow(it.key());
-        const auto& dims = named_dims();
-        if (std::find(dims.begin(), dims.end(), it.key()) == dims.end()) {
-          problems.add(l.path_of(it.key()), std::string("an unknown tensor dimension"),
-                       "one of batch, seq, d_model, d_ff, heads, d_kv, vocab, height, width");
-        } else if (!it.value().is_string() || !sizes.count(it.value().get<std::string>())) {
-          problems.add(l.path_of(it.key()), it.value(), "the name of a mesh dimension");
-        } else {
-          layout_[it.key()] = it.value().get<std::string>();
-        }
-      }
-    }
-  }
+  if (const Json* layout = f.value("layout")) read_layout(*layout, f.path_of("layout"), sizes, problems);
   batch_norm_group_ = int(f.integer_or("batch_norm_group", 1, 1, study.cores()));
   if (!problems.empty()) return;
   if (batch_norm_group_ > 1 && split("batch") % batch_norm_group_ != 0) {
@@ -107,6 +38,83 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
   }
   // Every op of every layer must have a legal, evenly divisible layout.
   check_layout(study, layout_, sizes, f.path_of("layout"), *f.value("layout"), problems);
+}
+
+void MeshSchedule::read_mesh(const Json& mesh, const std::string& path, const Study& study,
+                             Problems& problems) {
+  if (mesh.is_object()) {
+    for (auto it = mesh.begin(); it != mesh.end(); ++it) {
+      if (!it.value().is_number_integer() || it.value().get<std::int64_t>() < 1 ||
+          it.value().get<std::int64_t>() > 65536)
+        problems.add(path + "." + it.key(), it.value(), "a mesh dimension size: an integer in [1, 65536]");
+      else
+        mesh_.emplace_back(it.key(), int(it.value().get<std::int64_t>()));
+    }
+  } else if (mesh.is_array()) {
+    for (std::size_t i = 0; i < mesh.size(); ++i) {
+      const Json& e = mesh[i];
+      if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number_integer() ||
+          e[1].get<std::int64_t>() < 1)
+        problems.add(index_path(path, i), e, "[\"name\", size >= 1]");
+      else
+        mesh_.emplace_back(e[0].get<std::string>(), int(e[1].get<std::int64_t>()));
+    }
+  } else {
+    problems.add(path, mesh, "an object of mesh dimension sizes, e.g. {\"batch\": 16, \"model\": 32}");
+  }
+  if (problems.empty()) {
+    std::int64_t product = 1;
+    for (const auto& [name, size] : mesh_) product *= size;
+    if (mesh_.empty() || product != study.cores())
+      problems.add(path, mesh,
+                   "mesh sizes multiplying to the " + std::to_string(study.cores()) + " cores of slice " +
+                       study.slice.name);
+  }
+}
+
+void MeshSchedule::read_placement(const Json& placement, const std::string& path, const Study& study,
+                                  Problems& problems) {
+  if (placement.is_string() && placement.get<std::string>() == "auto") {
+  } else if (placement.is_object()) {
+    if (problems.empty()) read_axes(placement, path, study, problems);
+  } else if (placement.is_array() && placement.size() == mesh_.size()) {
+    std::vector<std::pair<std::string, int>> ordered;
+    for (const auto& name : placement) {
+      auto it = std::find_if(mesh_.begin(), mesh_.end(), [&](const auto& m) {
+        return name.is_string() && m.first == name.get<std::string>();
+      });
+      if (it == mesh_.end() || std::count(placement.begin(), placement.end(), name) > 1) {
+        problems.add(
+            path, placement,
+            "\"auto\", every mesh dimension once (outermost first), or {mesh dimension: [torus axes]}");
+        break;
+      }
+      ordered.push_back(*it);
+    }
+    if (ordered.size() == mesh_.size()) mesh_ = ordered;
+  } else {
+    problems.add(path, placement,
+                 "\"auto\", every mesh dimension once (outermost first), or {mesh dimension: [torus axes]}");
+  }
+}
+
+void MeshSchedule::read_layout(const Json& layout, const std::string& path,
+                               const std::map<std::string, int>& sizes, Problems& problems) {
+  Fields l(layout, path, problems);
+  if (l.ok()) {
+    for (auto it = layout.begin(); it != layout.end(); ++it) {
+      l.allow(it.key());
+      const auto& dims = named_dims();
+      if (std::find(dims.begin(), dims.end(), it.key()) == dims.end()) {
+        problems.add(l.path_of(it.key()), std::string("an unknown tensor dimension"),
+                     "one of batch, seq, d_model, d_ff, heads, d_kv, vocab, height, width");
+      } else if (!it.value().is_string() || !sizes.count(it.value().get<std::string>())) {
+        problems.add(l.path_of(it.key()), it.value(), "the name of a mesh dimension");
+      } else {
+        layout_[it.key()] = it.value().get<std::string>();
+      }
+    }
+  }
 }
 
 void MeshSchedule::read_axes(const Json& placement, const std::string& path, const Study& study,

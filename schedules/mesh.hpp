@@ -56,6 +56,13 @@ class MeshSchedule : public Schedule {
     int axis = 0;
     int stride = 1, size = 1;
   };
+  /// "mesh": [[name, size], ...] or {name: size}; the sizes must multiply to the slice's cores.
+  void read_mesh(const Json& mesh, const std::string& path, const Study& study, Problems& problems);
+  /// "placement": "auto", the mesh dimensions outermost first, or torus axes per dimension.
+  void read_placement(const Json& placement, const std::string& path, const Study& study, Problems& problems);
+  /// "layout": tensor dimension -> mesh dimension (of `sizes`).
+  void read_layout(const Json& layout, const std::string& path, const std::map<std::string, int>& sizes,
+                   Problems& problems);
   void read_axes(const Json& placement, const std::string& path, const Study& study, Problems& problems);
   /// Per mesh dimension: the torus axes it spans, the chips a group covers and the longest ring hop.
   Json placement_details(const Study& study) const;
