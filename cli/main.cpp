@@ -61,6 +61,7 @@ reports::RunInfo run_info(const Study& study, const BuiltStep& step) {
   info.hardware_flops = step.hardware_flops;
   const HostInput host = host_input(study);
   info.input_bound_s = host.bound_s();
+  info.loop_overhead_s = host.loop_overhead_s;
   info.input =
       Json{{"bytes_per_example", host.bytes_per_example},
            {"hosts", host.hosts},
@@ -71,7 +72,8 @@ reports::RunInfo run_info(const Study& study, const BuiltStep& step) {
            {"busiest_host_examples", host.host_examples},
            {"host_examples_per_s",
             study.host_examples_per_s > 0 ? Json(study.host_examples_per_s) : Json(nullptr)},
-           {"preparation_s", study.host_examples_per_s > 0 ? Json(host.preparation_s) : Json(nullptr)}};
+           {"preparation_s", study.host_examples_per_s > 0 ? Json(host.preparation_s) : Json(nullptr)},
+           {"loop_overhead_s", host.loop_overhead_s}};
   return info;
 }
 

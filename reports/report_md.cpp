@@ -159,6 +159,9 @@ void input_section(std::ostringstream& md, const Json& j) {
   if (!in["preparation_s"].is_null())
     md << "| their preparation at " << num(in["host_examples_per_s"].get<double>(), "%.6g")
        << " per second | " << human_seconds(in["preparation_s"].get<double>()) << " |\n";
+  if (in.value("loop_overhead_s", 0.0) > 0)
+    md << "| the host's work between loops, per step | " << human_seconds(in["loop_overhead_s"].get<double>())
+       << " |\n";
   md << "| the step is bound by | " << in["bound"].get<std::string>() << " (TPU step "
      << human_seconds(in["tpu_step_time_s"].get<double>()) << ") |\n\n";
 }

@@ -137,7 +137,7 @@ Activity activity(const sim::TaskGraph& graph, const sim::SimResult& r) {
 /// Each used core's step, averaged: busy by phase, then its idle time within the TPUs' step split
 /// by what it was waiting on, and the wait for the input beyond it. Sets the pipeline bubble:
 /// the idle time not spent waiting for a stage's own partial sums, as a fraction of the step.
-Json step_split(const Activity& a, double device_step, double step, double& bubble) {
+Json step_split(const Activity& a, double device_step, double step, double loop_overhead, double& bubble) {
   std::map<std::string, double> split;
   bubble = 0;
   for (int c : a.used) {
@@ -157,7 +157,8 @@ Json step_split(const Activity& a, double device_step, double step, double& bubb
   }
   const double n_used = std::max<double>(1.0, double(a.used.size()));
   bubble /= n_used;
-  if (step > device_step) split["input_wait"] = (step - device_step) * n_used;
+  if (step - loop_overhead > device_step) split["input_wait"] = (step - loop_overhead - device_step) * n_used;
+  if (loop_overhead > 0) split["host_loop"] = loop_overhead * n_used;
   Json split_json = Json::object();
   for (const auto& [k, v] : split) split_json[k] = v / n_used;
   return split_json;
@@ -257,7 +258,8 @@ Json input_json(const RunInfo& info, double device_step, double step) {
       device_step > 0 ? input.value("busiest_host_examples", 0.0) / device_step : 0.0;
   const double prep = input["preparation_s"].is_null() ? 0.0 : input["preparation_s"].get<double>();
   const double infeed = input.value("infeed_s", 0.0);
-  input["bound"] = step <= device_step ? "tpus" : (prep > infeed ? "host preparation" : "infeed");
+  const double waited = step - input.value("loop_overhead_s", 0.0);
+  input["bound"] = waited <= device_step ? "tpus" : (prep > infeed ? "host preparation" : "infeed");
   return input;
 }
 
@@ -265,12 +267,12 @@ Json input_json(const RunInfo& info, double device_step, double step) {
 
 Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::SimResult& r) {
   // The TPUs' step, and the step itself: longer when the hosts cannot keep up (its input
-  // arrives later than the TPUs could take it).
+  // arrives later than the TPUs could take it), plus its share of the host's work between loops.
   const double device_step = r.step_time_s;
-  const double step = std::max(device_step, info.input_bound_s);
+  const double step = std::max(device_step, info.input_bound_s) + info.loop_overhead_s;
   const Activity a = activity(graph, r);
   double bubble = 0;
-  Json split = step_split(a, device_step, step, bubble);
+  Json split = step_split(a, device_step, step, info.loop_overhead_s, bubble);
   Json per_core = cores_json(info, graph, r, step);
   double peak = 0;
   int peak_core = 0;
@@ -354,6 +356,8 @@ std::string summary_text(const Json& j) {
     out << buf << "; infeed " << human_seconds(in["infeed_s"].get<double>()) << " per chip";
     if (!in["preparation_s"].is_null())
       out << "; preparation " << human_seconds(in["preparation_s"].get<double>());
+    if (in.value("loop_overhead_s", 0.0) > 0)
+      out << "; host loop " << human_seconds(in["loop_overhead_s"].get<double>()) << " per step";
     const std::string bound = in["bound"].get<std::string>();
     out << (bound == "tpus" ? "" : "; the step waits for its input (" + bound + "-bound)") << "\n";
   }

@@ -35,6 +35,8 @@ struct RunInfo {
   /// the step wait for its input).
   Json input;
   double input_bound_s = 0;
+  /// The host's work between device loops, per step (the TPUs wait for it).
+  double loop_overhead_s = 0;
 };
 
 /// Builds result.json.

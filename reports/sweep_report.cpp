@@ -13,14 +13,14 @@ namespace tpusim::reports {
 
 namespace {
 
-
 std::string short_num(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.4g", v);
   return buf;
 }
 
-const char* kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
+const char* kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+                          "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
 
 std::string value_text(const Json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
@@ -45,7 +45,8 @@ Axes choose_axes(const Json& meta) {
     if (p == "schedule.microbatches") a.m = p;
   }
   a.x = !a.m.empty() ? a.m : (numeric.empty() ? "" : numeric.back());
-  if (!a.k.empty() && a.k != a.x) a.series = a.k;
+  if (!a.k.empty() && a.k != a.x)
+    a.series = a.k;
   else
     for (const auto& axis : meta["axes"])
       if (axis["path"] != a.x && axis["values"].size() > 1) {
@@ -69,7 +70,8 @@ std::vector<const Json*> best_fitting(const std::vector<Json>& records, std::siz
 
 std::vector<std::string> table_header(const Axes& axes) {
   std::vector<std::string> h = axes.paths;
-  for (const char* c : {"examples/s", "step time", "bubble (ideal)", "MXU util", "peak HBM", "fits"}) h.push_back(c);
+  for (const char* c : {"examples/s", "step time", "bubble (ideal)", "MXU util", "peak HBM", "fits"})
+    h.push_back(c);
   return h;
 }
 
@@ -99,7 +101,8 @@ std::vector<std::string> table_row(const Axes& axes, const Json& r) {
 
 std::string line_chart_svg(const LineChart& c) {
   const double left = 80, top = 40, w = 560, h = 300, legend = 200;
-  double x0 = 1e300, x1 = -1e300, ymin = c.reference > 0 ? c.reference : 1e300, ymax = c.reference > 0 ? c.reference : 0;
+  double x0 = 1e300, x1 = -1e300, ymin = c.reference > 0 ? c.reference : 1e300,
+         ymax = c.reference > 0 ? c.reference : 0;
   for (const auto& [name, pts] : c.series)
     for (const auto& [x, y] : pts) {
       const double xv = c.log_x ? std::log2(std::max(x, 1e-300)) : x;
@@ -122,8 +125,8 @@ std::string line_chart_svg(const LineChart& c) {
     return top + h * (1 - (v - y0) / (y1 - y0));
   };
   std::ostringstream s;
-  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + w + legend << "\" height=\"" << top + h + 50
-    << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + w + legend << "\" height=\""
+    << top + h + 50 << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
   s << "<text x=\"" << left << "\" y=\"20\" font-size=\"13\">" << xml_escape(c.title) << "</text>\n";
   std::vector<double> grid;
   if (log_y) {
@@ -133,23 +136,27 @@ std::string line_chart_svg(const LineChart& c) {
     for (double v = 0; v <= y1; v += dy) grid.push_back(v);
   }
   for (double v : grid)
-    s << "<line x1=\"" << left << "\" x2=\"" << left + w << "\" y1=\"" << svg_number(Y(v)) << "\" y2=\"" << svg_number(Y(v))
-      << "\" stroke=\"#eee\"/><text x=\"" << left - 5 << "\" y=\"" << svg_number(Y(v) + 4) << "\" text-anchor=\"end\">" << short_num(v)
-      << "</text>\n";
+    s << "<line x1=\"" << left << "\" x2=\"" << left + w << "\" y1=\"" << svg_number(Y(v)) << "\" y2=\""
+      << svg_number(Y(v)) << "\" stroke=\"#eee\"/><text x=\"" << left - 5 << "\" y=\"" << svg_number(Y(v) + 4)
+      << "\" text-anchor=\"end\">" << short_num(v) << "</text>\n";
   std::set<double> xs;
   for (const auto& [name, pts] : c.series)
     for (const auto& [x, y] : pts) xs.insert(x);
   for (double x : xs)
-    s << "<text x=\"" << svg_number(X(x)) << "\" y=\"" << top + h + 16 << "\" text-anchor=\"middle\">" << short_num(x) << "</text>\n";
-  s << "<line x1=\"" << left << "\" x2=\"" << left + w << "\" y1=\"" << top + h << "\" y2=\"" << top + h << "\" stroke=\"#333\"/>\n";
-  s << "<text x=\"" << left + w / 2 << "\" y=\"" << top + h + 34 << "\" text-anchor=\"middle\">" << xml_escape(c.x_label)
-    << (c.log_x ? " (log scale)" : "") << "</text>\n";
-  s << "<text x=\"14\" y=\"" << top + h / 2 << "\" transform=\"rotate(-90 14 " << top + h / 2 << ")\" text-anchor=\"middle\">"
-    << xml_escape(c.y_label) << (log_y ? " (log scale)" : "") << "</text>\n";
+    s << "<text x=\"" << svg_number(X(x)) << "\" y=\"" << top + h + 16 << "\" text-anchor=\"middle\">"
+      << short_num(x) << "</text>\n";
+  s << "<line x1=\"" << left << "\" x2=\"" << left + w << "\" y1=\"" << top + h << "\" y2=\"" << top + h
+    << "\" stroke=\"#333\"/>\n";
+  s << "<text x=\"" << left + w / 2 << "\" y=\"" << top + h + 34 << "\" text-anchor=\"middle\">"
+    << xml_escape(c.x_label) << (c.log_x ? " (log scale)" : "") << "</text>\n";
+  s << "<text x=\"14\" y=\"" << top + h / 2 << "\" transform=\"rotate(-90 14 " << top + h / 2
+    << ")\" text-anchor=\"middle\">" << xml_escape(c.y_label) << (log_y ? " (log scale)" : "") << "</text>\n";
   if (c.reference > 0) {
-    s << "<line x1=\"" << left << "\" x2=\"" << left + w << "\" y1=\"" << svg_number(Y(c.reference)) << "\" y2=\"" << svg_number(Y(c.reference))
+    s << "<line x1=\"" << left << "\" x2=\"" << left + w << "\" y1=\"" << svg_number(Y(c.reference))
+      << "\" y2=\"" << svg_number(Y(c.reference))
       << "\" stroke=\"#d00\" stroke-width=\"2\" stroke-dasharray=\"6 3\"/><text x=\"" << left + 4 << "\" y=\""
-      << svg_number(Y(c.reference) - 4) << "\" fill=\"#d00\">" << xml_escape(c.reference_label) << "</text>\n";
+      << svg_number(Y(c.reference) - 4) << "\" fill=\"#d00\">" << xml_escape(c.reference_label)
+      << "</text>\n";
   }
   int i = 0;
   for (const auto& [name, pts0] : c.series) {
@@ -158,40 +165,47 @@ std::string line_chart_svg(const LineChart& c) {
     const char* colour = kPalette[i % 10];
     std::string poly;
     for (const auto& [x, y] : pts) poly += svg_number(X(x)) + "," + svg_number(Y(y)) + " ";
-    s << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"2\" points=\"" << poly << "\"/>\n";
+    s << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"2\" points=\"" << poly
+      << "\"/>\n";
     for (const auto& [x, y] : pts)
-      s << "<circle cx=\"" << svg_number(X(x)) << "\" cy=\"" << svg_number(Y(y)) << "\" r=\"3\" fill=\"" << colour << "\"><title>" << xml_escape(name)
-        << ": " << short_num(x) << " -> " << short_num(y) << "</title></circle>\n";
-    s << "<rect x=\"" << left + w + 15 << "\" y=\"" << top + 16 * i << "\" width=\"10\" height=\"10\" fill=\"" << colour
-      << "\"/><text x=\"" << left + w + 30 << "\" y=\"" << top + 16 * i + 9 << "\">" << xml_escape(name) << "</text>\n";
+      s << "<circle cx=\"" << svg_number(X(x)) << "\" cy=\"" << svg_number(Y(y)) << "\" r=\"3\" fill=\""
+        << colour << "\"><title>" << xml_escape(name) << ": " << short_num(x) << " -> " << short_num(y)
+        << "</title></circle>\n";
+    s << "<rect x=\"" << left + w + 15 << "\" y=\"" << top + 16 * i << "\" width=\"10\" height=\"10\" fill=\""
+      << colour << "\"/><text x=\"" << left + w + 30 << "\" y=\"" << top + 16 * i + 9 << "\">"
+      << xml_escape(name) << "</text>\n";
     ++i;
   }
   s << "</svg>\n";
   return s.str();
 }
 
-std::string heatmap_svg(const std::string& title, const std::string& row_label, const std::vector<std::string>& rows,
-                        const std::string& col_label, const std::vector<std::string>& cols,
+std::string heatmap_svg(const std::string& title, const std::string& row_label,
+                        const std::vector<std::string>& rows, const std::string& col_label,
+                        const std::vector<std::string>& cols,
                         const std::vector<std::vector<double>>& values) {
-  const double left = 70, top = 44, cw = std::clamp(360.0 / std::max<std::size_t>(1, cols.size()), 30.0, 60.0), ch = 26;
+  const double left = 70, top = 44,
+               cw = std::clamp(360.0 / std::max<std::size_t>(1, cols.size()), 30.0, 60.0), ch = 26;
   std::ostringstream s;
-  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << svg_number(left + cw * double(cols.size()) + 20) << "\" height=\""
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\""
+    << svg_number(left + cw * double(cols.size()) + 20) << "\" height=\""
     << svg_number(top + ch * double(rows.size()) + 40) << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
   s << "<text x=\"4\" y=\"18\" font-size=\"13\">" << xml_escape(title) << "</text>\n";
   s << "<text x=\"" << svg_number(left) << "\" y=\"36\">" << xml_escape(col_label) << " &#8594;</text>\n";
   s << "<text x=\"4\" y=\"" << svg_number(top - 4) << "\">" << xml_escape(row_label) << " &#8595;</text>\n";
   for (std::size_t c = 0; c < cols.size(); ++c)
-    s << "<text x=\"" << svg_number(left + cw * (double(c) + 0.5)) << "\" y=\"" << svg_number(top + ch * double(rows.size()) + 14)
-      << "\" text-anchor=\"middle\">" << xml_escape(cols[c]) << "</text>\n";
+    s << "<text x=\"" << svg_number(left + cw * (double(c) + 0.5)) << "\" y=\""
+      << svg_number(top + ch * double(rows.size()) + 14) << "\" text-anchor=\"middle\">"
+      << xml_escape(cols[c]) << "</text>\n";
   for (std::size_t r = 0; r < rows.size(); ++r) {
-    s << "<text x=\"" << svg_number(left - 6) << "\" y=\"" << svg_number(top + ch * (double(r) + 0.65)) << "\" text-anchor=\"end\">"
-      << xml_escape(rows[r]) << "</text>\n";
+    s << "<text x=\"" << svg_number(left - 6) << "\" y=\"" << svg_number(top + ch * (double(r) + 0.65))
+      << "\" text-anchor=\"end\">" << xml_escape(rows[r]) << "</text>\n";
     for (std::size_t c = 0; c < cols.size(); ++c) {
       const double v = values[r][c];
       const double x = left + cw * double(c), y = top + ch * double(r);
       if (std::isnan(v)) {
-        s << "<rect x=\"" << svg_number(x) << "\" y=\"" << svg_number(y) << "\" width=\"" << svg_number(cw - 1) << "\" height=\"" << ch - 1
-          << "\" fill=\"#f4f4f4\"/>\n";
+        s << "<rect x=\"" << svg_number(x) << "\" y=\"" << svg_number(y) << "\" width=\""
+          << svg_number(cw - 1) << "\" height=\"" << ch - 1 << "\" fill=\"#f4f4f4\"/>\n";
         continue;
       }
       // White (0) to dark red (1).
@@ -200,8 +214,9 @@ std::string heatmap_svg(const std::string& title, const std::string& row_label, 
       std::snprintf(colour, sizeof colour, "#%02x%02x%02x", 255, g, g);
       char label[16];
       std::snprintf(label, sizeof label, "%.0f%%", 100 * v);
-      s << "<rect x=\"" << svg_number(x) << "\" y=\"" << svg_number(y) << "\" width=\"" << svg_number(cw - 1) << "\" height=\"" << ch - 1 << "\" fill=\""
-        << colour << "\"/><text x=\"" << svg_number(x + cw / 2) << "\" y=\"" << svg_number(y + ch * 0.65) << "\" text-anchor=\"middle\" fill=\""
+      s << "<rect x=\"" << svg_number(x) << "\" y=\"" << svg_number(y) << "\" width=\"" << svg_number(cw - 1)
+        << "\" height=\"" << ch - 1 << "\" fill=\"" << colour << "\"/><text x=\"" << svg_number(x + cw / 2)
+        << "\" y=\"" << svg_number(y + ch * 0.65) << "\" text-anchor=\"middle\" fill=\""
         << (v > 0.6 ? "#fff" : "#000") << "\">" << label << "</text>\n";
     }
   }
@@ -239,7 +254,8 @@ std::map<std::string, std::string> sweep_charts(const Json& meta, const std::vec
     v = std::max(v, r["result"]["examples_per_s"].get<double>());
   }
   for (const auto& [name, pts] : best) {
-    throughput.series.emplace_back(name.second, std::vector<std::pair<double, double>>(pts.begin(), pts.end()));
+    throughput.series.emplace_back(name.second,
+                                   std::vector<std::pair<double, double>>(pts.begin(), pts.end()));
   }
   throughput.log_x = positive && axes.x == axes.m;
   if (!throughput.series.empty()) charts["throughput"] = line_chart_svg(throughput);
@@ -252,13 +268,16 @@ std::map<std::string, std::string> sweep_charts(const Json& meta, const std::vec
       if (a["path"] == axes.m)
         for (const auto& v : a["values"]) ms.push_back(v.get<double>());
     }
-    std::vector<std::vector<double>> measured(ks.size(), std::vector<double>(ms.size(), 0)), ideal = measured, count = measured;
+    std::vector<std::vector<double>> measured(ks.size(), std::vector<double>(ms.size(), 0)), ideal = measured,
+                                                                                             count = measured;
     for (const auto& r : records) {
       if (!ok(r)) continue;
       const auto ki = std::find(ks.begin(), ks.end(), r["point"][axes.k].get<double>()) - ks.begin();
       const auto mi = std::find(ms.begin(), ms.end(), r["point"][axes.m].get<double>()) - ms.begin();
       measured[ki][mi] += r["result"]["bubble_fraction"].get<double>();
-      ideal[ki][mi] += r["result"]["bubble_fraction_ideal"].is_null() ? 0.0 : r["result"]["bubble_fraction_ideal"].get<double>();
+      ideal[ki][mi] += r["result"]["bubble_fraction_ideal"].is_null()
+                           ? 0.0
+                           : r["result"]["bubble_fraction_ideal"].get<double>();
       count[ki][mi] += 1;
     }
     std::vector<std::string> klabels, mlabels;
@@ -383,9 +402,11 @@ std::string sweep_html(const Json& meta, const std::vector<Json>& records) {
   h << html_page_start("tpusim sweep", ".fail{color:#b00}");
   std::size_t failed = 0;
   for (const auto& r : records) failed += ok(r) ? 0 : 1;
-  h << "<h1>tpusim sweep</h1>\n<p>Study <code>" << xml_escape(meta["study"].get<std::string>()) << "</code>: " << records.size()
-    << " of " << meta["points"].get<std::size_t>() << " points recorded, " << failed << " failed. Axes: ";
-  for (const auto& a : meta["axes"]) h << "<code>" << xml_escape(a["path"].get<std::string>()) << "</code> (" << a["values"].size() << ") ";
+  h << "<h1>tpusim sweep</h1>\n<p>Study <code>" << xml_escape(meta["study"].get<std::string>())
+    << "</code>: " << records.size() << " of " << meta["points"].get<std::size_t>() << " points recorded, "
+    << failed << " failed. Axes: ";
+  for (const auto& a : meta["axes"])
+    h << "<code>" << xml_escape(a["path"].get<std::string>()) << "</code> (" << a["values"].size() << ") ";
   h << "</p>\n";
   const auto charts = sweep_charts(meta, records);
   for (const char* name : {"throughput", "bubble", "memory"}) {
@@ -417,8 +438,10 @@ std::string sweep_html(const Json& meta, const std::vector<Json>& records) {
   };
   h << "<h2>Best configurations that fit</h2>\n";
   const auto best = best_fitting(records, 10);
-  if (best.empty()) h << "<p>No configuration fits.</p>\n";
-  else table(best);
+  if (best.empty())
+    h << "<p>No configuration fits.</p>\n";
+  else
+    table(best);
   std::vector<const Json*> all;
   for (const auto& r : records)
     if (ok(r)) all.push_back(&r);
@@ -475,8 +498,10 @@ std::string sweep_markdown(const Json& meta, const std::vector<Json>& records) {
   }
   md << "## Best configurations that fit\n\n";
   const auto best = best_fitting(records, 10);
-  if (best.empty()) md << "No configuration fits.\n\n";
-  else table(best);
+  if (best.empty())
+    md << "No configuration fits.\n\n";
+  else
+    table(best);
   std::vector<const Json*> all;
   for (const auto& r : records)
     if (ok(r)) all.push_back(&r);
@@ -485,7 +510,9 @@ std::string sweep_markdown(const Json& meta, const std::vector<Json>& records) {
   if (failed > 0) {
     md << "## Failed points\n\n| point | error |\n| --- | --- |\n";
     for (const auto& r : records)
-      if (!ok(r)) md << "| " << r["key"].get<std::string>() << " | " << (r["error"].is_string() ? r["error"].get<std::string>() : "") << " |\n";
+      if (!ok(r))
+        md << "| " << r["key"].get<std::string>() << " | "
+           << (r["error"].is_string() ? r["error"].get<std::string>() : "") << " |\n";
   }
   return md.str();
 }

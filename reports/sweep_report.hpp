@@ -6,10 +6,9 @@
 #pragma once
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace tpusim::reports {
 
@@ -33,8 +32,8 @@ struct LineChart {
 std::string line_chart_svg(const LineChart& chart);
 
 /// A heatmap of `values[row][col]` (NaN: no data), labelled with the values as percentages.
-std::string heatmap_svg(const std::string& title, const std::string& row_label, const std::vector<std::string>& rows,
-                        const std::string& col_label, const std::vector<std::string>& cols,
-                        const std::vector<std::vector<double>>& values);
+std::string heatmap_svg(const std::string& title, const std::string& row_label,
+                        const std::vector<std::string>& rows, const std::string& col_label,
+                        const std::vector<std::string>& cols, const std::vector<std::vector<double>>& values);
 
 }  // namespace tpusim::reports

@@ -221,7 +221,8 @@ std::string parity_svg(const Json& report, const std::string& quantity) {
 
 std::string validation_html(const Json& report) {
   std::ostringstream h;
-  h << html_page_start("tpusim validation", "td:first-child,td:nth-child(2){text-align:left}.out{color:#b00}");
+  h << html_page_start("tpusim validation",
+                       "td:first-child,td:nth-child(2){text-align:left}.out{color:#b00}");
   h << "<h1>tpusim validation</h1>\n<p>Predictions against measured TPU runs. Error = predicted / measured - "
        "1. "
     << xml_escape(summary_line(report["summary"])) << ".</p>\n<div>";

@@ -2,7 +2,9 @@
 // pipeline prepares the examples its cores read, and the infeed carries them over each chip's
 // host link. Both run ahead of the TPUs (the next step's input is prepared and sent while this
 // step computes), so in steady state a step takes the longest of the TPUs' step, the busiest
-// chip's infeed and the busiest host's preparation of its examples.
+// chip's infeed and the busiest host's preparation of its examples. Between two device loops
+// (TPUEstimator's iterations_per_loop steps) the host does its own work while the TPUs wait: a
+// study may give that cost, which adds its share to every step.
 #pragma once
 
 #include <algorithm>
@@ -24,7 +26,9 @@ struct HostInput {
   /// The busiest host's examples at the study's input_pipeline.examples_per_s_per_host; 0 when the
   /// study does not give that rate.
   double preparation_s = 0;
-  /// The shortest step the hosts allow.
+  /// The host's work between device loops, per step (the study's training_loop; 0 without).
+  double loop_overhead_s = 0;
+  /// The shortest step the hosts' input allows (it runs ahead of the TPUs).
   double bound_s() const { return std::max(infeed_s, preparation_s); }
 };
 

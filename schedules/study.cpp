@@ -113,6 +113,14 @@ Study parse_study(const Json& json, const std::string& context, const std::files
     if (f.ok()) study.host_examples_per_s = f.number("examples_per_s_per_host", 1e-3, 1e12);
     f.finish();
   }
+  if (const Json* loop = top.optional("training_loop")) {
+    Fields f(*loop, "training_loop", problems);
+    if (f.ok()) {
+      study.steps_per_loop = f.integer("steps_per_loop", 1, std::int64_t(1) << 40);
+      study.host_seconds_per_loop = f.number("host_seconds_per_loop", 0.0, 1e6);
+    }
+    f.finish();
+  }
   const Json* schedule = top.value("schedule");
   top.finish();
   problems.throw_if_any();

@@ -67,6 +67,11 @@ struct Study {
   /// What-if (study key input_pipeline.examples_per_s_per_host): how many examples a host's input
   /// pipeline prepares per second; 0: not given, the hosts keep up.
   double host_examples_per_s = 0;
+  /// What-if (study key training_loop): the host's work between two device loops of
+  /// `steps_per_loop` steps (TPUEstimator's iterations_per_loop), during which the TPUs wait;
+  /// 0 s: none.
+  double host_seconds_per_loop = 0;
+  std::int64_t steps_per_loop = 1;
   std::shared_ptr<const Schedule> schedule;
   /// Layer costs shared with other studies of the same model and hardware (plan's candidates);
   /// null: each step builder computes its own.

@@ -104,3 +104,16 @@ TEST_CASE("a mesh: a batch shard is prepared once per host, a spatial split read
   CHECK(h.host_examples == 16);  // two shards of 8 on the one host
   CHECK(h.chip_bytes == Approx(2 * 8 * 0.25 * 64 * 64 * 3 * 2));
 }
+
+TEST_CASE("the host's work between device loops adds its share to every step", "[host_input]") {
+  Json j = Json::parse(R"({"hardware": "tpu-v3", "slice": "v3-8", "batch": 64, "optimizer": {"kind": "sgd"},
+    "model": {"kind": "resnet50", "image_size": 64, "classes": 10}, "schedule": {"kind": "data_parallel"},
+    "training_loop": {"steps_per_loop": 40, "host_seconds_per_loop": 0.8}})");
+  const HostInput h = host_input(parse_study(j, "test"));
+  CHECK(h.loop_overhead_s == Approx(0.02));
+  CHECK(h.bound_s() == h.infeed_s);  // it does not overlap the TPUs: not a bound on the input
+  j["training_loop"]["steps_per_loop"] = 0;
+  CHECK_THROWS_WITH(parse_study(j, "test"), Catch::Contains("training_loop.steps_per_loop"));
+  j["training_loop"] = Json{{"steps_per_loop", 10}};
+  CHECK_THROWS_WITH(parse_study(j, "test"), Catch::Contains("training_loop.host_seconds_per_loop"));
+}

@@ -2,7 +2,8 @@
 # The hosts' side of a step through the engine: with the shipped figures ResNet-50 is bound by
 # its TPUs (the step is the simulated one); with a host link a thousand times slower the step is
 # its infeed (the busiest chip's bytes over the link) and the wait shows in the step split; a
-# preparation rate bounds it by the busiest host's examples; both wait the same in every point.
+# preparation rate bounds it by the busiest host's examples; the host's work between device loops
+# adds its share to every step.
 set -euo pipefail
 tpusim="$1"; root="$2"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
@@ -36,6 +37,17 @@ assert abs(infeed["examples_per_s"] - 1024 / infeed["step_time_s"]) < 1e-6
 # 1024 images at 2000 per second: 512 ms.
 p = prep["input"]
 assert p["bound"] == "host preparation" and abs(prep["step_time_s"] - 0.512) < 1e-12, p
+PY
+"$tpusim" run "$study" --json --set 'training_loop={"steps_per_loop": 100, "host_seconds_per_loop": 0.5}' \
+  > "$work/loop.json"
+python3 - "$work" <<'PY'
+import json, sys
+d = sys.argv[1]
+tpus, loop = (json.load(open(f"{d}/{n}.json")) for n in ("tpus", "loop"))
+# 0.5 s between loops of 100 steps: 5 ms more every step, which the TPUs spend waiting.
+assert abs(loop["step_time_s"] - (tpus["step_time_s"] + 0.005)) < 1e-12, loop["step_time_s"]
+assert abs(loop["breakdown"]["step_split_s"]["host_loop"] - 0.005) < 1e-12, loop["breakdown"]["step_split_s"]
+assert loop["input"]["bound"] == "tpus" and loop["input"]["loop_overhead_s"] == 0.005, loop["input"]
 PY
 "$tpusim" run "$study" --set input_pipeline.examples_per_s_per_host=2000 | grep -q "host preparation-bound"
 set +e; "$tpusim" check "$study" --set input_pipeline.examples_per_s_per_host=-1 2> "$work/err"; rc=$?; set -e
