@@ -59,32 +59,42 @@ struct Program {
   }
 };
 
+}  // namespace
+
+std::string missing_host_math(const NamedOp& op) {
+  if (op.a.weight) return "a weight as first operand";
+  if (op.b.tied) return "a weight of another layer (tied embeddings)";
+  const bool last_dim = !op.a.dims.empty() && op.reduce_dim == op.a.dims.back().name;
+  switch (op.kind) {
+    case K::Einsum:
+      return op.b.dims.empty() ? "an einsum without a second operand" : "";
+    case K::Elementwise:
+      if ((op.math == M::Bias || op.math == M::BiasRelu || op.math == M::BiasGelu) && op.b.weight) return "";
+      if (op.math == M::Residual && !op.skip.empty()) return "";
+      return "an element-wise op other than a bias (+ ReLU or GELU) or a residual add (dropout draws masks)";
+    case K::Reduction:
+      if (last_dim && ((op.math == M::LayerNorm && op.b.weight && op.b.copies == 2) ||
+                       ((op.math == M::CausalSoftmax || op.math == M::SoftmaxXent) && op.b.dims.empty())))
+        return "";
+      return "a reduction other than layer norm, causal softmax or softmax cross-entropy over the last "
+             "dimension";
+    case K::Gather:
+      return op.b.weight && op.b.dims.size() == 2 ? "" : "a lookup other than in a table [rows, width]";
+    default:
+      return "no host math for this kind of op (convolutions, batch norms, pools)";
+  }
+}
+
+namespace {
+
+/// Every op has host math, reads what an earlier op of the layer produced, a lookup comes first
+/// and the loss last.
 bool supported(const Program& p) {
   for (std::size_t i = 0; i < p.ops.size(); ++i) {
     const NamedOp& op = p.ops[i];
-    if (p.a[i] == -3 || p.b[i] == -3 || p.skip[i] == -3 || op.a.weight || op.b.tied) return false;
-    const bool last_dim = !op.a.dims.empty() && op.reduce_dim == op.a.dims.back().name;
-    bool ok = false;
-    switch (op.kind) {
-      case K::Einsum:
-        ok = !op.b.dims.empty();
-        break;
-      case K::Elementwise:
-        ok = ((op.math == M::Bias || op.math == M::BiasRelu || op.math == M::BiasGelu) && op.b.weight) ||
-             (op.math == M::Residual && p.skip[i] >= -1);
-        break;
-      case K::Reduction:
-        ok = last_dim && ((op.math == M::LayerNorm && op.b.weight && op.b.copies == 2) ||
-                          ((op.math == M::CausalSoftmax || op.math == M::SoftmaxXent) && op.b.dims.empty()));
-        if (op.math == M::SoftmaxXent && i + 1 != p.ops.size()) ok = false;  // the loss ends the layer
-        break;
-      case K::Gather:
-        ok = i == 0 && op.b.weight && op.b.dims.size() == 2;
-        break;
-      default:
-        break;
-    }
-    if (!ok) return false;
+    if (p.a[i] == -3 || p.b[i] == -3 || p.skip[i] == -3 || !missing_host_math(op).empty()) return false;
+    if (op.kind == K::Gather && i != 0) return false;
+    if (op.math == M::SoftmaxXent && i + 1 != p.ops.size()) return false;
   }
   return !p.ops.empty();
 }

@@ -5,6 +5,7 @@
 
 #include "models/kernels/kernels.hpp"
 #include "models/named_math.hpp"
+#include "models/named_op_function.hpp"
 
 namespace tpusim {
 
@@ -154,13 +155,15 @@ void MeshExecutor::add_layer_ops(int l, int last_of_previous) {
 
 void MeshExecutor::check_supported(int l, const Op& op, int f) const {
   const NamedOp& n = op.named;
+  if (const std::string why = missing_host_math(n); !why.empty()) throw unsupported(l, n, why);
+  // What shards add: a bias over the trailing dimensions, every einsum dimension from an operand,
+  // a causal softmax whole along what it normalizes, the lookup first.
   auto suffix_bias = [&] {
     if (n.b.dims.size() > n.a.dims.size()) return false;
     for (std::size_t j = 0; j < n.b.dims.size(); ++j)
       if (n.b.dims[j].name != n.a.dims[n.a.dims.size() - n.b.dims.size() + j].name) return false;
-    return n.b.dims.empty() || n.b.weight;
+    return true;
   };
-  const bool reduces_last = !n.a.dims.empty() && n.reduce_dim == n.a.dims.back().name;
   using M = NamedOp::Math;
   switch (n.kind) {
     case NamedOp::Kind::Einsum: {
@@ -174,27 +177,19 @@ void MeshExecutor::check_supported(int l, const Op& op, int f) const {
       break;
     }
     case NamedOp::Kind::Elementwise:
-      if (!(n.math == M::Bias || n.math == M::BiasRelu || n.math == M::BiasGelu || n.math == M::Residual) ||
-          !suffix_bias() || (n.math != M::Residual && n.b.dims.empty()) ||
-          (n.math == M::Residual && op.skip < 0))
-        throw unsupported(l, n, "an element-wise op other than a bias (+ ReLU or GELU) or a residual add");
+      if (!suffix_bias() || (n.math == M::Residual && op.skip < 0))
+        throw unsupported(l, n, "a bias over other than the trailing dimensions, or a residual of nothing");
       break;
     case NamedOp::Kind::Reduction:
-      if (!reduces_last ||
-          !(n.math == M::SoftmaxXent || n.math == M::LayerNorm || n.math == M::CausalSoftmax) ||
-          (n.math == M::LayerNorm && (n.b.dims.size() != 1 || n.b.copies != 2)) ||
-          (n.math != M::LayerNorm && !n.b.dims.empty()) ||
-          (n.math == M::CausalSoftmax && (split(n.reduce_dim) || n.a.dims.size() < 2)))
-        throw unsupported(l, n,
-                          "a reduction other than layer norm, causal softmax or softmax cross-entropy "
-                          "over the last dimension");
+      if (n.math == M::CausalSoftmax && (split(n.reduce_dim) || n.a.dims.size() < 2))
+        throw unsupported(l, n, "a causal softmax split along the positions it normalizes");
       break;
     case NamedOp::Kind::Gather:
-      if (f != 0 || n.a.dims.size() != 2 || n.b.dims.size() != 2 || !n.b.weight || n.out.dims.size() != 3)
+      if (f != 0 || n.a.dims.size() != 2 || n.out.dims.size() != 3)
         throw unsupported(l, n, "a lookup other than the model's token embedding");
       break;
     default:
-      throw unsupported(l, n, "no host math for this kind of op on shards");
+      break;
   }
   if (f > 0 && ops_.back().named.math == M::SoftmaxXent) throw unsupported(l, n, "it follows the loss");
 }
