@@ -1,6 +1,7 @@
 #include "models/named_op_function.hpp"
 
 #include <cmath>
+#include <map>
 
 #include "models/kernels/kernels.hpp"
 #include "models/named_math.hpp"
@@ -29,10 +30,12 @@ std::pair<I, I> rows_cols(const NamedTensor& t) {
 /// and which parameters hold its weight's copies.
 struct Program {
   std::vector<NamedOp> ops;
-  std::vector<int> a, b, skip;  ///< producing op of operand a, b, the residual's skip (-2: none)
-  std::vector<int> param;       ///< the first parameter of its weight (-1: none)
-  std::vector<int> extra;       ///< where its extra saved tensors start (layer norm: mean, rstd; xent: probs)
-  int saved = 0;                ///< saved tensors in all: the input, every output, the extras
+  /// Producing op of operand a, b and the residual's skip: -1 the layer's input, -2 none (or a
+  /// weight), -3 an id no earlier op of the layer produces (no host math then).
+  std::vector<int> a, b, skip;
+  std::vector<int> param;  ///< the first parameter of its weight (-1: none)
+  std::vector<int> extra;  ///< where its extra saved tensors start (layer norm: mean, rstd; xent: probs)
+  int saved = 0;           ///< saved tensors in all: the input, every output, the extras
 
   explicit Program(std::vector<NamedOp> named) : ops(std::move(named)) {
     std::map<std::string, int> produced{{"in", -1}};
