@@ -209,10 +209,13 @@ class NamedOpFunction : public LayerFunction {
   }
 
   /// A bias over the trailing dimensions (then ReLU or GELU), or a residual add.
+  /// x plus a bias over its trailing dimensions.
+  static Tensor add_bias(Tensor x, const Tensor& bias) {
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += bias[i % bias.size()];
+    return x;
+  }
   static Tensor elementwise(const NamedOp& op, const Tensor& x, const Tensor* bias, const Tensor* skip) {
-    Tensor y = x;
-    if (bias)
-      for (std::size_t i = 0; i < y.size(); ++i) y[i] += (*bias)[i % bias->size()];
+    Tensor y = bias ? add_bias(x, *bias) : x;
     if (skip) named::add_into(y, *skip);
     if (op.math == M::BiasRelu) kernels::relu_forward(y.data(), y.data(), I(y.size()));
     if (op.math == M::BiasGelu) kernels::gelu_forward(y.data(), y.data(), I(y.size()));
@@ -308,8 +311,7 @@ class NamedOpFunction : public LayerFunction {
     if (op.math == M::BiasRelu)
       kernels::relu_backward(value(s, i).data(), dz.data(), dz.data(), I(dz.size()));
     if (op.math == M::BiasGelu) {  // its input: the kept operand plus the bias
-      const Tensor pre =
-          elementwise(NamedOp{}, value(s, p.a[std::size_t(i)]), &params[std::size_t(w)], nullptr);
+      const Tensor pre = add_bias(value(s, p.a[std::size_t(i)]), params[std::size_t(w)]);
       kernels::gelu_backward(pre.data(), dz.data(), dz.data(), I(dz.size()));
     }
     if (w >= 0) {

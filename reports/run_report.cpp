@@ -250,16 +250,16 @@ Json breakdown_json(const Activity& a, Json split) {
 }
 
 /// The hosts' side with what the TPUs' step asks of it.
-Json input_json(const RunInfo& info, double device_step, double step) {
+Json input_json(const RunInfo& info, double device_step) {
   Json input = info.input;
   input["tpu_step_time_s"] = device_step;
   // What the busiest host's input pipeline must prepare to keep pace with the TPUs.
   input["host_examples_per_s_needed"] =
       device_step > 0 ? input.value("busiest_host_examples", 0.0) / device_step : 0.0;
   const double prep = input["preparation_s"].is_null() ? 0.0 : input["preparation_s"].get<double>();
-  const double infeed = input.value("infeed_s", 0.0);
-  const double waited = step - input.value("loop_overhead_s", 0.0);
-  input["bound"] = waited <= device_step ? "tpus" : (prep > infeed ? "host preparation" : "infeed");
+  input["bound"] = info.input_bound_s <= device_step     ? "tpus"
+                   : prep > input.value("infeed_s", 0.0) ? "host preparation"
+                                                         : "infeed";
   return input;
 }
 
@@ -313,7 +313,7 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
       {"kind", info.model_kind}, {"name", info.model_name}, {"params", info.params}, {"layers", info.layers}};
   out["schedule"] = Json{{"kind", info.schedule}, {"details", details}};
   out["breakdown"] = breakdown_json(a, std::move(split));
-  if (!info.input.is_null()) out["input"] = input_json(info, device_step, step);
+  if (!info.input.is_null()) out["input"] = input_json(info, device_step);
   out["engine"] =
       Json{{"symmetric_collectives", r.symmetric_collectives}, {"flows_simulated", r.flows_simulated}};
   out["cores"] = per_core;

@@ -25,8 +25,8 @@ HostInput host_input(const Study& study, const std::vector<CoreInput>& input, do
     double& examples = shards[host_of_chip(study.slice, chip, index)][in.shard];
     examples = std::max(examples, in.examples);
   }
+  h.hosts = host_of_chip(study.slice, chip, study.slice.chips() - 1) + 1;  // the last chip's is the last host
   for (int i = 0; i < study.slice.chips(); ++i) {
-    h.hosts = std::max(h.hosts, host_of_chip(study.slice, chip, i) + 1);
     if (chip_bytes[std::size_t(i)] > h.chip_bytes) {
       h.chip_bytes = chip_bytes[std::size_t(i)];
       h.busiest_chip = i;
