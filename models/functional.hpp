@@ -54,6 +54,19 @@ class LayerFunction {
   virtual std::vector<std::int32_t> tokens(const Batch&) const { return {}; }
 };
 
+/// A model's synthetic data for functional mode: a function of seed, step and example index
+/// only, so every partition of a batch sees the same examples.
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+  /// Features of a model whose first layer reads them ([examples x features]).
+  virtual Tensor features(const Batch&) const { return {}; }
+  /// Token ids of a model whose first layer looks them up ([examples x positions]).
+  virtual std::vector<std::int32_t> tokens(const Batch&) const { return {}; }
+  /// The class each row of the loss scores against (per example, or per position).
+  virtual std::vector<std::int32_t> targets(const Batch&) const = 0;
+};
+
 /// A deterministic 64-bit hash of a few integers (splitmix64 rounds).
 std::uint64_t mix(std::uint64_t a, std::uint64_t b = 0, std::uint64_t c = 0, std::uint64_t d = 0);
 /// A uniform float in [-1, 1) from a hash.

@@ -13,19 +13,6 @@
 
 namespace tpusim {
 
-/// A model's synthetic data for functional mode: a function of seed, step and example index
-/// only, so every partition of a batch sees the same examples.
-class DataSource {
- public:
-  virtual ~DataSource() = default;
-  /// Features of a model whose first layer reads them ([examples x features]).
-  virtual Tensor features(const Batch&) const { return {}; }
-  /// Token ids of a model whose first layer looks them up ([examples x positions]).
-  virtual std::vector<std::int32_t> tokens(const Batch&) const { return {}; }
-  /// The class each row of the loss scores against (per example, or per position).
-  virtual std::vector<std::int32_t> targets(const Batch&) const = 0;
-};
-
 /// The mlp's data: features uniform in [-1, 1); the class a fixed random linear teacher scores
 /// highest (learnable by the model).
 std::shared_ptr<const DataSource> mlp_data(std::int64_t input, std::int64_t classes);

@@ -64,14 +64,6 @@ NamedOp gather(std::string name, NamedTensor ids, NamedTensor table, NamedTensor
   return op;
 }
 
-std::optional<MultiPass> multipass_of(const NamedOp& op, bool backward) {
-  if (op.kind == NamedOp::Kind::BatchNorm || op.math == NamedOp::Math::LayerNorm)
-    return backward ? MultiPass::NormalizationBackward : MultiPass::NormalizationForward;
-  if (op.kind != NamedOp::Kind::Reduction) return std::nullopt;
-  if (op.math == NamedOp::Math::SoftmaxXent && backward) return std::nullopt;
-  return backward ? MultiPass::SoftmaxBackward : MultiPass::SoftmaxForward;
-}
-
 const std::vector<std::string>& named_dims() {
   static const std::vector<std::string> dims = {"batch", "seq",   "d_model", "d_ff", "heads",
                                                 "d_kv",  "vocab", "height",  "width"};

@@ -93,10 +93,6 @@ struct NamedOp {
   std::vector<NamedTensor> tensors() const;  ///< a, b (if any), out
 };
 
-/// How a normalization or softmax op (Reduction, BatchNorm) runs as fused kernels in its forward
-/// or backward; none where it is one element-wise pass (softmax cross-entropy's gradient).
-std::optional<MultiPass> multipass_of(const NamedOp& op, bool backward);
-
 /// Dimension names a layout may split.
 const std::vector<std::string>& named_dims();
 

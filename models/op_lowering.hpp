@@ -1,7 +1,8 @@
 // Lowering of ops over named dimensions to the hardware ops a core runs: its shard of each op
 // under a layout (Sharding; unsharded: the whole op on one core), forward and backward, the
-// activations the ops keep for the backward and the gradients it holds at once. The one place
-// that prices a named op: the mesh schedule adds the collectives a layout induces around these,
+// activations the ops keep for the backward and the gradients it holds at once. Each op's kind
+// (models/ops/) prices it; the rules here are those of a layer's sequence of ops (what fuses,
+// what the next op keeps). The mesh schedule adds the collectives a layout induces around these,
 // and a layer's work on one core (data parallelism, pipeline stages) is its ops unsharded.
 #pragma once
 
@@ -14,48 +15,10 @@
 #include "hardware/cost_model.hpp"
 #include "models/model.hpp"
 #include "models/named_ops.hpp"
+#include "models/ops/op_kind.hpp"
+#include "models/sharding.hpp"
 
 namespace tpusim {
-
-/// The layout's view of one op: local sizes, split mesh dimensions.
-struct Sharding {
-  /// No dimension split: every op whole on one core.
-  static const Sharding& none();
-
-  const std::map<std::string, std::string>& layout;
-  const std::map<std::string, int>& sizes;  // mesh dimension -> size
-
-  int split(const std::string& dim) const {
-    auto it = layout.find(dim);
-    return it == layout.end() ? 1 : sizes.at(it->second);
-  }
-  /// A core's extent of a dimension. An image split unevenly is padded (the last cores' rows
-  /// are partly padding), as spatial partitioning does; other dimensions divide evenly.
-  std::int64_t local(const Dim& d) const {
-    const int n = split(d.name);
-    return is_spatial(d.name) ? (d.size + n - 1) / n : d.size / n;
-  }
-  static bool is_spatial(const std::string& dim) { return dim == "height" || dim == "width"; }
-  double local_elements(const NamedTensor& t) const {
-    double n = t.copies;
-    for (const auto& d : t.dims) n *= double(local(d));
-    return n;
-  }
-  /// Bytes of a normalization's statistics (two fp32 values per normalized row) when its reduced
-  /// dimension is split, else 0.
-  double statistics_bytes(const NamedOp& op) const;
-  /// Mesh dimensions splitting the dimensions of `from` that `to` lacks (sorted, unique).
-  std::vector<std::string> split_missing(const std::vector<const NamedTensor*>& from,
-                                         const NamedTensor& to) const;
-};
-
-/// x . y -> z as a (batched) matmul of local sizes: batch dims in all three, m in x and z, k in
-/// x and y, n in y and z.
-Op local_matmul(const std::string& name, const Sharding& s, const NamedTensor& x, const NamedTensor& y,
-                const NamedTensor& z, double act);
-
-/// The convolution a core computes for a Conv op (its local image, the op's window).
-ConvShape conv_shape(const NamedOp& op, const Sharding& s);
 
 /// A core's shard of `op`'s forward.
 Op forward_op(const NamedOp& op, const Sharding& s, double act);

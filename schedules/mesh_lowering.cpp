@@ -28,7 +28,7 @@ using A = MeshAction;
 
 /// Lowers one layer's ops under a layout: each op's local compute, then the collectives the
 /// layout induces, forward in op order and backward in reverse, into a LayerProgram.
-class LayerLowering {
+class LayerLowering : public MeshLoweringSink {
  public:
   LayerLowering(const std::vector<NamedOp>& ops, const Sharding& s, const CostModel& cost, double act,
                 const std::string& layer, bool model_input, bool sharded, int batch_norm_group)
@@ -59,7 +59,7 @@ class LayerLowering {
   OpCost compute(std::vector<Event>& into, const Op& op, MeshAction::What what, bool partial = false) {
     const OpCost c = cost_.cost(op);
     if (into.empty() || into.back().kind != Event::Compute)
-      into.push_back(Event{Event::Compute, layer_, 0, 0, 0, {}, 0, {}});
+      into.push_back(Event{Event::Compute, layer_, 0, 0, 0, {}, 0, {}, {}, 0});
     into.back().actions.push_back(MeshAction{at_, what, 0, partial});
     into.back().seconds += c.seconds;
     into.back().model_flops += c.model_flops;
@@ -71,7 +71,8 @@ class LayerLowering {
                   std::vector<std::string> mesh, double bytes, Json& row, MeshAction::What what,
                   int operand = 0) {
     if (mesh.empty() || bytes <= 0) return;
-    into.push_back(Event{kind, layer_ + "/" + name, 0, 0, 0, mesh, bytes, {MeshAction{at_, what, operand}}});
+    into.push_back(
+        Event{kind, layer_ + "/" + name, 0, 0, 0, mesh, bytes, {MeshAction{at_, what, operand}}, {}, 0});
     const bool scatter =
         (sharded_ && kind == Event::GradientAllReduce) || kind == Event::BlockingReduceScatter;
     row["collectives"].push_back(
@@ -114,8 +115,8 @@ class LayerLowering {
          {std::tuple{std::string("height"), w, kh}, std::tuple{std::string("width"), h, kw}}) {
       if (s_.split(dim) <= 1 || kernel <= 1) continue;
       const double bytes = double((kernel - 1) / 2) * double(across) * double(c) * double(b) * act_;
-      into.push_back(
-          Event{Event::Halo, layer_ + "/" + op.name + " " + what, 0, 0, 0, {s_.layout.at(dim)}, bytes, {}});
+      into.push_back(Event{
+          Event::Halo, layer_ + "/" + op.name + " " + what, 0, 0, 0, {s_.layout.at(dim)}, bytes, {}, {}, 0});
       row["collectives"].push_back(Json{{"what", op.name + " " + what},
                                         {"mesh_dims", {s_.layout.at(dim)}},
                                         {"bytes", bytes},
@@ -125,7 +126,7 @@ class LayerLowering {
   }
   /// Batch-norm statistics: per channel, summed over the split image (not over the batch,
   /// whose replicas keep their own statistics as in data parallelism).
-  std::vector<std::string> spatial_mesh() const {
+  std::vector<std::string> spatial_mesh() const override {
     std::vector<std::string> mesh;
     for (const char* dim : {"height", "width"})
       if (s_.split(dim) > 1) mesh.push_back(s_.layout.at(dim));
@@ -178,6 +179,30 @@ class LayerLowering {
   }
   bool reads_model_input(std::size_t i) const { return model_input_ && i == 0; }
 
+  // --- What an op's kind asks for (MeshLoweringSink), in the pass at hand ----------------------
+  Json& row() { return p_.ops[std::size_t(at_)]; }
+  std::vector<Event>& events() { return backward_ ? p_.backward : p_.forward; }
+  double compute(const Op& op) override {
+    return compute(events(), op, backward_ ? A::Backward : A::Forward).model_flops;
+  }
+  void compute_weight_gradient(const Op& op) override { compute(p_.backward, op, A::WeightGradient); }
+  void sum_output(const std::string& what, const std::vector<std::string>& mesh, double bytes) override {
+    collective(p_.forward, Event::BlockingAllReduce, ops_[i_].name + " " + what, mesh, bytes, row(),
+               A::SumOutput);
+  }
+  void combine_statistics(const NamedOp& op) override {
+    collective(events(), Event::BlockingAllReduce,
+               op.name + (backward_ ? " gradient statistics" : " statistics"), {s_.layout.at(op.reduce_dim)},
+               s_.statistics_bytes(op), row(),
+               backward_ ? A::CombineGradientStatistics : A::CombineStatistics);
+  }
+  void batch_norm_statistics(const NamedOp& op) override { batch_norm_statistics(op, backward_, row()); }
+  void halos(const NamedOp& op) override { halos(events(), op, backward_ ? "halo gradient" : "halo", row()); }
+  void weight_gradient(const NamedOp& op, const std::vector<const NamedTensor*>& operands) override {
+    weight_gradient(op, operands, row());
+  }
+  bool reads_model_input() const override { return reads_model_input(i_); }
+
   // --- Forward ----------------------------------------------------------------------------------
   /// What the op's weights add to the layer's.
   void record_weights(const NamedOp& op) {
@@ -193,68 +218,24 @@ class LayerLowering {
   void forward(std::size_t i) {
     const NamedOp& op = ops_[i];
     at_ = int(p_.ops.size());
-    Json row{{"layer", layer_}, {"op", op.name}, {"collectives", Json::array()}};
+    p_.ops.push_back(Json{{"layer", layer_}, {"op", op.name}, {"collectives", Json::array()}});
     record_weights(op);
-    double flops = 0;
-    using K = NamedOp::Kind;
-    switch (op.kind) {
-      case K::Einsum:
-        flops = forward_einsum(i, row);
-        break;
-      case K::Elementwise:
-        compute(p_.forward, forward_op(op, s_, act_), A::Forward);
-        break;
-      case K::Reduction:
-        compute(p_.forward, forward_op(op, s_, act_), A::Forward);
-        if (s_.statistics_bytes(op) > 0)
-          collective(p_.forward, Event::BlockingAllReduce, op.name + " statistics",
-                     {s_.layout.at(op.reduce_dim)}, s_.statistics_bytes(op), row, A::CombineStatistics);
-        break;
-      case K::Conv:
-        halos(p_.forward, op, "halo", row);
-        flops = compute(p_.forward, forward_op(op, s_, act_), A::Forward).model_flops;
-        break;
-      case K::BatchNorm:
-        compute(p_.forward, forward_op(op, s_, act_), A::Forward);
-        batch_norm_statistics(op, false, row);
-        break;
-      case K::Pool:
-        forward_pool(op, row);
-        break;
-      case K::Gather:
-        compute(p_.forward, forward_op(op, s_, act_), A::Forward);
-        // A split table gives each core the rows it holds (zeros elsewhere): summed over the split.
-        collective(p_.forward, Event::BlockingAllReduce, op.name + " rows", s_.split_missing({&op.b}, op.out),
-                   s_.local_elements(op.out) * act_, row, A::SumOutput);
-        break;
-    }
-    row["local_forward_flops"] = flops;
-    p_.ops.push_back(std::move(row));
+    backward_ = false;
+    i_ = i;
+    p_.ops.back()["local_forward_flops"] = op_kind(op).lower_forward(op, s_, act_, *this);
   }
   /// Operands read whole along a split sequence are gathered first; a split contraction leaves
   /// partial sums, all-reduced. Returns the local model FLOPs.
-  double forward_einsum(std::size_t i, Json& row) {
-    const NamedOp& op = ops_[i];
+  double einsum_forward(const NamedOp& op, const Op& forward) override {
     for (int operand : {0, 1}) {
       const NamedTensor& t = operand ? op.b : op.a;
-      if (gathered(i, t))
+      if (gathered(i_, t))
         collective(p_.forward, Event::BlockingAllGather, op.name + " operand all-gather", {seq_mesh_},
-                   s_.local_elements(t) * act_, row, A::GatherOperand, operand);
+                   s_.local_elements(t) * act_, row(), A::GatherOperand, operand);
     }
-    const double flops = compute(p_.forward, forward_op(op, s_, act_), A::Forward).model_flops;
-    collective(p_.forward, Event::BlockingAllReduce, op.name + " partial sums",
-               s_.split_missing({&op.a, &op.b}, op.out), s_.local_elements(op.out) * act_, row, A::SumOutput);
+    const double flops = compute(forward);
+    sum_output("partial sums", s_.split_missing({&op.a, &op.b}, op.out), s_.local_elements(op.out) * act_);
     return flops;
-  }
-  void forward_pool(const NamedOp& op, Json& row) {
-    if (op.out.dims.size() < 4) {  // global: partial sums over the split image
-      compute(p_.forward, forward_op(op, s_, act_), A::Forward);
-      collective(p_.forward, Event::BlockingAllReduce, op.name + " partial sums", spatial_mesh(),
-                 s_.local_elements(op.out) * act_, row, A::SumOutput);
-    } else {
-      halos(p_.forward, op, "halo", row);
-      compute(p_.forward, forward_op(op, s_, act_), A::Forward);
-    }
   }
 
   // --- Backward ---------------------------------------------------------------------------------
@@ -283,57 +264,19 @@ class LayerLowering {
     const NamedOp& op = ops_[i];
     flush_deferred(op);
     at_ = int(i);
-    Json& row = p_.ops[i];
-    using K = NamedOp::Kind;
-    switch (op.kind) {
-      case K::Einsum:
-        backward_einsum(i, row);
-        break;
-      case K::Elementwise:
-        compute(p_.backward, input_gradient_op(op, s_, act_), A::Backward);
-        if (!op.b.dims.empty()) weight_gradient(op, {&op.a}, row);
-        break;
-      case K::Reduction:
-        compute(p_.backward, input_gradient_op(op, s_, act_), A::Backward);
-        // Softmax cross-entropy's gradient needs only the forward's statistics; a normalization's
-        // needs its gradient's row sums.
-        if (s_.statistics_bytes(op) > 0 && op.math != NamedOp::Math::SoftmaxXent)
-          collective(p_.backward, Event::BlockingAllReduce, op.name + " gradient statistics",
-                     {s_.layout.at(op.reduce_dim)}, s_.statistics_bytes(op), row,
-                     A::CombineGradientStatistics);
-        if (!op.b.dims.empty()) weight_gradient(op, {&op.a}, row);
-        break;
-      case K::Conv:
-        if (!reads_model_input(i)) {
-          compute(p_.backward, input_gradient_op(op, s_, act_), A::Backward);
-          halos(p_.backward, op, "halo gradient", row);
-        }
-        compute(p_.backward, *operand_gradient_op(op, s_, act_), A::WeightGradient);
-        weight_gradient(op, {&op.a, &op.out}, row);
-        break;
-      case K::BatchNorm:
-        compute(p_.backward, input_gradient_op(op, s_, act_), A::Backward);
-        batch_norm_statistics(op, true, row);
-        weight_gradient(op, {&op.a}, row);
-        break;
-      case K::Pool:
-        compute(p_.backward, input_gradient_op(op, s_, act_), A::Backward);
-        if (op.out.dims.size() == 4) halos(p_.backward, op, "halo gradient", row);
-        break;
-      case K::Gather:
-        compute(p_.backward, input_gradient_op(op, s_, act_), A::Backward);
-        weight_gradient(op, {&op.a}, row);
-        break;
-    }
+    backward_ = true;
+    i_ = i;
+    op_kind(op).lower_backward(op, s_, act_, *this);
   }
   /// The input gradient (its partial sums reduced now, or deferred to the lazy all-reduce of an
   /// activation several einsums read), then the second operand's gradient and its reduction.
-  void backward_einsum(std::size_t i, Json& row) {
-    const NamedOp& op = ops_[i];
+  void einsum_backward(const NamedOp& op, const Op& input_gradient, const Op& operand_gradient) override {
+    const std::size_t i = i_;
+    Json& row = this->row();
     const bool ga = gathered(i, op.a), gb = gathered(i, op.b);
     const bool needs_da = !op.a.weight && !reads_model_input(i);
     const auto over_a = needs_da ? s_.split_missing({&op.out, &op.b}, op.a) : std::vector<std::string>{};
-    compute(p_.backward, input_gradient_op(op, s_, act_), A::Backward, !over_a.empty());
+    compute(p_.backward, input_gradient, A::Backward, !over_a.empty());
     if (needs_da && !ga && !over_a.empty() && produced_before(i, op.a.id)) {
       auto [it, fresh] =
           deferred_.try_emplace({op.a.id, over_a}, Deferred{int(i), op.name, s_.local_elements(op.a) * act_});
@@ -349,8 +292,7 @@ class LayerLowering {
                    {seq_mesh_}, s_.local_elements(op.a) * act_, row, A::ScatterOperandGradient, 0);
     }
     const auto over = s_.split_missing({&op.a, &op.out}, op.b);
-    compute(p_.backward, *operand_gradient_op(op, s_, act_), A::WeightGradient,
-            !op.b.weight && !over.empty());
+    compute(p_.backward, operand_gradient, A::WeightGradient, !op.b.weight && !over.empty());
     collective(p_.backward, op.b.weight ? Event::GradientAllReduce : Event::BlockingAllReduce,
                op.name + (op.b.weight ? " weight gradient" : " input gradient"),
                gb ? without_seq(over) : over, s_.local_elements(op.b) * (op.b.weight ? kWeightBytes : act_),
@@ -371,6 +313,8 @@ class LayerLowering {
   LayerProgram p_;
   double unshared_update_ = 0;  ///< elements of reduce-scattered weights a core does not update
   int at_ = 0;                  ///< the op being lowered (its row in p_.ops)
+  std::size_t i_ = 0;           ///< the op being lowered (in ops_)
+  bool backward_ = false;       ///< lowering the backward pass
   std::map<std::pair<std::string, std::vector<std::string>>, Deferred>
       deferred_;  ///< (activation id, mesh dims)
 };

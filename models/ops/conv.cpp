@@ -1,0 +1,63 @@
+// Convolution: a [batch, height, width, channels] * b [kernel, channels_out] -> out, a `window` x
+// `window_w` window with `stride` ("SAME" padding, or "VALID"). On a split image it first reads
+// its neighbours' edge rows (halos); its backward is dx (skipped on the model's input) and dw.
+#include "models/ops/op_kind.hpp"
+
+namespace tpusim {
+
+namespace {
+
+/// The convolution a core computes for a Conv op (its local image, the op's window).
+ConvShape conv_shape(const NamedOp& op, const Sharding& s) {
+  ConvShape c;
+  for (const auto& d : op.a.dims) {
+    if (d.name == "batch") c.batch = s.local(d);
+    if (d.name == "height") c.in_h = s.local(d);
+    if (d.name == "width") c.in_w = s.local(d);
+    if (d.name == "channels") c.in_channels = s.local(d);
+  }
+  c.kernel_h = op.window;
+  c.kernel_w = op.window_w > 0 ? op.window_w : op.window;
+  c.valid = op.valid;
+  c.stride = op.stride;
+  c.out_channels = op.b.dims.back().size;
+  return c;
+}
+
+class Conv : public NamedOpKind {
+ public:
+  Op forward(const NamedOp& op, const Sharding& s, double act) const override {
+    return conv_op(op.name, conv_shape(op, s), act, kWeightBytes);
+  }
+  Op input_gradient(const NamedOp& op, const Sharding& s, double act) const override {
+    return conv_input_grad_op(op.name + "_dx", conv_shape(op, s), act, kWeightBytes);
+  }
+  std::optional<Op> operand_gradient(const NamedOp& op, const Sharding& s, double act) const override {
+    return conv_weight_grad_op(op.name + "_dw", conv_shape(op, s), act, kWeightBytes);
+  }
+  bool input_gradient_of_model_input() const override { return false; }
+  double operand_gradients(const NamedOp& op, const Sharding& s, bool reads_model_input) const override {
+    return reads_model_input ? 0.0 : s.local_elements(op.a);
+  }
+
+  double lower_forward(const NamedOp& op, const Sharding& s, double act, MeshLoweringSink& m) const override {
+    m.halos(op);
+    return m.compute(forward(op, s, act));
+  }
+  void lower_backward(const NamedOp& op, const Sharding& s, double act, MeshLoweringSink& m) const override {
+    if (!m.reads_model_input()) {
+      m.compute(input_gradient(op, s, act));
+      m.halos(op);
+    }
+    m.compute_weight_gradient(*operand_gradient(op, s, act));
+    m.weight_gradient(op, {&op.a, &op.out});
+  }
+
+  std::string missing_host_math(const NamedOp&) const override { return "no host math for convolutions"; }
+};
+
+}  // namespace
+
+std::unique_ptr<const NamedOpKind> make_conv_kind() { return std::make_unique<Conv>(); }
+
+}  // namespace tpusim

@@ -1,0 +1,70 @@
+// Einsum: a . b -> out over named dimensions (contracted: those of the inputs absent from the
+// output), a (batched) matmul on the MXU; its backward is two more (da, db).
+#include "models/named_math.hpp"
+#include "models/ops/op_kind.hpp"
+
+namespace tpusim {
+
+namespace {
+
+named::Names names_of(const NamedTensor& t) {
+  named::Names n;
+  for (const auto& d : t.dims) n.push_back(d.name);
+  return n;
+}
+
+named::Sizes sizes(const NamedOp& op) {
+  named::Sizes size;
+  for (const NamedTensor* t : {&op.a, &op.b, &op.out})
+    for (const auto& dim : t->dims) size[dim.name] = dim.size;
+  return size;
+}
+
+class Einsum : public NamedOpKind {
+ public:
+  Op forward(const NamedOp& op, const Sharding& s, double act) const override {
+    return local_matmul(op.name, s, op.a, op.b, op.out, act);
+  }
+  Op input_gradient(const NamedOp& op, const Sharding& s, double act) const override {
+    return local_matmul(op.name + "_da", s, op.out, op.b, op.a, act);
+  }
+  std::optional<Op> operand_gradient(const NamedOp& op, const Sharding& s, double act) const override {
+    Op db = local_matmul(op.name + "_db", s, op.a, op.out, op.b, act);
+    db.weight_gradient = op.b.weight;
+    return db;
+  }
+  double operand_gradients(const NamedOp& op, const Sharding& s, bool) const override {
+    return s.local_elements(op.a) + (!op.b.weight && !op.b.tied ? s.local_elements(op.b) : 0.0);
+  }
+
+  double lower_forward(const NamedOp& op, const Sharding& s, double act, MeshLoweringSink& m) const override {
+    return m.einsum_forward(op, forward(op, s, act));
+  }
+  void lower_backward(const NamedOp& op, const Sharding& s, double act, MeshLoweringSink& m) const override {
+    m.einsum_backward(op, input_gradient(op, s, act), *operand_gradient(op, s, act));
+  }
+
+  std::string missing_host_math(const NamedOp& op) const override {
+    return op.b.dims.empty() ? "an einsum without a second operand" : "";
+  }
+  Tensor host_forward(const NamedOp& op, HostForward& f) const override {
+    const Tensor& w = op.b.weight ? *f.weights : *f.b;
+    return named::einsum(f.a, names_of(op.a), w, names_of(op.b), names_of(op.out), sizes(op));
+  }
+  void host_backward(const NamedOp& op, HostBackward& g) const override {
+    const auto an = names_of(op.a), bn = names_of(op.b), on = names_of(op.out);
+    const Tensor& y = op.b.weight ? *g.weights : *g.b;
+    g.da = named::einsum(g.dy, on, y, bn, an, sizes(op));
+    Tensor db = named::einsum(g.a, an, g.dy, on, bn, sizes(op));
+    if (op.b.weight)
+      named::add_into(*g.weight_grads, db);
+    else
+      g.db = std::move(db);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<const NamedOpKind> make_einsum_kind() { return std::make_unique<Einsum>(); }
+
+}  // namespace tpusim

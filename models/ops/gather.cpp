@@ -1,0 +1,76 @@
+// Gather: rows of table b picked by ids a (an embedding lookup; b an activation: rows of it, as
+// a masked LM picks its predicted positions). Memory-bound; its backward scatter-adds the rows'
+// gradients into a dense gradient of the whole table.
+#include "models/kernels/kernels.hpp"
+#include "models/ops/op_kind.hpp"
+
+namespace tpusim {
+
+namespace {
+
+constexpr double kIdBytes = 4;  ///< an int32 token id or position
+
+/// Bytes per element of a gather's table: fp32 master weights, or picked activations.
+double table_bytes(const NamedTensor& table, double act) {
+  return table.weight || table.tied ? kWeightBytes : act;
+}
+
+class Gather : public NamedOpKind {
+ public:
+  Op forward(const NamedOp& op, const Sharding& s, double act) const override {
+    // The picked rows read and written, and their ids.
+    return memory_op(op.name, s.local_elements(op.out) * (table_bytes(op.b, act) + act) +
+                                  s.local_elements(op.a) * kIdBytes);
+  }
+  Op input_gradient(const NamedOp& op, const Sharding& s, double act) const override {
+    Op grad = memory_op(op.name + "_scatter_add",
+                        s.local_elements(op.b) * table_bytes(op.b, act) + s.local_elements(op.out) * act);
+    grad.weight_gradient = op.b.weight;
+    return grad;
+  }
+  /// From an activation (picked rows), a gradient of the whole; from a table, into the table's
+  /// weight gradient.
+  double operand_gradients(const NamedOp& op, const Sharding& s, bool) const override {
+    return op.b.weight || op.b.tied ? 0.0 : s.local_elements(op.b);
+  }
+  double kept_extra_bytes(const NamedOp& op, const Sharding& s) const override {
+    return s.local_elements(op.a) * kIdBytes;  // for the scatter
+  }
+
+  double lower_forward(const NamedOp& op, const Sharding& s, double act, MeshLoweringSink& m) const override {
+    m.compute(forward(op, s, act));
+    // A split table gives each core the rows it holds (zeros elsewhere): summed over the split.
+    m.sum_output("rows", s.split_missing({&op.b}, op.out), s.local_elements(op.out) * act);
+    return 0;
+  }
+  void lower_backward(const NamedOp& op, const Sharding& s, double act, MeshLoweringSink& m) const override {
+    m.compute(input_gradient(op, s, act));
+    m.weight_gradient(op, {&op.a});
+  }
+
+  std::string missing_host_math(const NamedOp& op) const override {
+    return op.b.weight && op.b.dims.size() == 2 ? "" : "a lookup other than in a table [rows, width]";
+  }
+  bool reads_ids() const override { return true; }
+  Tensor initial_weight(const NamedOp& op, int, std::uint64_t seed, int index) const override {
+    return xavier(op, double(op.b.dims.front().size), seed, index);  // fan in: the table's rows
+  }
+  Tensor host_forward(const NamedOp& op, HostForward& f) const override {
+    f.saved.ids = f.data.tokens(f.batch);
+    const auto width = op.b.dims[1].size;
+    Tensor y(f.saved.ids.size() * std::size_t(width), 0.0f);
+    kernels::embedding_forward(f.saved.ids.data(), f.weights->data(), y.data(),
+                               kernels::I(f.saved.ids.size()), width);
+    return y;
+  }
+  void host_backward(const NamedOp& op, HostBackward& g) const override {
+    kernels::embedding_backward(g.saved.ids.data(), g.dy.data(), g.weight_grads->data(),
+                                kernels::I(g.saved.ids.size()), op.b.dims[1].size);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<const NamedOpKind> make_gather_kind() { return std::make_unique<Gather>(); }
+
+}  // namespace tpusim

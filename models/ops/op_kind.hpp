@@ -1,0 +1,168 @@
+// What each kind of named op is: one registered class per kind, in a file of its own under
+// models/ops/ (einsum, elementwise, reduction, gather, conv, batch_norm, pool). A kind owns the
+// hardware ops of a core's shard of it, forward and backward (the cost model prices them), what
+// its backward needs held (the gradients in flight besides the kept tensors), how a mesh layout
+// splitting its dimensions adds collectives around it, and its host math for functional mode.
+// The lowerings and interpreters (op_lowering, the mesh lowering, the whole-tensor interpreter)
+// walk a layer's ops and ask each op's kind; none switches on kinds. A new kind of op is one file
+// plus one registry line (registry.cpp).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hardware/cost_model.hpp"
+#include "models/functional.hpp"
+#include "models/model.hpp"
+#include "models/named_ops.hpp"
+#include "models/sharding.hpp"
+
+namespace tpusim {
+
+/// What a layout induces around an op, as the mesh lowering offers it to the op's kind: the
+/// core's computations and the collectives over the mesh dimensions that split its tensors.
+class MeshLoweringSink {
+ public:
+  virtual ~MeshLoweringSink() = default;
+  /// Runs `op` on the core (forward or backward, as the lowering pass is); returns its model FLOPs.
+  virtual double compute(const Op& op) = 0;
+  /// The weight-gradient half of a backward (a convolution's dw).
+  virtual void compute_weight_gradient(const Op& op) = 0;
+  /// Partial sums of the op's output over `mesh` dimensions (a split contraction, a split table,
+  /// a global pool over a split image), all-reduced before the next op reads them; `what` names
+  /// the collective after the op ("partial sums", "rows").
+  virtual void sum_output(const std::string& what, const std::vector<std::string>& mesh, double bytes) = 0;
+  /// The mesh dimensions splitting the image (a global pool's partial sums).
+  virtual std::vector<std::string> spatial_mesh() const = 0;
+  /// An einsum under the layout: its operands gathered along a split sequence, its forward and its
+  /// partial sums (returns the local model FLOPs); its backward, with its input gradient's partial
+  /// sums reduced now or deferred to the lazy all-reduce of an activation several einsums read.
+  /// The lowering owns these: they depend on which op produced each operand.
+  virtual double einsum_forward(const NamedOp& op, const Op& forward) = 0;
+  virtual void einsum_backward(const NamedOp& op, const Op& input_gradient, const Op& operand_gradient) = 0;
+  /// A normalization's statistics over its split reduced dimension (forward), or its gradient's
+  /// row sums (backward).
+  virtual void combine_statistics(const NamedOp& op) = 0;
+  /// Cross-replica batch norm's statistics (forward) or gradient statistics (backward).
+  virtual void batch_norm_statistics(const NamedOp& op) = 0;
+  /// The halo rows a window reads from its spatial neighbours (forward) or sends back (backward).
+  virtual void halos(const NamedOp& op) = 0;
+  /// The gradient of the op's weight (if it has one), reduced over the mesh dimensions that
+  /// split `operands` but not the weight.
+  virtual void weight_gradient(const NamedOp& op, const std::vector<const NamedTensor*>& operands) = 0;
+  /// True when the op at hand reads the model's input (which needs no gradient).
+  virtual bool reads_model_input() const = 0;
+};
+
+/// What the whole-tensor interpreter hands an op's host math in the forward pass.
+struct HostForward {
+  const Tensor& a;                  ///< the first operand's value (empty for a lookup)
+  const Tensor* b = nullptr;        ///< the second operand, when an activation
+  const Tensor* skip = nullptr;     ///< a residual's added activation
+  const Tensor* weights = nullptr;  ///< the op's first weight copy (copies follow)
+  Tensor* extras = nullptr;         ///< its saved_extras() tensors, to fill
+  Saved& saved;                     ///< ids and targets of the layer's call
+  const DataSource& data;           ///< the batch's ids and targets
+  const Batch& batch;
+  double& loss;  ///< a loss op adds its share
+};
+
+/// ... and in the backward pass, with the gradients it produces.
+struct HostBackward {
+  const Tensor& a;                  ///< the first operand's value
+  const Tensor* b = nullptr;        ///< the second operand, when an activation
+  const Tensor& y;                  ///< its own output's value
+  const Tensor* weights = nullptr;  ///< its first weight copy
+  const Tensor* extras = nullptr;   ///< what its forward saved besides its output
+  const Saved& saved;
+  const Batch& batch;
+  Tensor& dy;                      ///< its output's gradient (a loss fills it)
+  Tensor* weight_grads = nullptr;  ///< its weight copies' gradients, added to
+  Tensor da, db, dskip;            ///< its operands' gradients (empty: none)
+};
+
+class NamedOpKind {
+ public:
+  virtual ~NamedOpKind() = default;
+
+  // --- Cost on a core ----------------------------------------------------------------------------
+  /// A core's shard of the op's forward.
+  virtual Op forward(const NamedOp& op, const Sharding& s, double act) const = 0;
+  /// Its backward for the gradient of its first operand (the whole backward of ops with one).
+  virtual Op input_gradient(const NamedOp& op, const Sharding& s, double act) const = 0;
+  /// Its backward for its second operand or weight, where it has one (an einsum's db).
+  virtual std::optional<Op> operand_gradient(const NamedOp&, const Sharding&, double) const {
+    return std::nullopt;
+  }
+  /// False when reading the model's input it skips its input gradient (a convolution's dx; an
+  /// einsum's da is computed all the same, as the frameworks' dense layers do).
+  virtual bool input_gradient_of_model_input() const { return true; }
+  /// Channels whose statistics cross-replica batch norm combines over a group of replicas (a
+  /// batch norm's); 0: none.
+  virtual std::int64_t replica_statistics_channels(const NamedOp&) const { return 0; }
+  /// How it runs as the core's multi-pass kernels (normalizations, softmaxes), if it does.
+  virtual std::optional<MultiPass> multipass(const NamedOp&, bool /*backward*/) const { return std::nullopt; }
+
+  // --- Memory ------------------------------------------------------------------------------------
+  /// Fuses into its producer, in place: no transient and no gradients in flight of its own.
+  virtual bool fuses_into_producer() const { return false; }
+  /// Its output is a loss per row, and its gradient is what it keeps (softmax cross-entropy): the
+  /// op producing its input reads that as its output gradient.
+  virtual bool is_loss(const NamedOp&) const { return false; }
+  /// Local elements of its operands' gradients that its backward holds along with its output's.
+  virtual double operand_gradients(const NamedOp& op, const Sharding& s, bool reads_model_input) const = 0;
+  /// Bytes its backward needs kept besides the tensors marked `keep` (a lookup's ids).
+  virtual double kept_extra_bytes(const NamedOp&, const Sharding&) const { return 0; }
+
+  // --- Under a mesh layout -----------------------------------------------------------------------
+  /// Its forward and the collectives a layout splitting its tensors induces; returns the local
+  /// model FLOPs the mesh report lists for it (matmuls and convolutions; 0 for vector work).
+  virtual double lower_forward(const NamedOp& op, const Sharding& s, double act, MeshLoweringSink& m) const;
+  /// Its backward and the collectives the layout induces (an einsum's partial input gradients are
+  /// the mesh lowering's own: it defers them to the activation's producer).
+  virtual void lower_backward(const NamedOp& op, const Sharding& s, double act, MeshLoweringSink& m) const;
+
+  // --- Host math (functional mode) ---------------------------------------------------------------
+  /// Why the whole-tensor interpreter cannot run it ("" when it can), from the op alone.
+  virtual std::string missing_host_math(const NamedOp& op) const = 0;
+  /// The initial value of copy `copy` of its weight, deterministic in `seed` and the
+  /// parameter's `index`: Xavier-uniform over the dimensions it contracts with its other operand
+  /// (fan in) and the rest (fan out).
+  virtual Tensor initial_weight(const NamedOp& op, int copy, std::uint64_t seed, int index) const;
+  /// Its first operand is the ids a lookup reads from the data, not an activation (functional
+  /// mode: only a first op of the model does).
+  virtual bool reads_ids() const { return false; }
+  /// Tensors its forward saves for its backward besides its output (layer norm: mean and rstd).
+  virtual int saved_extras(const NamedOp&) const { return 0; }
+  /// Its forward on whole tensors: the output (empty for a loss).
+  virtual Tensor host_forward(const NamedOp& op, HostForward& f) const;
+  /// Its backward on whole tensors: fills da (and db, dskip, the weight gradients).
+  virtual void host_backward(const NamedOp& op, HostBackward& b) const;
+};
+
+/// The kind of `op`.
+const NamedOpKind& op_kind(const NamedOp& op);
+
+// Registered kinds (one per file in models/ops/).
+std::unique_ptr<const NamedOpKind> make_einsum_kind();
+std::unique_ptr<const NamedOpKind> make_elementwise_kind();
+std::unique_ptr<const NamedOpKind> make_reduction_kind();
+std::unique_ptr<const NamedOpKind> make_gather_kind();
+std::unique_ptr<const NamedOpKind> make_conv_kind();
+std::unique_ptr<const NamedOpKind> make_batch_norm_kind();
+std::unique_ptr<const NamedOpKind> make_pool_kind();
+
+// Shared by the kinds.
+/// x . y -> z as a (batched) matmul of local sizes: batch dims in all three, m in x and z, k in
+/// x and y, n in y and z.
+Op local_matmul(const std::string& name, const Sharding& s, const NamedTensor& x, const NamedTensor& y,
+                const NamedTensor& z, double act);
+/// A tensor of `op.b`'s shape (one copy), Xavier-uniform over `fan_in` and the rest of its elements.
+Tensor xavier(const NamedOp& op, double fan_in, std::uint64_t seed, int index);
+/// A normalization or softmax as its multi-pass kernels, or one element-wise pass where it has
+/// none (softmax cross-entropy's gradient).
+Op norm_or_softmax(const NamedOp& op, const Sharding& s, double act, bool backward);
+
+}  // namespace tpusim

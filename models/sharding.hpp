@@ -1,0 +1,46 @@
+// A layout's view of the ops of one core: which named dimensions are split over which mesh
+// dimensions, hence the local size of every tensor. Sharding::none() is the whole op on one core
+// (data parallelism, a pipeline stage).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "models/named_ops.hpp"
+
+namespace tpusim {
+
+/// The layout's view of one op: local sizes, split mesh dimensions.
+struct Sharding {
+  /// No dimension split: every op whole on one core.
+  static const Sharding& none();
+
+  const std::map<std::string, std::string>& layout;
+  const std::map<std::string, int>& sizes;  // mesh dimension -> size
+
+  int split(const std::string& dim) const {
+    auto it = layout.find(dim);
+    return it == layout.end() ? 1 : sizes.at(it->second);
+  }
+  /// A core's extent of a dimension. An image split unevenly is padded (the last cores' rows
+  /// are partly padding), as spatial partitioning does; other dimensions divide evenly.
+  std::int64_t local(const Dim& d) const {
+    const int n = split(d.name);
+    return is_spatial(d.name) ? (d.size + n - 1) / n : d.size / n;
+  }
+  static bool is_spatial(const std::string& dim) { return dim == "height" || dim == "width"; }
+  double local_elements(const NamedTensor& t) const {
+    double n = t.copies;
+    for (const auto& d : t.dims) n *= double(local(d));
+    return n;
+  }
+  /// Bytes of a normalization's statistics (two fp32 values per normalized row) when its reduced
+  /// dimension is split, else 0.
+  double statistics_bytes(const NamedOp& op) const;
+  /// Mesh dimensions splitting the dimensions of `from` that `to` lacks (sorted, unique).
+  std::vector<std::string> split_missing(const std::vector<const NamedTensor*>& from,
+                                         const NamedTensor& to) const;
+};
+
+}  // namespace tpusim
