@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "models/model.hpp"
 #include "models/op_lowering.hpp"
@@ -457,4 +458,39 @@ TEST_CASE("a transformer's blocks are one computation; a ResNet stage's first bl
   for (const Model* m : {&t, &r})
     CHECK(m->step_model_flops(4) ==
           Approx(total_flops(*m, 4, false) + total_flops(*m, 4, true)).epsilon(1e-12));
+}
+
+TEST_CASE("every kind of named op has its registered class, which prices it and says what it keeps",
+          "[models][ops]") {
+  const std::int64_t b = 2, s = 8, d = 16;
+  const std::vector<NamedOp> ops = {
+      einsum("proj", act({{"batch", b}, {"seq", s}, {"d_model", d}}), weight({{"d_model", d}, {"d_ff", d}}),
+             act({{"batch", b}, {"seq", s}, {"d_ff", d}})),
+      elementwise("relu", act({{"batch", b}, {"seq", s}, {"d_ff", d}}), 2),
+      reduction("norm", act({{"batch", b}, {"seq", s}, {"d_ff", d}}), "d_ff"),
+      gather("lookup", act({{"batch", b}, {"seq", s}}), weight({{"vocab", 32}, {"d_model", d}}),
+             act({{"batch", b}, {"seq", s}, {"d_model", d}})),
+      conv("conv", b, 8, 3, 4, 3, 1),
+      batch_norm("bn", b, 8, 4),
+      pool("pool", b, 8, 4, 2, 2),
+  };
+  std::set<const NamedOpKind*> classes;
+  for (const auto& op : ops) {
+    const NamedOpKind& kind = op_kind(op);
+    classes.insert(&kind);
+    CHECK(kind.forward(op, Sharding::none(), 2).name == op.name);
+    CHECK(forward_op(op, Sharding::none(), 2).bytes == kind.forward(op, Sharding::none(), 2).bytes);
+  }
+  CHECK(classes.size() == ops.size());  // one class per kind
+  // Only the einsum and the convolution have a second backward (db, dw); only the element-wise op
+  // fuses into its producer; a lookup keeps its int32 ids for the scatter.
+  for (const auto& op : ops)
+    CHECK(bool(op_kind(op).operand_gradient(op, Sharding::none(), 2)) ==
+          (op.kind == NamedOp::Kind::Einsum || op.kind == NamedOp::Kind::Conv));
+  CHECK(op_kind(ops[1]).fuses_into_producer());
+  CHECK_FALSE(op_kind(ops[0]).fuses_into_producer());
+  CHECK(op_kind(ops[3]).kept_extra_bytes(ops[3], Sharding::none()) == Approx(b * s * 4.0));
+  // Host math: the convolution family has none, and says which kind it is.
+  CHECK(op_kind(ops[4]).missing_host_math(ops[4]) == "no host math for convolutions");
+  CHECK(op_kind(ops[0]).missing_host_math(ops[0]).empty());
 }
