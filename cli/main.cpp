@@ -393,8 +393,63 @@ int cmd_describe_slice(const std::string& name, const std::string& hardware, boo
   return 0;
 }
 
-int cmd_describe_model(const std::string& file, const std::vector<std::string>& sets, bool as_json) {
+/// One layer's hardware ops on one core, forward then backward: what each costs and what bounds it.
+int cmd_describe_ops(const Study& study, std::int64_t batch, const std::string& layer_name, bool as_json) {
+  const Layer* layer = nullptr;
+  for (const auto& l : study.model.layers)
+    if (l.name == layer_name) layer = &l;
+  if (!layer) {
+    std::string names;
+    for (const auto& l : study.model.layers) names += (names.empty() ? "" : ", ") + l.name;
+    throw ConfigError(study.file, "--ops", "\"" + layer_name + "\"", "a layer of the model: " + names);
+  }
+  const CostModel cost(study.hardware.core);
+  const LayerWork w = layer->work(batch);
+  Json ops = Json::array();
+  for (const auto* pass : {&w.forward, &w.backward})
+    for (const Op& op : *pass) {
+      const OpCost c = cost.cost(op);
+      ops.push_back(Json{{"pass", pass == &w.forward ? "forward" : "backward"},
+                         {"op", op.name},
+                         {"seconds", c.seconds},
+                         {"mxu_s", c.mxu_s},
+                         {"vpu_s", c.vpu_s},
+                         {"hbm_s", c.hbm_s},
+                         {"bound", c.bound},
+                         {"model_flops", c.model_flops},
+                         {"hardware_flops", c.hardware_flops},
+                         {"bytes", op.bytes}});
+    }
+  if (as_json) {
+    std::cout << Json{{"model", study.model.name},
+                      {"layer", layer->name},
+                      {"batch_per_core", batch},
+                      {"ops", ops}}
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  std::printf("%s of %s on one %s core, %lld examples\n", layer->name.c_str(), study.model.name.c_str(),
+              study.hardware.name.c_str(), (long long)batch);
+  std::printf("%-9s %-28s %10s %10s %10s %10s %10s  %s\n", "pass", "op", "ms", "MXU ms", "VPU ms", "HBM ms",
+              "GFLOP", "bound");
+  double total = 0;
+  for (const auto& o : ops) {
+    total += o["seconds"].get<double>();
+    std::printf("%-9s %-28s %10.4f %10.4f %10.4f %10.4f %10.3f  %s\n", o["pass"].get<std::string>().c_str(),
+                o["op"].get<std::string>().c_str(), o["seconds"].get<double>() * 1e3,
+                o["mxu_s"].get<double>() * 1e3, o["vpu_s"].get<double>() * 1e3,
+                o["hbm_s"].get<double>() * 1e3, o["model_flops"].get<double>() / 1e9,
+                o["bound"].get<std::string>().c_str());
+  }
+  std::printf("%-9s %-28s %10.4f\n", "total", "", total * 1e3);
+  return 0;
+}
+
+int cmd_describe_model(const std::string& file, const std::vector<std::string>& sets, bool as_json,
+                       const std::string& ops_of) {
   const Study study = load_study(file, sets);
+  if (!ops_of.empty()) return cmd_describe_ops(study, study.schedule->layer_batch(study), ops_of, as_json);
   const std::int64_t batch = study.schedule->layer_batch(study);
   const auto rows = describe_layers(study.model, CostModel(study.hardware.core), batch);
   const LayerSummary total = total_of(rows);
@@ -574,7 +629,7 @@ void add_plan(CLI::App& app, Commands& commands) {
 
 void add_describe(CLI::App& app, Commands& commands) {
   struct DescribeOptions {
-    std::string hardware, slice, slice_hardware, study;
+    std::string hardware, slice, slice_hardware, study, ops;
     std::vector<std::string> sets;
     bool json = false;
   };
@@ -588,7 +643,9 @@ void add_describe(CLI::App& app, Commands& commands) {
   auto* model = describe->add_subcommand("model", "per-layer table of a study's model on one core");
   add_study(model, o->study, o->sets);
   model->add_flag("--json", o->json, "machine-readable output");
-  commands.emplace_back(model, [o] { return cmd_describe_model(o->study, o->sets, o->json); });
+  model->add_option("--ops", o->ops,
+                    "list one layer's hardware ops instead (forward, then backward): time, bound");
+  commands.emplace_back(model, [o] { return cmd_describe_model(o->study, o->sets, o->json, o->ops); });
   auto* opt =
       describe->add_subcommand("optimizers", "every optimizer rule: slots, update cost and its derivation");
   opt->add_flag("--json", o->json, "machine-readable output");
