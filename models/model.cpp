@@ -49,6 +49,7 @@ double Model::step_model_flops(std::int64_t batch) const {
 const std::map<std::string, ModelBuilder>& model_builders() {
   static const std::map<std::string, ModelBuilder> builders = {
       {"amoebanet_d", build_amoebanet_d},
+      {"bert", build_bert},
       {"mesh_lm", build_mesh_lm},
       {"mlp", build_mlp},
       {"resnet50", build_resnet50},

@@ -96,6 +96,7 @@ Model build_model(const Json& json, const std::string& path, Problems& problems)
 // Registered builders (one per file).
 Model build_mlp(Fields& fields, Problems& problems);
 Model build_transformer(Fields& fields, Problems& problems);
+Model build_bert(Fields& fields, Problems& problems);
 Model build_mesh_lm(Fields& fields, Problems& problems);
 Model build_resnet50(Fields& fields, Problems& problems);
 Model build_amoebanet_d(Fields& fields, Problems& problems);

@@ -9,24 +9,13 @@
 #include "models/blocks.hpp"
 #include "models/named_op_function.hpp"
 #include "models/op_lowering.hpp"
+#include "models/transformer_parts.hpp"
 
 namespace tpusim {
 
-namespace {
+using Dims = TransformerDims;
 
-struct Dims {
-  std::int64_t layers = 0, encoder_layers = 0, d_model = 0, d_ff = 0, heads = 0, d_kv = 0, vocab = 0, seq = 0;
-  bool biases = true;
-  bool shared_embeddings = false;
-  bool gelu = false;  ///< the feed-forward's activation: GELU (BERT) instead of ReLU
-  /// Dropout rates: on the embedding and every sublayer's output, and on attention probabilities.
-  double dropout = 0, attention_dropout = 0;
-  /// Positions per sequence the output layer predicts (BERT's masked-LM predicts a few of
-  /// them); 0: every position.
-  std::int64_t predicted = 0;
-  std::int64_t inner() const { return heads * d_kv; }
-  std::int64_t predicted_positions() const { return predicted > 0 ? predicted : seq; }
-};
+namespace {
 
 /// Weight tensors of a dense projection k -> n (with its bias if the model has biases).
 void add_dense_weights(Layer& l, const Dims& d, std::int64_t k, std::int64_t n) {
@@ -230,7 +219,7 @@ Model assemble(const Dims& d, double act, const std::string& name) {
 }
 
 /// Reads the dimensions; `defaults` (from mesh_lm's size) fill any that are absent.
-Dims read_dims(Fields& f, Problems& problems, const Dims* defaults) {
+Dims read_dims_impl(Fields& f, Problems& problems, const Dims* defaults) {
   Dims d = defaults ? *defaults : Dims{};
   auto get = [&](const char* key, std::int64_t& into, std::int64_t min, std::int64_t max) {
     into = defaults ? f.integer_or(key, into, min, max) : f.integer(key, min, max);
@@ -267,7 +256,7 @@ Dims read_dims(Fields& f, Problems& problems, const Dims* defaults) {
 }  // namespace
 
 Model build_transformer(Fields& f, Problems& problems) {
-  Dims d = read_dims(f, problems, nullptr);
+  Dims d = read_transformer_dims(f, problems, nullptr);
   const double act = read_activation_bytes(f);
   if (!problems.empty()) return {};
   std::string name = "transformer L=" + std::to_string(d.layers) + " d_model=" + std::to_string(d.d_model);
@@ -292,7 +281,7 @@ Model build_mesh_lm(Fields& f, Problems& problems) {
   defaults.vocab = 32768;
   defaults.seq = 256;
   defaults.biases = false;
-  Dims d = read_dims(f, problems, &defaults);
+  Dims d = read_transformer_dims(f, problems, &defaults);
   const double act = read_activation_bytes(f);
   if (!problems.empty()) return {};
   return assemble(d, act, "mesh_lm s=" + std::to_string(s));
@@ -301,6 +290,22 @@ Model build_mesh_lm(Fields& f, Problems& problems) {
 }  // namespace tpusim
 
 namespace tpusim {
+
+Dims read_transformer_dims(Fields& f, Problems& problems, const Dims* defaults) {
+  return read_dims_impl(f, problems, defaults);
+}
+
+Layer transformer_block(const std::string& name, const Dims& d, double act) {
+  return block(name, d, act, false);
+}
+
+NamedTensor transformer_embedding_table(const Dims& d, bool owned, bool transposed) {
+  return embedding_table(d, owned, transposed);
+}
+
+void add_dense_weights_of(Layer& l, const Dims& d, std::int64_t k, std::int64_t n) {
+  add_dense_weights(l, d, k, n);
+}
 
 Layer transformer_block_layer(const std::string& name, std::int64_t d_model, std::int64_t d_ff,
                               std::int64_t heads, std::int64_t d_kv, std::int64_t seq, bool biases,

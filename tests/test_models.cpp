@@ -494,3 +494,40 @@ TEST_CASE("every kind of named op has its registered class, which prices it and 
   CHECK(op_kind(ops[4]).missing_host_math(ops[4]) == "no host math for convolutions");
   CHECK(op_kind(ops[0]).missing_host_math(ops[0]).empty());
 }
+
+TEST_CASE("BERT-large for pre-training has BertForPreTraining's 336,226,108 parameters", "[models]") {
+  const Model m = build(
+      R"({"kind": "bert", "layers": 24, "d_model": 1024, "d_ff": 4096, "heads": 16, "vocab": 30522, "seq_len": 512, "predicted_positions": 76})");
+  const std::int64_t d = 1024, ff = 4096, V = 30522, S = 512;
+  // By hand: word, 2 token-type and 512 position embeddings and their layer norm; per block the
+  // four attention projections and the two feed-forward ones with biases and two layer norms;
+  // the masked LM's transform (dense, layer norm) and output bias, the pooler and 2 classes.
+  const std::int64_t embedding = V * d + 2 * d + S * d + 2 * d;
+  const std::int64_t block = 4 * (d * d + d) + (d * ff + ff) + (ff * d + d) + 2 * 2 * d;
+  const std::int64_t heads = (d * d + d) + 2 * d + V + (d * d + d) + (d * 2 + 2);
+  CHECK(m.layers.front().params() == embedding);
+  CHECK(m.layers.back().params() == heads);
+  CHECK(m.params() == embedding + 24 * block + heads);
+  CHECK(m.params() == 336226108);
+  // BertModel (without the two pre-training heads but with the pooler): 335,141,888.
+  CHECK(m.params() - heads + (d * d + d) == 335141888);
+  // Forward FLOPs per sequence: the blocks' matmuls and attention, the masked LM over its 76
+  // positions (transform and logits through the tied table), the pooler and the classes.
+  const double blocks = 24.0 * (2.0 * S * (4 * d * d + 2 * d * ff) + 4.0 * S * S * d);
+  const double mlm = 2.0 * 76 * (d * d + d * V), nsp = 2.0 * (d * d + d * 2);
+  CHECK(total_flops(m, 1, false) == Approx(blocks + mlm + nsp));
+}
+
+TEST_CASE("a BERT without its predicted positions, or with heads not dividing d_model, is bad input",
+          "[models]") {
+  for (const auto& [bad, path] : std::vector<std::pair<std::string, std::string>>{
+           {R"("heads": 16, "vocab": 100, "seq_len": 64})", "model.predicted_positions"},
+           {R"("heads": 5, "vocab": 100, "seq_len": 64, "predicted_positions": 8})", "model.heads"},
+           {R"("heads": 16, "vocab": 100, "seq_len": 64, "predicted_positions": 65})",
+            "model.predicted_positions"}}) {
+    Problems problems("test");
+    build_model(Json::parse(R"({"kind": "bert", "layers": 2, "d_model": 64, "d_ff": 128, )" + bad), "model",
+                problems);
+    CHECK_THROWS_WITH(problems.throw_if_any(), Catch::Contains(path));
+  }
+}

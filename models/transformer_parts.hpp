@@ -1,0 +1,36 @@
+// The pieces of the Transformer builders that other model kinds reuse (BERT's encoder blocks
+// and tied embedding table): the dimensions and options a Transformer is read with, and its
+// pre-norm block.
+#pragma once
+
+#include "hardware/json_fields.hpp"
+#include "models/model.hpp"
+#include "models/named_ops.hpp"
+
+namespace tpusim {
+
+/// A Transformer's dimensions and options.
+struct TransformerDims {
+  std::int64_t layers = 0, encoder_layers = 0, d_model = 0, d_ff = 0, heads = 0, d_kv = 0, vocab = 0, seq = 0;
+  bool biases = true;
+  bool shared_embeddings = false;
+  bool gelu = false;  ///< the feed-forward's activation: GELU (BERT) instead of ReLU
+  /// Dropout rates: on the embedding and every sublayer's output, and on attention probabilities.
+  double dropout = 0, attention_dropout = 0;
+  /// Positions per sequence the output layer predicts (BERT's masked-LM predicts a few of
+  /// them); 0: every position.
+  std::int64_t predicted = 0;
+  std::int64_t inner() const { return heads * d_kv; }
+  std::int64_t predicted_positions() const { return predicted > 0 ? predicted : seq; }
+};
+
+/// Reads the dimensions and options; `defaults` fill any that are absent (mesh_lm's sizes).
+TransformerDims read_transformer_dims(Fields& f, Problems& problems, const TransformerDims* defaults);
+/// A pre-norm encoder block (self-attention, feed-forward, dropout where `d` asks for it).
+Layer transformer_block(const std::string& name, const TransformerDims& d, double act);
+/// A table [vocab, d_model] ([d_model, vocab] transposed): owned, or another layer's (tied).
+NamedTensor transformer_embedding_table(const TransformerDims& d, bool owned, bool transposed);
+/// The weight of a dense projection k -> n, with its bias when the model has biases.
+void add_dense_weights_of(Layer& l, const TransformerDims& d, std::int64_t k, std::int64_t n);
+
+}  // namespace tpusim
