@@ -86,6 +86,8 @@ TEST_CASE("every registered model kind builds", "[models][registry]") {
   // layer to work with FLOPs at a batch of 2. A kind left out of this list fails the size check.
   const std::map<std::string, std::string> examples = {
       {"amoebanet_d", R"({"kind": "amoebanet_d", "normal_cells": 3, "filters": 32, "image_size": 64})"},
+      {"bert",
+       R"({"kind": "bert", "layers": 1, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16, "seq_len": 8, "predicted_positions": 2})"},
       {"mesh_lm", R"({"kind": "mesh_lm", "size": -1, "layers": 1, "seq_len": 16})"},
       {"mlp", R"({"kind": "mlp", "layers": 2, "width": 16, "input": 8, "classes": 4})"},
       {"resnet50", R"({"kind": "resnet50", "image_size": 32, "classes": 10})"},
