@@ -1,5 +1,9 @@
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <map>
 #include <sstream>
+#include <tuple>
 
 #include "reports/run_report.hpp"
 
@@ -40,9 +44,17 @@ void split_section(std::ostringstream& md, const Json& j, double step) {
   const auto& split = j["breakdown"]["step_split_s"];
   md << "## Where the step goes (average over the cores used)\n\n| part | time | share |\n| --- | --- | --- "
         "|\n";
-  for (auto it = split.begin(); it != split.end(); ++it) {
-    md << "| " << it.key() << " | " << human_seconds(it.value().get<double>()) << " | "
-       << pct(step > 0 ? it.value().get<double>() / step : 0) << " |\n";
+  // In the order a step runs: compute, what waits on communication, the hosts, idle; any other
+  // part after them.
+  std::vector<std::string> parts = {"forward",    "recompute",          "backward",
+                                    "update",     "exposed_collective", "exposed_transfer",
+                                    "input_wait", "host_loop",          "idle"};
+  for (auto it = split.begin(); it != split.end(); ++it)
+    if (std::find(parts.begin(), parts.end(), it.key()) == parts.end()) parts.push_back(it.key());
+  for (const auto& part : parts) {
+    if (!split.contains(part)) continue;
+    const double t = split[part].get<double>();
+    md << "| " << part << " | " << human_seconds(t) << " | " << pct(step > 0 ? t / step : 0) << " |\n";
   }
   md << "\n";
 }
@@ -166,6 +178,49 @@ void input_section(std::ostringstream& md, const Json& j) {
      << human_seconds(in["tpu_step_time_s"].get<double>()) << ") |\n\n";
 }
 
+/// Cores whose HBM peaks alike: the same bytes at the same time in the same task (its name
+/// without the core's number).
+struct PeakGroup {
+  double peak = 0, at = 0;
+  std::string task;
+  std::vector<int> cores;
+};
+
+std::string without_core(const std::string& task) {
+  const auto at = task.rfind(" core ");
+  if (at == std::string::npos || at + 6 >= task.size()) return task;
+  for (std::size_t i = at + 6; i < task.size(); ++i)
+    if (!std::isdigit(static_cast<unsigned char>(task[i]))) return task;
+  return task.substr(0, at);
+}
+
+std::vector<PeakGroup> peak_groups(const Json& cores) {
+  std::vector<PeakGroup> groups;
+  std::map<std::tuple<double, double, std::string>, std::size_t> index;
+  for (const auto& c : cores) {
+    const double peak = c["peak_hbm_bytes"].get<double>();
+    if (peak <= 0) continue;
+    PeakGroup g{peak, c["peak_at_s"].get<double>(), without_core(c["peak_task"].get<std::string>()), {}};
+    auto [it, fresh] = index.try_emplace({g.peak, g.at, g.task}, groups.size());
+    if (fresh) groups.push_back(std::move(g));
+    groups[it->second].cores.push_back(c["core"].get<int>());
+  }
+  return groups;
+}
+
+/// Ascending core numbers as ranges: "0-15, 32-47".
+std::string core_ranges(const std::vector<int>& cores) {
+  std::string text;
+  for (std::size_t i = 0; i < cores.size();) {
+    std::size_t j = i;
+    while (j + 1 < cores.size() && cores[j + 1] == cores[j] + 1) ++j;
+    text += (text.empty() ? "" : ", ") + std::to_string(cores[i]) +
+            (j > i ? "-" + std::to_string(cores[j]) : std::string());
+    i = j + 1;
+  }
+  return text;
+}
+
 /// The busiest core's HBM at its peak, every core's peak, and an overflow.
 void memory_section(std::ostringstream& md, const Json& j) {
   md << "## Memory\n\n![memory](memory.svg)\n\n";
@@ -179,18 +234,17 @@ void memory_section(std::ostringstream& md, const Json& j) {
   md << "| category | bytes at the peak |\n| --- | --- |\n";
   for (auto it = at_peak.begin(); it != at_peak.end(); ++it)
     md << "| " << it.key() << " | " << human_bytes(it.value().get<double>()) << " |\n";
-  md << "\nEach core's peak and the task running it:\n\n| core | peak | at | task |\n| ---: | ---: | ---: | "
-        "--- "
-        "|\n";
+  md << "\nEach core's peak and the task running it (cores that peak alike share a row):\n\n"
+        "| cores | peak | at | task |\n| ---: | ---: | ---: | --- |\n";
+  const auto groups = peak_groups(j["cores"]);
   std::size_t listed = 0;
-  for (const auto& c : j["cores"]) {
-    if (c["peak_hbm_bytes"].get<double>() <= 0) continue;
+  for (const auto& g : groups) {
     if (++listed > 64) {
-      md << "| ... | | | (" << j["cores"].size() << " cores; the rest in result.json) |\n";
+      md << "| ... | | | (" << groups.size() << " groups of cores; the rest in result.json) |\n";
       break;
     }
-    md << "| " << c["core"].get<int>() << " | " << human_bytes(c["peak_hbm_bytes"].get<double>()) << " | "
-       << human_seconds(c["peak_at_s"].get<double>()) << " | " << c["peak_task"].get<std::string>() << " |\n";
+    md << "| " << core_ranges(g.cores) << " | " << human_bytes(g.peak) << " | " << human_seconds(g.at)
+       << " | " << g.task << " |\n";
   }
   if (!j["overflow"].is_null()) {
     md << "\n**Does not fit**: core " << j["overflow"]["core"].get<int>() << " exceeds its HBM by "

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # HBM over time: the trace carries one counter track per core (the memory categories as its
 # series) whose highest sample is the core's peak in result.json, reached at cores[].peak_at_s
-# in cores[].peak_task; the summary and report.md name the peak's time and task.
+# in cores[].peak_task; the summary and report.md name the peak's time and task, cores that peak
+# alike in one row.
 set -euo pipefail
 tpusim="$1"; root="$2"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
@@ -9,6 +10,14 @@ for study in default.json gpipe-transformer-v3-k8.json; do
   "$tpusim" run "$root/configs/studies/$study" --out "$work/$study" --trace > "$work/$study.txt"
   grep -q "^  peak at  .* on core [0-9]*, in " "$work/$study.txt" || { echo "FAIL: no peak line"; exit 1; }
   grep -q "Each core's peak and the task running it" "$work/$study/report.md" || { echo "FAIL: report.md"; exit 1; }
+  # Cores that peak alike share a row: data parallelism's 32 replicas are one row; the
+  # pipeline's stages peak at different times, one row each.
+  rows=$(sed -n '/Each core.s peak/,$p' "$work/$study/report.md" | grep -c '^| [0-9]' || true)
+  case "$study" in
+    default.json) grep -q '^| 0-31 | .* | backward output |$' "$work/$study/report.md" && [ "$rows" = 1 ] ||
+      { echo "FAIL: the replicas' peaks are not one row ($rows)"; exit 1; } ;;
+    *) [ "$rows" = 8 ] || { echo "FAIL: $rows rows for 8 stages"; exit 1; } ;;
+  esac
   python3 - "$work/$study" "$study" <<'PY'
 import json, sys
 d, name = sys.argv[1], sys.argv[2]
