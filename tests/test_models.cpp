@@ -533,3 +533,20 @@ TEST_CASE("a BERT without its predicted positions, or with heads not dividing d_
     CHECK_THROWS_WITH(problems.throw_if_any(), Catch::Contains(path));
   }
 }
+
+TEST_CASE("a problem elsewhere, or a bad size, does not make mesh_lm's other keys look unknown", "[models]") {
+  for (const char* size : {"0", "9"}) {
+    Problems problems("test");
+    problems.add("slice", Json("v9-8"), "a slice");  // found before the model is read
+    build_model(Json::parse(std::string(R"({"kind": "mesh_lm", "size": )") + size +
+                            R"(, "layers": 2, "d_model": 32, "seq_len": 16})"),
+                "model", problems);
+    try {
+      problems.throw_if_any();
+      FAIL("no problem reported");
+    } catch (const ConfigError& e) {
+      CHECK_THAT(e.what(), !Catch::Contains("unknown key"));
+      CHECK_THAT(e.what(), Catch::Contains("slice"));
+    }
+  }
+}
