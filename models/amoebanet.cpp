@@ -66,7 +66,7 @@ void edge_weights(Layer& l, CellOp op, std::int64_t w, bool strided) {
 /// Both paths read the ReLU's output, recomputed for their gradients.
 FeatureMap factorized_reduce(std::vector<NamedOp>& ops, const std::string& name, std::int64_t b,
                              const FeatureMap& in, std::int64_t width) {
-  ops.push_back(elementwise(name + "_relu", image(b, in.size, in.channels), 1));
+  ops.push_back(relu(name + "_relu", image(b, in.size, in.channels)));
   ops.push_back(conv(name + "_path1", b, in.size, in.channels, width / 2, 1, 2));
   ops.push_back(conv(name + "_path2", b, in.size, in.channels, width - width / 2, 1, 2));
   const FeatureMap out{(in.size + 1) / 2, width};

@@ -5,7 +5,7 @@ namespace tpusim {
 FeatureMap conv_bn(std::vector<NamedOp>& ops, const std::string& name, std::int64_t batch,
                    const FeatureMap& in, int kh, int kw, int stride, std::int64_t out_channels, bool relu,
                    bool keep_input) {
-  if (relu) ops.push_back(elementwise(name + "_relu", image(batch, in.size, in.channels), 1));
+  if (relu) ops.push_back(tpusim::relu(name + "_relu", image(batch, in.size, in.channels)));
   ops.push_back(conv(name, batch, in.size, in.channels, out_channels, kh, kw, stride));
   ops.back().a.keep = keep_input && !relu;
   const FeatureMap out{(in.size + stride - 1) / stride, out_channels};
@@ -18,7 +18,7 @@ std::vector<NamedOp> resnet_stem(std::int64_t b, std::int64_t image_size, bool s
   std::vector<NamedOp> ops{space_to_depth ? conv("conv1", b, image_size / 2, 12, 64, 4, 1)
                                           : conv("conv1", b, image_size, 3, 64, 7, 2),
                            batch_norm("bn1", b, conv_size, 64),
-                           elementwise("relu", image(b, conv_size, 64), 1),
+                           tpusim::relu("relu", image(b, conv_size, 64)),
                            pool("max_pool", b, conv_size, 64, 3, 2)};
   ops.front().a.keep = true;  // the image, which conv1's weight gradient reads
   return ops;

@@ -35,6 +35,12 @@ NamedOp elementwise(std::string name, NamedTensor a, double ops, NamedTensor bia
   return op;
 }
 
+NamedOp relu(std::string name, NamedTensor a) {
+  NamedOp op = elementwise(std::move(name), std::move(a), 1);
+  op.math = NamedOp::Math::BiasRelu;
+  return op;
+}
+
 NamedOp dropout(std::string name, NamedTensor a) {
   a.keep = true;
   NamedOp op = elementwise(std::move(name), std::move(a), 3);

@@ -64,7 +64,7 @@ struct NamedOp {
   enum class Math {
     Unspecified,
     Bias,           ///< Elementwise: out = a + b (b over a's last dimension)
-    BiasRelu,       ///< Elementwise: out = max(a + b, 0)
+    BiasRelu,       ///< Elementwise: out = max(a + b, 0) (b optional: a ReLU alone)
     SoftmaxXent,    ///< Reduction over the last dimension: softmax cross-entropy against the targets
     LayerNorm,      ///< Reduction over the last dimension: (a - mean) / std * scale + shift (b: 2 copies)
     Residual,       ///< Elementwise: out = a + b (optional bias over the last dimensions) + `skip`
@@ -102,6 +102,8 @@ NamedTensor weight(std::vector<Dim> dims, int copies = 1);
 NamedOp einsum(std::string name, NamedTensor a, NamedTensor b, NamedTensor out);
 NamedOp elementwise(std::string name, NamedTensor a, double ops, NamedTensor bias = {});
 NamedOp reduction(std::string name, NamedTensor a, std::string reduce_dim, NamedTensor params = {});
+/// A ReLU of `a` alone (one operation per element; its gradient reads its output).
+NamedOp relu(std::string name, NamedTensor a);
 /// Dropout of `a` (kept: it stands for the mask, the same shape): a random number, a compare, a
 /// select and a scale per element forward; the gradient multiplies by the mask.
 NamedOp dropout(std::string name, NamedTensor a);

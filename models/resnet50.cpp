@@ -32,10 +32,10 @@ Layer bottleneck(const std::string& name, const FeatureMap& in, std::int64_t wid
     const std::int64_t out = (in.size + stride - 1) / stride;
     std::vector<NamedOp> ops = {conv("conv1", b, in.size, in.channels, width, 1, 1),
                                 batch_norm("bn1", b, in.size, width),
-                                elementwise("relu1", tpusim::image(b, in.size, width), 1),
+                                tpusim::relu("relu1", tpusim::image(b, in.size, width)),
                                 conv("conv2", b, in.size, width, width, 3, int(stride)),
                                 batch_norm("bn2", b, out, width),
-                                elementwise("relu2", tpusim::image(b, out, width), 1),
+                                tpusim::relu("relu2", tpusim::image(b, out, width)),
                                 conv("conv3", b, out, width, out_channels, 1, 1),
                                 batch_norm("bn3", b, out, out_channels)};
     ops.front().a.keep = true;  // the block input (a materialized residual sum), read by conv1's dW

@@ -3,6 +3,7 @@
 // previous layer produces (checked, with the JSON path of the mismatch).
 #include "models/blocks.hpp"
 #include "models/conv_nets.hpp"
+#include "models/named_op_function.hpp"
 #include "models/op_lowering.hpp"
 
 namespace tpusim {
@@ -42,11 +43,24 @@ Layer conv_layer(const std::string& name, const FeatureMap& in, std::int64_t ker
     std::vector<NamedOp> ops{conv("conv", b, in.size, in.channels, out_channels, int(kernel), int(stride))};
     ops.front().a.keep = true;  // the layer's input, handed on materialized by the layer before
     if (batch_norm) ops.push_back(tpusim::batch_norm("bn", b, out.size, out_channels));
-    ops.push_back(elementwise("relu", image(b, out.size, out_channels), 1));
+    ops.push_back(tpusim::relu("relu", image(b, out.size, out_channels)));
     return ops;
   };
   derive_work(l, act, first, [=](std::int64_t b) {
     return std::pair{in.elements(b) * act, out.elements(b) * act};
+  });
+  return l;
+}
+
+/// Global average pooling: an image to one value per channel (what a classifier reads).
+Layer global_pool_layer(const std::string& name, const FeatureMap& in, bool first, double act) {
+  Layer l;
+  l.name = name;
+  l.named_ops = [=](std::int64_t b) {
+    return std::vector<NamedOp>{pool("global_avg_pool", b, in.size, in.channels, int(in.size), 1)};
+  };
+  derive_work(l, act, first, [=](std::int64_t b) {
+    return std::pair{in.elements(b) * act, double(b) * double(in.channels) * act};
   });
   return l;
 }
@@ -64,22 +78,27 @@ Model build_sequential(Fields& f, Problems& problems) {
     return m;
   }
   Shape shape;
+  FeatureMap image_in;                     // the last convolution's output map
+  std::int64_t features = 0, classes = 0;  // what the first layer reads, what the classifier scores
   int dense_index = 0;  // position among dense layers: names their activations for mesh layouts
   for (std::size_t i = 0; i < layers->size(); ++i) {
     const std::string path = index_path(f.path_of("layers"), i);
     Fields e((*layers)[i], path, problems);
     if (!e.ok()) continue;
     const std::size_t problems_before = problems.size();
-    const std::string kind = e.string("kind", {"dense", "classifier", "conv2d", "transformer_block"});
+    const std::string kind =
+        e.string("kind", {"dense", "classifier", "conv2d", "global_pool", "transformer_block"});
     if (problems.size() != problems_before) continue;  // other keys belong to a kind we do not know
     const std::int64_t count = e.integer_or("count", 1, 1, 100000);
-    auto expect_input = [&](const char* key, Shape::Kind k, std::int64_t features) {
-      if (shape.kind != Shape::Unknown && (shape.kind != k || shape.features != features)) {
+    auto expect_input = [&](const char* key, Shape::Kind k, std::int64_t width) {
+      if (shape.kind == Shape::Unknown) features = width;
+      if (shape.kind != Shape::Unknown && (shape.kind != k || shape.features != width)) {
         problems.add(
-            e.path_of(key), Json(features),
+            e.path_of(key), Json(width),
             "the previous layer's output (" + std::to_string(shape.features) + " values per example)");
       }
     };
+    classes = 0;  // only a classifier that ends the model scores
     const std::size_t before = m.layers.size();
     if (kind == "dense" || kind == "classifier") {
       const auto in = e.integer("in", 1, 1 << 24);
@@ -98,6 +117,7 @@ Model build_sequential(Fields& f, Problems& problems) {
         ++dense_index;
       }
       shape = {Shape::Flat, kind == "classifier" ? 0 : out};
+      classes = kind == "classifier" ? out : 0;
     } else if (kind == "conv2d") {
       const auto size = e.integer("size", 1, 1 << 14);
       const auto cin = e.integer("in_channels", 1, 1 << 16);
@@ -115,6 +135,16 @@ Model build_sequential(Fields& f, Problems& problems) {
         in = FeatureMap{(in.size + stride - 1) / stride, cout};
       }
       shape = {Shape::Image, in.size * in.size * cout};
+      image_in = in;
+    } else if (kind == "global_pool") {
+      if (shape.kind != Shape::Image) {
+        problems.add(e.path_of("kind"), Json(kind), "a layer after convolutions (an image to pool)");
+      } else if (count != 1) {
+        problems.add(e.path_of("count"), Json(count), "1 (pooling leaves no image to pool again)");
+      } else {
+        m.layers.push_back(global_pool_layer("pool" + std::to_string(i), image_in, false, act));
+        shape = {Shape::Flat, image_in.channels};
+      }
     } else if (kind == "transformer_block") {
       const auto d = e.integer("d_model", 1, 1 << 20);
       const auto ff = e.integer("d_ff", 1, 1 << 24);
@@ -133,6 +163,9 @@ Model build_sequential(Fields& f, Problems& problems) {
     if (!problems.empty()) m.layers.resize(before);
   }
   m.name = "sequential (" + std::to_string(m.layers.size()) + " layers)";
+  // Functional mode, where every layer has host math and a classifier ends the model: features
+  // and the classes a fixed random linear teacher gives them, as for the mlp.
+  if (problems.empty() && classes > 0 && !m.layers.empty()) attach_functions(m, mlp_data(features, classes));
   return m;
 }
 

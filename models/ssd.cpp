@@ -71,11 +71,11 @@ Layer extra_block(int i, const FeatureMap& in, double carried, double act) {
   l.named_ops = [in, mid, out, stride, valid](std::int64_t b) {
     std::vector<NamedOp> ops;
     const FeatureMap x = conv_bn(ops, "conv1x1", b, in, 1, 1, 1, mid, false, true);
-    ops.push_back(elementwise("relu1", image(b, x.size, mid), 1));
+    ops.push_back(tpusim::relu("relu1", image(b, x.size, mid)));
     ops.push_back(conv("conv3x3", b, x.size, mid, out, 3, 3, stride, valid));
     const std::int64_t size = ops.back().out.dims[1].size;
     ops.push_back(batch_norm("bn2", b, size, out));
-    ops.push_back(elementwise("relu2", image(b, size, out), 1));
+    ops.push_back(tpusim::relu("relu2", image(b, size, out)));
     return ops;
   };
   derive_work(l, act, false, [in, out, out_size, carried, act](std::int64_t b) {

@@ -5,18 +5,27 @@
 #include <cmath>
 #include <cstdio>
 
+#include "models/named_op_function.hpp"
+
 namespace tpusim {
 
 void FunctionalRuntime::check_supported(const Study& study) {
   for (std::size_t l = 0; l < study.model.layers.size(); ++l) {
-    if (!study.model.layers[l].function) {
-      throw ConfigError(study.file, "model.kind",
-                        "\"" + study.model.kind + "\" (layer " + study.model.layers[l].name + ")",
-                        "a model whose every layer's named ops have host math (einsums, a bias with ReLU "
-                        "or GELU, residual adds, layer norms, causal softmaxes, softmax cross-entropy, a "
-                        "first table lookup): mlp, or a decoder-only transformer without shared "
-                        "embeddings, picked positions or dropout");
-    }
+    const Layer& layer = study.model.layers[l];
+    if (layer.function) continue;
+    // The first op without host math, and why (or: the model's data or loss is not one it reads).
+    std::string found = "\"" + study.model.kind + "\" (layer " + layer.name;
+    for (const auto& op : layer.named_ops ? layer.named_ops(1) : std::vector<NamedOp>{})
+      if (const std::string why = missing_host_math(op); !why.empty()) {
+        found += ", op " + op.name + ": " + why;
+        break;
+      }
+    throw ConfigError(study.file, "model.kind", found + ")",
+                      "a model whose every layer's named ops have host math (einsums, a bias, ReLU or GELU, "
+                      "residual adds, layer norms, causal softmaxes, softmax cross-entropy, a first table "
+                      "lookup, convolutions, pools) and that ends in its loss: mlp, mesh_lm, sequential "
+                      "with a classifier, or a decoder-only transformer without shared embeddings, picked "
+                      "positions or dropout");
   }
   if (!study.optimizer.rule->functional()) {
     std::string kinds;

@@ -264,3 +264,35 @@ TEST_CASE("a GELU transformer's mesh layout matches one core", "[functional][mes
                        "layout": {"batch": "batch", "d_ff": "model", "heads": "model"}})",
                    "momentum", kFourCores);
 }
+
+// The Mesh-TensorFlow paper's language model: no biases (its feed-forward's ReLU stands alone).
+const char* kMeshLm =
+    R"({"kind": "mesh_lm", "size": 0, "layers": 2, "d_model": 32, "d_ff": 64, "d_kv": 8, "heads": 2,
+        "vocab": 64, "seq_len": 8})";
+
+TEST_CASE("the Mesh-TF language model's own layout matches one core", "[functional][mesh]") {
+  check_equivalent(kMeshLm,
+                   R"({"kind": "mesh", "mesh": [["batch", 2], ["model", 2]],
+                       "layout": {"batch": "batch", "d_ff": "model", "heads": "model", "vocab": "model"}})",
+                   "momentum", kFourCores);
+}
+
+TEST_CASE("the Mesh-TF language model's pipeline matches one core", "[functional]") {
+  check_equivalent(kMeshLm, R"({"kind": "gpipe", "stages": 2, "microbatches": 4})");
+}
+
+// Convolutions (SAME padding, one strided), ReLUs, global average pooling and a classifier: the
+// image crosses a pipeline's stage boundary.
+const char* kConvNet = R"({"kind": "sequential", "layers": [
+    {"kind": "conv2d", "size": 8, "in_channels": 3, "out_channels": 4, "kernel": 3, "batch_norm": false},
+    {"kind": "conv2d", "size": 8, "in_channels": 4, "out_channels": 6, "kernel": 3, "stride": 2,
+     "batch_norm": false},
+    {"kind": "global_pool"}, {"kind": "classifier", "in": 6, "classes": 5}]})";
+
+TEST_CASE("a convolutional net's data parallelism matches one core", "[functional]") {
+  check_equivalent(kConvNet, R"({"kind": "data_parallel"})");
+}
+
+TEST_CASE("a convolutional net's pipeline matches one core", "[functional]") {
+  check_equivalent(kConvNet, R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "remat": true})");
+}

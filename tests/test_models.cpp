@@ -492,9 +492,9 @@ TEST_CASE("every kind of named op has its registered class, which prices it and 
   CHECK(op_kind(ops[1]).fuses_into_producer());
   CHECK_FALSE(op_kind(ops[0]).fuses_into_producer());
   CHECK(op_kind(ops[3]).kept_extra_bytes(ops[3], Sharding::none()) == Approx(b * s * 4.0));
-  // Host math: the convolution family has none, and says which kind it is.
-  CHECK(op_kind(ops[4]).missing_host_math(ops[4]) == "no host math for convolutions");
-  CHECK(op_kind(ops[0]).missing_host_math(ops[0]).empty());
+  // Host math: a batch norm has none, and says why; the einsum, the convolution and the pool do.
+  CHECK_THAT(op_kind(ops[5]).missing_host_math(ops[5]), Catch::Contains("batch norm"));
+  for (std::size_t i : {0, 4, 6}) CHECK(op_kind(ops[i]).missing_host_math(ops[i]).empty());
 }
 
 TEST_CASE("BERT-large for pre-training has BertForPreTraining's 336,226,108 parameters", "[models]") {
@@ -548,5 +548,29 @@ TEST_CASE("a problem elsewhere, or a bad size, does not make mesh_lm's other key
       CHECK_THAT(e.what(), !Catch::Contains("unknown key"));
       CHECK_THAT(e.what(), Catch::Contains("slice"));
     }
+  }
+}
+
+TEST_CASE("sequential's global pool turns convolutions' image into what a classifier reads", "[models]") {
+  const Model m = build(R"({"kind": "sequential", "layers": [
+      {"kind": "conv2d", "size": 8, "in_channels": 3, "out_channels": 4, "kernel": 3, "batch_norm": false},
+      {"kind": "global_pool"}, {"kind": "classifier", "in": 4, "classes": 5}]})");
+  REQUIRE(m.layers.size() == 3);
+  CHECK(m.layers[1].params() == 0);
+  // It reads the image and hands on one value per channel.
+  CHECK(m.layers[1].work(2).input_bytes == Approx(2.0 * 8 * 8 * 4 * 2));
+  CHECK(m.layers[1].work(2).output_bytes == Approx(2.0 * 4 * 2));
+  CHECK(m.layers[0].function);  // without batch norm, functional mode runs it
+  for (const auto& [bad, path] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"kind": "dense", "in": 4, "out": 4}, {"kind": "global_pool"})", "model.layers[1].kind"},
+           {R"({"kind": "conv2d", "size": 8, "in_channels": 3, "out_channels": 4, "kernel": 3},
+               {"kind": "global_pool", "count": 2})",
+            "model.layers[1].count"},
+           {R"({"kind": "conv2d", "size": 8, "in_channels": 3, "out_channels": 4, "kernel": 3},
+               {"kind": "classifier", "in": 4, "classes": 2})",
+            "model.layers[1].in"}}) {
+    Problems problems("test");
+    build_model(Json::parse(R"({"kind": "sequential", "layers": [)" + bad + "]}"), "model", problems);
+    CHECK_THROWS_WITH(problems.throw_if_any(), Catch::Contains(path));
   }
 }

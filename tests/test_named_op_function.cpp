@@ -22,6 +22,13 @@ const Json kGeluTransformer = Json::parse(
     R"({"kind": "transformer", "layers": 1, "d_model": 8, "d_ff": 12, "heads": 2, "vocab": 7, "seq_len": 3,
         "activation": "gelu"})");
 
+/// Convolutions (one strided), their ReLUs, a global average pool and a classifier.
+const Json kConvNet = Json::parse(R"({"kind": "sequential", "layers": [
+    {"kind": "conv2d", "size": 6, "in_channels": 2, "out_channels": 3, "kernel": 3, "batch_norm": false},
+    {"kind": "conv2d", "size": 6, "in_channels": 3, "out_channels": 4, "kernel": 3, "stride": 2,
+     "batch_norm": false},
+    {"kind": "global_pool"}, {"kind": "classifier", "in": 4, "classes": 3}]})");
+
 /// Loss of a layer call as a function of its parameters and input: the layer's own loss, or the
 /// sum of its output times fixed weights `r`.
 struct Probe {
@@ -49,7 +56,8 @@ TEST_CASE("every named-op layer's backward matches finite differences of its for
           "[functional][kernels]") {
   for (const Json& model :
        {kGeluTransformer, Json::parse(R"({"kind": "mlp", "layers": 2, "width": 6, "input": 5,
-                                                               "classes": 4})")}) {
+                                                               "classes": 4})"),
+        kConvNet}) {
     const Study s = tiny(model);
     for (std::size_t l = 0; l < s.model.layers.size(); ++l) {
       const LayerFunction& fn = *s.model.layers[l].function;
@@ -59,7 +67,9 @@ TEST_CASE("every named-op layer's backward matches finite differences of its for
       const Batch batch{0, 4, 4, 0, 5};
       Saved saved;
       double loss = 0;
-      const std::size_t width = l == 0 ? 0 : std::size_t(4 * (model["kind"] == "mlp" ? 6 : 3 * 8));
+      // The previous layer's output for the batch of 4 (what the layer's boundary says it reads).
+      const std::size_t width =
+          l == 0 ? 0 : std::size_t(s.model.layers[l].work(4).input_bytes / s.model.activation_bytes);
       const Tensor in = noise(width, 17 + l);
       const Tensor y = fn.forward(params, in, batch, saved, loss);
       const Probe probe{fn, batch, in, noise(y.size(), 29 + l)};
@@ -67,8 +77,8 @@ TEST_CASE("every named-op layer's backward matches finite differences of its for
       for (const auto& p : params) grads.emplace_back(p.size(), 0.0f);
       const Tensor dx = fn.backward(params, probe.r, batch, saved, grads);
       INFO(model["kind"] << " layer " << s.model.layers[l].name);
-      // A ReLU's kink must not fall within the step: a smaller one for the mlp.
-      const double h = model["kind"] == "mlp" ? 1e-3 : 1e-2;
+      // A ReLU's kink must not fall within the step: smaller ones for the mlp and the convolutions.
+      const double h = model["kind"] == "transformer" ? 1e-2 : model["kind"] == "mlp" ? 1e-3 : 2e-4;
       for (std::size_t k = 0; k < params.size(); ++k)
         for (std::size_t i = 0; i < params[k].size(); i += 1 + params[k].size() / 7) {
           auto up = params, down = params;
@@ -112,4 +122,54 @@ TEST_CASE("layers without host math get no function: functional mode refuses the
   Json shared = kGeluTransformer;
   shared["shared_embeddings"] = true;
   for (const auto& layer : tiny(shared).model.layers) CHECK(layer.function == nullptr);
+}
+
+TEST_CASE("windowed max and average pools' backward matches finite differences", "[functional][kernels]") {
+  // One layer: convolution, ReLU, 3x3 max pool with stride 2, 2x2 average pool, global average
+  // pool, a classifier; its parameters' gradients against central differences of its loss.
+  const auto ops = [](std::int64_t b) {
+    const Dim B{"batch", b}, C{"channels", 3}, V{"vocab", 4};
+    NamedOp average = pool("average", b, 3, 3, 2, 1);
+    average.math = NamedOp::Math::AveragePool;
+    NamedOp bias = elementwise("bias", act({B, V}), 1, weight({V}));
+    bias.math = NamedOp::Math::Bias;
+    NamedOp xent = reduction("xent", act({B, V}, true), "vocab");
+    xent.math = NamedOp::Math::SoftmaxXent;
+    return std::vector<NamedOp>{conv("conv", b, 6, 2, 3, 3, 1),
+                                relu("relu", image(b, 6, 3)),
+                                pool("max", b, 6, 3, 3, 2),
+                                average,
+                                pool("global", b, 3, 3, 3, 1),
+                                einsum("fc", act({B, C}, true), weight({C, V}), act({B, V})),
+                                bias,
+                                xent};
+  };
+  REQUIRE(has_host_math(ops(1)));
+  const auto fn = named_op_function(ops, mlp_data(6 * 6 * 2, 4), true);
+  std::vector<Tensor> params = fn->init(3);
+  for (auto& p : params)
+    for (std::size_t i = 0; i < p.size(); ++i) p[i] += 0.1f * unit(mix(7, i, p.size()));
+  const Batch batch{0, 4, 4, 0, 5};
+  const Probe probe{*fn, batch, {}, {}};
+  Saved saved;
+  double loss = 0;
+  fn->forward(params, {}, batch, saved, loss);
+  std::vector<Tensor> grads;
+  for (const auto& p : params) grads.emplace_back(p.size(), 0.0f);
+  fn->backward(params, {}, batch, saved, grads);
+  const double h = 1e-3;
+  for (std::size_t k = 0; k < params.size(); ++k)
+    for (std::size_t i = 0; i < params[k].size(); i += 1 + params[k].size() / 11) {
+      auto up = params, down = params;
+      up[k][i] += float(h);
+      down[k][i] -= float(h);
+      INFO("parameter " << k << " element " << i);
+      CHECK(grads[k][i] == Approx((probe(up, {}) - probe(down, {})) / (2 * h)).margin(2e-3).epsilon(2e-2));
+    }
+}
+
+TEST_CASE("batch norm has no host math: its statistics depend on how a schedule splits the batch",
+          "[functional]") {
+  const NamedOp bn = batch_norm("bn", 4, 6, 3);
+  CHECK_THAT(missing_host_math(bn), Catch::Contains("batch norm"));
 }

@@ -34,7 +34,11 @@ class BatchNorm : public NamedOpKind {
     m.weight_gradient(op, {&op.a});
   }
 
-  std::string missing_host_math(const NamedOp&) const override { return "no host math for batch norms"; }
+  /// Per-replica (or per-micro-batch) statistics are another training than one core's whole
+  /// batch, so functional mode could not prove a schedule equal to one core with them.
+  std::string missing_host_math(const NamedOp&) const override {
+    return "a batch norm (its statistics depend on how a schedule splits the batch)";
+  }
 };
 
 }  // namespace

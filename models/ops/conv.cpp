@@ -1,6 +1,7 @@
 // Convolution: a [batch, height, width, channels] * b [kernel, channels_out] -> out, a `window` x
 // `window_w` window with `stride` ("SAME" padding, or "VALID"). On a split image it first reads
 // its neighbours' edge rows (halos); its backward is dx (skipped on the model's input) and dw.
+#include "models/kernels/kernels.hpp"
 #include "models/ops/op_kind.hpp"
 
 namespace tpusim {
@@ -53,7 +54,33 @@ class Conv : public NamedOpKind {
     m.weight_gradient(op, {&op.a, &op.out});
   }
 
-  std::string missing_host_math(const NamedOp&) const override { return "no host math for convolutions"; }
+  std::string missing_host_math(const NamedOp& op) const override {
+    const ConvShape c = conv_shape(op, Sharding::none());
+    if (op.valid || c.kernel_h != c.kernel_w || c.in_h != c.in_w)
+      return "a convolution other than a square window with \"SAME\" padding over a square image";
+    return "";
+  }
+  /// Xavier-uniform with the window's inputs (kernel x channels in) as its fan in.
+  Tensor initial_weight(const NamedOp& op, int, std::uint64_t seed, int index) const override {
+    return xavier(op, double(op.b.dims.front().size), seed, index);
+  }
+  Tensor host_forward(const NamedOp& op, HostForward& f) const override {
+    const kernels::Conv c = host_shape(op);
+    Tensor y(std::size_t(c.n * c.out_h() * c.out_w() * c.cout));
+    kernels::conv2d_forward(c, f.a.data(), f.weights->data(), y.data());
+    return y;
+  }
+  void host_backward(const NamedOp& op, HostBackward& g) const override {
+    g.da.assign(g.a.size(), 0.0f);
+    kernels::conv2d_backward(host_shape(op), g.a.data(), g.weights->data(), g.dy.data(), g.da.data(),
+                             g.weight_grads->data());
+  }
+
+ private:
+  static kernels::Conv host_shape(const NamedOp& op) {
+    const ConvShape s = conv_shape(op, Sharding::none());
+    return {s.batch, s.in_h, s.in_w, s.in_channels, s.kernel_h, s.stride, s.out_channels};
+  }
 };
 
 }  // namespace

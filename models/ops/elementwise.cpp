@@ -49,8 +49,10 @@ class Elementwise : public NamedOpKind {
 
   std::string missing_host_math(const NamedOp& op) const override {
     if ((op.math == M::Bias || op.math == M::BiasRelu || op.math == M::BiasGelu) && op.b.weight) return "";
+    if (op.math == M::BiasRelu && op.b.dims.empty()) return "";  // a ReLU alone
     if (op.math == M::Residual && !op.skip.empty()) return "";
-    return "an element-wise op other than a bias (+ ReLU or GELU) or a residual add (dropout draws masks)";
+    return "an element-wise op other than a bias (+ ReLU or GELU), a ReLU or a residual add (dropout draws "
+           "masks)";
   }
   Tensor initial_weight(const NamedOp& op, int, std::uint64_t, int) const override {  // a bias: zeros
     return Tensor(std::size_t(op.b.elements() / op.b.copies), 0.0f);

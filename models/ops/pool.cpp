@@ -1,5 +1,6 @@
 // Pooling: a `window` x `window` max or average over [batch, height, width, channels] with
 // `stride`; a window covering the whole image is a global pool (partial sums over a split image).
+#include "models/kernels/kernels.hpp"
 #include "models/ops/op_kind.hpp"
 
 namespace tpusim {
@@ -45,7 +46,39 @@ class Pool : public NamedOpKind {
     if (!global(op)) m.halos(op);
   }
 
-  std::string missing_host_math(const NamedOp&) const override { return "no host math for pools"; }
+  std::string missing_host_math(const NamedOp& op) const override {
+    const kernels::Pool p = host_shape(op);
+    if (p.h != p.w || (global(op) && op.math != NamedOp::Math::AveragePool))
+      return "a pool other than a square window over a square image (a global one averaging)";
+    return "";
+  }
+  Tensor host_forward(const NamedOp& op, HostForward& f) const override {
+    const kernels::Pool p = host_shape(op);
+    Tensor y(std::size_t(p.n * p.out_h() * p.out_w() * p.c));
+    if (op.math == NamedOp::Math::MaxPool)
+      kernels::maxpool_forward(p, f.a.data(), y.data());
+    else
+      kernels::avgpool_forward(p, f.a.data(), y.data());
+    return y;
+  }
+  void host_backward(const NamedOp& op, HostBackward& g) const override {
+    const kernels::Pool p = host_shape(op);
+    g.da.assign(g.a.size(), 0.0f);
+    if (op.math == NamedOp::Math::MaxPool)
+      kernels::maxpool_backward(p, g.a.data(), g.dy.data(), g.da.data());
+    else
+      kernels::avgpool_backward(p, g.dy.data(), g.da.data());
+  }
+
+ private:
+  /// The window over [batch, height, width, channels]; a global pool is one window as large as
+  /// the image ("SAME" padding of none: one output per channel).
+  static kernels::Pool host_shape(const NamedOp& op) {
+    const auto& d = op.a.dims;
+    const kernels::I h = d[1].size, w = d[2].size;
+    return global(op) ? kernels::Pool{d[0].size, h, w, d[3].size, h, h}
+                      : kernels::Pool{d[0].size, h, w, d[3].size, op.window, op.stride};
+  }
 };
 
 }  // namespace
