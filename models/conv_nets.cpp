@@ -47,6 +47,8 @@ Layer classifier_head(const FeatureMap& in, std::int64_t classes, double act) {
                              elementwise("fc_bias", tpusim::act({B, V}), 1, weight({V})),
                              reduction("softmax_xent", tpusim::act({B, V}, true), "vocab")};
     ops.front().a.keep = true;  // the last block's output, which its ReLU's gradient reads
+    ops[2].math = NamedOp::Math::Bias;
+    ops[3].math = NamedOp::Math::SoftmaxXent;  // its gradient: probabilities minus the targets, one pass
     return ops;
   };
   derive_work(l, act, false, [in, act](std::int64_t b) {
