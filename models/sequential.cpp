@@ -65,107 +65,134 @@ Layer global_pool_layer(const std::string& name, const FeatureMap& in, bool firs
   return l;
 }
 
+/// Reads the list of layers one entry at a time, checking that each reads what the one before
+/// produces; one method per kind of entry.
+class SequentialBuilder {
+ public:
+  SequentialBuilder(Model& m, Problems& problems) : m_(m), problems_(problems), act_(m.activation_bytes) {}
+
+  /// Entry `i` (fields `e`), repeated `count` times.
+  void add(const std::string& kind, Fields& e, std::size_t i, std::int64_t count) {
+    classes_ = 0;  // only a classifier that ends the model scores
+    const std::size_t before = m_.layers.size();
+    const std::string suffix = std::to_string(i);
+    if (kind == "dense" || kind == "classifier") dense(kind, e, suffix, count);
+    if (kind == "conv2d") conv2d(e, suffix, count);
+    if (kind == "global_pool") global_pool(e, suffix, count);
+    if (kind == "transformer_block") transformer(e, suffix, count);
+    if (!problems_.empty()) m_.layers.resize(before);
+  }
+  /// Functional mode, where every layer has host math and a classifier ends the model: features
+  /// and the classes a fixed random linear teacher gives them, as for the mlp.
+  void attach_functions_if_scored() {
+    if (problems_.empty() && classes_ > 0 && !m_.layers.empty())
+      attach_functions(m_, mlp_data(features_, classes_));
+  }
+
+ private:
+  static std::string name(const std::string& base, std::int64_t r, std::int64_t count) {
+    return base + (count > 1 ? "_" + std::to_string(r) : "");
+  }
+  void expect_input(Fields& e, const char* key, Shape::Kind k, std::int64_t width) {
+    if (shape_.kind == Shape::Unknown) features_ = width;
+    if (shape_.kind != Shape::Unknown && (shape_.kind != k || shape_.features != width))
+      problems_.add(
+          e.path_of(key), Json(width),
+          "the previous layer's output (" + std::to_string(shape_.features) + " values per example)");
+  }
+  void dense(const std::string& kind, Fields& e, const std::string& suffix, std::int64_t count) {
+    const bool classifier = kind == "classifier";
+    const auto in = e.integer("in", 1, 1 << 24);
+    const auto out = e.integer(classifier ? "classes" : "out", 1, 1 << 24);
+    const bool relu = !classifier && e.string_or("activation", "relu", {"relu", "none"}) == "relu";
+    const bool bias = e.boolean_or("bias", true);
+    if (classifier && count != 1)
+      problems_.add(e.path_of("count"), Json(count), "1 (a classifier ends the model)");
+    expect_input(e, "in", Shape::Flat, in);
+    if (!classifier && count > 1 && in != out)
+      problems_.add(e.path_of("count"), Json(count), "1 unless in == out");
+    for (std::int64_t r = 0; r < count && problems_.empty(); ++r)
+      m_.layers.push_back(dense_layer(name(kind + suffix, r, count), in, out, relu, bias, classifier,
+                                      dense_index_++, m_.layers.empty(), act_));
+    shape_ = {Shape::Flat, classifier ? 0 : out};
+    classes_ = classifier ? out : 0;
+  }
+  void conv2d(Fields& e, const std::string& suffix, std::int64_t count) {
+    const auto size = e.integer("size", 1, 1 << 14);
+    const auto cin = e.integer("in_channels", 1, 1 << 16);
+    const auto cout = e.integer("out_channels", 1, 1 << 16);
+    const auto kernel = e.integer("kernel", 1, 64);
+    const std::int64_t stride = e.integer_or("stride", 1, 1, 64);
+    const bool bn = e.boolean_or("batch_norm", true);
+    if (count > 1 && (stride != 1 || cin != cout))
+      problems_.add(e.path_of("count"), Json(count), "1 unless stride is 1 and in_channels == out_channels");
+    expect_input(e, "in_channels", Shape::Image, size * size * cin);
+    FeatureMap in{size, cin};
+    for (std::int64_t r = 0; r < count && problems_.empty(); ++r) {
+      m_.layers.push_back(
+          conv_layer(name("conv" + suffix, r, count), in, kernel, stride, cout, bn, m_.layers.empty(), act_));
+      in = FeatureMap{(in.size + stride - 1) / stride, cout};
+    }
+    shape_ = {Shape::Image, in.size * in.size * cout};
+    image_ = in;
+  }
+  void global_pool(Fields& e, const std::string& suffix, std::int64_t count) {
+    if (shape_.kind != Shape::Image) {
+      problems_.add(e.path_of("kind"), Json("global_pool"), "a layer after convolutions (an image to pool)");
+    } else if (count != 1) {
+      problems_.add(e.path_of("count"), Json(count), "1 (pooling leaves no image to pool again)");
+    } else {
+      m_.layers.push_back(global_pool_layer("pool" + suffix, image_, false, act_));
+      shape_ = {Shape::Flat, image_.channels};
+    }
+  }
+  void transformer(Fields& e, const std::string& suffix, std::int64_t count) {
+    const auto d = e.integer("d_model", 1, 1 << 20);
+    const auto ff = e.integer("d_ff", 1, 1 << 24);
+    const auto heads = e.integer("heads", 1, 1 << 16);
+    const auto seq = e.integer("seq_len", 1, 1 << 20);
+    if (problems_.empty() && d % heads != 0)
+      problems_.add(e.path_of("heads"), Json(heads), "a divisor of d_model");
+    expect_input(e, "d_model", Shape::Sequence, seq * d);
+    for (std::int64_t r = 0; r < count && problems_.empty(); ++r)
+      m_.layers.push_back(transformer_block_layer(name("block" + suffix, r, count), d, ff, heads, d / heads,
+                                                  seq, true, act_));
+    shape_ = {Shape::Sequence, seq * d};
+  }
+
+  Model& m_;
+  Problems& problems_;
+  double act_;
+  Shape shape_;
+  FeatureMap image_;                         ///< the last convolution's output map
+  std::int64_t features_ = 0, classes_ = 0;  ///< what the first layer reads, what the classifier scores
+  int dense_index_ = 0;  ///< position among dense layers: names their activations for mesh layouts
+};
+
 }  // namespace
 
 Model build_sequential(Fields& f, Problems& problems) {
   Model m;
   m.activation_bytes = read_activation_bytes(f);
-  const double act = m.activation_bytes;
   const Json* layers = f.value("layers");
   if (!layers) return m;
   if (!layers->is_array() || layers->empty()) {
     problems.add(f.path_of("layers"), *layers, "a non-empty array of layers");
     return m;
   }
-  Shape shape;
-  FeatureMap image_in;                     // the last convolution's output map
-  std::int64_t features = 0, classes = 0;  // what the first layer reads, what the classifier scores
-  int dense_index = 0;  // position among dense layers: names their activations for mesh layouts
+  SequentialBuilder builder(m, problems);
   for (std::size_t i = 0; i < layers->size(); ++i) {
-    const std::string path = index_path(f.path_of("layers"), i);
-    Fields e((*layers)[i], path, problems);
+    Fields e((*layers)[i], index_path(f.path_of("layers"), i), problems);
     if (!e.ok()) continue;
     const std::size_t problems_before = problems.size();
     const std::string kind =
         e.string("kind", {"dense", "classifier", "conv2d", "global_pool", "transformer_block"});
     if (problems.size() != problems_before) continue;  // other keys belong to a kind we do not know
-    const std::int64_t count = e.integer_or("count", 1, 1, 100000);
-    auto expect_input = [&](const char* key, Shape::Kind k, std::int64_t width) {
-      if (shape.kind == Shape::Unknown) features = width;
-      if (shape.kind != Shape::Unknown && (shape.kind != k || shape.features != width)) {
-        problems.add(
-            e.path_of(key), Json(width),
-            "the previous layer's output (" + std::to_string(shape.features) + " values per example)");
-      }
-    };
-    classes = 0;  // only a classifier that ends the model scores
-    const std::size_t before = m.layers.size();
-    if (kind == "dense" || kind == "classifier") {
-      const auto in = e.integer("in", 1, 1 << 24);
-      const auto out = e.integer(kind == "dense" ? "out" : "classes", 1, 1 << 24);
-      const bool relu = kind == "dense" && e.string_or("activation", "relu", {"relu", "none"}) == "relu";
-      const bool bias = e.boolean_or("bias", true);
-      if (kind == "classifier" && count != 1)
-        problems.add(e.path_of("count"), Json(count), "1 (a classifier ends the model)");
-      expect_input("in", Shape::Flat, in);
-      if (kind == "dense" && count > 1 && in != out)
-        problems.add(e.path_of("count"), Json(count), "1 unless in == out");
-      for (std::int64_t r = 0; r < count && problems.empty(); ++r) {
-        m.layers.push_back(dense_layer(kind + std::to_string(i) + (count > 1 ? "_" + std::to_string(r) : ""),
-                                       in, out, relu, bias, kind == "classifier", dense_index,
-                                       m.layers.empty(), act));
-        ++dense_index;
-      }
-      shape = {Shape::Flat, kind == "classifier" ? 0 : out};
-      classes = kind == "classifier" ? out : 0;
-    } else if (kind == "conv2d") {
-      const auto size = e.integer("size", 1, 1 << 14);
-      const auto cin = e.integer("in_channels", 1, 1 << 16);
-      const auto cout = e.integer("out_channels", 1, 1 << 16);
-      const auto kernel = e.integer("kernel", 1, 64);
-      const std::int64_t stride = e.integer_or("stride", 1, 1, 64);
-      const bool bn = e.boolean_or("batch_norm", true);
-      if (count > 1 && (stride != 1 || cin != cout))
-        problems.add(e.path_of("count"), Json(count), "1 unless stride is 1 and in_channels == out_channels");
-      expect_input("in_channels", Shape::Image, size * size * cin);
-      FeatureMap in{size, cin};
-      for (std::int64_t r = 0; r < count && problems.empty(); ++r) {
-        m.layers.push_back(conv_layer("conv" + std::to_string(i) + (count > 1 ? "_" + std::to_string(r) : ""),
-                                      in, kernel, stride, cout, bn, m.layers.empty(), act));
-        in = FeatureMap{(in.size + stride - 1) / stride, cout};
-      }
-      shape = {Shape::Image, in.size * in.size * cout};
-      image_in = in;
-    } else if (kind == "global_pool") {
-      if (shape.kind != Shape::Image) {
-        problems.add(e.path_of("kind"), Json(kind), "a layer after convolutions (an image to pool)");
-      } else if (count != 1) {
-        problems.add(e.path_of("count"), Json(count), "1 (pooling leaves no image to pool again)");
-      } else {
-        m.layers.push_back(global_pool_layer("pool" + std::to_string(i), image_in, false, act));
-        shape = {Shape::Flat, image_in.channels};
-      }
-    } else if (kind == "transformer_block") {
-      const auto d = e.integer("d_model", 1, 1 << 20);
-      const auto ff = e.integer("d_ff", 1, 1 << 24);
-      const auto heads = e.integer("heads", 1, 1 << 16);
-      const auto seq = e.integer("seq_len", 1, 1 << 20);
-      if (problems.empty() && d % heads != 0)
-        problems.add(e.path_of("heads"), Json(heads), "a divisor of d_model");
-      expect_input("d_model", Shape::Sequence, seq * d);
-      for (std::int64_t r = 0; r < count && problems.empty(); ++r)
-        m.layers.push_back(
-            transformer_block_layer("block" + std::to_string(i) + (count > 1 ? "_" + std::to_string(r) : ""),
-                                    d, ff, heads, d / heads, seq, true, act));
-      shape = {Shape::Sequence, seq * d};
-    }
+    builder.add(kind, e, i, e.integer_or("count", 1, 1, 100000));
     e.finish();
-    if (!problems.empty()) m.layers.resize(before);
   }
   m.name = "sequential (" + std::to_string(m.layers.size()) + " layers)";
-  // Functional mode, where every layer has host math and a classifier ends the model: features
-  // and the classes a fixed random linear teacher gives them, as for the mlp.
-  if (problems.empty() && classes > 0 && !m.layers.empty()) attach_functions(m, mlp_data(features, classes));
+  builder.attach_functions_if_scored();
   return m;
 }
 
