@@ -9,18 +9,30 @@
 
 namespace tpusim {
 
+namespace {
+
+/// What keeps a model from functional mode: the first layer whose ops lack host math, with its
+/// first such op and why; else the first layer (the model's builder attached no functions: its
+/// data or loss is not one functional mode reads).
+std::string unsupported_layer(const Model& model) {
+  for (const auto& layer : model.layers) {
+    const auto ops = layer.named_ops ? layer.named_ops(1) : std::vector<NamedOp>{};
+    if (layer.function || has_host_math(ops)) continue;
+    for (const auto& op : ops)
+      if (const std::string why = missing_host_math(op); !why.empty())
+        return layer.name + ", op " + op.name + ": " + why;
+    return layer.name;
+  }
+  return model.layers.empty() ? "none" : model.layers.front().name;
+}
+
+}  // namespace
+
 void FunctionalRuntime::check_supported(const Study& study) {
-  for (std::size_t l = 0; l < study.model.layers.size(); ++l) {
-    const Layer& layer = study.model.layers[l];
+  for (const auto& layer : study.model.layers) {
     if (layer.function) continue;
-    // The first op without host math, and why (or: the model's data or loss is not one it reads).
-    std::string found = "\"" + study.model.kind + "\" (layer " + layer.name;
-    for (const auto& op : layer.named_ops ? layer.named_ops(1) : std::vector<NamedOp>{})
-      if (const std::string why = missing_host_math(op); !why.empty()) {
-        found += ", op " + op.name + ": " + why;
-        break;
-      }
-    throw ConfigError(study.file, "model.kind", found + ")",
+    throw ConfigError(study.file, "model.kind",
+                      "\"" + study.model.kind + "\" (layer " + unsupported_layer(study.model) + ")",
                       "a model whose every layer's named ops have host math (einsums, a bias, ReLU or GELU, "
                       "residual adds, layer norms, causal softmaxes, softmax cross-entropy, a first table "
                       "lookup, convolutions, pools) and that ends in its loss: mlp, mesh_lm, sequential "
