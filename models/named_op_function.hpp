@@ -22,15 +22,16 @@ std::shared_ptr<const DataSource> lm_data(std::int64_t seq, std::int64_t vocab);
 
 using NamedOpsOf = std::function<std::vector<NamedOp>(std::int64_t batch)>;
 
-/// Why functional mode has no host math for `op`, from its kind and math alone ("" when it has:
-/// einsums, a bias with ReLU or GELU, residual adds, a layer norm, a causal softmax or softmax
-/// cross-entropy over the last dimension, a table lookup). Both host interpreters (whole
-/// tensors here, shards in the mesh executor) start from it.
+/// Why functional mode has no host math for `op`, from its kind and math alone (its kind's
+/// statement; "" when it has: einsums, a bias with or without ReLU or GELU, a ReLU alone,
+/// residual adds, a layer norm, a causal softmax or softmax cross-entropy over the last
+/// dimension, a table lookup, square "SAME" convolutions, max and average pools). Both host
+/// interpreters (whole tensors here, shards in the mesh executor, which adds what shards need
+/// and runs no convolutions or pools) start from it.
 std::string missing_host_math(const NamedOp& op);
 
-/// Whether every op has host math here: einsums, bias, bias + ReLU, bias + GELU and residual
-/// adds, layer norms, causal softmaxes and softmax cross-entropy over the last dimension, and a
-/// first op looking up a table.
+/// Whether every op has host math here (missing_host_math), reads what an earlier op of the layer
+/// produced, a lookup comes first and a loss last.
 bool has_host_math(const std::vector<NamedOp>& ops);
 
 /// The layer function of a layer described by `ops`; `first`: it reads the model's input (from

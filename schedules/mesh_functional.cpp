@@ -91,8 +91,8 @@ ConfigError MeshExecutor::unsupported(int layer, const NamedOp& op, const std::s
   return ConfigError(
       study_.file, "schedule.kind",
       "\"mesh\" with op " + study_.model.layers[std::size_t(layer)].name + "/" + op.name + " (" + why + ")",
-      "a model and layout functional mode executes on mesh shards: mlp, or a decoder-only transformer "
-      "without shared embeddings, picked positions or dropout");
+      "a model and layout functional mode executes on mesh shards: mlp, mesh_lm, dense sequential models, or "
+      "a decoder-only transformer without shared embeddings, picked positions or dropout");
 }
 
 bool MeshExecutor::same_layout(const NamedTensor& produced, const NamedTensor& read, bool& gather) const {
@@ -188,8 +188,8 @@ void MeshExecutor::check_supported(int l, const Op& op, int f) const {
       if (f != 0 || n.a.dims.size() != 2 || n.out.dims.size() != 3)
         throw unsupported(l, n, "a lookup other than the model's token embedding");
       break;
-    default:
-      break;
+    default:  // whole-tensor host math only: convolutions and pools do not run on shards here
+      throw unsupported(l, n, "no host math on a mesh's shards for convolutions and pools");
   }
   if (f > 0 && ops_.back().named.math == M::SoftmaxXent) throw unsupported(l, n, "it follows the loss");
 }
