@@ -25,6 +25,7 @@
 #include "cli/validate.hpp"
 #include "hardware/torus.hpp"
 #include "models/describe.hpp"
+#include "models/op_lowering.hpp"
 #include "reports/run_report.hpp"
 #include "reports/svg.hpp"
 #include "schedules/functional_runtime.hpp"
@@ -393,18 +394,18 @@ int cmd_describe_slice(const std::string& name, const std::string& hardware, boo
   return 0;
 }
 
-/// One layer's hardware ops on one core, forward then backward: what each costs and what bounds it.
-int cmd_describe_ops(const Study& study, std::int64_t batch, const std::string& layer_name, bool as_json) {
-  const Layer* layer = nullptr;
-  for (const auto& l : study.model.layers)
-    if (l.name == layer_name) layer = &l;
-  if (!layer) {
-    std::string names;
-    for (const auto& l : study.model.layers) names += (names.empty() ? "" : ", ") + l.name;
-    throw ConfigError(study.file, "--ops", "\"" + layer_name + "\"", "a layer of the model: " + names);
-  }
-  const CostModel cost(study.hardware.core);
-  const LayerWork w = layer->work(batch);
+/// The layer named `name` of the study's model and its index (ConfigError naming the layers if none).
+std::pair<const Layer*, std::size_t> layer_named(const Study& study, const std::string& name) {
+  for (std::size_t i = 0; i < study.model.layers.size(); ++i)
+    if (study.model.layers[i].name == name) return {&study.model.layers[i], i};
+  std::string names;
+  for (const auto& l : study.model.layers) names += (names.empty() ? "" : ", ") + l.name;
+  throw ConfigError(study.file, "--ops", "\"" + name + "\"", "a layer of the model: " + names);
+}
+
+/// A layer's hardware ops, forward then backward: what each costs and what bounds it.
+Json hardware_ops_json(const Layer& layer, const CostModel& cost, std::int64_t batch) {
+  const LayerWork w = layer.work(batch);
   Json ops = Json::array();
   for (const auto* pass : {&w.forward, &w.backward})
     for (const Op& op : *pass) {
@@ -420,17 +421,29 @@ int cmd_describe_ops(const Study& study, std::int64_t batch, const std::string& 
                          {"hardware_flops", c.hardware_flops},
                          {"bytes", op.bytes}});
     }
-  if (as_json) {
-    std::cout << Json{{"model", study.model.name},
-                      {"layer", layer->name},
-                      {"batch_per_core", batch},
-                      {"ops", ops}}
-                     .dump(2)
-              << "\n";
-    return 0;
+  return ops;
+}
+
+/// What each of a layer's named ops keeps for the backward, holds while its forward runs and
+/// holds in flight during its backward (layer_memory's terms, op by op).
+Json named_op_memory_json(const Layer& layer, bool model_input, double act, std::int64_t batch) {
+  const auto ops = layer.named_ops(batch);
+  const Sharding& s = Sharding::none();
+  Json rows = Json::array();
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    double kept = op_kind(ops[i]).kept_extra_bytes(ops[i], s);
+    for (const auto& t : ops[i].tensors())
+      if (t.keep) kept += s.local_elements(t) * act;
+    rows.push_back(
+        Json{{"op", ops[i].name},
+             {"kept_bytes", kept},
+             {"forward_transient_bytes", forward_transient(ops, i, s) * act},
+             {"backward_in_flight_bytes", gradients_in_flight(ops, i, s, model_input && i == 0) * act}});
   }
-  std::printf("%s of %s on one %s core, %lld examples\n", layer->name.c_str(), study.model.name.c_str(),
-              study.hardware.name.c_str(), (long long)batch);
+  return rows;
+}
+
+void print_ops(const Json& ops, const Json& memory) {
   std::printf("%-9s %-28s %10s %10s %10s %10s %10s  %s\n", "pass", "op", "ms", "MXU ms", "VPU ms", "HBM ms",
               "GFLOP", "bound");
   double total = 0;
@@ -442,7 +455,37 @@ int cmd_describe_ops(const Study& study, std::int64_t batch, const std::string& 
                 o["hbm_s"].get<double>() * 1e3, o["model_flops"].get<double>() / 1e9,
                 o["bound"].get<std::string>().c_str());
   }
-  std::printf("%-9s %-28s %10.4f\n", "total", "", total * 1e3);
+  std::printf("%-9s %-28s %10.4f\n\n", "total", "", total * 1e3);
+  std::printf("%-28s %12s %14s %14s\n", "named op", "kept MB", "fwd transient", "bwd in flight");
+  double kept = 0;
+  for (const auto& m : memory) {
+    kept += m["kept_bytes"].get<double>();
+    std::printf("%-28s %12.2f %14.2f %14.2f\n", m["op"].get<std::string>().c_str(),
+                m["kept_bytes"].get<double>() / 1e6, m["forward_transient_bytes"].get<double>() / 1e6,
+                m["backward_in_flight_bytes"].get<double>() / 1e6);
+  }
+  std::printf("%-28s %12.2f  (the layer holds the largest transient and the largest in flight)\n",
+              "kept in all", kept / 1e6);
+}
+
+/// One layer's hardware ops on one core (time, bound) and its named ops' memory.
+int cmd_describe_ops(const Study& study, std::int64_t batch, const std::string& layer_name, bool as_json) {
+  const auto [layer, index] = layer_named(study, layer_name);
+  const Json ops = hardware_ops_json(*layer, CostModel(study.hardware.core), batch);
+  const Json memory = named_op_memory_json(*layer, index == 0, study.model.activation_bytes, batch);
+  if (as_json) {
+    std::cout << Json{{"model", study.model.name},
+                      {"layer", layer->name},
+                      {"batch_per_core", batch},
+                      {"ops", ops},
+                      {"named_op_memory", memory}}
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  std::printf("%s of %s on one %s core, %lld examples\n", layer->name.c_str(), study.model.name.c_str(),
+              study.hardware.name.c_str(), (long long)batch);
+  print_ops(ops, memory);
   return 0;
 }
 
