@@ -46,68 +46,65 @@ void apply_override(Json& study, const std::string& assignment) {
   }
 }
 
-Study parse_study(const Json& json, const std::string& context, const std::filesystem::path& base_dir) {
-  Study study;
-  study.json = json;
-  study.file = context;
-  Problems problems(context);
-  Fields top(json, "", problems);
-  if (!top.ok()) problems.throw_if_any();
-  if (const Json* d = top.optional("description"); d && !d->is_string())
-    problems.add("description", *d, "a string (free text describing the study)");
-  top.string_or("schema", "tpusim.study/1", {"tpusim.study/1"});
+namespace {
 
-  bool have_hardware = false;
-  if (const Json* hw = top.value("hardware")) {
-    if (hw->is_object()) {  // {"base": NAME_OR_PATH, "override": {"dotted.figure": value, ...}}
-      Fields h(*hw, "hardware", problems);
-      const std::string base = h.string("base");
-      const Json* overrides = h.optional("override");
-      h.finish();
-      if (problems.empty()) {
-        try {
-          const std::filesystem::path file = hardware_file(base, base_dir);
-          Json json = read_json_file(file);
-          if (overrides) apply_hardware_overrides(json, *overrides, "hardware.override", problems);
-          if (problems.empty()) {
-            study.hardware = parse_hardware(json, file.string() + " with the study's overrides");
-            if (overrides && !overrides->empty()) {
-              std::string keys;
-              for (auto it = overrides->begin(); it != overrides->end(); ++it)
-                keys += (keys.empty() ? "" : ", ") + it.key();
-              study.hardware.name += " (overridden: " + keys + ")";
-            }
-            have_hardware = true;
-          }
-        } catch (const ConfigError& e) {
-          for (const auto& p : e.problems())
-            problems.add(p.path.empty() ? "hardware" : "hardware(" + e.context() + ")." + p.path, p.found,
-                         p.expected);
-        }
-      }
-    } else if (!hw->is_string() || hw->get<std::string>().empty()) {
-      problems.add("hardware", *hw,
-                   "a hardware name (e.g. \"tpu-v3\"), a path to a hardware JSON file, or {\"base\": ..., "
-                   "\"override\": {...}}");
-    } else {
-      try {
-        study.hardware = load_hardware(hw->get<std::string>(), base_dir);
-        have_hardware = true;
-      } catch (const ConfigError& e) {
-        // Carry the hardware file's problems, prefixed so the user knows which file.
-        for (const auto& p : e.problems())
-          problems.add(p.path.empty() ? "hardware" : "hardware(" + e.context() + ")." + p.path, p.found,
-                       p.expected);
-      }
+/// A hardware file's problems, carried into the study's prefixed so the user knows which file.
+void carry_hardware_problems(const ConfigError& e, Problems& problems) {
+  for (const auto& p : e.problems())
+    problems.add(p.path.empty() ? "hardware" : "hardware(" + e.context() + ")." + p.path, p.found,
+                 p.expected);
+}
+
+/// {"base": NAME_OR_PATH, "override": {"dotted.figure": value, ...}}: the base's figures with the
+/// overrides applied, named after them. Returns whether the hardware loaded.
+bool parse_overridden_hardware(const Json& hw, const std::filesystem::path& base_dir, Study& study,
+                               Problems& problems) {
+  Fields h(hw, "hardware", problems);
+  const std::string base = h.string("base");
+  const Json* overrides = h.optional("override");
+  h.finish();
+  if (!problems.empty()) return false;
+  try {
+    const std::filesystem::path file = hardware_file(base, base_dir);
+    Json json = read_json_file(file);
+    if (overrides) apply_hardware_overrides(json, *overrides, "hardware.override", problems);
+    if (!problems.empty()) return false;
+    study.hardware = parse_hardware(json, file.string() + " with the study's overrides");
+    if (overrides && !overrides->empty()) {
+      std::string keys;
+      for (auto it = overrides->begin(); it != overrides->end(); ++it)
+        keys += (keys.empty() ? "" : ", ") + it.key();
+      study.hardware.name += " (overridden: " + keys + ")";
     }
+    return true;
+  } catch (const ConfigError& e) {
+    carry_hardware_problems(e, problems);
+    return false;
   }
-  if (const Json* slice = top.value("slice"); slice && have_hardware) {
-    study.slice = parse_slice(*slice, "slice", study.hardware, problems);
+}
+
+/// "hardware": a name, a path to a hardware JSON file, or a base with overrides. Returns whether
+/// the hardware loaded.
+bool parse_study_hardware(const Json& hw, const std::filesystem::path& base_dir, Study& study,
+                          Problems& problems) {
+  if (hw.is_object()) return parse_overridden_hardware(hw, base_dir, study, problems);
+  if (!hw.is_string() || hw.get<std::string>().empty()) {
+    problems.add("hardware", hw,
+                 "a hardware name (e.g. \"tpu-v3\"), a path to a hardware JSON file, or {\"base\": ..., "
+                 "\"override\": {...}}");
+    return false;
   }
-  if (const Json* model = top.value("model")) study.model = build_model(*model, "model", problems);
-  study.batch = top.integer("batch", 1, std::int64_t(1) << 40);
-  if (const Json* opt = top.value("optimizer"))
-    study.optimizer = parse_optimizer(*opt, "optimizer", problems);
+  try {
+    study.hardware = load_hardware(hw.get<std::string>(), base_dir);
+    return true;
+  } catch (const ConfigError& e) {
+    carry_hardware_problems(e, problems);
+    return false;
+  }
+}
+
+/// The hosts' what-ifs (optional): "input_pipeline" and "training_loop".
+void parse_host_settings(Fields& top, Study& study, Problems& problems) {
   if (const Json* input = top.optional("input_pipeline")) {
     Fields f(*input, "input_pipeline", problems);
     if (f.ok()) study.host_examples_per_s = f.number("examples_per_s_per_host", 1e-3, 1e12);
@@ -121,22 +118,46 @@ Study parse_study(const Json& json, const std::string& context, const std::files
     }
     f.finish();
   }
+}
+
+/// "schedule": its kind picks the registered schedule, which reads the rest.
+void parse_schedule(const Json& schedule, Study& study, Problems& problems) {
+  Fields f(schedule, "schedule", problems);
+  if (!f.ok()) return;
+  std::vector<std::string> kinds;
+  for (const auto& [k, _] : schedule_registry()) kinds.push_back(k);
+  const std::string kind = f.string("kind", kinds);
+  if (!problems.empty()) return;
+  study.schedule = schedule_registry().at(kind)(f, study, problems);
+  f.finish();
+}
+
+}  // namespace
+
+Study parse_study(const Json& json, const std::string& context, const std::filesystem::path& base_dir) {
+  Study study;
+  study.json = json;
+  study.file = context;
+  Problems problems(context);
+  Fields top(json, "", problems);
+  if (!top.ok()) problems.throw_if_any();
+  if (const Json* d = top.optional("description"); d && !d->is_string())
+    problems.add("description", *d, "a string (free text describing the study)");
+  top.string_or("schema", "tpusim.study/1", {"tpusim.study/1"});
+  const Json* hw = top.value("hardware");
+  const bool have_hardware = hw && parse_study_hardware(*hw, base_dir, study, problems);
+  if (const Json* slice = top.value("slice"); slice && have_hardware) {
+    study.slice = parse_slice(*slice, "slice", study.hardware, problems);
+  }
+  if (const Json* model = top.value("model")) study.model = build_model(*model, "model", problems);
+  study.batch = top.integer("batch", 1, std::int64_t(1) << 40);
+  if (const Json* opt = top.value("optimizer"))
+    study.optimizer = parse_optimizer(*opt, "optimizer", problems);
+  parse_host_settings(top, study, problems);
   const Json* schedule = top.value("schedule");
   top.finish();
   problems.throw_if_any();
-
-  if (schedule) {
-    Fields f(*schedule, "schedule", problems);
-    if (f.ok()) {
-      std::vector<std::string> kinds;
-      for (const auto& [k, _] : schedule_registry()) kinds.push_back(k);
-      const std::string kind = f.string("kind", kinds);
-      if (problems.empty()) {
-        study.schedule = schedule_registry().at(kind)(f, study, problems);
-        f.finish();
-      }
-    }
-  }
+  if (schedule) parse_schedule(*schedule, study, problems);
   problems.throw_if_any();
   return study;
 }
