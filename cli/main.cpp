@@ -222,34 +222,34 @@ std::string num(double v, const char* unit = "") {
   return buf;
 }
 
-int cmd_describe_hardware(const std::string& name, bool as_json) {
-  const HardwareSpec hw = load_hardware(name);
+/// A hardware generation's figures as JSON (the derived ones computed).
+Json hardware_json(const HardwareSpec& hw) {
   const double core_peak = hw.core.peak_matmul_flops_per_s();
-  if (as_json) {
-    Json j{{"name", hw.name},
-           {"file", hw.file},
-           {"cores_per_chip", hw.chip.cores},
-           {"peak_bf16_flops_per_s_per_core", core_peak},
-           {"peak_bf16_flops_per_s_per_chip", hw.chip.peak_bf16_flops_per_s},
-           {"vector_ops_per_s_per_core", hw.core.vector_ops_per_s()},
-           {"hbm_bytes_per_core", hw.core.hbm_bytes},
-           {"hbm_reserved_bytes_per_core", hw.core.hbm_reserved_bytes},
-           {"usable_hbm_bytes_per_core", hw.core.usable_hbm_bytes()},
-           {"hbm_bandwidth_bytes_per_s_per_core", hw.core.hbm_bandwidth_bytes_per_s},
-           {"ridge_flops_per_byte", core_peak / hw.core.hbm_bandwidth_bytes_per_s},
-           {"ici_bandwidth_bytes_per_s_per_link_per_direction", hw.chip.ici_bandwidth_bytes_per_s},
-           {"pod_chips", {hw.pod.chips_x, hw.pod.chips_y}},
-           {"slices", Json::array()},
-           {"sources", hw.sources}};
-    for (const auto& [n, s] : hw.slices) j["slices"].push_back(n);
-    std::cout << j.dump(2) << "\n";
-    return 0;
-  }
-  std::printf("%s (%s)\n%s\n\n", hw.name.c_str(), hw.file.c_str(), hw.description.c_str());
-  auto src = [&](const std::string& path) {
-    auto it = hw.sources.find(path);
-    return it == hw.sources.end() ? std::string() : it->second;
-  };
+  Json j{{"name", hw.name},
+         {"file", hw.file},
+         {"cores_per_chip", hw.chip.cores},
+         {"peak_bf16_flops_per_s_per_core", core_peak},
+         {"peak_bf16_flops_per_s_per_chip", hw.chip.peak_bf16_flops_per_s},
+         {"vector_ops_per_s_per_core", hw.core.vector_ops_per_s()},
+         {"hbm_bytes_per_core", hw.core.hbm_bytes},
+         {"hbm_reserved_bytes_per_core", hw.core.hbm_reserved_bytes},
+         {"usable_hbm_bytes_per_core", hw.core.usable_hbm_bytes()},
+         {"hbm_bandwidth_bytes_per_s_per_core", hw.core.hbm_bandwidth_bytes_per_s},
+         {"ridge_flops_per_byte", core_peak / hw.core.hbm_bandwidth_bytes_per_s},
+         {"ici_bandwidth_bytes_per_s_per_link_per_direction", hw.chip.ici_bandwidth_bytes_per_s},
+         {"pod_chips", {hw.pod.chips_x, hw.pod.chips_y}},
+         {"slices", Json::array()},
+         {"sources", hw.sources}};
+  for (const auto& [n, s] : hw.slices) j["slices"].push_back(n);
+  return j;
+}
+
+/// Where a figure comes from (its `source`), or nothing.
+using SourceOf = std::function<std::string(const std::string&)>;
+
+/// A core: MXUs, clock, peaks, HBM.
+void print_core_figures(const HardwareSpec& hw, const SourceOf& src) {
+  const double core_peak = hw.core.peak_matmul_flops_per_s();
   print_row("cores per chip", std::to_string(hw.chip.cores), src("chip.cores_per_chip"));
   print_row("MXUs per core",
             std::to_string(hw.core.mxus) + " x " + std::to_string(hw.core.mxu_rows) + "x" +
@@ -271,6 +271,10 @@ int cmd_describe_hardware(const std::string& name, bool as_json) {
             src("core.hbm_bandwidth_bytes_per_s_per_core"));
   print_row("roofline ridge", num(core_peak / hw.core.hbm_bandwidth_bytes_per_s, " FLOP/byte"),
             "derived: peak / HBM bandwidth");
+}
+
+/// The links: ICI, on-chip, to the host.
+void print_link_figures(const HardwareSpec& hw, const SourceOf& src) {
   print_row("ICI links per chip", std::to_string(hw.chip.ici_links), src("chip.ici_links_per_chip"));
   print_row("ICI per link per direction", num(hw.chip.ici_bandwidth_bytes_per_s / 1e9, " GB/s"),
             src("chip.ici_bandwidth_bytes_per_s_per_link_per_direction"));
@@ -285,6 +289,10 @@ int cmd_describe_hardware(const std::string& name, bool as_json) {
   print_row("chips per host",
             std::to_string(hw.chip.host_board_chips_x) + "x" + std::to_string(hw.chip.host_board_chips_y),
             src("chip.host_board_chips_x"));
+}
+
+/// How the software runs ops: padding, overheads, fusion, combining, multi-pass kernels.
+void print_software_figures(const HardwareSpec& hw, const SourceOf& src) {
   print_row("matmul row padding", std::to_string(hw.core.matmul_row_padding), src("core.matmul_row_padding"));
   print_row("per-op overhead", num(hw.core.op_overhead_s * 1e6, " us"), src("core.op_overhead_s"));
   print_row("element-wise fusion", hw.core.fuse_elementwise ? "yes" : "no", src("core.fuse_elementwise"));
@@ -307,6 +315,22 @@ int cmd_describe_hardware(const std::string& name, bool as_json) {
   }
   print_row("random number (dropout)", num(hw.core.random_number_vpu_ops, " ops/element"),
             src("core.random_number_vpu_ops_per_element"));
+}
+
+int cmd_describe_hardware(const std::string& name, bool as_json) {
+  const HardwareSpec hw = load_hardware(name);
+  if (as_json) {
+    std::cout << hardware_json(hw).dump(2) << "\n";
+    return 0;
+  }
+  std::printf("%s (%s)\n%s\n\n", hw.name.c_str(), hw.file.c_str(), hw.description.c_str());
+  const SourceOf src = [&](const std::string& path) {
+    auto it = hw.sources.find(path);
+    return it == hw.sources.end() ? std::string() : it->second;
+  };
+  print_core_figures(hw, src);
+  print_link_figures(hw, src);
+  print_software_figures(hw, src);
   print_row("pod", std::to_string(hw.pod.chips_x) + "x" + std::to_string(hw.pod.chips_y) + " chips",
             src("pod"));
   std::string names;
