@@ -120,42 +120,77 @@ std::optional<Json> resident_overflow(const Study& study, const sim::TaskGraph& 
        {{"core", worst}, {"task", "resident state"}, {"time_s", 0.0}, {"bytes_over", most - usable}}}};
 }
 
+/// Functional mode's runtime for the study, its budget and step count checked (null without it).
+std::unique_ptr<FunctionalRuntime> functional_runtime(const RunOptions& o, const Study& study) {
+  if (!o.functional) return nullptr;
+  FunctionalRuntime::check_supported(study);
+  if (o.steps < 1) throw ConfigError("--steps", "", std::to_string(o.steps), "at least 1 step");
+  const double need = FunctionalRuntime::host_bytes_needed(study, study.cores());
+  if (need > o.max_host_memory_bytes) {
+    throw ConfigError("--functional", "",
+                      "a need of " + reports::human_bytes(need) + " of host memory for real tensors",
+                      "at most the budget of " + reports::human_bytes(o.max_host_memory_bytes) +
+                          " (shrink the model or batch, or raise --max-host-memory)");
+  }
+  auto functional = std::make_unique<FunctionalRuntime>(study, o.seed);
+  functional->begin_step(0);
+  return functional;
+}
+
+/// With --require-fit: what every core holds all step already overflowing one, reported (and
+/// exit 1) without simulating the step; nullopt when it may fit.
+std::optional<int> resident_overflow_exit(const RunOptions& o, const Study& study, const BuiltStep& step) {
+  if (!o.require_fit) return std::nullopt;
+  const auto over = resident_overflow(study, step.graph);
+  if (!over) return std::nullopt;
+  std::cerr << "tpusim: the study does not fit in HBM (--require-fit): core " << over->at("core").get<int>()
+            << " holds " << reports::human_bytes(over->at("peak_hbm_bytes").get<double>())
+            << " of resident state (" << over->at("resident").get<std::string>() << ") of "
+            << reports::human_bytes(over->at("hbm_capacity_bytes").get<double>()) << " usable, over by "
+            << reports::human_bytes(over->at("overflow").at("bytes_over").get<double>())
+            << "; the step was not simulated\n";
+  if (o.json) std::cout << over->dump(2) << "\n";
+  return 1;
+}
+
+/// The later steps replayed and compared with one core: result.json's "functional".
+Json functional_json(const RunOptions& o, const Study& study, FunctionalRuntime& functional,
+                     const BuiltStep& step, const sim::SimResult& result) {
+  functional.keep_first_gradients();
+  functional.replay(step.graph, result.completion_order, o.steps);
+  const auto reference = FunctionalRuntime::reference(study, o.steps, o.seed);
+  return Json{{"steps", o.steps},
+              {"seed", o.seed},
+              {"loss", functional.losses()},
+              {"reference_loss", reference->losses()},
+              {"max_rel_diff", functional.max_rel_diff(*reference)},
+              {"gradient_max_rel_diff", functional.gradient_max_rel_diff(*reference)},
+              {"weights_fingerprint", functional.weights_fingerprint()},
+              {"replicas_identical", functional.replicas_identical()}};
+}
+
+/// --out: result.json, report.md, the timeline and memory charts, and with --trace the trace.
+void write_run_outputs(const RunOptions& o, const Study& study, const BuiltStep& step,
+                       const sim::SimResult& result, const Json& j) {
+  fs::create_directories(o.out);
+  write_file(fs::path(o.out) / "result.json", j.dump(2) + "\n");
+  write_file(fs::path(o.out) / "report.md", reports::report_markdown(j));
+  write_file(fs::path(o.out) / "timeline.svg", reports::timeline_svg(step.graph, result));
+  write_file(fs::path(o.out) / "memory.svg", reports::memory_svg(j));
+  if (o.trace)
+    write_file(fs::path(o.out) / "trace.json",
+               reports::chrome_trace(step.graph, result, study.hardware.chip.cores).dump() + "\n");
+}
+
 int cmd_run(const RunOptions& o) {
   cli::RunProgress progress;  // from the start: a slow graph build shows in its elapsed time
   if (!(o.max_host_memory_bytes > 0))
     throw ConfigError("--max-host-memory", "", std::to_string(o.max_host_memory_bytes), "bytes > 0");
   sim::set_host_memory_budget(o.max_host_memory_bytes);
   const Study study = load_study(o.study, o.sets);
-  std::unique_ptr<FunctionalRuntime> functional;
-  if (o.functional) {
-    FunctionalRuntime::check_supported(study);
-    if (o.steps < 1) throw ConfigError("--steps", "", std::to_string(o.steps), "at least 1 step");
-    const double need = FunctionalRuntime::host_bytes_needed(study, study.cores());
-    if (need > o.max_host_memory_bytes) {
-      throw ConfigError("--functional", "",
-                        "a need of " + reports::human_bytes(need) + " of host memory for real tensors",
-                        "at most the budget of " + reports::human_bytes(o.max_host_memory_bytes) +
-                            " (shrink the model or batch, or raise --max-host-memory)");
-    }
-    functional = std::make_unique<FunctionalRuntime>(study, o.seed);
-    functional->begin_step(0);
-  }
+  std::unique_ptr<FunctionalRuntime> functional = functional_runtime(o, study);
   BuiltStep step = study.schedule->build(study, functional.get());
-  if (o.require_fit) {
-    if (auto over = resident_overflow(study, step.graph)) {
-      // What every core holds all step already overflows one: it cannot fit, whatever the
-      // step does; answered without simulating it.
-      std::cerr << "tpusim: the study does not fit in HBM (--require-fit): core "
-                << over->at("core").get<int>() << " holds "
-                << reports::human_bytes(over->at("peak_hbm_bytes").get<double>()) << " of resident state ("
-                << over->at("resident").get<std::string>() << ") of "
-                << reports::human_bytes(over->at("hbm_capacity_bytes").get<double>()) << " usable, over by "
-                << reports::human_bytes(over->at("overflow").at("bytes_over").get<double>())
-                << "; the step was not simulated\n";
-      if (o.json) std::cout << over->dump(2) << "\n";
-      return 1;
-    }
-  }
+  if (const auto code = resident_overflow_exit(o, study, step)) return *code;
   sim::EngineOptions engine;
   engine.record_flows = o.trace;
   engine.symmetric_collectives = !o.no_symmetry;
@@ -166,29 +201,8 @@ int cmd_run(const RunOptions& o) {
   spdlog::debug("simulating {} tasks on {} cores", step.graph.size(), step.graph.cores());
   const sim::SimResult result = sim::simulate(step.graph, study.hardware, study.slice, engine);
   Json j = reports::result_json(run_info(study, step), step.graph, result);
-  if (functional) {
-    functional->keep_first_gradients();
-    functional->replay(step.graph, result.completion_order, o.steps);
-    const auto reference = FunctionalRuntime::reference(study, o.steps, o.seed);
-    j["functional"] = Json{{"steps", o.steps},
-                           {"seed", o.seed},
-                           {"loss", functional->losses()},
-                           {"reference_loss", reference->losses()},
-                           {"max_rel_diff", functional->max_rel_diff(*reference)},
-                           {"gradient_max_rel_diff", functional->gradient_max_rel_diff(*reference)},
-                           {"weights_fingerprint", functional->weights_fingerprint()},
-                           {"replicas_identical", functional->replicas_identical()}};
-  }
-  if (!o.out.empty()) {
-    fs::create_directories(o.out);
-    write_file(fs::path(o.out) / "result.json", j.dump(2) + "\n");
-    write_file(fs::path(o.out) / "report.md", reports::report_markdown(j));
-    write_file(fs::path(o.out) / "timeline.svg", reports::timeline_svg(step.graph, result));
-    write_file(fs::path(o.out) / "memory.svg", reports::memory_svg(j));
-    if (o.trace)
-      write_file(fs::path(o.out) / "trace.json",
-                 reports::chrome_trace(step.graph, result, study.hardware.chip.cores).dump() + "\n");
-  }
+  if (functional) j["functional"] = functional_json(o, study, *functional, step, result);
+  if (!o.out.empty()) write_run_outputs(o, study, step, result, j);
   if (o.json) {
     std::cout << j.dump(2) << "\n";
   } else {
