@@ -26,6 +26,7 @@
 #include "hardware/torus.hpp"
 #include "models/describe.hpp"
 #include "models/op_lowering.hpp"
+#include "reports/report_html.hpp"
 #include "reports/run_report.hpp"
 #include "reports/svg.hpp"
 #include "schedules/functional_runtime.hpp"
@@ -169,14 +170,18 @@ Json functional_json(const RunOptions& o, const Study& study, FunctionalRuntime&
               {"replicas_identical", functional.replicas_identical()}};
 }
 
-/// --out: result.json, report.md, the timeline and memory charts, and with --trace the trace.
+/// --out: result.json, report.md and report.html, the timeline and memory charts, and with --trace the trace.
 void write_run_outputs(const RunOptions& o, const Study& study, const BuiltStep& step,
                        const sim::SimResult& result, const Json& j) {
   fs::create_directories(o.out);
+  const std::string md = reports::report_markdown(j), timeline = reports::timeline_svg(step.graph, result),
+                    memory = reports::memory_svg(j);
   write_file(fs::path(o.out) / "result.json", j.dump(2) + "\n");
-  write_file(fs::path(o.out) / "report.md", reports::report_markdown(j));
-  write_file(fs::path(o.out) / "timeline.svg", reports::timeline_svg(step.graph, result));
-  write_file(fs::path(o.out) / "memory.svg", reports::memory_svg(j));
+  write_file(fs::path(o.out) / "report.md", md);
+  write_file(fs::path(o.out) / "report.html",
+             reports::report_html(md, {{"timeline.svg", timeline}, {"memory.svg", memory}}, "tpusim run"));
+  write_file(fs::path(o.out) / "timeline.svg", timeline);
+  write_file(fs::path(o.out) / "memory.svg", memory);
   if (o.trace)
     write_file(fs::path(o.out) / "trace.json",
                reports::chrome_trace(step.graph, result, study.hardware.chip.cores).dump() + "\n");
@@ -208,7 +213,8 @@ int cmd_run(const RunOptions& o) {
   } else {
     std::cout << reports::summary_text(j);
     if (!o.out.empty())
-      std::cout << "  wrote             " << o.out << "/: result.json report.md timeline.svg memory.svg"
+      std::cout << "  wrote             " << o.out
+                << "/: result.json report.md report.html timeline.svg memory.svg"
                 << (o.trace ? " trace.json" : "") << "\n";
   }
   if (o.require_fit && !result.fits) {

@@ -5,6 +5,7 @@
 
 #include "cli/validate.hpp"
 #include "hardware/hardware_spec.hpp"
+#include "reports/report_html.hpp"
 #include "reports/validation_report.hpp"
 #include "schedules/study.hpp"
 
@@ -177,4 +178,19 @@ TEST_CASE("sensitivity scales one hardware figure of a copy of the file", "[vali
   CHECK_FALSE(scaled_hardware(hw, "core.fuse_elementwise", 1.1));  // a flag is not scaled
   CHECK_FALSE(scaled_hardware(hw, "core.no_such_figure", 1.1));
   CHECK_NOTHROW(parse_hardware(*scaled, "scaled"));
+}
+
+TEST_CASE("a run's HTML report renders report.md's constructs, escaped, with its charts inline",
+          "[reports]") {
+  const std::string md =
+      "# a <b> & c\n\n| figure | value |\n| --- | ---: |\n| step | **1 ms** |\n\n"
+      "A paragraph over\ntwo lines, with `code <x>`.\n\n![timeline](timeline.svg)\n\n![other](other.svg)\n";
+  const std::string html = reports::report_html(md, {{"timeline.svg", "<svg id=\"t\"></svg>"}}, "title");
+  CHECK_THAT(html, Catch::Contains("<h1>a &lt;b&gt; &amp; c</h1>"));
+  CHECK_THAT(html, Catch::Contains("<tr><th>figure</th><th>value</th></tr>"));
+  CHECK_THAT(html, Catch::Contains("<tr><td>step</td><td><strong>1 ms</strong></td></tr>"));
+  CHECK_THAT(html, !Catch::Contains("---"));  // the separator row is not a row
+  CHECK_THAT(html, Catch::Contains("<p>A paragraph over two lines, with <code>code &lt;x&gt;</code>.</p>"));
+  CHECK_THAT(html, Catch::Contains("<figure><svg id=\"t\"></svg></figure>"));
+  CHECK_THAT(html, Catch::Contains("<img alt=\"other\" src=\"other.svg\">"));
 }
