@@ -93,64 +93,70 @@ Pipeline::Pipeline(Order order, Fields& f, const Study& study, Problems& problem
         "a multiple of replicas x microbatches = " + std::to_string(std::int64_t(replicas_) * microbatches_) +
             " (equal micro-batches on every replica)");
   }
-  if (const Json* p = f.optional("partition")) {
-    if (p->is_string() && (p->get<std::string>() == "balanced" || p->get<std::string>() == "memory_aware")) {
-      memory_aware_ = p->get<std::string>() == "memory_aware";  // computed at build time
-    } else if (p->is_array() && int(p->size()) == stages_) {
-      int total = 0;
-      for (std::size_t i = 0; i < p->size(); ++i) {
-        const Json& n = (*p)[i];
-        if (!n.is_number_integer() || n.get<std::int64_t>() < 1 || n.get<std::int64_t>() > layers) {
-          problems.add(index_path(f.path_of("partition"), i), n, "a layer count >= 1");
-          continue;
-        }
-        partition_.push_back(int(n.get<std::int64_t>()));
-        total += partition_.back();
-      }
-      if (problems.empty() && total != layers) {
-        problems.add(f.path_of("partition"), *p,
-                     "layer counts summing to the model's " + std::to_string(layers) + " layers");
-      }
-    } else {
-      problems.add(f.path_of("partition"), *p,
-                   "\"balanced\", \"memory_aware\" or an array of " + std::to_string(stages_) +
-                       " layer counts (one per stage)");
-    }
+  if (const Json* p = f.optional("partition")) read_partition(*p, f.path_of("partition"), layers, problems);
+  if (const Json* p = f.optional("placement")) read_placement(*p, f.path_of("placement"), study, problems);
+}
+
+void Pipeline::read_partition(const Json& p, const std::string& path, int layers, Problems& problems) {
+  if (p.is_string() && (p.get<std::string>() == "balanced" || p.get<std::string>() == "memory_aware")) {
+    memory_aware_ = p.get<std::string>() == "memory_aware";  // computed at build time
+    return;
   }
-  if (const Json* p = f.optional("placement")) {
-    if (p->is_string() && (p->get<std::string>() == "auto" || p->get<std::string>() == "by_stage")) {
-      by_stage_ = p->get<std::string>() == "by_stage";  // computed at build time
-    } else if (p->is_array() && int(p->size()) == replicas_) {
-      std::set<int> used;
-      for (std::size_t r = 0; r < p->size(); ++r) {
-        const Json& row = (*p)[r];
-        const std::string path = index_path(f.path_of("placement"), r);
-        if (!row.is_array() || int(row.size()) != stages_) {
-          problems.add(path, row, "an array of " + std::to_string(stages_) + " core ids (one per stage)");
-          continue;
-        }
-        placement_.emplace_back();
-        for (std::size_t s = 0; s < row.size(); ++s) {
-          const Json& c = row[s];
-          if (!c.is_number_integer() || c.get<std::int64_t>() < 0 || c.get<std::int64_t>() >= study.cores()) {
-            problems.add(index_path(path, s), c,
-                         "a core id in [0, " + std::to_string(study.cores() - 1) + "]");
-          } else if (!used.insert(int(c.get<std::int64_t>())).second) {
-            problems.add(index_path(path, s), c, "a core not used by another stage or replica");
-          } else {
-            placement_.back().push_back(int(c.get<std::int64_t>()));
-          }
-        }
-      }
-    } else {
-      problems.add(f.path_of("placement"), *p,
-                   "\"auto\", \"by_stage\" or an array of " + std::to_string(replicas_) +
-                       " arrays of core ids (one per replica)");
+  if (!p.is_array() || int(p.size()) != stages_) {
+    problems.add(path, p,
+                 "\"balanced\", \"memory_aware\" or an array of " + std::to_string(stages_) +
+                     " layer counts (one per stage)");
+    return;
+  }
+  int total = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const Json& n = p[i];
+    if (!n.is_number_integer() || n.get<std::int64_t>() < 1 || n.get<std::int64_t>() > layers) {
+      problems.add(index_path(path, i), n, "a layer count >= 1");
+      continue;
     }
-    if (tensor_ > 1 && p->is_array())
-      problems.add(
-          f.path_of("placement"), *p,
-          "\"auto\" or \"by_stage\" when tensor_parallel > 1 (each stage's cores are placed together)");
+    partition_.push_back(int(n.get<std::int64_t>()));
+    total += partition_.back();
+  }
+  if (problems.empty() && total != layers)
+    problems.add(path, p, "layer counts summing to the model's " + std::to_string(layers) + " layers");
+}
+
+void Pipeline::read_placement(const Json& p, const std::string& path, const Study& study,
+                              Problems& problems) {
+  if (p.is_string() && (p.get<std::string>() == "auto" || p.get<std::string>() == "by_stage")) {
+    by_stage_ = p.get<std::string>() == "by_stage";  // computed at build time
+  } else if (p.is_array() && int(p.size()) == replicas_) {
+    std::set<int> used;
+    for (std::size_t r = 0; r < p.size(); ++r)
+      read_replica_placement(p[r], index_path(path, r), study, used, problems);
+  } else {
+    problems.add(path, p,
+                 "\"auto\", \"by_stage\" or an array of " + std::to_string(replicas_) +
+                     " arrays of core ids (one per replica)");
+  }
+  if (tensor_ > 1 && p.is_array())
+    problems.add(
+        path, p,
+        "\"auto\" or \"by_stage\" when tensor_parallel > 1 (each stage's cores are placed together)");
+}
+
+void Pipeline::read_replica_placement(const Json& row, const std::string& path, const Study& study,
+                                      std::set<int>& used, Problems& problems) {
+  if (!row.is_array() || int(row.size()) != stages_) {
+    problems.add(path, row, "an array of " + std::to_string(stages_) + " core ids (one per stage)");
+    return;
+  }
+  placement_.emplace_back();
+  for (std::size_t s = 0; s < row.size(); ++s) {
+    const Json& c = row[s];
+    if (!c.is_number_integer() || c.get<std::int64_t>() < 0 || c.get<std::int64_t>() >= study.cores()) {
+      problems.add(index_path(path, s), c, "a core id in [0, " + std::to_string(study.cores() - 1) + "]");
+    } else if (!used.insert(int(c.get<std::int64_t>())).second) {
+      problems.add(index_path(path, s), c, "a core not used by another stage or replica");
+    } else {
+      placement_.back().push_back(int(c.get<std::int64_t>()));
+    }
   }
 }
 

@@ -6,6 +6,8 @@
 // all-reduced across R replicas of the pipeline, then one optimizer update.
 #pragma once
 
+#include <set>
+
 #include "schedules/step_builder.hpp"
 #include "schedules/tensor_parallel.hpp"
 
@@ -66,6 +68,12 @@ class Pipeline : public Schedule {
   StageSharding sharding_;  ///< how they split its layers (tensor_ > 1)
 
   void read_tensor_parallel(Fields& f, const Study& study, Problems& problems);
+  /// "partition": "balanced", "memory_aware" or layer counts per stage.
+  void read_partition(const Json& p, const std::string& path, int layers, Problems& problems);
+  /// "placement": "auto", "by_stage" or core ids per replica and stage.
+  void read_placement(const Json& p, const std::string& path, const Study& study, Problems& problems);
+  void read_replica_placement(const Json& row, const std::string& path, const Study& study,
+                              std::set<int>& used, Problems& problems);
   /// A builder whose layer costs are one core's share of a stage.
   void split(StepBuilder& builder) const {
     if (tensor_ > 1) builder.split_layers(sharding_);
