@@ -73,6 +73,7 @@ struct NamedOp {
     MaxPool,        ///< Pool: the window's maximum (its gradient finds it again in the input)
     AveragePool,    ///< Pool: the window's mean (its gradient needs no activation)
     BiasGelu,       ///< Elementwise: out = gelu(a + b), BERT's tanh approximation (cost only)
+    ResidualRelu,   ///< Elementwise: out = max(a + `skip`, 0), a ResNet block's sum and ReLU
     Dropout,        ///< Elementwise: out = a * mask / keep with a random mask drawn here and kept
                     ///< for the backward (`a`'s keep flag stands for the mask; cost only)
   };

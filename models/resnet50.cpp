@@ -2,6 +2,7 @@
 // stages (3, 4, 6, 3) with the stride on the 3x3 convolution, projection shortcuts at the first
 // block of each stage, then global pooling and a 1000-way classifier. One layer per block.
 #include "models/conv_nets.hpp"
+#include "models/named_op_function.hpp"
 
 namespace tpusim {
 
@@ -38,13 +39,18 @@ Layer bottleneck(const std::string& name, const FeatureMap& in, std::int64_t wid
                                 tpusim::relu("relu2", tpusim::image(b, out, width)),
                                 conv("conv3", b, out, width, out_channels, 1, 1),
                                 batch_norm("bn3", b, out, out_channels)};
-    ops.front().a.keep = true;  // the block input (a materialized residual sum), read by conv1's dW
+    ops.front().a.keep = true;   // the block input (a materialized residual sum), read by conv1's dW
+    ops.back().out.id = "main";  // the main branch's output, which the residual sum adds
     if (projection) {
       ops.push_back(conv("shortcut", b, in.size, in.channels, out_channels, 1, int(stride)));
+      ops.back().a.id = "in";  // the block's input (kept once, by conv1)
       ops.push_back(batch_norm("shortcut_bn", b, out, out_channels));
     }
-    // The ReLU's gradient needs the block's output, which the next layer keeps as its input.
+    // The sum of the main branch and the shortcut (the projection, or the block's input), then
+    // ReLU. Its gradient needs the block's output, which the next layer keeps as its input.
     ops.push_back(elementwise("residual_relu", tpusim::image(b, out, out_channels), 2));
+    ops.back().math = NamedOp::Math::ResidualRelu;
+    ops.back().skip = projection ? "main" : "in";
     return ops;
   };
   derive_work(l, act, false, [in, stride, out_channels, act](std::int64_t b) {
@@ -76,6 +82,8 @@ Model build_resnet50(Fields& f, Problems& problems) {
     }
   }
   m.layers.push_back(classifier_head(x, classes, m.activation_bytes));
+  // Functional mode: images and the classes a fixed random linear teacher gives them.
+  attach_functions(m, mlp_data(image * image * 3, classes));
   return m;
 }
 

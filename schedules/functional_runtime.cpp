@@ -28,6 +28,13 @@ std::string unsupported_layer(const Model& model) {
 
 }  // namespace
 
+bool FunctionalRuntime::has_batch_norm(const Model& model) {
+  for (const auto& layer : model.layers)
+    for (const auto& op : layer.named_ops ? layer.named_ops(1) : std::vector<NamedOp>{})
+      if (op.kind == NamedOp::Kind::BatchNorm) return true;
+  return false;
+}
+
 void FunctionalRuntime::check_supported(const Study& study) {
   for (const auto& layer : study.model.layers) {
     if (layer.function) continue;
@@ -39,6 +46,12 @@ void FunctionalRuntime::check_supported(const Study& study) {
                       "with a classifier, or a decoder-only transformer without shared embeddings, picked "
                       "positions or dropout");
   }
+  // Cross-replica batch norm combines statistics across replicas, which functional mode's
+  // per-replica layer calls do not.
+  const Json& schedule = study.json.contains("schedule") ? study.json["schedule"] : Json::object();
+  if (schedule.is_object() && schedule.value("batch_norm_group", 1) > 1 && has_batch_norm(study.model))
+    throw ConfigError(study.file, "schedule.batch_norm_group", schedule["batch_norm_group"].dump(),
+                      "1 in functional mode (each replica's batch norms use its own examples' statistics)");
   if (!study.optimizer.rule->functional()) {
     std::string kinds;
     for (const auto& [kind, rule] : optimizer_rules())
@@ -281,10 +294,13 @@ std::unique_ptr<FunctionalRuntime> FunctionalRuntime::reference(const Study& stu
   auto ref = std::make_unique<FunctionalRuntime>(study, seed);
   const LayerRange all{0, int(study.model.layers.size())};
   ref->hold(0, all);
+  const std::int64_t group = has_batch_norm(study.model) ? study.schedule->layer_batch(study) : study.batch;
   for (int s = 0; s < steps; ++s) {
     ref->begin_step(s);
-    ref->forward(0, all, 0, study.batch, Keep::All)();
-    ref->backward(0, all, 0, study.batch)();
+    for (std::int64_t first = 0; first < study.batch; first += group) {
+      ref->forward(0, all, first, group, Keep::All)();
+      ref->backward(0, all, first, group)();
+    }
     if (s == 0) ref->keep_first_gradients();
     ref->update(0, all, 0, 1)();
   }

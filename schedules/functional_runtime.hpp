@@ -99,8 +99,12 @@ class FunctionalRuntime {
   /// the graph is the same every step, so later steps run the closures in that order.
   void replay(const sim::TaskGraph& graph, const std::vector<int>& order, int steps);
   /// Trains the study's model on one core with the whole batch for `steps` steps: the
-  /// reference every schedule must reproduce.
+  /// reference every schedule must reproduce. A model with batch normalizations runs the batch
+  /// in the schedule's layer calls (a replica's examples, a micro-batch), adding their
+  /// gradients: its statistics are over the same examples as the schedule's.
   static std::unique_ptr<FunctionalRuntime> reference(const Study& study, int steps, std::uint64_t seed);
+  /// Whether the model normalizes over the batch (its statistics depend on the layer calls).
+  static bool has_batch_norm(const Model& model);
 
  private:
   struct Held {

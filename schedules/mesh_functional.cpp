@@ -177,7 +177,7 @@ void MeshExecutor::check_supported(int l, const Op& op, int f) const {
       break;
     }
     case NamedOp::Kind::Elementwise:
-      if (!suffix_bias() || (n.math == M::Residual && op.skip < 0))
+      if (!suffix_bias() || ((n.math == M::Residual || n.math == M::ResidualRelu) && op.skip < 0))
         throw unsupported(l, n, "a bias over other than the trailing dimensions, or a residual of nothing");
       break;
     case NamedOp::Kind::Reduction:
@@ -399,14 +399,15 @@ void MeshExecutor::run_elementwise(int core, int f, MeshAction::What what) {
       const Tensor& bias = rt_.params(core, op.layer)[std::size_t(op.params[0])];
       for (std::size_t i = 0; i < y.size(); ++i) y[i] += bias[i % width];
     }
-    if (n.math == M::Residual) add_into(y, value(core, op.skip));
-    if (n.math == M::BiasRelu) kernels::relu_forward(y.data(), y.data(), kernels::I(y.size()));
+    if (n.math == M::Residual || n.math == M::ResidualRelu) add_into(y, value(core, op.skip));
+    if (n.math == M::BiasRelu || n.math == M::ResidualRelu)
+      kernels::relu_forward(y.data(), y.data(), kernels::I(y.size()));
     if (n.math == M::BiasGelu) kernels::gelu_forward(y.data(), y.data(), kernels::I(y.size()));
     out_[c][f] = std::move(y);
     return;
   }
   Tensor dz = dout_[c].at(f);
-  if (n.math == M::BiasRelu)
+  if (n.math == M::BiasRelu || n.math == M::ResidualRelu)
     kernels::relu_backward(out_[c].at(f).data(), dz.data(), dz.data(), kernels::I(dz.size()));
   if (n.math == M::BiasGelu) {  // its input again: the operand plus the bias
     Tensor pre = value(core, op.a);
@@ -418,7 +419,7 @@ void MeshExecutor::run_elementwise(int core, int f, MeshAction::What what) {
     Tensor& db = rt_.grads(core, op.layer)[std::size_t(op.params[0])];
     for (std::size_t i = 0; i < dz.size(); ++i) db[i % width] += dz[i];
   }
-  if (n.math == M::Residual) accumulate(core, op.skip, dz);
+  if (n.math == M::Residual || n.math == M::ResidualRelu) accumulate(core, op.skip, dz);
   accumulate(core, op.a, std::move(dz));
 }
 

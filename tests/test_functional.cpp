@@ -296,3 +296,60 @@ TEST_CASE("a convolutional net's data parallelism matches one core", "[functiona
 TEST_CASE("a convolutional net's pipeline matches one core", "[functional]") {
   check_equivalent(kConvNet, R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "remat": true})");
 }
+
+// Batch norm: each layer call normalizes over its own examples (a replica's, a micro-batch's), and
+// the reference runs one core over the same groups, adding their gradients. The first step's
+// gradients and the weights after it match; later steps are not compared here, as a batch norm
+// over a few examples at a 1x1 image amplifies rounding differences by orders of magnitude.
+void check_first_step(const char* model, const std::string& schedule, std::int64_t batch = 16) {
+  Json j = Json::parse(R"({"hardware": "tpu-v3", "slice": "v3-8", "optimizer": {"kind": "momentum"}})");
+  j["batch"] = batch;
+  j["model"] = Json::parse(model);
+  j["schedule"] = Json::parse(schedule);
+  const Study s = parse_study(j, "test");
+  FunctionalRuntime::check_supported(s);
+  FunctionalRuntime rt(s, 7);
+  rt.begin_step(0);
+  const BuiltStep step = s.schedule->build(s, &rt);
+  sim::EngineOptions options;
+  options.functional = true;
+  const auto r = sim::simulate(step.graph, s.hardware, s.slice, options);
+  rt.keep_first_gradients();
+  rt.replay(step.graph, r.completion_order, 1);
+  const auto ref = FunctionalRuntime::reference(s, 1, 7);
+  INFO(schedule);
+  CHECK(rt.gradient_max_rel_diff(*ref) <= 1e-5);
+  CHECK(rt.max_rel_diff(*ref) <= 1e-5);
+  CHECK(rt.losses().front() == Approx(ref->losses().front()).epsilon(1e-6));
+}
+
+const char* kConvBnNet = R"({"kind": "sequential", "layers": [
+    {"kind": "conv2d", "size": 8, "in_channels": 3, "out_channels": 4, "kernel": 3},
+    {"kind": "conv2d", "size": 8, "in_channels": 4, "out_channels": 6, "kernel": 3, "stride": 2},
+    {"kind": "global_pool"}, {"kind": "classifier", "in": 6, "classes": 5}]})";
+const char* kResNet = R"({"kind": "resnet50", "image_size": 32, "classes": 10})";
+
+TEST_CASE("a conv net with batch norms: data parallelism computes one core's first step", "[functional]") {
+  check_first_step(kConvBnNet, R"({"kind": "data_parallel"})");
+}
+
+TEST_CASE("a conv net with batch norms: GPipe computes one core's first step", "[functional]") {
+  check_first_step(kConvBnNet, R"({"kind": "gpipe", "stages": 2, "microbatches": 4})");
+}
+
+TEST_CASE("ResNet-50's data parallelism computes one core's first step", "[functional][resnet]") {
+  check_first_step(kResNet, R"({"kind": "data_parallel", "replicas": 2})", 8);
+}
+
+TEST_CASE("ResNet-50's GPipe pipeline computes one core's first step", "[functional][resnet]") {
+  check_first_step(kResNet, R"({"kind": "gpipe", "stages": 2, "microbatches": 2, "remat": true})", 8);
+}
+
+TEST_CASE("cross-replica batch norm is refused in functional mode", "[functional]") {
+  Json j =
+      Json::parse(R"({"hardware": "tpu-v3", "slice": "v3-8", "batch": 16, "optimizer": {"kind": "momentum"},
+                           "schedule": {"kind": "data_parallel", "batch_norm_group": 2}})");
+  j["model"] = Json::parse(kConvBnNet);
+  CHECK_THROWS_WITH(FunctionalRuntime::check_supported(parse_study(j, "test")),
+                    Catch::Contains("schedule.batch_norm_group"));
+}

@@ -492,9 +492,12 @@ TEST_CASE("every kind of named op has its registered class, which prices it and 
   CHECK(op_kind(ops[1]).fuses_into_producer());
   CHECK_FALSE(op_kind(ops[0]).fuses_into_producer());
   CHECK(op_kind(ops[3]).kept_extra_bytes(ops[3], Sharding::none()) == Approx(b * s * 4.0));
-  // Host math: a batch norm has none, and says why; the einsum, the convolution and the pool do.
-  CHECK_THAT(op_kind(ops[5]).missing_host_math(ops[5]), Catch::Contains("batch norm"));
-  for (std::size_t i : {0, 4, 6}) CHECK(op_kind(ops[i]).missing_host_math(ops[i]).empty());
+  // Host math: the einsum, the lookup, the convolution, the batch norm and the pool have it (the
+  // element-wise op and the reduction say no math); a 1x7 convolution has none, and says why.
+  for (std::size_t i : {0, 3, 4, 5, 6}) CHECK(op_kind(ops[i]).missing_host_math(ops[i]).empty());
+  CHECK_FALSE(op_kind(ops[1]).missing_host_math(ops[1]).empty());
+  const NamedOp rect = conv("rect", b, 8, 3, 4, 1, 7, 1);
+  CHECK_THAT(op_kind(rect).missing_host_math(rect), Catch::Contains("square window"));
 }
 
 TEST_CASE("BERT-large for pre-training has BertForPreTraining's 336,226,108 parameters", "[models]") {

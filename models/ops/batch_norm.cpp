@@ -1,6 +1,7 @@
 // Batch normalization: per-channel statistics over the batch and the image of a [batch, height,
 // width, channels] activation (b: scale and shift), as the core's normalization kernels. A split
 // image, and cross-replica batch norm over a group of replicas, all-reduce the statistics.
+#include "models/kernels/kernels.hpp"
 #include "models/ops/op_kind.hpp"
 
 namespace tpusim {
@@ -34,10 +35,35 @@ class BatchNorm : public NamedOpKind {
     m.weight_gradient(op, {&op.a});
   }
 
-  /// Per-replica (or per-micro-batch) statistics are another training than one core's whole
-  /// batch, so functional mode could not prove a schedule equal to one core with them.
-  std::string missing_host_math(const NamedOp&) const override {
-    return "a batch norm (its statistics depend on how a schedule splits the batch)";
+  /// Statistics over each layer call's examples: a replica's, or a micro-batch's (functional
+  /// mode's reference computes them over the same groups; cross-replica groups are refused there).
+  std::string missing_host_math(const NamedOp&) const override { return ""; }
+  Tensor initial_weight(const NamedOp& op, int copy, std::uint64_t, int) const override {
+    return Tensor(std::size_t(op.b.elements() / op.b.copies), copy == 0 ? 1.0f : 0.0f);  // scale, shift
+  }
+  int saved_extras(const NamedOp&) const override { return 2; }  // mean and rstd per channel
+  Tensor host_forward(const NamedOp& op, HostForward& f) const override {
+    const auto [rows, channels] = shape(op);
+    Tensor y(f.a.size());
+    f.extras[0].resize(std::size_t(channels));
+    f.extras[1].resize(std::size_t(channels));
+    kernels::batchnorm_forward(f.a.data(), f.weights[0].data(), f.weights[1].data(), y.data(),
+                               f.extras[0].data(), f.extras[1].data(), rows, channels);
+    return y;
+  }
+  void host_backward(const NamedOp& op, HostBackward& g) const override {
+    const auto [rows, channels] = shape(op);
+    g.da.assign(g.a.size(), 0.0f);
+    kernels::batchnorm_backward(g.a.data(), g.weights[0].data(), g.extras[0].data(), g.extras[1].data(),
+                                g.dy.data(), g.da.data(), g.weight_grads[0].data(), g.weight_grads[1].data(),
+                                rows, channels);
+  }
+
+ private:
+  /// Rows (every example's every pixel) of channels.
+  static std::pair<kernels::I, kernels::I> shape(const NamedOp& op) {
+    const kernels::I channels = op.a.dims.back().size;
+    return {kernels::I(op.a.elements()) / channels, channels};
   }
 };
 

@@ -50,9 +50,10 @@ class Elementwise : public NamedOpKind {
   std::string missing_host_math(const NamedOp& op) const override {
     if ((op.math == M::Bias || op.math == M::BiasRelu || op.math == M::BiasGelu) && op.b.weight) return "";
     if (op.math == M::BiasRelu && op.b.dims.empty()) return "";  // a ReLU alone
-    if (op.math == M::Residual && !op.skip.empty()) return "";
-    return "an element-wise op other than a bias (+ ReLU or GELU), a ReLU or a residual add (dropout draws "
-           "masks)";
+    if ((op.math == M::Residual || op.math == M::ResidualRelu) && !op.skip.empty()) return "";
+    return "an element-wise op other than a bias (+ ReLU or GELU), a ReLU or a residual add (+ ReLU) "
+           "(dropout "
+           "draws masks)";
   }
   Tensor initial_weight(const NamedOp& op, int, std::uint64_t, int) const override {  // a bias: zeros
     return Tensor(std::size_t(op.b.elements() / op.b.copies), 0.0f);
@@ -60,13 +61,15 @@ class Elementwise : public NamedOpKind {
   Tensor host_forward(const NamedOp& op, HostForward& f) const override {
     Tensor y = f.weights ? add_bias(f.a, *f.weights) : f.a;
     if (f.skip) named::add_into(y, *f.skip);
-    if (op.math == M::BiasRelu) kernels::relu_forward(y.data(), y.data(), I(y.size()));
+    if (op.math == M::BiasRelu || op.math == M::ResidualRelu)
+      kernels::relu_forward(y.data(), y.data(), I(y.size()));
     if (op.math == M::BiasGelu) kernels::gelu_forward(y.data(), y.data(), I(y.size()));
     return y;
   }
   void host_backward(const NamedOp& op, HostBackward& g) const override {
     Tensor dz = g.dy;
-    if (op.math == M::BiasRelu) kernels::relu_backward(g.y.data(), dz.data(), dz.data(), I(dz.size()));
+    if (op.math == M::BiasRelu || op.math == M::ResidualRelu)
+      kernels::relu_backward(g.y.data(), dz.data(), dz.data(), I(dz.size()));
     if (op.math == M::BiasGelu) {  // its input: the kept operand plus the bias
       const Tensor pre = add_bias(g.a, *g.weights);
       kernels::gelu_backward(pre.data(), dz.data(), dz.data(), I(dz.size()));
