@@ -52,8 +52,7 @@ class Elementwise : public NamedOpKind {
     if (op.math == M::BiasRelu && op.b.dims.empty()) return "";  // a ReLU alone
     if ((op.math == M::Residual || op.math == M::ResidualRelu) && !op.skip.empty()) return "";
     return "an element-wise op other than a bias (+ ReLU or GELU), a ReLU or a residual add (+ ReLU) "
-           "(dropout "
-           "draws masks)";
+           "(dropout draws masks)";
   }
   Tensor initial_weight(const NamedOp& op, int, std::uint64_t, int) const override {  // a bias: zeros
     return Tensor(std::size_t(op.b.elements() / op.b.copies), 0.0f);
