@@ -59,8 +59,8 @@ struct NamedOp {
     Pool,         ///< a -> out, a `window` x `window` pooling with `stride`; a window covering
                   ///< the whole image is a global pool
   };
-  /// What an element-wise op or a reduction computes, where functional mode can execute it on
-  /// shards (mesh layouts); Unspecified elsewhere (the cost is still known).
+  /// What an element-wise op, a reduction or a pool computes, which its kind's host math runs in
+  /// functional mode; Unspecified where only the cost is known.
   enum class Math {
     Unspecified,
     Bias,           ///< Elementwise: out = a + b (b over a's last dimension)
@@ -72,7 +72,7 @@ struct NamedOp {
                     ///< `scale` * a, positions after the query's (the second-to-last dimension) masked
     MaxPool,        ///< Pool: the window's maximum (its gradient finds it again in the input)
     AveragePool,    ///< Pool: the window's mean (its gradient needs no activation)
-    BiasGelu,       ///< Elementwise: out = gelu(a + b), BERT's tanh approximation (cost only)
+    BiasGelu,       ///< Elementwise: out = gelu(a + b), BERT's tanh approximation
     ResidualRelu,   ///< Elementwise: out = max(a + `skip`, 0), a ResNet block's sum and ReLU
     Dropout,        ///< Elementwise: out = a * mask / keep with a random mask drawn here and kept
                     ///< for the backward (`a`'s keep flag stands for the mask; cost only)
