@@ -475,12 +475,9 @@ Json named_op_memory_json(const Layer& layer, bool model_input, double act, std:
   const Sharding& s = Sharding::none();
   Json rows = Json::array();
   for (std::size_t i = 0; i < ops.size(); ++i) {
-    double kept = op_kind(ops[i]).kept_extra_bytes(ops[i], s);
-    for (const auto& t : ops[i].tensors())
-      if (t.keep) kept += s.local_elements(t) * act;
     rows.push_back(
         Json{{"op", ops[i].name},
-             {"kept_bytes", kept},
+             {"kept_bytes", kept_bytes(ops[i], s, act)},
              {"forward_transient_bytes", forward_transient(ops, i, s) * act},
              {"backward_in_flight_bytes", gradients_in_flight(ops, i, s, model_input && i == 0) * act}});
   }

@@ -55,13 +55,18 @@ double forward_transient(const std::vector<NamedOp>& ops, std::size_t i, const S
   return (reads_previous ? s.local_elements(op.a) : 0.0) + (output_kept ? 0.0 : s.local_elements(op.out));
 }
 
+double kept_bytes(const NamedOp& op, const Sharding& s, double act) {
+  double kept = op_kind(op).kept_extra_bytes(op, s);
+  for (const auto& t : op.tensors())
+    if (t.keep) kept += s.local_elements(t) * act;
+  return kept;
+}
+
 LayerMemory layer_memory(const std::vector<NamedOp>& ops, const Sharding& s, double act, bool model_input) {
   LayerMemory m;
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const NamedOp& op = ops[i];
-    for (const auto& t : op.tensors())
-      if (t.keep) m.kept_bytes += s.local_elements(t) * act;
-    m.kept_bytes += op_kind(op).kept_extra_bytes(op, s);
+    m.kept_bytes += kept_bytes(op, s, act);
     m.backward_workspace_bytes =
         std::max(m.backward_workspace_bytes, gradients_in_flight(ops, i, s, model_input && i == 0) * act);
     m.workspace_bytes = std::max(m.workspace_bytes, forward_transient(ops, i, s) * act);

@@ -40,6 +40,10 @@ double forward_transient(const std::vector<NamedOp>& ops, std::size_t i, const S
 double gradients_in_flight(const std::vector<NamedOp>& ops, std::size_t i, const Sharding& s,
                            bool reads_model_input);
 
+/// Bytes an op keeps for the backward on a core: its tensors marked `keep` and what its kind
+/// keeps besides (a lookup's ids).
+double kept_bytes(const NamedOp& op, const Sharding& s, double act);
+
 /// What a layer's ops keep and hold on a core, the one set of memory rules every lowering uses.
 struct LayerMemory {
   double kept_bytes = 0;                ///< activations kept for the backward (and a gather's ids)

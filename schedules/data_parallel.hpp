@@ -28,6 +28,7 @@ class DataParallel : public Schedule {
   std::int64_t layer_batch(const Study& study) const override { return study.batch / replicas_; }
   /// Each replica's core reads its share of the batch.
   std::vector<CoreInput> input(const Study& study) const override;
+  int batch_norm_group() const override { return batch_norm_group_; }
 
  private:
   int replicas_ = 1;  ///< cores used: the first `replicas_` of the slice

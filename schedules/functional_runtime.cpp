@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "models/named_op_function.hpp"
+#include "models/ops/op_kind.hpp"
 
 namespace tpusim {
 
@@ -31,7 +32,7 @@ std::string unsupported_layer(const Model& model) {
 bool FunctionalRuntime::has_batch_norm(const Model& model) {
   for (const auto& layer : model.layers)
     for (const auto& op : layer.named_ops ? layer.named_ops(1) : std::vector<NamedOp>{})
-      if (op.kind == NamedOp::Kind::BatchNorm) return true;
+      if (op_kind(op).replica_statistics_channels(op) > 0) return true;
   return false;
 }
 
@@ -48,9 +49,9 @@ void FunctionalRuntime::check_supported(const Study& study) {
   }
   // Cross-replica batch norm combines statistics across replicas, which functional mode's
   // per-replica layer calls do not.
-  const Json& schedule = study.json.contains("schedule") ? study.json["schedule"] : Json::object();
-  if (schedule.is_object() && schedule.value("batch_norm_group", 1) > 1 && has_batch_norm(study.model))
-    throw ConfigError(study.file, "schedule.batch_norm_group", schedule["batch_norm_group"].dump(),
+  if (study.schedule->batch_norm_group() > 1 && has_batch_norm(study.model))
+    throw ConfigError(study.file, "schedule.batch_norm_group",
+                      std::to_string(study.schedule->batch_norm_group()),
                       "1 in functional mode (each replica's batch norms use its own examples' statistics)");
   if (!study.optimizer.rule->functional()) {
     std::string kinds;

@@ -30,6 +30,7 @@ class MeshSchedule : public Schedule {
   /// Every core reads its batch shard (the cores along the other mesh dimensions read the same
   /// one), the part of each image its spatial split gives it.
   std::vector<CoreInput> input(const Study& study) const override;
+  int batch_norm_group() const override { return batch_norm_group_; }
 
   /// The mesh size a tensor dimension is split by (1 when the layout does not split it).
   int split(const std::string& dim) const;

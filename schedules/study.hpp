@@ -48,6 +48,8 @@ class Schedule {
   virtual std::int64_t layer_batch(const Study& study) const = 0;
   /// What each core reads from its host's infeed per step, by core.
   virtual std::vector<CoreInput> input(const Study& study) const = 0;
+  /// Replicas whose batch-norm statistics are combined (cross-replica batch norm); 1: each its own.
+  virtual int batch_norm_group() const { return 1; }
 };
 
 /// Parses a schedule's fields (the "kind" key is already read) and checks them against the
