@@ -316,6 +316,9 @@ void print_software_figures(const HardwareSpec& hw, const SourceOf& src) {
   print_row("matmul row padding", std::to_string(hw.core.matmul_row_padding), src("core.matmul_row_padding"));
   print_row("per-op overhead", num(hw.core.op_overhead_s * 1e6, " us"), src("core.op_overhead_s"));
   print_row("element-wise fusion", hw.core.fuse_elementwise ? "yes" : "no", src("core.fuse_elementwise"));
+  print_row("activation lane padding",
+            hw.core.pad_activations_to_lanes ? "to " + std::to_string(hw.core.vpu_lanes) + " lanes" : "no",
+            src("core.pad_activations_to_lanes"));
   print_row("all-reduce combining", reports::human_bytes(hw.core.allreduce_combine_threshold_bytes),
             src("core.allreduce_combine_threshold_bytes"));
   print_row("gradient reductions",
@@ -472,7 +475,7 @@ Json hardware_ops_json(const Layer& layer, const CostModel& cost, std::int64_t b
 /// holds in flight during its backward (layer_memory's terms, op by op).
 Json named_op_memory_json(const Layer& layer, bool model_input, double act, std::int64_t batch) {
   const auto ops = layer.named_ops(batch);
-  const Sharding& s = Sharding::none();
+  const Sharding s = Sharding::whole(layer.lanes);
   Json rows = Json::array();
   for (std::size_t i = 0; i < ops.size(); ++i) {
     rows.push_back(

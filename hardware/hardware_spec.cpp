@@ -174,6 +174,7 @@ void read_core(const Json& core, HardwareSpec& hw, Problems& problems) {
   c.vmem_bytes = r.number("vmem_bytes_per_core", 1e3, 1e12);
   c.op_overhead_s = r.number("op_overhead_s", 0.0, 1e-2);
   c.fuse_elementwise = r.flag("fuse_elementwise");
+  c.pad_activations_to_lanes = r.flag("pad_activations_to_lanes");
   c.allreduce_combine_threshold_bytes = r.number("allreduce_combine_threshold_bytes", 1, 1e12);
   c.gradient_collectives_overlap_backward = r.flag("gradient_collectives_overlap_backward");
   auto multipass = [&](const std::string& name) {

@@ -47,6 +47,10 @@ struct CoreSpec {
   double vmem_bytes = 0;                 ///< on-chip vector memory per core
   double op_overhead_s = 0;              ///< fixed cost added to every op (launch, pipeline fill)
   bool fuse_elementwise = true;          ///< elementwise ops fuse into their producer: no own HBM pass
+  /// An activation's minor dimension fills whole rows of `vpu_lanes` in HBM (its layout's tiles).
+  bool pad_activations_to_lanes = true;
+  /// The lanes an activation's minor dimension pads to (0: not padded).
+  int activation_tile_lanes() const { return pad_activations_to_lanes ? vpu_lanes : 0; }
   /// The compiler combines gradient all-reduces into buffers of about this size (the default
   /// gradient bucket of data parallelism).
   double allreduce_combine_threshold_bytes = 0;

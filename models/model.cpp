@@ -20,6 +20,10 @@ std::int64_t Model::params() const {
   return total;
 }
 
+void Model::pad_activations_to(int lanes) {
+  for (auto& l : layers) l.lanes = lanes;
+}
+
 void Model::add(Layer layer, const std::string& call) {
   if (!call.empty()) {
     const auto [it, first] = first_of_call_.emplace(call, int(layers.size()));
@@ -48,14 +52,10 @@ double Model::step_model_flops(std::int64_t batch) const {
 
 const std::map<std::string, ModelBuilder>& model_builders() {
   static const std::map<std::string, ModelBuilder> builders = {
-      {"amoebanet_d", build_amoebanet_d},
-      {"bert", build_bert},
-      {"mesh_lm", build_mesh_lm},
-      {"mlp", build_mlp},
-      {"resnet50", build_resnet50},
-      {"sequential", build_sequential},
-      {"ssd_resnet34", build_ssd_resnet34},
-      {"transformer", build_transformer},
+      {"amoebanet_d", build_amoebanet_d},   {"bert", build_bert},
+      {"mesh_lm", build_mesh_lm},           {"mlp", build_mlp},
+      {"resnet50", build_resnet50},         {"sequential", build_sequential},
+      {"ssd_resnet34", build_ssd_resnet34}, {"transformer", build_transformer},
   };
   return builders;
 }

@@ -50,8 +50,13 @@ struct Layer {
   /// The layer, described once: its forward as ops over named dimensions for `batch` examples
   /// (the backward, what it keeps and the collectives a mesh layout induces follow from them).
   std::function<std::vector<NamedOp>(std::int64_t batch)> named_ops;
-  /// Its named ops lowered on one core (derive_work in models/op_lowering.hpp).
-  std::function<LayerWork(std::int64_t batch)> work;
+  /// Its named ops lowered on one core, activations padded to `lanes` (Sharding::lanes; 0: not
+  /// padded) (derive_work in models/op_lowering.hpp).
+  std::function<LayerWork(std::int64_t batch, int lanes)> lower;
+  /// The lanes its activations pad to on the study's hardware (Model::pad_activations_to).
+  int lanes = 0;
+  /// Its work on one core for `batch` examples.
+  LayerWork work(std::int64_t batch) const { return lower(batch, lanes); }
   /// The host math for functional mode (null when the layer kind has none).
   std::shared_ptr<const LayerFunction> function;
   /// The index of an earlier layer of the model that is the same computation (made by the same
@@ -75,6 +80,8 @@ struct Model {
   void add(Layer layer, const std::string& call = "");
 
   std::int64_t params() const;
+  /// Lowers every layer with activations padded to `lanes` (the hardware's tiles; 0: not padded).
+  void pad_activations_to(int lanes);
   /// The math of one training step over `batch` examples: every layer's forward and backward
   /// (input and weight gradients), unpadded, without recomputation. The one definition every
   /// schedule reports as model FLOPs (and MXU utilization divides by).

@@ -75,8 +75,8 @@ LayerMemory layer_memory(const std::vector<NamedOp>& ops, const Sharding& s, dou
 }
 
 LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_input, double input_bytes,
-                     double output_bytes) {
-  const Sharding& s = Sharding::none();
+                     double output_bytes, int lanes) {
+  const Sharding s = Sharding::whole(lanes);
   LayerWork w;
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const NamedOp& op = ops[i];
@@ -98,9 +98,10 @@ LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_inp
 }
 
 void derive_work(Layer& layer, double act, bool model_input, Boundary boundary) {
-  layer.work = [named = layer.named_ops, act, model_input, boundary = std::move(boundary)](std::int64_t b) {
+  layer.lower = [named = layer.named_ops, act, model_input, boundary = std::move(boundary)](std::int64_t b,
+                                                                                            int lanes) {
     const auto [in, out] = boundary(b);
-    return lower_work(named(b), act, model_input, in, out);
+    return lower_work(named(b), act, model_input, in, out, lanes);
   };
 }
 

@@ -57,13 +57,14 @@ LayerMemory layer_memory(const std::vector<NamedOp>& ops, const Sharding& s, dou
 /// activations kept for the backward (the tensors marked `keep`), the gradients held at once,
 /// its batch normalizations' channels. `model_input`: the first op reads the model's input,
 /// which needs no gradient. The bytes it reads from and hands to other layers are the model's.
+/// Activations pad to `lanes` (Sharding::lanes; 0: not padded).
 LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_input, double input_bytes,
-                     double output_bytes);
+                     double output_bytes, int lanes = 0);
 
 /// The bytes a layer reads from earlier layers and hands on to later ones, for a batch.
 using Boundary = std::function<std::pair<double, double>(std::int64_t batch)>;
 
-/// Sets `layer.work` to its named ops lowered on one core (lower_work): the named-op program is
+/// Sets `layer.lower` to its named ops lowered on one core (lower_work): the named-op program is
 /// the one description of a layer, which the mesh lowering shards.
 void derive_work(Layer& layer, double act, bool model_input, Boundary boundary);
 

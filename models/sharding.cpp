@@ -1,5 +1,7 @@
 #include "models/sharding.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <set>
 
 namespace tpusim {
@@ -11,10 +13,28 @@ const Sharding& Sharding::none() {
   return unsharded;
 }
 
+Sharding Sharding::whole(int lanes) {
+  const Sharding& n = none();
+  return Sharding{n.layout, n.sizes, lanes};
+}
+
+double Sharding::lane_padding(const NamedTensor& t) const {
+  if (lanes <= 0 || t.weight || t.tied || t.dims.empty()) return 1.0;
+  auto padding = [&](const Dim& d) {
+    const double n = double(local(d));
+    return n > 0 ? std::ceil(n / lanes) * lanes / n : 1.0;
+  };
+  double least = padding(t.dims.back());
+  for (const auto& d : t.dims)
+    if (d.name == "batch") least = std::min(least, padding(d));
+  return least;
+}
+
 double Sharding::statistics_bytes(const NamedOp& op) const {
   if (split(op.reduce_dim) <= 1) return 0;
   for (const auto& d : op.a.dims)
-    if (d.name == op.reduce_dim) return 2.0 * 4.0 * local_elements(op.a) / double(local(d));
+    if (d.name == op.reduce_dim)
+      return 2.0 * 4.0 * local_elements(op.a) / lane_padding(op.a) / double(local(d));
   return 0;
 }
 

@@ -15,9 +15,15 @@ namespace tpusim {
 struct Sharding {
   /// No dimension split: every op whole on one core.
   static const Sharding& none();
+  /// The same, with activations padded to `lanes` (Sharding::lanes).
+  static Sharding whole(int lanes);
 
   const std::map<std::string, std::string>& layout;
   const std::map<std::string, int>& sizes;  // mesh dimension -> size
+  /// Lanes of the tiles an activation is stored in (0: its logical size). A TPU array's minor
+  /// dimension fills whole rows of 128 lanes; XLA makes an activation's feature (last) dimension
+  /// or its batch dimension the minor one, whichever pads less. Weights are counted unpadded.
+  int lanes = 0;
 
   int split(const std::string& dim) const {
     auto it = layout.find(dim);
@@ -30,11 +36,15 @@ struct Sharding {
     return is_spatial(d.name) ? (d.size + n - 1) / n : d.size / n;
   }
   static bool is_spatial(const std::string& dim) { return dim == "height" || dim == "width"; }
+  /// Elements of a core's shard of `t` as stored: with `lanes`, an activation's minor dimension
+  /// padded to whole lanes.
   double local_elements(const NamedTensor& t) const {
     double n = t.copies;
     for (const auto& d : t.dims) n *= double(local(d));
-    return n;
+    return n * lane_padding(t);
   }
+  /// The factor by which an activation's storage exceeds its elements (1 without `lanes`).
+  double lane_padding(const NamedTensor& t) const;
   /// Bytes of a normalization's statistics (two fp32 values per normalized row) when its reduced
   /// dimension is split, else 0.
   double statistics_bytes(const NamedOp& op) const;

@@ -688,7 +688,7 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   }
   std::map<std::string, int> sizes;
   for (const auto& [name, size] : mesh_) sizes[name] = size;
-  const Sharding s{layout_, sizes};
+  const Sharding s{layout_, sizes, study.hardware.core.activation_tile_lanes()};
   auto lowered = programs(study);
   Json ops = Json::array();
   for (auto& program : lowered)
@@ -703,7 +703,7 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
 std::vector<LayerProgram> MeshSchedule::programs(const Study& study) const {
   std::map<std::string, int> sizes;
   for (const auto& [name, size] : mesh_) sizes[name] = size;
-  const Sharding s{layout_, sizes};
+  const Sharding s{layout_, sizes, study.hardware.core.activation_tile_lanes()};
   const CostModel cost(study.hardware.core);
   std::vector<LayerProgram> out;
   for (std::size_t l = 0; l < study.model.layers.size(); ++l) {

@@ -150,6 +150,7 @@ Study parse_study(const Json& json, const std::string& context, const std::files
     study.slice = parse_slice(*slice, "slice", study.hardware, problems);
   }
   if (const Json* model = top.value("model")) study.model = build_model(*model, "model", problems);
+  if (have_hardware) study.model.pad_activations_to(study.hardware.core.activation_tile_lanes());
   study.batch = top.integer("batch", 1, std::int64_t(1) << 40);
   if (const Json* opt = top.value("optimizer"))
     study.optimizer = parse_optimizer(*opt, "optimizer", problems);

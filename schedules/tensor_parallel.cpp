@@ -46,7 +46,7 @@ void add_events(const std::vector<mesh::Event>& events, double& seconds, double&
 
 LayerCost sharded_layer_cost(const Layer& layer, std::int64_t batch, const StageSharding& s,
                              const CostModel& cost, double act, bool model_input) {
-  const Sharding sharding{s.layout, s.sizes};
+  const Sharding sharding{s.layout, s.sizes, cost.core().activation_tile_lanes()};
   const auto ops = layer.named_ops(batch);
   const mesh::LayerProgram p = mesh::lower_layer(ops, sharding, cost, act, layer.name, model_input, false);
   const LayerWork whole = layer.work(batch);

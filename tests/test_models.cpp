@@ -243,6 +243,39 @@ TEST_CASE("AmoebaNet keeps its convolutions' outputs only: ReLUs, sums and pools
   CHECK(cell->work(1).stash_bytes == Approx(units * U * 2));
 }
 
+TEST_CASE("an activation is stored in whole lanes: its feature or batch dimension, whichever pads less",
+          "[models][memory]") {
+  const Sharding s = Sharding::whole(128);
+  // 64 channels fill half of 128 lanes; a batch of 128 fills them all (batch-minor layout).
+  CHECK(s.lane_padding(image(32, 75, 64)) == Approx(2.0));
+  CHECK(s.lane_padding(image(128, 56, 64)) == Approx(1.0));
+  CHECK(s.lane_padding(image(64, 56, 64)) == Approx(2.0));
+  // AmoebaNet's 52 channels pad to 128 (x 128/52), 136 to 256; a batch of 32 would pad 4x.
+  CHECK(s.lane_padding(image(32, 28, 52)) == Approx(128.0 / 52));
+  CHECK(s.lane_padding(image(32, 28, 136)) == Approx(256.0 / 136));
+  // Attention heads of 64 for 4 sequences: d_kv is the minor dimension, 2x.
+  const NamedTensor q = act({{"batch", 4}, {"seq", 1024}, {"heads", 32}, {"d_kv", 64}});
+  CHECK(s.local_elements(q) == Approx(2.0 * q.elements()));
+  // Weights are counted as they are; without lanes nothing pads.
+  CHECK(s.lane_padding(weight({{"channels", 64}, {"channels_out", 64}})) == 1.0);
+  CHECK(Sharding::none().local_elements(q) == q.elements());
+}
+
+TEST_CASE("a layer lowered for the hardware keeps its activations as stored", "[models][memory]") {
+  // The ResNet block of the test above at 2 images (a batch of 2 pads 64x, so channels are
+  // minor): its 256-, 128- and 512-channel tensors fill whole lanes, so it keeps the same. A
+  // 64-channel block (stage1_block2 at 56x56: input 256, width 64) keeps its bn1 and bn2 inputs
+  // (56^2 x 64 each) padded to 128 lanes, its input (256) and bn3's input (256) as they are.
+  Model m = build(R"({"kind": "resnet50"})");
+  const double unpadded = m.layers[4].work(2).stash_bytes;
+  const double stage1 = m.layers[2].work(2).stash_bytes;
+  REQUIRE(m.layers[2].name == "stage1_block2");
+  m.pad_activations_to(128);
+  CHECK(m.layers[4].work(2).stash_bytes == Approx(unpadded));
+  CHECK(stage1 == Approx(2 * 2 * 56.0 * 56 * (256 + 64 + 64 + 256)));
+  CHECK(m.layers[2].work(2).stash_bytes == Approx(2 * 2 * 56.0 * 56 * (256 + 128 + 128 + 256)));
+}
+
 TEST_CASE("a pool keeps nothing; a max pool's gradient reads its input again", "[models][memory]") {
   // 400 inputs, 100 outputs, bf16. Forward: read the input, write the output. Backward: read the
   // output gradient, write the input gradient, and (max) read the input to find the maxima.

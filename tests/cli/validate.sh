@@ -46,11 +46,13 @@ PY
 # Sensitivity: every numeric assumed figure of the case's hardware has a relative change, and
 # the core's vector rate (an assumption ResNet-50's element-wise work leans on) moves it.
 "$tpusim" validate --sensitivity mlperf06-resnet-v3-32 --json > "$work/sens.json" 2> /dev/null || true
-python3 - "$work/sens.json" <<'PY'
+python3 - "$work/sens.json" "$root/configs/hardware/tpu-v3.json" <<'PY'
 import json, sys
-j = json.load(open(sys.argv[1]))
+j = json.load(open(sys.argv[1])); hw = json.load(open(sys.argv[2]))
 s = j["cases"][0]["sensitivity"]
-figures = {a["figure"] for a in j["assumptions"]} - {"core.fuse_elementwise", "core.gradient_collectives_overlap_backward"}
+flags = {part + "." + k for part in ("core", "chip") for k, v in hw[part].items() if isinstance(v["value"], bool)}
+assert "core.fuse_elementwise" in flags, flags  # a flag is not scaled
+figures = {a["figure"] for a in j["assumptions"]} - flags
 assert set(s) == figures, (set(s), figures)
 assert all(isinstance(v, float) for v in s.values()), s
 assert s["core.vpu_ops_per_alu_per_cycle"] < 0, s  # a faster VPU, a shorter step
