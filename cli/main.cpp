@@ -692,9 +692,9 @@ void add_validate(CLI::App& app, Commands& commands) {
   cmd->add_flag("--json", validate->json, "print the tpusim.validation/1 JSON instead of the table");
   cmd->add_option("--out", validate->out, "write validation.json, validation.md and validation.html here");
   cmd->add_option("--cases-dir", validate->dir, "folder of validation cases (default: configs/validation)");
-  cmd->add_flag(
-      "--sensitivity", validate->sensitivity,
-      "also show how much each prediction moves when each assumed hardware figure moves up by 10 %");
+  cmd->add_flag("--sensitivity", validate->sensitivity,
+                "also show how much each prediction moves when each assumed hardware figure moves up by 10 % "
+                "(a flag: turned over)");
   commands.emplace_back(cmd, [validate] { return cli::cmd_validate(*validate); });
 }
 

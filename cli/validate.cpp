@@ -229,9 +229,14 @@ std::optional<Json> scaled_hardware(const Json& hardware, const std::string& fig
     if (dot == std::string::npos) break;
     begin = dot + 1;
   }
-  if (!node->is_object() || !node->contains("value") || !(*node)["value"].is_number()) return std::nullopt;
+  if (!node->is_object() || !node->contains("value")) return std::nullopt;
   Json& value = (*node)["value"];
-  value = factor * value.get<double>();
+  if (value.is_boolean())
+    value = !value.get<bool>();
+  else if (value.is_number())
+    value = factor * value.get<double>();
+  else
+    return std::nullopt;
   return copy;
 }
 
@@ -266,7 +271,8 @@ Json run_case(const ValidationCase& c) {
 }
 
 /// How much each case's prediction moves when each assumed figure of its hardware moves up by
-/// 10 %: every (case, figure) pair runs in a child with a scaled copy of the hardware file.
+/// 10 % (a flag: turned over): every (case, figure) pair runs in a child with a changed copy of
+/// the hardware file.
 void add_sensitivity(const std::vector<ValidationCase>& cases, const std::vector<Study>& studies,
                      const Json& assumptions, std::vector<Json>& records, int jobs) {
   const fs::path dir = fs::temp_directory_path() / ("tpusim-sensitivity-" + std::to_string(::getpid()));

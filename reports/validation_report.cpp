@@ -106,7 +106,8 @@ std::string validation_text(const Json& report) {
     s << " " << a["hardware"].get<std::string>() << ":" << a["figure"].get<std::string>();
   s << "\n";
   const auto sens = sensitivity_lines(report);
-  if (!sens.empty()) s << "\nprediction change when one assumed figure moves up by 10 %:\n";
+  if (!sens.empty())
+    s << "\nprediction change when one assumed figure moves up by 10 % (a flag: turned over):\n";
   for (const auto& [id, text] : sens) s << "  " << id << ": " << text << "\n";
   for (const auto& c : report["cases"])
     if (c.contains("failure"))
@@ -134,7 +135,8 @@ std::string validation_markdown(const Json& report) {
       << "`: " << a["source"].get<std::string>() << "\n";
   const auto sens = sensitivity_lines(report);
   if (!sens.empty())
-    s << "\n## Sensitivity\n\nPrediction change when one assumed figure moves up by 10 %:\n\n";
+    s << "\n## Sensitivity\n\nPrediction change when one assumed figure moves up by 10 % (a flag: turned "
+         "over):\n\n";
   for (const auto& [id, text] : sens) s << "- " << id << ": " << text << "\n";
   s << "\n## Cases\n\n";
   for (const auto& c : report["cases"]) {
@@ -245,7 +247,8 @@ std::string validation_html(const Json& report) {
   h << "</ul>\n";
   const auto sens = sensitivity_lines(report);
   if (!sens.empty())
-    h << "<h2>Sensitivity</h2>\n<p>Prediction change when one assumed figure moves up by 10 %:</p>\n<ul>";
+    h << "<h2>Sensitivity</h2>\n<p>Prediction change when one assumed figure moves up by 10 % (a flag: "
+         "turned over):</p>\n<ul>";
   for (const auto& [id, text] : sens)
     h << "<li><b>" << xml_escape(id) << "</b>: " << xml_escape(text) << "</li>";
   if (!sens.empty()) h << "</ul>\n";

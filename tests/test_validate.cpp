@@ -168,14 +168,18 @@ TEST_CASE("the parity plot puts each case at (measured, predicted) on log axes",
   CHECK(reports::validation_value_text(6.4 * 1073741824.0, "bytes") == "6.40 GiB");
 }
 
-TEST_CASE("sensitivity scales one hardware figure of a copy of the file", "[validate]") {
+TEST_CASE("sensitivity scales one hardware figure of a copy of the file, or turns a flag over",
+          "[validate]") {
   const Json hw = read_json_file(config_dir() / "hardware" / "tpu-v3.json");
   const auto scaled = scaled_hardware(hw, "core.op_overhead_s", 1.1);
   REQUIRE(scaled);
   CHECK((*scaled)["core"]["op_overhead_s"]["value"].get<double>() ==
         Approx(1.1 * hw["core"]["op_overhead_s"]["value"].get<double>()));
-  CHECK((*scaled)["core"]["clock_hz"] == hw["core"]["clock_hz"]);  // nothing else moves
-  CHECK_FALSE(scaled_hardware(hw, "core.fuse_elementwise", 1.1));  // a flag is not scaled
+  CHECK((*scaled)["core"]["clock_hz"] == hw["core"]["clock_hz"]);                  // nothing else moves
+  const auto flipped = scaled_hardware(hw, "core.pad_activations_to_lanes", 1.1);  // a flag turns over
+  REQUIRE(flipped);
+  CHECK((*flipped)["core"]["pad_activations_to_lanes"]["value"] ==
+        !hw["core"]["pad_activations_to_lanes"]["value"].get<bool>());
   CHECK_FALSE(scaled_hardware(hw, "core.no_such_figure", 1.1));
   CHECK_NOTHROW(parse_hardware(*scaled, "scaled"));
 }
