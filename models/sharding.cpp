@@ -33,8 +33,7 @@ double Sharding::lane_padding(const NamedTensor& t) const {
 double Sharding::statistics_bytes(const NamedOp& op) const {
   if (split(op.reduce_dim) <= 1) return 0;
   for (const auto& d : op.a.dims)
-    if (d.name == op.reduce_dim)
-      return 2.0 * 4.0 * local_elements(op.a) / lane_padding(op.a) / double(local(d));
+    if (d.name == op.reduce_dim) return 2.0 * 4.0 * shard_elements(op.a) / double(local(d));
   return 0;
 }
 

@@ -38,10 +38,12 @@ struct Sharding {
   static bool is_spatial(const std::string& dim) { return dim == "height" || dim == "width"; }
   /// Elements of a core's shard of `t` as stored: with `lanes`, an activation's minor dimension
   /// padded to whole lanes.
-  double local_elements(const NamedTensor& t) const {
+  double local_elements(const NamedTensor& t) const { return shard_elements(t) * lane_padding(t); }
+  /// Elements of a core's shard of `t`, unpadded.
+  double shard_elements(const NamedTensor& t) const {
     double n = t.copies;
     for (const auto& d : t.dims) n *= double(local(d));
-    return n * lane_padding(t);
+    return n;
   }
   /// The factor by which an activation's storage exceeds its elements (1 without `lanes`).
   double lane_padding(const NamedTensor& t) const;

@@ -25,10 +25,9 @@ ConvShape conv_shape(const NamedOp& op, const Sharding& s) {
   return c;
 }
 
-/// `hw` with its image and its output (or their gradients) read and written as stored: padded to
-/// the layout's lanes (Sharding::lane_padding).
-Op stored(Op hw, const NamedOp& op, const Sharding& s, double act) {
-  const ConvShape c = conv_shape(op, s);
+/// `hw`, an op over the shape `c`, reading and writing its image and its output (or their
+/// gradients) as stored: padded to the layout's lanes (Sharding::lane_padding).
+Op stored(Op hw, const ConvShape& c, const NamedOp& op, const Sharding& s, double act) {
   const double in = double(c.batch) * double(c.in_h) * double(c.in_w) * double(c.in_channels) * act;
   const double out = double(c.batch) * double(c.out_h()) * double(c.out_w()) * double(c.out_channels) * act;
   hw.bytes += in * (s.lane_padding(op.a) - 1) + out * (s.lane_padding(op.out) - 1);
@@ -38,13 +37,16 @@ Op stored(Op hw, const NamedOp& op, const Sharding& s, double act) {
 class Conv : public NamedOpKind {
  public:
   Op forward(const NamedOp& op, const Sharding& s, double act) const override {
-    return stored(conv_op(op.name, conv_shape(op, s), act, kWeightBytes), op, s, act);
+    const ConvShape c = conv_shape(op, s);
+    return stored(conv_op(op.name, c, act, kWeightBytes), c, op, s, act);
   }
   Op input_gradient(const NamedOp& op, const Sharding& s, double act) const override {
-    return stored(conv_input_grad_op(op.name + "_dx", conv_shape(op, s), act, kWeightBytes), op, s, act);
+    const ConvShape c = conv_shape(op, s);
+    return stored(conv_input_grad_op(op.name + "_dx", c, act, kWeightBytes), c, op, s, act);
   }
   std::optional<Op> operand_gradient(const NamedOp& op, const Sharding& s, double act) const override {
-    return stored(conv_weight_grad_op(op.name + "_dw", conv_shape(op, s), act, kWeightBytes), op, s, act);
+    const ConvShape c = conv_shape(op, s);
+    return stored(conv_weight_grad_op(op.name + "_dw", c, act, kWeightBytes), c, op, s, act);
   }
   bool input_gradient_of_model_input() const override { return false; }
   double operand_gradients(const NamedOp& op, const Sharding& s, bool reads_model_input) const override {
