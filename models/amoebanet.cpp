@@ -156,8 +156,8 @@ Layer cell_layer(const std::string& name, const CellSpec& s, double act) {
   };
   derive_work(l, act, false, [s, act](std::int64_t b) {
     // The next cell reads this cell's output and its prev: both cross a stage boundary.
-    return std::pair{(s.prev.elements(b) + s.prev_prev.elements(b)) * act,
-                     (s.out().elements(b) + s.prev.elements(b)) * act};
+    return LayerBoundary{{s.prev.boundary(b, act), s.prev_prev.boundary(b, act)},
+                         {s.out().boundary(b, act), s.prev.boundary(b, act)}};
   });
   return l;
 }
@@ -172,7 +172,8 @@ Layer stem_layer(std::int64_t image, std::int64_t c, double act) {
     return ops;
   };
   derive_work(l, act, true, [image, c, act](std::int64_t b) {
-    return std::pair{double(b) * image * image * 3 * act, FeatureMap{(image + 1) / 2, c}.elements(b) * act};
+    return LayerBoundary{{FeatureMap{image, 3}.boundary(b, act)},
+                         {FeatureMap{(image + 1) / 2, c}.boundary(b, act)}};
   });
   return l;
 }

@@ -44,8 +44,10 @@ Layer bert_embedding(const Bert& bert, double act_bytes) {
     return ops;
   };
   derive_work(l, act_bytes, true, [d, act_bytes](std::int64_t b) {
-    const double tokens = double(b) * double(d.seq);
-    return std::pair{tokens * 8, tokens * double(d.d_model) * act_bytes};  // token and token-type ids
+    const BoundaryTensor ids = boundary_tensor({{"batch", b}, {"seq", d.seq}}, 4);  // int32
+    return LayerBoundary{
+        {ids, ids},  // token and token-type ids
+        {boundary_tensor({{"batch", b}, {"seq", d.seq}, {"d_model", d.d_model}}, act_bytes)}};
   });
   return l;
 }
@@ -106,8 +108,8 @@ Layer pretraining_heads(const TransformerDims& d, double act_bytes) {
   };
   derive_work(l, act_bytes, false, [d, act_bytes](std::int64_t b) {
     // Reads the encoder's output; hands on one loss per predicted position and per sequence.
-    return std::pair{double(b) * double(d.seq) * double(d.d_model) * act_bytes,
-                     double(b) * double(d.predicted_positions() + 1) * 4};
+    return LayerBoundary{{boundary_tensor({{"batch", b}, {"seq", d.seq}, {"d_model", d.d_model}}, act_bytes)},
+                         {losses(b, d.predicted_positions() + 1)}};
   });
   return l;
 }

@@ -17,8 +17,7 @@ std::vector<NamedOp> resnet_stem(std::int64_t b, std::int64_t image_size, bool s
   const std::int64_t conv_size = (image_size + 1) / 2;
   std::vector<NamedOp> ops{space_to_depth ? conv("conv1", b, image_size / 2, 12, 64, 4, 1)
                                           : conv("conv1", b, image_size, 3, 64, 7, 2),
-                           batch_norm("bn1", b, conv_size, 64),
-                           tpusim::relu("relu", image(b, conv_size, 64)),
+                           batch_norm("bn1", b, conv_size, 64), tpusim::relu("relu", image(b, conv_size, 64)),
                            pool("max_pool", b, conv_size, 64, 3, 2)};
   ops.front().a.keep = true;  // the image, which conv1's weight gradient reads
   return ops;
@@ -52,7 +51,7 @@ Layer classifier_head(const FeatureMap& in, std::int64_t classes, double act) {
     return ops;
   };
   derive_work(l, act, false, [in, act](std::int64_t b) {
-    return std::pair{in.elements(b) * act, double(b) * 4};
+    return LayerBoundary{{in.boundary(b, act)}, {losses(b)}};
   });
   return l;
 }

@@ -15,6 +15,10 @@ struct FeatureMap {
   std::string text() const {
     return std::to_string(size) + "x" + std::to_string(size) + "x" + std::to_string(channels);
   }
+  /// The map for `batch` examples as a layer's boundary tensor, at `act` bytes per element.
+  BoundaryTensor boundary(std::int64_t batch, double act) const {
+    return {image(batch, size, channels), act};
+  }
 };
 
 /// Appends ReLU (optional) -> conv kh x kw (stride) -> batch norm on `in` for `batch` examples

@@ -15,7 +15,7 @@ Layer dense_layer(const std::string& name, std::int64_t in, std::int64_t out, do
   layer.weights = {{in, out}, {out}};
   layer.named_ops = dense_named_ops(in, out, index, classifier);
   derive_work(layer, act, index == 0, [in, out, act, classifier](std::int64_t b) {
-    return std::pair{double(b) * in * act, classifier ? double(b) * 4 : double(b) * out * act};
+    return LayerBoundary{{features(b, in, act)}, {classifier ? losses(b) : features(b, out, act)}};
   });
   return layer;
 }

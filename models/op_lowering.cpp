@@ -74,8 +74,26 @@ LayerMemory layer_memory(const std::vector<NamedOp>& ops, const Sharding& s, dou
   return m;
 }
 
-LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_input, double input_bytes,
-                     double output_bytes, int lanes) {
+BoundaryTensor boundary_tensor(std::vector<Dim> dims, double bytes_per_element) {
+  return {act(std::move(dims)), bytes_per_element};
+}
+
+BoundaryTensor features(std::int64_t batch, std::int64_t features, double act) {
+  return boundary_tensor({{"batch", batch}, {"d_model", features}}, act);
+}
+
+BoundaryTensor losses(std::int64_t batch, std::int64_t per_example) {
+  return boundary_tensor({{"batch", batch}, {"seq", per_example}}, 4);
+}
+
+double boundary_bytes(const std::vector<BoundaryTensor>& tensors, const Sharding& s) {
+  double bytes = 0;
+  for (const auto& t : tensors) bytes += s.local_elements(t.tensor) * t.bytes_per_element;
+  return bytes;
+}
+
+LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_input,
+                     const LayerBoundary& boundary, int lanes) {
   const Sharding s = Sharding::whole(lanes);
   LayerWork w;
   for (std::size_t i = 0; i < ops.size(); ++i) {
@@ -92,16 +110,15 @@ LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_inp
   w.stash_bytes = m.kept_bytes;
   w.workspace_bytes = m.workspace_bytes;
   w.backward_workspace_bytes = m.backward_workspace_bytes;
-  w.input_bytes = input_bytes;
-  w.output_bytes = output_bytes;
+  w.input_bytes = boundary_bytes(boundary.in, s);
+  w.output_bytes = boundary_bytes(boundary.out, s);
   return w;
 }
 
 void derive_work(Layer& layer, double act, bool model_input, Boundary boundary) {
   layer.lower = [named = layer.named_ops, act, model_input, boundary = std::move(boundary)](std::int64_t b,
                                                                                             int lanes) {
-    const auto [in, out] = boundary(b);
-    return lower_work(named(b), act, model_input, in, out, lanes);
+    return lower_work(named(b), act, model_input, boundary(b), lanes);
   };
 }
 

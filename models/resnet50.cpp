@@ -14,7 +14,8 @@ Layer stem(std::int64_t image, double act) {
   conv_bn_weights(l, 7, 7, 3, 64);
   l.named_ops = [image](std::int64_t b) { return resnet_stem(b, image); };
   derive_work(l, act, true, [image, act](std::int64_t b) {
-    return std::pair{FeatureMap{image, 3}.elements(b) * act, resnet_stem_output(image).elements(b) * act};
+    return LayerBoundary{{FeatureMap{image, 3}.boundary(b, act)},
+                         {resnet_stem_output(image).boundary(b, act)}};
   });
   return l;
 }
@@ -55,7 +56,7 @@ Layer bottleneck(const std::string& name, const FeatureMap& in, std::int64_t wid
   };
   derive_work(l, act, false, [in, stride, out_channels, act](std::int64_t b) {
     const FeatureMap out{(in.size + stride - 1) / stride, out_channels};
-    return std::pair{in.elements(b) * act, out.elements(b) * act};
+    return LayerBoundary{{in.boundary(b, act)}, {out.boundary(b, act)}};
   });
   return l;
 }

@@ -24,7 +24,7 @@ Layer dense_layer(const std::string& name, std::int64_t in, std::int64_t out, bo
   if (bias) l.weights.push_back({out});
   l.named_ops = dense_named_ops(in, out, index, classifier, bias, relu);
   derive_work(l, act, first, [=](std::int64_t b) {
-    return std::pair{double(b) * in * act, classifier ? double(b) * 4 : double(b) * out * act};
+    return LayerBoundary{{features(b, in, act)}, {classifier ? losses(b) : features(b, out, act)}};
   });
   return l;
 }
@@ -47,7 +47,7 @@ Layer conv_layer(const std::string& name, const FeatureMap& in, std::int64_t ker
     return ops;
   };
   derive_work(l, act, first, [=](std::int64_t b) {
-    return std::pair{in.elements(b) * act, out.elements(b) * act};
+    return LayerBoundary{{in.boundary(b, act)}, {out.boundary(b, act)}};
   });
   return l;
 }
@@ -60,7 +60,7 @@ Layer global_pool_layer(const std::string& name, const FeatureMap& in, bool firs
     return std::vector<NamedOp>{pool("global_avg_pool", b, in.size, in.channels, int(in.size), 1)};
   };
   derive_work(l, act, first, [=](std::int64_t b) {
-    return std::pair{in.elements(b) * act, double(b) * double(in.channels) * act};
+    return LayerBoundary{{in.boundary(b, act)}, {features(b, in.channels, act)}};
   });
   return l;
 }

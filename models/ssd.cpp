@@ -25,16 +25,16 @@ Layer stem(std::int64_t image, bool space_to_depth, double act) {
   conv_bn_weights(l, 7, 7, 3, 64);
   l.named_ops = [image, space_to_depth](std::int64_t b) { return resnet_stem(b, image, space_to_depth); };
   derive_work(l, act, true, [image, act](std::int64_t b) {
-    return std::pair{double(b) * image * image * 3 * act, resnet_stem_output(image).elements(b) * act};
+    return LayerBoundary{{FeatureMap{image, 3}.boundary(b, act)},
+                         {resnet_stem_output(image).boundary(b, act)}};
   });
   return l;
 }
 
 /// A basic block: 3x3 conv (stride) - BN - ReLU - 3x3 conv - BN, plus the input (through a 1x1
-/// strided conv and BN when the shape changes), ReLU. `carried` bytes per example of earlier
-/// detection maps pass through it to the heads.
+/// strided conv and BN when the shape changes), ReLU.
 Layer basic_block(const std::string& name, const FeatureMap& in, std::int64_t width, std::int64_t stride,
-                  double carried, double act) {
+                  double act) {
   Layer l;
   l.name = name;
   const bool projection = stride != 1 || in.channels != width;
@@ -50,16 +50,17 @@ Layer basic_block(const std::string& name, const FeatureMap& in, std::int64_t wi
     ops.push_back(elementwise("residual_relu", image(b, x.size, width), 2));
     return ops;
   };
-  derive_work(l, act, false, [in, width, stride, carried, act](std::int64_t b) {
+  derive_work(l, act, false, [in, width, stride, act](std::int64_t b) {
     const FeatureMap out{(in.size + stride - 1) / stride, width};
-    return std::pair{in.elements(b) * act + carried * double(b), out.elements(b) * act + carried * double(b)};
+    return LayerBoundary{{in.boundary(b, act)}, {out.boundary(b, act)}};
   });
   return l;
 }
 
 /// Extra block i: 1x1 conv to kExtraMid[i] - BN - ReLU - 3x3 conv to the next map (stride 2,
-/// or no padding for the last two) - BN - ReLU.
-Layer extra_block(int i, const FeatureMap& in, double carried, double act) {
+/// or no padding for the last two) - BN - ReLU. The `carried` detection maps before `in` pass
+/// through it to the heads.
+Layer extra_block(int i, const FeatureMap& in, const std::vector<FeatureMap>& carried, double act) {
   Layer l;
   l.name = "extra" + std::to_string(i + 1);
   const std::int64_t mid = kExtraMid[i], out = kMapChannels[i + 1];
@@ -80,9 +81,13 @@ Layer extra_block(int i, const FeatureMap& in, double carried, double act) {
   };
   derive_work(l, act, false, [in, out, out_size, carried, act](std::int64_t b) {
     // It hands on its own map and the earlier ones, all read by the heads.
-    const FeatureMap y{out_size, out};
-    return std::pair{in.elements(b) * act + carried * double(b),
-                     (y.elements(b) + in.elements(b)) * act + carried * double(b)};
+    LayerBoundary boundary{{in.boundary(b, act)},
+                           {FeatureMap{out_size, out}.boundary(b, act), in.boundary(b, act)}};
+    for (const auto& map : carried) {
+      boundary.in.push_back(map.boundary(b, act));
+      boundary.out.push_back(map.boundary(b, act));
+    }
+    return boundary;
   });
   return l;
 }
@@ -121,9 +126,9 @@ Layer heads(const std::vector<FeatureMap>& maps, std::int64_t classes, double ac
     return ops;
   };
   derive_work(l, act, false, [maps, act](std::int64_t b) {
-    double in = 0;
-    for (const auto& map : maps) in += map.elements(b);
-    return std::pair{in * act, double(b) * 4};
+    LayerBoundary boundary{{}, {losses(b)}};
+    for (const auto& map : maps) boundary.in.push_back(map.boundary(b, act));
+    return boundary;
   });
   return l;
 }
@@ -154,15 +159,13 @@ Model build_ssd_resnet34(Fields& f, Problems& problems) {
     for (std::int64_t i = 0; i < blocks[stage]; ++i) {
       const std::int64_t stride = i == 0 ? strides[stage] : 1;
       m.add(basic_block("stage" + std::to_string(stage + 1) + "_block" + std::to_string(i + 1), x,
-                        widths[stage], stride, 0.0, act),
+                        widths[stage], stride, act),
             "basic_block " + x.text() + " " + std::to_string(widths[stage]) + " " + std::to_string(stride));
       x = FeatureMap{(x.size + stride - 1) / stride, widths[stage]};
     }
   std::vector<FeatureMap> maps = {x};
-  double carried = 0;  // bytes per example of the maps before the current one
   for (int i = 0; i < 5; ++i) {
-    m.layers.push_back(extra_block(i, maps.back(), carried, act));
-    carried += maps.back().elements(1) * act;
+    m.layers.push_back(extra_block(i, maps.back(), {maps.begin(), maps.end() - 1}, act));
     const std::int64_t size = i < 3 ? (maps.back().size + 1) / 2 : maps.back().size - 2;
     maps.push_back(FeatureMap{size, kMapChannels[i + 1]});
   }

@@ -48,9 +48,9 @@ Layer block(const std::string& name, const Dims& d, double act, bool decoder_wit
   };
   derive_work(l, act, false, [d, act, decoder_with_encoder](std::int64_t b) {
     // A decoder block also passes the encoder output on to the next decoder block.
-    const double td = double(b) * d.seq * d.d_model * act;
-    const double bytes = td * (decoder_with_encoder ? 2 : 1);
-    return std::pair{bytes, bytes};
+    const BoundaryTensor x = boundary_tensor({{"batch", b}, {"seq", d.seq}, {"d_model", d.d_model}}, act);
+    std::vector<BoundaryTensor> t(decoder_with_encoder ? 2 : 1, x);
+    return LayerBoundary{t, t};
   });
   return l;
 }
@@ -64,7 +64,10 @@ NamedTensor embedding_table(const Dims& d, bool owned, bool transposed) {
   return t;
 }
 
-Layer embedding(const std::string& name, const Dims& d, double act, bool owns_table, double carried_bytes) {
+/// `carried`: what passes through it from the input to later layers (the source ids, the
+/// encoder output) for one example.
+Layer embedding(const std::string& name, const Dims& d, double act, bool owns_table,
+                std::optional<BoundaryTensor> carried) {
   Layer l;
   l.name = name;
   if (owns_table) l.weights = {{d.vocab, d.d_model}};
@@ -75,9 +78,16 @@ Layer embedding(const std::string& name, const Dims& d, double act, bool owns_ta
     if (d.dropout > 0) ops.push_back(dropout(name + "_dropout", tpusim::act({B, S, M})));
     return ops;
   };
-  derive_work(l, act, true, [d, act, carried_bytes](std::int64_t b) {
-    const double t = double(b) * d.seq;
-    return std::pair{t * 4 + carried_bytes * double(b), t * d.d_model * act + carried_bytes * double(b)};
+  derive_work(l, act, true, [d, act, carried](std::int64_t b) {
+    LayerBoundary boundary{{boundary_tensor({{"batch", b}, {"seq", d.seq}}, 4)},
+                           {boundary_tensor({{"batch", b}, {"seq", d.seq}, {"d_model", d.d_model}}, act)}};
+    if (carried) {
+      BoundaryTensor c = *carried;
+      c.tensor.dims.front().size = b;  // [batch, ...]
+      boundary.in.push_back(c);
+      boundary.out.push_back(c);
+    }
+    return boundary;
   });
   return l;
 }
@@ -106,7 +116,8 @@ Layer output(const Dims& d, double act, bool owns_table) {
     return ops;
   };
   derive_work(l, act, false, [d, act](std::int64_t b) {
-    return std::pair{double(b) * d.seq * d.d_model * act, double(b) * d.predicted_positions() * 4};
+    return LayerBoundary{{boundary_tensor({{"batch", b}, {"seq", d.seq}, {"d_model", d.d_model}}, act)},
+                         {losses(b, d.predicted_positions())}};
   });
   return l;
 }
@@ -197,16 +208,17 @@ Model assemble(const Dims& d, double act, const std::string& name) {
   m.activation_bytes = act;
   m.name = name;
   const bool encdec = d.encoder_layers > 0;
-  // Per example: the target token ids ride along the encoder half of the pipeline.
-  const double tokens_per_example = double(d.seq) * 4;
-  m.layers.push_back(
-      embedding(encdec ? "source_embedding" : "embedding", d, act, true, encdec ? tokens_per_example : 0));
+  // Per example: the target token ids (int32) ride along the encoder half of the pipeline.
+  const auto target_ids = boundary_tensor({{"batch", 1}, {"seq", d.seq}}, 4);
+  m.layers.push_back(embedding(encdec ? "source_embedding" : "embedding", d, act, true,
+                               encdec ? std::optional{target_ids} : std::nullopt));
   for (std::int64_t i = 0; i < d.encoder_layers; ++i)
     m.add(block("encoder" + std::to_string(i), d, act, false), "block");
   if (encdec) {
     // The target embedding reads the target ids and passes the encoder output along.
     m.layers.push_back(
-        embedding("target_embedding", d, act, !d.shared_embeddings, double(d.seq) * d.d_model * act));
+        embedding("target_embedding", d, act, !d.shared_embeddings,
+                  boundary_tensor({{"batch", 1}, {"seq", d.seq}, {"d_model", d.d_model}}, act)));
   }
   for (std::int64_t i = 0; i < d.layers; ++i)
     m.add(block((encdec ? "decoder" : "block") + std::to_string(i), d, act, encdec),

@@ -47,7 +47,9 @@ HostInput host_input(const Study& study, const std::vector<CoreInput>& input, do
 }
 
 HostInput host_input(const Study& study) {
-  const double bytes = study.model.layers.front().work(1).input_bytes;
+  // An example as the host sends it: its logical bytes (the host lays a batch out, e.g. batch
+  // minor as MLPerf's input transposes do, so that it arrives unpadded).
+  const double bytes = study.model.layers.front().lower(1, 0).input_bytes;
   return host_input(study, study.schedule->input(study), bytes);
 }
 

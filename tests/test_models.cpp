@@ -276,6 +276,27 @@ TEST_CASE("a layer lowered for the hardware keeps its activations as stored", "[
   CHECK(m.layers[2].work(2).stash_bytes == Approx(2 * 2 * 56.0 * 56 * (256 + 128 + 128 + 256)));
 }
 
+TEST_CASE("what a layer reads from and hands to others is stored in whole lanes too", "[models][memory]") {
+  // stage1_block2 of ResNet-50 for 2 images (batch 2 pads 64x: channels minor) reads and hands on
+  // 56x56x256, which fills whole lanes; the stem reads the 224x224x3 image (3 channels pad to
+  // 128, a batch of 2 to 128: x 128/3) and hands on 56x56x64 (x 2). The infeed sends an example
+  // as it is (150,528 bytes of bf16).
+  Model m = build(R"({"kind": "resnet50"})");
+  const double map256 = 2 * 2 * 56.0 * 56 * 256, image = 2 * 2 * 224.0 * 224 * 3;
+  m.pad_activations_to(128);
+  CHECK(m.layers[2].work(2).input_bytes == Approx(map256));
+  CHECK(m.layers[2].work(2).output_bytes == Approx(map256));
+  CHECK(m.layers[0].work(2).input_bytes == Approx(image * 128 / 3));
+  CHECK(m.layers[0].work(2).output_bytes == Approx(2 * 2 * 56.0 * 56 * 64 * 2));
+  CHECK(m.layers[0].lower(1, 0).input_bytes == Approx(224.0 * 224 * 3 * 2));
+  // A transformer's last layer hands on one fp32 loss per position: [batch, seq] fills lanes
+  // along seq (1024), so 8 sequences give 8 x 1024 x 4 bytes.
+  Model t = build(
+      R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 1024})");
+  t.pad_activations_to(128);
+  CHECK(t.layers.back().work(8).output_bytes == Approx(8 * 1024.0 * 4));
+}
+
 TEST_CASE("a pool keeps nothing; a max pool's gradient reads its input again", "[models][memory]") {
   // 400 inputs, 100 outputs, bf16. Forward: read the input, write the output. Backward: read the
   // output gradient, write the input gradient, and (max) read the input to find the maxima.
@@ -283,7 +304,7 @@ TEST_CASE("a pool keeps nothing; a max pool's gradient reads its input again", "
   for (auto kind : {NamedOp::Math::MaxPool, NamedOp::Math::AveragePool}) {
     NamedOp p = pool("p", 1, 20, 1, 2, 2);
     p.math = kind;
-    const LayerWork work = lower_work({p}, 2, false, 0, 0);
+    const LayerWork work = lower_work({p}, 2, false, {});
     REQUIRE(work.forward.size() == 1);
     REQUIRE(work.backward.size() == 1);
     CHECK(work.forward[0].bytes == 500 * 2);
