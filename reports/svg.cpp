@@ -62,83 +62,110 @@ const char* phase_colour(const std::string& phase) {
   return "#9c755f";  // collectives and anything else
 }
 
-std::string timeline_svg(const sim::TaskGraph& graph, const sim::SimResult& r, int max_rows) {
-  std::vector<int> rows;
-  for (int c = 0; c < graph.cores() && int(rows.size()) < max_rows; ++c)
-    if (!graph.program(c).empty()) rows.push_back(c);
-  std::vector<int> row_of(graph.cores(), -1);
-  for (std::size_t i = 0; i < rows.size(); ++i) row_of[rows[i]] = int(i);
+namespace {
 
-  const double left = 80, right = 20, top = 40, row_h = 26, lane_h = 6, width = 1200;
-  const double plot_w = width - left - right;
-  const double height = top + row_h * double(rows.size()) + 60;
-  const double step = std::max(r.step_time_s, 1e-12);
-  auto x = [&](double t) { return left + plot_w * t / step; };
+/// The timeline's layout: the busy cores shown (one row each, at most max_rows) and the time
+/// scale.
+struct Timeline {
+  static constexpr double left = 80, right = 20, top = 40, row_h = 26, lane_h = 6, width = 1200;
+  static constexpr double plot_w = width - left - right;
+  std::vector<int> rows;    ///< cores shown
+  std::vector<int> row_of;  ///< each core's row (-1: not shown)
+  int busy = 0;             ///< cores with a program
+  double step = 0;
 
-  std::ostringstream s;
-  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << svg_number(height)
-    << "\" font-family=\"sans-serif\" font-size=\"10\">\n";
-  s << "<text x=\"" << left
+  Timeline(const sim::TaskGraph& graph, const sim::SimResult& r, int max_rows)
+      : row_of(std::size_t(graph.cores()), -1), step(std::max(r.step_time_s, 1e-12)) {
+    for (int c = 0; c < graph.cores(); ++c) {
+      if (graph.program(c).empty()) continue;
+      ++busy;
+      if (int(rows.size()) < max_rows) {
+        row_of[std::size_t(c)] = int(rows.size());
+        rows.push_back(c);
+      }
+    }
+  }
+  double x(double t) const { return left + plot_w * t / step; }
+  double row_y(int core) const { return top + row_h * row_of[std::size_t(core)]; }
+  double height() const { return top + row_h * double(rows.size()) + 60; }
+};
+
+/// Title, legend and the rows' labels and separators.
+void timeline_frame_svg(std::ostringstream& s, const Timeline& tl, const sim::SimResult& r) {
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << tl.width << "\" height=\""
+    << svg_number(tl.height()) << "\" font-family=\"sans-serif\" font-size=\"10\">\n";
+  s << "<text x=\"" << tl.left
     << "\" y=\"16\" font-size=\"13\">Step timeline: " << human_seconds(r.step_time_s, true);
-  int shown_of = 0;
-  for (int c = 0; c < graph.cores(); ++c) shown_of += graph.program(c).empty() ? 0 : 1;
-  if (shown_of > int(rows.size())) s << " (first " << rows.size() << " of " << shown_of << " busy cores)";
+  if (tl.busy > int(tl.rows.size())) s << " (first " << tl.rows.size() << " of " << tl.busy << " busy cores)";
   s << "</text>\n";
-  // Legend.
-  double lx = left;
+  double lx = tl.left;
   for (const char* p : {"forward", "backward", "recompute", "update", "transfer", "collective"}) {
     s << "<rect x=\"" << svg_number(lx) << "\" y=\"22\" width=\"10\" height=\"10\" fill=\"" << phase_colour(p)
       << "\"/>"
       << "<text x=\"" << svg_number(lx + 14) << "\" y=\"31\">" << p << "</text>\n";
     lx += 90;
   }
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const double y = top + row_h * double(i);
-    s << "<text x=\"4\" y=\"" << svg_number(y + 14) << "\">core " << rows[i] << "</text>\n";
-    s << "<line x1=\"" << left << "\" x2=\"" << svg_number(left + plot_w) << "\" y1=\""
-      << svg_number(y + row_h - 1) << "\" y2=\"" << svg_number(y + row_h - 1) << "\" stroke=\"#eee\"/>\n";
+  for (std::size_t i = 0; i < tl.rows.size(); ++i) {
+    const double y = tl.top + tl.row_h * double(i);
+    s << "<text x=\"4\" y=\"" << svg_number(y + 14) << "\">core " << tl.rows[i] << "</text>\n";
+    s << "<line x1=\"" << tl.left << "\" x2=\"" << svg_number(tl.left + tl.plot_w) << "\" y1=\""
+      << svg_number(y + tl.row_h - 1) << "\" y2=\"" << svg_number(y + tl.row_h - 1)
+      << "\" stroke=\"#eee\"/>\n";
   }
-  for (int id = 0; id < graph.size(); ++id) {
-    const sim::Task& t = graph.task(id);
-    const double t0 = r.tasks[id].start_s, t1 = r.tasks[id].end_s;
-    const double w = std::max(0.5, x(t1) - x(t0));
-    std::string title = xml_escape(t.name) + " (" + human_seconds(t1 - t0, true) + ")";
-    if (t.kind == sim::TaskKind::Compute) {
-      if (row_of[t.core] < 0) continue;
-      const double y = top + row_h * row_of[t.core];
-      s << "<rect x=\"" << svg_number(x(t0)) << "\" y=\"" << svg_number(y + 2) << "\" width=\""
-        << svg_number(w) << "\" height=\"" << svg_number(row_h - lane_h - 5) << "\" fill=\""
-        << phase_colour(t.phase) << "\" stroke=\"#fff\" stroke-width=\"0.5\"><title>" << title
-        << "</title></rect>\n";
-      if (t.micro_batch >= 0 && w > 12) {
-        s << "<text x=\"" << svg_number(x(t0) + w / 2) << "\" y=\"" << svg_number(y + 14)
-          << "\" fill=\"#fff\" text-anchor=\"middle\">" << t.micro_batch << "</text>\n";
-      }
-      continue;
+}
+
+/// A task: a compute task as a box in its core's row (with its micro-batch when wide enough); a
+/// transfer or collective as a thin box in the lane of every shown core taking part.
+void timeline_task_svg(std::ostringstream& s, const Timeline& tl, const sim::Task& t, double t0, double t1) {
+  const double w = std::max(0.5, tl.x(t1) - tl.x(t0));
+  const std::string title = xml_escape(t.name) + " (" + human_seconds(t1 - t0, true) + ")";
+  if (t.kind == sim::TaskKind::Compute) {
+    if (tl.row_of[std::size_t(t.core)] < 0) return;
+    const double y = tl.row_y(t.core);
+    s << "<rect x=\"" << svg_number(tl.x(t0)) << "\" y=\"" << svg_number(y + 2) << "\" width=\""
+      << svg_number(w) << "\" height=\"" << svg_number(tl.row_h - tl.lane_h - 5) << "\" fill=\""
+      << phase_colour(t.phase) << "\" stroke=\"#fff\" stroke-width=\"0.5\"><title>" << title
+      << "</title></rect>\n";
+    if (t.micro_batch >= 0 && w > 12) {
+      s << "<text x=\"" << svg_number(tl.x(t0) + w / 2) << "\" y=\"" << svg_number(y + 14)
+        << "\" fill=\"#fff\" text-anchor=\"middle\">" << t.micro_batch << "</text>\n";
     }
-    // Communication: a thin box in the lane of every shown core taking part.
-    const std::vector<int> cores = t.members();
-    const char* colour =
-        t.kind == sim::TaskKind::Transfer ? phase_colour("transfer") : phase_colour("collective");
-    for (int c : cores) {
-      if (row_of[c] < 0) continue;
-      const double y = top + row_h * row_of[c] + row_h - lane_h - 2;
-      s << "<rect x=\"" << svg_number(x(t0)) << "\" y=\"" << svg_number(y) << "\" width=\"" << svg_number(w)
-        << "\" height=\"" << svg_number(lane_h) << "\" fill=\"" << colour << "\" opacity=\"0.8\"><title>"
-        << title << "</title></rect>\n";
-    }
+    return;
   }
-  // Time axis.
-  const double axis_y = top + row_h * double(rows.size()) + 8;
-  s << "<line x1=\"" << left << "\" x2=\"" << svg_number(left + plot_w) << "\" y1=\"" << svg_number(axis_y)
-    << "\" y2=\"" << svg_number(axis_y) << "\" stroke=\"#333\"/>\n";
-  const double dt = tick_step(step, 8);
-  for (double t = 0; t <= step * (1 + 1e-9); t += dt) {
-    s << "<line x1=\"" << svg_number(x(t)) << "\" x2=\"" << svg_number(x(t)) << "\" y1=\""
+  const char* colour =
+      t.kind == sim::TaskKind::Transfer ? phase_colour("transfer") : phase_colour("collective");
+  for (int c : t.members()) {
+    if (tl.row_of[std::size_t(c)] < 0) continue;
+    const double y = tl.row_y(c) + tl.row_h - tl.lane_h - 2;
+    s << "<rect x=\"" << svg_number(tl.x(t0)) << "\" y=\"" << svg_number(y) << "\" width=\"" << svg_number(w)
+      << "\" height=\"" << svg_number(tl.lane_h) << "\" fill=\"" << colour << "\" opacity=\"0.8\"><title>"
+      << title << "</title></rect>\n";
+  }
+}
+
+/// The time axis under the rows.
+void timeline_axis_svg(std::ostringstream& s, const Timeline& tl) {
+  const double axis_y = tl.top + tl.row_h * double(tl.rows.size()) + 8;
+  s << "<line x1=\"" << tl.left << "\" x2=\"" << svg_number(tl.left + tl.plot_w) << "\" y1=\""
+    << svg_number(axis_y) << "\" y2=\"" << svg_number(axis_y) << "\" stroke=\"#333\"/>\n";
+  const double dt = tick_step(tl.step, 8);
+  for (double t = 0; t <= tl.step * (1 + 1e-9); t += dt) {
+    s << "<line x1=\"" << svg_number(tl.x(t)) << "\" x2=\"" << svg_number(tl.x(t)) << "\" y1=\""
       << svg_number(axis_y) << "\" y2=\"" << svg_number(axis_y + 4) << "\" stroke=\"#333\"/><text x=\""
-      << svg_number(x(t)) << "\" y=\"" << svg_number(axis_y + 16) << "\" text-anchor=\"middle\">"
+      << svg_number(tl.x(t)) << "\" y=\"" << svg_number(axis_y + 16) << "\" text-anchor=\"middle\">"
       << human_seconds(t, true) << "</text>\n";
   }
+}
+
+}  // namespace
+
+std::string timeline_svg(const sim::TaskGraph& graph, const sim::SimResult& r, int max_rows) {
+  const Timeline tl(graph, r, max_rows);
+  std::ostringstream s;
+  timeline_frame_svg(s, tl, r);
+  for (int id = 0; id < graph.size(); ++id)
+    timeline_task_svg(s, tl, graph.task(id), r.tasks[id].start_s, r.tasks[id].end_s);
+  timeline_axis_svg(s, tl);
   s << "</svg>\n";
   return s.str();
 }

@@ -99,83 +99,113 @@ std::vector<std::string> table_row(const Axes& axes, const Json& r) {
 
 }  // namespace
 
-std::string line_chart_svg(const LineChart& c) {
-  const double left = 80, top = 40, w = 560, h = 300, legend = 200;
-  double x0 = 1e300, x1 = -1e300, ymin = c.reference > 0 ? c.reference : 1e300,
-         ymax = c.reference > 0 ? c.reference : 0;
-  for (const auto& [name, pts] : c.series)
-    for (const auto& [x, y] : pts) {
-      const double xv = c.log_x ? std::log2(std::max(x, 1e-300)) : x;
-      x0 = std::min(x0, xv);
-      x1 = std::max(x1, xv);
-      ymax = std::max(ymax, y);
-      if (y > 0) ymin = std::min(ymin, y);
+namespace {
+
+/// A line chart's plot area and its scales: x linear or log2, y linear or (over a wide range)
+/// log10.
+struct ChartFrame {
+  static constexpr double left = 80, top = 40, w = 560, h = 300, legend = 200;
+  bool log_x = false, log_y = false;
+  double x0 = 1e300, x1 = -1e300, y0 = 0, y1 = 1;
+
+  explicit ChartFrame(const LineChart& c) : log_x(c.log_x) {
+    double ymin = c.reference > 0 ? c.reference : 1e300, ymax = c.reference > 0 ? c.reference : 0;
+    for (const auto& [name, pts] : c.series)
+      for (const auto& [x, y] : pts) {
+        const double xv = log_x ? std::log2(std::max(x, 1e-300)) : x;
+        x0 = std::min(x0, xv);
+        x1 = std::max(x1, xv);
+        ymax = std::max(ymax, y);
+        if (y > 0) ymin = std::min(ymin, y);
+      }
+    if (x0 > x1) x0 = 0, x1 = 1;
+    if (x1 == x0) x1 = x0 + 1;
+    log_y = ymin < 1e300 && ymax / ymin > 30;
+    y1 = ymax > 0 ? ymax * 1.1 : 1;
+    if (log_y) {
+      y0 = std::floor(std::log10(ymin));
+      y1 = std::ceil(std::log10(ymax) + 1e-9);
     }
-  if (x0 > x1) x0 = 0, x1 = 1;
-  if (x1 == x0) x1 = x0 + 1;
-  const bool log_y = ymin < 1e300 && ymax / ymin > 30;
-  double y0 = 0, y1 = ymax > 0 ? ymax * 1.1 : 1;
-  if (log_y) {
-    y0 = std::floor(std::log10(ymin));
-    y1 = std::ceil(std::log10(ymax) + 1e-9);
   }
-  auto X = [&](double x) { return left + w * ((c.log_x ? std::log2(x) : x) - x0) / (x1 - x0); };
-  auto Y = [&](double y) {
+  double X(double x) const { return left + w * ((log_x ? std::log2(x) : x) - x0) / (x1 - x0); }
+  double Y(double y) const {
     const double v = log_y ? std::log10(std::max(y, std::pow(10.0, y0))) : y;
     return top + h * (1 - (v - y0) / (y1 - y0));
-  };
-  std::ostringstream s;
-  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + w + legend << "\" height=\""
-    << top + h + 50 << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
-  s << "<text x=\"" << left << "\" y=\"20\" font-size=\"13\">" << xml_escape(c.title) << "</text>\n";
-  std::vector<double> grid;
-  if (log_y) {
-    for (double e = y0; e <= y1; e += 1) grid.push_back(std::pow(10.0, e));
-  } else {
-    const double dy = tick_step(y1, 5);
-    for (double v = 0; v <= y1; v += dy) grid.push_back(v);
   }
-  for (double v : grid)
-    s << "<line x1=\"" << left << "\" x2=\"" << left + w << "\" y1=\"" << svg_number(Y(v)) << "\" y2=\""
-      << svg_number(Y(v)) << "\" stroke=\"#eee\"/><text x=\"" << left - 5 << "\" y=\"" << svg_number(Y(v) + 4)
-      << "\" text-anchor=\"end\">" << short_num(v) << "</text>\n";
+  /// The y values of the horizontal grid lines.
+  std::vector<double> grid() const {
+    std::vector<double> g;
+    if (log_y) {
+      for (double e = y0; e <= y1; e += 1) g.push_back(std::pow(10.0, e));
+    } else {
+      const double dy = tick_step(y1, 5);
+      for (double v = 0; v <= y1; v += dy) g.push_back(v);
+    }
+    return g;
+  }
+};
+
+/// Grid, ticks, axis labels and the reference line of a chart.
+void chart_axes_svg(std::ostringstream& s, const LineChart& c, const ChartFrame& f) {
+  const double left = f.left, top = f.top, w = f.w, h = f.h;
+  for (double v : f.grid())
+    s << "<line x1=\"" << left << "\" x2=\"" << left + w << "\" y1=\"" << svg_number(f.Y(v)) << "\" y2=\""
+      << svg_number(f.Y(v)) << "\" stroke=\"#eee\"/><text x=\"" << left - 5 << "\" y=\""
+      << svg_number(f.Y(v) + 4) << "\" text-anchor=\"end\">" << short_num(v) << "</text>\n";
   std::set<double> xs;
   for (const auto& [name, pts] : c.series)
     for (const auto& [x, y] : pts) xs.insert(x);
   for (double x : xs)
-    s << "<text x=\"" << svg_number(X(x)) << "\" y=\"" << top + h + 16 << "\" text-anchor=\"middle\">"
+    s << "<text x=\"" << svg_number(f.X(x)) << "\" y=\"" << top + h + 16 << "\" text-anchor=\"middle\">"
       << short_num(x) << "</text>\n";
   s << "<line x1=\"" << left << "\" x2=\"" << left + w << "\" y1=\"" << top + h << "\" y2=\"" << top + h
     << "\" stroke=\"#333\"/>\n";
   s << "<text x=\"" << left + w / 2 << "\" y=\"" << top + h + 34 << "\" text-anchor=\"middle\">"
     << xml_escape(c.x_label) << (c.log_x ? " (log scale)" : "") << "</text>\n";
   s << "<text x=\"14\" y=\"" << top + h / 2 << "\" transform=\"rotate(-90 14 " << top + h / 2
-    << ")\" text-anchor=\"middle\">" << xml_escape(c.y_label) << (log_y ? " (log scale)" : "") << "</text>\n";
+    << ")\" text-anchor=\"middle\">" << xml_escape(c.y_label) << (f.log_y ? " (log scale)" : "")
+    << "</text>\n";
   if (c.reference > 0) {
-    s << "<line x1=\"" << left << "\" x2=\"" << left + w << "\" y1=\"" << svg_number(Y(c.reference))
-      << "\" y2=\"" << svg_number(Y(c.reference))
+    s << "<line x1=\"" << left << "\" x2=\"" << left + w << "\" y1=\"" << svg_number(f.Y(c.reference))
+      << "\" y2=\"" << svg_number(f.Y(c.reference))
       << "\" stroke=\"#d00\" stroke-width=\"2\" stroke-dasharray=\"6 3\"/><text x=\"" << left + 4 << "\" y=\""
-      << svg_number(Y(c.reference) - 4) << "\" fill=\"#d00\">" << xml_escape(c.reference_label)
+      << svg_number(f.Y(c.reference) - 4) << "\" fill=\"#d00\">" << xml_escape(c.reference_label)
       << "</text>\n";
   }
+}
+
+/// Each series as a line with its points and a legend entry.
+void chart_series_svg(std::ostringstream& s, const LineChart& c, const ChartFrame& f) {
   int i = 0;
   for (const auto& [name, pts0] : c.series) {
     auto pts = pts0;
     std::sort(pts.begin(), pts.end());
     const char* colour = kPalette[i % 10];
     std::string poly;
-    for (const auto& [x, y] : pts) poly += svg_number(X(x)) + "," + svg_number(Y(y)) + " ";
+    for (const auto& [x, y] : pts) poly += svg_number(f.X(x)) + "," + svg_number(f.Y(y)) + " ";
     s << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"2\" points=\"" << poly
       << "\"/>\n";
     for (const auto& [x, y] : pts)
-      s << "<circle cx=\"" << svg_number(X(x)) << "\" cy=\"" << svg_number(Y(y)) << "\" r=\"3\" fill=\""
+      s << "<circle cx=\"" << svg_number(f.X(x)) << "\" cy=\"" << svg_number(f.Y(y)) << "\" r=\"3\" fill=\""
         << colour << "\"><title>" << xml_escape(name) << ": " << short_num(x) << " -> " << short_num(y)
         << "</title></circle>\n";
-    s << "<rect x=\"" << left + w + 15 << "\" y=\"" << top + 16 * i << "\" width=\"10\" height=\"10\" fill=\""
-      << colour << "\"/><text x=\"" << left + w + 30 << "\" y=\"" << top + 16 * i + 9 << "\">"
-      << xml_escape(name) << "</text>\n";
+    s << "<rect x=\"" << f.left + f.w + 15 << "\" y=\"" << f.top + 16 * i
+      << "\" width=\"10\" height=\"10\" fill=\"" << colour << "\"/><text x=\"" << f.left + f.w + 30
+      << "\" y=\"" << f.top + 16 * i + 9 << "\">" << xml_escape(name) << "</text>\n";
     ++i;
   }
+}
+
+}  // namespace
+
+std::string line_chart_svg(const LineChart& c) {
+  const ChartFrame f(c);
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << f.left + f.w + f.legend << "\" height=\""
+    << f.top + f.h + 50 << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  s << "<text x=\"" << f.left << "\" y=\"20\" font-size=\"13\">" << xml_escape(c.title) << "</text>\n";
+  chart_axes_svg(s, c, f);
+  chart_series_svg(s, c, f);
   s << "</svg>\n";
   return s.str();
 }
@@ -224,90 +254,115 @@ std::string heatmap_svg(const std::string& title, const std::string& row_label,
   return s.str();
 }
 
-std::map<std::string, std::string> sweep_charts(const Json& meta, const std::vector<Json>& records) {
-  std::map<std::string, std::string> charts;
-  const Axes axes = choose_axes(meta);
-  if (axes.x.empty()) return charts;
-  // Series appear in the order of their axis values.
-  auto value_rank = [&](const std::string& path, const Json& v) {
+namespace {
+
+/// Points of a sweep's records grouped into series: for each series (ranked by its axis value)
+/// the best value at each x.
+using SeriesPoints = std::map<std::pair<int, std::string>, std::map<double, double>>;
+
+/// Names a record's series by the value of axis `path` (ranked by that axis's order; "all"
+/// without one).
+struct SeriesNamer {
+  const Json& meta;
+  std::pair<int, std::string> operator()(const std::string& path, const Json& r) const {
+    if (path.empty()) return {0, "all"};
+    const Json v = r["point"].value(path, Json(nullptr));
+    return {rank(path, v), path + "=" + value_text(v)};
+  }
+  int rank(const std::string& path, const Json& v) const {
     for (const auto& a : meta["axes"])
       if (a["path"] == path)
         for (std::size_t i = 0; i < a["values"].size(); ++i)
           if (a["values"][i] == v) return int(i);
     return 0;
-  };
-  auto series_of = [&](const std::string& path, const Json& r) {
-    if (path.empty()) return std::make_pair(0, std::string("all"));
-    const Json v = r["point"].value(path, Json(nullptr));
-    return std::make_pair(value_rank(path, v), path + "=" + value_text(v));
-  };
-  auto series_name = [&](const Json& r) { return series_of(axes.series, r); };
-  // Examples/s against x, best over any other axes.
-  LineChart throughput{"Examples per second", axes.x, "examples/s", {}, false, -1, ""};
-  std::map<std::pair<int, std::string>, std::map<double, double>> best;
+  }
+};
+
+/// The chart's lines from `points`, in series order.
+void add_series(LineChart& chart, const SeriesPoints& points) {
+  for (const auto& [name, pts] : points)
+    chart.series.emplace_back(name.second, std::vector<std::pair<double, double>>(pts.begin(), pts.end()));
+}
+
+/// Examples/s against x, best over any other axes, one line per series.
+std::string throughput_chart(const Axes& axes, const SeriesNamer& name, const std::vector<Json>& records) {
+  LineChart chart{"Examples per second", axes.x, "examples/s", {}, false, -1, ""};
+  SeriesPoints best;
   bool positive = true;
   for (const auto& r : records) {
     if (!ok(r) || !r["point"].contains(axes.x) || !r["point"][axes.x].is_number()) continue;
     const double x = r["point"][axes.x].get<double>();
     positive = positive && x > 0;
-    double& v = best[series_name(r)][x];
+    double& v = best[name(axes.series, r)][x];
     v = std::max(v, r["result"]["examples_per_s"].get<double>());
   }
-  for (const auto& [name, pts] : best) {
-    throughput.series.emplace_back(name.second,
-                                   std::vector<std::pair<double, double>>(pts.begin(), pts.end()));
-  }
-  throughput.log_x = positive && axes.x == axes.m;
-  if (!throughput.series.empty()) charts["throughput"] = line_chart_svg(throughput);
+  add_series(chart, best);
+  chart.log_x = positive && axes.x == axes.m;
+  return chart.series.empty() ? "" : line_chart_svg(chart);
+}
 
-  if (!axes.k.empty() && !axes.m.empty()) {
-    std::vector<double> ks, ms;
-    for (const auto& a : meta["axes"]) {
-      if (a["path"] == axes.k)
-        for (const auto& v : a["values"]) ks.push_back(v.get<double>());
-      if (a["path"] == axes.m)
-        for (const auto& v : a["values"]) ms.push_back(v.get<double>());
-    }
-    std::vector<std::vector<double>> measured(ks.size(), std::vector<double>(ms.size(), 0)), ideal = measured,
-                                                                                             count = measured;
-    for (const auto& r : records) {
-      if (!ok(r)) continue;
-      const auto ki = std::find(ks.begin(), ks.end(), r["point"][axes.k].get<double>()) - ks.begin();
-      const auto mi = std::find(ms.begin(), ms.end(), r["point"][axes.m].get<double>()) - ms.begin();
-      measured[ki][mi] += r["result"]["bubble_fraction"].get<double>();
-      ideal[ki][mi] += r["result"]["bubble_fraction_ideal"].is_null()
-                           ? 0.0
-                           : r["result"]["bubble_fraction_ideal"].get<double>();
-      count[ki][mi] += 1;
-    }
-    std::vector<std::string> klabels, mlabels;
-    for (double k : ks) klabels.push_back(short_num(k));
-    for (double m : ms) mlabels.push_back(short_num(m));
-    for (std::size_t i = 0; i < ks.size(); ++i)
-      for (std::size_t j = 0; j < ms.size(); ++j) {
-        measured[i][j] = count[i][j] > 0 ? measured[i][j] / count[i][j] : NAN;
-        ideal[i][j] = count[i][j] > 0 ? ideal[i][j] / count[i][j] : NAN;
-      }
-    charts["bubble"] = heatmap_svg("Bubble fraction, measured", "K", klabels, "M", mlabels, measured) +
-                       heatmap_svg("Bubble fraction, ideal (K-1)/(M+K-1)", "K", klabels, "M", mlabels, ideal);
-  }
+/// The values of axis `path`, as numbers.
+std::vector<double> axis_values(const Json& meta, const std::string& path) {
+  std::vector<double> values;
+  for (const auto& a : meta["axes"])
+    if (a["path"] == path)
+      for (const auto& v : a["values"]) values.push_back(v.get<double>());
+  return values;
+}
 
-  // Peak HBM against K (or x), one line per M (or series), with the capacity.
+/// Bubble fraction over K x M, measured and ideal, averaged over any other axes.
+std::string bubble_charts(const Json& meta, const Axes& axes, const std::vector<Json>& records) {
+  const std::vector<double> ks = axis_values(meta, axes.k), ms = axis_values(meta, axes.m);
+  std::vector<std::vector<double>> measured(ks.size(), std::vector<double>(ms.size(), 0)), ideal = measured,
+                                                                                           count = measured;
+  for (const auto& r : records) {
+    if (!ok(r)) continue;
+    const auto ki = std::find(ks.begin(), ks.end(), r["point"][axes.k].get<double>()) - ks.begin();
+    const auto mi = std::find(ms.begin(), ms.end(), r["point"][axes.m].get<double>()) - ms.begin();
+    measured[ki][mi] += r["result"]["bubble_fraction"].get<double>();
+    const Json& i = r["result"]["bubble_fraction_ideal"];
+    ideal[ki][mi] += i.is_null() ? 0.0 : i.get<double>();
+    count[ki][mi] += 1;
+  }
+  std::vector<std::string> klabels, mlabels;
+  for (double k : ks) klabels.push_back(short_num(k));
+  for (double m : ms) mlabels.push_back(short_num(m));
+  for (std::size_t i = 0; i < ks.size(); ++i)
+    for (std::size_t j = 0; j < ms.size(); ++j) {
+      measured[i][j] = count[i][j] > 0 ? measured[i][j] / count[i][j] : NAN;
+      ideal[i][j] = count[i][j] > 0 ? ideal[i][j] / count[i][j] : NAN;
+    }
+  return heatmap_svg("Bubble fraction, measured", "K", klabels, "M", mlabels, measured) +
+         heatmap_svg("Bubble fraction, ideal (K-1)/(M+K-1)", "K", klabels, "M", mlabels, ideal);
+}
+
+/// Peak HBM against K (or x), one line per M (or series), with the capacity.
+std::string memory_chart(const Axes& axes, const SeriesNamer& name, const std::vector<Json>& records) {
   const std::string mx = !axes.k.empty() ? axes.k : axes.x;
   const std::string ms = !axes.k.empty() ? axes.m : axes.series;
-  LineChart memory{"Peak HBM per core", mx, "GiB", {}, false, -1, ""};
-  std::map<std::pair<int, std::string>, std::map<double, double>> peak;
+  LineChart chart{"Peak HBM per core", mx, "GiB", {}, false, -1, ""};
+  SeriesPoints peak;
   for (const auto& r : records) {
     if (!ok(r) || !r["point"].contains(mx) || !r["point"][mx].is_number()) continue;
-    double& v = peak[series_of(ms, r)][r["point"][mx].get<double>()];
+    double& v = peak[name(ms, r)][r["point"][mx].get<double>()];
     v = std::max(v, r["result"]["peak_hbm_bytes"].get<double>() / (1024.0 * 1024 * 1024));
-    memory.reference = r["result"]["hbm_capacity_bytes"].get<double>() / (1024.0 * 1024 * 1024);
+    chart.reference = r["result"]["hbm_capacity_bytes"].get<double>() / (1024.0 * 1024 * 1024);
   }
-  memory.reference_label = "HBM capacity";
-  for (const auto& [name, pts] : peak) {
-    memory.series.emplace_back(name.second, std::vector<std::pair<double, double>>(pts.begin(), pts.end()));
-  }
-  if (!memory.series.empty()) charts["memory"] = line_chart_svg(memory);
+  chart.reference_label = "HBM capacity";
+  add_series(chart, peak);
+  return chart.series.empty() ? "" : line_chart_svg(chart);
+}
+
+}  // namespace
+
+std::map<std::string, std::string> sweep_charts(const Json& meta, const std::vector<Json>& records) {
+  std::map<std::string, std::string> charts;
+  const Axes axes = choose_axes(meta);
+  if (axes.x.empty()) return charts;
+  const SeriesNamer name{meta};
+  if (auto svg = throughput_chart(axes, name, records); !svg.empty()) charts["throughput"] = svg;
+  if (!axes.k.empty() && !axes.m.empty()) charts["bubble"] = bubble_charts(meta, axes, records);
+  if (auto svg = memory_chart(axes, name, records); !svg.empty()) charts["memory"] = svg;
   return charts;
 }
 
