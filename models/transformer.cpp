@@ -122,85 +122,121 @@ Layer output(const Dims& d, double act, bool owns_table) {
   return l;
 }
 
-/// A block's ops over named dimensions (for mesh layouts): self-attention, cross-attention over
-/// the encoder output (seq_k positions) in a decoder block of an encoder-decoder, feed-forward.
-std::vector<NamedOp> block_named_ops(const Dims& d, std::int64_t b, bool cross) {
-  const Dim B{"batch", b}, S{"seq", d.seq}, Sk{"seq_k", d.seq}, M{"d_model", d.d_model}, F{"d_ff", d.d_ff},
-      H{"heads", d.heads}, K{"d_kv", d.d_kv};
-  auto bias = [&](std::vector<Dim> dims) { return d.biases ? weight(std::move(dims)) : NamedTensor{}; };
+namespace {
+
+/// Ids name the activations ops read other than their predecessor's output (functional mode
+/// executes the ops on mesh shards by following them).
+NamedTensor named(NamedTensor t, const std::string& id) {
+  t.id = id;
+  return t;
+}
+
+/// Builds a block's ops: attention sub-blocks, then the feed-forward one.
+struct BlockOps {
+  const Dims& d;
+  const Dim B, S, Sk, M, F, H, K;
   std::vector<NamedOp> ops;
-  // Ids name the activations ops read other than their predecessor's output (functional
-  // mode executes the ops on mesh shards by following them).
-  auto named = [](NamedTensor t, const std::string& id) {
-    t.id = id;
-    return t;
-  };
-  auto attention = [&](const std::string& p, bool from_encoder) {
-    const std::string in = p == "self" ? "in" : "cross_in";
-    ops.push_back(
-        reduction("layernorm_" + p, named(tpusim::act({B, S, M}, true), in), "d_model", weight({M}, 2)));
+
+  BlockOps(const Dims& dims, std::int64_t b)
+      : d(dims),
+        B{"batch", b},
+        S{"seq", d.seq},
+        Sk{"seq_k", d.seq},
+        M{"d_model", d.d_model},
+        F{"d_ff", d.d_ff},
+        H{"heads", d.heads},
+        K{"d_kv", d.d_kv} {}
+
+  NamedTensor bias(std::vector<Dim> dims) const { return d.biases ? weight(std::move(dims)) : NamedTensor{}; }
+
+  /// The pre-norm layer norm of sub-block `p` over its input `in`, its output named `p`_h.
+  void layer_norm(const std::string& p, const std::string& in) {
+    ops.push_back(reduction("layernorm_" + p, named(act({B, S, M}, true), in), "d_model", weight({M}, 2)));
     ops.back().math = NamedOp::Math::LayerNorm;
     ops.back().out.id = p + "_h";
+  }
+
+  /// The q, k and v projections (with their biases). The layer norm's output feeds the query
+  /// projection (and the key and value ones in self-attention): recomputed for their weight
+  /// gradients, not kept. Cross-attention's k and v project the encoder output, kept once.
+  void projections(const std::string& p, bool from_encoder) {
     for (const char* x : {"q", "k", "v"}) {
-      // The layer norm's output feeds the query projection (and the key and value ones in
-      // self-attention): recomputed for their weight gradients, not kept.
-      // Cross-attention's k and v project the encoder output, kept once.
       const bool encoder_side = from_encoder && x[0] != 'q';
-      const auto input = named(tpusim::act({B, encoder_side ? Sk : S, M}, encoder_side && x[0] == 'k'),
+      const auto input = named(act({B, encoder_side ? Sk : S, M}, encoder_side && x[0] == 'k'),
                                encoder_side ? "encoder" : p + "_h");
-      const auto out = tpusim::act({B, encoder_side ? Sk : S, H, K});
+      const auto out = act({B, encoder_side ? Sk : S, H, K});
       ops.push_back(einsum(p + "_" + x + "_projection", input, weight({M, H, K}), named(out, p + "_" + x)));
-      if (d.biases) {
-        ops.back().out.id += "_unbiased";
-        ops.push_back(
-            elementwise(p + "_" + x + "_bias", named(out, p + "_" + x + "_unbiased"), 1, bias({H, K})));
-        ops.back().math = NamedOp::Math::Bias;
-        ops.back().out.id = p + "_" + x;
-      }
+      if (!d.biases) continue;
+      ops.back().out.id += "_unbiased";
+      ops.push_back(
+          elementwise(p + "_" + x + "_bias", named(out, p + "_" + x + "_unbiased"), 1, bias({H, K})));
+      ops.back().math = NamedOp::Math::Bias;
+      ops.back().out.id = p + "_" + x;
     }
-    ops.push_back(einsum(p + "_scores", named(tpusim::act({B, S, H, K}, true), p + "_q"),
-                         named(tpusim::act({B, Sk, H, K}, true), p + "_k"), tpusim::act({B, H, S, Sk})));
-    ops.push_back(reduction(p + "_softmax", tpusim::act({B, H, S, Sk}), "seq_k"));
+  }
+
+  /// Attention sub-block `p` ("self", or "cross" over the encoder output), its output named
+  /// `next` (the next sub-block's input).
+  void attention(const std::string& p, bool from_encoder, const std::string& next) {
+    const std::string in = p == "self" ? "in" : "cross_in";
+    layer_norm(p, in);
+    projections(p, from_encoder);
+    ops.push_back(einsum(p + "_scores", named(act({B, S, H, K}, true), p + "_q"),
+                         named(act({B, Sk, H, K}, true), p + "_k"), act({B, H, S, Sk})));
+    ops.push_back(reduction(p + "_softmax", act({B, H, S, Sk}), "seq_k"));
     ops.back().math = NamedOp::Math::CausalSoftmax;
     ops.back().scale = 1.0 / std::sqrt(double(d.d_kv));
     // With dropout, the context's kept input stands for the probabilities (the softmax's
     // backward reads them); the dropped ones are recomputed from them and the mask in its fusion.
-    if (d.attention_dropout > 0) ops.push_back(dropout(p + "_attention_dropout", tpusim::act({B, H, S, Sk})));
-    ops.push_back(einsum(p + "_context", tpusim::act({B, H, S, Sk}, true),
-                         named(tpusim::act({B, Sk, H, K}, true), p + "_v"), tpusim::act({B, S, H, K})));
-    ops.push_back(
-        einsum(p + "_output", tpusim::act({B, S, H, K}, true), weight({H, K, M}), tpusim::act({B, S, M})));
-    if (d.dropout > 0) ops.push_back(dropout(p + "_dropout", tpusim::act({B, S, M})));
-    ops.push_back(elementwise(p + "_residual", tpusim::act({B, S, M}), 2, bias({M})));
+    if (d.attention_dropout > 0) ops.push_back(dropout(p + "_attention_dropout", act({B, H, S, Sk})));
+    ops.push_back(einsum(p + "_context", act({B, H, S, Sk}, true), named(act({B, Sk, H, K}, true), p + "_v"),
+                         act({B, S, H, K})));
+    ops.push_back(einsum(p + "_output", act({B, S, H, K}, true), weight({H, K, M}), act({B, S, M})));
+    residual(p, in);
+    ops.back().out.id = next;
+  }
+
+  /// Dropout (when set), then the residual sum with the sub-block's input `in`.
+  void residual(const std::string& p, const std::string& in) {
+    if (d.dropout > 0) ops.push_back(dropout(p + "_dropout", act({B, S, M})));
+    ops.push_back(elementwise(p + "_residual", act({B, S, M}), 2, bias({M})));
     ops.back().math = NamedOp::Math::Residual;
     ops.back().skip = in;
-    ops.back().out.id = p == "self" && cross ? "cross_in" : "ffn_in";
-  };
-  attention("self", false);
-  if (cross) attention("cross", true);
-  ops.push_back(
-      reduction("layernorm_ffn", named(tpusim::act({B, S, M}, true), "ffn_in"), "d_model", weight({M}, 2)));
-  ops.back().math = NamedOp::Math::LayerNorm;
-  // ffn_in reads the layer norm's output (recomputed); ffn_out's kept input stands for the
-  // pre-activation its ReLU is recomputed from (the same size).
-  ops.push_back(einsum("ffn_in", tpusim::act({B, S, M}), weight({M, F}), tpusim::act({B, S, F})));
-  if (d.gelu) {
-    // gelu(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), BERT's form: with the bias, 10
-    // operations per element (tanh one); its gradient recomputes tanh from the kept input and
-    // takes 17. Unlike ReLU's, it needs its input as well as its output (ffn_out's input).
-    ops.push_back(elementwise("ffn_gelu", tpusim::act({B, S, F}, true), 10, bias({F})));
-    ops.back().math = NamedOp::Math::BiasGelu;
-    ops.back().backward_ops = 17;
-  } else {
-    ops.push_back(elementwise("ffn_relu", tpusim::act({B, S, F}), 2, bias({F})));
-    ops.back().math = NamedOp::Math::BiasRelu;
   }
-  ops.push_back(einsum("ffn_out", tpusim::act({B, S, F}, true), weight({F, M}), tpusim::act({B, S, M})));
-  if (d.dropout > 0) ops.push_back(dropout("ffn_dropout", tpusim::act({B, S, M})));
-  ops.push_back(elementwise("ffn_residual", tpusim::act({B, S, M}), 2, bias({M})));
-  ops.back().math = NamedOp::Math::Residual;
-  ops.back().skip = "ffn_in";
-  return ops;
+
+  /// The feed-forward sub-block. ffn_in reads the layer norm's output (recomputed); ffn_out's
+  /// kept input stands for the pre-activation its ReLU is recomputed from (the same size).
+  void feed_forward() {
+    ops.push_back(
+        reduction("layernorm_ffn", named(act({B, S, M}, true), "ffn_in"), "d_model", weight({M}, 2)));
+    ops.back().math = NamedOp::Math::LayerNorm;
+    ops.push_back(einsum("ffn_in", act({B, S, M}), weight({M, F}), act({B, S, F})));
+    if (d.gelu) {
+      // gelu(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), BERT's form: with the bias, 10
+      // operations per element (tanh one); its gradient recomputes tanh from the kept input and
+      // takes 17. Unlike ReLU's, it needs its input as well as its output (ffn_out's input).
+      ops.push_back(elementwise("ffn_gelu", act({B, S, F}, true), 10, bias({F})));
+      ops.back().math = NamedOp::Math::BiasGelu;
+      ops.back().backward_ops = 17;
+    } else {
+      ops.push_back(elementwise("ffn_relu", act({B, S, F}), 2, bias({F})));
+      ops.back().math = NamedOp::Math::BiasRelu;
+    }
+    ops.push_back(einsum("ffn_out", act({B, S, F}, true), weight({F, M}), act({B, S, M})));
+    residual("ffn", "ffn_in");
+  }
+};
+
+}  // namespace
+
+/// A block's ops over named dimensions (for mesh layouts): self-attention, cross-attention over
+/// the encoder output (seq_k positions) in a decoder block of an encoder-decoder, feed-forward.
+std::vector<NamedOp> block_named_ops(const Dims& d, std::int64_t b, bool cross) {
+  BlockOps block(d, b);
+  block.attention("self", false, cross ? "cross_in" : "ffn_in");
+  if (cross) block.attention("cross", true, "ffn_in");
+  block.feed_forward();
+  return std::move(block.ops);
 }
 
 Model assemble(const Dims& d, double act, const std::string& name) {
