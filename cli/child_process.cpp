@@ -20,7 +20,11 @@ extern char** environ;
 
 namespace tpusim::cli {
 
-ChildResult run_self(const std::vector<std::string>& args, double timeout_s) {
+namespace {
+
+/// Starts this executable with `args`, its stdout and stderr on pipes; returns its pid and the
+/// pipes' read ends.
+pid_t spawn_self(const std::vector<std::string>& args, int& out_fd, int& err_fd) {
   int out_pipe[2], err_pipe[2];
   if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0)
     throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
@@ -47,10 +51,16 @@ ChildResult run_self(const std::vector<std::string>& args, double timeout_s) {
     close(err_pipe[0]);
     throw std::runtime_error(std::string("cannot start tpusim: ") + std::strerror(rc));
   }
+  out_fd = out_pipe[0];
+  err_fd = err_pipe[0];
+  return pid;
+}
 
-  ChildResult result;
+/// Reads the child's stdout and stderr into `result` until both close; past `timeout_s` (when
+/// positive) kills the child and marks the result timed out. Closes the pipes.
+void collect_output(pid_t pid, int out_fd, int err_fd, double timeout_s, ChildResult& result) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  std::array<pollfd, 2> fds = {pollfd{out_pipe[0], POLLIN, 0}, pollfd{err_pipe[0], POLLIN, 0}};
+  std::array<pollfd, 2> fds = {pollfd{out_fd, POLLIN, 0}, pollfd{err_fd, POLLIN, 0}};
   std::string* sinks[2] = {&result.out, &result.err};
   int open_fds = 2;
   char buf[65536];
@@ -68,25 +78,31 @@ ChildResult run_self(const std::vector<std::string>& args, double timeout_s) {
       wait_ms = int(std::min<long long>(left, 1000));
     }
     const int ready = poll(fds.data(), fds.size(), wait_ms);
-    if (ready < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    if (ready == 0) continue;
-    for (int i = 0; i < 2; ++i) {
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) break;
+    for (int i = 0; i < 2 && ready > 0; ++i) {
       if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       const ssize_t n = read(fds[i].fd, buf, sizeof buf);
       if (n > 0) {
         sinks[i]->append(buf, std::size_t(n));
-      } else {
-        close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_fds;
+        continue;
       }
+      close(fds[i].fd);
+      fds[i].fd = -1;
+      --open_fds;
     }
   }
   for (auto& fd : fds)
     if (fd.fd >= 0) close(fd.fd);
+}
+
+}  // namespace
+
+ChildResult run_self(const std::vector<std::string>& args, double timeout_s) {
+  int out_fd = -1, err_fd = -1;
+  const pid_t pid = spawn_self(args, out_fd, err_fd);
+  ChildResult result;
+  collect_output(pid, out_fd, err_fd, timeout_s, result);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
