@@ -321,49 +321,35 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
   return out;
 }
 
-std::string summary_text(const Json& j) {
-  std::ostringstream out;
+namespace {
+
+/// printf-style formatting into a string (the summary's numeric lines).
+template <typename... Args>
+std::string formatted(const char* fmt, Args... args) {
   char buf[256];
-  const auto& slice = j["slice"];
-  out << "tpusim: " << j["model"]["name"].get<std::string>() << " on " << j["hardware"].get<std::string>()
-      << " " << slice["name"].get<std::string>() << " (" << slice["cores"].get<int>() << " cores), "
-      << j["schedule"]["kind"].get<std::string>() << "\n";
-  std::snprintf(buf, sizeof buf, "  params            %.3f M\n", j["params"].get<double>() / 1e6);
-  out << buf;
-  std::snprintf(buf, sizeof buf, "  batch             %lld examples per step\n",
-                (long long)j["batch"].get<std::int64_t>());
-  out << buf;
-  out << "  step time         " << human_seconds(j["step_time_s"].get<double>()) << "\n";
-  std::snprintf(buf, sizeof buf, "  examples/s        %.1f\n", j["examples_per_s"].get<double>());
-  out << buf;
-  std::snprintf(buf, sizeof buf, "  MXU utilization   %.1f %% (model FLOPs / peak)\n",
-                100.0 * j["mxu_utilization"].get<double>());
-  out << buf;
-  if (!j["bubble_fraction_ideal"].is_null()) {
-    std::snprintf(
-        buf, sizeof buf, "  pipeline bubble   %.1f %% of the step (ideal (K-1)/(M+K-1) = %.1f %%)\n",
-        100.0 * j["bubble_fraction"].get<double>(), 100.0 * j["bubble_fraction_ideal"].get<double>());
-    out << buf;
-  }
-  const auto& b = j["breakdown"];
-  out << "  communication     " << human_seconds(b["communication_s"].get<double>()) << " ("
-      << human_seconds(b["exposed_communication_s"].get<double>()) << " exposed)\n";
-  if (j.contains("input")) {
-    const auto& in = j["input"];
-    std::snprintf(buf, sizeof buf,
-                  "  input             %.0f examples per step on the busiest host (%.0f/s to keep pace)",
-                  in["busiest_host_examples"].get<double>(), in["host_examples_per_s_needed"].get<double>());
-    out << buf << "; infeed " << human_seconds(in["infeed_s"].get<double>()) << " per chip";
-    if (!in["preparation_s"].is_null())
-      out << "; preparation " << human_seconds(in["preparation_s"].get<double>());
-    if (in.value("loop_overhead_s", 0.0) > 0)
-      out << "; host loop " << human_seconds(in["loop_overhead_s"].get<double>()) << " per step";
-    const std::string bound = in["bound"].get<std::string>();
-    out << (bound == "tpus" ? "" : "; the step waits for its input (" + bound + "-bound)") << "\n";
-  }
+  std::snprintf(buf, sizeof buf, fmt, args...);
+  return buf;
+}
+
+/// The input line: examples on the busiest host, the infeed, host costs, what bounds the step.
+void summary_input(std::ostringstream& out, const Json& in) {
+  out << formatted("  input             %.0f examples per step on the busiest host (%.0f/s to keep pace)",
+                in["busiest_host_examples"].get<double>(), in["host_examples_per_s_needed"].get<double>());
+  out << "; infeed " << human_seconds(in["infeed_s"].get<double>()) << " per chip";
+  if (!in["preparation_s"].is_null())
+    out << "; preparation " << human_seconds(in["preparation_s"].get<double>());
+  if (in.value("loop_overhead_s", 0.0) > 0)
+    out << "; host loop " << human_seconds(in["loop_overhead_s"].get<double>()) << " per step";
+  const std::string bound = in["bound"].get<std::string>();
+  out << (bound == "tpus" ? "" : "; the step waits for its input (" + bound + "-bound)") << "\n";
+}
+
+/// The peak HBM line (what the busiest core holds at its peak) and where the peak is.
+void summary_memory(std::ostringstream& out, const Json& j) {
   out << "  peak HBM per core " << human_bytes(j["peak_hbm_bytes"].get<double>()) << " of "
       << human_bytes(j["hbm_capacity_bytes"].get<double>()) << " usable";
-  const auto& at_peak = j["cores"][j["peak_hbm_core"].get<int>()]["hbm_at_peak"];
+  const auto& peak_core = j["cores"][j["peak_hbm_core"].get<int>()];
+  const auto& at_peak = peak_core["hbm_at_peak"];
   out << " (";
   bool first = true;
   for (auto it = at_peak.begin(); it != at_peak.end(); ++it) {
@@ -372,19 +358,12 @@ std::string summary_text(const Json& j) {
     first = false;
   }
   out << ")\n";
-  const auto& peak_core = j["cores"][j["peak_hbm_core"].get<int>()];
   out << "  peak at           " << human_seconds(peak_core["peak_at_s"].get<double>()) << " on core "
       << j["peak_hbm_core"].get<int>() << ", in " << peak_core["peak_task"].get<std::string>() << "\n";
-  if (j.contains("functional")) {
-    const auto& f = j["functional"];
-    std::snprintf(buf, sizeof buf,
-                  "  functional        %d steps, loss %.5g -> %.5g (one core: %.5g -> %.5g), max weight "
-                  "difference %.2g\n",
-                  f["steps"].get<int>(), f["loss"].front().get<double>(), f["loss"].back().get<double>(),
-                  f["reference_loss"].front().get<double>(), f["reference_loss"].back().get<double>(),
-                  f["max_rel_diff"].get<double>());
-    out << buf;
-  }
+}
+
+/// Whether the step fits, and where the first core overflows if not.
+void summary_fit(std::ostringstream& out, const Json& j) {
   out << "  fits              " << (j["fits"].get<bool>() ? "yes" : "NO");
   if (!j["overflow"].is_null()) {
     out << ": core " << j["overflow"]["core"].get<int>() << " over by "
@@ -392,6 +371,41 @@ std::string summary_text(const Json& j) {
         << j["overflow"]["task"].get<std::string>();
   }
   out << "\n";
+}
+
+}  // namespace
+
+std::string summary_text(const Json& j) {
+  std::ostringstream out;
+  const auto& slice = j["slice"];
+  out << "tpusim: " << j["model"]["name"].get<std::string>() << " on " << j["hardware"].get<std::string>()
+      << " " << slice["name"].get<std::string>() << " (" << slice["cores"].get<int>() << " cores), "
+      << j["schedule"]["kind"].get<std::string>() << "\n";
+  out << formatted("  params            %.3f M\n", j["params"].get<double>() / 1e6);
+  out << formatted("  batch             %lld examples per step\n", (long long)j["batch"].get<std::int64_t>());
+  out << "  step time         " << human_seconds(j["step_time_s"].get<double>()) << "\n";
+  out << formatted("  examples/s        %.1f\n", j["examples_per_s"].get<double>());
+  out << formatted("  MXU utilization   %.1f %% (model FLOPs / peak)\n",
+                100.0 * j["mxu_utilization"].get<double>());
+  if (!j["bubble_fraction_ideal"].is_null())
+    out << formatted("  pipeline bubble   %.1f %% of the step (ideal (K-1)/(M+K-1) = %.1f %%)\n",
+                  100.0 * j["bubble_fraction"].get<double>(),
+                  100.0 * j["bubble_fraction_ideal"].get<double>());
+  const auto& b = j["breakdown"];
+  out << "  communication     " << human_seconds(b["communication_s"].get<double>()) << " ("
+      << human_seconds(b["exposed_communication_s"].get<double>()) << " exposed)\n";
+  if (j.contains("input")) summary_input(out, j["input"]);
+  summary_memory(out, j);
+  if (j.contains("functional")) {
+    const auto& f = j["functional"];
+    out << formatted(
+        "  functional        %d steps, loss %.5g -> %.5g (one core: %.5g -> %.5g), max weight "
+        "difference %.2g\n",
+        f["steps"].get<int>(), f["loss"].front().get<double>(), f["loss"].back().get<double>(),
+        f["reference_loss"].front().get<double>(), f["reference_loss"].back().get<double>(),
+        f["max_rel_diff"].get<double>());
+  }
+  summary_fit(out, j);
   return out.str();
 }
 
