@@ -150,6 +150,71 @@ std::string validation_markdown(const Json& report) {
   return s.str();
 }
 
+namespace {
+
+/// A parity plot's log-log square: the data's range padded by 30 % (so the +-10 % band shows at
+/// the ends).
+struct ParityFrame {
+  static constexpr double size = 300, left = 70, top = 34;
+  double l0 = 0, l1 = 1;
+  ParityFrame(double lo, double hi)
+      : l0(std::log10(lo / 1.3)), l1(std::max(l0 + 0.3, std::log10(hi * 1.3))) {}
+  double P(double v) const { return (std::log10(v) - l0) / (l1 - l0) * size; }
+  double X(double v) const { return left + P(v); }
+  double Y(double v) const { return top + size - P(v); }
+  double a() const { return std::pow(10.0, l0); }
+  double b() const { return std::pow(10.0, l1); }
+};
+
+/// The frame, the +-10 % band, the diagonal and the ticks on the 1-2-5 series.
+void parity_axes_svg(std::ostringstream& s, const ParityFrame& f) {
+  const double a = f.a(), b = f.b(), left = f.left, top = f.top, size = f.size;
+  s << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << size << "\" height=\"" << size
+    << "\" fill=\"none\" stroke=\"#999\"/>\n";
+  s << "<polygon class=\"band\" points=\"" << svg_number(f.X(a)) << "," << svg_number(f.Y(a * 1.1)) << " "
+    << svg_number(f.X(b / 1.1)) << "," << svg_number(f.Y(b)) << " " << svg_number(f.X(b)) << ","
+    << svg_number(f.Y(b)) << " " << svg_number(f.X(b)) << "," << svg_number(f.Y(b * 0.9)) << " "
+    << svg_number(f.X(a / 0.9)) << "," << svg_number(f.Y(a)) << " " << svg_number(f.X(a)) << ","
+    << svg_number(f.Y(a)) << "\" fill=\"#4e79a7\" fill-opacity=\"0.15\"/>\n";
+  s << "<line class=\"diagonal\" x1=\"" << svg_number(f.X(a)) << "\" y1=\"" << svg_number(f.Y(a))
+    << "\" x2=\"" << svg_number(f.X(b)) << "\" y2=\"" << svg_number(f.Y(b)) << "\" stroke=\"#4e79a7\"/>\n";
+  const bool dense = f.l1 - f.l0 > 2.5;  // many decades: label the decades only
+  for (int d = int(std::floor(f.l0)); d <= int(std::ceil(f.l1)); ++d)
+    for (double m : {1.0, 2.0, 5.0}) {
+      const double v = m * std::pow(10.0, d);
+      if (v < a || v > b || (dense && m != 1.0)) continue;
+      char label[32];
+      std::snprintf(label, sizeof label, "%g", v);
+      s << "<text x=\"" << svg_number(f.X(v)) << "\" y=\"" << top + size + 14 << "\" text-anchor=\"middle\">"
+        << label << "</text>\n";
+      s << "<text x=\"" << left - 4 << "\" y=\"" << svg_number(f.Y(v) + 4) << "\" text-anchor=\"end\">"
+        << label << "</text>\n";
+    }
+}
+
+/// The axis titles (with the cases' units) and a point per case, green within its tolerance.
+void parity_points_svg(std::ostringstream& s, const ParityFrame& f, const std::vector<const Json*>& points) {
+  std::set<std::string> units;
+  for (const Json* c : points) units.insert(c->at("unit").get<std::string>());
+  std::string unit;
+  for (const auto& u : units) unit += (unit.empty() ? "" : ", ") + u;
+  s << "<text x=\"" << f.left + f.size / 2 << "\" y=\"" << f.top + f.size + 32
+    << "\" text-anchor=\"middle\">measured (" << xml_escape(unit) << "); band: +-10 %</text>\n";
+  s << "<text transform=\"translate(14," << f.top + f.size / 2
+    << ") rotate(-90)\" text-anchor=\"middle\">predicted (" << xml_escape(unit) << ")</text>\n";
+  for (const Json* c : points) {
+    const bool within = c->at("within").get<bool>();
+    s << "<circle class=\"case\" cx=\"" << svg_number(f.X(c->at("measured").get<double>())) << "\" cy=\""
+      << svg_number(f.Y(c->at("predicted").get<double>())) << "\" r=\"4\" fill=\""
+      << (within ? "#59a14f" : "#e15759") << "\"><title>"
+      << xml_escape(c->at("id").get<std::string>() + ": error " + percent(c->at("error")) + ", tolerance " +
+                    fmt("%.0f %%", 100.0 * c->at("tolerance").get<double>()))
+      << "</title></circle>\n";
+  }
+}
+
+}  // namespace
+
 std::string parity_svg(const Json& report, const std::string& quantity) {
   std::vector<const Json*> points;
   double lo = INFINITY, hi = 0;
@@ -162,7 +227,7 @@ std::string parity_svg(const Json& report, const std::string& quantity) {
       hi = std::max(hi, c[k].get<double>());
     }
   }
-  const double size = 300, left = 70, top = 34;
+  const double size = ParityFrame::size, left = ParityFrame::left, top = ParityFrame::top;
   std::ostringstream s;
   s << "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"parity\" data-quantity=\"" << xml_escape(quantity)
     << "\" width=\"" << left + size + 20 << "\" height=\"" << top + size + 50
@@ -173,50 +238,9 @@ std::string parity_svg(const Json& report, const std::string& quantity) {
     s << "<text x=\"" << left << "\" y=\"" << top + 20 << "\">no predictions</text>\n</svg>\n";
     return s.str();
   }
-  // The data's range padded by 30 % (so the +-10 % band shows at the ends), ticks on the 1-2-5 series.
-  const double l0 = std::log10(lo / 1.3), l1 = std::max(l0 + 0.3, std::log10(hi * 1.3));
-  auto P = [&](double v) { return (std::log10(v) - l0) / (l1 - l0) * size; };
-  auto X = [&](double v) { return left + P(v); };
-  auto Y = [&](double v) { return top + size - P(v); };
-  const double a = std::pow(10.0, l0), b = std::pow(10.0, l1);
-  s << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << size << "\" height=\"" << size
-    << "\" fill=\"none\" stroke=\"#999\"/>\n";
-  s << "<polygon class=\"band\" points=\"" << svg_number(X(a)) << "," << svg_number(Y(a * 1.1)) << " "
-    << svg_number(X(b / 1.1)) << "," << svg_number(Y(b)) << " " << svg_number(X(b)) << "," << svg_number(Y(b))
-    << " " << svg_number(X(b)) << "," << svg_number(Y(b * 0.9)) << " " << svg_number(X(a / 0.9)) << ","
-    << svg_number(Y(a)) << " " << svg_number(X(a)) << "," << svg_number(Y(a))
-    << "\" fill=\"#4e79a7\" fill-opacity=\"0.15\"/>\n";
-  s << "<line class=\"diagonal\" x1=\"" << svg_number(X(a)) << "\" y1=\"" << svg_number(Y(a)) << "\" x2=\""
-    << svg_number(X(b)) << "\" y2=\"" << svg_number(Y(b)) << "\" stroke=\"#4e79a7\"/>\n";
-  const bool dense = l1 - l0 > 2.5;  // many decades: label the decades only
-  for (int d = int(std::floor(l0)); d <= int(std::ceil(l1)); ++d)
-    for (double m : {1.0, 2.0, 5.0}) {
-      const double v = m * std::pow(10.0, d);
-      if (v < a || v > b || (dense && m != 1.0)) continue;
-      char label[32];
-      std::snprintf(label, sizeof label, "%g", v);
-      s << "<text x=\"" << svg_number(X(v)) << "\" y=\"" << top + size + 14 << "\" text-anchor=\"middle\">"
-        << label << "</text>\n";
-      s << "<text x=\"" << left - 4 << "\" y=\"" << svg_number(Y(v) + 4) << "\" text-anchor=\"end\">" << label
-        << "</text>\n";
-    }
-  std::set<std::string> units;
-  for (const Json* c : points) units.insert(c->at("unit").get<std::string>());
-  std::string unit;
-  for (const auto& u : units) unit += (unit.empty() ? "" : ", ") + u;
-  s << "<text x=\"" << left + size / 2 << "\" y=\"" << top + size + 32
-    << "\" text-anchor=\"middle\">measured (" << xml_escape(unit) << "); band: +-10 %</text>\n";
-  s << "<text transform=\"translate(14," << top + size / 2
-    << ") rotate(-90)\" text-anchor=\"middle\">predicted (" << xml_escape(unit) << ")</text>\n";
-  for (const Json* c : points) {
-    const bool within = c->at("within").get<bool>();
-    s << "<circle class=\"case\" cx=\"" << svg_number(X(c->at("measured").get<double>())) << "\" cy=\""
-      << svg_number(Y(c->at("predicted").get<double>())) << "\" r=\"4\" fill=\""
-      << (within ? "#59a14f" : "#e15759") << "\"><title>"
-      << xml_escape(c->at("id").get<std::string>() + ": error " + percent(c->at("error")) + ", tolerance " +
-                    fmt("%.0f %%", 100.0 * c->at("tolerance").get<double>()))
-      << "</title></circle>\n";
-  }
+  const ParityFrame f(lo, hi);
+  parity_axes_svg(s, f);
+  parity_points_svg(s, f, points);
   s << "</svg>\n";
   return s.str();
 }
