@@ -255,7 +255,9 @@ Json hardware_json(const HardwareSpec& hw) {
          {"hbm_reserved_bytes_per_core", hw.core.hbm_reserved_bytes},
          {"usable_hbm_bytes_per_core", hw.core.usable_hbm_bytes()},
          {"hbm_bandwidth_bytes_per_s_per_core", hw.core.hbm_bandwidth_bytes_per_s},
-         {"ridge_flops_per_byte", core_peak / hw.core.hbm_bandwidth_bytes_per_s},
+         {"hbm_sustained_bandwidth_fraction", hw.core.hbm_sustained_fraction},
+         {"sustained_hbm_bandwidth_bytes_per_s_per_core", hw.core.sustained_hbm_bytes_per_s()},
+         {"ridge_flops_per_byte", core_peak / hw.core.sustained_hbm_bytes_per_s()},
          {"ici_bandwidth_bytes_per_s_per_link_per_direction", hw.chip.ici_bandwidth_bytes_per_s},
          {"pod_chips", {hw.pod.chips_x, hw.pod.chips_y}},
          {"slices", Json::array()},
@@ -289,8 +291,10 @@ void print_core_figures(const HardwareSpec& hw, const SourceOf& src) {
             "derived: capacity - reserved (what fits is checked against this)");
   print_row("HBM bandwidth per core", num(hw.core.hbm_bandwidth_bytes_per_s / 1e9, " GB/s"),
             src("core.hbm_bandwidth_bytes_per_s_per_core"));
-  print_row("roofline ridge", num(core_peak / hw.core.hbm_bandwidth_bytes_per_s, " FLOP/byte"),
-            "derived: peak / HBM bandwidth");
+  print_row("HBM sustained", num(100 * hw.core.hbm_sustained_fraction, " %"),
+            src("core.hbm_sustained_bandwidth_fraction"));
+  print_row("roofline ridge", num(core_peak / hw.core.sustained_hbm_bytes_per_s(), " FLOP/byte"),
+            "derived: peak / sustained HBM bandwidth");
 }
 
 /// The links: ICI, on-chip, to the host.

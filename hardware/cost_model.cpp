@@ -1,8 +1,8 @@
 #include "hardware/cost_model.hpp"
 
-#include "hardware/errors.hpp"
-
 #include <algorithm>
+
+#include "hardware/errors.hpp"
 
 namespace tpusim {
 
@@ -41,8 +41,8 @@ Op conv_op(std::string name, const ConvShape& c, double act, double weight_bytes
       op.m > (std::int64_t(1) << 53))
     throw ConfigError("study", "batch", std::to_string(c.batch) + " examples on a core",
                       "a batch whose convolution outputs (examples x output height x width) stay below 2^53 "
-                      "pixels (here " + std::to_string(c.out_h()) + " x " + std::to_string(c.out_w()) +
-                          " per example)");
+                      "pixels (here " +
+                          std::to_string(c.out_h()) + " x " + std::to_string(c.out_w()) + " per example)");
   op.k = c.kernel_h * c.kernel_w * c.in_channels;
   op.n = c.out_channels;
   op.bytes = double(c.batch) * c.in_h * c.in_w * c.in_channels * act + double(c.params()) * weight_bytes +
@@ -122,7 +122,7 @@ OpCost CostModel::cost(const Op& op) const {
   // vector work is spread over them in proportion to their passes.
   const MultiPassKernels* m = op.multipass ? &core_.multipass(*op.multipass) : nullptr;
   const double passes = m ? m->tensor_passes() : 1.0;
-  c.hbm_s = op.bytes * passes / core_.hbm_bandwidth_bytes_per_s;
+  c.hbm_s = op.bytes * passes / core_.sustained_hbm_bytes_per_s();
   const double compute = std::max(c.mxu_s, c.vpu_s);
   c.seconds = std::max(compute, c.hbm_s) + core_.op_overhead_s * (m ? double(m->kernels.size()) : 1.0);
   if (c.mxu_s >= std::max(c.vpu_s, c.hbm_s) && c.mxu_s > 0) {

@@ -171,6 +171,7 @@ void read_core(const Json& core, HardwareSpec& hw, Problems& problems) {
     problems.add("core.hbm_reserved_bytes_per_core.value", Json(c.hbm_reserved_bytes),
                  "less than core.hbm_bytes_per_core (" + Json(c.hbm_bytes).dump() + ")");
   c.hbm_bandwidth_bytes_per_s = r.number("hbm_bandwidth_bytes_per_s_per_core", 1e6, 1e14);
+  c.hbm_sustained_fraction = r.number("hbm_sustained_bandwidth_fraction", 0.05, 1.0);
   c.vmem_bytes = r.number("vmem_bytes_per_core", 1e3, 1e12);
   c.op_overhead_s = r.number("op_overhead_s", 0.0, 1e-2);
   c.fuse_elementwise = r.flag("fuse_elementwise");

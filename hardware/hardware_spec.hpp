@@ -44,9 +44,12 @@ struct CoreSpec {
   double hbm_bytes = 0;                  ///< HBM capacity per core
   double hbm_reserved_bytes = 0;         ///< of it, held by the runtime: programs cannot use it
   double hbm_bandwidth_bytes_per_s = 0;  ///< HBM bandwidth per core
-  double vmem_bytes = 0;                 ///< on-chip vector memory per core
-  double op_overhead_s = 0;              ///< fixed cost added to every op (launch, pipeline fill)
-  bool fuse_elementwise = true;          ///< elementwise ops fuse into their producer: no own HBM pass
+  double hbm_sustained_fraction = 1;     ///< of it, what a streaming kernel sustains
+  /// The bandwidth an op's HBM traffic moves at: the pin bandwidth times the sustained fraction.
+  double sustained_hbm_bytes_per_s() const { return hbm_bandwidth_bytes_per_s * hbm_sustained_fraction; }
+  double vmem_bytes = 0;         ///< on-chip vector memory per core
+  double op_overhead_s = 0;      ///< fixed cost added to every op (launch, pipeline fill)
+  bool fuse_elementwise = true;  ///< elementwise ops fuse into their producer: no own HBM pass
   /// An activation's minor dimension fills whole rows of `vpu_lanes` in HBM (its layout's tiles).
   bool pad_activations_to_lanes = true;
   /// The lanes an activation's minor dimension pads to (0: not padded).
