@@ -78,8 +78,8 @@ BoundaryTensor boundary_tensor(std::vector<Dim> dims, double bytes_per_element) 
   return {act(std::move(dims)), bytes_per_element};
 }
 
-BoundaryTensor features(std::int64_t batch, std::int64_t features, double act) {
-  return boundary_tensor({{"batch", batch}, {"d_model", features}}, act);
+BoundaryTensor features(std::int64_t batch, std::int64_t width, double act) {
+  return boundary_tensor({{"batch", batch}, {"d_model", width}}, act);
 }
 
 BoundaryTensor losses(std::int64_t batch, std::int64_t per_example) {

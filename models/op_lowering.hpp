@@ -66,8 +66,8 @@ struct LayerBoundary {
 };
 /// An activation of `dims` at `bytes_per_element`.
 BoundaryTensor boundary_tensor(std::vector<Dim> dims, double bytes_per_element);
-/// A flat activation [batch, features].
-BoundaryTensor features(std::int64_t batch, std::int64_t features, double act);
+/// A flat activation [batch, width].
+BoundaryTensor features(std::int64_t batch, std::int64_t width, double act);
 /// What a model's last layer hands on: one fp32 loss per example (`per_example` of them).
 BoundaryTensor losses(std::int64_t batch, std::int64_t per_example = 1);
 /// Bytes of `tensors` on a core as stored (padded to the sharding's lanes).

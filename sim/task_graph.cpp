@@ -108,45 +108,48 @@ std::vector<int> TaskGraph::predecessors(int id) const {
 
 int TaskGraph::in_degree(int id) const { return int(boost::in_degree(id, graph_)); }
 
-void TaskGraph::validate() const {
-  auto fail = [](const std::string& msg) { throw SimulationError("invalid task graph: " + msg); };
+namespace {
+
+[[noreturn]] void invalid(const std::string& msg) { throw SimulationError("invalid task graph: " + msg); }
+
+}  // namespace
+
+void TaskGraph::validate_task(const Task& t) const {
   auto core_ok = [&](int c) { return c >= 0 && c < cores_; };
-  for (int id = 0; id < size(); ++id) {
-    const Task& t = tasks_[id];
-    switch (t.kind) {
-      case TaskKind::Compute:
-        if (!core_ok(t.core))
-          fail("task '" + t.name + "' runs on core " + std::to_string(t.core) + " of " +
-               std::to_string(cores_));
-        if (!(t.seconds >= 0) || !std::isfinite(t.seconds))
-          fail("task '" + t.name + "' has duration " + std::to_string(t.seconds));
-        break;
-      case TaskKind::Transfer:
-        if (!core_ok(t.src_core) || !core_ok(t.dst_core))
-          fail("transfer '" + t.name + "' names a core outside the slice");
-        if (!(t.bytes >= 0)) fail("transfer '" + t.name + "' moves a negative byte count");
-        break;
-      case TaskKind::Collective: {
-        std::set<int> seen;
-        for (const auto& group : t.collective_groups()) {
-          if (group.empty()) fail("collective '" + t.name + "' has an empty group");
-          for (int c : group) {
-            if (!core_ok(c))
-              fail("collective '" + t.name + "' names core " + std::to_string(c) + " outside the slice");
-            if (!seen.insert(c).second)
-              fail("collective '" + t.name + "' lists core " + std::to_string(c) + " twice");
-          }
+  switch (t.kind) {
+    case TaskKind::Compute:
+      if (!core_ok(t.core))
+        invalid("task '" + t.name + "' runs on core " + std::to_string(t.core) + " of " +
+                std::to_string(cores_));
+      if (!(t.seconds >= 0) || !std::isfinite(t.seconds))
+        invalid("task '" + t.name + "' has duration " + std::to_string(t.seconds));
+      break;
+    case TaskKind::Transfer:
+      if (!core_ok(t.src_core) || !core_ok(t.dst_core))
+        invalid("transfer '" + t.name + "' names a core outside the slice");
+      if (!(t.bytes >= 0)) invalid("transfer '" + t.name + "' moves a negative byte count");
+      break;
+    case TaskKind::Collective: {
+      std::set<int> seen;
+      for (const auto& group : t.collective_groups()) {
+        if (group.empty()) invalid("collective '" + t.name + "' has an empty group");
+        for (int c : group) {
+          if (!core_ok(c))
+            invalid("collective '" + t.name + "' names core " + std::to_string(c) + " outside the slice");
+          if (!seen.insert(c).second)
+            invalid("collective '" + t.name + "' lists core " + std::to_string(c) + " twice");
         }
-        if (!(t.bytes >= 0)) fail("collective '" + t.name + "' has a negative payload");
-        break;
       }
-    }
-    for (const auto& m : t.memory) {
-      if (!core_ok(m.core))
-        fail("task '" + t.name + "' has a memory effect on core " + std::to_string(m.core));
+      if (!(t.bytes >= 0)) invalid("collective '" + t.name + "' has a negative payload");
+      break;
     }
   }
+  for (const auto& m : t.memory)
+    if (!core_ok(m.core))
+      invalid("task '" + t.name + "' has a memory effect on core " + std::to_string(m.core));
+}
 
+void TaskGraph::validate_acyclic() const {
   // Dependencies plus program order must be acyclic, or some core would wait forever.
   Graph combined = graph_;
   for (const auto& program : programs_)
@@ -155,9 +158,11 @@ void TaskGraph::validate() const {
   try {
     boost::topological_sort(combined, std::back_inserter(order));
   } catch (const boost::not_a_dag&) {
-    fail("the dependencies together with the per-core program order contain a cycle");
+    invalid("the dependencies together with the per-core program order contain a cycle");
   }
+}
 
+void TaskGraph::validate_memory_balance() const {
   // A step leaves memory as it found it.
   std::vector<std::array<double, kMemoryCategories>> net(cores_);
   for (auto& n : net) n.fill(0.0);
@@ -170,9 +175,16 @@ void TaskGraph::validate() const {
   for (int c = 0; c < cores_; ++c)
     for (int k = 0; k < kMemoryCategories; ++k)
       if (std::fabs(net[c][k]) > 1e-9 * largest) {
-        fail("core " + std::to_string(c) + " ends the step with " + std::to_string(net[c][k]) + " bytes of " +
-             to_string(MemoryCategory(k)) + " allocated and not freed (or freed and not allocated)");
+        invalid("core " + std::to_string(c) + " ends the step with " + std::to_string(net[c][k]) +
+                " bytes of " + to_string(MemoryCategory(k)) +
+                " allocated and not freed (or freed and not allocated)");
       }
+}
+
+void TaskGraph::validate() const {
+  for (const auto& t : tasks_) validate_task(t);
+  validate_acyclic();
+  validate_memory_balance();
 }
 
 int TaskGraph::most_resident_core() const {

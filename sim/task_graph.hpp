@@ -132,6 +132,9 @@ class TaskGraph {
 
  private:
   using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS>;
+  void validate_task(const Task& t) const;  ///< its cores, duration and sizes
+  void validate_acyclic() const;            ///< dependencies plus program order form a DAG
+  void validate_memory_balance() const;     ///< each core's memory effects sum to zero
   int cores_;
   Graph graph_;
   std::vector<Task> tasks_;
