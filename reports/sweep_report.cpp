@@ -378,10 +378,28 @@ struct Comparison {
   std::vector<std::vector<std::string>> rows;
 };
 
-Comparison compare(const Json& meta, const std::vector<Json>& records) {
-  Comparison c;
-  // The non-numeric axis (names, or JSON values such as layouts) with the fewest values: the
-  // alternatives being compared; ties: the first.
+const char* const kCompared[] = {"step time", "examples/s", "update", "exposed comm.", "peak HBM"};
+
+/// A record's compared figures appended to `row` (blank without a record, "failed" for a failed
+/// point).
+void compared_cells(const Json* record, std::vector<std::string>& row) {
+  if (!record || !ok(*record)) {
+    for (std::size_t k = 0; k < std::size(kCompared); ++k) row.push_back(record ? "failed" : "");
+    return;
+  }
+  const Json& j = (*record)["result"];
+  char buf[64];
+  row.push_back(human_seconds(j["step_time_s"].get<double>()));
+  std::snprintf(buf, sizeof buf, "%.1f", j["examples_per_s"].get<double>());
+  row.push_back(buf);
+  row.push_back(human_seconds(j["breakdown"]["step_split_s"].value("update", 0.0)));
+  row.push_back(human_seconds(j["breakdown"]["exposed_communication_s"].get<double>()));
+  row.push_back(human_bytes(j["peak_hbm_bytes"].get<double>()));
+}
+
+/// The non-numeric axis (names, or JSON values such as layouts) with the fewest values: the
+/// alternatives being compared; ties: the first. None: an empty axis.
+void choose_alternatives(const Json& meta, Comparison& c) {
   for (const auto& a : meta["axes"]) {
     bool alternatives = a["values"].size() > 1;
     for (const auto& v : a["values"]) alternatives = alternatives && !v.is_number();
@@ -391,42 +409,29 @@ Comparison compare(const Json& meta, const std::vector<Json>& records) {
       for (const auto& v : a["values"]) c.values.push_back(value_text(v));
     }
   }
-  if (c.axis.empty()) return c;
-  std::vector<std::string> others;
-  for (const auto& a : meta["axes"])
-    if (a["path"] != c.axis) others.push_back(a["path"].get<std::string>());
-  const char* metrics[] = {"step time", "examples/s", "update", "exposed comm.", "peak HBM"};
-  auto cells = [&](const Json* record, std::vector<std::string>& row) {
-    if (!record || !ok(*record)) {
-      for (int k = 0; k < 5; ++k) row.push_back(record ? "failed" : "");
-      return;
-    }
-    const Json& j = (*record)["result"];
-    char buf[64];
-    row.push_back(human_seconds(j["step_time_s"].get<double>()));
-    std::snprintf(buf, sizeof buf, "%.1f", j["examples_per_s"].get<double>());
-    row.push_back(buf);
-    row.push_back(human_seconds(j["breakdown"]["step_split_s"].value("update", 0.0)));
-    row.push_back(human_seconds(j["breakdown"]["exposed_communication_s"].get<double>()));
-    row.push_back(human_bytes(j["peak_hbm_bytes"].get<double>()));
-  };
-  if (others.empty()) {
-    // Nothing else varies: one row per alternative.
-    c.header = {c.axis};
-    for (const char* m : metrics) c.header.push_back(m);
-    for (const auto& v : c.values) {
-      const Json* record = nullptr;
-      for (const auto& r : records)
-        if (value_text(r["point"].value(c.axis, Json(nullptr))) == v) record = &r;
-      std::vector<std::string> row = {v};
-      cells(record, row);
-      c.rows.push_back(std::move(row));
-    }
-    return c;
+}
+
+/// Nothing else varies: one row per alternative.
+void compare_alone(const std::vector<Json>& records, Comparison& c) {
+  c.header = {c.axis};
+  for (const char* m : kCompared) c.header.push_back(m);
+  for (const auto& v : c.values) {
+    const Json* record = nullptr;
+    for (const auto& r : records)
+      if (value_text(r["point"].value(c.axis, Json(nullptr))) == v) record = &r;
+    std::vector<std::string> row = {v};
+    compared_cells(record, row);
+    c.rows.push_back(std::move(row));
   }
+}
+
+/// One row per setting of the `others` axes (in the records' order), the alternatives side by
+/// side.
+void compare_by_setting(const std::vector<std::string>& others, const std::vector<Json>& records,
+                        Comparison& c) {
   for (const auto& o : others) c.header.push_back(o);
   for (const auto& v : c.values)
-    for (const char* m : metrics) c.header.push_back(v + ": " + m);
+    for (const char* m : kCompared) c.header.push_back(v + ": " + m);
   std::vector<std::string> order;
   std::map<std::string, std::map<std::string, const Json*>> by_setting;
   for (const auto& r : records) {
@@ -442,10 +447,23 @@ Comparison compare(const Json& meta, const std::vector<Json>& records) {
     for (const auto& o : others) row.push_back(value_text((*any)["point"].value(o, Json(nullptr))));
     for (const auto& v : c.values) {
       auto it = setting_cells.find(v);
-      cells(it == setting_cells.end() ? nullptr : it->second, row);
+      compared_cells(it == setting_cells.end() ? nullptr : it->second, row);
     }
     c.rows.push_back(std::move(row));
   }
+}
+
+Comparison compare(const Json& meta, const std::vector<Json>& records) {
+  Comparison c;
+  choose_alternatives(meta, c);
+  if (c.axis.empty()) return c;
+  std::vector<std::string> others;
+  for (const auto& a : meta["axes"])
+    if (a["path"] != c.axis) others.push_back(a["path"].get<std::string>());
+  if (others.empty())
+    compare_alone(records, c);
+  else
+    compare_by_setting(others, records, c);
   return c;
 }
 
