@@ -475,13 +475,7 @@ void MeshExecutor::run_softmax_xent(int core, int f, MeshAction::What what) {
   if (what == MeshAction::Forward) {
     // Per row, (max, sum of exponentials) over this core's part of the row.
     std::vector<double> s(std::size_t(2 * rows));
-    for (kernels::I r = 0; r < rows; ++r) {
-      double m = -INFINITY, e = 0;
-      for (kernels::I j = 0; j < cols; ++j) m = std::max(m, double(x[std::size_t(r * cols + j)]));
-      for (kernels::I j = 0; j < cols; ++j) e += std::exp(double(x[std::size_t(r * cols + j)]) - m);
-      s[std::size_t(2 * r)] = m;
-      s[std::size_t(2 * r + 1)] = e;
-    }
+    kernels::softmax_row_statistics(x.data(), s.data(), rows, cols);
     stats_[c][2 * f] = std::move(s);
     NamedTensor row_dims = n.a;
     row_dims.dims.pop_back();
@@ -495,12 +489,8 @@ void MeshExecutor::run_softmax_xent(int core, int f, MeshAction::What what) {
   double whole_rows = 1;
   for (std::size_t d = 0; d + 1 < in.whole.size(); ++d) whole_rows *= double(in.whole[d]);
   Tensor dx(x.size());
-  for (kernels::I r = 0; r < rows; ++r)
-    for (kernels::I j = 0; j < cols; ++j) {
-      const double p = std::exp(double(x[std::size_t(r * cols + j)]) - lse[std::size_t(r)]);
-      dx[std::size_t(r * cols + j)] =
-          float((p - (in.offset.back() + j == t[std::size_t(r)] ? 1.0 : 0.0)) / whole_rows);
-    }
+  kernels::softmax_xent_gradient(x.data(), lse.data(), t.data(), dx.data(), rows, cols, in.offset.back(),
+                                 1.0 / whole_rows);
   accumulate(core, op.a, std::move(dx));
 }
 
@@ -573,7 +563,7 @@ void MeshExecutor::finish_softmax_xent(int core, int f) {
   const Tensor& x = value(core, ops_[std::size_t(f)].a);
   const auto& t = targets_[std::size_t(core)];
   auto& s = stats_[std::size_t(core)].at(2 * f);
-  std::vector<double> lse(static_cast<std::size_t>(rows));
+  std::vector<double> lse = kernels::softmax_log_sum_exp(s.data(), rows);
   Names row_dims = names_of(n.a);
   row_dims.pop_back();
   const bool count_rows = first_replica(core, row_dims);
@@ -582,7 +572,6 @@ void MeshExecutor::finish_softmax_xent(int core, int f) {
   double loss = 0, whole_rows = 1;
   for (std::size_t d = 0; d + 1 < in.whole.size(); ++d) whole_rows *= double(in.whole[d]);
   for (std::int64_t r = 0; r < rows; ++r) {
-    lse[std::size_t(r)] = s[std::size_t(2 * r)] + std::log(s[std::size_t(2 * r + 1)]);
     if (count_rows) loss += lse[std::size_t(r)];
     const std::int64_t j = t[std::size_t(r)] - in.offset.back();
     if (count_targets && j >= 0 && j < cols) loss -= double(x[std::size_t(r * cols + j)]);
@@ -635,19 +624,11 @@ void MeshExecutor::reduce(const std::vector<int>& group, int f, MeshAction::What
 }
 
 void MeshExecutor::combine_softmax_statistics(const std::vector<int>& group, int f) {
-  // (max, sum of exponentials) pairs combine exactly: M = max m, S = sum s exp(m - M).
-  const std::size_t rows = stats_[std::size_t(group.front())].at(2 * f).size() / 2;
-  for (std::size_t r = 0; r < rows; ++r) {
-    double m = -INFINITY, e = 0;
-    for (int c : group) m = std::max(m, stats_[std::size_t(c)].at(2 * f)[2 * r]);
-    for (int c : group)
-      e +=
-          stats_[std::size_t(c)].at(2 * f)[2 * r + 1] * std::exp(stats_[std::size_t(c)].at(2 * f)[2 * r] - m);
-    for (int c : group) {
-      stats_[std::size_t(c)].at(2 * f)[2 * r] = m;
-      stats_[std::size_t(c)].at(2 * f)[2 * r + 1] = e;
-    }
-  }
+  // (max, sum of exponentials) pairs combine exactly.
+  std::vector<double*> pieces;
+  for (int c : group) pieces.push_back(stats_[std::size_t(c)].at(2 * f).data());
+  kernels::softmax_combine_statistics(pieces,
+                                      kernels::I(stats_[std::size_t(group.front())].at(2 * f).size() / 2));
   for (int c : group) finish_softmax_xent(c, f);
 }
 

@@ -254,6 +254,41 @@ TEST_CASE("a layer norm computed over pieces of its rows equals the whole rows' 
   }
 }
 
+TEST_CASE("a softmax cross-entropy over pieces of its rows equals the whole rows' (a split vocabulary)",
+          "[kernels]") {
+  std::mt19937 rng(13);
+  const I rows = 4, cols = 10, half = 6;  // pieces of 6 and 4 classes
+  const auto x = random(std::size_t(rows * cols), rng);
+  const std::vector<std::int32_t> targets = {0, 9, 5, 6};  // in the first piece, the second, each
+  std::vector<float> probs(x.size()), dx(x.size());
+  const double loss = softmax_xent_forward(x.data(), targets.data(), probs.data(), rows, cols, 1.0);
+  softmax_xent_backward(probs.data(), targets.data(), dx.data(), rows, cols, 0.25);
+  const I firsts[2] = {0, half}, widths[2] = {half, cols - half};
+  std::vector<std::vector<float>> pieces(2);
+  std::vector<std::vector<double>> stats(2, std::vector<double>(std::size_t(2 * rows)));
+  for (int k = 0; k < 2; ++k) {
+    for (I r = 0; r < rows; ++r)
+      for (I j = firsts[k]; j < firsts[k] + widths[k]; ++j) pieces[k].push_back(x[std::size_t(r * cols + j)]);
+    softmax_row_statistics(pieces[k].data(), stats[k].data(), rows, widths[k]);
+  }
+  softmax_combine_statistics({stats[0].data(), stats[1].data()}, rows);
+  CHECK(stats[0] == stats[1]);
+  const auto lse = softmax_log_sum_exp(stats[0].data(), rows);
+  double piece_loss = 0;
+  for (I r = 0; r < rows; ++r)
+    piece_loss += lse[std::size_t(r)] - x[std::size_t(r * cols + targets[std::size_t(r)])];
+  CHECK(piece_loss == Approx(loss).epsilon(1e-6));
+  for (int k = 0; k < 2; ++k) {
+    std::vector<float> dk(pieces[k].size());
+    softmax_xent_gradient(pieces[k].data(), lse.data(), targets.data(), dk.data(), rows, widths[k], firsts[k],
+                          0.25);
+    for (I r = 0; r < rows; ++r)
+      for (I j = 0; j < widths[k]; ++j)
+        CHECK(dk[std::size_t(r * widths[k] + j)] ==
+              Approx(dx[std::size_t(r * cols + firsts[k] + j)]).margin(1e-6));
+  }
+}
+
 TEST_CASE("causal softmax: each row sees its own position and those before; its gradient", "[kernels]") {
   std::mt19937 rng(12);
   const I queries = 4, cols = 4, rows = 2 * queries;  // two sequences of 4 positions

@@ -200,6 +200,43 @@ void softmax_xent_backward(const float* probs, const std::int32_t* targets, floa
       dlogits[r * classes + j] = float((probs[r * classes + j] - (j == targets[r] ? 1.0 : 0.0)) * scale);
 }
 
+void softmax_row_statistics(const float* x, double* stats, I rows, I cols) {
+  for (I r = 0; r < rows; ++r) {
+    double m = -INFINITY, e = 0;
+    for (I j = 0; j < cols; ++j) m = std::max(m, double(x[r * cols + j]));
+    for (I j = 0; j < cols; ++j) e += std::exp(double(x[r * cols + j]) - m);
+    stats[2 * r] = m;
+    stats[2 * r + 1] = e;
+  }
+}
+
+void softmax_combine_statistics(const std::vector<double*>& pieces, I rows) {
+  for (I r = 0; r < rows; ++r) {
+    double m = -INFINITY, e = 0;
+    for (const double* p : pieces) m = std::max(m, p[2 * r]);
+    for (const double* p : pieces) e += p[2 * r + 1] * std::exp(p[2 * r] - m);
+    for (double* p : pieces) {
+      p[2 * r] = m;
+      p[2 * r + 1] = e;
+    }
+  }
+}
+
+std::vector<double> softmax_log_sum_exp(const double* stats, I rows) {
+  std::vector<double> lse(static_cast<std::size_t>(rows));
+  for (I r = 0; r < rows; ++r) lse[std::size_t(r)] = stats[2 * r] + std::log(stats[2 * r + 1]);
+  return lse;
+}
+
+void softmax_xent_gradient(const float* x, const double* lse, const std::int32_t* targets, float* dx, I rows,
+                           I cols, I first_col, double scale) {
+  for (I r = 0; r < rows; ++r)
+    for (I j = 0; j < cols; ++j) {
+      const double p = std::exp(double(x[r * cols + j]) - lse[r]);
+      dx[r * cols + j] = float((p - (first_col + j == targets[r] ? 1.0 : 0.0)) * scale);
+    }
+}
+
 void embedding_forward(const std::int32_t* ids, const float* table, float* out, I rows, I width) {
   for (I r = 0; r < rows; ++r)
     std::copy(table + I(ids[r]) * width, table + I(ids[r] + 1) * width, out + r * width);

@@ -71,6 +71,20 @@ double softmax_xent_forward(const float* logits, const std::int32_t* targets, fl
 void softmax_xent_backward(const float* probs, const std::int32_t* targets, float* dlogits, I rows, I classes,
                            double scale);
 
+/// Softmax cross-entropy over rows split into pieces (a vocabulary split over cores) computes what
+/// the whole row does: each piece's per-row (max, sum of exponentials) combine exactly into the
+/// whole row's, from which each piece takes the row's log-sum-exp. `stats`: two doubles per row.
+/// Per row of this piece: (max, sum of exp(x - max)).
+void softmax_row_statistics(const float* x, double* stats, I rows, I cols);
+/// Combines the pieces' row statistics: M = max m, S = sum s exp(m - M), written over each piece's.
+void softmax_combine_statistics(const std::vector<double*>& pieces, I rows);
+/// The log-sum-exp of each row from its (whole-row) statistics.
+std::vector<double> softmax_log_sum_exp(const double* stats, I rows);
+/// This piece's d logits = (exp(x - lse) - onehot(target)) * scale; the piece's columns start at
+/// `first_col` of the row (a target outside them contributes no one-hot).
+void softmax_xent_gradient(const float* x, const double* lse, const std::int32_t* targets, float* dx, I rows,
+                           I cols, I first_col, double scale);
+
 /// out[r] = table[ids[r]] (rows of `width`).
 void embedding_forward(const std::int32_t* ids, const float* table, float* out, I rows, I width);
 /// dtable[ids[r]] += dout[r].
