@@ -334,7 +334,7 @@ std::string formatted(const char* fmt, Args... args) {
 /// The input line: examples on the busiest host, the infeed, host costs, what bounds the step.
 void summary_input(std::ostringstream& out, const Json& in) {
   out << formatted("  input             %.0f examples per step on the busiest host (%.0f/s to keep pace)",
-                in["busiest_host_examples"].get<double>(), in["host_examples_per_s_needed"].get<double>());
+                   in["busiest_host_examples"].get<double>(), in["host_examples_per_s_needed"].get<double>());
   out << "; infeed " << human_seconds(in["infeed_s"].get<double>()) << " per chip";
   if (!in["preparation_s"].is_null())
     out << "; preparation " << human_seconds(in["preparation_s"].get<double>());
@@ -386,11 +386,11 @@ std::string summary_text(const Json& j) {
   out << "  step time         " << human_seconds(j["step_time_s"].get<double>()) << "\n";
   out << formatted("  examples/s        %.1f\n", j["examples_per_s"].get<double>());
   out << formatted("  MXU utilization   %.1f %% (model FLOPs / peak)\n",
-                100.0 * j["mxu_utilization"].get<double>());
+                   100.0 * j["mxu_utilization"].get<double>());
   if (!j["bubble_fraction_ideal"].is_null())
     out << formatted("  pipeline bubble   %.1f %% of the step (ideal (K-1)/(M+K-1) = %.1f %%)\n",
-                  100.0 * j["bubble_fraction"].get<double>(),
-                  100.0 * j["bubble_fraction_ideal"].get<double>());
+                     100.0 * j["bubble_fraction"].get<double>(),
+                     100.0 * j["bubble_fraction_ideal"].get<double>());
   const auto& b = j["breakdown"];
   out << "  communication     " << human_seconds(b["communication_s"].get<double>()) << " ("
       << human_seconds(b["exposed_communication_s"].get<double>()) << " exposed)\n";
