@@ -297,6 +297,30 @@ TEST_CASE("what a layer reads from and hands to others is stored in whole lanes 
   CHECK(t.layers.back().work(8).output_bytes == Approx(8 * 1024.0 * 4));
 }
 
+TEST_CASE("what passes through a layer to later ones is part of its boundary", "[models][memory]") {
+  // An encoder-decoder: the source embedding carries the target ids (int32, 256 per sequence) to
+  // the decoder; the target embedding reads them and the encoder output (256 x 1024 bf16) and
+  // hands on its embedding and the encoder output. For 2 sequences, logical sizes (no lanes).
+  const Model t =
+      build(R"({"kind": "transformer", "encoder_layers": 2, "layers": 2, "d_model": 1024, "d_ff": 4096,
+               "heads": 16, "vocab": 1000, "seq_len": 256})");
+  const double ids = 2 * 256.0 * 4, x = 2 * 256.0 * 1024 * 2;
+  REQUIRE(t.layers[0].name == "source_embedding");
+  CHECK(t.layers[0].work(2).input_bytes == Approx(2 * ids));  // source and target ids
+  CHECK(t.layers[0].work(2).output_bytes == Approx(x + ids));
+  REQUIRE(t.layers[3].name == "target_embedding");
+  CHECK(t.layers[3].work(2).input_bytes == Approx(ids + x));
+  CHECK(t.layers[3].work(2).output_bytes == Approx(2 * x));
+  // SSD's last extra block reads its 3x3x256 map and carries the four maps before it (38x38x256,
+  // 19x19x512, 10x10x512, 5x5x256) to the heads, handing on its own 1x1x256 as well.
+  const Model ssd = build(R"({"kind": "ssd_resnet34"})");
+  const Layer& extra5 = ssd.layers[ssd.layers.size() - 2];
+  REQUIRE(extra5.name == "extra5");
+  const double carried = 38 * 38 * 256.0 + 19 * 19 * 512 + 10 * 10 * 512 + 5 * 5 * 256;
+  CHECK(extra5.work(1).input_bytes == Approx((9 * 256 + carried) * 2));
+  CHECK(extra5.work(1).output_bytes == Approx((256 + 9 * 256 + carried) * 2));
+}
+
 TEST_CASE("a pool keeps nothing; a max pool's gradient reads its input again", "[models][memory]") {
   // 400 inputs, 100 outputs, bf16. Forward: read the input, write the output. Backward: read the
   // output gradient, write the input gradient, and (max) read the input to find the maxima.
