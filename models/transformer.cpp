@@ -122,8 +122,6 @@ Layer output(const Dims& d, double act, bool owns_table) {
   return l;
 }
 
-namespace {
-
 /// Ids name the activations ops read other than their predecessor's output (functional mode
 /// executes the ops on mesh shards by following them).
 NamedTensor named(NamedTensor t, const std::string& id) {
@@ -226,8 +224,6 @@ struct BlockOps {
     residual("ffn", "ffn_in");
   }
 };
-
-}  // namespace
 
 /// A block's ops over named dimensions (for mesh layouts): self-attention, cross-attention over
 /// the encoder output (seq_k positions) in a decoder block of an encoder-decoder, feed-forward.

@@ -6,8 +6,6 @@
 
 namespace tpusim::reports {
 
-namespace {}  // namespace
-
 std::string svg_number(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f", v);

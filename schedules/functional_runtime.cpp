@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -37,8 +38,8 @@ bool FunctionalRuntime::has_batch_norm(const Model& model) {
 }
 
 void FunctionalRuntime::check_supported(const Study& study) {
-  for (const auto& layer : study.model.layers) {
-    if (layer.function) continue;
+  const auto& layers = study.model.layers;
+  if (std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return !l.function; }))
     throw ConfigError(study.file, "model.kind",
                       "\"" + study.model.kind + "\" (layer " + unsupported_layer(study.model) + ")",
                       "a model whose every layer's named ops have host math (einsums, a bias, ReLU or GELU, "
@@ -46,7 +47,6 @@ void FunctionalRuntime::check_supported(const Study& study) {
                       "lookup, convolutions, pools) and that ends in its loss: mlp, mesh_lm, sequential "
                       "with a classifier, or a decoder-only transformer without shared embeddings, picked "
                       "positions or dropout");
-  }
   // Cross-replica batch norm combines statistics across replicas, which functional mode's
   // per-replica layer calls do not.
   if (study.schedule->batch_norm_group() > 1 && has_batch_norm(study.model))
