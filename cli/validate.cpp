@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <initializer_list>
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 
 #include "cli/child_process.hpp"
 #include "cli/fit.hpp"
@@ -19,12 +21,49 @@ namespace fs = std::filesystem;
 
 namespace tpusim::cli {
 
-const std::vector<std::string>& validation_quantities() {
-  static const std::vector<std::string> q = {"step_time_s", "max_fitting", "activation_bytes_total"};
+const std::vector<ValidationQuantity>& validation_quantities() {
+  static const std::vector<ValidationQuantity> q = {{"step_time_s", "s"},
+                                                    {"examples_per_s", "examples/s"},
+                                                    {"max_fitting", ""},
+                                                    {"activation_bytes_total", "bytes"},
+                                                    {"parameter_bytes_total", "bytes"},
+                                                    {"peak_hbm_bytes", "bytes"},
+                                                    {"params", "parameters"},
+                                                    {"mxu_utilization", "fraction"},
+                                                    {"bubble_fraction", "fraction"}};
   return q;
 }
 
 namespace {
+
+std::vector<std::string> parse_sets(const Json& sets, const std::string& path, Problems& problems) {
+  std::vector<std::string> out;
+  if (!sets.is_array()) {
+    problems.add(path, sets, "an array of \"dotted.path=value\" strings");
+    return out;
+  }
+  for (std::size_t i = 0; i < sets.size(); ++i) {
+    const Json& s = sets[i];
+    if (!s.is_string() || s.get<std::string>().find('=') == std::string::npos)
+      problems.add(index_path(path, i), s, "a \"dotted.path=value\" string");
+    else
+      out.push_back(s.get<std::string>());
+  }
+  return out;
+}
+
+/// The measured value's unit is the quantity's (a ratio's when relative; any name for a fit's field).
+void check_unit(const ValidationCase& c, const std::string& path, Problems& problems) {
+  std::string expected = "ratio";
+  if (!c.baseline_sets)
+    for (const auto& q : validation_quantities())
+      if (q.name == c.quantity) expected = q.unit;
+  if (expected.empty() ? c.unit.empty() : c.unit != expected)
+    problems.add(path, Json(c.unit),
+                 expected.empty() ? "the fitted field's unit (a name such as \"layers\")"
+                                  : "\"" + expected + "\", the unit of " + c.quantity +
+                                        (c.baseline_sets ? " relative to a baseline" : ""));
+}
 
 FitSpec parse_fit(Fields& f) {
   FitSpec s;
@@ -56,6 +95,15 @@ std::vector<std::string> ValidationCase::command() const {
   return args;
 }
 
+std::vector<std::string> ValidationCase::baseline_command() const {
+  std::vector<std::string> args = command();
+  for (const auto& s : baseline_sets.value_or(std::vector<std::string>{}))
+    args.insert(args.end(), {"--set", s});
+  return args;
+}
+
+std::string ValidationCase::compared() const { return baseline_sets ? quantity + "/baseline" : quantity; }
+
 ValidationCase parse_validation_case(const Json& json, const fs::path& file, Problems& problems) {
   ValidationCase c;
   c.file = file.string();
@@ -71,19 +119,18 @@ ValidationCase parse_validation_case(const Json& json, const fs::path& file, Pro
                           : (fs::path(study).is_absolute() ? fs::path(study) : file.parent_path() / study)
                                 .lexically_normal()
                                 .string();
-  if (const Json* sets = f.optional("set")) {
-    if (!sets->is_array())
-      problems.add("set", *sets, "an array of \"dotted.path=value\" strings");
-    else
-      for (std::size_t i = 0; i < sets->size(); ++i) {
-        const Json& s = (*sets)[i];
-        if (!s.is_string() || s.get<std::string>().find('=') == std::string::npos)
-          problems.add(index_path("set", i), s, "a \"dotted.path=value\" string");
-        else
-          c.sets.push_back(s.get<std::string>());
-      }
+  if (const Json* sets = f.optional("set")) c.sets = parse_sets(*sets, "set", problems);
+  std::vector<std::string> names;
+  for (const auto& q : validation_quantities()) names.push_back(q.name);
+  c.quantity = f.string("quantity", names);
+  if (const Json* relative = f.optional("relative_to")) {
+    Fields rf(*relative, "relative_to", problems);
+    if (rf.ok()) {
+      if (const Json* sets = rf.value("set"))
+        c.baseline_sets = parse_sets(*sets, "relative_to.set", problems);
+      rf.finish();
+    }
   }
-  c.quantity = f.string("quantity", validation_quantities());
   if (const Json* fit = f.optional("fit")) {
     Fields ff(*fit, "fit", problems);
     if (ff.ok()) c.fit = parse_fit(ff);
@@ -97,7 +144,8 @@ ValidationCase parse_validation_case(const Json& json, const fs::path& file, Pro
     Fields mf(*m, "measured", problems);
     if (mf.ok()) {
       c.measured = mf.positive("value");
-      c.unit = mf.string("unit", {"s", "bytes", "layers", "filters"});
+      c.unit = mf.string("unit");
+      if (problems.empty()) check_unit(c, mf.path_of("unit"), problems);
       c.source = mf.string("source");
       mf.finish();
     }
@@ -140,20 +188,32 @@ std::vector<ValidationCase> load_validation_cases(const fs::path& dir, const std
   return cases;
 }
 
+namespace {
+
+const Json& field(const Json& output, const std::string& key) {
+  if (!output.is_object() || !output.contains(key))
+    throw std::runtime_error("the output has no \"" + key + "\" to compare");
+  return output[key];
+}
+
+/// Summed over the cores, what each holds at its HBM peak under the given kinds.
+double at_peak_total(const Json& output, std::initializer_list<const char*> kinds) {
+  double total = 0;
+  for (const auto& core : field(output, "cores"))
+    for (const char* kind : kinds) total += field(core, "hbm_at_peak").value(kind, 0.0);
+  return total;
+}
+
+}  // namespace
+
 std::optional<double> predicted_value(const ValidationCase& c, const Json& output) {
-  if (c.quantity == "max_fitting") {
-    const Json& v = output.at("max_fitting");
-    return v.is_null() ? std::nullopt : std::optional<double>(v.get<double>());
-  }
-  if (c.quantity == "activation_bytes_total") {
-    double total = 0;
-    for (const auto& core : output.at("cores")) {
-      const Json& at_peak = core.at("hbm_at_peak");
-      total += at_peak.at("activations").get<double>() + at_peak.value("workspace", 0.0);
-    }
-    return total;
-  }
-  return output.at(c.quantity).get<double>();
+  if (c.quantity == "activation_bytes_total") return at_peak_total(output, {"activations", "workspace"});
+  if (c.quantity == "parameter_bytes_total")
+    return at_peak_total(output, {"weights", "gradients", "optimizer"});
+  const Json& v = field(output, c.quantity);
+  if (v.is_null()) return std::nullopt;  // a fit where even fit.min does not fit
+  if (!v.is_number()) throw std::runtime_error("the output's \"" + c.quantity + "\" is not a number");
+  return v.get<double>();
 }
 
 Json validation_record(const ValidationCase& c, std::optional<double> predicted, const std::string& failure) {
@@ -161,7 +221,7 @@ Json validation_record(const ValidationCase& c, std::optional<double> predicted,
   for (const auto& a : c.command())
     command += " " + (a.find_first_of(" {}\"'") == std::string::npos ? a : "'" + a + "'");
   Json r{{"id", c.id},
-         {"quantity", c.quantity},
+         {"quantity", c.compared()},
          {"unit", c.unit},
          {"measured", c.measured},
          {"predicted", predicted ? Json(*predicted) : Json(nullptr)},
@@ -172,6 +232,12 @@ Json validation_record(const ValidationCase& c, std::optional<double> predicted,
          {"tolerance_source", c.tolerance_source},
          {"description", c.description},
          {"command", command}};
+  if (c.baseline_sets) {
+    std::string baseline = "tpusim";
+    for (const auto& a : c.baseline_command())
+      baseline += " " + (a.find_first_of(" {}\"'") == std::string::npos ? a : "'" + a + "'");
+    r["baseline_command"] = baseline;
+  }
   if (!failure.empty()) r["failure"] = failure;
   return r;
 }
@@ -254,19 +320,31 @@ Json assumed_figures(const std::vector<Study>& studies) {
   return list;
 }
 
+/// One command's value of the case's quantity; throws std::runtime_error saying why there is none.
+double run_value(const ValidationCase& c, const std::vector<std::string>& args) {
+  const ChildResult child = run_self(args);
+  if (child.exit_code != 0) {
+    std::string why = child.err.empty() ? "exit code " + std::to_string(child.exit_code) : child.err;
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    throw std::runtime_error(why);
+  }
+  const auto value = predicted_value(c, Json::parse(child.out));
+  if (!value) throw std::runtime_error("no value fits (even fit.min does not)");
+  return *value;
+}
+
 Json run_case(const ValidationCase& c) {
   try {
-    const ChildResult child = run_self(c.command());
-    if (child.exit_code != 0) {
-      std::string why = child.err.empty() ? "exit code " + std::to_string(child.exit_code) : child.err;
-      while (!why.empty() && why.back() == '\n') why.pop_back();
-      return validation_record(c, std::nullopt, why);
+    double predicted = run_value(c, c.command());
+    if (c.baseline_sets) {
+      const double baseline = run_value(c, c.baseline_command());
+      if (!(baseline > 0))
+        throw std::runtime_error("the baseline's " + c.quantity + " is " + value_text(baseline));
+      predicted /= baseline;
     }
-    const Json out = Json::parse(child.out);
-    const auto predicted = predicted_value(c, out);
-    return validation_record(c, predicted, predicted ? "" : "no value fits (even fit.min does not)");
+    return validation_record(c, predicted);
   } catch (const std::exception& e) {
-    return validation_record(c, std::nullopt, std::string("could not run the case: ") + e.what());
+    return validation_record(c, std::nullopt, e.what());
   }
 }
 
@@ -332,6 +410,16 @@ int cmd_validate(const ValidateOptions& o) {
     } catch (const ConfigError& e) {
       throw ConfigError(c.file, "study", c.study,
                         std::string("a valid study with the case's overrides:\n") + e.what());
+    }
+    if (!c.baseline_sets) continue;
+    std::vector<std::string> sets = c.sets;
+    sets.insert(sets.end(), c.baseline_sets->begin(), c.baseline_sets->end());
+    try {
+      load_study(c.study, sets);
+    } catch (const ConfigError& e) {
+      throw ConfigError(
+          c.file, "relative_to.set", c.study,
+          std::string("a valid study with the case's and the baseline's overrides:\n") + e.what());
     }
   }
 

@@ -15,12 +15,22 @@
 
 namespace tpusim::cli {
 
-/// What a case compares, read from the run's (or fit's) JSON output.
-/// - step_time_s: result.json's step_time_s
-/// - max_fitting: the answer of `tpusim fit` over `fit.maximize`
+/// What a case can compare: a number of its command's JSON output (`tpusim run --json`, or
+/// `tpusim fit --json` for max_fitting) and the unit its measured value is given in.
+/// - step_time_s (s), examples_per_s (examples/s), params (parameters), peak_hbm_bytes (bytes,
+///   the busiest core), mxu_utilization and bubble_fraction (fraction): the run's own fields
+/// - max_fitting: the answer of `tpusim fit` over `fit.maximize` (unit: the field's, any name)
 /// - activation_bytes_total: what each core holds at its HBM peak besides parameter memory
 ///   (weights, gradients, optimizer slots): kept activations and workspace, summed over cores
-const std::vector<std::string>& validation_quantities();
+/// - parameter_bytes_total: the parameter memory (weights, gradients, optimizer slots) summed
+///   over the cores
+/// A case with `relative_to` compares the ratio of the quantity to the same command's with the
+/// baseline's overrides added (unit: ratio), e.g. a pipeline's throughput normalized to K = 2, M = 1.
+struct ValidationQuantity {
+  std::string name;
+  std::string unit;  ///< empty: the fitted field's own unit
+};
+const std::vector<ValidationQuantity>& validation_quantities();
 
 struct FitSpec {
   std::string maximize;
@@ -35,13 +45,21 @@ struct ValidationCase {
   std::vector<std::string> sets;  ///< --set overrides, "path=value"
   std::string quantity;
   std::optional<FitSpec> fit;  ///< required for max_fitting
+  /// relative_to.set: the baseline's overrides (added after `sets`); the case compares the
+  /// quantity's ratio to the baseline's
+  std::optional<std::vector<std::string>> baseline_sets;
   double measured = 0;
   std::string unit, source;
   double tolerance = 0;  ///< relative
   std::string tolerance_source;
 
-  /// The tpusim arguments (argv[1...]) that produce the prediction.
+  /// The tpusim arguments (argv[1...]) that produce the prediction (its numerator when relative).
   std::vector<std::string> command() const;
+  /// The arguments of the baseline run (relative cases): command() with the baseline's overrides.
+  std::vector<std::string> baseline_command() const;
+  /// The quantity as the summary groups it: a ratio to a baseline is a quantity of its own
+  /// ("examples_per_s/baseline").
+  std::string compared() const;
 };
 
 /// Parses one case (schema tpusim.validation_case/1); every problem goes to `problems` with its
@@ -53,8 +71,8 @@ ValidationCase parse_validation_case(const Json& json, const std::filesystem::pa
 std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& dir,
                                                   const std::vector<std::string>& ids);
 
-/// The predicted value from the child's JSON output; none when the output has no answer (a fit
-/// where even the minimum does not fit).
+/// The case's quantity from the child's JSON output; none when the output has no answer (a fit
+/// where even the minimum does not fit). Throws std::runtime_error naming a field the output lacks.
 std::optional<double> predicted_value(const ValidationCase& c, const Json& output);
 
 /// One case's record: id, quantity, unit, measured, predicted, error (predicted / measured - 1),

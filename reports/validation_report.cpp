@@ -79,7 +79,11 @@ std::vector<std::pair<std::string, std::string>> sensitivity_lines(const Json& r
 std::string validation_value_text(double v, const std::string& unit) {
   if (unit == "s") return v < 1 ? fmt("%.1f ms", v * 1e3) : fmt("%.3f s", v);
   if (unit == "bytes") return fmt("%.2f GiB", v / double(1ull << 30));
-  return fmt("%.0f", v);
+  if (unit == "examples/s") return fmt(v < 100 ? "%.2f /s" : "%.0f /s", v);
+  if (unit == "parameters") return v < 1e9 ? fmt("%.1fM", v / 1e6) : fmt("%.2fB", v / 1e9);
+  if (unit == "fraction") return fmt("%.1f %%", 100.0 * v);
+  if (unit == "ratio") return fmt("%.3fx", v);
+  return fmt(v == std::floor(v) ? "%.0f" : "%.4g", v);
 }
 
 std::string validation_text(const Json& report) {

@@ -68,6 +68,9 @@ TEST_CASE("broken cases name the JSON path, the value and what is expected", "[v
   j["tolerence"] = 0.1;  // a typo is never ignored
   CHECK_THAT(problems_text(j), Catch::Contains("tolerence"));
   j = step_case();
+  j["measured"]["unit"] = "ms";  // a step time is given in seconds
+  CHECK_THAT(problems_text(j), Catch::Contains("measured.unit") && Catch::Contains("\"s\""));
+  j = step_case();
   j["set"] = Json::array({"batch"});
   CHECK_THAT(problems_text(j), Catch::Contains("set[0]"));
   j = step_case();
@@ -95,6 +98,46 @@ TEST_CASE("predicted values come from the command's own output", "[validate]") {
   c.quantity = "max_fitting";
   CHECK(*predicted_value(c, Json{{"max_fitting", 13}}) == 13);
   CHECK_FALSE(predicted_value(c, Json{{"max_fitting", nullptr}}));
+}
+
+TEST_CASE("parameter memory and the run's own numbers are quantities too; a missing one is named",
+          "[validate]") {
+  Problems p("x");
+  ValidationCase c = parse_validation_case(step_case(), "/v/demo.json", p);
+  const Json run = Json::parse(
+      R"({"params": 82e6, "examples_per_s": 45.5, "bubble_fraction": null,
+          "cores": [{"hbm_at_peak": {"activations": 3, "workspace": 2, "weights": 100, "gradients": 100, "optimizer": 7}},
+                    {"hbm_at_peak": {"activations": 5, "weights": 10}}]})");
+  c.quantity = "parameter_bytes_total";
+  CHECK(*predicted_value(c, run) == 217);  // weights, gradients and optimizer slots of both cores
+  c.quantity = "params";
+  CHECK(*predicted_value(c, run) == 82e6);
+  c.quantity = "examples_per_s";
+  CHECK(*predicted_value(c, run) == 45.5);
+  c.quantity = "mxu_utilization";
+  CHECK_THROWS_WITH(predicted_value(c, run), Catch::Contains("mxu_utilization"));
+}
+
+TEST_CASE("a case relative to a baseline compares the ratio of two runs of its study", "[validate]") {
+  Json j = step_case();
+  j["quantity"] = "examples_per_s";
+  j["relative_to"] = Json{{"set", {"schedule.microbatches=1"}}};
+  j["measured"]["unit"] = "ratio";
+  Problems p("x");
+  const ValidationCase c = parse_validation_case(j, "/cfg/validation/demo.json", p);
+  REQUIRE(p.empty());
+  CHECK(c.compared() == "examples_per_s/baseline");
+  CHECK(c.baseline_command() == std::vector<std::string>{"run", "/cfg/studies/default.json", "--json",
+                                                         "--set", "batch=64", "--set",
+                                                         "schedule.microbatches=1"});
+  const Json r = validation_record(c, 1.21);
+  CHECK(r["quantity"] == "examples_per_s/baseline");
+  CHECK_THAT(r["baseline_command"].get<std::string>(), Catch::EndsWith("--set schedule.microbatches=1"));
+  j["measured"]["unit"] = "examples/s";  // a ratio has no unit of its own
+  CHECK_THAT(problems_text(j), Catch::Contains("measured.unit") && Catch::Contains("\"ratio\""));
+  j["measured"]["unit"] = "ratio";
+  j["relative_to"] = Json{{"set", "schedule.microbatches=1"}};
+  CHECK_THAT(problems_text(j), Catch::Contains("relative_to.set"));
 }
 
 TEST_CASE("error is predicted / measured - 1, within compares its magnitude with the tolerance",

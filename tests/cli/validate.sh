@@ -71,4 +71,33 @@ mkdir "$work/bad"; echo '{"schema": "tpusim.validation_case/1", "id": "broken"}'
 set -e
 [ "$rc1" -eq 2 ] && grep -q "no-such-case" "$work/err1" || { echo "FAIL: unknown case gave $rc1"; cat "$work/err1"; exit 1; }
 [ "$rc2" -eq 2 ] && grep -q "quantity" "$work/err2" || { echo "FAIL: broken case gave $rc2"; cat "$work/err2"; exit 1; }
-echo "5 passed, 0 failed"
+# A ratio to a baseline (a pipeline's throughput normalized to K = 2, M = 1, as GPipe's Table 2
+# gives it) and parameter memory: the predictions are what the commands print.
+mkdir "$work/more"
+cat > "$work/more/ratio.json" <<CASE
+{"schema": "tpusim.validation_case/1", "id": "ratio", "description": "K=4, M=8 over K=2, M=1",
+ "study": "$root/configs/studies/gpipe-throughput-amoebanet.json",
+ "set": ["model.filters=64", "schedule.stages=4", "schedule.microbatches=8"],
+ "relative_to": {"set": ["schedule.stages=2", "schedule.microbatches=1"]}, "quantity": "examples_per_s",
+ "measured": {"value": 2, "unit": "ratio", "source": "test"}, "tolerance": {"relative": 0.1, "source": "test"}}
+CASE
+sed -e 's/"id": "ratio"/"id": "memory"/' -e 's/"relative_to": {[^}]*}, //' -e 's/"examples_per_s"/"parameter_bytes_total"/' \
+  -e 's/"value": 2, "unit": "ratio"/"value": 1e8, "unit": "bytes"/' "$work/more/ratio.json" > "$work/more/memory.json"
+"$tpusim" validate --cases-dir "$work/more" --json > "$work/more.json" 2> /dev/null || true
+python3 - "$work/more.json" "$tpusim" <<'PY'
+import json, shlex, subprocess, sys
+j = json.load(open(sys.argv[1]))
+def run(command):
+    args = shlex.split(command)[1:]
+    return json.loads(subprocess.run([sys.argv[2]] + args, capture_output=True, text=True, check=True).stdout)
+memory, ratio = j["cases"]
+kinds = ("weights", "gradients", "optimizer")
+held = sum(sum(k["hbm_at_peak"].get(f, 0) for f in kinds) for k in run(memory["command"])["cores"])
+assert memory["predicted"] == held, (memory, held)
+assert ratio["quantity"] == "examples_per_s/baseline", ratio
+speedup = run(ratio["command"])["examples_per_s"] / run(ratio["baseline_command"])["examples_per_s"]
+assert ratio["predicted"] == speedup, (ratio, speedup)
+assert 1 < speedup < 4, speedup  # 4 stages pipelined beat 2 run one after the other, never 4x
+assert set(j["summary"]["per_quantity"]) == {"examples_per_s/baseline", "parameter_bytes_total"}
+PY
+echo "6 passed, 0 failed"
