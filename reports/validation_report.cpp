@@ -148,6 +148,8 @@ std::string validation_markdown(const Json& report) {
       << ". Measured: " << c["source"].get<std::string>()
       << ". Tolerance: " << c["tolerance_source"].get<std::string>() << ". Reproduce: `"
       << c["command"].get<std::string>() << "`";
+    if (c.contains("baseline_command"))
+      s << ", divided by the baseline's `" << c["baseline_command"].get<std::string>() << "`";
     if (c.contains("failure")) s << ". Failed: " << c["failure"].get<std::string>();
     s << "\n";
   }
@@ -287,6 +289,10 @@ std::string validation_html(const Json& report) {
       << ". Measured: " << xml_escape(c["source"].get<std::string>())
       << ". Tolerance: " << xml_escape(c["tolerance_source"].get<std::string>()) << ". <code>"
       << xml_escape(c["command"].get<std::string>()) << "</code>"
+      << (c.contains("baseline_command")
+              ? ", divided by the baseline's <code>" + xml_escape(c["baseline_command"].get<std::string>()) +
+                    "</code>"
+              : "")
       << (c.contains("failure")
               ? " <span class=\"out\">failed: " + xml_escape(c["failure"].get<std::string>()) + "</span>"
               : "")

@@ -83,7 +83,8 @@ cat > "$work/more/ratio.json" <<CASE
 CASE
 sed -e 's/"id": "ratio"/"id": "memory"/' -e 's/"relative_to": {[^}]*}, //' -e 's/"examples_per_s"/"parameter_bytes_total"/' \
   -e 's/"value": 2, "unit": "ratio"/"value": 1e8, "unit": "bytes"/' "$work/more/ratio.json" > "$work/more/memory.json"
-"$tpusim" validate --cases-dir "$work/more" --json > "$work/more.json" 2> /dev/null || true
+"$tpusim" validate --cases-dir "$work/more" --json --out "$work/more_out" > "$work/more.json" 2> /dev/null || true
+grep -q "divided by the baseline's .tpusim run .*schedule.microbatches=1" "$work/more_out/validation.md"
 python3 - "$work/more.json" "$tpusim" <<'PY'
 import json, shlex, subprocess, sys
 j = json.load(open(sys.argv[1]))
