@@ -216,10 +216,19 @@ std::optional<double> predicted_value(const ValidationCase& c, const Json& outpu
   return v.get<double>();
 }
 
+namespace {
+
+/// A command line a shell runs as it is: "tpusim" and the arguments, quoted where they need it.
+std::string command_text(const std::vector<std::string>& args) {
+  std::string text = "tpusim";
+  for (const auto& a : args)
+    text += " " + (a.find_first_of(" {}\"'") == std::string::npos ? a : "'" + a + "'");
+  return text;
+}
+
+}  // namespace
+
 Json validation_record(const ValidationCase& c, std::optional<double> predicted, const std::string& failure) {
-  std::string command = "tpusim";
-  for (const auto& a : c.command())
-    command += " " + (a.find_first_of(" {}\"'") == std::string::npos ? a : "'" + a + "'");
   Json r{{"id", c.id},
          {"quantity", c.compared()},
          {"unit", c.unit},
@@ -231,13 +240,8 @@ Json validation_record(const ValidationCase& c, std::optional<double> predicted,
          {"source", c.source},
          {"tolerance_source", c.tolerance_source},
          {"description", c.description},
-         {"command", command}};
-  if (c.baseline_sets) {
-    std::string baseline = "tpusim";
-    for (const auto& a : c.baseline_command())
-      baseline += " " + (a.find_first_of(" {}\"'") == std::string::npos ? a : "'" + a + "'");
-    r["baseline_command"] = baseline;
-  }
+         {"command", command_text(c.command())}};
+  if (c.baseline_sets) r["baseline_command"] = command_text(c.baseline_command());
   if (!failure.empty()) r["failure"] = failure;
   return r;
 }
