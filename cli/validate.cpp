@@ -398,6 +398,31 @@ void add_sensitivity(const std::vector<ValidationCase>& cases, const std::vector
   }
 }
 
+/// The case's study with its overrides. Every study a case runs must be valid before anything
+/// runs (a broken case is bad input, not a miss): with the case's overrides, with a fit's field at
+/// fit.min (where `tpusim fit` checks it), and with the baseline's overrides added. Throws
+/// ConfigError naming the case file.
+Study case_study(const ValidationCase& c) {
+  auto load = [&](std::vector<std::string> sets, bool at_min, const std::string& path,
+                  const std::string& what) {
+    if (at_min) sets.push_back(c.fit->maximize + "=" + value_text(c.fit->min));
+    try {
+      return load_study(c.study, sets);
+    } catch (const ConfigError& e) {
+      throw ConfigError(c.file, path, c.study, "a valid study with " + what + ":\n" + e.what());
+    }
+  };
+  Study study = load(c.sets, false, "study", "the case's overrides");
+  if (c.fit) load(c.sets, true, "fit.min", "the case's overrides and the fitted field at fit.min");
+  if (c.baseline_sets) {
+    std::vector<std::string> sets = c.sets;
+    sets.insert(sets.end(), c.baseline_sets->begin(), c.baseline_sets->end());
+    for (bool at_min : {false, c.fit.has_value()})
+      load(sets, at_min, "relative_to.set", "the case's and the baseline's overrides");
+  }
+  return study;
+}
+
 }  // namespace
 
 int cmd_validate(const ValidateOptions& o) {
@@ -406,26 +431,8 @@ int cmd_validate(const ValidateOptions& o) {
     throw ConfigError("-j", "", std::to_string(o.jobs),
                       "a number of parallel cases >= 1 (0: the number of cores)");
   const std::vector<ValidationCase> cases = load_validation_cases(dir, o.ids);
-  // Every study must be valid before anything runs: a broken case is bad input, not a miss.
   std::vector<Study> studies;
-  for (const auto& c : cases) {
-    try {
-      studies.push_back(load_study(c.study, c.sets));
-    } catch (const ConfigError& e) {
-      throw ConfigError(c.file, "study", c.study,
-                        std::string("a valid study with the case's overrides:\n") + e.what());
-    }
-    if (!c.baseline_sets) continue;
-    std::vector<std::string> sets = c.sets;
-    sets.insert(sets.end(), c.baseline_sets->begin(), c.baseline_sets->end());
-    try {
-      load_study(c.study, sets);
-    } catch (const ConfigError& e) {
-      throw ConfigError(
-          c.file, "relative_to.set", c.study,
-          std::string("a valid study with the case's and the baseline's overrides:\n") + e.what());
-    }
-  }
+  for (const auto& c : cases) studies.push_back(case_study(c));
 
   std::vector<Json> records(cases.size());
   std::mutex lock;

@@ -68,7 +68,12 @@ set +e
 "$tpusim" validate no-such-case > /dev/null 2> "$work/err1"; rc1=$?
 mkdir "$work/bad"; echo '{"schema": "tpusim.validation_case/1", "id": "broken"}' > "$work/bad/broken.json"
 "$tpusim" validate --cases-dir "$work/bad" > /dev/null 2> "$work/err2"; rc2=$?
+mkdir "$work/badfit"  # 8 stages cannot hold a 1-layer model: `tpusim fit` would refuse fit.min
+sed -e 's/"id": "[^"]*"/"id": "early"/' -e 's/"min": [0-9]*/"min": 1/' -e "s|\.\./studies/|$root/configs/studies/|" \
+  "$root/configs/validation/gpipe-t1-transformer-p8.json" > "$work/badfit/early.json"
+"$tpusim" validate --cases-dir "$work/badfit" > /dev/null 2> "$work/err3"; rc3=$?
 set -e
+[ "$rc3" -eq 2 ] && grep -q "early.json: fit.min" "$work/err3" || { echo "FAIL: fit.min too small gave $rc3"; cat "$work/err3"; exit 1; }
 [ "$rc1" -eq 2 ] && grep -q "no-such-case" "$work/err1" || { echo "FAIL: unknown case gave $rc1"; cat "$work/err1"; exit 1; }
 [ "$rc2" -eq 2 ] && grep -q "quantity" "$work/err2" || { echo "FAIL: broken case gave $rc2"; cat "$work/err2"; exit 1; }
 # A ratio to a baseline (a pipeline's throughput normalized to K = 2, M = 1, as GPipe's Table 2
