@@ -696,6 +696,9 @@ void add_validate(CLI::App& app, Commands& commands) {
   cmd->add_flag("--json", validate->json, "print the tpusim.validation/1 JSON instead of the table");
   cmd->add_option("--out", validate->out, "write validation.json, validation.md and validation.html here");
   cmd->add_option("--cases-dir", validate->dir, "folder of validation cases (default: configs/validation)");
+  cmd->add_option("--hardware-override", validate->hardware_overrides,
+                  "figure=value (repeatable): run every case with this figure of its hardware changed, e.g. "
+                  "core.hbm_sustained_bandwidth_fraction=0.85");
   cmd->add_flag("--sensitivity", validate->sensitivity,
                 "also show how much each prediction moves when each assumed hardware figure moves up by 10 % "
                 "(a flag: turned over)");

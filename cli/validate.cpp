@@ -352,9 +352,23 @@ Json run_case(const ValidationCase& c) {
   }
 }
 
+/// The hardware JSON a case's study runs on: its base file with the study's in-place overrides.
+Json effective_hardware(const ValidationCase& c) {
+  const Json study = study_json(c.study, c.sets);
+  const Json& hw = study.at("hardware");  // validated with the study
+  const fs::path dir = fs::path(c.study).parent_path();
+  Json json = read_json_file(
+      hardware_file(hw.is_object() ? hw.at("base").get<std::string>() : hw.get<std::string>(), dir));
+  if (hw.is_object() && hw.contains("override")) {
+    Problems none(c.study);  // the study loaded, so its overrides apply
+    apply_hardware_overrides(json, hw["override"], "hardware.override", none);
+  }
+  return json;
+}
+
 /// How much each case's prediction moves when each assumed figure of its hardware moves up by
 /// 10 % (a flag: turned over): every (case, figure) pair runs in a child with a changed copy of
-/// the hardware file.
+/// the hardware the case runs on (its in-place overrides included).
 void add_sensitivity(const std::vector<ValidationCase>& cases, const std::vector<Study>& studies,
                      const Json& assumptions, std::vector<Json>& records, int jobs) {
   const fs::path dir = fs::temp_directory_path() / ("tpusim-sensitivity-" + std::to_string(::getpid()));
@@ -365,18 +379,22 @@ void add_sensitivity(const std::vector<ValidationCase>& cases, const std::vector
     std::string hardware_file;
   };
   std::vector<Run> runs;
-  std::map<std::string, Json> originals;
+  std::vector<Json> hardware;
+  for (const auto& c : cases) hardware.push_back(effective_hardware(c));
+  std::map<std::string, std::string> files;  // a changed hardware file's text -> its path
   for (std::size_t a = 0; a < assumptions.size(); ++a) {
     const std::string hw = assumptions[a]["hardware"], figure = assumptions[a]["figure"];
     for (std::size_t c = 0; c < cases.size(); ++c) {
       if (studies[c].hardware.name != hw) continue;
-      if (!originals.count(studies[c].hardware.file))
-        originals[studies[c].hardware.file] = read_json_file(studies[c].hardware.file);
-      const auto scaled = scaled_hardware(originals[studies[c].hardware.file], figure, 1.1);
+      const auto scaled = scaled_hardware(hardware[c], figure, 1.1);
       if (!scaled) continue;
-      const fs::path file = dir / (hw + "-" + std::to_string(a) + ".json");
-      if (!fs::exists(file)) write_output_file(file, scaled->dump(2) + "\n", "--sensitivity");
-      runs.push_back(Run{c, figure, file.string()});
+      const std::string text = scaled->dump(2) + "\n";
+      if (!files.count(text)) {
+        const fs::path file = dir / ("hardware-" + std::to_string(files.size()) + ".json");
+        write_output_file(file, text, "--sensitivity");
+        files[text] = file.string();
+      }
+      runs.push_back(Run{c, figure, files[text]});
     }
   }
   std::vector<std::optional<double>> moved(runs.size());
@@ -396,6 +414,36 @@ void add_sensitivity(const std::vector<ValidationCase>& cases, const std::vector
     else
       r["sensitivity"][runs[i].figure] = *moved[i] / r["predicted"].get<double>() - 1.0;
   }
+}
+
+/// `--hardware-override figure=value` assignments as {"figure": value}; a value is JSON.
+Json parse_hardware_overrides(const std::vector<std::string>& assignments) {
+  Json overrides = Json::object();
+  for (const auto& a : assignments) {
+    const auto eq = a.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw ConfigError("--hardware-override", "", "\"" + a + "\"",
+                        "figure=value, e.g. core.hbm_sustained_bandwidth_fraction=0.85");
+    const std::string figure = a.substr(0, eq), text = a.substr(eq + 1);
+    try {
+      overrides[figure] = Json::parse(text);
+    } catch (const Json::parse_error&) {
+      throw ConfigError("--hardware-override", figure, "\"" + text + "\"",
+                        "a JSON value (a number, true or false, an array)");
+    }
+  }
+  return overrides;
+}
+
+/// `--hardware-override figure=value`s as one `--set` for a case: the hardware its study names
+/// as a base, these figures overridden on top of the study's own in-place overrides.
+std::string hardware_override_set(const ValidationCase& c, const Json& overrides) {
+  const Json study = study_json(c.study, c.sets);
+  const Json hw = study.value("hardware", Json());
+  Json merged = hw.is_object() ? hw.value("override", Json::object()) : Json::object();
+  for (auto it = overrides.begin(); it != overrides.end(); ++it) merged[it.key()] = it.value();
+  return "hardware=" +
+         Json{{"base", hw.is_object() ? hw.value("base", Json()) : hw}, {"override", merged}}.dump();
 }
 
 /// The case's study with its overrides. Every study a case runs must be valid before anything
@@ -430,7 +478,10 @@ int cmd_validate(const ValidateOptions& o) {
   if (o.jobs < 0)
     throw ConfigError("-j", "", std::to_string(o.jobs),
                       "a number of parallel cases >= 1 (0: the number of cores)");
-  const std::vector<ValidationCase> cases = load_validation_cases(dir, o.ids);
+  std::vector<ValidationCase> cases = load_validation_cases(dir, o.ids);
+  const Json overrides = parse_hardware_overrides(o.hardware_overrides);
+  if (!overrides.empty())
+    for (auto& c : cases) c.sets.push_back(hardware_override_set(c, overrides));
   std::vector<Study> studies;
   for (const auto& c : cases) studies.push_back(case_study(c));
 
@@ -449,11 +500,9 @@ int cmd_validate(const ValidateOptions& o) {
   if (o.sensitivity) add_sensitivity(cases, studies, assumptions, records, jobs);
   Json all = Json::array();
   for (auto& r : records) all.push_back(std::move(r));
-  const Json report{{"schema", "tpusim.validation/1"},
-                    {"cases", all},
-                    {"summary", validation_summary(all)},
-                    {"assumption_knobs", assumptions.size()},
-                    {"assumptions", assumptions}};
+  const Json report{{"schema", "tpusim.validation/1"},    {"cases", all},
+                    {"summary", validation_summary(all)}, {"assumption_knobs", assumptions.size()},
+                    {"assumptions", assumptions},         {"hardware_overrides", overrides}};
   if (!o.out.empty()) {
     std::error_code ec;
     fs::create_directories(o.out, ec);

@@ -92,6 +92,9 @@ struct ValidateOptions {
   /// Also run every case with each assumed hardware figure of its study moved up by 10 %, and
   /// report how much the prediction moves (cases[].sensitivity: figure -> relative change).
   bool sensitivity = false;
+  /// "figure=value": every case runs on its own hardware with these figures overridden (a what-if
+  /// for calibration: the overridden figures are no longer assumptions).
+  std::vector<std::string> hardware_overrides;
 };
 
 /// A copy of the hardware JSON `hardware` with the figure at `figure` (a dotted path such as

@@ -56,6 +56,16 @@ std::string summary_line(const Json& s) {
          (s["worst_case"].is_null() ? "" : " (" + s["worst_case"].get<std::string>() + ")");
 }
 
+/// "every case runs with its hardware's figure=value, ..." when validate overrode figures; empty otherwise.
+std::string overrides_line(const Json& report) {
+  const Json o = report.value("hardware_overrides", Json::object());
+  if (o.empty()) return "";
+  std::string text;
+  for (auto it = o.begin(); it != o.end(); ++it)
+    text += (text.empty() ? "" : ", ") + it.key() + "=" + it.value().dump();
+  return "Every case runs with its hardware's " + text + " (--hardware-override).";
+}
+
 /// Per case, the assumed figures that move its prediction, largest first: "figure +1.2 %".
 std::vector<std::pair<std::string, std::string>> sensitivity_lines(const Json& report) {
   std::vector<std::pair<std::string, std::string>> lines;
@@ -105,6 +115,7 @@ std::string validation_text(const Json& report) {
   for (const auto& q : quantities(report))
     s << q << ": " << summary_line(report["summary"]["per_quantity"][q]) << "\n";
   s << "all: " << summary_line(report["summary"]) << "\n";
+  if (!overrides_line(report).empty()) s << overrides_line(report) << "\n";
   s << report["assumption_knobs"].get<int>() << " hardware figures of these studies are assumptions:";
   for (const auto& a : report["assumptions"])
     s << " " << a["hardware"].get<std::string>() << ":" << a["figure"].get<std::string>();
@@ -133,6 +144,7 @@ std::string validation_markdown(const Json& report) {
   for (const auto& q : quantities(report))
     s << "- " << q << ": " << summary_line(report["summary"]["per_quantity"][q]) << "\n";
   s << "- all: " << summary_line(report["summary"]) << "\n";
+  if (!overrides_line(report).empty()) s << "\n" << overrides_line(report) << "\n";
   s << "\n## Assumed hardware figures (" << report["assumption_knobs"].get<int>() << ")\n\n";
   for (const auto& a : report["assumptions"])
     s << "- `" << a["hardware"].get<std::string>() << "` `" << a["figure"].get<std::string>()
@@ -257,7 +269,8 @@ std::string validation_html(const Json& report) {
                        "td:first-child,td:nth-child(2){text-align:left}.out{color:#b00}");
   h << "<h1>tpusim validation</h1>\n<p>Predictions against measured TPU runs. Error = predicted / measured - "
        "1. "
-    << xml_escape(summary_line(report["summary"])) << ".</p>\n<div>";
+    << xml_escape(summary_line(report["summary"])) << ". " << xml_escape(overrides_line(report))
+    << "</p>\n<div>";
   for (const auto& q : quantities(report)) h << parity_svg(report, q);
   h << "</div>\n<table><tr><th>case</th><th>quantity</th><th>measured</th><th>predicted</th><th>error</"
        "th><th>tolerance</th><th></th></tr>\n";

@@ -163,10 +163,14 @@ Study parse_study(const Json& json, const std::string& context, const std::files
   return study;
 }
 
-Study load_study(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
+Json study_json(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
   Json json = read_json_file(file);
   for (const auto& o : overrides) apply_override(json, o);
-  return parse_study(json, file.string(), file.parent_path());
+  return json;
+}
+
+Study load_study(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
+  return parse_study(study_json(file, overrides), file.string(), file.parent_path());
 }
 
 }  // namespace tpusim

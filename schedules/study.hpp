@@ -90,6 +90,9 @@ void apply_override(Json& study, const std::string& assignment);
 /// Validates and resolves a study. `base_dir` resolves a relative hardware path.
 Study parse_study(const Json& json, const std::string& context, const std::filesystem::path& base_dir = {});
 
+/// Reads and overrides, without validating. Throws ConfigError.
+Json study_json(const std::filesystem::path& file, const std::vector<std::string>& overrides = {});
+
 /// Reads, overrides, validates. Throws ConfigError.
 Study load_study(const std::filesystem::path& file, const std::vector<std::string>& overrides = {});
 

@@ -56,6 +56,26 @@ assert all(isinstance(v, float) for v in s.values()), s
 assert s["core.vpu_ops_per_alu_per_cycle"] < 0, s  # a faster VPU, a shorter step
 assert s["core.fuse_elementwise"] > 0, s  # a flag turned over: unfused element-wise passes
 PY
+# --hardware-override: every case runs on its own hardware with the figure changed (what
+# `--set hardware={"base": ..., "override": ...}` runs), which is then no longer an assumption;
+# the sensitivity runs keep the override.
+"$tpusim" validate mlperf06-resnet-v3-32 --json --sensitivity \
+  --hardware-override core.hbm_sustained_bandwidth_fraction=1.0 > "$work/over.json" 2> /dev/null || true
+python3 - "$work/over.json" "$work/sens.json" "$tpusim" "$root" <<'PY'
+import json, subprocess, sys
+over, plain = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+hw = '{"base": "tpu-v3", "override": {"core.hbm_sustained_bandwidth_fraction": 1.0}}'
+run = subprocess.run([sys.argv[3], "run", sys.argv[4] + "/configs/studies/resnet50-lars-v3-32.json", "--json",
+                      "--set", "hardware=" + hw], capture_output=True, text=True, check=True)
+case, before = over["cases"][0], plain["cases"][0]
+assert case["predicted"] == json.loads(run.stdout)["step_time_s"], case
+assert case["predicted"] < before["predicted"], (case, before)  # HBM at its pin rate: faster
+assert over["assumption_knobs"] == plain["assumption_knobs"] - 1
+assert over["hardware_overrides"] == {"core.hbm_sustained_bandwidth_fraction": 1.0}
+assert "core.hbm_sustained_bandwidth_fraction" not in case["sensitivity"], case["sensitivity"]
+moves = case["sensitivity"]
+assert all(isinstance(v, float) for v in moves.values()) and moves["core.fuse_elementwise"] > 0, moves
+PY
 # The report renders: one parity plot per quantity with a point per case.
 bash "$here/chromium_dom.sh" "$work/v/validation.html" > "$work/dom.html"
 plots=$(grep -o 'class="parity"' "$work/dom.html" | wc -l)
@@ -72,7 +92,11 @@ mkdir "$work/badfit"  # 8 stages cannot hold a 1-layer model: `tpusim fit` would
 sed -e 's/"id": "[^"]*"/"id": "early"/' -e 's/"min": [0-9]*/"min": 1/' -e "s|\.\./studies/|$root/configs/studies/|" \
   "$root/configs/validation/gpipe-t1-transformer-p8.json" > "$work/badfit/early.json"
 "$tpusim" validate --cases-dir "$work/badfit" > /dev/null 2> "$work/err3"; rc3=$?
+"$tpusim" validate mlperf06-resnet-v3-32 --hardware-override core.no_such_figure=1 > /dev/null 2> "$work/err4"; rc4=$?
+"$tpusim" validate mlperf06-resnet-v3-32 --hardware-override core.op_overhead_s=fast > /dev/null 2> "$work/err5"; rc5=$?
 set -e
+[ "$rc4" -eq 2 ] && grep -q "core.no_such_figure" "$work/err4" || { echo "FAIL: unknown figure gave $rc4"; cat "$work/err4"; exit 1; }
+[ "$rc5" -eq 2 ] && grep -q -- "--hardware-override: core.op_overhead_s" "$work/err5" || { echo "FAIL: bad value gave $rc5"; cat "$work/err5"; exit 1; }
 [ "$rc3" -eq 2 ] && grep -q "early.json: fit.min" "$work/err3" || { echo "FAIL: fit.min too small gave $rc3"; cat "$work/err3"; exit 1; }
 [ "$rc1" -eq 2 ] && grep -q "no-such-case" "$work/err1" || { echo "FAIL: unknown case gave $rc1"; cat "$work/err1"; exit 1; }
 [ "$rc2" -eq 2 ] && grep -q "quantity" "$work/err2" || { echo "FAIL: broken case gave $rc2"; cat "$work/err2"; exit 1; }
@@ -106,4 +130,4 @@ assert ratio["predicted"] == speedup, (ratio, speedup)
 assert 1 < speedup < 4, speedup  # 4 stages pipelined beat 2 run one after the other, never 4x
 assert set(j["summary"]["per_quantity"]) == {"examples_per_s/baseline", "parameter_bytes_total"}
 PY
-echo "6 passed, 0 failed"
+echo "7 passed, 0 failed"
