@@ -99,14 +99,17 @@ std::string validation_value_text(double v, const std::string& unit) {
 std::string validation_text(const Json& report) {
   std::ostringstream s;
   const auto rs = rows(report);
-  std::size_t w = 4;
-  for (const auto& r : rs) w = std::max(w, r.id.size());
+  std::size_t w = 4, wq = 22;
+  for (const auto& r : rs) {
+    w = std::max(w, r.id.size());
+    wq = std::max(wq, r.quantity.size());
+  }
   char line[512];
-  std::snprintf(line, sizeof line, "%-*s  %-22s %12s %12s %9s %5s  %s\n", int(w), "case", "quantity",
+  std::snprintf(line, sizeof line, "%-*s  %-*s %12s %12s %9s %5s  %s\n", int(w), "case", int(wq), "quantity",
                 "measured", "predicted", "error", "tol", "");
   s << line;
   for (const auto& r : rs) {
-    std::snprintf(line, sizeof line, "%-*s  %-22s %12s %12s %9s %5s  %s\n", int(w), r.id.c_str(),
+    std::snprintf(line, sizeof line, "%-*s  %-*s %12s %12s %9s %5s  %s\n", int(w), r.id.c_str(), int(wq),
                   r.quantity.c_str(), r.measured.c_str(), r.predicted.c_str(), r.error.c_str(),
                   r.tolerance.c_str(), r.verdict.c_str());
     s << line;
