@@ -34,6 +34,10 @@ std::unique_ptr<sg::Engine> make_engine() {
   sg::Engine::set_config("network/model:CM02");
   sg::Engine::set_config("network/crosstraffic:0");
   sg::Engine::set_config("network/TCP-gamma:0");
+  // Actors run shallow code (a core's program, a ring's steps, functional mode's host math on
+  // heap buffers): 1 MiB stacks instead of SimGrid's 8 MiB cost less to map and fault in (a
+  // spatially partitioned SSD on v3-1024: 10.9 -> 9.2 s); the guard page stays.
+  sg::Engine::set_config("contexts/stack-size:1024");
   return engine;
 }
 
