@@ -30,29 +30,24 @@ print(f"plan {name}: {ms} ms, {p['evaluated']} candidates ({p['evaluated'] / (ms
       f"{p['simulated']} simulated, best: {best}")
 PY
 done
-# One large mesh run, timed: Transformer-L on v3-512, batch:256 x model:2 with the sequence on the
-# model axis and sharded updates (its collectives simulated on representative rings).
-start=$(date +%s%N)
-"$build/cli/tpusim" run bench/studies/plan-transformer-l-v3-512.json --set \
-  'schedule={"kind":"mesh","mesh":[["batch",256],["model",2]],"layout":{"batch":"batch","seq":"model"},"weight_update":"sharded"}' \
-  --json > /tmp/tpusim-bench-mesh.json 2> /dev/null || true
-ms=$(( ($(date +%s%N) - start) / 1000000 ))
-python3 - /tmp/tpusim-bench-mesh.json "$ms" <<'PY'
+# One `tpusim run`, timed: its label, then the run's arguments.
+timed_run() {
+  local label="$1"; shift
+  local start ms
+  start=$(date +%s%N)
+  "$build/cli/tpusim" run "$@" --json > /tmp/tpusim-bench-run.json 2> /dev/null || true
+  ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  python3 - /tmp/tpusim-bench-run.json "$ms" "$label" <<'PY'
 import json, sys
-r, ms = json.load(open(sys.argv[1])), int(sys.argv[2])
-print(f"run mesh seq-sharded v3-512: {ms} ms, step {r['step_time_s'] * 1e3:.3f} ms, "
-      f"{r['engine']['flows_simulated']} flows")
+r, ms, label = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3]
+print(f"run {label}: {ms} ms, step {r['step_time_s'] * 1e3:.3f} ms, {r['engine']['flows_simulated']} flows")
 PY
+}
+# One large mesh run: Transformer-L on v3-512, batch:256 x model:2 with the sequence on the
+# model axis and sharded updates (its collectives simulated on representative rings).
+timed_run "mesh seq-sharded v3-512" bench/studies/plan-transformer-l-v3-512.json --set \
+  'schedule={"kind":"mesh","mesh":[["batch",256],["model",2]],"layout":{"batch":"batch","seq":"model"},"weight_update":"sharded"}'
 # A spatially partitioned SSD (MLPerf's larger runs: the image's height over 2 cores, batch-norm
 # statistics over 16 replicas) on v3-1024: halo exchanges are point-to-point, so every flow runs.
-start=$(date +%s%N)
-"$build/cli/tpusim" run configs/studies/ssd-resnet34-v3-32.json --set slice=v3-1024 --set batch=2048 --set \
-  'schedule={"kind":"mesh","mesh":[["batch",512],["spatial",2]],"layout":{"batch":"batch","height":"spatial"},"batch_norm_group":16}' \
-  --json > /tmp/tpusim-bench-spatial.json 2> /dev/null || true
-ms=$(( ($(date +%s%N) - start) / 1000000 ))
-python3 - /tmp/tpusim-bench-spatial.json "$ms" <<'PY'
-import json, sys
-r, ms = json.load(open(sys.argv[1])), int(sys.argv[2])
-print(f"run spatial SSD v3-1024: {ms} ms, step {r['step_time_s'] * 1e3:.3f} ms, "
-      f"{r['engine']['flows_simulated']} flows")
-PY
+timed_run "spatial SSD v3-1024" configs/studies/ssd-resnet34-v3-32.json --set slice=v3-1024 --set batch=2048 --set \
+  'schedule={"kind":"mesh","mesh":[["batch",512],["spatial",2]],"layout":{"batch":"batch","height":"spatial"},"batch_norm_group":16}'
