@@ -352,20 +352,6 @@ Json run_case(const ValidationCase& c) {
   }
 }
 
-/// The hardware JSON a case's study runs on: its base file with the study's in-place overrides.
-Json effective_hardware(const ValidationCase& c) {
-  const Json study = study_json(c.study, c.sets);
-  const Json& hw = study.at("hardware");  // validated with the study
-  const fs::path dir = fs::path(c.study).parent_path();
-  Json json = read_json_file(
-      hardware_file(hw.is_object() ? hw.at("base").get<std::string>() : hw.get<std::string>(), dir));
-  if (hw.is_object() && hw.contains("override")) {
-    Problems none(c.study);  // the study loaded, so its overrides apply
-    apply_hardware_overrides(json, hw["override"], "hardware.override", none);
-  }
-  return json;
-}
-
 /// How much each case's prediction moves when each assumed figure of its hardware moves up by
 /// 10 % (a flag: turned over): every (case, figure) pair runs in a child with a changed copy of
 /// the hardware the case runs on (its in-place overrides included).
@@ -379,14 +365,12 @@ void add_sensitivity(const std::vector<ValidationCase>& cases, const std::vector
     std::string hardware_file;
   };
   std::vector<Run> runs;
-  std::vector<Json> hardware;
-  for (const auto& c : cases) hardware.push_back(effective_hardware(c));
   std::map<std::string, std::string> files;  // a changed hardware file's text -> its path
   for (std::size_t a = 0; a < assumptions.size(); ++a) {
     const std::string hw = assumptions[a]["hardware"], figure = assumptions[a]["figure"];
     for (std::size_t c = 0; c < cases.size(); ++c) {
       if (studies[c].hardware.name != hw) continue;
-      const auto scaled = scaled_hardware(hardware[c], figure, 1.1);
+      const auto scaled = scaled_hardware(studies[c].hardware_json, figure, 1.1);
       if (!scaled) continue;
       const std::string text = scaled->dump(2) + "\n";
       if (!files.count(text)) {

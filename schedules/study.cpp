@@ -70,6 +70,7 @@ bool parse_overridden_hardware(const Json& hw, const std::filesystem::path& base
     if (overrides) apply_hardware_overrides(json, *overrides, "hardware.override", problems);
     if (!problems.empty()) return false;
     study.hardware = parse_hardware(json, file.string() + " with the study's overrides");
+    study.hardware_json = std::move(json);
     if (overrides && !overrides->empty()) {
       std::string keys;
       for (auto it = overrides->begin(); it != overrides->end(); ++it)
@@ -95,7 +96,9 @@ bool parse_study_hardware(const Json& hw, const std::filesystem::path& base_dir,
     return false;
   }
   try {
-    study.hardware = load_hardware(hw.get<std::string>(), base_dir);
+    const std::filesystem::path file = hardware_file(hw.get<std::string>(), base_dir);
+    study.hardware_json = read_json_file(file);
+    study.hardware = parse_hardware(study.hardware_json, file.string());
     return true;
   } catch (const ConfigError& e) {
     carry_hardware_problems(e, problems);

@@ -62,6 +62,9 @@ struct Study {
   std::string file;  ///< where it came from ("" if built in memory)
   Json json;         ///< the study after overrides, as given
   HardwareSpec hardware;
+  /// The hardware file's JSON that `hardware` was parsed from, the study's in-place overrides
+  /// applied (what a changed copy of the study's hardware starts from).
+  Json hardware_json;
   SliceSpec slice;
   Model model;
   std::int64_t batch = 0;  ///< global examples per step
