@@ -68,8 +68,8 @@ std::vector<std::string> swept_paths(const Json& meta) {
   return paths;
 }
 
-/// A sweep record as the sweep keeps it: its summary (the point, its error, and only the scalar
-/// figures of its result, which is all the CSV and the reports read) and where its full line is
+/// A sweep record as the sweep keeps it: its summary (reports::sweep_summary: the point, its
+/// error and the figures of its result the CSV and the reports read) and where its full line is
 /// in a results.jsonl. A point's full result (per-core figures) can be megabytes on a large
 /// slice: the sweep streams it to disk and never holds all of them.
 struct StoredRecord {
@@ -79,20 +79,6 @@ struct StoredRecord {
   std::size_t index() const { return summary["index"].get<std::size_t>(); }
   std::string key() const { return summary["key"].get<std::string>(); }
 };
-
-Json summary_of(const Json& record) {
-  Json s = Json::object();
-  for (const auto& [k, v] : record.items()) {
-    if (k != "result" || !v.is_object()) {
-      s[k] = v;
-      continue;
-    }
-    s[k] = Json::object();
-    for (const auto& [name, figure] : v.items())
-      if (!figure.is_structured()) s[k][name] = figure;
-  }
-  return s;
-}
 
 /// Records of a results.jsonl. A torn last line (a killed run) is dropped, and said so on
 /// stderr; an unreadable line before the last means the file is corrupt: refused (ConfigError)
@@ -113,7 +99,7 @@ std::vector<StoredRecord> read_records(const fs::path& file) {
     try {
       const Json j = Json::parse(line);
       if (j.is_object() && j.contains("key") && j.contains("index"))
-        records.push_back({summary_of(j), file, offset, line.size()});
+        records.push_back({reports::sweep_summary(j), file, offset, line.size()});
       else
         bad_line = number;
     } catch (const Json::parse_error&) {
@@ -350,7 +336,7 @@ void run_pending(const SweepOptions& o, const fs::path& dir, const Json& meta,
     if (!jsonl || !csv) write_failed = true;
     progress.point_done(record["error"].is_null() ? std::string() : record["error"].get<std::string>(),
                         pending[i].key());
-    records.push_back({summary_of(record), dir / "results.jsonl", jsonl_end, line.size()});
+    records.push_back({reports::sweep_summary(record), dir / "results.jsonl", jsonl_end, line.size()});
     jsonl_end += line.size() + 1;
   });
   jsonl.close();

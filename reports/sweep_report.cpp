@@ -11,6 +11,24 @@
 
 namespace tpusim::reports {
 
+Json sweep_summary(const Json& record) {
+  Json s = Json::object();
+  for (const auto& [k, v] : record.items()) {
+    if (k != "result" || !v.is_object()) {
+      s[k] = v;
+      continue;
+    }
+    s[k] = Json::object();
+    for (const auto& [name, figure] : v.items())
+      if (!figure.is_structured()) s[k][name] = figure;
+    for (const char* pointer : {"/breakdown/step_split_s/update", "/breakdown/exposed_communication_s"}) {
+      const Json::json_pointer p(pointer);
+      if (v.contains(p)) s[k][p] = v[p];
+    }
+  }
+  return s;
+}
+
 namespace {
 
 std::string short_num(double v) {
@@ -24,7 +42,15 @@ const char* kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
 
 std::string value_text(const Json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
-bool ok(const Json& r) { return r["error"].is_null() && r["result"].is_object(); }
+bool ok(const Json& r) {
+  return r.value("error", Json(nullptr)).is_null() && r.value("result", Json()).is_object();
+}
+
+/// A number at a JSON pointer of a result; `fallback` where it is missing or not a number.
+double figure(const Json& result, const char* pointer, double fallback) {
+  const Json::json_pointer p(pointer);
+  return result.contains(p) && result[p].is_number() ? result[p].get<double>() : fallback;
+}
 
 /// The axes as (path, values) for the charts.
 struct Axes {
@@ -38,9 +64,10 @@ Axes choose_axes(const Json& meta) {
   for (const auto& axis : meta["axes"]) {
     const std::string p = axis["path"].get<std::string>();
     a.paths.push_back(p);
-    bool all_numbers = axis["values"].size() > 1;
-    for (const auto& v : axis["values"]) all_numbers = all_numbers && v.is_number();
-    if (all_numbers) numeric.push_back(p);
+    bool numbers = true;
+    for (const auto& v : axis["values"]) numbers = numbers && v.is_number();
+    if (!numbers) continue;  // e.g. a stage count swept beside a string: not a chart axis
+    if (axis["values"].size() > 1) numeric.push_back(p);
     if (p == "schedule.stages") a.k = p;
     if (p == "schedule.microbatches") a.m = p;
   }
@@ -78,6 +105,10 @@ std::vector<std::string> table_header(const Axes& axes) {
 std::vector<std::string> table_row(const Axes& axes, const Json& r) {
   std::vector<std::string> row;
   for (const auto& p : axes.paths) row.push_back(value_text(r["point"].value(p, Json(nullptr))));
+  if (!ok(r)) {
+    row.resize(table_header(axes).size(), "failed");
+    return row;
+  }
   const Json& j = r["result"];
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.1f", j["examples_per_s"].get<double>());
@@ -392,8 +423,9 @@ void compared_cells(const Json* record, std::vector<std::string>& row) {
   row.push_back(human_seconds(j["step_time_s"].get<double>()));
   std::snprintf(buf, sizeof buf, "%.1f", j["examples_per_s"].get<double>());
   row.push_back(buf);
-  row.push_back(human_seconds(j["breakdown"]["step_split_s"].value("update", 0.0)));
-  row.push_back(human_seconds(j["breakdown"]["exposed_communication_s"].get<double>()));
+  row.push_back(human_seconds(figure(j, "/breakdown/step_split_s/update", 0.0)));
+  const double exposed = figure(j, "/breakdown/exposed_communication_s", -1.0);
+  row.push_back(exposed < 0 ? "n/a" : human_seconds(exposed));
   row.push_back(human_bytes(j["peak_hbm_bytes"].get<double>()));
 }
 
@@ -493,7 +525,8 @@ std::string sweep_html(const Json& meta, const std::vector<Json>& records) {
     h << "</tr>\n";
     for (const auto& row : cmp.rows) {
       h << "<tr>";
-      for (const auto& c : row) h << "<td>" << xml_escape(c) << "</td>";
+      for (const auto& c : row)
+        h << (c == "failed" ? "<td class=\"fail\">" : "<td>") << xml_escape(c) << "</td>";
       h << "</tr>\n";
     }
     h << "</table>\n";
@@ -503,7 +536,7 @@ std::string sweep_html(const Json& meta, const std::vector<Json>& records) {
     for (const auto& c : table_header(axes)) h << "<th>" << xml_escape(c) << "</th>";
     h << "</tr>\n";
     for (const Json* r : rows) {
-      h << "<tr>";
+      h << (ok(*r) ? "<tr>" : "<tr class=\"fail\">");
       for (const auto& c : table_row(axes, *r)) h << "<td>" << xml_escape(c) << "</td>";
       h << "</tr>\n";
     }
@@ -516,8 +549,7 @@ std::string sweep_html(const Json& meta, const std::vector<Json>& records) {
   else
     table(best);
   std::vector<const Json*> all;
-  for (const auto& r : records)
-    if (ok(r)) all.push_back(&r);
+  for (const auto& r : records) all.push_back(&r);
   h << "<h2>All points</h2>\n";
   table(all);
   if (failed > 0) {
@@ -576,8 +608,7 @@ std::string sweep_markdown(const Json& meta, const std::vector<Json>& records) {
   else
     table(best);
   std::vector<const Json*> all;
-  for (const auto& r : records)
-    if (ok(r)) all.push_back(&r);
+  for (const auto& r : records) all.push_back(&r);
   md << "## All points\n\n";
   table(all);
   if (failed > 0) {

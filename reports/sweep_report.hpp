@@ -14,6 +14,12 @@ namespace tpusim::reports {
 
 using Json = nlohmann::json;
 
+/// What the sweep reports read of a record (as written to results.jsonl): its settings, its
+/// error and its result's scalar figures plus the two breakdown figures the comparison table
+/// shows (`breakdown.step_split_s.update`, `breakdown.exposed_communication_s`). A sweep keeps
+/// only this in memory; the reports are written from it, so they read nothing it drops.
+Json sweep_summary(const Json& record);
+
 /// Chart name ("throughput", "bubble", "memory") -> SVG. Only the charts the axes allow.
 std::map<std::string, std::string> sweep_charts(const Json& meta, const std::vector<Json>& records);
 std::string sweep_html(const Json& meta, const std::vector<Json>& records);

@@ -93,6 +93,123 @@ TEST_CASE("sweep reports compare the alternatives of a non-numeric axis side by 
   CHECK_THAT(tpusim::reports::sweep_markdown(meta, grid), Catch::Contains("| 64 | 500.000 ms |"));
 }
 
+namespace {
+/// A record as `tpusim sweep` writes it: the full result (structured figures too) or an error.
+Json full_record(std::size_t index, const Json& point, double step, bool failed) {
+  Json r = fake_record(index, point, step);
+  r["key"] = point.dump();
+  if (failed) {
+    r["result"] = nullptr;
+    r["error"] = "batch: found 32, expected a multiple of replicas x microbatches";
+    return r;
+  }
+  r["result"]["bubble_fraction_ideal"] = 0.25;
+  r["result"]["cores"] = Json::array({Json{{"core", 0}, {"busy_s", step}}});
+  r["result"]["breakdown"]["communication_by_phase_s"] = Json{{"x", 0.001}};
+  return r;
+}
+
+/// The sweep's reports as the sweep writes them: from each record's summary only.
+std::string summarized_markdown(const Json& meta, const std::vector<Json>& records) {
+  std::vector<Json> summaries;
+  for (const auto& r : records) summaries.push_back(tpusim::reports::sweep_summary(r));
+  (void)tpusim::reports::sweep_html(meta, summaries);
+  (void)tpusim::reports::sweep_charts(meta, summaries);
+  return tpusim::reports::sweep_markdown(meta, summaries);
+}
+
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("sweep reports show a failed point on every kind of compared axis as failed cells",
+          "[sweep][reports]") {
+  SECTION("remat compared beside micro-batches (the failure of issue 30)") {
+    Json meta{{"study", "s.json"},
+              {"points", 4},
+              {"axes", Json::array({Json{{"path", "schedule.microbatches"}, {"values", {16, 64}}},
+                                    Json{{"path", "schedule.remat"}, {"values", {true, false}}}})}};
+    std::vector<Json> records;
+    for (int m : {16, 64})
+      for (bool remat : {true, false})
+        records.push_back(full_record(records.size(),
+                                      Json{{"schedule.microbatches", m}, {"schedule.remat", remat}},
+                                      remat ? 0.8 : 0.6, m == 64));
+    const std::string md = summarized_markdown(meta, records);
+    CHECK_THAT(md, Catch::Contains("4 of 4 points recorded, 2 failed."));
+    CHECK_THAT(md, Catch::Contains("## Comparison by `schedule.remat`"));
+    CHECK_THAT(md, Catch::Contains("| 16 | 800.000 ms | 125.0 | 1.000 ms | 2.000 ms |"));
+    CHECK_THAT(md, Catch::Contains("| 64 | failed | failed | failed | failed | failed | failed |"));
+    CHECK(count_of(md, "| 64 | true | failed |") == 1);  // in "All points"
+    CHECK_THAT(md, Catch::Contains("## Failed points"));
+  }
+  SECTION("weight update compared alone, one alternative failed") {
+    Json meta{
+        {"study", "s.json"},
+        {"points", 2},
+        {"axes",
+         Json::array({Json{{"path", "schedule.weight_update"}, {"values", {"replicated", "sharded"}}}})}};
+    const std::vector<Json> records = {
+        full_record(0, Json{{"schedule.weight_update", "replicated"}}, 0.5, false),
+        full_record(1, Json{{"schedule.weight_update", "sharded"}}, 0.4, true)};
+    const std::string md = summarized_markdown(meta, records);
+    CHECK_THAT(md, Catch::Contains("2 of 2 points recorded, 1 failed."));
+    CHECK_THAT(md, Catch::Contains("| replicated | 500.000 ms | 200.0 | 1.000 ms | 2.000 ms | 953.67 MiB |"));
+    CHECK_THAT(md, Catch::Contains("| sharded | failed | failed | failed | failed | failed |"));
+  }
+  SECTION("stages x micro-batches (the bubble charts) with failed cells, and a compared kind") {
+    Json meta{{"study", "s.json"},
+              {"points", 8},
+              {"axes", Json::array({Json{{"path", "schedule.stages"}, {"values", {1, 2}}},
+                                    Json{{"path", "schedule.microbatches"}, {"values", {1, 3}}},
+                                    Json{{"path", "schedule.kind"}, {"values", {"gpipe", "one_f_one_b"}}}})}};
+    std::vector<Json> records;
+    for (int k : {1, 2})
+      for (int m : {1, 3})
+        for (const char* kind : {"gpipe", "one_f_one_b"})
+          records.push_back(
+              full_record(records.size(),
+                          Json{{"schedule.stages", k}, {"schedule.microbatches", m}, {"schedule.kind", kind}},
+                          0.1 * k, m == 3));
+    const std::string md = summarized_markdown(meta, records);
+    CHECK_THAT(md, Catch::Contains("8 of 8 points recorded, 4 failed."));
+    CHECK_THAT(md, Catch::Contains("![bubble](sweep_bubble.svg)"));
+    CHECK(count_of(md, "| 3 | failed | failed |") == 2);  // one comparison row per K
+    const auto charts = tpusim::reports::sweep_charts(meta, records);
+    REQUIRE(charts.count("bubble") == 1);
+    CHECK_THAT(charts.at("bubble"), Catch::Contains("fill=\"#f4f4f4\""));  // M = 3: no data
+  }
+  SECTION("a stage axis that is not numbers draws no bubble chart instead of failing") {
+    Json meta{{"study", "s.json"},
+              {"points", 2},
+              {"axes", Json::array({Json{{"path", "schedule.stages"}, {"values", {2, "four"}}},
+                                    Json{{"path", "schedule.microbatches"}, {"values", {1, 2}}}})}};
+    const std::vector<Json> records = {
+        full_record(0, Json{{"schedule.stages", 2}, {"schedule.microbatches", 1}}, 0.1, false),
+        full_record(1, Json{{"schedule.stages", "four"}, {"schedule.microbatches", 1}}, 0.1, true)};
+    const std::string md = summarized_markdown(meta, records);
+    CHECK_THAT(md, !Catch::Contains("sweep_bubble.svg"));
+    CHECK_THAT(md, Catch::Contains("2 of 2 points recorded, 1 failed."));
+  }
+}
+
+TEST_CASE("a sweep record's summary keeps what the reports read and drops per-core figures",
+          "[sweep][reports]") {
+  const Json full = full_record(0, Json{{"batch", 64}}, 0.5, false);
+  const Json s = tpusim::reports::sweep_summary(full);
+  CHECK(s["result"]["step_time_s"] == 0.5);
+  CHECK(s["result"]["breakdown"]["step_split_s"]["update"] == 0.001);
+  CHECK(s["result"]["breakdown"]["exposed_communication_s"] == 0.002);
+  CHECK_FALSE(s["result"].contains("cores"));
+  CHECK_FALSE(s["result"]["breakdown"].contains("communication_by_phase_s"));
+  const Json failed = tpusim::reports::sweep_summary(full_record(1, Json{{"batch", 64}}, 0.5, true));
+  CHECK(failed["result"].is_null());
+  CHECK(failed["error"].is_string());
+}
+
 TEST_CASE("a sweep refuses a path swept twice, a value twice on an axis and a grid too large to hold",
           "[sweep]") {
   const Axis a{"batch", {32, 64}}, b{"batch", {96, 128}}, twice{"batch", {32, 32, 64}};

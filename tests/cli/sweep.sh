@@ -118,4 +118,16 @@ grep -aq "FAILED model.layers=-1: .*model.layers: found -1" "$work/tty.txt" || {
 grep -aq "2/2  failed 1" "$work/tty.txt" || { echo "FAIL: no final progress line"; cat -v "$work/tty.txt"; exit 1; }
 passed=$((passed + 1))
 
+# Issue 30: a compared alternative (remat) with failed points ends like any sweep with failed
+# points (exit 1), the comparison showing the failed cells and the headline counting them.
+set +e
+"$tpusim" sweep "$root/configs/studies/gpipe-transformer-v3-k8.json" --grid schedule.microbatches=16,64 \
+  --grid schedule.remat=true,false --out "$work/remat" > /dev/null 2> "$work/remat.err"
+rc=$?
+set -e
+[ "$rc" -eq 1 ] || { echo "FAIL: exit $rc for a remat comparison with failed points"; cat "$work/remat.err"; exit 1; }
+grep -q "4 of 4 points recorded, 2 failed." "$work/remat/report.md" || { echo "FAIL: headline"; exit 1; }
+grep -q "^| 64 | failed | failed |" "$work/remat/report.md" || { echo "FAIL: no failed comparison row"; exit 1; }
+passed=$((passed + 1))
+
 echo "$passed passed, 0 failed"
