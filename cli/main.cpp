@@ -23,7 +23,7 @@
 #include "cli/run_progress.hpp"
 #include "cli/sweep.hpp"
 #include "cli/validate.hpp"
-#include "hardware/torus.hpp"
+#include "hardware/topology.hpp"
 #include "models/describe.hpp"
 #include "models/op_lowering.hpp"
 #include "reports/report_html.hpp"
@@ -39,6 +39,13 @@ using namespace tpusim;
 
 namespace {
 
+/// The names of a slice's torus dimensions: x, y, z, ...
+std::vector<std::string> dimension_names(const SliceSpec& slice) {
+  std::vector<std::string> names;
+  for (int d = 0; d < slice.dims(); ++d) names.push_back(Topology::dimension_name(d));
+  return names;
+}
+
 reports::RunInfo run_info(const Study& study, const BuiltStep& step) {
   reports::RunInfo info;
   Json echo = study.json;
@@ -46,11 +53,11 @@ reports::RunInfo run_info(const Study& study, const BuiltStep& step) {
   info.study = echo;
   info.hardware = study.hardware.name;
   info.slice = study.slice.name;
-  info.chips_x = study.slice.chips_x;
-  info.chips_y = study.slice.chips_y;
-  info.wrap_x = study.slice.wrap_x;
-  info.wrap_y = study.slice.wrap_y;
+  info.chips = study.slice.shape;
+  info.wraparound = study.slice.wraparound;
+  info.dimension_names = dimension_names(study.slice);
   info.cores_per_chip = study.hardware.chip.cores;
+  info.megacore = study.megacore;
   info.model_kind = study.model.kind;
   info.model_name = study.model.name;
   info.params = study.model.params();
@@ -183,8 +190,11 @@ void write_run_outputs(const RunOptions& o, const Study& study, const BuiltStep&
   write_file(fs::path(o.out) / "timeline.svg", timeline);
   write_file(fs::path(o.out) / "memory.svg", memory);
   if (o.trace)
-    write_file(fs::path(o.out) / "trace.json",
-               reports::chrome_trace(step.graph, result, study.hardware.chip.cores).dump() + "\n");
+    write_file(
+        fs::path(o.out) / "trace.json",
+        reports::chrome_trace(step.graph, result, study.hardware.chip.cores, dimension_names(study.slice))
+                .dump() +
+            "\n");
 }
 
 int cmd_run(const RunOptions& o) {
@@ -236,6 +246,13 @@ void print_row(const char* label, const std::string& value, const std::string& s
   std::printf("  %-34s %-22s %s\n", label, value.c_str(), source.c_str());
 }
 
+/// A shape as "4x4x4" (or with another separator).
+std::string shape_text(const std::vector<int>& shape, const std::string& separator = "x") {
+  std::string text;
+  for (int n : shape) text += (text.empty() ? "" : separator) + std::to_string(n);
+  return text;
+}
+
 std::string num(double v, const char* unit = "") {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.4g%s", v, unit);
@@ -259,7 +276,9 @@ Json hardware_json(const HardwareSpec& hw) {
          {"sustained_hbm_bandwidth_bytes_per_s_per_core", hw.core.sustained_hbm_bytes_per_s()},
          {"ridge_flops_per_byte", core_peak / hw.core.sustained_hbm_bytes_per_s()},
          {"ici_bandwidth_bytes_per_s_per_link_per_direction", hw.chip.ici_bandwidth_bytes_per_s},
-         {"pod_chips", {hw.pod.chips_x, hw.pod.chips_y}},
+         {"pod_chips", hw.pod.shape},
+         {"megacore", hw.chip.megacore},
+         {"collective_algorithms", hw.chip.collective_algorithms},
          {"slices", Json::array()},
          {"sources", hw.sources}};
   for (const auto& [n, s] : hw.slices) j["slices"].push_back(n);
@@ -283,7 +302,7 @@ void print_core_figures(const HardwareSpec& hw, const SourceOf& src) {
   print_row("peak bf16 per chip", num(hw.chip.peak_bf16_flops_per_s / 1e12, " TFLOP/s"),
             src("chip.peak_bf16_flops_per_s_per_chip"));
   print_row("vector unit per core", num(hw.core.vector_ops_per_s() / 1e12, " Tops/s"),
-            "derived: sublanes x lanes x ops x clock");
+            "derived: sublanes x lanes x ALUs x ops x clock");
   print_row("HBM per core", reports::human_bytes(hw.core.hbm_bytes), src("core.hbm_bytes_per_core"));
   print_row("HBM reserved per core", reports::human_bytes(hw.core.hbm_reserved_bytes),
             src("core.hbm_reserved_bytes_per_core"));
@@ -310,9 +329,11 @@ void print_link_figures(const HardwareSpec& hw, const SourceOf& src) {
       src("chip.onchip_core_to_core_bandwidth_bytes_per_s"));
   print_row("host link per chip", num(hw.chip.host_link_bandwidth_bytes_per_s / 1e9, " GB/s"),
             src("chip.host_link_bandwidth_bytes_per_s_per_chip"));
-  print_row("chips per host",
-            std::to_string(hw.chip.host_board_chips_x) + "x" + std::to_string(hw.chip.host_board_chips_y),
-            src("chip.host_board_chips_x"));
+  print_row("chips per host", shape_text(hw.chip.host_board_chips), src("chip.host_board_chips"));
+  print_row("megacore", hw.chip.megacore ? "yes (study default)" : "no", src("chip.megacore"));
+  std::string algorithms;
+  for (const auto& a : hw.chip.collective_algorithms) algorithms += (algorithms.empty() ? "" : ", ") + a;
+  print_row("collective algorithms", algorithms, src("chip.collective_algorithms"));
 }
 
 /// How the software runs ops: padding, overheads, fusion, combining, multi-pass kernels.
@@ -358,8 +379,7 @@ int cmd_describe_hardware(const std::string& name, bool as_json) {
   print_core_figures(hw, src);
   print_link_figures(hw, src);
   print_software_figures(hw, src);
-  print_row("pod", std::to_string(hw.pod.chips_x) + "x" + std::to_string(hw.pod.chips_y) + " chips",
-            src("pod"));
+  print_row("pod", shape_text(hw.pod.shape) + " chips", src("pod"));
   std::string names;
   for (const auto& [n, s] : hw.slices) names += (names.empty() ? "" : " ") + n;
   print_row("slices", names);
@@ -409,39 +429,42 @@ int cmd_describe_slice(const std::string& name, const std::string& hardware, boo
     throw ConfigError("describe slice", "", "\"" + name + "\"",
                       "a slice named in a hardware file (e.g. v3-32, v2-512)");
   const SliceSpec& s = hw.slices.at(name);
-  const Torus torus(s);
+  const Topology topology(s);
   const int cores = s.chips() * hw.chip.cores;
   const double peak = cores * hw.core.peak_matmul_flops_per_s();
-  const double bisection = torus.bisection_links() * hw.chip.ici_bandwidth_bytes_per_s;
+  const double bisection = topology.bisection_links() * hw.chip.ici_bandwidth_bytes_per_s;
+  std::vector<bool> wraps;
+  std::string wrapping;
+  for (int d = 0; d < topology.dims(); ++d) {
+    wraps.push_back(topology.wraps(d));
+    if (topology.wraps(d)) wrapping += (wrapping.empty() ? "" : " ") + topology.dimension(d).name;
+  }
   if (as_json) {
     std::cout << Json{{"slice", name},
                       {"hardware", hw.name},
-                      {"chips", {s.chips_x, s.chips_y}},
-                      {"wraparound", {torus.wraps(0), torus.wraps(1)}},
+                      {"chips", s.shape},
+                      {"wraparound", wraps},
                       {"cores", cores},
                       {"peak_bf16_flops_per_s", peak},
                       {"hbm_bytes", cores * hw.core.hbm_bytes},
-                      {"ici_links_directed", torus.link_count()},
-                      {"diameter_hops", torus.diameter()},
+                      {"ici_links_directed", topology.link_count()},
+                      {"diameter_hops", topology.diameter()},
                       {"bisection_bytes_per_s_per_direction", bisection}}
                      .dump(2)
               << "\n";
     return 0;
   }
   std::printf("%s on %s\n", name.c_str(), hw.name.c_str());
-  print_row("chips", std::to_string(s.chips_x) + " x " + std::to_string(s.chips_y) + " = " +
-                         std::to_string(s.chips()));
-  print_row("wrap-around",
-            std::string(torus.wraps(0) ? "x " : "") + (torus.wraps(1) ? "y" : "") +
-                (torus.wraps(0) || torus.wraps(1) ? "" : "none"),
+  print_row("chips", shape_text(s.shape, " x ") + " = " + std::to_string(s.chips()));
+  print_row("wrap-around", wrapping.empty() ? "none" : wrapping,
             hw.sources.count("slices") ? hw.sources.at("slices") : "");
   print_row("cores", std::to_string(cores));
   print_row("peak bf16", num(peak / 1e15, " PFLOP/s"));
   print_row("HBM total", reports::human_bytes(cores * hw.core.hbm_bytes));
-  print_row("ICI links (directed)", std::to_string(torus.link_count()));
-  print_row("diameter", std::to_string(torus.diameter()) + " hops");
+  print_row("ICI links (directed)", std::to_string(topology.link_count()));
+  print_row("diameter", std::to_string(topology.diameter()) + " hops");
   print_row("bisection (one way)", num(bisection / 1e12, " TB/s"),
-            std::to_string(torus.bisection_links()) + " links");
+            std::to_string(topology.bisection_links()) + " links");
   return 0;
 }
 

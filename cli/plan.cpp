@@ -17,7 +17,7 @@
 #include "schedules/mesh.hpp"
 #include "schedules/step_builder.hpp"
 #include "schedules/study.hpp"
-#include "sim/collective_plan.hpp"
+#include "sim/collectives/collective_algorithm.hpp"
 
 namespace fs = std::filesystem;
 
@@ -57,12 +57,17 @@ double shortest_latency(const Study& s) {
   return std::min(s.hardware.chip.onchip_latency_s, s.hardware.chip.ici_latency_s);
 }
 
-double collective_floor(const Study& s, const Torus& torus, sim::CollectiveOp op,
+/// The study's collectives as its hardware plans them.
+sim::CollectivePlanner collective_planner(const Study& s) {
+  return sim::CollectivePlanner(Topology(s.slice), s.hardware.chip.cores,
+                                s.hardware.chip.collective_algorithms);
+}
+
+double collective_floor(const Study& s, const sim::CollectivePlanner& planner, sim::CollectiveOp op,
                         const std::vector<int>& group, double bytes, bool latency = true) {
-  const auto& chip = s.hardware.chip;
   const double bandwidth = fastest_bandwidth(s), hop = latency ? shortest_latency(s) : 0.0;
   double floor = 0;
-  for (const auto& phase : sim::plan_collective(torus, chip.cores, op, group, bytes)) {
+  for (const auto& phase : planner.plan(op, group, bytes)) {
     double slowest = 0;
     for (const auto& ring : phase.rings)
       slowest = std::max(slowest, ring.steps * (ring.chunk_bytes / bandwidth + hop));
@@ -73,11 +78,11 @@ double collective_floor(const Study& s, const Torus& torus, sim::CollectiveOp op
 
 /// A task's floor: a compute task takes its time; a transfer moves its bytes over one link at the
 /// fastest bandwidth after the shortest latency; a collective, collective_floor.
-double task_floor(const Study& s, const Torus& torus, const sim::Task& t) {
+double task_floor(const Study& s, const sim::CollectivePlanner& planner, const sim::Task& t) {
   if (t.kind == sim::TaskKind::Compute) return t.seconds;
   if (t.kind == sim::TaskKind::Transfer)
     return t.bytes > 0 ? t.bytes / fastest_bandwidth(s) + shortest_latency(s) : 0.0;
-  return collective_floor(s, torus, t.op, t.collective_groups().front(), t.bytes);
+  return collective_floor(s, planner, t.op, t.collective_groups().front(), t.bytes);
 }
 
 /// A mesh layout's bound from its SPMD program alone (a task graph of every core is costly on a
@@ -85,7 +90,7 @@ double task_floor(const Study& s, const Torus& torus, const sim::Task& t) {
 /// weight-gradient reductions, when they wait for the whole backward, add their bandwidth terms.
 double mesh_bound(const Study& s, const MeshSchedule& mesh, const std::vector<mesh::LayerProgram>& programs) {
   using E = mesh::Event;
-  const Torus torus(s.slice);
+  const sim::CollectivePlanner planner = collective_planner(s);
   double bound = 0;
   for (const auto& program : programs)
     for (const auto* events : {&program.forward, &program.backward})
@@ -94,13 +99,13 @@ double mesh_bound(const Study& s, const MeshSchedule& mesh, const std::vector<me
         if (ev.kind == E::Compute)
           bound += ev.seconds;
         else if (ev.kind == E::BlockingAllReduce)
-          bound += collective_floor(s, torus, sim::CollectiveOp::AllReduce, group(), ev.bytes);
+          bound += collective_floor(s, planner, sim::CollectiveOp::AllReduce, group(), ev.bytes);
         else if (ev.kind == E::BlockingAllGather)
-          bound += collective_floor(s, torus, sim::CollectiveOp::AllGather, group(), ev.bytes);
+          bound += collective_floor(s, planner, sim::CollectiveOp::AllGather, group(), ev.bytes);
         else if (ev.kind == E::BlockingReduceScatter)
-          bound += collective_floor(s, torus, sim::CollectiveOp::ReduceScatter, group(), ev.bytes);
+          bound += collective_floor(s, planner, sim::CollectiveOp::ReduceScatter, group(), ev.bytes);
         else if (ev.kind == E::GradientAllReduce && !s.hardware.core.gradient_collectives_overlap_backward)
-          bound += collective_floor(s, torus, sim::CollectiveOp::ReduceScatter, group(), ev.bytes, false);
+          bound += collective_floor(s, planner, sim::CollectiveOp::ReduceScatter, group(), ev.bytes, false);
       }
   return bound;
 }
@@ -130,19 +135,19 @@ void bound(const Json& base, const std::string& file, Candidate& c, double usabl
     }
     const BuiltStep step = s.schedule->build(s);
     const auto& graph = step.graph;
-    const Torus torus(s.slice);
+    const sim::CollectivePlanner planner = collective_planner(s);
     std::vector<double> floors;
     // A step repeats its collectives (every micro-batch's, every layer's): each planned once.
     std::map<std::tuple<sim::CollectiveOp, std::vector<int>, double>, double> collective_floors;
     for (int id = 0; id < graph.size(); ++id) {
       const sim::Task& t = graph.task(id);
       if (t.kind != sim::TaskKind::Collective) {
-        floors.push_back(task_floor(s, torus, t));
+        floors.push_back(task_floor(s, planner, t));
         continue;
       }
       const auto key = std::make_tuple(t.op, t.collective_groups().front(), t.bytes);
       auto it = collective_floors.find(key);
-      if (it == collective_floors.end()) it = collective_floors.emplace(key, task_floor(s, torus, t)).first;
+      if (it == collective_floors.end()) it = collective_floors.emplace(key, task_floor(s, planner, t)).first;
       floors.push_back(it->second);
     }
     for (int core = 0; core < graph.cores(); ++core) c.cores_used += graph.program(core).empty() ? 0 : 1;

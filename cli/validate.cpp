@@ -305,6 +305,8 @@ std::optional<Json> scaled_hardware(const Json& hardware, const std::string& fig
     value = !value.get<bool>();
   else if (value.is_number())
     value = factor * value.get<double>();
+  else if (value.is_array() && value.size() > 1 && value[0].is_string())
+    std::rotate(value.begin(), value.begin() + 1, value.end());  // a list of choices: the next one first
   else
     return std::nullopt;
   return copy;

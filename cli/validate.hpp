@@ -98,8 +98,9 @@ struct ValidateOptions {
 };
 
 /// A copy of the hardware JSON `hardware` with the figure at `figure` (a dotted path such as
-/// core.op_overhead_s, as in HardwareSpec::sources) scaled by `factor`, or turned over when it is
-/// a flag; none for a figure that is neither (or absent).
+/// core.op_overhead_s, as in HardwareSpec::sources) scaled by `factor`, turned over when it is
+/// a flag, or rotated when it is a list of choices in order of preference (the second first, e.g.
+/// chip.collective_algorithms); none for a figure that is none of these (or absent).
 std::optional<Json> scaled_hardware(const Json& hardware, const std::string& figure, double factor);
 
 /// `tpusim validate` as a command: 0 when every case is within its tolerance, 1 otherwise.

@@ -1,5 +1,6 @@
 #include "hardware/hardware_spec.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -91,6 +92,47 @@ class SourcedReader {
     }
     return out;
   }
+  /// {"value": [n, ...], "source": ...}: integers in [min, max], as many as the list holds.
+  std::vector<int> counts(const std::string& key, int min, int max) {
+    std::vector<int> out;
+    const Json* list = sourced_value(key);
+    const std::string path = fields_.path_of(key) + ".value";
+    if (!list) return out;
+    const std::string expected = "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+    if (!list->is_array() || list->empty() || list->size() > 16) {
+      fields_.problems().add(path, *list,
+                             "a non-empty list of integers in [" + std::to_string(min) + ", " +
+                                 std::to_string(max) + "], one per torus dimension");
+      return out;
+    }
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      const Json& n = (*list)[i];
+      if (!n.is_number_integer() || n.get<std::int64_t>() < min || n.get<std::int64_t>() > max)
+        fields_.problems().add(index_path(path, i), n, expected);
+      else
+        out.push_back(int(n.get<std::int64_t>()));
+    }
+    return out;
+  }
+  /// {"value": ["name", ...], "source": ...}: a non-empty list of distinct strings.
+  std::vector<std::string> names(const std::string& key, const std::string& expected) {
+    std::vector<std::string> out;
+    const Json* list = sourced_value(key);
+    const std::string path = fields_.path_of(key) + ".value";
+    if (!list) return out;
+    if (!list->is_array() || list->empty() || list->size() > 16) {
+      fields_.problems().add(path, *list, expected);
+      return out;
+    }
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      const Json& n = (*list)[i];
+      if (!n.is_string() || std::count(out.begin(), out.end(), n.get<std::string>()) > 0)
+        fields_.problems().add(index_path(path, i), n, expected + " (each once)");
+      else
+        out.push_back(n.get<std::string>());
+    }
+    return out;
+  }
   bool flag(const std::string& key) {
     const Json* v = fields_.value(key);
     if (!v) return false;
@@ -103,46 +145,77 @@ class SourcedReader {
   }
 
  private:
+  /// The "value" of a sourced figure (its source recorded), or nothing after a problem.
+  const Json* sourced_value(const std::string& key) {
+    const Json* v = fields_.value(key);
+    if (!v) return nullptr;
+    Fields inner(*v, fields_.path_of(key), fields_.problems());
+    if (!inner.ok()) return nullptr;
+    const Json* value = inner.value("value");
+    hw_.sources[inner.path()] = inner.string("source");
+    inner.finish();
+    return value;
+  }
+
   Fields& fields_;
   HardwareSpec& hw_;
 };
 
 constexpr int kMaxChipsPerDim = 1024;
+constexpr int kMaxDims = 6;
+constexpr std::int64_t kMaxChips = 1 << 20;
 
-/// Reads {"chips": [x, y], "wraparound": [bool, bool]} (and optional extra keys the caller allowed).
+/// Reads {"chips": [x, y, ...], "wraparound": [bool, ...]} (and optional extra keys the caller
+/// allowed): at most kMaxDims dimensions, the wrap-around list as long as the chips list.
 void read_shape(Fields& f, SliceSpec& s) {
-  s.chips_x = s.chips_y = 1;
+  s.shape.clear();
+  s.wraparound.clear();
   if (const Json* chips = f.value("chips")) {
-    if (!chips->is_array() || chips->size() != 2) {
-      f.problems().add(f.path_of("chips"), *chips, "[chips along x, chips along y], two integers >= 1");
+    if (!chips->is_array() || chips->empty() || chips->size() > std::size_t(kMaxDims)) {
+      f.problems().add(f.path_of("chips"), *chips,
+                       "[chips along x, along y, ...]: one integer >= 1 per torus dimension (1 to " +
+                           std::to_string(kMaxDims) + " dimensions)");
     } else {
-      for (std::size_t i = 0; i < 2; ++i) {
+      std::int64_t product = 1;
+      for (std::size_t i = 0; i < chips->size(); ++i) {
         const Json& c = (*chips)[i];
         if (!c.is_number_integer() || c.get<std::int64_t>() < 1 || c.get<std::int64_t>() > kMaxChipsPerDim) {
           f.problems().add(index_path(f.path_of("chips"), i), c,
                            "an integer in [1, " + std::to_string(kMaxChipsPerDim) + "]");
+          s.shape.push_back(1);
         } else {
-          (i == 0 ? s.chips_x : s.chips_y) = int(c.get<std::int64_t>());
+          s.shape.push_back(int(c.get<std::int64_t>()));
+          product *= s.shape.back();
         }
       }
+      if (product > kMaxChips)
+        f.problems().add(f.path_of("chips"), *chips,
+                         "at most " + std::to_string(kMaxChips) + " chips in all (these make " +
+                             std::to_string(product) + ")");
     }
   }
   if (const Json* wrap = f.value("wraparound")) {
-    if (!wrap->is_array() || wrap->size() != 2) {
+    const std::size_t dims = s.shape.empty() ? 2 : s.shape.size();
+    if (!wrap->is_array() || wrap->size() != dims) {
       f.problems().add(f.path_of("wraparound"), *wrap,
-                       "[bool, bool]: whether each torus dimension wraps around");
+                       "a list of " + std::to_string(dims) +
+                           " booleans, one per dimension of chips: whether it wraps around");
     } else {
-      for (std::size_t i = 0; i < 2; ++i) {
+      for (std::size_t i = 0; i < dims; ++i) {
         const Json& w = (*wrap)[i];
         if (!w.is_boolean()) {
           f.problems().add(index_path(f.path_of("wraparound"), i), w, "true or false");
+          s.wraparound.push_back(false);
         } else {
-          (i == 0 ? s.wrap_x : s.wrap_y) = w.get<bool>();
+          s.wraparound.push_back(w.get<bool>());
         }
       }
     }
   }
 }
+
+/// "[4, 4, 4]": a shape as its JSON text.
+std::string shape_text(const std::vector<int>& shape) { return Json(shape).dump(); }
 
 std::string strip_prefix_number(const std::string& name, bool& ok) {
   // "v3-32" -> "32"
@@ -164,6 +237,7 @@ void read_core(const Json& core, HardwareSpec& hw, Problems& problems) {
   c.clock_hz = r.number("clock_hz", 1e6, 1e11);
   c.vpu_sublanes = r.count("vpu_sublanes", 1, 4096);
   c.vpu_lanes = r.count("vpu_lanes", 1, 4096);
+  c.vpu_alus_per_lane_sublane = r.count("vpu_alus_per_lane_sublane", 1, 64);
   c.vpu_ops_per_alu_per_cycle = r.number("vpu_ops_per_alu_per_cycle", 0.01, 64);
   c.hbm_bytes = r.number("hbm_bytes_per_core", 1e6, 1e15);
   c.hbm_reserved_bytes = r.number("hbm_reserved_bytes_per_core", 0, 1e15);
@@ -205,8 +279,10 @@ void read_chip(const Json& chip, HardwareSpec& hw, Problems& problems) {
   c.onchip_bandwidth_bytes_per_s = r.number("onchip_core_to_core_bandwidth_bytes_per_s", 1e6, 1e14);
   c.onchip_latency_s = r.number("onchip_core_to_core_latency_s", 0.0, 1e-2);
   c.host_link_bandwidth_bytes_per_s = r.number("host_link_bandwidth_bytes_per_s_per_chip", 1e6, 1e13);
-  c.host_board_chips_x = r.count("host_board_chips_x", 1, 1024);
-  c.host_board_chips_y = r.count("host_board_chips_y", 1, 1024);
+  c.host_board_chips = r.counts("host_board_chips", 1, kMaxChipsPerDim);
+  c.megacore = r.flag("megacore");
+  c.collective_algorithms =
+      r.names("collective_algorithms", "a list of collective algorithm names (tpusim describe collectives)");
   c.tdp_w = r.number("tdp_w", 1, 1e5);
   f.finish();
 }
@@ -217,6 +293,24 @@ void read_pod(const Json& pod, HardwareSpec& hw, Problems& problems) {
   read_shape(f, hw.pod);
   hw.sources["pod"] = f.string("source");
   hw.pod.name = hw.name + "-pod";
+  if (const Json* blocks = f.optional("optical_blocks")) {
+    const bool ok =
+        blocks->is_array() && blocks->size() == hw.pod.shape.size() &&
+        std::all_of(blocks->begin(), blocks->end(), [](const Json& b) {
+          return b.is_number_integer() && b.get<std::int64_t>() >= 1 && b.get<std::int64_t>() <= 1024;
+        });
+    if (!ok) {
+      problems.add(f.path_of("optical_blocks"), *blocks,
+                   "the shape of the blocks optical switches join: one integer in [1, 1024] per dimension of "
+                   "pod.chips");
+    } else {
+      hw.pod_blocks = blocks->get<std::vector<int>>();
+      for (std::size_t d = 0; d < hw.pod_blocks.size(); ++d)
+        if (hw.pod.shape[d] % hw.pod_blocks[d] != 0)
+          problems.add(f.path_of("optical_blocks"), *blocks,
+                       "a block shape dividing pod.chips " + shape_text(hw.pod.shape));
+    }
+  }
   f.finish();
 }
 
@@ -247,21 +341,27 @@ void check_consistency(const HardwareSpec& hw, Problems& problems) {
     msg << "a value within 1% of cores x mxus x rows x cols x 2 x clock = " << derived_peak;
     problems.add("chip.peak_bf16_flops_per_s_per_chip.value", Json(hw.chip.peak_bf16_flops_per_s), msg.str());
   }
-  if (hw.chip.ici_links != 4) {
+  const int dims = hw.pod.dims();
+  if (hw.chip.ici_links != 2 * dims) {
     problems.add("chip.ici_links_per_chip.value", Json(hw.chip.ici_links),
-                 "4 (one per 2D-torus neighbour; other topologies are not modelled)");
+                 std::to_string(2 * dims) + ": two per dimension of the pod's " + std::to_string(dims) +
+                     "-dimensional torus (pod.chips " + shape_text(hw.pod.shape) + ")");
+  }
+  if (int(hw.chip.host_board_chips.size()) != dims) {
+    problems.add("chip.host_board_chips.value", Json(hw.chip.host_board_chips),
+                 "the chips one host feeds along each of the pod's " + std::to_string(dims) +
+                     " dimensions (pod.chips " + shape_text(hw.pod.shape) + ")");
   }
   for (const auto& [name, s] : hw.slices) {
     const std::string path = "slices." + name;
-    if (s.chips_x > hw.pod.chips_x || s.chips_y > hw.pod.chips_y) {
-      problems.add(path + ".chips", Json::array({s.chips_x, s.chips_y}),
-                   "at most the pod's [" + std::to_string(hw.pod.chips_x) + ", " +
-                       std::to_string(hw.pod.chips_y) + "] chips");
+    if (const std::string problem = slice_shape_problem(hw, s.shape); !problem.empty()) {
+      problems.add(path + ".chips", Json(s.shape), problem);
+      continue;
     }
     bool numbered = false;
     const std::string cores = strip_prefix_number(name, numbered);
     if (numbered && std::stoll(cores) != std::int64_t(s.chips()) * hw.chip.cores) {
-      problems.add(path + ".chips", Json::array({s.chips_x, s.chips_y}),
+      problems.add(path + ".chips", Json(s.shape),
                    "a shape with " + cores + " cores, as the name says (" + std::to_string(hw.chip.cores) +
                        " cores per chip)");
     }
@@ -363,14 +463,15 @@ fs::path hardware_file(const std::string& name_or_path, const fs::path& base_dir
 SliceSpec parse_slice(const Json& value, const std::string& path, const HardwareSpec& hw,
                       Problems& problems) {
   SliceSpec s;
+  const std::string example = hw.pod.dims() == 3
+                                  ? "{\"chips\": [x, y, z], \"wraparound\": [bool, bool, bool]}"
+                                  : "{\"chips\": [x, y], \"wraparound\": [bool, bool]}";
   if (value.is_string()) {
     auto it = hw.slices.find(value.get<std::string>());
     if (it == hw.slices.end()) {
       std::string known;
       for (const auto& [n, _] : hw.slices) known += (known.empty() ? "" : ", ") + n;
-      problems.add(
-          path, value,
-          "a slice of " + hw.name + " (" + known + ") or {\"chips\": [x, y], \"wraparound\": [bool, bool]}");
+      problems.add(path, value, "a slice of " + hw.name + " (" + known + ") or " + example);
       return s;
     }
     return it->second;
@@ -380,13 +481,51 @@ SliceSpec parse_slice(const Json& value, const std::string& path, const Hardware
   read_shape(f, s);
   f.finish();
   s.name = "custom";
-  if (s.chips_x > hw.pod.chips_x || s.chips_y > hw.pod.chips_y) {
-    problems.add(f.path_of("chips"), Json::array({s.chips_x, s.chips_y}),
-                 "at most the " + hw.name + " pod's [" + std::to_string(hw.pod.chips_x) + ", " +
-                     std::to_string(hw.pod.chips_y) + "] chips");
+  if (s.shape.empty()) return s;
+  if (const std::string problem = slice_shape_problem(hw, s.shape); !problem.empty()) {
+    problems.add(f.path_of("chips"), Json(s.shape),
+                 problem + (s.dims() != hw.pod.dims() ? " (e.g. " + example + ")" : ""));
+    return s;
   }
-  if (s.chips_x > 0 && s.chips_y > 0) s.name = std::to_string(s.chips_x) + "x" + std::to_string(s.chips_y);
+  s.name.clear();
+  for (int n : s.shape) s.name += (s.name.empty() ? "" : "x") + std::to_string(n);
   return s;
+}
+
+std::string slice_shape_problem(const HardwareSpec& hw, const std::vector<int>& shape) {
+  const auto& pod = hw.pod.shape;
+  if (shape.size() != pod.size())
+    return std::to_string(pod.size()) + " dimensions, as the " + hw.name + " pod's chips " + shape_text(pod) +
+           " (this shape has " + std::to_string(shape.size()) + ")";
+  bool inside = true;
+  for (std::size_t d = 0; d < shape.size(); ++d) inside = inside && shape[d] <= pod[d];
+  if (hw.pod_blocks.empty())
+    return inside ? "" : "at most the " + hw.name + " pod's " + shape_text(pod) + " chips";
+  bool in_block = true, whole = true;
+  std::int64_t blocks = 1, pod_blocks = 1;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    in_block = in_block && shape[d] <= hw.pod_blocks[d];
+    whole = whole && shape[d] % hw.pod_blocks[d] == 0;
+    blocks *= shape[d] / hw.pod_blocks[d];
+    pod_blocks *= pod[d] / hw.pod_blocks[d];
+  }
+  if (in_block || (whole && blocks <= pod_blocks)) return "";
+  return "a box inside one " + shape_text(hw.pod_blocks) + " block of the " + hw.name +
+         " pod, or whole blocks (each dimension a multiple of the block's), at most the pod's " +
+         std::to_string(pod_blocks) + " blocks";
+}
+
+HardwareSpec device_view(const HardwareSpec& hw, bool megacore) {
+  if (!megacore || hw.chip.cores == 1) return hw;
+  HardwareSpec d = hw;
+  const int n = hw.chip.cores;
+  d.core.tensor_cores = hw.core.tensor_cores * n;
+  d.core.hbm_bytes = hw.core.hbm_bytes * n;
+  d.core.hbm_reserved_bytes = hw.core.hbm_reserved_bytes * n;
+  d.core.hbm_bandwidth_bytes_per_s = hw.core.hbm_bandwidth_bytes_per_s * n;
+  d.core.vmem_bytes = hw.core.vmem_bytes * n;
+  d.chip.cores = 1;
+  return d;
 }
 
 }  // namespace tpusim

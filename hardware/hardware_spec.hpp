@@ -31,7 +31,8 @@ struct MultiPassKernels {
 /// The vector work of MultiPassKernels, by what it computes.
 enum class MultiPass { NormalizationForward, NormalizationBackward, SoftmaxForward, SoftmaxBackward };
 
-/// One TensorCore (a separate device with its own HBM).
+/// One device: a TensorCore with its own HBM (v2, v3, v4 without megacore), or under megacore a
+/// whole chip (`tensor_cores` of them sharing the chip's HBM).
 struct CoreSpec {
   int mxus = 0;                ///< matrix units per core
   int mxu_rows = 0;            ///< systolic array rows (contraction dimension tile)
@@ -40,7 +41,11 @@ struct CoreSpec {
   double clock_hz = 0;         ///< core clock
   int vpu_sublanes = 0;        ///< vector unit shape: sublanes x lanes of 32-bit ALUs
   int vpu_lanes = 0;
+  int vpu_alus_per_lane_sublane = 1;     ///< 32-bit ALUs at each (sublane, lane) position
   double vpu_ops_per_alu_per_cycle = 0;  ///< element operations per ALU per cycle
+  /// TensorCores this device runs on: 1, or the chip's under megacore (their MXUs and vector
+  /// units work as one; the HBM figures below are then the whole chip's).
+  int tensor_cores = 1;
   double hbm_bytes = 0;                  ///< HBM capacity per core
   double hbm_reserved_bytes = 0;         ///< of it, held by the runtime: programs cannot use it
   double hbm_bandwidth_bytes_per_s = 0;  ///< HBM bandwidth per core
@@ -85,11 +90,14 @@ struct CoreSpec {
     return normalization_forward;
   }
 
-  /// MXU peak: mxus x rows x cols MACs x 2 FLOP x clock.
-  double peak_matmul_flops_per_s() const { return double(mxus) * mxu_rows * mxu_cols * 2.0 * clock_hz; }
+  /// MXU peak: tensor cores x mxus x rows x cols MACs x 2 FLOP x clock.
+  double peak_matmul_flops_per_s() const {
+    return double(tensor_cores) * mxus * mxu_rows * mxu_cols * 2.0 * clock_hz;
+  }
   /// VPU peak element operations per second.
   double vector_ops_per_s() const {
-    return double(vpu_sublanes) * vpu_lanes * vpu_ops_per_alu_per_cycle * clock_hz;
+    return double(tensor_cores) * vpu_sublanes * vpu_lanes * vpu_alus_per_lane_sublane *
+           vpu_ops_per_alu_per_cycle * clock_hz;
   }
 };
 
@@ -103,19 +111,27 @@ struct ChipSpec {
   double onchip_bandwidth_bytes_per_s = 0;  ///< core-to-core on the same chip
   double onchip_latency_s = 0;
   double host_link_bandwidth_bytes_per_s = 0;  ///< PCIe to the host, per chip
-  /// The block of chips one host feeds (its board): chips along torus dimensions 0 and 1.
-  int host_board_chips_x = 1, host_board_chips_y = 1;
+  /// The block of chips one host feeds (its board): chips along each torus dimension.
+  std::vector<int> host_board_chips;
+  /// A program can use the chip's TensorCores as one device ("megacore", TPU-v4 on).
+  bool megacore = false;
+  /// Collective algorithms by name (sim/collectives), in order of preference: each collective
+  /// runs the first one that supports its group.
+  std::vector<std::string> collective_algorithms;
   double tdp_w = 0;  ///< thermal design power (information only)
 };
 
-/// A rectangle of chips: the 2D torus (or mesh, where a dimension does not wrap around).
+/// A box of chips: the N-dimensional torus (or mesh, where a dimension does not wrap around).
 struct SliceSpec {
-  std::string name;     ///< e.g. "v3-32"; "custom" for an explicit shape
-  int chips_x = 0;      ///< chips along torus dimension 0
-  int chips_y = 0;      ///< chips along torus dimension 1
-  bool wrap_x = false;  ///< dimension 0 has wrap-around links
-  bool wrap_y = false;
-  int chips() const { return chips_x * chips_y; }
+  std::string name;              ///< e.g. "v3-32"; "4x4" for an explicit shape
+  std::vector<int> shape;        ///< chips along each torus dimension (dimension 0 first)
+  std::vector<bool> wraparound;  ///< whether each dimension has wrap-around links, as described
+  int dims() const { return int(shape.size()); }
+  int chips() const {
+    int n = 1;
+    for (int s : shape) n *= s;
+    return n;
+  }
 };
 
 /// A TPU generation.
@@ -126,6 +142,10 @@ struct HardwareSpec {
   CoreSpec core;
   ChipSpec chip;
   SliceSpec pod;
+  /// Where the pod is built of blocks of chips joined by optical circuit switches (TPU-v4: 4x4x4
+  /// cubes), the block's shape: a slice is then any box of whole blocks, at most the pod's
+  /// number of them (or a box inside one block). Empty: a slice is a box inside the pod.
+  std::vector<int> pod_blocks;
   std::map<std::string, SliceSpec> slices;     ///< by cloud name ("v3-32" = 32 cores)
   std::map<std::string, std::string> sources;  ///< JSON path of each figure -> its source
 };
@@ -158,8 +178,18 @@ Json read_json_file(const std::filesystem::path& file);
 /// Names of the hardware files shipped in configs/hardware.
 std::vector<std::string> shipped_hardware();
 
-/// Resolves a study's `slice`: a slice name of the hardware, or
-/// {"chips": [x, y], "wraparound": [bool, bool]}. Problems are recorded at `path`.
+/// Resolves a study's `slice`: a slice name of the hardware, or {"chips": [x, y, ...],
+/// "wraparound": [bool, bool, ...]} with as many dimensions as the hardware's pod. Problems are
+/// recorded at `path`.
 SliceSpec parse_slice(const Json& value, const std::string& path, const HardwareSpec& hw, Problems& problems);
+
+/// Why a box of chips `shape` is no slice of `hw`'s pod (what a slice must be), or "" when it is
+/// one: as many dimensions as the pod, and inside it (or, with pod_blocks, made of whole blocks).
+std::string slice_shape_problem(const HardwareSpec& hw, const std::vector<int>& shape);
+
+/// The hardware as a study's devices see it: unchanged without megacore; with it, one device per
+/// chip (`chip.cores` = 1) whose core figures are the chip's (`tensor_cores` = the chip's
+/// TensorCores; HBM capacity, reserve, bandwidth and vector memory summed over them).
+HardwareSpec device_view(const HardwareSpec& hw, bool megacore);
 
 }  // namespace tpusim

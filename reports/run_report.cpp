@@ -263,6 +263,15 @@ Json input_json(const RunInfo& info, double device_step) {
   return input;
 }
 
+/// How many collective tasks ran each algorithm (sim/collectives), by name.
+Json collective_algorithm_counts(const sim::TaskGraph& graph, const sim::SimResult& r) {
+  std::map<std::string, int> counts;
+  for (int id = 0; id < graph.size(); ++id)
+    if (std::size_t(id) < r.collective_algorithms.size() && !r.collective_algorithms[std::size_t(id)].empty())
+      ++counts[r.collective_algorithms[std::size_t(id)]];
+  return counts.empty() ? Json::object() : Json(counts);
+}
+
 }  // namespace
 
 Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::SimResult& r) {
@@ -305,10 +314,11 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
   out["overflow"] = overflow_json(graph, r);
   out["hardware"] = info.hardware;
   out["slice"] = Json{{"name", info.slice},
-                      {"chips", {info.chips_x, info.chips_y}},
-                      {"wraparound", {info.wrap_x, info.wrap_y}},
+                      {"chips", info.chips},
+                      {"wraparound", info.wraparound},
                       {"cores", graph.cores()},
                       {"cores_used", a.used.size()}};
+  if (info.megacore) out["slice"]["megacore"] = true;
   out["model"] = Json{
       {"kind", info.model_kind}, {"name", info.model_name}, {"params", info.params}, {"layers", info.layers}};
   out["schedule"] = Json{{"kind", info.schedule}, {"details", details}};
@@ -316,6 +326,7 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
   if (!info.input.is_null()) out["input"] = input_json(info, device_step);
   out["engine"] =
       Json{{"symmetric_collectives", r.symmetric_collectives}, {"flows_simulated", r.flows_simulated}};
+  out["engine"]["collective_algorithms"] = collective_algorithm_counts(graph, r);
   out["cores"] = per_core;
   out["study"] = info.study;
   return out;
@@ -458,7 +469,8 @@ void append_memory_counters(const sim::TaskGraph& graph, const sim::SimResult& r
 
 }  // namespace
 
-Json chrome_trace(const sim::TaskGraph& graph, const sim::SimResult& r, int cores_per_chip) {
+Json chrome_trace(const sim::TaskGraph& graph, const sim::SimResult& r, int cores_per_chip,
+                  const std::vector<std::string>& dimension_names) {
   Json events = Json::array();
   const int chips = graph.cores() / cores_per_chip;
   const int comm_pid = chips;
@@ -473,13 +485,13 @@ Json chrome_trace(const sim::TaskGraph& graph, const sim::SimResult& r, int core
                             {"tid", i},
                             {"name", "thread_name"},
                             {"args", {{"name", "core " + std::to_string(chip * cores_per_chip + i)}}}});
-    const char* dirs[] = {"link +x", "link -x", "link +y", "link -y"};
-    for (int d = 0; d < 4; ++d)
-      events.push_back(Json{{"ph", "M"},
-                            {"pid", chip},
-                            {"tid", 100 + d},
-                            {"name", "thread_name"},
-                            {"args", {{"name", dirs[d]}}}});
+    for (std::size_t d = 0; d < 2 * dimension_names.size(); ++d)
+      events.push_back(Json{
+          {"ph", "M"},
+          {"pid", chip},
+          {"tid", 100 + int(d)},
+          {"name", "thread_name"},
+          {"args", {{"name", std::string("link ") + (d % 2 == 0 ? "+" : "-") + dimension_names[d / 2]}}}});
   }
   events.push_back(Json{{"ph", "M"},
                         {"pid", comm_pid},
@@ -500,18 +512,22 @@ Json chrome_trace(const sim::TaskGraph& graph, const sim::SimResult& r, int core
       e["pid"] = comm_pid;
       e["tid"] = id;
       e["args"] = Json{{"bytes", t.bytes}, {"kind", sim::to_string(t.kind)}};
+      if (std::size_t(id) < r.collective_algorithms.size() &&
+          !r.collective_algorithms[std::size_t(id)].empty())
+        e["args"]["algorithm"] = r.collective_algorithms[std::size_t(id)];
     }
     events.push_back(std::move(e));
   }
   append_memory_counters(graph, r, cores_per_chip, events);
+  const int links_per_chip = 2 * int(dimension_names.size());
   for (const auto& f : r.flows) {
     for (int link : f.links) {
       events.push_back(
           Json{{"ph", "X"},
                {"name", graph.task(f.task).name},
                {"cat", "flow"},
-               {"pid", link / 4},
-               {"tid", 100 + link % 4},
+               {"pid", link / links_per_chip},
+               {"tid", 100 + link % links_per_chip},
                {"ts", f.start_s * 1e6},
                {"dur", (f.end_s - f.start_s) * 1e6},
                {"args", {{"bytes", f.bytes}, {"from_core", f.src_core}, {"to_core", f.dst_core}}}});

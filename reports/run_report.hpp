@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "sim/result.hpp"
 #include "sim/task_graph.hpp"
@@ -15,12 +16,14 @@ using Json = nlohmann::json;
 
 /// What the reports need to know about the study beyond the simulation itself.
 struct RunInfo {
-  Json study;            ///< the resolved study, echoed into result.json
-  std::string hardware;  ///< hardware name
-  std::string slice;     ///< slice name
-  int chips_x = 0, chips_y = 0;
-  bool wrap_x = false, wrap_y = false;
-  int cores_per_chip = 1;
+  Json study;                                ///< the resolved study, echoed into result.json
+  std::string hardware;                      ///< hardware name
+  std::string slice;                         ///< slice name
+  std::vector<int> chips;                    ///< chips along each torus dimension
+  std::vector<bool> wraparound;              ///< whether each dimension wraps around, as described
+  std::vector<std::string> dimension_names;  ///< "x", "y", "z", ...
+  int cores_per_chip = 1;                    ///< devices per chip (1 under megacore)
+  bool megacore = false;                     ///< a device is a whole chip
   std::string model_kind, model_name;
   std::int64_t params = 0;
   std::int64_t layers = 0;
@@ -49,9 +52,10 @@ std::string report_markdown(const Json& result);
 std::string summary_text(const Json& result);
 
 /// Chrome trace event format (chrome://tracing, ui.perfetto.dev): a process per chip with a
-/// track per core (compute) and per outgoing link (flows, when recorded), and a process for
-/// collectives and transfers.
-Json chrome_trace(const sim::TaskGraph& graph, const sim::SimResult& result, int cores_per_chip);
+/// track per core (compute) and per outgoing link (flows, when recorded; two per torus dimension,
+/// named from `dimension_names`), and a process for collectives and transfers.
+Json chrome_trace(const sim::TaskGraph& graph, const sim::SimResult& result, int cores_per_chip,
+                  const std::vector<std::string>& dimension_names);
 
 /// "1.50 GiB", "12.3 MiB" ...
 std::string human_bytes(double bytes);

@@ -32,8 +32,8 @@ struct HostInput {
   double bound_s() const { return std::max(infeed_s, preparation_s); }
 };
 
-/// The host feeding `chip` (chips numbered x fastest): hosts own blocks of
-/// host_board_chips_x x host_board_chips_y chips, numbered x fastest too.
+/// The host feeding chip `index` (chips numbered dimension 0 fastest): hosts own blocks of
+/// chip.host_board_chips chips, numbered dimension 0 fastest too.
 int host_of_chip(const SliceSpec& slice, const ChipSpec& chip, int index);
 
 /// The hosts' work per step for `input` (Schedule::input: what each core reads), with

@@ -4,8 +4,9 @@
 #include <numeric>
 #include <set>
 
+#include "hardware/topology.hpp"
 #include "schedules/mesh_lowering.hpp"
-#include "sim/collective_plan.hpp"
+#include "sim/collectives/collective_algorithm.hpp"
 
 namespace tpusim {
 
@@ -13,9 +14,12 @@ using namespace mesh;
 
 MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
   if (const Json* mesh = f.value("mesh")) read_mesh(*mesh, f.path_of("mesh"), study, problems);
-  axis_sizes_[0] = study.hardware.chip.cores;
-  axis_sizes_[1] = study.slice.chips_x;
-  axis_sizes_[2] = study.slice.chips_y;
+  axis_sizes_ = {study.hardware.chip.cores};
+  axis_names_ = {"core"};
+  for (int d = 0; d < study.slice.dims(); ++d) {
+    axis_sizes_.push_back(study.slice.shape[std::size_t(d)]);
+    axis_names_.push_back(Topology::dimension_name(d));
+  }
   if (const Json* placement = f.optional("placement"))
     read_placement(*placement, f.path_of("placement"), study, problems);
   weight_update_ = f.string_or("weight_update", "replicated", {"replicated", "sharded"});
@@ -119,16 +123,17 @@ void MeshSchedule::read_layout(const Json& layout, const std::string& path,
 
 void MeshSchedule::read_axes(const Json& placement, const std::string& path, const Study& study,
                              Problems& problems) {
-  static const char* names[3] = {"core", "x", "y"};
-  const std::string expected = "the torus axes this mesh dimension spans, fastest first: \"core\" (the " +
-                               std::to_string(axis_sizes_[0]) + " cores of a chip), \"x\" (" +
-                               std::to_string(axis_sizes_[1]) + " chips), \"y\" (" +
-                               std::to_string(axis_sizes_[2]) + " chips), or [axis, part size]";
+  std::string expected = "the torus axes this mesh dimension spans, fastest first: \"core\" (the " +
+                         std::to_string(axis_sizes_[0]) + " cores of a chip)";
+  for (std::size_t a = 1; a < axis_sizes_.size(); ++a)
+    expected += ", \"" + axis_names_[a] + "\" (" + std::to_string(axis_sizes_[a]) + " chips)";
+  expected += ", or [axis, part size]";
   for (auto it = placement.begin(); it != placement.end(); ++it)
     if (std::none_of(mesh_.begin(), mesh_.end(), [&](const auto& m) { return m.first == it.key(); }))
       problems.add(path + "." + it.key(), it.value(),
                    "a mesh dimension's torus axes (no mesh dimension " + it.key() + ")");
-  int next_stride[3] = {1, 1, 1};
+  const int axes = int(axis_sizes_.size());
+  std::vector<int> next_stride(axis_sizes_.size(), 1);
   for (const auto& [name, size] : mesh_) {
     const std::string at = path + "." + name;
     auto it = placement.find(name);
@@ -144,9 +149,10 @@ void MeshSchedule::read_axes(const Json& placement, const std::string& path, con
       const std::string axis_name = e.is_string() ? e.get<std::string>()
                                     : pair        ? e[0].get<std::string>()
                                                   : "";
-      const int axis = int(std::find(names, names + 3, axis_name) - names);
+      const int axis =
+          int(std::find(axis_names_.begin(), axis_names_.end(), axis_name) - axis_names_.begin());
       // A part larger than its axis cannot fit (and must not be narrowed to an int first).
-      if (axis == 3 ||
+      if (axis == axes ||
           (pair && (e[1].get<std::int64_t>() < 1 || e[1].get<std::int64_t>() > axis_sizes_[axis]))) {
         problems.add(index_path(at, i), e, expected);
         return;
@@ -172,12 +178,12 @@ void MeshSchedule::read_axes(const Json& placement, const std::string& path, con
     }
     axes_.push_back(std::move(parts));
   }
-  for (int a = 0; a < 3 && problems.empty(); ++a)
+  for (int a = 0; a < axes && problems.empty(); ++a)
     if (next_stride[a] != axis_sizes_[a])
       problems.add(path, placement,
-                   std::string("a placement using all of axis ") + names[a] + " (" +
-                       std::to_string(axis_sizes_[a]) + " positions; it uses " +
-                       std::to_string(next_stride[a]) + ") on slice " + study.slice.name);
+                   "a placement using all of axis " + axis_names_[a] + " (" + std::to_string(axis_sizes_[a]) +
+                       " positions; it uses " + std::to_string(next_stride[a]) + ") on slice " +
+                       study.slice.name);
 }
 
 int MeshSchedule::split(const std::string& dim) const {
@@ -191,8 +197,10 @@ int MeshSchedule::split(const std::string& dim) const {
 std::vector<int> MeshSchedule::coords(int core) const {
   std::vector<int> c(mesh_.size());
   if (!axes_.empty()) {
-    const int physical[3] = {core % axis_sizes_[0], (core / axis_sizes_[0]) % axis_sizes_[1],
-                             core / axis_sizes_[0] / axis_sizes_[1]};
+    std::vector<int> physical(axis_sizes_.size());
+    for (std::size_t a = 0, rest = std::size_t(core); a < axis_sizes_.size();
+         rest /= std::size_t(axis_sizes_[a]), ++a)
+      physical[a] = int(rest % std::size_t(axis_sizes_[a]));
     for (std::size_t m = 0; m < mesh_.size(); ++m) {
       int radix = 1;
       for (const auto& part : axes_[m]) {
@@ -211,7 +219,7 @@ std::vector<int> MeshSchedule::coords(int core) const {
 
 int MeshSchedule::core_at(const std::vector<int>& c) const {
   if (!axes_.empty()) {
-    int physical[3] = {0, 0, 0};
+    std::vector<int> physical(axis_sizes_.size(), 0);
     for (std::size_t m = 0; m < mesh_.size(); ++m) {
       int rest = c[m];
       for (const auto& part : axes_[m]) {
@@ -219,7 +227,9 @@ int MeshSchedule::core_at(const std::vector<int>& c) const {
         rest /= part.size;
       }
     }
-    return physical[0] + axis_sizes_[0] * (physical[1] + axis_sizes_[1] * physical[2]);
+    int core = 0;
+    for (std::size_t a = axis_sizes_.size(); a-- > 0;) core = core * axis_sizes_[a] + physical[a];
+    return core;
   }
   int core = 0;
   for (std::size_t k = 0; k < c.size(); ++k) core = core * mesh_[k].second + c[k];
@@ -263,11 +273,10 @@ Json MeshSchedule::resolved() const {
     order.push_back(name);
   }
   if (!axes_.empty()) {
-    static const char* names[3] = {"core", "x", "y"};
     order = Json::object();
     for (std::size_t m = 0; m < mesh_.size(); ++m)
       for (const auto& part : axes_[m])
-        order[mesh_[m].first].push_back(Json::array({names[part.axis], part.size}));
+        order[mesh_[m].first].push_back(Json::array({axis_names_[std::size_t(part.axis)], part.size}));
   }
   return Json{{"kind", "mesh"},
               {"mesh", mesh},
@@ -715,48 +724,55 @@ std::vector<LayerProgram> MeshSchedule::programs(const Study& study) const {
 }
 
 Json MeshSchedule::placement_details(const Study& study) const {
+  // The axes as the report names them: the cores of a chip, then the torus dimensions.
+  std::vector<std::string> axis_labels = axis_names_;
+  axis_labels[0] = "cores of a chip";
   Json mapping = Json::array();
   int stride = 1;
   for (std::size_t i = mesh_.size(); i-- > 0 && axes_.empty();) {
-    const int cpc = study.hardware.chip.cores;
     const int first = stride,
               span = stride * mesh_[i].second;  // core-index digits this mesh dimension covers
     std::vector<std::string> axes;
-    if (first < cpc) axes.push_back("cores of a chip");
-    const int chip_first = std::max(1, first / cpc), chip_span = std::max(1, span / cpc);
-    if (chip_span > 1 && chip_first < study.slice.chips_x) axes.push_back("x");
-    if (chip_span > study.slice.chips_x) axes.push_back("y");
+    int below = 1;  // positions of the axes before this one, in core-index digits
+    for (std::size_t a = 0; a < axis_sizes_.size(); ++a) {
+      // An axis is spanned when the dimension's digits reach past its first position and start
+      // before its end.
+      if (span > below && first < below * axis_sizes_[a] && axis_sizes_[a] > 1)
+        axes.push_back(axis_labels[a]);
+      below *= axis_sizes_[a];
+    }
     mapping.push_back(Json{
         {"mesh_dim", mesh_[i].first}, {"size", mesh_[i].second}, {"core_stride", stride}, {"spans", axes}});
     stride = span;
   }
   std::reverse(mapping.begin(), mapping.end());
   for (std::size_t m = 0; m < axes_.size(); ++m) {
-    static const char* axis_names[3] = {"cores of a chip", "x", "y"};
     Json spans = Json::array(), parts = Json::array();
     for (const auto& part : axes_[m]) {
-      if (part.size > 1 && std::find(spans.begin(), spans.end(), axis_names[part.axis]) == spans.end())
-        spans.push_back(axis_names[part.axis]);
-      parts.push_back(Json{{"axis", axis_names[part.axis]}, {"size", part.size}, {"stride", part.stride}});
+      const std::string& label = axis_labels[std::size_t(part.axis)];
+      if (part.size > 1 && std::find(spans.begin(), spans.end(), label) == spans.end())
+        spans.push_back(label);
+      parts.push_back(Json{{"axis", label}, {"size", part.size}, {"stride", part.stride}});
     }
     mapping.push_back(
         Json{{"mesh_dim", mesh_[m].first}, {"size", mesh_[m].second}, {"spans", spans}, {"parts", parts}});
   }
   // What a collective over each mesh dimension costs in distance: the chips its first group
   // spans and the most torus hops between neighbours of the rings an all-reduce runs on.
-  const Torus torus(study.slice.chips_x, study.slice.chips_y, study.slice.wrap_x, study.slice.wrap_y);
+  const Topology topology(study.slice);
+  const int cpc = study.hardware.chip.cores;
   for (auto& m : mapping) {
     const auto group = groups({m["mesh_dim"].get<std::string>()}).front();
     std::set<int> chips;
-    for (int c : group) chips.insert(c / study.hardware.chip.cores);
+    for (int c : group) chips.insert(c / cpc);
     int hops = 0;
-    for (const auto& phase :
-         sim::plan_collective(torus, study.hardware.chip.cores, sim::CollectiveOp::AllReduce, group, 1e6))
+    const auto& algorithm = sim::collective_algorithm_for(study.hardware.chip.collective_algorithms, topology,
+                                                          cpc, sim::CollectiveOp::AllReduce, group);
+    for (const auto& phase : algorithm.plan(topology, cpc, sim::CollectiveOp::AllReduce, group, 1e6))
       for (const auto& ring : phase.rings)
         for (std::size_t i = 0; i < ring.cores.size(); ++i) {
-          const int from = ring.cores[i] / study.hardware.chip.cores,
-                    to = ring.cores[(i + 1) % ring.cores.size()] / study.hardware.chip.cores;
-          hops = std::max(hops, torus.hops(from, to));
+          const int from = ring.cores[i] / cpc, to = ring.cores[(i + 1) % ring.cores.size()] / cpc;
+          hops = std::max(hops, topology.hops(from, to));
         }
     m["group_chips"] = chips.size();
     m["max_ring_hops"] = hops;

@@ -52,7 +52,8 @@ class MeshSchedule : public Schedule {
   }
 
  private:
-  /// A torus axis (0: the cores of a chip, 1: x, 2: y), or the part of one starting at `stride`.
+  /// A torus axis (0: the cores of a chip, 1 + d: torus dimension d), or the part of one
+  /// starting at `stride`.
   struct AxisPart {
     int axis = 0;
     int stride = 1, size = 1;
@@ -70,7 +71,8 @@ class MeshSchedule : public Schedule {
 
   std::vector<std::pair<std::string, int>> mesh_;  ///< placement order: the last varies fastest over cores
   std::vector<std::vector<AxisPart>> axes_;    ///< per mesh dimension, fastest first; empty: by core order
-  int axis_sizes_[3] = {1, 1, 1};              ///< cores per chip, chips along x, chips along y
+  std::vector<int> axis_sizes_;                ///< cores per chip, then chips along each dimension
+  std::vector<std::string> axis_names_;        ///< "core", then the torus dimensions' names
   std::map<std::string, std::string> layout_;  ///< tensor dimension -> mesh dimension
   std::string weight_update_ = "replicated";
   int batch_norm_group_ = 1;  ///< replicas along the batch's mesh dimension sharing batch-norm statistics

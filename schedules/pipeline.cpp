@@ -2,7 +2,7 @@
 
 #include <set>
 
-#include "hardware/torus.hpp"
+#include "hardware/topology.hpp"
 #include "schedules/mesh_lowering.hpp"
 #include "schedules/partitioner.hpp"
 
@@ -42,29 +42,47 @@ std::vector<Item> stage_program(Pipeline::Order order, int stage, int stages, in
 
 }  // namespace
 
+namespace {
+
+/// A block shape tiling `shape` from dimension `dim` on with `chips` chips: along each dimension
+/// as many chips as divide both what is left and the dimension (the widest first). Empty when
+/// there is none.
+std::vector<int> tiling_block(const std::vector<int>& shape, std::size_t dim, int chips) {
+  if (dim + 1 == shape.size()) return shape[dim] % chips == 0 ? std::vector<int>{chips} : std::vector<int>{};
+  for (int w = std::min(shape[dim], chips); w >= 1; --w) {
+    if (shape[dim] % w != 0 || chips % w != 0) continue;
+    auto rest = tiling_block(shape, dim + 1, chips / w);
+    if (rest.empty()) continue;
+    rest.insert(rest.begin(), w);
+    return rest;
+  }
+  return {};
+}
+
+}  // namespace
+
 std::vector<int> pipeline_core_order(const SliceSpec& slice, int cores_per_chip, int chips_per_pipeline) {
-  const Torus torus(slice);
-  const int X = slice.chips_x, Y = slice.chips_y;
-  int px = 0, py = 0;
-  for (int w = std::min(X, chips_per_pipeline); w >= 1 && px == 0; --w) {
-    if (X % w == 0 && chips_per_pipeline % w == 0 && Y % (chips_per_pipeline / w) == 0) {
-      px = w;
-      py = chips_per_pipeline / w;
-    }
-  }
-  if (px == 0) {  // no tiling: one snake over the whole slice
-    px = X;
-    py = Y;
-  }
+  const Topology topology(slice);
+  std::vector<int> block = tiling_block(slice.shape, 0, chips_per_pipeline);
+  if (block.empty()) block = slice.shape;  // no tiling: one snake over the whole slice
+  std::vector<int> blocks(block.size());   // blocks along each dimension
+  int count = 1;
+  for (std::size_t d = 0; d < block.size(); ++d) count *= blocks[d] = slice.shape[d] / block[d];
   std::vector<int> order;
-  for (int by = 0; by < Y / py; ++by)
-    for (int bx = 0; bx < X / px; ++bx)
-      for (int y = 0; y < py; ++y)
-        for (int i = 0; i < px; ++i) {
-          const int x = (y % 2 == 0) ? i : px - 1 - i;
-          const int chip = torus.rank(Coord{bx * px + x, by * py + y});
-          for (int c = 0; c < cores_per_chip; ++c) order.push_back(chip * cores_per_chip + c);
-        }
+  for (int b = 0; b < count; ++b) {
+    std::vector<int> origin(block.size());
+    for (std::size_t d = 0, rest = std::size_t(b); d < block.size(); rest /= std::size_t(blocks[d]), ++d)
+      origin[d] = int(rest % std::size_t(blocks[d])) * block[d];
+    std::vector<int> chips;
+    const Topology inside(block, std::vector<bool>(block.size(), false));
+    for (int i = 0; i < inside.chips(); ++i) {
+      std::vector<int> c = inside.coord(i);
+      for (std::size_t d = 0; d < c.size(); ++d) c[d] += origin[d];
+      chips.push_back(topology.rank(c));
+    }
+    for (int chip : topology.snake_order(chips))
+      for (int c = 0; c < cores_per_chip; ++c) order.push_back(chip * cores_per_chip + c);
+  }
   return order;
 }
 

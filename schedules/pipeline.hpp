@@ -80,9 +80,10 @@ class Pipeline : public Schedule {
   }
 };
 
-/// Cores in the order "auto" placement fills them: the torus tiled by rectangles of
-/// `chips_per_pipeline` chips (as wide as the slice allows), each walked as a snake so that
-/// consecutive cores are on the same or neighbouring chips, both cores of a chip first.
+/// Cores in the order "auto" placement fills them: the torus tiled by boxes of
+/// `chips_per_pipeline` chips (as wide along dimension 0 as the slice allows, then dimension 1,
+/// ...), each walked as a snake so that consecutive cores are on the same or neighbouring chips,
+/// all cores of a chip first.
 std::vector<int> pipeline_core_order(const SliceSpec& slice, int cores_per_chip, int chips_per_pipeline);
 
 }  // namespace tpusim

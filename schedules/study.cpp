@@ -1,5 +1,7 @@
 #include "schedules/study.hpp"
 
+#include "sim/collectives/collective_algorithm.hpp"
+
 namespace tpusim {
 
 void apply_override(Json& study, const std::string& assignment) {
@@ -135,6 +137,25 @@ void parse_schedule(const Json& schedule, Study& study, Problems& problems) {
   f.finish();
 }
 
+/// The hardware's collective algorithms must be registered names (the hardware layer cannot know
+/// them), and "megacore" what its chips allow; then the study sees the hardware as its devices.
+void parse_devices(Fields& top, Study& study, Problems& problems) {
+  const ChipSpec& chip = study.hardware.chip;
+  const std::string problem = sim::collective_algorithms_problem(chip.collective_algorithms);
+  if (!problem.empty())
+    problems.add("hardware(" + study.hardware.file + ").chip.collective_algorithms.value",
+                 Json(chip.collective_algorithms), problem);
+  study.megacore = top.boolean_or("megacore", chip.megacore);
+  if (study.megacore && !chip.megacore) {
+    problems.add("megacore", Json(true),
+                 "false: " + study.hardware.name +
+                     " chips cannot run one program on their TensorCores as one device (its chip.megacore is "
+                     "false: each TensorCore is a device with its own HBM)");
+    study.megacore = false;
+  }
+  study.hardware = device_view(study.hardware, study.megacore);
+}
+
 }  // namespace
 
 Study parse_study(const Json& json, const std::string& context, const std::filesystem::path& base_dir) {
@@ -149,6 +170,7 @@ Study parse_study(const Json& json, const std::string& context, const std::files
   top.string_or("schema", "tpusim.study/1", {"tpusim.study/1"});
   const Json* hw = top.value("hardware");
   const bool have_hardware = hw && parse_study_hardware(*hw, base_dir, study, problems);
+  if (have_hardware) parse_devices(top, study, problems);
   if (const Json* slice = top.value("slice"); slice && have_hardware) {
     study.slice = parse_slice(*slice, "slice", study.hardware, problems);
   }

@@ -61,7 +61,12 @@ const std::map<std::string, ScheduleFactory>& schedule_registry();
 struct Study {
   std::string file;  ///< where it came from ("" if built in memory)
   Json json;         ///< the study after overrides, as given
+  /// The hardware as the study's devices see it (device_view): a core is a device, a TensorCore
+  /// or, under megacore, a whole chip.
   HardwareSpec hardware;
+  /// Study key "megacore": a device is a whole chip (its TensorCores as one). Defaults to what
+  /// the hardware's chips allow (chip.megacore).
+  bool megacore = false;
   /// The hardware file's JSON that `hardware` was parsed from, the study's in-place overrides
   /// applied (what a changed copy of the study's hardware starts from).
   Json hardware_json;
@@ -82,6 +87,7 @@ struct Study {
   /// null: each step builder computes its own.
   std::shared_ptr<LayerCostCache> layer_costs;
 
+  /// Devices of the slice: chips x devices per chip.
   int cores() const { return slice.chips() * hardware.chip.cores; }
 };
 

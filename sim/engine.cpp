@@ -9,8 +9,8 @@
 #include <simgrid/s4u.hpp>
 
 #include "hardware/errors.hpp"
-#include "hardware/torus.hpp"
-#include "sim/collective_plan.hpp"
+#include "hardware/topology.hpp"
+#include "sim/symmetry.hpp"
 
 namespace tpusim::sim {
 namespace sg = simgrid::s4u;
@@ -41,32 +41,36 @@ std::unique_ptr<sg::Engine> make_engine() {
   return engine;
 }
 
-/// The slice as a SimGrid platform: hosts per core, directed ICI and on-chip links, and
-/// routes for the core pairs that will talk.
+/// The slice as a SimGrid platform: hosts per core, directed ICI links (the hardware's bandwidth
+/// times the network state's scale of each) and on-chip links, and routes for the core pairs
+/// that will talk.
 class Platform {
  public:
-  Platform(const HardwareSpec& hw, const SliceSpec& slice) : torus_(slice), cpc_(hw.chip.cores) {
+  Platform(const HardwareSpec& hw, const SliceSpec& slice, const NetworkState& network)
+      : topology_(slice), cpc_(hw.chip.cores) {
     zone_ = sg::create_full_zone("ici");
-    const int cores = torus_.chips() * cpc_;
-    hosts_.resize(cores);
-    for (int c = 0; c < cores; ++c) hosts_[c] = zone_->create_host("core" + std::to_string(c), 1e12)->seal();
-    links_.assign(std::size_t(torus_.chips()) * 4, nullptr);
-    for (int r = 0; r < torus_.chips(); ++r)
-      for (int d = 0; d < 4; ++d)
-        if (torus_.link_exists(r, Direction(d))) {
-          links_[Torus::link_id(r, Direction(d))] =
-              zone_
-                  ->create_link("ici" + std::to_string(r) + "_" + std::to_string(d),
-                                hw.chip.ici_bandwidth_bytes_per_s)
-                  ->set_latency(hw.chip.ici_latency_s)
-                  ->seal();
-        }
-    onchip_.assign(std::size_t(cores) * cpc_, nullptr);
-    for (int r = 0; r < torus_.chips(); ++r)
+    const int cores = topology_.chips() * cpc_;
+    hosts_.resize(std::size_t(cores));
+    for (int c = 0; c < cores; ++c)
+      hosts_[std::size_t(c)] = zone_->create_host("core" + std::to_string(c), 1e12)->seal();
+    links_.assign(std::size_t(topology_.link_id_bound()), nullptr);
+    for (int id = 0; id < topology_.link_id_bound(); ++id) {
+      const int r = topology_.link_source(id);
+      const LinkDirection d = topology_.link_direction(id);
+      if (!topology_.link_exists(r, d)) continue;
+      links_[std::size_t(id)] =
+          zone_
+              ->create_link("ici" + std::to_string(r) + "_" + std::to_string(id % topology_.links_per_chip()),
+                            hw.chip.ici_bandwidth_bytes_per_s * network.link_scale(id))
+              ->set_latency(hw.chip.ici_latency_s)
+              ->seal();
+    }
+    onchip_.assign(std::size_t(cores) * std::size_t(cpc_), nullptr);
+    for (int r = 0; r < topology_.chips(); ++r)
       for (int i = 0; i < cpc_; ++i)
         for (int j = 0; j < cpc_; ++j)
           if (i != j) {
-            onchip_[std::size_t(r * cpc_ + i) * cpc_ + j] =
+            onchip_[std::size_t(r * cpc_ + i) * std::size_t(cpc_) + std::size_t(j)] =
                 zone_
                     ->create_link(
                         "chip" + std::to_string(r) + "_" + std::to_string(i) + "to" + std::to_string(j),
@@ -81,21 +85,21 @@ class Platform {
     std::vector<sg::LinkInRoute> route;
     const int sc = src / cpc_, dc = dst / cpc_;
     if (sc == dc) {
-      route.emplace_back(onchip_[std::size_t(src) * cpc_ + dst % cpc_]);
+      route.emplace_back(onchip_[std::size_t(src) * std::size_t(cpc_) + std::size_t(dst % cpc_)]);
     } else {
-      for (int id : torus_.route(sc, dc)) route.emplace_back(links_[id]);
+      for (int id : topology_.route(sc, dc)) route.emplace_back(links_[std::size_t(id)]);
     }
-    zone_->add_route(hosts_[src]->get_netpoint(), hosts_[dst]->get_netpoint(), nullptr, nullptr, route,
-                     false);
+    zone_->add_route(hosts_[std::size_t(src)]->get_netpoint(), hosts_[std::size_t(dst)]->get_netpoint(),
+                     nullptr, nullptr, route, false);
   }
 
   void seal() { zone_->seal(); }
-  sg::Host* host(int core) const { return hosts_[core]; }
-  const Torus& torus() const { return torus_; }
+  sg::Host* host(int core) const { return hosts_[std::size_t(core)]; }
+  const Topology& topology() const { return topology_; }
   int cores_per_chip() const { return cpc_; }
 
  private:
-  Torus torus_;
+  Topology topology_;
   int cpc_;
   sg::NetZone* zone_ = nullptr;
   std::vector<sg::Host*> hosts_;
@@ -118,28 +122,35 @@ constexpr long kReservedMappings = 2048;
 class Runner {
  public:
   Runner(const TaskGraph& g, const HardwareSpec& hw, const SliceSpec& slice, const EngineOptions& opt)
-      : g_(g), opt_(opt), platform_(hw, slice), memory_(g.cores(), hw.core.usable_hbm_bytes()) {
+      : g_(g),
+        opt_(opt),
+        platform_(hw, slice, opt.network),
+        planner_(platform_.topology(), hw.chip.cores, hw.chip.collective_algorithms),
+        memory_(g.cores(), hw.core.usable_hbm_bytes()) {
     // Each actor's stack is a mapping and a guard page.
     actor_limit_ = opt.max_simultaneous_actors > 0 ? opt.max_simultaneous_actors
                                                    : (max_memory_mappings() - kReservedMappings) / 2;
     const int n = g.size();
-    remaining_.resize(n);
-    for (int id = 0; id < n; ++id) remaining_[id] = g.in_degree(id);
-    waiting_.assign(g.cores(), -1);
+    remaining_.resize(std::size_t(n));
+    for (int id = 0; id < n; ++id) remaining_[std::size_t(id)] = g.in_degree(id);
+    waiting_.assign(std::size_t(g.cores()), -1);
     for (int c = 0; c < g.cores(); ++c) semaphores_.push_back(sg::Semaphore::create(0));
-    result_.tasks.assign(n, TaskTiming{});
-    result_.cores.assign(g.cores(), CoreStats{});
-    for (int c = 0; c < g.cores(); ++c) memory_.set_resident(c, g.resident()[c]);
+    result_.tasks.assign(std::size_t(n), TaskTiming{});
+    result_.cores.assign(std::size_t(g.cores()), CoreStats{});
+    for (int c = 0; c < g.cores(); ++c) memory_.set_resident(c, g.resident()[std::size_t(c)]);
+    speed_.resize(std::size_t(g.cores()));
+    for (int c = 0; c < g.cores(); ++c) speed_[std::size_t(c)] = opt.network.chip_scale(c / hw.chip.cores);
 
-    bool symmetric = opt.symmetric_collectives;
-    for (int id = 0; id < n; ++id) {
-      const Task& t = g.task(id);
-      if (t.kind == TaskKind::Transfer) symmetric = false;
-      if (t.kind == TaskKind::Collective && int(t.members().size()) != g.cores()) symmetric = false;
-    }
-    if (symmetric) symmetric = families_are_independent(g);
+    SymmetryProof proof;
+    if (opt.symmetric_collectives)
+      proof = prove_symmetry(g, planner_, opt.network);
+    else
+      proof.reason = "none: asked for the full simulation";
+    const bool symmetric = proof.exact;
     result_.symmetric_collectives = symmetric;
-    plans_.resize(n);
+    result_.symmetry = symmetric ? "representative rings" : proof.reason;
+    plans_.resize(std::size_t(n));
+    result_.collective_algorithms.assign(std::size_t(n), std::string());
     for (int id = 0; id < n; ++id) {
       const Task& t = g.task(id);
       if (t.kind == TaskKind::Transfer) platform_.add_route(t.src_core, t.dst_core);
@@ -148,21 +159,23 @@ class Runner {
       auto groups = t.collective_groups();
       if (symmetric) {
         std::vector<std::vector<int>> cluster;
-        for (std::size_t gi : representatives_.at(groups)) cluster.push_back(groups[gi]);
+        for (std::size_t gi : proof.representatives.at(groups)) cluster.push_back(groups[gi]);
         groups = std::move(cluster);
       }
+      auto& plan = plans_[std::size_t(id)];
       for (const auto& group : groups) {
-        auto plan = plan_collective(platform_.torus(), platform_.cores_per_chip(), t.op, group, t.bytes);
-        if (plans_[id].size() < plan.size()) plans_[id].resize(plan.size());
-        for (std::size_t p = 0; p < plan.size(); ++p) {
-          if (plans_[id][p].name.empty()) plans_[id][p].name = plan[p].name;
-          for (auto& ring : plan[p].rings) plans_[id][p].rings.push_back(std::move(ring));
+        const CollectiveAlgorithm& algorithm = planner_.algorithm(t.op, group);
+        add_algorithm_name(result_.collective_algorithms[std::size_t(id)], algorithm.name());
+        auto group_plan =
+            algorithm.plan(platform_.topology(), platform_.cores_per_chip(), t.op, group, t.bytes);
+        if (plan.size() < group_plan.size()) plan.resize(group_plan.size());
+        for (std::size_t p = 0; p < group_plan.size(); ++p) {
+          if (plan[p].name.empty()) plan[p].name = group_plan[p].name;
+          for (auto& ring : group_plan[p].rings) plan[p].rings.push_back(std::move(ring));
         }
       }
-      for (auto& phase : plans_[id]) {
-        if (symmetric) {
-          std::erase_if(phase.rings, [](const PlannedRing& r) { return !r.representative; });
-        }
+      for (auto& phase : plan) {
+        if (symmetric) std::erase_if(phase.rings, [](const PlannedRing& r) { return !r.representative; });
         for (const auto& ring : phase.rings)
           for (std::size_t i = 0; i < ring.cores.size(); ++i)
             platform_.add_route(ring.cores[i], ring.cores[(i + 1) % ring.cores.size()]);
@@ -171,109 +184,15 @@ class Runner {
     platform_.seal();
   }
 
-  /// What each group of a collective occupies: the links its rings use (on-chip hops as
-  /// negative ids) and its shape (ring sizes, chunks, steps and hop counts), which congruent
-  /// groups share.
-  struct Footprints {
-    std::vector<std::set<long long>> links;
-    std::vector<std::vector<double>> shapes;
-  };
-  Footprints footprints(const Task& t, const std::vector<std::vector<int>>& groups) const {
-    const Torus& torus = platform_.torus();
-    const int cpc = platform_.cores_per_chip();
-    Footprints f{std::vector<std::set<long long>>(groups.size()),
-                 std::vector<std::vector<double>>(groups.size())};
-    for (std::size_t gi = 0; gi < groups.size(); ++gi)
-      for (const auto& phase : plan_collective(torus, cpc, t.op, groups[gi], t.bytes))
-        for (const auto& ring : phase.rings) {
-          f.shapes[gi].insert(f.shapes[gi].end(),
-                              {double(ring.cores.size()), ring.chunk_bytes, double(ring.steps)});
-          for (std::size_t i = 0; i < ring.cores.size(); ++i) {
-            const int a = ring.cores[i], b = ring.cores[(i + 1) % ring.cores.size()];
-            const auto route = torus.route(a / cpc, b / cpc);
-            f.shapes[gi].push_back(double(route.size()));
-            if (a / cpc == b / cpc) f.links[gi].insert(-1 - (long long)(a)*cpc - b % cpc);  // on-chip a -> b
-            for (int l : route) f.links[gi].insert(l);
-          }
-        }
-    return f;
-  }
-
-  /// Groups joined by a shared link (union-find over groups), each cluster's groups in order.
-  static std::map<std::size_t, std::vector<std::size_t>> clusters(
-      const std::vector<std::set<long long>>& links) {
-    std::vector<std::size_t> parent(links.size());
-    for (std::size_t i = 0; i < parent.size(); ++i) parent[i] = i;
-    auto root = [&](std::size_t i) {
-      while (parent[i] != i) i = parent[i] = parent[parent[i]];
-      return i;
-    };
-    std::map<long long, std::size_t> owner;
-    for (std::size_t gi = 0; gi < links.size(); ++gi)
-      for (long long l : links[gi]) {
-        auto [it, fresh] = owner.emplace(l, gi);
-        if (!fresh) parent[root(gi)] = root(it->second);
-      }
-    std::map<std::size_t, std::vector<std::size_t>> c;
-    for (std::size_t gi = 0; gi < links.size(); ++gi) c[root(gi)].push_back(gi);
-    return c;
-  }
-
-  /// Whether every cluster is congruent with the first (as many groups, the same shapes).
-  static bool congruent(const std::map<std::size_t, std::vector<std::size_t>>& clusters,
-                        const std::vector<std::vector<double>>& shapes) {
-    const auto& first = clusters.begin()->second;
-    for (const auto& [r, members] : clusters) {
-      if (members.size() != first.size()) return false;
-      for (std::size_t k = 0; k < members.size(); ++k)
-        if (shapes[members[k]] != shapes[first[k]]) return false;
+  /// Adds `name` to a task's "a+b" list of the algorithms its groups ran, once.
+  static void add_algorithm_name(std::string& names, const std::string& name) {
+    std::size_t at = 0;
+    while (at <= names.size()) {
+      const std::size_t end = std::min(names.find('+', at), names.size());
+      if (names.compare(at, end - at, name) == 0 && end - at == name.size()) return;
+      at = end + 1;
     }
-    return true;
-  }
-
-  /// The representative simulation of a collective is exact when its groups fall into
-  /// clusters (groups linked by shared links: e.g. the two cores of each chip in different
-  /// groups over the same column) that are congruent (the same rings, chunks and hop counts)
-  /// and use disjoint links, and when collectives with different groups use disjoint links or
-  /// never run at once: then every cluster runs the same, undisturbed by the others, and one
-  /// cluster (its groups' first rows) stands for all. Fills `representatives_` with each
-  /// family's first cluster.
-  bool families_are_independent(const TaskGraph& g) {
-    using Family = std::vector<std::vector<int>>;
-    std::map<Family, std::set<long long>> family_links;
-    std::vector<std::pair<Family, Family>> sharing;
-    for (int id = 0; id < g.size(); ++id) {
-      const Task& t = g.task(id);
-      if (t.kind != TaskKind::Collective) continue;
-      const auto groups = t.collective_groups();
-      if (family_links.count(groups)) continue;
-      const Footprints f = footprints(t, groups);
-      const auto c = clusters(f.links);
-      if (!congruent(c, f.shapes)) return false;
-      std::set<long long> all;
-      for (const auto& l : f.links) all.insert(l.begin(), l.end());
-      for (const auto& [other, other_links] : family_links)
-        if (std::any_of(all.begin(), all.end(), [&](long long l) { return other_links.count(l) > 0; }))
-          sharing.push_back({groups, other});
-      family_links[groups] = std::move(all);
-      representatives_[groups] = c.begin()->second;
-    }
-    return sharing_families_never_overlap(g, sharing);
-  }
-
-  /// Families sharing links must never run at once: each one's collectives all before or all
-  /// after each of the other's (e.g. weight-gradient reductions waiting for the whole backward,
-  /// and the activations' collectives within it).
-  static bool sharing_families_never_overlap(
-      const TaskGraph& g,
-      const std::vector<std::pair<std::vector<std::vector<int>>, std::vector<std::vector<int>>>>& sharing) {
-    if (sharing.empty()) return true;
-    std::map<std::vector<std::vector<int>>, std::vector<int>> tasks;
-    for (int id = 0; id < g.size(); ++id)
-      if (g.task(id).kind == TaskKind::Collective) tasks[g.task(id).collective_groups()].push_back(id);
-    for (const auto& [x, y] : sharing)
-      if (!g.ordered(tasks.at(x), tasks.at(y))) return false;
-    return true;
+    names += (names.empty() ? "" : "+") + name;
   }
 
   void start_actors() {
@@ -355,8 +274,9 @@ class Runner {
       }
       begin(id);
       const Task& t = g_.task(id);
-      if (t.seconds > 0) sg::this_actor::sleep_for(t.seconds);
-      result_.cores[core].busy_s += t.seconds;
+      const double seconds = t.seconds / speed_[std::size_t(core)];
+      if (seconds > 0) sg::this_actor::sleep_for(seconds);
+      result_.cores[std::size_t(core)].busy_s += seconds;
       end(id);
     }
   }
@@ -420,7 +340,7 @@ class Runner {
       const FlowSpec& f = flows[index[k]];
       FlowRecord rec{task, f.src, f.dst, f.bytes, t0, sg::Engine::get_clock(), {}};
       const int cpc = platform_.cores_per_chip();
-      if (f.src / cpc != f.dst / cpc) rec.links = platform_.torus().route(f.src / cpc, f.dst / cpc);
+      if (f.src / cpc != f.dst / cpc) rec.links = platform_.topology().route(f.src / cpc, f.dst / cpc);
       result_.flows.push_back(std::move(rec));
       comms.erase(comms.begin() + std::ptrdiff_t(k));
       index.erase(index.begin() + std::ptrdiff_t(k));
@@ -463,13 +383,13 @@ class Runner {
   const TaskGraph& g_;
   EngineOptions opt_;
   Platform platform_;
+  CollectivePlanner planner_;
   MemoryTracker memory_;
+  std::vector<double> speed_;  ///< per core: its chip's speed scale
   std::vector<int> remaining_;
   std::vector<int> waiting_;
   std::vector<sg::SemaphorePtr> semaphores_;
   std::vector<std::vector<Phase>> plans_;
-  std::map<std::vector<std::vector<int>>, std::vector<std::size_t>>
-      representatives_;  // family -> its first cluster
   SimResult result_;
   int done_ = 0;
   std::string error_;
@@ -519,7 +439,7 @@ SimResult simulate(const TaskGraph& graph, const HardwareSpec& hw, const SliceSp
 std::vector<int> simgrid_route_hops(const HardwareSpec& hw, const SliceSpec& slice,
                                     const std::vector<std::pair<int, int>>& core_pairs) {
   auto engine = make_engine();
-  Platform platform(hw, slice);
+  Platform platform(hw, slice, NetworkState{});
   for (const auto& [a, b] : core_pairs) platform.add_route(a, b);
   platform.seal();
   std::vector<int> hops;

@@ -1,5 +1,6 @@
-// Plays a TaskGraph on a SimGrid model of a TPU slice: one host per TensorCore, one link per
-// direction of every ICI link (latency + bandwidth, max-min sharing), a link per direction
+// Plays a TaskGraph on a SimGrid model of a TPU slice: one host per device (a TensorCore, or a
+// chip under megacore), one link per direction of every ICI link of the N-dimensional torus
+// (latency + bandwidth, max-min sharing, scaled by the network state), a link per direction
 // between the cores of a chip, and dimension-order routes. Compute tasks run one at a time per
 // core in program order; transfers and collectives are flows overlapping with compute.
 // This is the only code that includes SimGrid.
@@ -8,19 +9,18 @@
 #include <functional>
 
 #include "hardware/hardware_spec.hpp"
+#include "hardware/network_state.hpp"
 #include "sim/result.hpp"
 #include "sim/task_graph.hpp"
 
 namespace tpusim::sim {
 
 struct EngineOptions {
-  /// Simulate collectives on one representative row/column/chip when that is exact: the graph
-  /// has no point-to-point transfers and every collective spans every core (one group, or a
-  /// family of groups partitioning the slice), so traffic is translation-symmetric over the torus
-  /// and every ring starts together. For families, each one is simulated on its first group
-  /// (exact when the families' groups are translations of each other over disjoint torus
-  /// links, and families sharing links never run at once; tests compare with the full run).
+  /// Simulate collectives on one representative line (or cluster) of each phase where
+  /// prove_symmetry (sim/symmetry.hpp) shows that is exact; tests compare with the full run.
   bool symmetric_collectives = true;
+  /// Per-link bandwidth and per-chip speed scales (uniform by default).
+  NetworkState network;
   /// Record every flow (for trace link tracks). Costs memory and time on big slices.
   bool record_flows = false;
   /// Run the tasks' host closures (functional mode) as they complete in simulated order.

@@ -30,7 +30,7 @@ struct FlowRecord {
   double bytes = 0;
   double start_s = 0;
   double end_s = 0;
-  std::vector<int> links;  ///< torus link ids crossed (Torus::link_id); empty on-chip
+  std::vector<int> links;  ///< torus link ids crossed (Topology::link_id); empty on-chip
 };
 
 struct SimResult {
@@ -41,6 +41,11 @@ struct SimResult {
   Overflow overflow;
   bool fits = true;
   bool symmetric_collectives = false;  ///< collectives were simulated on representative rings
+  /// How the collectives were simulated: "representative rings", or "none: <why not>".
+  std::string symmetry;
+  /// By task id: the collective algorithm(s) a collective's groups ran ("a+b" when they
+  /// differ); empty for other tasks.
+  std::vector<std::string> collective_algorithms;
   long long flows_simulated = 0;
   std::vector<FlowRecord> flows;      ///< filled when EngineOptions::record_flows
   std::vector<int> completion_order;  ///< task ids in the order they completed (functional mode)

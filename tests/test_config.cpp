@@ -45,10 +45,9 @@ TEST_CASE("shipped hardware loads with the documented figures", "[config]") {
   CHECK(v3.pod.chips() == 1024);
   CHECK(v2.pod.chips() == 256);
   CHECK(v3.slices.at("v3-32").chips() * 2 == 32);
-  CHECK(v3.slices.at("v3-2048").wrap_x);
-  CHECK_FALSE(v3.slices.at("v3-32").wrap_x);
-  CHECK(v3.slices.at("v3-1024").wrap_y);
-  CHECK_FALSE(v3.slices.at("v3-1024").wrap_x);
+  CHECK(v3.slices.at("v3-2048").wraparound == std::vector<bool>{true, true});
+  CHECK(v3.slices.at("v3-32").wraparound == std::vector<bool>{false, false});
+  CHECK(v3.slices.at("v3-1024").wraparound == std::vector<bool>{false, true});
   CHECK(v3.sources.at("core.hbm_bytes_per_core").rfind("doc", 0) == 0);
 }
 
@@ -75,12 +74,14 @@ TEST_CASE("hardware validation reports every problem with its path", "[config]")
   j["core"]["clock_hz"]["value"] = -1;
   j["core"]["mxu_rowz"] = j["core"]["mxu_rows"];
   j["chip"]["tdp_w"].erase("source");
-  j["pod"]["chips"] = Json::array({32});
+  j["pod"]["chips"] = Json::array({32, 0});
+  j["pod"]["wraparound"] = Json::array({true, true, true});
   const auto paths = problem_paths([&] { parse_hardware(j, "test"); });
   CHECK(std::count(paths.begin(), paths.end(), "core.clock_hz.value") == 1);
   CHECK(std::count(paths.begin(), paths.end(), "core.mxu_rowz") == 1);
   CHECK(std::count(paths.begin(), paths.end(), "chip.tdp_w.source") == 1);
-  CHECK(std::count(paths.begin(), paths.end(), "pod.chips") == 1);
+  CHECK(std::count(paths.begin(), paths.end(), "pod.chips[1]") == 1);
+  CHECK(std::count(paths.begin(), paths.end(), "pod.wraparound") == 1);
 }
 
 TEST_CASE("the runtime's HBM reserve leaves the usable capacity; a reserve of it all is rejected",
@@ -115,7 +116,7 @@ TEST_CASE("custom slices are validated against the pod", "[config]") {
       parse_slice(Json::parse(R"({"chips": [4, 2], "wraparound": [false, true]})"), "slice", hw, problems);
   CHECK(problems.empty());
   CHECK(ok.chips() == 8);
-  CHECK(ok.wrap_y);
+  CHECK(ok.wraparound == std::vector<bool>{false, true});
   parse_slice(Json::parse(R"({"chips": [32, 2], "wraparound": [false, false]})"), "slice", hw, problems);
   parse_slice(Json("v3-32"), "slice", hw, problems);
   CHECK_THROWS_WITH(problems.throw_if_any(), Catch::Contains("slice.chips") && Catch::Contains("\"v3-32\""));

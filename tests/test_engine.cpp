@@ -2,7 +2,7 @@
 // Each TEST_CASE runs in its own process (catch_discover_tests): one SimGrid engine each.
 #include <catch2/catch.hpp>
 
-#include "hardware/torus.hpp"
+#include "hardware/topology.hpp"
 #include "schedules/study.hpp"
 #include "sim/engine.hpp"
 #include "test_support.hpp"
@@ -81,8 +81,8 @@ TEST_CASE("opposite directions do not interfere", "[engine][oracle]") {
 TEST_CASE("a multi-hop transfer pays latency per hop", "[engine][oracle]") {
   const auto hw = v3();
   const auto s = slice(8, 8, false, false);
-  const Torus torus(s);
-  const int to_chip = torus.rank(Coord{5, 3});
+  const Topology torus(s);
+  const int to_chip = torus.rank({5, 3});
   const double t = run_single(hw, s, transfer(0, to_chip * 2, kS));
   CHECK(t == Approx(8 * hw.chip.ici_latency_s + kS / hw.chip.ici_bandwidth_bytes_per_s).epsilon(1e-9));
 }
@@ -90,7 +90,7 @@ TEST_CASE("a multi-hop transfer pays latency per hop", "[engine][oracle]") {
 TEST_CASE("SimGrid routes have the torus hop counts", "[engine][topology]") {
   const auto hw = v3();
   for (auto s : {slice(4, 8, false, false)}) {
-    const Torus torus(s);
+    const Topology torus(s);
     std::vector<std::pair<int, int>> pairs;
     for (int a = 0; a < s.chips(); a += 3)
       for (int b = 0; b < s.chips(); b += 5)
@@ -106,7 +106,7 @@ TEST_CASE("SimGrid routes have the torus hop counts", "[engine][topology]") {
 TEST_CASE("SimGrid routes on a wrapped torus take the short way round", "[engine][topology]") {
   const auto hw = v3();
   const auto s = slice(8, 8, true, true);
-  const Torus torus(s);
+  const Topology torus(s);
   std::vector<std::pair<int, int>> pairs;
   for (int b = 1; b < s.chips(); ++b) pairs.emplace_back(0, b * 2);
   const auto hops = sim::simgrid_route_hops(hw, s, pairs);

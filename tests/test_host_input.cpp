@@ -23,8 +23,7 @@ Study study(const std::string& slice, std::int64_t batch, const Json& schedule, 
 TEST_CASE("a host feeds a 2x2 block of chips, numbered x fastest", "[host_input]") {
   const Study s = study("v3-32", 32, Json{{"kind", "data_parallel"}});  // 4 x 4 chips
   const auto& chip = s.hardware.chip;
-  REQUIRE(chip.host_board_chips_x == 2);
-  REQUIRE(chip.host_board_chips_y == 2);
+  REQUIRE(chip.host_board_chips == std::vector<int>{2, 2});
   // Chip (x, y) = (1, 1) is chip 5, on host 0; (2, 0) is chip 2, host 1; (3, 3) chip 15, host 3.
   CHECK(host_of_chip(s.slice, chip, 5) == 0);
   CHECK(host_of_chip(s.slice, chip, 2) == 1);

@@ -3,9 +3,10 @@
 #include <random>
 #include <set>
 
-#include "hardware/torus.hpp"
+#include "hardware/topology.hpp"
 #include "schedules/partitioner.hpp"
 #include "schedules/pipeline.hpp"
+#include "test_support.hpp"
 
 using namespace tpusim;
 
@@ -146,7 +147,7 @@ TEST_CASE("auto placement: consecutive stages on the same or neighbouring chips"
   for (const char* slice : {"v3-32", "v3-64", "v3-128"}) {
     const auto hw = load_hardware("tpu-v3");
     const SliceSpec s = hw.slices.at(slice);
-    const Torus torus(s);
+    const Topology torus(s);
     for (int chips_per_pipeline : {1, 2, 4, 8}) {
       const auto order = pipeline_core_order(s, 2, chips_per_pipeline);
       REQUIRE(int(order.size()) == s.chips() * 2);
@@ -159,16 +160,36 @@ TEST_CASE("auto placement: consecutive stages on the same or neighbouring chips"
   }
 }
 
+TEST_CASE("auto placement tiles a 3D slice with boxes walked as snakes", "[pipeline][placement]") {
+  // TPU-v4 shapes: 4x4x4 and 2x4x4 chips, one device per chip (megacore) or two.
+  for (const auto& shape :
+       {std::vector<int>{4, 4, 4}, std::vector<int>{2, 4, 4}, std::vector<int>{4, 4, 8}}) {
+    const SliceSpec s = test::slice(shape, {false, false, false});
+    const Topology torus(s);
+    for (int cpc : {1, 2})
+      for (int chips_per_pipeline : {1, 2, 4, 8, 16}) {
+        const auto order = pipeline_core_order(s, cpc, chips_per_pipeline);
+        REQUIRE(int(order.size()) == s.chips() * cpc);
+        REQUIRE(std::set<int>(order.begin(), order.end()).size() == order.size());
+        for (std::size_t i = 1; i < order.size(); ++i) {
+          if (i % std::size_t(cpc * chips_per_pipeline) == 0) continue;  // next pipeline
+          INFO("pipeline of " << chips_per_pipeline << " chips, position " << i);
+          CHECK(torus.hops(order[i - 1] / cpc, order[i] / cpc) <= 1);
+        }
+      }
+  }
+}
+
 TEST_CASE("auto placement lines replicas up so stage groups form torus lines", "[pipeline][placement]") {
   // K = 8 on v3-32 (4x4 chips): each pipeline fills a row of 4 chips; stage s of the 4 replicas
   // sits in one column.
   const Study s = pipeline_study(R"({"kind": "gpipe", "stages": 8, "microbatches": 4, "replicas": 4})");
   const auto* p = dynamic_cast<const Pipeline*>(s.schedule.get());
   const auto cores = p->placement(s);
-  const Torus torus(s.slice);
+  const Topology torus(s.slice);
   for (int stage = 0; stage < 8; ++stage) {
-    const int x = torus.coord(cores[0][stage] / 2).x;
-    for (int r = 0; r < 4; ++r) CHECK(torus.coord(cores[r][stage] / 2).x == x);
+    const int x = torus.coord(cores[0][stage] / 2, 0);
+    for (int r = 0; r < 4; ++r) CHECK(torus.coord(cores[r][stage] / 2, 0) == x);
   }
 }
 

@@ -3,9 +3,9 @@
 #include <cmath>
 #include <set>
 
-#include "hardware/torus.hpp"
+#include "hardware/topology.hpp"
 #include "schedules/study.hpp"
-#include "sim/collective_plan.hpp"
+#include "sim/collectives/collective_algorithm.hpp"
 #include "test_support.hpp"
 
 using namespace tpusim;
@@ -120,14 +120,15 @@ Study dp(const std::string& optimizer, const std::string& weight_update, const s
 
 /// Bytes put on the ICI by every collective of a phase, per the collective plans.
 double wire_bytes(const Study& s, const BuiltStep& step, const std::vector<std::string>& phases) {
-  const Torus torus(s.slice);
+  const sim::CollectivePlanner planner(Topology(s.slice), s.hardware.chip.cores,
+                                       s.hardware.chip.collective_algorithms);
   double total = 0;
   for (int id = 0; id < step.graph.size(); ++id) {
     const auto& t = step.graph.task(id);
     if (t.kind != sim::TaskKind::Collective ||
         std::find(phases.begin(), phases.end(), t.phase) == phases.end())
       continue;
-    total += sim::plan_wire_bytes(sim::plan_collective(torus, s.hardware.chip.cores, t.op, t.group, t.bytes));
+    total += sim::plan_wire_bytes(planner.plan(t.op, t.group, t.bytes));
   }
   return total;
 }

@@ -13,10 +13,17 @@ inline HardwareSpec v3() { return load_hardware("tpu-v3"); }
 inline SliceSpec slice(int x, int y, bool wrap_x, bool wrap_y) {
   SliceSpec s;
   s.name = "test";
-  s.chips_x = x;
-  s.chips_y = y;
-  s.wrap_x = wrap_x;
-  s.wrap_y = wrap_y;
+  s.shape = {x, y};
+  s.wraparound = {wrap_x, wrap_y};
+  return s;
+}
+
+/// A slice of any shape (wrap-around per dimension).
+inline SliceSpec slice(std::vector<int> shape, std::vector<bool> wraparound) {
+  SliceSpec s;
+  s.name = "test";
+  s.shape = std::move(shape);
+  s.wraparound = std::move(wraparound);
   return s;
 }
 

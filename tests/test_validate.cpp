@@ -225,6 +225,10 @@ TEST_CASE("sensitivity scales one hardware figure of a copy of the file, or turn
         !hw["core"]["pad_activations_to_lanes"]["value"].get<bool>());
   CHECK_FALSE(scaled_hardware(hw, "core.no_such_figure", 1.1));
   CHECK_NOTHROW(parse_hardware(*scaled, "scaled"));
+  const auto rotated = scaled_hardware(hw, "chip.collective_algorithms", 1.1);  // the next choice first
+  REQUIRE(rotated);
+  CHECK((*rotated)["chip"]["collective_algorithms"]["value"] ==
+        Json::array({"snake_ring", "hierarchical_rings"}));
 }
 
 TEST_CASE("a run's HTML report renders report.md's constructs, escaped, with its charts inline",

@@ -1,0 +1,108 @@
+// Collective algorithms: how a collective over a group of cores becomes flows on the torus, as
+// phases of rings, each ring a sequence of steps in which every member sends one chunk to the
+// next member. One interface, one file per algorithm, a registry by name (registry.cpp); the
+// hardware file lists the names to use in order of preference (chip.collective_algorithms), and
+// each collective runs the first one that supports its group. Pure arithmetic (no SimGrid): the
+// algorithms are tested on their own and the engine only plays their phases.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hardware/topology.hpp"
+#include "sim/task_graph.hpp"
+
+namespace tpusim::sim {
+
+/// One ring of a phase: for `steps` steps, every member cores[i] sends `chunk_bytes` to
+/// cores[i+1] (the last to the first), and a step ends when all of them have arrived.
+struct PlannedRing {
+  std::vector<int> cores;
+  double chunk_bytes = 0;
+  int steps = 0;
+  /// True for the rings of one representative line (or chip) of the phase: every other ring of
+  /// the phase is a translation of one of these over the torus.
+  bool representative = true;
+};
+
+/// Rings that run at the same time; the next phase starts when all of them are done.
+struct Phase {
+  std::string name;  ///< e.g. "reduce_scatter x", "all_gather on-chip"
+  std::vector<PlannedRing> rings;
+};
+
+/// A group's cores by chip, and where its chips are.
+struct GroupShape {
+  std::map<int, std::vector<int>> cores_of_chip;  ///< chip -> its group cores, ascending
+  bool uniform = true;                            ///< every chip holds as many of the group's cores
+  /// Per torus dimension, the distinct coordinates of the group's chips, ascending.
+  std::vector<std::vector<int>> coordinates;
+  /// Uniform, and the chips are every combination of those coordinates (a sub-grid).
+  bool grid = false;
+  /// Dimensions along which the sub-grid has more than one chip, in dimension order.
+  std::vector<int> spanned;
+};
+GroupShape group_shape(const Topology& topology, int cores_per_chip, const std::vector<int>& group);
+
+class CollectiveAlgorithm {
+ public:
+  virtual ~CollectiveAlgorithm() = default;
+  /// The name it is registered under and that hardware files list.
+  virtual std::string name() const = 0;
+  /// What it does, and its cost without other traffic (the formula its engine test checks).
+  virtual std::string description() const = 0;
+  /// Whether it can run `op` over `group` (core ids; chip = core / cores_per_chip).
+  virtual bool supports(const Topology& topology, int cores_per_chip, CollectiveOp op,
+                        const std::vector<int>& group) const = 0;
+  /// True when it supports every group of every topology (a list of algorithms must hold one).
+  virtual bool supports_any_group() const { return false; }
+  /// The phases of `op` over `group` for a buffer of `bytes` (see Task::bytes); none for a group
+  /// of one core or an empty buffer. Only called where supports() holds.
+  virtual std::vector<Phase> plan(const Topology& topology, int cores_per_chip, CollectiveOp op,
+                                  const std::vector<int>& group, double bytes) const = 0;
+};
+
+/// Every registered algorithm, by name.
+const std::map<std::string, std::unique_ptr<CollectiveAlgorithm>>& collective_algorithms();
+
+/// The registered algorithm `name`, or nullptr.
+const CollectiveAlgorithm* find_collective_algorithm(const std::string& name);
+
+/// A problem with a hardware file's list of algorithm names (an unknown name, or none that
+/// supports every group), as "what was expected"; empty when the list is sound.
+std::string collective_algorithms_problem(const std::vector<std::string>& names);
+
+/// The first algorithm of `preference` that supports `op` over `group`. Throws SimulationError
+/// when none does (collective_algorithms_problem rules that out for a checked list).
+const CollectiveAlgorithm& collective_algorithm_for(const std::vector<std::string>& preference,
+                                                    const Topology& topology, int cores_per_chip,
+                                                    CollectiveOp op, const std::vector<int>& group);
+
+/// Plans a step's collectives with a hardware file's list of algorithms, in order of preference.
+class CollectivePlanner {
+ public:
+  CollectivePlanner(const Topology& topology, int cores_per_chip, std::vector<std::string> preference)
+      : topology_(topology), cores_per_chip_(cores_per_chip), preference_(std::move(preference)) {}
+  /// The algorithm that runs `op` over `group` (collective_algorithm_for).
+  const CollectiveAlgorithm& algorithm(CollectiveOp op, const std::vector<int>& group) const {
+    return collective_algorithm_for(preference_, topology_, cores_per_chip_, op, group);
+  }
+  /// The phases of `op` over `group` for a buffer of `bytes`.
+  std::vector<Phase> plan(CollectiveOp op, const std::vector<int>& group, double bytes) const {
+    return algorithm(op, group).plan(topology_, cores_per_chip_, op, group, bytes);
+  }
+  const Topology& topology() const { return topology_; }
+  int cores_per_chip() const { return cores_per_chip_; }
+
+ private:
+  Topology topology_;
+  int cores_per_chip_;
+  std::vector<std::string> preference_;
+};
+
+/// Total bytes a plan puts on the wire (sum over flows of their size), all rings counted.
+double plan_wire_bytes(const std::vector<Phase>& plan);
+
+}  // namespace tpusim::sim

@@ -1,0 +1,32 @@
+// Building blocks of the ring-based collective algorithms: the lines of a group's sub-grid
+// along a torus dimension, their rings (Topology::rings_along: bidirectional on a whole wrapping
+// dimension, folded on a line), and the on-chip ring among the group cores of each chip.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sim/collectives/collective_algorithm.hpp"
+
+namespace tpusim::sim::rings {
+
+enum class Half { ReduceScatter, AllGather };
+
+/// "reduce_scatter" or "all_gather".
+std::string half_name(Half half);
+
+/// The chip-level leader cores (each chip's first group core) of every line of the group's
+/// sub-grid along dimension `dim`, each ordered by its coordinate along `dim`; the lines in order
+/// of their other coordinates, dimension 0 fastest.
+std::vector<std::vector<int>> lines_along(const Topology& topology, const GroupShape& shape, int dim);
+
+/// Appends to `phase` the rings moving `payload` bytes along dimension `dim` on every line (a
+/// ring of p chips: p - 1 steps of payload x share / p); the first line's are representative.
+void add_line_rings(Phase& phase, const Topology& topology, int cores_per_chip,
+                    const std::vector<std::vector<int>>& lines, int dim, double payload);
+
+/// The on-chip half: each chip's group cores form a small ring over the on-chip link, moving
+/// `bytes`. Nothing when a chip holds a single group core.
+void add_onchip_phase(std::vector<Phase>& plan, Half half, const GroupShape& shape, double bytes);
+
+}  // namespace tpusim::sim::rings

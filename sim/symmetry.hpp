@@ -1,0 +1,40 @@
+// The representative-ring proof: when simulating the rings of one line (or cluster) of every
+// collective phase gives exactly the step the full simulation would, and which groups stand for
+// the others. A pure function of the task graph, the collective plans, the topology and the
+// network state (no SimGrid), so it is tested on its own and the engine only follows its answer.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hardware/network_state.hpp"
+#include "sim/collectives/collective_algorithm.hpp"
+#include "sim/task_graph.hpp"
+
+namespace tpusim::sim {
+
+/// The groups of one collective task: a family (one group, or the disjoint groups of an SPMD
+/// collective).
+using Family = std::vector<std::vector<int>>;
+
+struct SymmetryProof {
+  /// Simulating each phase's representative rings, on each family's first cluster of groups,
+  /// gives the full simulation's times exactly.
+  bool exact = false;
+  /// Why not, when not: "none: ..." naming the first condition that fails.
+  std::string reason;
+  /// Per family, the indices of the groups of its first cluster: those simulated.
+  std::map<Family, std::vector<std::size_t>> representatives;
+};
+
+/// Whether representative simulation of `graph`'s collectives is exact, and which groups are
+/// simulated. It is when the network is uniform (every link and chip as specified), the graph
+/// has no point-to-point transfers, every collective spans every core (its family partitions
+/// the slice, so every ring starts together), each family's groups fall into clusters (groups
+/// joined by a shared link) that are congruent (the same rings, chunks, steps and hop counts)
+/// and use disjoint links, and families whose links meet never run at once.
+SymmetryProof prove_symmetry(const TaskGraph& graph, const CollectivePlanner& planner,
+                             const NetworkState& network);
+
+}  // namespace tpusim::sim

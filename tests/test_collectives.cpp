@@ -1,0 +1,137 @@
+// Collective algorithms without the engine: the registry, each algorithm's phases, ring sizes
+// and bytes on the wire, in 2 and 3 dimensions.
+#include <catch2/catch.hpp>
+
+#include "sim/collectives/collective_algorithm.hpp"
+
+using namespace tpusim;
+using namespace tpusim::sim;
+
+namespace {
+std::vector<int> all_cores(int n) {
+  std::vector<int> g(n);
+  for (int i = 0; i < n; ++i) g[i] = i;
+  return g;
+}
+std::vector<Phase> plan(const std::string& algorithm, const Topology& t, int cpc, CollectiveOp op,
+                        const std::vector<int>& group, double bytes) {
+  const CollectiveAlgorithm* a = find_collective_algorithm(algorithm);
+  REQUIRE(a != nullptr);
+  REQUIRE(a->supports(t, cpc, op, group));
+  return a->plan(t, cpc, op, group, bytes);
+}
+const std::vector<std::string> kV3 = {"hierarchical_rings", "snake_ring"};
+}  // namespace
+
+TEST_CASE("every collective algorithm is registered under its name", "[collectives]") {
+  std::vector<std::string> names;
+  for (const auto& [name, a] : collective_algorithms()) {
+    CHECK(a->name() == name);
+    CHECK_FALSE(a->description().empty());
+    names.push_back(name);
+  }
+  CHECK(names == std::vector<std::string>{"hierarchical_rings", "parallel_rings", "snake_ring"});
+  CHECK(find_collective_algorithm("ring_of_rings") == nullptr);
+}
+
+TEST_CASE("a hardware's list of algorithms must name registered ones and cover every group",
+          "[collectives]") {
+  CHECK(collective_algorithms_problem(kV3).empty());
+  CHECK(collective_algorithms_problem({"parallel_rings", "hierarchical_rings", "snake_ring"}).empty());
+  CHECK_THAT(collective_algorithms_problem({"hierarchical_rings", "tree"}), Catch::Contains("\"tree\""));
+  CHECK_THAT(collective_algorithms_problem({"hierarchical_rings"}), Catch::Contains("snake_ring"));
+}
+
+TEST_CASE("2D all-reduce over every core: on-chip, x, y, y, x, on-chip", "[collectives]") {
+  const Topology t({4, 8}, {true, true});
+  const auto p = plan("hierarchical_rings", t, 2, CollectiveOp::AllReduce, all_cores(64), 1024);
+  REQUIRE(p.size() == 6);
+  CHECK(p[0].name == "reduce_scatter on-chip");
+  CHECK(p[1].name == "reduce_scatter x");
+  CHECK(p[2].name == "reduce_scatter y");
+  CHECK(p[3].name == "all_gather y");
+  CHECK(p[4].name == "all_gather x");
+  CHECK(p[5].name == "all_gather on-chip");
+  CHECK(p[1].rings.size() == 16);  // 8 rows x 2 directions (x wraps: bidirectional rings)
+  CHECK(p[1].rings[0].chunk_bytes == Approx(1024 * 0.5 / 4));
+  CHECK(p[2].rings[0].chunk_bytes == Approx(256 * 0.5 / 8));
+  int representative = 0;
+  for (const auto& r : p[1].rings) representative += r.representative;
+  CHECK(representative == 2);
+}
+
+TEST_CASE("3D hierarchical all-reduce: a dimension at a time on the shrinking shard", "[collectives]") {
+  const Topology t({4, 4, 4}, {true, true, true});
+  const auto p = plan("hierarchical_rings", t, 1, CollectiveOp::AllReduce, all_cores(64), 6400);
+  REQUIRE(p.size() == 6);
+  const char* names[] = {"reduce_scatter x", "reduce_scatter y", "reduce_scatter z",
+                         "all_gather z",     "all_gather y",     "all_gather x"};
+  for (int i = 0; i < 6; ++i) CHECK(p[std::size_t(i)].name == names[i]);
+  CHECK(p[0].rings.size() == 32);  // 16 lines x 2 directions
+  CHECK(p[0].rings[0].chunk_bytes == Approx(6400 * 0.5 / 4));
+  CHECK(p[1].rings[0].chunk_bytes == Approx(1600 * 0.5 / 4));
+  CHECK(p[2].rings[0].chunk_bytes == Approx(400 * 0.5 / 4));
+  // Each chip sends 2 (N - 1) / N of the buffer, whatever the algorithm.
+  CHECK(plan_wire_bytes(p) == Approx(64 * 2.0 * 63 / 64 * 6400));
+}
+
+TEST_CASE("parallel rings: every dimension's rings in every phase, a part each", "[collectives]") {
+  const Topology t({4, 4, 4}, {true, true, true});
+  const auto p = plan("parallel_rings", t, 1, CollectiveOp::AllReduce, all_cores(64), 6000);
+  REQUIRE(p.size() == 6);
+  CHECK(p[0].name == "reduce_scatter every dimension 1/3");
+  CHECK(p[5].name == "all_gather every dimension 1/3");
+  // Phase 1: a third of the buffer along each dimension at once (16 lines x 2 directions each).
+  REQUIRE(p[0].rings.size() == 96);
+  for (const auto& r : p[0].rings) CHECK(r.chunk_bytes == Approx(2000 * 0.5 / 4));
+  for (const auto& r : p[1].rings) CHECK(r.chunk_bytes == Approx(500 * 0.5 / 4));
+  // The links of one phase: each directed link carries one ring.
+  std::set<std::pair<int, int>> hops;
+  for (const auto& r : p[0].rings)
+    for (std::size_t i = 0; i < r.cores.size(); ++i)
+      CHECK(hops.insert({r.cores[i], r.cores[(i + 1) % r.cores.size()]}).second);
+  CHECK(hops.size() == 384);
+  CHECK(plan_wire_bytes(p) == Approx(64 * 2.0 * 63 / 64 * 6000));
+}
+
+TEST_CASE("ring all-reduce puts 2(p-1)/p of the buffer on the wire per member", "[collectives]") {
+  const Topology t({8, 1}, {true, false});
+  std::vector<int> leaders;
+  for (int c = 0; c < 8; ++c) leaders.push_back(2 * c);
+  const double S = 8000;
+  for (const char* name : {"hierarchical_rings", "parallel_rings", "snake_ring"}) {
+    const auto ar = plan(name, t, 2, CollectiveOp::AllReduce, leaders, S);
+    CHECK(plan_wire_bytes(ar) == Approx(8 * 2.0 * 7 / 8 * S));
+    const auto rs = plan(name, t, 2, CollectiveOp::ReduceScatter, leaders, S);
+    const auto ag = plan(name, t, 2, CollectiveOp::AllGather, leaders, S);
+    CHECK(plan_wire_bytes(rs) + plan_wire_bytes(ag) == Approx(plan_wire_bytes(ar)));
+  }
+}
+
+TEST_CASE("a group that is not a grid gets one snake ring", "[collectives]") {
+  const Topology t({4, 4}, {false, false});
+  const std::vector<int> group = {0, 2, 10};  // chips 0, 1, 5: an L shape
+  CHECK_FALSE(
+      find_collective_algorithm("hierarchical_rings")->supports(t, 2, CollectiveOp::AllReduce, group));
+  CHECK_FALSE(find_collective_algorithm("parallel_rings")->supports(t, 2, CollectiveOp::AllReduce, group));
+  const auto& chosen = collective_algorithm_for(kV3, t, 2, CollectiveOp::AllReduce, group);
+  CHECK(chosen.name() == "snake_ring");
+  const auto p = chosen.plan(t, 2, CollectiveOp::AllReduce, group, 300);
+  REQUIRE(p.size() == 2);
+  CHECK(p[0].rings.size() == 1);
+  CHECK(p[0].rings[0].cores == std::vector<int>{0, 2, 10});
+  CHECK(p[0].rings[0].steps == 2);
+  // The first listed algorithm that supports a group runs it.
+  CHECK(collective_algorithm_for(kV3, t, 2, CollectiveOp::AllReduce, all_cores(32)).name() ==
+        "hierarchical_rings");
+  CHECK_THROWS_AS(collective_algorithm_for({"hierarchical_rings"}, t, 2, CollectiveOp::AllReduce, group),
+                  SimulationError);
+}
+
+TEST_CASE("trivial collectives have no phases", "[collectives]") {
+  const Topology t({2, 2}, {false, false});
+  for (const auto& [name, a] : collective_algorithms()) {
+    CHECK(a->plan(t, 2, CollectiveOp::AllReduce, {3}, 100).empty());
+    CHECK(a->plan(t, 2, CollectiveOp::AllReduce, {0, 1}, 0).empty());
+  }
+}
