@@ -39,7 +39,10 @@ void BM_Engine_DataParallelTransformer24_v3_2048(benchmark::State& state) {
     "model": {"kind": "transformer", "layers": 24, "d_model": 1024, "d_ff": 4096, "heads": 16, "vocab": 32768, "seq_len": 512},
     "optimizer": {"kind": "adam"}, "schedule": {"kind": "data_parallel"}})");
 }
-BENCHMARK(BM_Engine_DataParallelTransformer24_v3_2048)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Engine_DataParallelTransformer24_v3_2048)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void allreduce_1024_chips(benchmark::State& state, bool symmetric) {
   for (auto _ : state) {
@@ -67,7 +70,10 @@ BENCHMARK(BM_Engine_AllReduce1024Chips_Full)->Iterations(1)->Unit(benchmark::kMi
 
 /// The same with the exact representative-ring reduction.
 void BM_Engine_AllReduce1024Chips_Symmetric(benchmark::State& state) { allreduce_1024_chips(state, true); }
-BENCHMARK(BM_Engine_AllReduce1024Chips_Symmetric)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Engine_AllReduce1024Chips_Symmetric)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 /// GPipe Transformer-48 (d_model 2048) with K = 8 stages and M = 32 micro-batches on v3-8:
 /// study, partition, graph and simulation, in-process.
@@ -81,7 +87,8 @@ BENCHMARK(BM_Engine_GPipeTransformer48_K8_M32)->Iterations(1)->Unit(benchmark::k
 
 /// One MLPerf ResNet-50 step (LARS, batch 32768, weight-update sharding) on v3-2048 (2048 cores).
 void BM_Engine_ResNet50Sharded_v3_2048(benchmark::State& state) {
-  simulate_study(state, R"({"hardware": "tpu-v3", "slice": "v3-2048", "model": {"kind": "resnet50"}, "batch": 32768,
+  simulate_study(state,
+                 R"({"hardware": "tpu-v3", "slice": "v3-2048", "model": {"kind": "resnet50"}, "batch": 32768,
       "optimizer": {"kind": "lars"}, "schedule": {"kind": "data_parallel", "weight_update": "sharded"}})");
 }
 BENCHMARK(BM_Engine_ResNet50Sharded_v3_2048)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -89,7 +96,9 @@ BENCHMARK(BM_Engine_ResNet50Sharded_v3_2048)->Iterations(1)->Unit(benchmark::kMi
 /// The Mesh-TensorFlow 4.9B language model (s = 5) on 512 TPU-v2 cores, mesh batch:16 x
 /// model:32 with the paper's layout: study, layout, graph and simulation.
 void BM_Engine_MeshLM49B_v2_512(benchmark::State& state) {
-  simulate_study(state, R"({"hardware": "tpu-v2", "slice": "v2-512", "model": {"kind": "mesh_lm", "size": 5}, "batch": 256,
+  simulate_study(
+      state,
+      R"({"hardware": "tpu-v2", "slice": "v2-512", "model": {"kind": "mesh_lm", "size": 5}, "batch": 256,
       "optimizer": {"kind": "adafactor"}, "schedule": {"kind": "mesh", "mesh": [["batch", 16], ["model", 32]],
       "layout": {"batch": "batch", "vocab": "model", "d_ff": "model", "heads": "model"}}})");
 }

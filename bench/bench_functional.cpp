@@ -38,7 +38,8 @@ void BM_Sgemm_2048x512x2048(benchmark::State& state) {
     kernels::gemm(false, false, m, n, k, 1.0f, a.data(), b.data(), 0.0f, c.data());
     benchmark::DoNotOptimize(c.data());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * m * n * k * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Sgemm_2048x512x2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -55,7 +56,8 @@ void BM_FunctionalStep_Transformer4(benchmark::State& state) {
     rt.backward(0, all, 0, s.batch)();
     rt.update(0, all, 0, 1)();
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(step_flops(s) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(step_flops(s) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_FunctionalStep_Transformer4)->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -390,7 +390,8 @@ std::string summary_text(const Json& j) {
   std::ostringstream out;
   const auto& slice = j["slice"];
   out << "tpusim: " << j["model"]["name"].get<std::string>() << " on " << j["hardware"].get<std::string>()
-      << " " << slice["name"].get<std::string>() << " (" << slice["cores"].get<int>() << " cores), "
+      << " " << slice["name"].get<std::string>() << " (" << slice["cores"].get<int>()
+      << (slice.value("megacore", false) ? " megacore devices: a core is a chip" : " cores") << "), "
       << j["schedule"]["kind"].get<std::string>() << "\n";
   out << formatted("  params            %.3f M\n", j["params"].get<double>() / 1e6);
   out << formatted("  batch             %lld examples per step\n", (long long)j["batch"].get<std::int64_t>());

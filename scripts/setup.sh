@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tpusim builds with, only those missing; apt is skipped
 # entirely when everything is already present. Idempotent; safe to run on every `make`.
-# `setup.sh test` also installs what the test suite needs (headless Chromium for the HTML checks).
+# `setup.sh test` also installs what the test suite needs (headless Chromium for the HTML checks,
+# clang-format for the conventions check).
 set -euo pipefail
 
 packages=(
@@ -10,7 +11,7 @@ packages=(
   catch2 libcli11-dev libopenblas-dev libbenchmark-dev
 )
 if [ "${1:-}" = "test" ]; then
-  packages+=(chromium)
+  packages+=(chromium clang-format)
 fi
 
 missing=()

@@ -211,3 +211,100 @@ TEST_CASE("JSON is parsed strictly: repeated keys, deep nesting and overflowing 
             .empty());  // the same key in different objects
   CHECK_THROWS_AS(parse_json_strict("{", "f.json"), Json::parse_error);
 }
+
+TEST_CASE("TPU-v4 loads from its public figures: a 3D torus of cubes, megacore chips", "[config][v4]") {
+  const auto v4 = load_hardware("tpu-v4");
+  CHECK(v4.pod.shape == std::vector<int>{16, 16, 16});
+  CHECK(v4.pod_blocks == std::vector<int>{4, 4, 4});
+  CHECK(v4.chip.ici_links == 6);
+  CHECK(v4.chip.megacore);
+  CHECK(v4.chip.cores * v4.core.peak_matmul_flops_per_s() == Approx(275e12).epsilon(0.001));
+  CHECK(v4.chip.host_board_chips == std::vector<int>{2, 2, 1});
+  // Slices as Cloud names them: v4-N is N TensorCores; wrap-around on whole cubes only.
+  CHECK(v4.slices.at("v4-8").shape == std::vector<int>{2, 2, 1});
+  CHECK(v4.slices.at("v4-64").wraparound == std::vector<bool>{false, false, false});
+  CHECK(v4.slices.at("v4-128").wraparound == std::vector<bool>{true, true, true});
+  CHECK(v4.slices.at("v4-6912").shape == std::vector<int>{12, 12, 24});  // whole cubes, not a sub-box
+  for (const auto& [name, s] : v4.slices) CHECK(s.chips() * 2 == std::stoi(name.substr(3)));
+  // What is not published is carried over from v3 and says so.
+  for (const char* figure : {"core.hbm_sustained_bandwidth_fraction", "core.op_overhead_s",
+                             "core.gradient_collectives_overlap_backward", "chip.ici_latency_s_per_hop"})
+    CHECK_THAT(v4.sources.at(figure), Catch::StartsWith("assumption, carried over from tpu-v3 unchanged"));
+  const auto v3 = load_hardware("tpu-v3");
+  CHECK(v4.core.hbm_sustained_fraction == v3.core.hbm_sustained_fraction);
+  CHECK(v4.core.op_overhead_s == v3.core.op_overhead_s);
+}
+
+TEST_CASE("a slice must have its pod's dimensions and fit it (or its optical cubes)", "[config][v4]") {
+  const auto v4 = load_hardware("tpu-v4"), v3 = load_hardware("tpu-v3");
+  CHECK(slice_shape_problem(v4, {12, 12, 24}).empty());
+  CHECK(slice_shape_problem(v4, {2, 3, 4}).empty());  // inside one cube
+  CHECK_THAT(slice_shape_problem(v4, {6, 6, 6}), Catch::Contains("whole blocks"));
+  CHECK_THAT(slice_shape_problem(v4, {16, 16, 32}), Catch::Contains("at most the pod's 64 blocks"));
+  CHECK_THAT(slice_shape_problem(v4, {4, 4}), Catch::Contains("3 dimensions"));
+  CHECK_THAT(slice_shape_problem(v3, {4, 4, 4}), Catch::Contains("2 dimensions"));
+  CHECK_THAT(slice_shape_problem(v3, {64, 2}), Catch::Contains("at most the tpu-v3 pod's"));
+  Problems problems("test");
+  parse_slice(Json::parse(R"({"chips": [4, 4, 4], "wraparound": [true, true]})"), "slice", v4, problems);
+  parse_slice(Json::parse(R"({"chips": [4, 0, 4], "wraparound": [true, true, true]})"), "slice", v4,
+              problems);
+  parse_slice(Json::parse(R"({"chips": [4, 4, 4], "wraparound": [true, true, true]})"), "slice", v3,
+              problems);
+  try {
+    problems.throw_if_any();
+    FAIL("no ConfigError");
+  } catch (const ConfigError& e) {
+    std::vector<std::string> paths;
+    for (const auto& p : e.problems()) paths.push_back(p.path);
+    CHECK(paths == std::vector<std::string>{"slice.wraparound", "slice.chips[1]", "slice.chips"});
+    CHECK_THAT(e.what(), Catch::Contains("2 dimensions, as the tpu-v3 pod's chips [32,32]"));
+  }
+  // A hardware file whose slice has another dimension count than its pod names both.
+  Json j = read_json_file(config_dir() / "hardware" / "tpu-v4.json");
+  j["slices"]["v4-8"]["chips"] = Json::array({2, 2});
+  j["slices"]["v4-8"]["wraparound"] = Json::array({false, false});
+  CHECK_THROWS_WITH(parse_hardware(j, "test"),
+                    Catch::Contains("slices.v4-8.chips") &&
+                        Catch::Contains("3 dimensions, as the tpu-v4 pod's chips [16,16,16]"));
+}
+
+TEST_CASE("megacore: a device is a whole chip where the hardware allows it", "[config][v4]") {
+  Json study = Json::parse(R"({"hardware": "tpu-v4", "slice": "v4-128", "batch": 1024,
+    "model": {"kind": "mlp", "layers": 2, "width": 256, "input": 256, "classes": 10},
+    "optimizer": {"kind": "sgd"}, "schedule": {"kind": "data_parallel"}})");
+  const Study mega = parse_study(study, "test");  // v4's default
+  CHECK(mega.megacore);
+  CHECK(mega.cores() == 64);
+  CHECK(mega.hardware.chip.cores == 1);
+  CHECK(mega.hardware.core.peak_matmul_flops_per_s() == Approx(275e12).epsilon(0.001));
+  CHECK(mega.hardware.core.hbm_bytes == 32.0 * (1 << 30));
+  CHECK(mega.hardware.core.hbm_bandwidth_bytes_per_s == 1200e9);
+  CHECK(mega.hardware.core.vector_ops_per_s() == Approx(2 * 2 * 8 * 128 * mega.hardware.core.clock_hz));
+  study["megacore"] = false;
+  const Study split = parse_study(study, "test");
+  CHECK_FALSE(split.megacore);
+  CHECK(split.cores() == 128);
+  CHECK(split.hardware.core.hbm_bytes == 16.0 * (1 << 30));
+  CHECK(split.hardware.core.hbm_bandwidth_bytes_per_s == 600e9);
+  // TPU-v3's cores are separate devices: megacore is bad input naming the field.
+  study["hardware"] = "tpu-v3";
+  study["slice"] = "v3-8";
+  study["megacore"] = true;
+  const auto paths = problem_paths([&] { parse_study(study, "test"); });
+  CHECK(paths == std::vector<std::string>{"megacore"});
+  study["megacore"] = "yes";
+  CHECK(problem_paths([&] { parse_study(study, "test"); }) == std::vector<std::string>{"megacore"});
+}
+
+TEST_CASE("a hardware file's collective algorithms must be registered and cover every group", "[config]") {
+  Json study = minimal_study();
+  study["hardware"] =
+      Json{{"base", "tpu-v3"}, {"override", {{"chip.collective_algorithms", {"hierarchical_rings"}}}}};
+  auto paths = problem_paths([&] { parse_study(study, "test"); });
+  REQUIRE(paths.size() == 1);
+  CHECK_THAT(paths[0], Catch::EndsWith("chip.collective_algorithms.value"));
+  study["hardware"]["override"]["chip.collective_algorithms"] = Json::array({"snake_ring", "butterfly"});
+  CHECK_THROWS_WITH(parse_study(study, "test"), Catch::Contains("\"butterfly\" is none of them"));
+  study["hardware"]["override"]["chip.collective_algorithms"] = Json::array({"parallel_rings", "snake_ring"});
+  CHECK_NOTHROW(parse_study(study, "test"));
+}

@@ -1,0 +1,232 @@
+// Engine tests of the network layer: 3D collectives against the per-dimension oracle of
+// shared/HARDWARE.md, each registered collective algorithm against its own formula, a
+// data-parallel step on TPU-v4 between the bandwidth bound and the per-dimension rings, the
+// symmetry reduction in 3D, and per-link and per-chip state. One SimGrid engine per test process.
+#include <catch2/catch.hpp>
+
+#include "hardware/topology.hpp"
+#include "schedules/study.hpp"
+#include "sim/collectives/collective_algorithm.hpp"
+#include "sim/engine.hpp"
+#include "test_support.hpp"
+
+using namespace tpusim;
+using namespace tpusim::test;
+using sim::CollectiveOp;
+
+namespace {
+
+constexpr double kS = 48.0 * 1024 * 1024;  // payload: 48 MiB
+
+/// TPU-v4 as a megacore study sees it (one device per chip), its collectives run by `algorithms`.
+HardwareSpec v4(const std::vector<std::string>& algorithms) {
+  HardwareSpec hw = device_view(load_hardware("tpu-v4"), true);
+  hw.chip.collective_algorithms = algorithms;
+  return hw;
+}
+
+std::vector<int> every_core(const HardwareSpec& hw, const SliceSpec& s) {
+  std::vector<int> g(std::size_t(sim::slice_cores(hw, s)));
+  for (std::size_t i = 0; i < g.size(); ++i) g[i] = int(i);
+  return g;
+}
+
+/// One half (reduce-scatter or all-gather) of a bidirectional ring of p chips over `bytes`.
+double ring_half(int p, double bytes, double a, double B) {
+  return p <= 1 ? 0.0 : (p - 1) * (a + bytes / (2.0 * p * B));
+}
+
+/// shared/HARDWARE.md's 3D oracle: reduce-scatter along x on S, y on S/p_x, z on S/(p_x p_y),
+/// then the all-gathers in reverse, every dimension a whole wrapping ring.
+double allreduce_per_dimension(const std::vector<int>& p, double S, double a, double B) {
+  double t = 0, shard = S;
+  for (int n : p) {
+    t += 2 * ring_half(n, shard, a, B);
+    shard /= n;
+  }
+  return t;
+}
+
+/// parallel_rings' own formula: k parts of S/k, part i along dimension (i + j) mod k in phase j;
+/// each phase lasts its slowest part; twice for an all-reduce.
+double allreduce_parallel(const std::vector<int>& p, double S, double a, double B) {
+  const std::size_t k = p.size();
+  std::vector<double> part(k, S / double(k));
+  double t = 0;
+  for (std::size_t j = 0; j < k; ++j) {
+    double slowest = 0;
+    for (std::size_t i = 0; i < k; ++i) {
+      const int n = p[(i + j) % k];
+      slowest = std::max(slowest, ring_half(n, part[i], a, B));
+      part[i] /= n;
+    }
+    t += 2 * slowest;
+  }
+  return t;
+}
+
+double run_single(const HardwareSpec& hw, const SliceSpec& s, sim::Task t, sim::EngineOptions o = {}) {
+  sim::TaskGraph g(sim::slice_cores(hw, s));
+  const int id = g.add(std::move(t));
+  const auto r = sim::simulate(g, hw, s, o);
+  return r.tasks[std::size_t(id)].end_s - r.tasks[std::size_t(id)].start_s;
+}
+
+}  // namespace
+
+#define ALLREDUCE_3D_CASE(X, Y, Z)                                                                        \
+  TEST_CASE("3D bidirectional-ring all-reduce " #X "x" #Y "x" #Z " matches the per-dimension oracle",     \
+            "[engine][oracle][network]") {                                                                \
+    const auto hw = v4({"hierarchical_rings", "snake_ring"});                                             \
+    const auto s = slice({X, Y, Z}, {true, true, true});                                                  \
+    const double t = run_single(hw, s, collective(CollectiveOp::AllReduce, every_core(hw, s), kS));       \
+    const double oracle =                                                                                 \
+        allreduce_per_dimension({X, Y, Z}, kS, hw.chip.ici_latency_s, hw.chip.ici_bandwidth_bytes_per_s); \
+    CHECK(t == Approx(oracle).epsilon(0.01));                                                             \
+  }
+ALLREDUCE_3D_CASE(4, 4, 4)
+ALLREDUCE_3D_CASE(4, 4, 8)
+ALLREDUCE_3D_CASE(8, 4, 4)
+
+#define PARALLEL_RINGS_CASE(X, Y, Z)                                                                         \
+  TEST_CASE("parallel rings " #X "x" #Y "x" #Z " meet their formula and the all-reduce lower bound's order", \
+            "[engine][oracle][network]") {                                                                   \
+    const auto hw = v4({"parallel_rings", "snake_ring"});                                                    \
+    const auto s = slice({X, Y, Z}, {true, true, true});                                                     \
+    const double a = hw.chip.ici_latency_s, B = hw.chip.ici_bandwidth_bytes_per_s;                           \
+    const double t = run_single(hw, s, collective(CollectiveOp::AllReduce, every_core(hw, s), kS));          \
+    CHECK(t == Approx(allreduce_parallel({X, Y, Z}, kS, a, B)).epsilon(0.01));                               \
+    const double n = double(X) * Y * Z;                                                                      \
+    const double bound = 2 * kS * (n - 1) / n / (6 * B);                                                     \
+    CHECK(t > bound);                                                                                        \
+    CHECK(t < allreduce_per_dimension({X, Y, Z}, kS, a, B));                                                 \
+  }
+PARALLEL_RINGS_CASE(4, 4, 4)
+PARALLEL_RINGS_CASE(4, 4, 8)
+
+TEST_CASE("the snake ring meets its formula on a box whose snake closes through neighbours",
+          "[engine][oracle][network]") {
+  const auto hw = v4({"snake_ring"});
+  const auto s = slice({2, 2, 2}, {false, false, false});
+  const double a = hw.chip.ici_latency_s, B = hw.chip.ici_bandwidth_bytes_per_s;
+  const double t = run_single(hw, s, collective(CollectiveOp::AllReduce, every_core(hw, s), kS));
+  CHECK(t == Approx(2 * 7 * (a + kS / (8 * B))).epsilon(0.01));
+}
+
+TEST_CASE("hierarchical rings on lines (a v4 slice below a cube) cost what folded rings cost",
+          "[engine][oracle][network]") {
+  const auto hw = v4({"hierarchical_rings", "snake_ring"});
+  const auto s = slice({2, 4, 4}, {false, false, false});
+  const double a = hw.chip.ici_latency_s, B = hw.chip.ici_bandwidth_bytes_per_s;
+  // x: two chips, one exchange each way; y and z: folded rings of 4 (<= 2 hops a step).
+  const double x = a + kS / (2 * B), y = 3 * (2 * a + (kS / 2) / (4 * B)),
+               z = 3 * (2 * a + (kS / 8) / (4 * B));
+  const double t = run_single(hw, s, collective(CollectiveOp::AllReduce, every_core(hw, s), kS));
+  CHECK(t == Approx(2 * (x + y + z)).epsilon(0.01));
+}
+
+TEST_CASE(
+    "a data-parallel gradient all-reduce on v4-128 megacore lies between the bandwidth bound and "
+    "the per-dimension rings",
+    "[engine][network]") {
+  // ResNet-50's gradients (fp32) all-reduced over the 64 chips of v4-128 with the shipped
+  // hardware's algorithms, alone on the network.
+  Json j = Json::parse(R"({"hardware": "tpu-v4", "slice": "v4-128", "model": {"kind": "resnet50"},
+    "batch": 16384, "optimizer": {"kind": "lars"}, "schedule": {"kind": "data_parallel"}})");
+  const Study study = parse_study(j, "test");
+  REQUIRE(study.megacore);
+  REQUIRE(study.cores() == 64);
+  const double S = 4.0 * double(study.model.params());
+  const auto& hw = study.hardware;
+  const double a = hw.chip.ici_latency_s, B = hw.chip.ici_bandwidth_bytes_per_s;
+  const double t =
+      run_single(hw, study.slice, collective(CollectiveOp::AllReduce, every_core(hw, study.slice), S));
+  const double bound = 2 * S * 63.0 / 64.0 / (6 * B);
+  const double rings = allreduce_per_dimension({4, 4, 4}, S, a, B);
+  CHECK(t > bound);
+  CHECK(t < rings);
+}
+
+TEST_CASE("representative rings in 3D give the full simulation's times", "[engine][network][symmetry]") {
+  // The same two collectives (every chip, then a family of z pillars) on a 4x4x4 torus: the
+  // representative simulation (here) and the full one (record the time and compare with the
+  // per-dimension oracle the full run met above) agree to 1e-9 of the oracle's own terms.
+  const auto hw = v4({"parallel_rings", "hierarchical_rings", "snake_ring"});
+  const auto s = slice({4, 4, 4}, {true, true, true});
+  sim::TaskGraph g(sim::slice_cores(hw, s));
+  const int all = g.add(collective(CollectiveOp::AllReduce, every_core(hw, s), kS));
+  sim::Task pillars = collective(CollectiveOp::AllReduce, {}, kS);
+  for (int x = 0; x < 4; ++x)
+    for (int y = 0; y < 4; ++y) {
+      pillars.groups.emplace_back();
+      for (int z = 0; z < 4; ++z) pillars.groups.back().push_back(x + 4 * y + 16 * z);
+    }
+  const int fam = g.add(std::move(pillars));
+  g.depend(all, fam);
+  const auto r = sim::simulate(g, hw, s);
+  REQUIRE(r.symmetric_collectives);
+  const double a = hw.chip.ici_latency_s, B = hw.chip.ici_bandwidth_bytes_per_s;
+  CHECK(r.tasks[std::size_t(all)].end_s == Approx(allreduce_parallel({4, 4, 4}, kS, a, B)).epsilon(1e-9));
+  CHECK(r.tasks[std::size_t(fam)].end_s - r.tasks[std::size_t(fam)].start_s ==
+        Approx(2 * ring_half(4, kS, a, B)).epsilon(1e-9));
+}
+
+TEST_CASE("the same step simulated in full gives the representative times", "[engine][network][symmetry]") {
+  const auto hw = v4({"parallel_rings", "hierarchical_rings", "snake_ring"});
+  const auto s = slice({4, 4, 4}, {true, true, true});
+  sim::TaskGraph g(sim::slice_cores(hw, s));
+  const int all = g.add(collective(CollectiveOp::AllReduce, every_core(hw, s), kS));
+  sim::EngineOptions o;
+  o.symmetric_collectives = false;
+  const auto r = sim::simulate(g, hw, s, o);
+  REQUIRE_FALSE(r.symmetric_collectives);
+  const double a = hw.chip.ici_latency_s, B = hw.chip.ici_bandwidth_bytes_per_s;
+  CHECK(r.tasks[std::size_t(all)].end_s == Approx(allreduce_parallel({4, 4, 4}, kS, a, B)).epsilon(1e-9));
+}
+
+TEST_CASE("a link at half bandwidth slows the flows crossing it, and only them", "[engine][network][state]") {
+  const auto hw = v4({"hierarchical_rings", "snake_ring"});
+  const auto s = slice({4, 4, 4}, {true, true, true});
+  const Topology t(s);
+  sim::EngineOptions o;
+  o.network.link_bandwidth_scale.assign(std::size_t(t.link_id_bound()), 1.0);
+  o.network.link_bandwidth_scale[std::size_t(t.link_id(0, LinkDirection{2, true}))] = 0.5;  // chip 0 -> +z
+  sim::TaskGraph g(sim::slice_cores(hw, s));
+  const int slow = g.add(transfer(0, t.rank({0, 0, 1}), kS));
+  const int fast = g.add(transfer(0, t.rank({1, 0, 0}), kS));
+  const auto r = sim::simulate(g, hw, s, o);
+  const double a = hw.chip.ici_latency_s, B = hw.chip.ici_bandwidth_bytes_per_s;
+  CHECK(r.tasks[std::size_t(slow)].end_s == Approx(a + kS / (0.5 * B)).epsilon(1e-9));
+  CHECK(r.tasks[std::size_t(fast)].end_s == Approx(a + kS / B).epsilon(1e-9));
+}
+
+TEST_CASE("a degraded link makes the symmetry proof answer none, and the full simulation pays for it",
+          "[engine][network][state]") {
+  const auto hw = v4({"hierarchical_rings", "snake_ring"});
+  const auto s = slice({4, 4, 4}, {true, true, true});
+  const Topology t(s);
+  sim::EngineOptions o;
+  o.network.link_bandwidth_scale.assign(std::size_t(t.link_id_bound()), 1.0);
+  o.network.link_bandwidth_scale[std::size_t(t.link_id(t.rank({1, 2, 3}), LinkDirection{0, true}))] = 0.25;
+  sim::TaskGraph g(sim::slice_cores(hw, s));
+  const int all = g.add(collective(CollectiveOp::AllReduce, every_core(hw, s), kS));
+  const auto r = sim::simulate(g, hw, s, o);
+  CHECK_FALSE(r.symmetric_collectives);
+  CHECK_THAT(r.symmetry, Catch::StartsWith("none: the links or chips are not uniform"));
+  const double a = hw.chip.ici_latency_s, B = hw.chip.ici_bandwidth_bytes_per_s;
+  CHECK(r.tasks[std::size_t(all)].end_s > 1.2 * allreduce_per_dimension({4, 4, 4}, kS, a, B));
+}
+
+TEST_CASE("a chip at half speed takes twice as long over its compute", "[engine][network][state]") {
+  const auto hw = v4({"hierarchical_rings", "snake_ring"});
+  const auto s = slice({2, 2, 1}, {false, false, false});
+  sim::EngineOptions o;
+  o.network.chip_speed_scale = {1.0, 0.5, 1.0, 1.0};
+  sim::TaskGraph g(sim::slice_cores(hw, s));
+  const int normal = g.add(compute(0, 1e-3));
+  const int slow = g.add(compute(1, 1e-3));
+  const auto r = sim::simulate(g, hw, s, o);
+  CHECK(r.tasks[std::size_t(normal)].end_s == Approx(1e-3).epsilon(1e-12));
+  CHECK(r.tasks[std::size_t(slow)].end_s == Approx(2e-3).epsilon(1e-12));
+  CHECK(r.cores[1].busy_s == Approx(2e-3).epsilon(1e-12));
+}
