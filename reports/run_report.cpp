@@ -327,6 +327,8 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
   out["engine"] =
       Json{{"symmetric_collectives", r.symmetric_collectives}, {"flows_simulated", r.flows_simulated}};
   out["engine"]["collective_algorithms"] = collective_algorithm_counts(graph, r);
+  out["engine"]["simulation"] = r.simulation;
+  out["engine"]["tasks_simulated"] = r.tasks_simulated;
   out["cores"] = per_core;
   out["study"] = info.study;
   return out;

@@ -30,17 +30,21 @@ print(f"plan {name}: {ms} ms, {p['evaluated']} candidates ({p['evaluated'] / (ms
       f"{p['simulated']} simulated, best: {best}")
 PY
 done
-# One `tpusim run`, timed: its label, then the run's arguments.
+# One `tpusim run`, timed: its label, then the run's arguments. Prints the wall time, the peak
+# resident memory, how the step was simulated (tasks and flows played, flows per second).
 timed_run() {
   local label="$1"; shift
   local start ms
   start=$(date +%s%N)
-  "$build/cli/tpusim" run "$@" --json > /tmp/tpusim-bench-run.json 2> /dev/null || true
+  /usr/bin/time -f "%M" -o /tmp/tpusim-bench-rss "$build/cli/tpusim" run "$@" --json > /tmp/tpusim-bench-run.json 2> /dev/null || true
   ms=$(( ($(date +%s%N) - start) / 1000000 ))
-  python3 - /tmp/tpusim-bench-run.json "$ms" "$label" <<'PY'
+  python3 - /tmp/tpusim-bench-run.json "$ms" "$label" "$(tail -n 1 /tmp/tpusim-bench-rss)" <<'PY'
 import json, sys
-r, ms, label = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3]
-print(f"run {label}: {ms} ms, step {r['step_time_s'] * 1e3:.3f} ms, {r['engine']['flows_simulated']} flows")
+r, ms, label, rss_kb = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+e = r["engine"]
+print(f"run {label}: {ms} ms, {rss_kb / 1024:.0f} MB peak, step {r['step_time_s'] * 1e3:.3f} ms; "
+      f"{e['tasks_simulated']} tasks and {e['flows_simulated']} flows simulated "
+      f"({e['flows_simulated'] / (ms / 1000):.0f} flows/s); {e['simulation']}")
 PY
 }
 # One large mesh run: Transformer-L on v3-512, batch:256 x model:2 with the sequence on the
@@ -48,6 +52,11 @@ PY
 timed_run "mesh seq-sharded v3-512" bench/studies/plan-transformer-l-v3-512.json --set \
   'schedule={"kind":"mesh","mesh":[["batch",256],["model",2]],"layout":{"batch":"batch","seq":"model"},"weight_update":"sharded"}'
 # A spatially partitioned SSD (MLPerf's larger runs: the image's height over 2 cores, batch-norm
-# statistics over 16 replicas) on v3-1024: halo exchanges are point-to-point, so every flow runs.
+# statistics over 16 replicas) on v3-1024.
 timed_run "spatial SSD v3-1024" configs/studies/ssd-resnet34-v3-32.json --set slice=v3-1024 --set batch=2048 --set \
   'schedule={"kind":"mesh","mesh":[["batch",512],["spatial",2]],"layout":{"batch":"batch","height":"spatial"},"batch_norm_group":16}'
+# Engine scale (pod-sized slices): the spatially split SSD of MLPerf's v3-2048 run, 4096 GPipe
+# replicas on a 64x64 pod, and data-parallel ResNet-50 on a full TPU-v4 pod (4096 chips).
+timed_run "spatial SSD batch:512 x spatial:4 v3-2048" bench/studies/ssd-spatial-v3-2048.json
+timed_run "GPipe K=2 M=8 x 4096 replicas, 64x64 pod" bench/studies/gpipe-4096-replicas-64x64.json
+timed_run "data-parallel ResNet-50 v4-8192" configs/studies/resnet50-lars-v4-8192.json

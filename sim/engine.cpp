@@ -10,6 +10,7 @@
 
 #include "hardware/errors.hpp"
 #include "hardware/topology.hpp"
+#include "sim/cluster_reduction.hpp"
 #include "sim/symmetry.hpp"
 
 namespace tpusim::sim {
@@ -121,7 +122,9 @@ constexpr long kReservedMappings = 2048;
 
 class Runner {
  public:
-  Runner(const TaskGraph& g, const HardwareSpec& hw, const SliceSpec& slice, const EngineOptions& opt)
+  /// `transfer_links`: the links each transfer of `g` stands for (the cluster reduction's), or null.
+  Runner(const TaskGraph& g, const HardwareSpec& hw, const SliceSpec& slice, const EngineOptions& opt,
+         const std::map<int, std::set<long long>>* transfer_links)
       : g_(g),
         opt_(opt),
         platform_(hw, slice, opt.network),
@@ -143,7 +146,7 @@ class Runner {
 
     SymmetryProof proof;
     if (opt.symmetric_collectives)
-      proof = prove_symmetry(g, planner_, opt.network);
+      proof = prove_symmetry(g, planner_, opt.network, transfer_links);
     else
       proof.reason = "none: asked for the full simulation";
     const bool symmetric = proof.exact;
@@ -405,7 +408,6 @@ namespace {
 /// budget, or more simultaneous actors than memory mappings allow (each SimGrid actor's stack
 /// is a mapping plus a guard page; SimGrid aborts the process when it runs out).
 void check_host_resources(const TaskGraph& graph) {
-  check_host_memory(graph.cores(), graph.size(), true);
   long actors = 1;  // at least one communication actor besides one per core with a program
   for (int c = 0; c < graph.cores(); ++c) actors += graph.program(c).empty() ? 0 : 1;
   const long mappings = max_memory_mappings(), reserve = kReservedMappings;
@@ -421,6 +423,50 @@ void check_host_resources(const TaskGraph& graph) {
 
 }  // namespace
 
+namespace {
+
+/// The step's result from its representative cluster's: every task times as the task it runs as,
+/// every core as the core it runs as.
+SimResult expand(const ClusterReduction& r, const TaskGraph& step, SimResult sim) {
+  SimResult out = std::move(sim);
+  std::vector<TaskTiming> tasks(std::size_t(step.size()));
+  std::vector<std::string> algorithms(std::size_t(step.size()));
+  for (int id = 0; id < step.size(); ++id) {
+    const int s = r.simulated_task[std::size_t(id)];
+    tasks[std::size_t(id)] = out.tasks[std::size_t(s)];
+    algorithms[std::size_t(id)] = out.collective_algorithms[std::size_t(s)];
+  }
+  // A core's peak task is the one of its own cluster that the simulated core's peak task stands for.
+  std::vector<int> cluster(std::size_t(step.cores()), -1);
+  std::vector<int> seen(std::size_t(step.cores()), 0);
+  for (int c = 0; c < step.cores(); ++c) {
+    const int first = r.simulated_core[std::size_t(c)];
+    if (first != c || !step.program(c).empty()) cluster[std::size_t(c)] = seen[std::size_t(first)]++;
+  }
+  std::vector<CoreStats> cores(std::size_t(step.cores()));
+  for (int c = 0; c < step.cores(); ++c) {
+    CoreStats stats = out.cores[std::size_t(r.simulated_core[std::size_t(c)])];
+    if (stats.peak_task >= 0) {
+      const auto& orbit = r.orbit[std::size_t(stats.peak_task)];
+      const int k = cluster[std::size_t(c)];
+      stats.peak_task =
+          orbit.size() == 1 || k < 0 ? r.step_task[std::size_t(stats.peak_task)] : orbit[std::size_t(k)];
+    }
+    cores[std::size_t(c)] = stats;
+  }
+  if (out.overflow.happened && out.overflow.task >= 0)
+    out.overflow.task = r.step_task[std::size_t(out.overflow.task)];
+  for (auto& f : out.flows) f.task = r.step_task[std::size_t(f.task)];
+  out.tasks = std::move(tasks);
+  out.collective_algorithms = std::move(algorithms);
+  out.cores = std::move(cores);
+  out.simulation = "one of " + std::to_string(r.clusters) + " congruent clusters of " +
+                   std::to_string(r.cores_per_cluster) + " cores; collectives: " + out.symmetry;
+  return out;
+}
+
+}  // namespace
+
 SimResult simulate(const TaskGraph& graph, const HardwareSpec& hw, const SliceSpec& slice,
                    const EngineOptions& options) {
   if (graph.cores() != slice_cores(hw, slice)) {
@@ -428,12 +474,25 @@ SimResult simulate(const TaskGraph& graph, const HardwareSpec& hw, const SliceSp
                           std::to_string(slice_cores(hw, slice)));
   }
   graph.validate();
-  check_host_resources(graph);
+  check_host_memory(graph.cores(), graph.size(), true);
+  // Functional mode runs every task's math and a trace records every flow: both want every task.
+  ClusterReduction reduction;
+  reduction.reason = "none: asked for the full simulation";
+  if (options.symmetric_collectives && !options.functional && !options.record_flows) {
+    const CollectivePlanner planner(Topology(slice), hw.chip.cores, hw.chip.collective_algorithms);
+    reduction = reduce_to_one_cluster(graph, planner, options.network);
+  }
+  const TaskGraph& simulated = reduction.applied ? reduction.graph : graph;
+  check_host_resources(simulated);
   auto engine = make_engine();
-  Runner runner(graph, hw, slice, options);
+  Runner runner(simulated, hw, slice, options, reduction.applied ? &reduction.orbit_links : nullptr);
   runner.start_actors();
   engine->run();
-  return runner.finish();
+  SimResult result = runner.finish();
+  result.tasks_simulated = simulated.size();
+  if (reduction.applied) return expand(reduction, graph, std::move(result));
+  result.simulation = "every core (clusters: " + reduction.reason + "); collectives: " + result.symmetry;
+  return result;
 }
 
 std::vector<int> simgrid_route_hops(const HardwareSpec& hw, const SliceSpec& slice,

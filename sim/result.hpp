@@ -43,10 +43,14 @@ struct SimResult {
   bool symmetric_collectives = false;  ///< collectives were simulated on representative rings
   /// How the collectives were simulated: "representative rings", or "none: <why not>".
   std::string symmetry;
+  /// How the step was simulated: its representative cluster of cores (and how many congruent
+  /// clusters it stands for) or every core (and why), then the collectives.
+  std::string simulation;
   /// By task id: the collective algorithm(s) a collective's groups ran ("a+b" when they
   /// differ); empty for other tasks.
   std::vector<std::string> collective_algorithms;
   long long flows_simulated = 0;
+  long long tasks_simulated = 0;      ///< tasks of the graph the engine played (the reduced one, if reduced)
   std::vector<FlowRecord> flows;      ///< filled when EngineOptions::record_flows
   std::vector<int> completion_order;  ///< task ids in the order they completed (functional mode)
 };

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "sim/cluster_reduction.hpp"
+
 namespace tpusim::sim {
 namespace {
 
@@ -25,10 +27,8 @@ Footprints footprints(const Task& t, const Family& groups, const CollectivePlann
                             {double(ring.cores.size()), ring.chunk_bytes, double(ring.steps)});
         for (std::size_t i = 0; i < ring.cores.size(); ++i) {
           const int a = ring.cores[i], b = ring.cores[(i + 1) % ring.cores.size()];
-          const auto route = topology.route(a / cpc, b / cpc);
-          f.shapes[gi].push_back(double(route.size()));
-          if (a / cpc == b / cpc) f.links[gi].insert(-1 - (long long)(a)*cpc - b % cpc);  // on-chip a -> b
-          for (int l : route) f.links[gi].insert(l);
+          f.shapes[gi].push_back(double(topology.route(a / cpc, b / cpc).size()));
+          for (long long l : flow_links(topology, cpc, a, b)) f.links[gi].insert(l);
         }
       }
   return f;
@@ -85,37 +85,129 @@ SymmetryProof none(std::string why) {
   return p;
 }
 
-}  // namespace
-
-SymmetryProof prove_symmetry(const TaskGraph& g, const CollectivePlanner& planner,
-                             const NetworkState& network) {
-  if (!network.uniform()) return none("the links or chips are not uniform");
-  for (int id = 0; id < g.size(); ++id) {
-    const Task& t = g.task(id);
-    if (t.kind == TaskKind::Transfer) return none("the step has point-to-point transfers");
-    if (t.kind == TaskKind::Collective && int(t.members().size()) != g.cores())
-      return none("a collective (" + t.name + ") does not span every core");
-  }
-  SymmetryProof proof;
-  std::map<Family, std::set<long long>> family_links;
-  std::vector<std::pair<Family, Family>> sharing;
+/// The rings of every collective of `g` (every group, every phase), joined by shared links into
+/// clusters: whether the representative rings (each phase's first line, in every group) make
+/// up whole clusters and every other cluster is congruent with one of theirs (the same
+/// collectives' phases with rings of the same shapes). Then each representative cluster runs
+/// as its congruent copies do, whatever runs at once, so simulating the representative rings is
+/// exact even where collectives sharing links overlap in time (the stages' gradient all-reduces
+/// of many pipeline replicas).
+bool ring_clusters_congruent(const TaskGraph& g, const CollectivePlanner& planner) {
+  const Topology& topology = planner.topology();
+  const int cpc = planner.cores_per_chip();
+  std::vector<std::vector<double>> signature;  // per ring: task, phase, then its shape
+  std::vector<bool> representative;
+  std::map<long long, std::size_t> owner;
+  std::vector<std::size_t> parent;
+  auto root = [&](std::size_t i) {
+    while (parent[i] != i) i = parent[i] = parent[parent[i]];
+    return i;
+  };
   for (int id = 0; id < g.size(); ++id) {
     const Task& t = g.task(id);
     if (t.kind != TaskKind::Collective) continue;
-    const auto groups = t.collective_groups();
-    if (family_links.count(groups)) continue;
+    for (const auto& group : t.collective_groups()) {
+      const auto plan = planner.plan(t.op, group, t.bytes);
+      for (std::size_t p = 0; p < plan.size(); ++p)
+        for (const auto& ring : plan[p].rings) {
+          const std::size_t r = signature.size();
+          parent.push_back(r);
+          representative.push_back(ring.representative);
+          signature.push_back(
+              {double(id), double(p), double(ring.cores.size()), ring.chunk_bytes, double(ring.steps)});
+          for (std::size_t i = 0; i < ring.cores.size(); ++i) {
+            const int a = ring.cores[i], b = ring.cores[(i + 1) % ring.cores.size()];
+            signature[r].push_back(double(topology.route(a / cpc, b / cpc).size()));
+            for (long long l : flow_links(topology, cpc, a, b)) {
+              auto [it, fresh] = owner.emplace(l, r);
+              if (!fresh) parent[root(r)] = root(it->second);
+            }
+          }
+        }
+    }
+  }
+  std::map<std::size_t, std::vector<std::size_t>> members;
+  for (std::size_t r = 0; r < signature.size(); ++r) members[root(r)].push_back(r);
+  std::set<std::vector<std::vector<double>>> kept;
+  std::vector<std::vector<std::vector<double>>> others;
+  for (const auto& [c, rings] : members) {
+    const bool rep = representative[rings.front()];
+    std::vector<std::vector<double>> cluster;
+    for (std::size_t r : rings) {
+      if (representative[r] != rep) return false;  // a representative ring meets another line's
+      cluster.push_back(signature[r]);
+    }
+    std::sort(cluster.begin(), cluster.end());
+    if (rep)
+      kept.insert(std::move(cluster));
+    else
+      others.push_back(std::move(cluster));
+  }
+  return std::all_of(others.begin(), others.end(), [&](const auto& c) { return kept.count(c) > 0; });
+}
+
+/// The transfers of `g` by the links they stand for.
+std::map<long long, std::vector<int>> transfers_by_link(
+    const TaskGraph& g, const CollectivePlanner& planner,
+    const std::map<int, std::set<long long>>* transfer_links) {
+  std::map<long long, std::vector<int>> on;
+  for (int id = 0; id < g.size(); ++id) {
+    const Task& t = g.task(id);
+    if (t.kind != TaskKind::Transfer || t.src_core == t.dst_core || t.bytes <= 0) continue;
+    if (transfer_links) {
+      if (auto it = transfer_links->find(id); it != transfer_links->end())
+        for (long long l : it->second) on[l].push_back(id);
+      continue;
+    }
+    for (long long l : flow_links(planner.topology(), planner.cores_per_chip(), t.src_core, t.dst_core))
+      on[l].push_back(id);
+  }
+  return on;
+}
+
+}  // namespace
+
+SymmetryProof prove_symmetry(const TaskGraph& g, const CollectivePlanner& planner,
+                             const NetworkState& network,
+                             const std::map<int, std::set<long long>>* transfer_links) {
+  if (!network.uniform()) return none("the links or chips are not uniform");
+  const auto transfers_on = transfers_by_link(g, planner, transfer_links);
+  std::map<Family, std::vector<int>> family_tasks;
+  for (int id = 0; id < g.size(); ++id)
+    if (g.task(id).kind == TaskKind::Collective) family_tasks[g.task(id).collective_groups()].push_back(id);
+  if (family_tasks.empty()) return none("the step has no collectives");
+  SymmetryProof proof;
+  std::map<Family, std::set<long long>> family_links;
+  std::vector<std::pair<Family, Family>> sharing;
+  for (const auto& [groups, tasks] : family_tasks) {
+    const Task& t = g.task(tasks.front());
     const Footprints f = footprints(t, groups, planner);
     const auto c = clusters(f.links);
     if (!congruent(c, f.shapes)) return none("the groups of a collective (" + t.name + ") are not congruent");
     std::set<long long> all;
     for (const auto& l : f.links) all.insert(l.begin(), l.end());
+    std::set<int> meeting;
+    for (long long l : all)
+      if (auto it = transfers_on.find(l); it != transfers_on.end())
+        meeting.insert(it->second.begin(), it->second.end());
+    if (!meeting.empty() && !g.ordered(tasks, std::vector<int>(meeting.begin(), meeting.end())))
+      return none("a collective (" + t.name +
+                  ") shares links with point-to-point transfers it may run beside");
     for (const auto& [other, other_links] : family_links)
       if (std::any_of(all.begin(), all.end(), [&](long long l) { return other_links.count(l) > 0; }))
         sharing.push_back({groups, other});
     family_links[groups] = std::move(all);
     proof.representatives[groups] = c.begin()->second;
   }
-  if (!sharing_families_never_overlap(g, sharing)) return none("collectives sharing links may run at once");
+  if (!sharing_families_never_overlap(g, sharing)) {
+    // Collectives sharing links may run at once: exact all the same when their rings fall into
+    // congruent clusters (every group's representative rings kept).
+    if (!ring_clusters_congruent(g, planner)) return none("collectives sharing links may run at once");
+    for (auto& [groups, kept] : proof.representatives) {
+      kept.resize(groups.size());
+      for (std::size_t gi = 0; gi < groups.size(); ++gi) kept[gi] = gi;
+    }
+  }
   proof.exact = true;
   return proof;
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,12 +30,16 @@ struct SymmetryProof {
 };
 
 /// Whether representative simulation of `graph`'s collectives is exact, and which groups are
-/// simulated. It is when the network is uniform (every link and chip as specified), the graph
-/// has no point-to-point transfers, every collective spans every core (its family partitions
-/// the slice, so every ring starts together), each family's groups fall into clusters (groups
-/// joined by a shared link) that are congruent (the same rings, chunks, steps and hop counts)
-/// and use disjoint links, and families whose links meet never run at once.
+/// simulated. It is when the network is uniform (every link and chip as specified), each
+/// family's groups fall into clusters (groups joined by a shared link) that are congruent (the
+/// same rings, chunks, steps and hop counts) and use disjoint links, families whose links meet
+/// never run at once, and every point-to-point transfer whose links meet a family's is ordered
+/// with its collectives (so no ring other than a representative one shares a link with anything
+/// running). A collective is one task: all its rings start together. `transfer_links`, when
+/// given, are the links each transfer stands for (the representative-cluster reduction's
+/// transfers stand for every cluster's); otherwise a transfer's own route.
 SymmetryProof prove_symmetry(const TaskGraph& graph, const CollectivePlanner& planner,
-                             const NetworkState& network);
+                             const NetworkState& network,
+                             const std::map<int, std::set<long long>>* transfer_links = nullptr);
 
 }  // namespace tpusim::sim

@@ -106,6 +106,11 @@ class TaskGraph {
   Task& task(int id) { return tasks_[id]; }
   const std::vector<int>& program(int core) const { return programs_[core]; }
   std::vector<int> successors(int id) const;
+  /// Calls `f(successor)` for each successor of `id` (no allocation: for passes over every task).
+  template <class F>
+  void for_each_successor(int id, F&& f) const {
+    for (auto [it, end] = boost::adjacent_vertices(std::size_t(id), graph_); it != end; ++it) f(int(*it));
+  }
   std::vector<int> predecessors(int id) const;
   int in_degree(int id) const;
   const std::vector<std::array<double, kMemoryCategories>>& resident() const { return resident_; }
