@@ -34,6 +34,9 @@ struct Candidate {
   std::string invalid;                 ///< why the study is invalid with this schedule
   double resident_bytes = 0;           ///< the most any core holds all step
   sim::MemoryBreakdown resident_by{};  ///< that core's resident state per memory category
+  /// No core's peak is lower than this on the busiest core: its resident state plus the
+  /// activations and workspace its own program must hold at once (TaskGraph::memory_floors).
+  double floor_bytes = 0;
   double bound_s = 0;  ///< no step is shorter: the longest chain of work, or the busiest core's
   int cores_used = 0;
   bool pruned = false;  ///< resident state over capacity
@@ -91,33 +94,43 @@ double task_floor(const Study& s, const sim::CollectivePlanner& planner, const s
 double mesh_bound(const Study& s, const MeshSchedule& mesh, const std::vector<mesh::LayerProgram>& programs) {
   using E = mesh::Event;
   const sim::CollectivePlanner planner = collective_planner(s);
+  // Layers repeat their events: each group and each collective's floor found once.
+  std::map<std::tuple<std::vector<std::string>, std::string, int>, std::vector<int>> groups;
+  std::map<std::tuple<int, std::vector<int>, double, bool>, double> floors;
   double bound = 0;
   for (const auto& program : programs)
     for (const auto* events : {&program.forward, &program.backward})
       for (const auto& ev : *events) {
-        const auto group = [&] { return mesh.groups(ev).front(); };
-        if (ev.kind == E::Compute)
+        if (ev.kind == E::Compute) {
           bound += ev.seconds;
-        else if (ev.kind == E::BlockingAllReduce)
-          bound += collective_floor(s, planner, sim::CollectiveOp::AllReduce, group(), ev.bytes);
-        else if (ev.kind == E::BlockingAllGather)
-          bound += collective_floor(s, planner, sim::CollectiveOp::AllGather, group(), ev.bytes);
-        else if (ev.kind == E::BlockingReduceScatter)
-          bound += collective_floor(s, planner, sim::CollectiveOp::ReduceScatter, group(), ev.bytes);
-        else if (ev.kind == E::GradientAllReduce && !s.hardware.core.gradient_collectives_overlap_backward)
-          bound += collective_floor(s, planner, sim::CollectiveOp::ReduceScatter, group(), ev.bytes, false);
+          continue;
+        }
+        const bool gradient = ev.kind == E::GradientAllReduce;
+        if (gradient && s.hardware.core.gradient_collectives_overlap_backward) continue;
+        const auto op = ev.kind == E::BlockingAllGather       ? sim::CollectiveOp::AllGather
+                        : ev.kind == E::BlockingReduceScatter ? sim::CollectiveOp::ReduceScatter
+                        : gradient                            ? sim::CollectiveOp::ReduceScatter
+                        : ev.kind == E::BlockingAllReduce     ? sim::CollectiveOp::AllReduce
+                                                              : sim::CollectiveOp(-1);
+        if (int(op) < 0) continue;
+        auto g = groups.find({ev.mesh_dims, ev.block_dim, ev.block});
+        if (g == groups.end())
+          g = groups.emplace(std::make_tuple(ev.mesh_dims, ev.block_dim, ev.block), mesh.groups(ev).front())
+                  .first;
+        const auto key = std::make_tuple(int(op), g->second, ev.bytes, !gradient);
+        auto f = floors.find(key);
+        if (f == floors.end())
+          f = floors.emplace(key, collective_floor(s, planner, op, g->second, ev.bytes, !gradient)).first;
+        bound += f->second;
       }
   return bound;
 }
 
 /// Validates the study with `c.schedule`, builds its graph, and bounds it (no engine). The
 /// candidates share `costs` (they differ only in their schedule).
-void bound(const Json& base, const std::string& file, Candidate& c, double usable,
-           const std::shared_ptr<LayerCostCache>& costs) {
-  Json j = base;
-  j["schedule"] = c.schedule;
+void bound(const Study& base, Candidate& c, double usable, const std::shared_ptr<LayerCostCache>& costs) {
   try {
-    Study s = parse_study(j, file, fs::path(file).parent_path());
+    Study s = with_schedule(base, c.schedule);
     s.layer_costs = costs;
     if (const auto* mesh = dynamic_cast<const MeshSchedule*>(s.schedule.get())) {
       const auto programs = mesh->programs(s);
@@ -130,10 +143,15 @@ void bound(const Json& base, const std::string& file, Candidate& c, double usabl
         c.resident_by[int(sim::MemoryCategory::Optimizer)] += held.optimizer;
       }
       for (double bytes : c.resident_by) c.resident_bytes += bytes;
-      c.pruned = c.resident_bytes > usable;
+      // Every layer's kept activations are held at once at the end of the forward, beside the
+      // last layer's forward transient.
+      double kept = 0;
+      for (const auto& p : programs) kept += p.kept_bytes;
+      c.floor_bytes = c.resident_bytes + kept + (programs.empty() ? 0.0 : programs.back().workspace_bytes);
+      c.pruned = c.floor_bytes > usable;
       return;
     }
-    const BuiltStep step = s.schedule->build(s);
+    const BuiltStep step = s.schedule->representative_step(s);
     const auto& graph = step.graph;
     const sim::CollectivePlanner planner = collective_planner(s);
     std::vector<double> floors;
@@ -151,6 +169,7 @@ void bound(const Json& base, const std::string& file, Candidate& c, double usabl
       floors.push_back(it->second);
     }
     for (int core = 0; core < graph.cores(); ++core) c.cores_used += graph.program(core).empty() ? 0 : 1;
+    c.cores_used *= step.replicas_represented;
     // The longest chain of dependent work (each core's program order included, so never less
     // than the busiest core's compute and the partial sums it waits for): a pipeline's fill and
     // drain, a core's waits.
@@ -159,7 +178,8 @@ void bound(const Json& base, const std::string& file, Candidate& c, double usabl
       c.resident_bytes = graph.resident_bytes(core);
       c.resident_by = graph.resident()[std::size_t(core)];
     }
-    c.pruned = c.resident_bytes > usable;
+    for (double f : graph.memory_floors()) c.floor_bytes = std::max(c.floor_bytes, f);
+    c.pruned = c.floor_bytes > usable;
   } catch (const ConfigError& e) {
     c.invalid = first_problem(e.what());
   } catch (const std::exception& e) {
@@ -226,9 +246,14 @@ void search(const PlanOptions& o, std::vector<Candidate>& all) {
 /// Why a candidate is not among the top: a sentence.
 std::string why(const Candidate& c, const Candidate* best, double threshold) {
   if (!c.invalid.empty()) return "invalid: " + c.invalid;
-  if (c.pruned)
+  if (c.pruned && c.resident_bytes >= c.floor_bytes)
     return "does not fit: resident state alone " + reports::human_bytes(c.resident_bytes) + " per core (" +
            reports::categories_text(c.resident_by) + ")";
+  if (c.pruned)
+    return "does not fit: at least " + reports::human_bytes(c.floor_bytes) + " on a core (resident " +
+           reports::human_bytes(c.resident_bytes) + ": " + reports::categories_text(c.resident_by) +
+           "; activations and workspace its program holds at once, at least " +
+           reports::human_bytes(c.floor_bytes - c.resident_bytes) + ")";
   if (!c.error.empty()) return "simulation failed: " + c.error;
   if (!c.simulated)
     return "slower: its longest chain of dependent work takes at least " + reports::human_seconds(c.bound_s) +
@@ -298,7 +323,7 @@ Json plan_json(const PlanOptions& o, const std::vector<Candidate>& all) {
     if (!c.invalid.empty())
       key = {5, 0};
     else if (c.pruned)
-      key = {3, c.resident_bytes};
+      key = {3, c.floor_bytes};
     else if (!c.error.empty())
       key = {4, 0};
     else if (!c.simulated)
@@ -372,7 +397,7 @@ int cmd_plan(const PlanOptions& o) {
     int done = 0;
     const auto costs = std::make_shared<LayerCostCache>();
     parallel_for(all.size(), job_count(o.jobs), [&](std::size_t i) {
-      bound(base, o.study, all[i], usable, costs);
+      bound(study, all[i], usable, costs);
       const std::lock_guard<std::mutex> guard(lock);
       progress.update(++done, int(all.size()));
     });

@@ -391,14 +391,18 @@ void group_collectives(StepBuilder& builder, const std::vector<int>& group, Laye
 /// updates.
 class PipelinePlayer {
  public:
+  /// `built`: how many replicas' tasks to build (the first ones; every replica's by default); the
+  /// cross-replica all-reduces span every replica whatever it is.
   PipelinePlayer(const Study& study, StepBuilder& builder, Pipeline::Order order, int M, bool remat,
-                 std::vector<LayerRange> ranges, std::vector<std::vector<std::vector<int>>> cores)
+                 std::vector<LayerRange> ranges, std::vector<std::vector<std::vector<int>>> cores,
+                 int built = -1)
       : study_(study),
         builder_(builder),
         order_(order),
         K_(int(ranges.size())),
         M_(M),
         R_(int(cores.size())),
+        built_(built < 0 ? int(cores.size()) : built),
         remat_(remat),
         b_(study.batch / (std::int64_t(cores.size()) * M)),
         ranges_(std::move(ranges)),
@@ -410,7 +414,7 @@ class PipelinePlayer {
   /// Every compute task first, in each stage's program order (a core's program is the order its
   /// tasks are added); dependencies afterwards.
   void compute() {
-    for (int r = 0; r < R_; ++r)
+    for (int r = 0; r < built_; ++r)
       for (int s = 0; s < K_; ++s) stage_compute(r, s);
   }
 
@@ -418,7 +422,7 @@ class PipelinePlayer {
   /// to core t of the next; each stage's recompute and backward after its forward.
   void link() {
     auto& g = builder_.graph();
-    for (int r = 0; r < R_; ++r)
+    for (int r = 0; r < built_; ++r)
       for (int m = 0; m < M_; ++m)
         for (int s = 0; s < K_; ++s)
           for (int t = 0; t < int(cores_[r][s].size()); ++t) {
@@ -490,7 +494,7 @@ class PipelinePlayer {
     const auto program = stage_program(order_, s, K_, M_, remat_);
     const double partial = builder_.cost(ranges_[s], b_).group_gradient_bytes;
     std::vector<std::vector<int>> after(R_, std::vector<int>(T));
-    for (int r = 0; r < R_; ++r) {
+    for (int r = 0; r < built_; ++r) {
       for (int t = 0; t < T; ++t) after[r][t] = B_[r][s][program.back().micro_batch].end(t);
       if (partial <= 0 || T == 1) continue;
       const int id = builder_.collective(sim::CollectiveOp::AllReduce, "gradient_allreduce",
@@ -515,9 +519,9 @@ class PipelinePlayer {
           "allreduce stage " + std::to_string(s) + (split ? " shard " + std::to_string(t) : ""), group,
           builder_.gradient_bytes(ranges_[s]), ranges_[s]);
       g.task(allreduce).stage = s;
-      for (int r = 0; r < R_; ++r) g.depend(after[r][t], allreduce);
+      for (int r = 0; r < built_; ++r) g.depend(after[r][t], allreduce);
     }
-    for (int r = 0; r < R_; ++r) {
+    for (int r = 0; r < built_; ++r) {
       const int upd = builder_.update(cores_[r][s][t], ranges_[s], 1.0, Labels{s, -1});
       g.depend(allreduce >= 0 ? allreduce : after[r][t], upd);
     }
@@ -546,7 +550,7 @@ class PipelinePlayer {
   const Study& study_;
   StepBuilder& builder_;
   Pipeline::Order order_;
-  int K_, M_, R_;
+  int K_, M_, R_, built_;
   bool remat_;
   std::int64_t b_;
   std::vector<LayerRange> ranges_;
@@ -583,6 +587,22 @@ BuiltStep Pipeline::build(const Study& study, FunctionalRuntime* functional) con
                       {"partition_set_by", cut.set_by},
                       {"stages", stages},
                       {"placement", tensor_ > 1 ? Json(groups(study)) : Json(placement(study))}};
+  return step;
+}
+
+BuiltStep Pipeline::representative_step(const Study& study) const {
+  const Partition cut = partition(study);
+  std::vector<LayerRange> ranges;
+  for (int s = 0, first = 0; s < stages_; first += cut.sizes[std::size_t(s)], ++s)
+    ranges.push_back({first, first + cut.sizes[std::size_t(s)]});
+  StepBuilder builder(study, study.cores(), nullptr);
+  split(builder);
+  PipelinePlayer player(study, builder, order_, microbatches_, remat_, ranges, groups(study), 1);
+  player.compute();
+  player.link();
+  player.reduce_and_update();
+  BuiltStep step = builder.finish();
+  step.replicas_represented = replicas_;
   return step;
 }
 

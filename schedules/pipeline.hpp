@@ -25,6 +25,8 @@ class Pipeline : public Schedule {
   /// a stage's cores split: default those of d_ff, heads and vocab the model has).
   Pipeline(Order order, Fields& fields, const Study& study, Problems& problems);
   BuiltStep build(const Study& study, FunctionalRuntime* functional = nullptr) const override;
+  /// Replica 0's tasks with each stage's gradient all-reduce over every replica.
+  BuiltStep representative_step(const Study& study) const override;
   Json resolved() const override;
   std::int64_t layer_batch(const Study& study) const override {
     return study.batch / (replicas_ * microbatches_);

@@ -188,6 +188,16 @@ Study parse_study(const Json& json, const std::string& context, const std::files
   return study;
 }
 
+Study with_schedule(const Study& base, const Json& schedule) {
+  Study study = base;
+  study.json["schedule"] = schedule;
+  study.schedule.reset();
+  Problems problems(base.file);
+  parse_schedule(schedule, study, problems);
+  problems.throw_if_any();
+  return study;
+}
+
 Json study_json(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
   Json json = read_json_file(file);
   for (const auto& o : overrides) apply_override(json, o);

@@ -25,6 +25,9 @@ struct BuiltStep {
   double model_flops = 0;     ///< the math of one step over all cores
   double hardware_flops = 0;  ///< what the MXUs execute (padding, recomputation)
   Json details;               ///< schedule-specific facts for result.json (buckets, stages, ...)
+  /// For a representative step (Schedule::representative_step): how many identical replicas its
+  /// busy cores stand for (1: the graph is the whole step).
+  int replicas_represented = 1;
 };
 
 /// The examples one core reads from its host per step (its infeed).
@@ -42,6 +45,10 @@ class Schedule {
   /// Builds the task graph of one training step. Called only on a validated study. With a
   /// `functional` runtime, tasks carry the host closures that do the step's math.
   virtual BuiltStep build(const Study& study, FunctionalRuntime* functional = nullptr) const = 0;
+  /// A step whose longest chain of work and per-core memory floors are the whole step's, cheaper
+  /// to build: schedules of identical replicas build one replica with its collectives over every
+  /// replica (plan bounds candidates with it). The default: the whole step.
+  virtual BuiltStep representative_step(const Study& study) const { return build(study); }
   /// The schedule's settings with defaults filled in (echoed in result.json).
   virtual Json resolved() const = 0;
   /// Examples one layer processes at once on a core (the per-core batch, or the micro-batch).
@@ -98,6 +105,10 @@ void apply_override(Json& study, const std::string& assignment);
 
 /// Validates and resolves a study. `base_dir` resolves a relative hardware path.
 Study parse_study(const Json& json, const std::string& context, const std::filesystem::path& base_dir = {});
+
+/// `base` with another schedule, validated as parse_study would (ConfigError otherwise), without
+/// reading or checking the rest again (the plan's candidates differ only in their schedule).
+Study with_schedule(const Study& base, const Json& schedule);
 
 /// Reads and overrides, without validating. Throws ConfigError.
 Json study_json(const std::filesystem::path& file, const std::vector<std::string>& overrides = {});

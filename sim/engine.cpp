@@ -297,8 +297,24 @@ class Runner {
       if (t.src_core != t.dst_core && t.bytes > 0) play_step({{t.src_core, t.dst_core, t.bytes}}, id);
     } else {
       // Each ring of a phase runs at its own pace in its own actor (a SimGrid actor handles
-      // thousands of simultaneous comms poorly); the next phase waits for every ring.
+      // thousands of simultaneous comms poorly); the next phase waits for every ring. A phase of
+      // one ring, or of rings of one step, plays here: an actor's stack costs more than a small
+      // collective's flows.
       for (const Phase& phase : plans_[id]) {
+        if (phase.rings.size() == 1) {
+          play_ring(phase.rings.front(), id);
+          continue;
+        }
+        if (std::all_of(phase.rings.begin(), phase.rings.end(),
+                        [](const PlannedRing& r) { return r.steps == 1; })) {
+          // One step each (the on-chip rings of two cores): every flow at once, as the rings would.
+          std::vector<FlowSpec> flows;
+          for (const auto& ring : phase.rings)
+            for (std::size_t i = 0; i < ring.cores.size(); ++i)
+              flows.push_back({ring.cores[i], ring.cores[(i + 1) % ring.cores.size()], ring.chunk_bytes});
+          play_step(flows, id);
+          continue;
+        }
         std::vector<sg::ActorPtr> rings;
         for (const auto& ring : phase.rings) {
           rings.push_back(

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <set>
+#include <utility>
 
 #include "hardware/errors.hpp"
 
@@ -78,17 +79,69 @@ TaskGraph::TaskGraph(int cores) : cores_(cores) {
   for (auto& r : resident_) r.fill(0.0);
 }
 
+TaskGraph::TaskGraph(const TaskGraph& other)
+    : cores_(other.cores_),
+      graph_(std::make_unique<Graph>(*other.graph_)),
+      order_(std::make_unique<Order>(*other.order_)),
+      tasks_(other.tasks_),
+      programs_(other.programs_),
+      resident_(other.resident_) {}
+
+TaskGraph::TaskGraph(TaskGraph&& other)
+    : cores_(other.cores_),
+      graph_(std::exchange(other.graph_, std::make_unique<Graph>())),
+      order_(std::exchange(other.order_, std::make_unique<Order>())),
+      tasks_(std::move(other.tasks_)),
+      programs_(std::move(other.programs_)),
+      resident_(std::move(other.resident_)) {
+  other.tasks_.clear();
+  other.programs_.assign(std::size_t(other.cores_), {});
+  other.resident_.assign(std::size_t(other.cores_), {});
+}
+
+TaskGraph& TaskGraph::operator=(TaskGraph&& other) {
+  std::swap(cores_, other.cores_);
+  graph_.swap(other.graph_);
+  order_.swap(other.order_);
+  tasks_.swap(other.tasks_);
+  programs_.swap(other.programs_);
+  resident_.swap(other.resident_);
+  return *this;
+}
+
+TaskGraph& TaskGraph::operator=(const TaskGraph& other) {
+  if (this != &other) *this = TaskGraph(other);
+  return *this;
+}
+
 int TaskGraph::add(Task task) {
   // Checked every 16,384 tasks: a graph that keeps growing stops at the budget, not past it.
   if (tasks_.size() % 16384 == 16383) check_host_memory(cores_, double(tasks_.size()), false);
-  const int id = int(boost::add_vertex(graph_));
-  if (task.kind == TaskKind::Compute && task.core >= 0 && task.core < cores_)
-    programs_[task.core].push_back(id);
+  const int id = int(boost::add_vertex(*graph_));
+  boost::add_vertex(*order_);
+  if (task.kind == TaskKind::Compute && task.core >= 0 && task.core < cores_) {
+    auto& program = programs_[std::size_t(task.core)];
+    if (!program.empty()) boost::add_edge(std::size_t(program.back()), std::size_t(id), *order_);
+    program.push_back(id);
+  }
   tasks_.push_back(std::move(task));
   return id;
 }
 
-void TaskGraph::depend(int before, int after) { boost::add_edge(before, after, graph_); }
+void TaskGraph::depend(int before, int after) {
+  boost::add_edge(before, after, *graph_);
+  boost::add_edge(std::size_t(before), std::size_t(after), *order_);
+}
+
+std::vector<std::size_t> TaskGraph::topological_order() const {
+  std::vector<std::size_t> reversed;  // boost writes the last task first
+  try {
+    boost::topological_sort(*order_, std::back_inserter(reversed));
+  } catch (const boost::not_a_dag&) {
+    return {};
+  }
+  return {reversed.rbegin(), reversed.rend()};
+}
 
 void TaskGraph::resident(int core, MemoryCategory category, double bytes) {
   resident_.at(core)[int(category)] += bytes;
@@ -96,17 +149,17 @@ void TaskGraph::resident(int core, MemoryCategory category, double bytes) {
 
 std::vector<int> TaskGraph::successors(int id) const {
   std::vector<int> out;
-  for (auto [it, end] = boost::adjacent_vertices(id, graph_); it != end; ++it) out.push_back(int(*it));
+  for (auto [it, end] = boost::adjacent_vertices(id, *graph_); it != end; ++it) out.push_back(int(*it));
   return out;
 }
 
 std::vector<int> TaskGraph::predecessors(int id) const {
   std::vector<int> out;
-  for (auto [it, end] = boost::inv_adjacent_vertices(id, graph_); it != end; ++it) out.push_back(int(*it));
+  for (auto [it, end] = boost::inv_adjacent_vertices(id, *graph_); it != end; ++it) out.push_back(int(*it));
   return out;
 }
 
-int TaskGraph::in_degree(int id) const { return int(boost::in_degree(id, graph_)); }
+int TaskGraph::in_degree(int id) const { return int(boost::in_degree(id, *graph_)); }
 
 namespace {
 
@@ -150,31 +203,9 @@ void TaskGraph::validate_task(const Task& t) const {
 }
 
 void TaskGraph::validate_acyclic() const {
-  // Dependencies plus program order must be acyclic, or some core would wait forever. Kahn's
-  // algorithm over both, in place (a copy of a million-task graph costs more than the check).
-  const std::size_t n = tasks_.size();
-  std::vector<int> next_in_program(n, -1), waiting(n, 0);
-  for (const auto& program : programs_)
-    for (std::size_t i = 1; i < program.size(); ++i) {
-      next_in_program[std::size_t(program[i - 1])] = program[i];
-      ++waiting[std::size_t(program[i])];
-    }
-  for (std::size_t v = 0; v < n; ++v) waiting[v] += int(boost::in_degree(v, graph_));
-  std::vector<int> ready;
-  for (std::size_t v = 0; v < n; ++v)
-    if (waiting[v] == 0) ready.push_back(int(v));
-  std::size_t done = 0;
-  while (!ready.empty()) {
-    const int v = ready.back();
-    ready.pop_back();
-    ++done;
-    auto release = [&](int w) {
-      if (--waiting[std::size_t(w)] == 0) ready.push_back(w);
-    };
-    for_each_successor(v, release);
-    if (next_in_program[std::size_t(v)] >= 0) release(next_in_program[std::size_t(v)]);
-  }
-  if (done != n) invalid("the dependencies together with the per-core program order contain a cycle");
+  // Dependencies plus program order must be acyclic, or some core would wait forever.
+  if (topological_order().size() != tasks_.size())
+    invalid("the dependencies together with the per-core program order contain a cycle");
 }
 
 void TaskGraph::validate_memory_balance() const {
@@ -215,51 +246,61 @@ double TaskGraph::resident_bytes(int core) const {
   return bytes;
 }
 
-double TaskGraph::critical_path(const std::vector<double>& seconds) const {
-  // Shortest paths with each edge weighing minus its source's duration are minus the longest
-  // chains; vertex n is a source before every task.
-  using Weighted = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, boost::no_property,
-                                         boost::property<boost::edge_weight_t, double>>;
-  const int n = size();
-  Weighted g(std::size_t(n) + 1);
-  for (auto [it, end] = boost::edges(graph_); it != end; ++it) {
-    const auto u = boost::source(*it, graph_);
-    boost::add_edge(u, boost::target(*it, graph_), -seconds[u], g);
+std::vector<double> TaskGraph::memory_floors() const {
+  const auto counted = [](MemoryCategory c) {
+    return c == MemoryCategory::Activations || c == MemoryCategory::Workspace;
+  };
+  std::vector<bool> others(std::size_t(cores_), false);  // a task other than the core's own changes them
+  for (const auto& t : tasks_)
+    for (const auto& m : t.memory)
+      if (counted(m.category) && !(t.kind == TaskKind::Compute && t.core == m.core))
+        others[std::size_t(m.core)] = true;
+  std::vector<double> floors(static_cast<std::size_t>(cores_), 0.0);
+  for (int core = 0; core < cores_; ++core) {
+    double held = 0, most = 0;
+    if (!others[std::size_t(core)])
+      for (int id : programs_[std::size_t(core)])
+        for (auto when : {MemoryEffect::When::Start, MemoryEffect::When::End}) {
+          for (const auto& m : tasks_[std::size_t(id)].memory)
+            if (m.core == core && m.when == when && counted(m.category)) held += m.bytes;
+          most = std::max(most, held);
+        }
+    floors[std::size_t(core)] = resident_bytes(core) + most;
   }
-  for (const auto& program : programs_)
-    for (std::size_t i = 1; i < program.size(); ++i)
-      boost::add_edge(program[i - 1], program[i], -seconds[std::size_t(program[i - 1])], g);
-  for (int v = 0; v < n; ++v) boost::add_edge(n, v, 0.0, g);
-  std::vector<double> distance(std::size_t(n) + 1);
-  boost::dag_shortest_paths(g, n, boost::distance_map(distance.data()));
+  return floors;
+}
+
+double TaskGraph::critical_path(const std::vector<double>& seconds) const {
+  // Each task ends no sooner than its start, the latest end of what precedes it; in topological
+  // order every predecessor is done first.
+  std::vector<double> start(tasks_.size(), 0.0);
   double longest = 0;
-  for (int v = 0; v < n; ++v) longest = std::max(longest, seconds[std::size_t(v)] - distance[std::size_t(v)]);
+  for (std::size_t v : topological_order()) {
+    const double end = start[v] + seconds[v];
+    longest = std::max(longest, end);
+    for (auto [it, stop] = boost::adjacent_vertices(v, *order_); it != stop; ++it)
+      start[*it] = std::max(start[*it], end);
+  }
   return longest;
 }
 
 bool TaskGraph::ordered(const std::vector<int>& a, const std::vector<int>& b, double max_bytes) const {
-  using Plain = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
   const std::size_t n = std::size_t(size());
   const std::size_t words_a = (a.size() + 63) / 64, words_b = (b.size() + 63) / 64;
   if (double(n) * double(words_a + words_b) * 8.0 > max_bytes) return false;
-  Plain g(n);
-  for (auto [it, end] = boost::edges(graph_); it != end; ++it)
-    boost::add_edge(boost::source(*it, graph_), boost::target(*it, graph_), g);
-  for (const auto& program : programs_)
-    for (std::size_t i = 1; i < program.size(); ++i) boost::add_edge(program[i - 1], program[i], g);
-  std::vector<std::size_t> reversed;  // a topological order, last task first
-  boost::topological_sort(g, std::back_inserter(reversed));
+  const auto& g = *order_;
+  const std::vector<std::size_t> topological = topological_order();
   // Per task, a bit per member of `set` among its ancestors, carried forward in topological order.
   auto ancestors_in = [&](const std::vector<int>& set, std::size_t words) {
     std::vector<std::uint64_t> bits(n * words, 0);
     std::vector<int> index(n, -1);
     for (std::size_t k = 0; k < set.size(); ++k) index[std::size_t(set[k])] = int(k);
-    for (auto v = reversed.rbegin(); v != reversed.rend(); ++v) {
-      const std::uint64_t* from = &bits[*v * words];
-      for (auto [it, end] = boost::adjacent_vertices(*v, g); it != end; ++it) {
+    for (std::size_t v : topological) {
+      const std::uint64_t* from = &bits[v * words];
+      for (auto [it, end] = boost::adjacent_vertices(v, g); it != end; ++it) {
         std::uint64_t* to = &bits[*it * words];
         for (std::size_t w = 0; w < words; ++w) to[w] |= from[w];
-        if (const int k = index[*v]; k >= 0) to[std::size_t(k) / 64] |= std::uint64_t(1) << (k % 64);
+        if (const int k = index[v]; k >= 0) to[std::size_t(k) / 64] |= std::uint64_t(1) << (k % 64);
       }
     }
     return bits;

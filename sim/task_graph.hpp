@@ -7,6 +7,7 @@
 #include <array>
 #include <boost/graph/adjacency_list.hpp>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -92,6 +93,12 @@ class TaskGraph {
  public:
   /// `cores` cores in the slice, numbered chip * cores_per_chip + index.
   explicit TaskGraph(int cores);
+  // A move hands over the graphs' storage (leaving the other an empty graph); a copy copies them.
+  TaskGraph(TaskGraph&& other);
+  TaskGraph& operator=(TaskGraph&& other);
+  TaskGraph(const TaskGraph& other);
+  TaskGraph& operator=(const TaskGraph& other);
+  ~TaskGraph() = default;
 
   /// Adds a task; a compute task is appended to its core's program. Returns its id.
   int add(Task task);
@@ -109,7 +116,7 @@ class TaskGraph {
   /// Calls `f(successor)` for each successor of `id` (no allocation: for passes over every task).
   template <class F>
   void for_each_successor(int id, F&& f) const {
-    for (auto [it, end] = boost::adjacent_vertices(std::size_t(id), graph_); it != end; ++it) f(int(*it));
+    for (auto [it, end] = boost::adjacent_vertices(std::size_t(id), *graph_); it != end; ++it) f(int(*it));
   }
   std::vector<int> predecessors(int id) const;
   int in_degree(int id) const;
@@ -118,6 +125,11 @@ class TaskGraph {
   int most_resident_core() const;
   /// What `core` holds all step, over every category.
   double resident_bytes(int core) const;
+  /// Per core, no run of the graph peaks lower: its resident state plus the most activations and
+  /// workspace its own compute tasks hold at once, walked in its program order (they run one at a
+  /// time, and only they change those categories on it; gradients are left out). Where another
+  /// task changes them on a core, its resident state alone.
+  std::vector<double> memory_floors() const;
 
   /// The longest chain of task durations (`seconds`, one per task) through the dependencies and
   /// every core's program order: no run of the graph ends sooner, whatever its contention.
@@ -137,11 +149,17 @@ class TaskGraph {
 
  private:
   using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS>;
+  /// The dependencies and every core's program order together: what orders tasks in any run.
+  using Order = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
+  /// Tasks in an order every dependency and program order respects (empty: there is a cycle).
+  std::vector<std::size_t> topological_order() const;
   void validate_task(const Task& t) const;  ///< its cores, duration and sizes
   void validate_acyclic() const;            ///< dependencies plus program order form a DAG
   void validate_memory_balance() const;     ///< each core's memory effects sum to zero
   int cores_;
-  Graph graph_;
+  // Held by pointer: Boost's adjacency_list has no move, and its swap copies.
+  std::unique_ptr<Graph> graph_ = std::make_unique<Graph>();
+  std::unique_ptr<Order> order_ = std::make_unique<Order>();
   std::vector<Task> tasks_;
   std::vector<std::vector<int>> programs_;
   std::vector<std::array<double, kMemoryCategories>> resident_;
