@@ -58,7 +58,8 @@ pid_t spawn_self(const std::vector<std::string>& args, int& out_fd, int& err_fd)
 
 /// Reads the child's stdout and stderr into `result` until both close; past `timeout_s` (when
 /// positive) kills the child and marks the result timed out. Closes the pipes.
-void collect_output(pid_t pid, int out_fd, int err_fd, double timeout_s, ChildResult& result) {
+void collect_output(pid_t pid, int out_fd, int err_fd, double timeout_s, const std::function<bool()>& cancel,
+                    ChildResult& result) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   std::array<pollfd, 2> fds = {pollfd{out_fd, POLLIN, 0}, pollfd{err_fd, POLLIN, 0}};
   std::string* sinks[2] = {&result.out, &result.err};
@@ -76,6 +77,14 @@ void collect_output(pid_t pid, int out_fd, int err_fd, double timeout_s, ChildRe
         break;
       }
       wait_ms = int(std::min<long long>(left, 1000));
+    }
+    if (cancel) {
+      if (cancel()) {
+        kill(pid, SIGKILL);
+        result.cancelled = true;
+        break;
+      }
+      wait_ms = wait_ms < 0 ? 200 : std::min(wait_ms, 200);
     }
     const int ready = poll(fds.data(), fds.size(), wait_ms);
     if (ready < 0 && errno == EINTR) continue;
@@ -98,15 +107,17 @@ void collect_output(pid_t pid, int out_fd, int err_fd, double timeout_s, ChildRe
 
 }  // namespace
 
-ChildResult run_self(const std::vector<std::string>& args, double timeout_s) {
+ChildResult run_self(const std::vector<std::string>& args, double timeout_s,
+                     const std::function<bool()>& cancel) {
   int out_fd = -1, err_fd = -1;
   const pid_t pid = spawn_self(args, out_fd, err_fd);
   ChildResult result;
-  collect_output(pid, out_fd, err_fd, timeout_s, result);
+  collect_output(pid, out_fd, err_fd, timeout_s, cancel, result);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (result.cancelled) result.err = "stopped before it finished";
   if (result.timed_out) {
     char text[96];
     std::snprintf(text, sizeof text, "timed out after %g s (killed)", timeout_s);

@@ -14,13 +14,16 @@ struct ChildResult {
   std::string out;         ///< what it wrote to stdout
   std::string err;         ///< what it wrote to stderr
   bool timed_out = false;  ///< killed because it ran past its time limit
+  bool cancelled = false;  ///< killed because `cancel` asked
 };
 
 /// Runs this executable with `args` (argv[1...]), capturing stdout and stderr. With
 /// `timeout_s` > 0 a child still running after that many seconds is killed (SIGKILL), its
-/// result marked timed_out with a message in `err`. Throws std::runtime_error if the child
-/// cannot be started.
-ChildResult run_self(const std::vector<std::string>& args, double timeout_s = 0);
+/// result marked timed_out with a message in `err`; with `cancel`, asked a few times a second, a
+/// child it answers true for is killed and marked cancelled. Throws std::runtime_error if the
+/// child cannot be started.
+ChildResult run_self(const std::vector<std::string>& args, double timeout_s = 0,
+                     const std::function<bool()>& cancel = {});
 
 /// `-j`: the requested number of jobs, or (0) the machine's cores.
 int job_count(int requested);

@@ -1,5 +1,8 @@
 #include "cli/fit.hpp"
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -132,7 +135,7 @@ int cmd_fit(const std::string& study, const std::string& path, const std::vector
   at_min.push_back(path + "=" + value_text(search.min));
   load_study(study, at_min);
 
-  auto probe = [&](double v) {
+  auto run_probe = [&](double v) {
     // --require-fit: a value whose resident state alone overflows answers at once (exit 1,
     // a small result with "simulated": false) instead of simulating the step.
     std::vector<std::string> args = {"run", study, "--json", "--require-fit"};
@@ -164,9 +167,32 @@ int cmd_fit(const std::string& study, const std::string& path, const std::vector
     p.fits = p.result["fits"].get<bool>();
     return p;
   };
+  // Each probe as it finishes, on stderr: a line updated in place on a terminal, a line each
+  // otherwise (a search of a large study takes minutes and must not look stuck).
+  const bool tty = isatty(STDERR_FILENO);
+  int probes_done = 0;
+  const auto started = std::chrono::steady_clock::now();
+  auto report = [&](double v, const std::string& verdict) {
+    char line[512];
+    std::snprintf(line, sizeof line, "%stpusim fit: probe %d: %s = %s: %s (%.0f s elapsed)%s",
+                  tty ? "\r\033[K" : "", ++probes_done, path.c_str(), value_text(v).c_str(), verdict.c_str(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
+                  tty ? "" : "\n");
+    std::cerr << line << std::flush;
+  };
+  auto probe = [&](double v) {
+    Probe p = run_probe(v);
+    if (!p.error.empty())
+      report(v, "invalid at this value");
+    else
+      report(v, std::string(p.fits ? "fits" : "does not fit") + ", peak " +
+                    reports::human_bytes(p.result["peak_hbm_bytes"].get<double>()));
+    return p;
+  };
   FitOutcome outcome;
   try {
     outcome = fit_search(search, probe);
+    if (tty && probes_done > 0) std::cerr << "\n";
   } catch (const ProbeFailed& e) {
     std::cerr << "tpusim fit: a probe failed, so the search has no answer: " << e.what() << "\n";
     return kFitProbeFailed;

@@ -741,6 +741,9 @@ void add_plan(CLI::App& app, Commands& commands) {
   cmd->add_option("--out", plan->out, "write plan.json, plan.md, plan.html and best.json here");
   cmd->add_flag("--exhaustive", plan->exhaustive, "simulate every valid candidate (checks the search)");
   cmd->add_option("--point-timeout", plan->point_timeout_s, "kill a simulation running longer (seconds)");
+  cmd->add_option("--time-limit", plan->time_limit_s,
+                  "answer with the best plan found within this many seconds, marked incomplete (SIGINT and "
+                  "SIGTERM do the same)");
   commands.emplace_back(cmd, [plan] { return cli::cmd_plan(*plan); });
 }
 

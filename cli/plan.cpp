@@ -1,7 +1,10 @@
 #include "cli/plan.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -9,6 +12,7 @@
 #include <tuple>
 
 #include "cli/child_process.hpp"
+#include "cli/interrupt.hpp"
 #include "cli/output_file.hpp"
 #include "cli/plan_space.hpp"
 #include "cli/run_progress.hpp"
@@ -39,7 +43,8 @@ struct Candidate {
   double floor_bytes = 0;
   double bound_s = 0;  ///< no step is shorter: the longest chain of work, or the busiest core's
   int cores_used = 0;
-  bool pruned = false;  ///< resident state over capacity
+  bool pruned = false;   ///< resident state over capacity
+  bool bounded = false;  ///< examined: validated and bounded (false when the search stopped first)
   bool simulated = false;
   Json result;        ///< the simulated result (null until simulated, or on failure)
   std::string error;  ///< the simulation failed
@@ -49,6 +54,44 @@ struct Candidate {
 
 /// The first line of an error's message (a ConfigError's first problem, with its context).
 std::string first_problem(const std::string& what) { return what.substr(0, what.find('\n')); }
+
+/// When to stop the search: a signal, or the time limit. Bounding gets at most half of the limit,
+/// so that some of it is left to simulate the most promising candidates.
+class Stopper {
+ public:
+  explicit Stopper(double limit_s) : limit_s_(limit_s), start_(Clock::now()) {}
+  /// Whether to stop now; once true, stays true.
+  bool requested() {
+    if (stopped_) return true;
+    if (const int sig = stop_signal()) return stop(sig == SIGINT ? "SIGINT" : "SIGTERM");
+    if (limit_s_ > 0 && elapsed_s() >= limit_s_) return stop("the time limit of " + seconds(limit_s_));
+    return false;
+  }
+  /// Whether bounding should give way to simulating (half the time limit gone, or stopped).
+  bool bounding_over() { return requested() || (limit_s_ > 0 && elapsed_s() >= limit_s_ / 2); }
+  double elapsed_s() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+  bool stopped() const { return stopped_; }
+  const std::string& why() const { return why_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static std::string seconds(double s) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g s", s);
+    return buf;
+  }
+  bool stop(const std::string& why) {
+    const std::lock_guard<std::mutex> guard(lock_);
+    if (!stopped_) why_ = why;
+    stopped_ = true;
+    return true;
+  }
+  double limit_s_;
+  Clock::time_point start_;
+  std::atomic<bool> stopped_{false};
+  std::mutex lock_;
+  std::string why_;
+};
 
 /// No collective is faster: each ring step moves its chunk over one link at the fastest link
 /// bandwidth and pays the shortest latency once (no contention, no multi-hop route; without
@@ -149,6 +192,7 @@ void bound(const Study& base, Candidate& c, double usable, const std::shared_ptr
       for (const auto& p : programs) kept += p.kept_bytes;
       c.floor_bytes = c.resident_bytes + kept + (programs.empty() ? 0.0 : programs.back().workspace_bytes);
       c.pruned = c.floor_bytes > usable;
+      c.bounded = true;
       return;
     }
     const BuiltStep step = s.schedule->representative_step(s);
@@ -180,20 +224,27 @@ void bound(const Study& base, Candidate& c, double usable, const std::shared_ptr
     }
     for (double f : graph.memory_floors()) c.floor_bytes = std::max(c.floor_bytes, f);
     c.pruned = c.floor_bytes > usable;
+    c.bounded = true;
   } catch (const ConfigError& e) {
     c.invalid = first_problem(e.what());
+    c.bounded = true;
   } catch (const std::exception& e) {
     c.invalid = e.what();
+    c.bounded = true;
   }
 }
 
-void simulate(const PlanOptions& o, Candidate& c) {
+void simulate(const PlanOptions& o, Candidate& c, Stopper& stop) {
   std::vector<std::string> args = {"run", o.study, "--json"};
   for (const auto& s : o.sets) args.insert(args.end(), {"--set", s});
   args.insert(args.end(), {"--set", "schedule=" + c.schedule.dump()});
   c.simulated = true;
   try {
-    const ChildResult child = run_self(args, o.point_timeout_s);
+    const ChildResult child = run_self(args, o.point_timeout_s, [&] { return stop.requested(); });
+    if (child.cancelled || (child.exit_code != 0 && stop.requested())) {  // stopped first: not examined
+      c.simulated = false;
+      return;
+    }
     if (child.exit_code == 0)
       c.result = Json::parse(child.out);
     else
@@ -218,20 +269,71 @@ std::vector<const Candidate*> ranked_fitting(const std::vector<Candidate>& all) 
   return fit;
 }
 
-/// Simulates in rounds by ascending bound until no bound can beat the top-N threshold.
-void search(const PlanOptions& o, std::vector<Candidate>& all) {
+/// The candidates to simulate, by ascending bound.
+std::vector<Candidate*> simulation_order(std::vector<Candidate>& all) {
   std::vector<Candidate*> order;
   for (auto& c : all)
-    if (c.invalid.empty() && !c.pruned) order.push_back(&c);
+    if (c.bounded && c.invalid.empty() && !c.pruned) order.push_back(&c);
   std::stable_sort(order.begin(), order.end(), [](const Candidate* a, const Candidate* b) {
     return a->bound_s != b->bound_s ? a->bound_s < b->bound_s : a->label < b->label;
   });
+  return order;
+}
+
+/// The step time a candidate's bound must beat to matter: the top-N'th plan's (infinite until N fit).
+double top_threshold(const PlanOptions& o, const std::vector<Candidate>& all) {
+  const auto fit = ranked_fitting(all);
+  return !o.exhaustive && fit.size() >= std::size_t(o.top) ? fit[std::size_t(o.top) - 1]->step_s() : kInf;
+}
+
+/// A line on stderr as each simulation finishes: how many so far, the best so far, and what may
+/// be left (the candidates whose bound could still beat the top) with an estimate of its time.
+class SearchProgress {
+ public:
+  SearchProgress(const PlanOptions& o, std::vector<Candidate>& all, const std::vector<Candidate*>& order)
+      : o_(o), all_(all), order_(order), start_(std::chrono::steady_clock::now()) {}
+  void finished(const Candidate& c) {
+    const std::lock_guard<std::mutex> guard(lock_);
+    ++done_;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const auto fit = ranked_fitting(all_);
+    const double threshold = top_threshold(o_, all_);
+    std::size_t left = 0;
+    for (const Candidate* k : order_) left += !k->simulated && k->bound_s <= threshold ? 1 : 0;
+    std::string line =
+        "tpusim plan: simulated " + std::to_string(done_) + " (" + c.label + ": " +
+        (c.result.is_object() ? reports::human_seconds(c.step_s()) + (c.fits() ? "" : ", does not fit")
+                              : std::string("failed")) +
+        ")";
+    line += fit.empty()
+                ? "; no fitting plan yet"
+                : "; best so far " + fit.front()->label + " " + reports::human_seconds(fit.front()->step_s());
+    const double each = elapsed / double(done_) / double(std::max(1, job_count(o_.jobs)));
+    char eta[64];
+    std::snprintf(eta, sizeof eta, "about %.0f s", each * double(left));
+    line += "; " + std::to_string(left) + " more could still beat the top" +
+            (left > 0 && threshold < kInf ? std::string(", ") + eta : std::string());
+    std::cerr << line << "\n" << std::flush;
+  }
+
+ private:
+  const PlanOptions& o_;
+  std::vector<Candidate>& all_;
+  const std::vector<Candidate*>& order_;
+  std::chrono::steady_clock::time_point start_;
+  std::mutex lock_;
+  int done_ = 0;
+};
+
+/// Simulates in rounds by ascending bound until no bound can beat the top-N threshold, or until
+/// asked to stop.
+void search(const PlanOptions& o, std::vector<Candidate>& all, Stopper& stop) {
+  const std::vector<Candidate*> order = simulation_order(all);
+  SearchProgress progress(o, all, order);
   const int jobs = job_count(o.jobs);
   std::size_t next = 0, round = 0;
-  while (next < order.size()) {
-    const auto fit = ranked_fitting(all);
-    const double threshold =
-        !o.exhaustive && fit.size() >= std::size_t(o.top) ? fit[std::size_t(o.top) - 1]->step_s() : kInf;
+  while (next < order.size() && !stop.requested()) {
+    const double threshold = top_threshold(o, all);
     std::vector<Candidate*> batch;
     while (next < order.size() && batch.size() < kRound && order[next]->bound_s <= threshold)
       batch.push_back(order[next++]);
@@ -239,12 +341,17 @@ void search(const PlanOptions& o, std::vector<Candidate>& all) {
     std::cerr << "tpusim plan: round " << ++round << ": simulating " << batch.size() << " (bounds "
               << reports::human_seconds(batch.front()->bound_s) << " .. "
               << reports::human_seconds(batch.back()->bound_s) << ")\n";
-    parallel_for(batch.size(), jobs, [&](std::size_t k) { simulate(o, *batch[k]); });
+    parallel_for(batch.size(), jobs, [&](std::size_t k) {
+      if (stop.requested()) return;
+      simulate(o, *batch[k], stop);
+      if (batch[k]->simulated) progress.finished(*batch[k]);
+    });
   }
 }
 
 /// Why a candidate is not among the top: a sentence.
 std::string why(const Candidate& c, const Candidate* best, double threshold) {
+  if (!c.bounded) return "not examined: the search stopped before bounding it";
   if (!c.invalid.empty()) return "invalid: " + c.invalid;
   if (c.pruned && c.resident_bytes >= c.floor_bytes)
     return "does not fit: resident state alone " + reports::human_bytes(c.resident_bytes) + " per core (" +
@@ -255,6 +362,9 @@ std::string why(const Candidate& c, const Candidate* best, double threshold) {
            "; activations and workspace its program holds at once, at least " +
            reports::human_bytes(c.floor_bytes - c.resident_bytes) + ")";
   if (!c.error.empty()) return "simulation failed: " + c.error;
+  if (!c.simulated && c.bound_s <= threshold)
+    return "not simulated: the search stopped before it (its longest chain of dependent work, at least " +
+           reports::human_seconds(c.bound_s) + ", could still beat the top)";
   if (!c.simulated)
     return "slower: its longest chain of dependent work takes at least " + reports::human_seconds(c.bound_s) +
            ", more than " + reports::human_seconds(threshold) + " (the last of the top plans)";
@@ -320,7 +430,9 @@ Json plan_json(const PlanOptions& o, const std::vector<Candidate>& all) {
     if (std::find(fit.begin(), fit.begin() + std::ptrdiff_t(top), &c) != fit.begin() + std::ptrdiff_t(top))
       continue;
     std::pair<int, double> key{5, 0};
-    if (!c.invalid.empty())
+    if (!c.bounded)
+      key = {6, 0};
+    else if (!c.invalid.empty())
       key = {5, 0};
     else if (c.pruned)
       key = {3, c.floor_bytes};
@@ -370,6 +482,25 @@ std::string closest(const std::vector<Candidate>& all) {
   return best->label + ", over by " + reports::human_bytes(over) + " per core";
 }
 
+/// Whether the search examined everything that could change its answer, and if not what it left:
+/// candidates never bounded, and bounded ones whose bound could still beat the top but were not
+/// simulated.
+void record_completeness(const PlanOptions& o, const std::vector<Candidate>& all, const Stopper& stop,
+                         Json& plan) {
+  const double threshold = top_threshold(o, all);
+  std::size_t unbounded = 0, unsimulated = 0;
+  for (const auto& c : all) {
+    if (!c.bounded)
+      ++unbounded;
+    else if (c.invalid.empty() && !c.pruned && !c.simulated && c.bound_s <= threshold)
+      ++unsimulated;
+  }
+  const bool complete = unbounded == 0 && unsimulated == 0;
+  plan["complete"] = complete;
+  plan["stopped"] = stop.stopped() ? Json{{"by", stop.why()}, {"after_s", stop.elapsed_s()}} : Json(nullptr);
+  plan["not_examined"] = {{"unbounded", unbounded}, {"unsimulated", unsimulated}};
+}
+
 }  // namespace
 
 int cmd_plan(const PlanOptions& o) {
@@ -390,6 +521,10 @@ int cmd_plan(const PlanOptions& o) {
     all.push_back(std::move(c));
   }
   const double usable = study.hardware.core.usable_hbm_bytes();
+  if (!(o.time_limit_s >= 0))
+    throw ConfigError("--time-limit", "", std::to_string(o.time_limit_s), "seconds >= 0 (0: none)");
+  catch_stop_signals();
+  Stopper stop(o.time_limit_s);
   {
     // Each candidate's graph is built on its own (-j at a time); results stay in candidate order.
     RunProgress progress("bounding candidates", "candidates");
@@ -397,14 +532,21 @@ int cmd_plan(const PlanOptions& o) {
     int done = 0;
     const auto costs = std::make_shared<LayerCostCache>();
     parallel_for(all.size(), job_count(o.jobs), [&](std::size_t i) {
+      if (stop.bounding_over()) return;  // left unexamined: time to simulate what was bounded
       bound(study, all[i], usable, costs);
       const std::lock_guard<std::mutex> guard(lock);
       progress.update(++done, int(all.size()));
     });
   }
-  std::cerr << "tpusim plan: " << all.size() << " candidates\n";
-  search(o, all);
-  const Json plan = plan_json(o, all);
+  std::size_t bounded = 0;
+  for (const auto& c : all) bounded += c.bounded ? 1 : 0;
+  std::cerr << "tpusim plan: " << all.size() << " candidates"
+            << (bounded < all.size() ? " (" + std::to_string(bounded) + " bounded before the time ran short)"
+                                     : "")
+            << "\n";
+  search(o, all, stop);
+  Json plan = plan_json(o, all);
+  record_completeness(o, all, stop, plan);
 
   if (!o.out.empty()) {
     fs::create_directories(o.out);
@@ -421,6 +563,9 @@ int cmd_plan(const PlanOptions& o) {
     std::cout << plan.dump(2) << "\n";
   else
     std::cout << reports::plan_text(plan);
+  if (!plan["complete"].get<bool>())
+    std::cerr << "tpusim plan: incomplete, stopped by " << stop.why() << ": the best plan found so far\n";
+  if (const int sig = stop_signal()) return 128 + sig;
   if (plan["best"].is_null()) {
     std::cerr << "tpusim plan: no plan fits; the closest: " << closest(all) << "\n";
     return 1;

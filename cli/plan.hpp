@@ -25,9 +25,13 @@ struct PlanOptions {
   std::string out;
   bool exhaustive = false;  ///< simulate every candidate that is valid and not pruned (tests)
   double point_timeout_s = 0;
+  /// --time-limit: answer with the best plan found after this many seconds (0: none); the result
+  /// then says it is incomplete and what was not examined. SIGINT and SIGTERM do the same.
+  double time_limit_s = 0;
 };
 
-/// Exit code: 0 a plan fits, 1 none does (the closest is named), 2 bad input (ConfigError).
+/// Exit code: 0 a plan fits, 1 none does (the closest is named), 2 bad input (ConfigError);
+/// stopped by SIGINT or SIGTERM, 128 + the signal (after writing what it found).
 int cmd_plan(const PlanOptions& options);
 
 }  // namespace tpusim::cli

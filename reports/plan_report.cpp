@@ -31,10 +31,21 @@ Row row(const Json& p) {
 }
 
 std::string counts(const Json& plan) {
-  return std::to_string(plan["evaluated"].get<int>()) +
-         " candidates: " + std::to_string(plan["pruned"]["invalid"].get<int>()) + " invalid, " +
-         std::to_string(plan["pruned"]["memory"].get<int>()) + " pruned by their resident state, " +
-         std::to_string(plan["simulated"].get<int>()) + " simulated";
+  std::string text = std::to_string(plan["evaluated"].get<int>()) +
+                     " candidates: " + std::to_string(plan["pruned"]["invalid"].get<int>()) + " invalid, " +
+                     std::to_string(plan["pruned"]["memory"].get<int>()) +
+                     " pruned by memory (their resident state, or what their programs hold, over HBM), " +
+                     std::to_string(plan["simulated"].get<int>()) + " simulated";
+  if (!plan.value("complete", true)) {
+    const Json& left = plan["not_examined"];
+    char after[32];
+    std::snprintf(after, sizeof after, "%.1f s", plan["stopped"]["after_s"].get<double>());
+    text += "; INCOMPLETE: stopped by " + plan["stopped"]["by"].get<std::string>() + " after " + after +
+            ", " + std::to_string(left["unbounded"].get<int>()) + " candidates not bounded and " +
+            std::to_string(left["unsimulated"].get<int>()) +
+            " not simulated that could still beat the top: the best plan found so far";
+  }
+  return text;
 }
 
 /// Simulated plans with a result: (peak HBM GiB, examples/s, fits, label).

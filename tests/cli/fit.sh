@@ -28,4 +28,9 @@ set -e
 # more than the study's own 24, and the search from 32 is valid.
 "$tpusim" fit "$root/configs/studies/default.json" --maximize model.layers --min 32 --max 40 --set slice=v3-32 --set batch=32 \
   --set 'schedule={"kind":"gpipe","stages":32,"microbatches":8}' > /dev/null 2> "$work_err" || { echo "FAIL: --min not applied before validating"; cat "$work_err"; exit 1; }
-echo "3 passed, 0 failed"
+# Each probe is reported on stderr as it finishes, a line each on a pipe.
+"$tpusim" fit "$root/configs/studies/gpipe-transformer-v3-k8.json" --maximize model.layers --min 8 --max 64 \
+  > /dev/null 2> "$work_err"
+probes=$(grep -c "^tpusim fit: probe [0-9]*: model.layers = [0-9]*: \(fits\|does not fit\)" "$work_err")
+[ "$probes" -ge 4 ] || { echo "FAIL: $probes probe lines"; cat "$work_err"; exit 1; }
+echo "4 passed, 0 failed"

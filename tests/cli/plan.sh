@@ -88,4 +88,30 @@ expect_bad "stages\[0\]" "$work/mlp.json" --space "$work/space.json"
 expect_bad "--top" "$work/mlp.json" --top 0
 expect_bad "--objective" "$work/mlp.json" --objective speed
 expect_bad "model.layers" "$work/mlp.json" --set model.layers=-1
+# Anytime: --time-limit answers with the best plan found so far, marked incomplete with what it
+# did not examine; SIGINT does the same and exits 130 after writing its outputs. The 12-layer
+# Transformer on v3-32 takes about a second to search, ten times the limit; its exhaustive search
+# far longer than the 2 s before the interrupt.
+"$tpusim" plan "$work/t12_v3_32.json" -j 2 --json --time-limit 0.1 > "$work/limited.json" 2> "$work/limited.err"
+python3 - "$work/limited.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["complete"] is False and p["stopped"]["by"] == "the time limit of 0.1 s", p["stopped"]
+assert p["stopped"]["after_s"] < 2, p["stopped"]
+left = p["not_examined"]
+assert left["unbounded"] + left["unsimulated"] > 0, left
+assert any(o["why"].startswith("not ") for o in p["others"]), [o["why"] for o in p["others"]][:5]
+PY
+grep -q "incomplete, stopped by the time limit of 0.1 s" "$work/limited.err" || { echo "FAIL: no incomplete notice"; cat "$work/limited.err"; exit 1; }
+"$tpusim" plan "$work/t12_v3_32.json" -j 2 --exhaustive --out "$work/interrupted" > /dev/null 2> "$work/int.err" &
+pid=$!
+sleep 2
+kill -INT "$pid"
+set +e; wait "$pid"; rc=$?; set -e
+[ "$rc" -eq 130 ] || { echo "FAIL: SIGINT gave exit $rc"; cat "$work/int.err"; exit 1; }
+python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); assert p["complete"] is False and p["stopped"]["by"] == "SIGINT", p["stopped"]' \
+  "$work/interrupted/plan.json"
+grep -q "INCOMPLETE: stopped by SIGINT" "$work/interrupted/plan.md" || { echo "FAIL: plan.md not marked incomplete"; exit 1; }
+# A complete search says so.
+python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); assert p["complete"] is True and p["stopped"] is None' "$work/t12_v3_8.plan.json"
 echo "plan: ok"
