@@ -31,6 +31,7 @@
 #include "reports/svg.hpp"
 #include "schedules/functional_runtime.hpp"
 #include "schedules/host_input.hpp"
+#include "schedules/pipeline.hpp"
 #include "schedules/study.hpp"
 #include "sim/engine.hpp"
 
@@ -46,6 +47,49 @@ std::vector<std::string> dimension_names(const SliceSpec& slice) {
   return names;
 }
 
+/// What a user should know about the run: an overridden hardware figure its schedule never
+/// reads, and a what-if that moved a pipeline's cost-balanced cut (the cut follows the costs, so
+/// the what-if compares two cuts unless the partition is set explicitly).
+std::vector<std::string> run_notes(const Study& study) {
+  std::vector<std::string> notes;
+  const Json& hw = study.json.value("hardware", Json());
+  if (!hw.is_object() || !hw.contains("override") || !hw["override"].is_object()) return notes;
+  const Json& overrides = hw["override"];
+  for (const auto& [figure, why] : study.schedule->ignored_hardware_figures())
+    if (overrides.contains(figure))
+      notes.push_back(figure + " cannot affect this " + study.schedule->resolved().value("kind", "") +
+                      " schedule: " + why);
+  const auto* pipeline = dynamic_cast<const Pipeline*>(study.schedule.get());
+  if (!pipeline ||
+      study.json["schedule"].contains("partition") && study.json["schedule"]["partition"].is_array())
+    return notes;
+  Json base = study.json;
+  base["hardware"] = hw["base"];
+  try {
+    const Study plain = parse_study(base, study.file, fs::path(study.file).parent_path());
+    const auto before = dynamic_cast<const Pipeline&>(*plain.schedule).partition(plain).sizes;
+    const auto after = pipeline->partition(study).sizes;
+    auto text = [](const std::vector<int>& cut) {
+      std::string t;
+      for (int n : cut) t += (t.empty() ? "" : "|") + std::to_string(n);
+      return t;
+    };
+    if (before != after)
+      notes.push_back("the hardware what-if moved the cost-balanced cut from " + text(before) + " (on " +
+                      hw["base"].dump() + ") to " + text(after) +
+                      " layers per stage; set schedule.partition to [" +
+                      [&] {
+                        std::string t;
+                        for (int n : before) t += (t.empty() ? "" : ", ") + std::to_string(n);
+                        return t;
+                      }() +
+                      "] to compare at the same cut");
+  } catch (const ConfigError&) {
+    // The base hardware cannot run this study: nothing to compare with.
+  }
+  return notes;
+}
+
 reports::RunInfo run_info(const Study& study, const BuiltStep& step) {
   reports::RunInfo info;
   Json echo = study.json;
@@ -58,6 +102,13 @@ reports::RunInfo run_info(const Study& study, const BuiltStep& step) {
   info.dimension_names = dimension_names(study.slice);
   info.cores_per_chip = study.hardware.chip.cores;
   info.megacore = study.megacore;
+  info.notes = run_notes(study);
+  if (step.details.contains("padded"))
+    for (const auto& [dim, p] : step.details["padded"].items())
+      info.notes.push_back(dim + " padded from " + std::to_string(p["size"].get<std::int64_t>()) + " to " +
+                           std::to_string(p["padded_to"].get<std::int64_t>()) + " to split it over " +
+                           std::to_string(p["cores"].get<int>()) +
+                           " cores (as frameworks pad the embedding)");
   info.model_kind = study.model.kind;
   info.model_name = study.model.name;
   info.params = study.model.params();
@@ -282,10 +333,27 @@ Json hardware_json(const HardwareSpec& hw) {
          {"slices", Json::array()},
          {"sources", hw.sources}};
   for (const auto& [n, s] : hw.slices) j["slices"].push_back(n);
+  // Every sourced figure by the dotted key an override names it with: its value and source.
+  const Json file = read_json_file(hw.file);
+  Json figures = Json::object();
+  for (const auto& [key, source] : hw.sources) {
+    const Json* node = &file;
+    for (std::size_t at = 0; node && at <= key.size();) {
+      const std::size_t dot = std::min(key.find('.', at), key.size());
+      const std::string part = key.substr(at, dot - at);
+      node = node->is_object() && node->contains(part) ? &(*node)[part] : nullptr;
+      at = dot + 1;
+    }
+    figures[key] = Json{
+        {"value", node && node->is_object() && node->contains("value") ? (*node)["value"] : Json(nullptr)},
+        {"source", source}};
+  }
+  j["figures"] = figures;
   return j;
 }
 
-/// Where a figure comes from (its `source`), or nothing.
+/// Where a figure comes from: its dotted key (what --hardware-override and a study's override
+/// name) and its `source`, or nothing.
 using SourceOf = std::function<std::string(const std::string&)>;
 
 /// A core: MXUs, clock, peaks, HBM.
@@ -374,7 +442,7 @@ int cmd_describe_hardware(const std::string& name, bool as_json) {
   std::printf("%s (%s)\n%s\n\n", hw.name.c_str(), hw.file.c_str(), hw.description.c_str());
   const SourceOf src = [&](const std::string& path) {
     auto it = hw.sources.find(path);
-    return it == hw.sources.end() ? std::string() : it->second;
+    return it == hw.sources.end() ? std::string() : path + "  " + it->second;
   };
   print_core_figures(hw, src);
   print_link_figures(hw, src);
@@ -722,6 +790,10 @@ void add_validate(CLI::App& app, Commands& commands) {
   cmd->add_option("--hardware-override", validate->hardware_overrides,
                   "figure=value (repeatable): run every case with this figure of its hardware changed, e.g. "
                   "core.hbm_sustained_bandwidth_fraction=0.85");
+  cmd->add_flag("--check", validate->check,
+                "a regression check: exit 0 when every case is within its tolerance or predicts what was "
+                "recorded (CASES/recorded/predictions.json), 1 otherwise");
+  cmd->add_flag("--record", validate->record, "record this run's predictions for --check");
   cmd->add_flag("--sensitivity", validate->sensitivity,
                 "also show how much each prediction moves when each assumed hardware figure moves up by 10 % "
                 "(a flag: turned over)");

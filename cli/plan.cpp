@@ -72,6 +72,8 @@ class Stopper {
   double elapsed_s() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
   bool stopped() const { return stopped_; }
   const std::string& why() const { return why_; }
+  /// When the stop was first seen (seconds since the search began).
+  double stopped_at_s() const { return stopped_at_s_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -82,7 +84,10 @@ class Stopper {
   }
   bool stop(const std::string& why) {
     const std::lock_guard<std::mutex> guard(lock_);
-    if (!stopped_) why_ = why;
+    if (!stopped_) {
+      why_ = why;
+      stopped_at_s_ = elapsed_s();
+    }
     stopped_ = true;
     return true;
   }
@@ -91,6 +96,7 @@ class Stopper {
   std::atomic<bool> stopped_{false};
   std::mutex lock_;
   std::string why_;
+  double stopped_at_s_ = 0;
 };
 
 /// No collective is faster: each ring step moves its chunk over one link at the fastest link
@@ -504,6 +510,7 @@ void record_completeness(const PlanOptions& o, const std::vector<Candidate>& all
 }  // namespace
 
 int cmd_plan(const PlanOptions& o) {
+  catch_stop_signals();  // first: an interrupt while the space is built still writes what there is
   if (o.objective != "step_time_s" && o.objective != "examples_per_s")
     throw ConfigError("--objective", "", o.objective, "step_time_s or examples_per_s");
   if (o.top < 1) throw ConfigError("--top", "", std::to_string(o.top), "a number of plans >= 1");
@@ -523,7 +530,6 @@ int cmd_plan(const PlanOptions& o) {
   const double usable = study.hardware.core.usable_hbm_bytes();
   if (!(o.time_limit_s >= 0))
     throw ConfigError("--time-limit", "", std::to_string(o.time_limit_s), "seconds >= 0 (0: none)");
-  catch_stop_signals();
   Stopper stop(o.time_limit_s);
   {
     // Each candidate's graph is built on its own (-j at a time); results stay in candidate order.

@@ -211,11 +211,9 @@ PlanSpace read_plan_space(const std::string& file) {
   PlanSpace s;
   if (f.ok()) {
     f.string("schema", {"tpusim.plan_space/1"});
-    s.kinds = read_list<std::string>(f, "kinds", "a schedule kind");
-    if (s.kinds)
-      for (std::size_t i = 0; i < s.kinds->size(); ++i)
-        if (!schedule_registry().count((*s.kinds)[i]))
-          problems.add(index_path(f.path_of("kinds"), i), Json((*s.kinds)[i]), "a registered schedule kind");
+    std::vector<std::string> kinds;
+    for (const auto& [kind, factory] : schedule_registry()) kinds.push_back(kind);
+    s.kinds = read_choices(f, "kinds", kinds);
     s.stages = read_list<std::int64_t>(f, "stages", "an integer >= 1");
     s.replicas = read_list<std::int64_t>(f, "replicas", "an integer >= 1");
     s.microbatches = read_list<std::int64_t>(f, "microbatches", "an integer >= 1");

@@ -459,8 +459,57 @@ Study case_study(const ValidationCase& c) {
 
 }  // namespace
 
+fs::path recorded_predictions_file(const fs::path& cases_dir) {
+  return cases_dir / "recorded" / "predictions.json";
+}
+
+namespace {
+
+/// Each case's recorded prediction and whether this run's is the same (1e-9 relative): "recorded"
+/// and "unmoved" in its record. A case without one has moved.
+void compare_with_recorded(const fs::path& dir, Json& cases) {
+  const fs::path file = recorded_predictions_file(dir);
+  Json recorded = Json::object();
+  if (fs::exists(file)) {
+    const Json j = read_json_file(file);
+    Problems problems(file.string());
+    Fields f(j, "", problems);
+    f.string("schema", {"tpusim.validation_recorded/1"});
+    f.string("source");
+    if (const Json* p = f.value("predictions"); p && p->is_object()) recorded = *p;
+    f.finish();
+    problems.throw_if_any();
+  }
+  for (auto& c : cases) {
+    const Json r = recorded.value(c["id"].get<std::string>(), Json(nullptr));
+    c["recorded"] = r;
+    const bool same = r.is_number() && c["predicted"].is_number() &&
+                      std::fabs(c["predicted"].get<double>() - r.get<double>()) <=
+                          1e-9 * std::max(std::fabs(r.get<double>()), 1e-300);
+    c["unmoved"] = same;
+  }
+}
+
+/// Writes this run's predictions as the recorded ones (every case's, failed ones as null).
+void record_predictions(const fs::path& dir, const Json& cases) {
+  Json predictions = Json::object();
+  for (const auto& c : cases) predictions[c["id"].get<std::string>()] = c["predicted"];
+  const Json j{
+      {"schema", "tpusim.validation_recorded/1"},
+      {"source", "tpusim validate --record: the predictions `tpusim validate --check` compares with"},
+      {"predictions", predictions}};
+  std::error_code ec;
+  fs::create_directories(recorded_predictions_file(dir).parent_path(), ec);
+  write_output_file(recorded_predictions_file(dir), j.dump(2) + "\n", "--record");
+}
+
+}  // namespace
+
 int cmd_validate(const ValidateOptions& o) {
   const fs::path dir = o.dir.empty() ? config_dir() / "validation" : fs::path(o.dir);
+  if ((o.check || o.record) && !o.hardware_overrides.empty())
+    throw ConfigError(o.check ? "--check" : "--record", "", "with --hardware-override",
+                      "the shipped hardware: recorded predictions are the unmodified ones");
   if (o.jobs < 0)
     throw ConfigError("-j", "", std::to_string(o.jobs),
                       "a number of parallel cases >= 1 (0: the number of cores)");
@@ -486,6 +535,7 @@ int cmd_validate(const ValidateOptions& o) {
   if (o.sensitivity) add_sensitivity(cases, studies, assumptions, records, jobs);
   Json all = Json::array();
   for (auto& r : records) all.push_back(std::move(r));
+  if (o.check) compare_with_recorded(dir, all);
   const Json report{{"schema", "tpusim.validation/1"},    {"cases", all},
                     {"summary", validation_summary(all)}, {"assumption_knobs", assumptions.size()},
                     {"assumptions", assumptions},         {"hardware_overrides", overrides}};
@@ -500,8 +550,10 @@ int cmd_validate(const ValidateOptions& o) {
     std::cout << report.dump(2) << "\n";
   else
     std::cout << reports::validation_text(report);
+  if (o.record) record_predictions(dir, report["cases"]);
   bool all_within = true;
-  for (const auto& c : report["cases"]) all_within = all_within && c["within"].get<bool>();
+  for (const auto& c : report["cases"])
+    all_within = all_within && (c["within"].get<bool>() || (o.check && c.value("unmoved", false)));
   return all_within ? 0 : 1;
 }
 

@@ -95,7 +95,15 @@ struct ValidateOptions {
   /// "figure=value": every case runs on its own hardware with these figures overridden (a what-if
   /// for calibration: the overridden figures are no longer assumptions).
   std::vector<std::string> hardware_overrides;
+  /// A regression check: exit 0 when every case is within its tolerance or predicts what was
+  /// recorded (`recorded/predictions.json` beside the cases), 1 otherwise.
+  bool check = false;
+  /// Write this run's predictions as the recorded ones.
+  bool record = false;
 };
+
+/// Where a cases folder keeps its recorded predictions (a subfolder: not read as a case).
+std::filesystem::path recorded_predictions_file(const std::filesystem::path& cases_dir);
 
 /// A copy of the hardware JSON `hardware` with the figure at `figure` (a dotted path such as
 /// core.op_overhead_s, as in HardwareSpec::sources) scaled by `factor`, turned over when it is
@@ -103,7 +111,8 @@ struct ValidateOptions {
 /// chip.collective_algorithms); none for a figure that is none of these (or absent).
 std::optional<Json> scaled_hardware(const Json& hardware, const std::string& figure, double factor);
 
-/// `tpusim validate` as a command: 0 when every case is within its tolerance, 1 otherwise.
+/// `tpusim validate` as a command: 0 when every case is within its tolerance (with `check`: or
+/// unmoved from its recorded prediction), 1 otherwise.
 int cmd_validate(const ValidateOptions& options);
 
 }  // namespace tpusim::cli

@@ -26,6 +26,8 @@ class Problems {
   bool empty() const { return list_.empty(); }
   std::size_t size() const { return list_.size(); }
   const std::string& context() const { return context_; }
+  /// What was recorded so far.
+  const std::vector<Problem>& list() const { return list_; }
   /// Throws ConfigError with everything recorded so far, if anything was.
   void throw_if_any() const;
 

@@ -30,12 +30,16 @@ struct Sharding {
     return it == layout.end() ? 1 : sizes.at(it->second);
   }
   /// A core's extent of a dimension. An image split unevenly is padded (the last cores' rows
-  /// are partly padding), as spatial partitioning does; other dimensions divide evenly.
+  /// are partly padding), as spatial partitioning does, and so is a vocabulary (frameworks pad
+  /// the embedding and softmax to a multiple of the cores splitting them); other dimensions
+  /// divide evenly.
   std::int64_t local(const Dim& d) const {
     const int n = split(d.name);
-    return is_spatial(d.name) ? (d.size + n - 1) / n : d.size / n;
+    return may_pad(d.name) ? (d.size + n - 1) / n : d.size / n;
   }
   static bool is_spatial(const std::string& dim) { return dim == "height" || dim == "width"; }
+  /// Dimensions a layout may split unevenly, padding the last shard.
+  static bool may_pad(const std::string& dim) { return is_spatial(dim) || dim == "vocab"; }
   /// Elements of a core's shard of `t` as stored: with `lanes`, an activation's minor dimension
   /// padded to whole lanes.
   double local_elements(const NamedTensor& t) const { return shard_elements(t) * lane_padding(t); }

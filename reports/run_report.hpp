@@ -40,6 +40,9 @@ struct RunInfo {
   double input_bound_s = 0;
   /// The host's work between device loops, per step (the TPUs wait for it).
   double loop_overhead_s = 0;
+  /// Things the user should know about this run (a what-if that moved a cut, a figure that
+  /// cannot affect this schedule), printed by the summary and listed in result.json.
+  std::vector<std::string> notes;
 };
 
 /// Builds result.json.

@@ -130,6 +130,21 @@ std::string validation_text(const Json& report) {
   for (const auto& c : report["cases"])
     if (c.contains("failure"))
       s << "failed: " << c["id"].get<std::string>() << ": " << c["failure"].get<std::string>() << "\n";
+  if (!report["cases"].empty() && report["cases"].front().contains("unmoved")) {
+    // --check: a case outside its tolerance passes when it predicts what was recorded.
+    std::size_t within = 0, unmoved = 0;
+    std::string moved;
+    for (const auto& c : report["cases"]) {
+      if (c["within"].get<bool>())
+        ++within;
+      else if (c["unmoved"].get<bool>())
+        ++unmoved;
+      else
+        moved += " " + c["id"].get<std::string>();
+    }
+    s << "check: " << within << " within tolerance, " << unmoved << " outside it as recorded (unmoved)"
+      << (moved.empty() ? "; passed" : "; FAILED, moved outside it:" + moved) << "\n";
+  }
   return s.str();
 }
 

@@ -689,6 +689,13 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   const int cores = study.cores();
   // Functional mode: every core holds its shards and runs its pieces of the ops' math.
   std::shared_ptr<MeshExecutor> exec;
+  std::map<std::string, int> mesh_sizes;
+  for (const auto& [name, size] : mesh_) mesh_sizes[name] = size;
+  const Json padded = padded_dimensions(study, layout_, mesh_sizes);
+  if (functional && !padded.empty())
+    throw ConfigError(
+        study.file, "schedule.layout." + padded.begin().key(), padded.begin().value().dump(),
+        "a split dividing the dimension in functional mode (its host math splits shards evenly)");
   if (functional) {
     std::vector<std::vector<int>> all(static_cast<std::size_t>(cores));
     for (int c = 0; c < cores; ++c) all[std::size_t(c)] = coords(c);
@@ -706,6 +713,7 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
       MeshStepPlayer(study, *this, mesh_, std::move(lowered), weight_update_ == "sharded", exec).build(s);
   step.details =
       Json{{"local_batch", layer_batch(study)}, {"placement", placement_details(study)}, {"ops", ops}};
+  if (!padded.empty()) step.details["padded"] = padded;
   return step;
 }
 

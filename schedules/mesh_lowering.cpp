@@ -333,6 +333,24 @@ std::string dims_text(const NamedTensor& t) {
   return s + "]";
 }
 
+Json padded_dimensions(const Study& study, const std::map<std::string, std::string>& layout,
+                       const std::map<std::string, int>& sizes) {
+  Json padded = Json::object();
+  for (const auto& layer : study.model.layers) {
+    if (!layer.named_ops) continue;
+    for (const auto& op : layer.named_ops(1))
+      for (const auto& t : op.tensors())
+        for (const auto& d : t.dims) {
+          auto it = layout.find(d.name);
+          if (it == layout.end() || Sharding::is_spatial(d.name) || !Sharding::may_pad(d.name)) continue;
+          const int n = sizes.at(it->second);
+          if (d.size % n == 0 || padded.contains(d.name)) continue;
+          padded[d.name] = {{"size", d.size}, {"padded_to", (d.size + n - 1) / n * n}, {"cores", n}};
+        }
+  }
+  return padded;
+}
+
 void check_layout(const Study& study, const std::map<std::string, std::string>& layout,
                   const std::map<std::string, int>& sizes, const std::string& path, const Json& layout_json,
                   Problems& problems) {
@@ -357,7 +375,7 @@ void check_layout(const Study& study, const std::map<std::string, std::string>& 
             return;
           }
           used[mesh_dim] = d.name;
-          if (d.size % sizes.at(mesh_dim) != 0 && d.name != "height" && d.name != "width") {
+          if (d.size % sizes.at(mesh_dim) != 0 && !Sharding::may_pad(d.name)) {
             problems.add(path + "." + d.name, Json(mesh_dim),
                          "a mesh dimension dividing " + d.name + " (" + std::to_string(d.size) + ") in op " +
                              layer.name + "/" + op.name + ": " + mesh_dim + " has " +

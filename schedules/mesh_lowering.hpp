@@ -86,8 +86,14 @@ std::string dims_text(const NamedTensor& t);
 
 /// Adds a problem (at `path`, the layout's JSON path) unless every op of every layer of the
 /// study's model has a legal layout: described over named dimensions, no tensor mapping two of
-/// its dimensions to one mesh dimension, every split dimension but an image's divisible by its
-/// mesh dimension's size.
+/// its dimensions to one mesh dimension, every split dimension but an image's or a vocabulary's
+/// (padded) divisible by its mesh dimension's size.
+/// The dimensions `layout` splits unevenly and so pads (a vocabulary not divisible by the cores
+/// splitting it; images aside, whose padding is spatial partitioning's own): for each, its size
+/// and the padded size, as result.json's schedule details report them. Empty when none.
+Json padded_dimensions(const Study& study, const std::map<std::string, std::string>& layout,
+                       const std::map<std::string, int>& sizes);
+
 void check_layout(const Study& study, const std::map<std::string, std::string>& layout,
                   const std::map<std::string, int>& sizes, const std::string& path, const Json& layout_json,
                   Problems& problems);

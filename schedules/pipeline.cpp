@@ -209,6 +209,7 @@ void Pipeline::read_tensor_parallel(Fields& f, const Study& study, Problems& pro
                    "a dimension of the model's ops");
   // By default Megatron's split, for models whose layers have a feed-forward or attention to
   // split (a classifier's vocabulary alone would leave every other layer whole on every core).
+  const bool defaulted = dims.empty();
   if (dims.empty() && (present.count("d_ff") || present.count("heads")))
     for (const char* d : {"d_ff", "heads", "vocab"})
       if (present.count(d)) dims.push_back(d);
@@ -221,8 +222,16 @@ void Pipeline::read_tensor_parallel(Fields& f, const Study& study, Problems& pro
   }
   sharding_.sizes = {{"model", tensor_}};
   for (const auto& d : dims) sharding_.layout[d] = "model";
+  // A problem with the default split says it is the default, and how to choose another.
+  Problems layout(problems.context());
   mesh::check_layout(study, sharding_.layout, sharding_.sizes, f.path_of("tensor_layout"), Json(dims),
-                     problems);
+                     layout);
+  for (const auto& p : layout.list())
+    problems.add(p.path, p.found,
+                 p.expected + (defaulted ? " (schedule.tensor_layout was not given and defaults to " +
+                                               Json(dims).dump() +
+                                               ": give it to choose the dimensions the cores split)"
+                                         : ""));
 }
 
 std::vector<CoreInput> Pipeline::input(const Study& study) const {
@@ -280,11 +289,8 @@ double Pipeline::stage_peak_bytes(StepBuilder& builder, const Study& study, Laye
                                   int stage) const {
   const std::int64_t b = layer_batch(study);
   const LayerCost c = builder.cost(range, b);
-  double held = 0;  // weights and optimizer slots, resident all step
-  for (int l = range.first; l < range.last; ++l) {
-    const Layer& layer = study.model.layers[l];
-    held += kWeightBytes * (double(layer.params()) + study.optimizer.slot_elements(layer));
-  }
+  double held =
+      builder.resident_bytes(range, 1.0);  // weights and optimizer slots, all step, this core's share
   const double kept = remat_ ? c.input_bytes : c.stash_bytes;
   double forward_transient = c.workspace_bytes;
   if (remat_)
@@ -587,6 +593,9 @@ BuiltStep Pipeline::build(const Study& study, FunctionalRuntime* functional) con
                       {"partition_set_by", cut.set_by},
                       {"stages", stages},
                       {"placement", tensor_ > 1 ? Json(groups(study)) : Json(placement(study))}};
+  if (tensor_ > 1)
+    if (Json padded = mesh::padded_dimensions(study, sharding_.layout, sharding_.sizes); !padded.empty())
+      step.details["padded"] = padded;
   return step;
 }
 

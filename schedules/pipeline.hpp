@@ -27,6 +27,11 @@ class Pipeline : public Schedule {
   BuiltStep build(const Study& study, FunctionalRuntime* functional = nullptr) const override;
   /// Replica 0's tasks with each stage's gradient all-reduce over every replica.
   BuiltStep representative_step(const Study& study) const override;
+  std::vector<std::pair<std::string, std::string>> ignored_hardware_figures() const override {
+    return {{"core.gradient_collectives_overlap_backward",
+             "a stage all-reduces its gradients once its last backward is done, whatever the setting"},
+            {"core.allreduce_combine_threshold_bytes", "a stage all-reduces its gradients as one buffer"}};
+  }
   Json resolved() const override;
   std::int64_t layer_batch(const Study& study) const override {
     return study.batch / (replicas_ * microbatches_);

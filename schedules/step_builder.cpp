@@ -124,6 +124,17 @@ double StepBuilder::gradient_bytes(LayerRange layers) const {
   return bytes;
 }
 
+double StepBuilder::resident_bytes(LayerRange layers, double slot_fraction) const {
+  double bytes = 0;
+  for (int l = layers.first; l < layers.last; ++l) {
+    const Layer& layer = study_.model.layers[l];
+    const double share = weight_fraction_[std::size_t(l)];
+    bytes += kWeightBytes * double(layer.params()) * share +
+             kWeightBytes * study_.optimizer.slot_elements(layer) * slot_fraction * share;
+  }
+  return bytes;
+}
+
 void StepBuilder::resident_weights(int core, LayerRange layers, double slot_fraction) {
   if (functional_) functional_->hold(core, layers);
   for (int l = layers.first; l < layers.last; ++l) {

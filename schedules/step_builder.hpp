@@ -95,6 +95,9 @@ class StepBuilder {
   /// forward and the backward hold beyond the range's kept activations at their peaks).
   LayerCost cost(LayerRange layers, std::int64_t batch);
   /// fp32 gradient bytes of layers.
+  /// The weights and optimizer slots (`slot_fraction` of them) one core holds for `layers`: its
+  /// share of each layer under the builder's split.
+  double resident_bytes(LayerRange layers, double slot_fraction) const;
   double gradient_bytes(LayerRange layers) const;
   double gradient_bytes(int layer) const { return gradient_bytes(LayerRange{layer, layer + 1}); }
 

@@ -57,6 +57,9 @@ class Schedule {
   virtual std::vector<CoreInput> input(const Study& study) const = 0;
   /// Replicas whose batch-norm statistics are combined (cross-replica batch norm); 1: each its own.
   virtual int batch_norm_group() const { return 1; }
+  /// Hardware figures (dotted paths of the hardware file) this schedule never reads, with why: a
+  /// what-if on one of them changes nothing here, and the run says so.
+  virtual std::vector<std::pair<std::string, std::string>> ignored_hardware_figures() const { return {}; }
 };
 
 /// Parses a schedule's fields (the "kind" key is already read) and checks them against the

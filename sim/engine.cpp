@@ -234,6 +234,7 @@ class Runner {
     }
     result_.hbm_capacity_bytes = memory_.capacity();
     result_.overflow = memory_.overflow();
+    result_.worst_overflow = memory_.worst_overflow();
     result_.fits = !memory_.overflow().happened;
     return std::move(result_);
   }
@@ -470,8 +471,8 @@ SimResult expand(const ClusterReduction& r, const TaskGraph& step, SimResult sim
     }
     cores[std::size_t(c)] = stats;
   }
-  if (out.overflow.happened && out.overflow.task >= 0)
-    out.overflow.task = r.step_task[std::size_t(out.overflow.task)];
+  for (Overflow* o : {&out.overflow, &out.worst_overflow})
+    if (o->happened && o->task >= 0) o->task = r.step_task[std::size_t(o->task)];
   for (auto& f : out.flows) f.task = r.step_task[std::size_t(f.task)];
   out.tasks = std::move(tasks);
   out.collective_algorithms = std::move(algorithms);

@@ -24,8 +24,11 @@ void MemoryTracker::set_resident(int core, const MemoryBreakdown& bytes) {
   for (double b : bytes) total_[core] += b;
   peak_[core] = total_[core];
   at_peak_[core] = bytes;
-  if (total_[core] > capacity_ && !overflow_.happened)
-    overflow_ = Overflow{true, core, -1, 0.0, total_[core] - capacity_};
+  if (total_[core] > capacity_) {
+    const Overflow now{true, core, -1, 0.0, total_[core] - capacity_};
+    if (!overflow_.happened) overflow_ = now;
+    if (now.bytes_over > worst_.bytes_over) worst_ = now;
+  }
 }
 
 void MemoryTracker::apply(const MemoryEffect& e, int task, double time_s) {
@@ -43,8 +46,10 @@ void MemoryTracker::apply(const MemoryEffect& e, int task, double time_s) {
     peak_at_[e.core] = time_s;
     peak_task_[e.core] = task;
   }
-  if (e.bytes > 0 && total_[e.core] > capacity_ && !overflow_.happened) {
-    overflow_ = Overflow{true, e.core, task, time_s, total_[e.core] - capacity_};
+  if (e.bytes > 0 && total_[e.core] > capacity_) {
+    const Overflow now{true, e.core, task, time_s, total_[e.core] - capacity_};
+    if (!overflow_.happened) overflow_ = now;
+    if (now.bytes_over > worst_.bytes_over) worst_ = now;
   }
 }
 

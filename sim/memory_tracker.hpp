@@ -37,6 +37,8 @@ class MemoryTracker {
   const MemoryBreakdown& at_peak(int core) const { return at_peak_[core]; }
   const MemoryBreakdown& current(int core) const { return current_[core]; }
   const Overflow& overflow() const { return overflow_; }
+  /// The allocation that took a core furthest over capacity (happened only with an overflow).
+  const Overflow& worst_overflow() const { return worst_; }
   double capacity() const { return capacity_; }
 
  private:
@@ -48,6 +50,7 @@ class MemoryTracker {
   std::vector<double> peak_at_;
   std::vector<int> peak_task_;
   Overflow overflow_;
+  Overflow worst_;
 };
 
 }  // namespace tpusim::sim

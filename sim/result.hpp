@@ -38,7 +38,8 @@ struct SimResult {
   std::vector<TaskTiming> tasks;  ///< by task id
   std::vector<CoreStats> cores;
   double hbm_capacity_bytes = 0;
-  Overflow overflow;
+  Overflow overflow;        ///< the first allocation over capacity
+  Overflow worst_overflow;  ///< the one furthest over capacity
   bool fits = true;
   bool symmetric_collectives = false;  ///< collectives were simulated on representative rings
   /// How the collectives were simulated: "representative rings", or "none: <why not>".

@@ -337,10 +337,11 @@ TEST_CASE("cross-replica batch norm adds each normalization's all-reduce to the 
 
 TEST_CASE("more simultaneous actors than this machine allows is a resource error, not an abort",
           "[engine][resources]") {
-  // A compute task on core 0, then an all-reduce over the 4 chips of a 2x2 slice: the core's actor
-  // and the collective's fit a limit of 2, the collective's rings do not.
+  // A compute task on core 0, then an all-reduce over the 16 chips of a 4x4 torus: the core's
+  // actor and the collective's fit a limit of 2, the collective's rings (several per phase, of
+  // several steps each) do not.
   const auto hw = v3();
-  const auto s = slice(2, 2, true, true);
+  const auto s = slice(4, 4, true, true);
   sim::TaskGraph g(sim::slice_cores(hw, s));
   const int work = g.add(compute(0, 1e-3));
   const int reduce = g.add(collective(CollectiveOp::AllReduce, chip_leaders(s, 2), kS));

@@ -130,4 +130,20 @@ assert ratio["predicted"] == speedup, (ratio, speedup)
 assert 1 < speedup < 4, speedup  # 4 stages pipelined beat 2 run one after the other, never 4x
 assert set(j["summary"]["per_quantity"]) == {"examples_per_s/baseline", "parameter_bytes_total"}
 PY
-echo "7 passed, 0 failed"
+# --check, the regression check: the shipped cases pass (within tolerance or as recorded); a
+# case whose prediction moved from its recorded value fails it, named; --record writes them.
+"$tpusim" validate --check > "$work/check.txt" 2> /dev/null || { echo "FAIL: --check on the shipped cases"; cat "$work/check.txt"; exit 1; }
+grep -q "^check: .*; passed" "$work/check.txt"
+"$tpusim" validate --cases-dir "$work/more" --record > /dev/null 2>&1 || true
+"$tpusim" validate --cases-dir "$work/more" --check > /dev/null 2>&1 || { echo "FAIL: --check after --record"; exit 1; }
+python3 - "$work/more/recorded/predictions.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j["predictions"]["ratio"] *= 1.01
+json.dump(j, open(sys.argv[1], "w"))
+PY
+set +e; "$tpusim" validate --cases-dir "$work/more" --check > "$work/moved.txt" 2> /dev/null; rc=$?; set -e
+[ "$rc" -eq 1 ] && grep -q "FAILED, moved outside it: ratio" "$work/moved.txt" || { echo "FAIL: a moved case gave exit $rc"; cat "$work/moved.txt"; exit 1; }
+set +e; "$tpusim" validate --check --hardware-override core.op_overhead_s=2e-6 > /dev/null 2>&1; rc=$?; set -e
+[ "$rc" -eq 2 ] || { echo "FAIL: --check with --hardware-override gave exit $rc"; exit 1; }
+echo "8 passed, 0 failed"
