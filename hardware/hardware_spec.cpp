@@ -83,8 +83,9 @@ class SourcedReader {
     for (std::size_t i = 0; i < list->size(); ++i) {
       const Json& k = (*list)[i];
       const bool ok = k.is_array() && k.size() == 2 && k[0].is_number_integer() && k[1].is_number_integer() &&
-                      k[0].get<int>() >= 0 && k[0].get<int>() <= 8 && k[1].get<int>() >= 0 &&
-                      k[1].get<int>() <= 8 && k[0].get<int>() + k[1].get<int>() > 0;
+                      k[0].get<std::int64_t>() >= 0 && k[0].get<std::int64_t>() <= 8 &&
+                      k[1].get<std::int64_t>() >= 0 && k[1].get<std::int64_t>() <= 8 &&
+                      k[0].get<std::int64_t>() + k[1].get<std::int64_t>() > 0;
       if (!ok)
         fields_.problems().add(index_path(path, i), k, expected);
       else

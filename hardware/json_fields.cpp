@@ -120,7 +120,10 @@ Fields::Fields(const Json& object, std::string path, Problems& problems)
   }
 }
 
-bool Fields::has(const std::string& key) const { return object_ && object_->contains(key); }
+bool Fields::has(const std::string& key) {
+  known_.insert(key);
+  return object_ && object_->contains(key);
+}
 
 const Json* Fields::optional(const std::string& key) {
   known_.insert(key);

@@ -64,7 +64,9 @@ class Fields {
   Fields& operator=(const Fields&) = delete;
 
   bool ok() const { return object_ != nullptr; }
-  bool has(const std::string& key) const;
+  /// Whether the object has `key`; asking makes it a known key (an optional key read only when
+  /// present is listed among the known ones when another key is misspelled).
+  bool has(const std::string& key);
   const std::string& path() const { return path_; }
   std::string path_of(const std::string& key) const { return join_path(path_, key); }
 

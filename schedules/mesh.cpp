@@ -58,8 +58,8 @@ void MeshSchedule::read_mesh(const Json& mesh, const std::string& path, const St
     for (std::size_t i = 0; i < mesh.size(); ++i) {
       const Json& e = mesh[i];
       if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number_integer() ||
-          e[1].get<std::int64_t>() < 1)
-        problems.add(index_path(path, i), e, "[\"name\", size >= 1]");
+          e[1].get<std::int64_t>() < 1 || e[1].get<std::int64_t>() > 65536)
+        problems.add(index_path(path, i), e, "[\"name\", size]: a mesh dimension size in [1, 65536]");
       else
         mesh_.emplace_back(e[0].get<std::string>(), int(e[1].get<std::int64_t>()));
     }

@@ -308,3 +308,19 @@ TEST_CASE("a hardware file's collective algorithms must be registered and cover 
   study["hardware"]["override"]["chip.collective_algorithms"] = Json::array({"parallel_rings", "snake_ring"});
   CHECK_NOTHROW(parse_study(study, "test"));
 }
+
+TEST_CASE("a mesh size past 2^32 is refused, not wrapped to a small one", "[config]") {
+  Json study = read_json_file(config_dir() / "studies" / "mesh-lm-s1.json");
+  study["schedule"]["mesh"] = Json::parse(R"([["batch", 4294967304], ["model", 4]])");  // 2^32 + 8
+  const auto paths = problem_paths([&] { parse_study(study, "test"); });
+  CHECK(std::count(paths.begin(), paths.end(), "schedule.mesh[0]") == 1);
+}
+
+TEST_CASE("an unknown key's message lists the keys read only when present", "[config]") {
+  Json study = minimal_study();
+  study["model"] = Json::parse(R"({"kind": "transformer", "layers": 2, "d_model": 64, "d_ff": 128, "heads": 2,
+                                   "vocab": 100, "seq_len": 16, "dropot": 0.1})");
+  CHECK_THROWS_WITH(parse_study(study, "test"), Catch::Contains("model.dropot") &&
+                                                    Catch::Contains(" dropout ") &&
+                                                    Catch::Contains(" attention_dropout "));
+}
