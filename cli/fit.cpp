@@ -9,6 +9,7 @@
 #include <map>
 
 #include "cli/child_process.hpp"
+#include "cli/intervals.hpp"
 #include "reports/run_report.hpp"
 #include "schedules/study.hpp"
 
@@ -118,7 +119,7 @@ std::optional<double> current_value(const std::string& study, const std::vector<
 
 int cmd_fit(const std::string& study, const std::string& path, const std::vector<std::string>& sets,
             std::optional<double> min, std::optional<double> max, std::optional<double> step, bool as_json,
-            double probe_timeout_s) {
+            double probe_timeout_s, bool intervals, int jobs) {
   FitSearch search;
   search.min = min.value_or(1);
   search.max = max;
@@ -213,14 +214,35 @@ int cmd_fit(const std::string& study, const std::string& path, const std::vector
     probes.push_back(row);
     if (outcome.max_fitting && p.value == *outcome.max_fitting) best = p.result;
   }
+  Json spread = nullptr;
+  if (intervals && outcome.max_fitting) {
+    std::vector<std::string> args = {"fit",        study,
+                                     "--maximize", path,
+                                     "--min",      value_text(search.min),
+                                     "--step",     value_text(search.step),
+                                     "--json"};
+    if (max) args.insert(args.end(), {"--max", value_text(*max)});
+    if (probe_timeout_s > 0) args.insert(args.end(), {"--probe-timeout", value_text(probe_timeout_s)});
+    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+    std::vector<std::string> unranged;
+    const Study loaded = load_study(study, sets);
+    const auto ranges = assumed_ranges(loaded, &unranged);
+    const auto ends = run_variants(args, loaded, ranges, job_count(jobs), [](const Json& out) {
+      std::map<std::string, double> q;
+      if (out.contains("max_fitting") && out["max_fitting"].is_number())
+        q["max_fitting"] = out["max_fitting"];
+      return q;
+    });
+    spread = intervals_json({{"max_fitting", *outcome.max_fitting}}, ranges, ends, unranged);
+  }
   if (as_json) {
-    std::cout << Json{{"field", path},
-                      {"max_fitting", outcome.max_fitting ? Json(*outcome.max_fitting) : Json(nullptr)},
-                      {"monotonic", outcome.monotonic},
-                      {"probes", probes},
-                      {"result", best}}
-                     .dump(2)
-              << "\n";
+    Json out{{"field", path},
+             {"max_fitting", outcome.max_fitting ? Json(*outcome.max_fitting) : Json(nullptr)},
+             {"monotonic", outcome.monotonic},
+             {"probes", probes},
+             {"result", best}};
+    if (!spread.is_null()) out["intervals"] = spread;
+    std::cout << out.dump(2) << "\n";
   } else {
     std::cout << "tpusim fit: " << path << " in " << study << "\n";
     for (const auto& p : outcome.probes) {
@@ -235,7 +257,13 @@ int cmd_fit(const std::string& study, const std::string& path, const std::vector
                   << reports::human_bytes(p.result["hbm_capacity_bytes"].get<double>()) << "\n";
     }
     if (outcome.max_fitting)
-      std::cout << "largest value that fits: " << value_text(*outcome.max_fitting) << "\n";
+      std::cout << "largest value that fits: " << value_text(*outcome.max_fitting)
+                << (spread.is_null()
+                        ? ""
+                        : " (" + value_text(spread["max_fitting"][0].get<double>()) + "–" +
+                              value_text(spread["max_fitting"][1].get<double>()) + " over the ranges of " +
+                              std::to_string(spread["assumptions"].size()) + " assumptions, one at a time)")
+                << "\n";
     else
       std::cout << "even " << path << " = " << value_text(search.min) << " does not fit\n";
     if (!outcome.monotonic)

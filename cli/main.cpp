@@ -13,11 +13,14 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <tuple>
 
+#include "cli/child_process.hpp"
 #include "cli/fit.hpp"
+#include "cli/intervals.hpp"
 #include "cli/output_file.hpp"
 #include "cli/plan.hpp"
 #include "cli/run_progress.hpp"
@@ -158,7 +161,28 @@ struct RunOptions {
   int steps = 3;
   std::uint64_t seed = 1;
   double max_host_memory_bytes = half_of_physical_memory();
+  bool intervals = false;
+  int jobs = 0;
 };
+
+/// The quantities a run's interval covers, from its result JSON.
+std::map<std::string, double> run_quantities(const Json& result) {
+  std::map<std::string, double> q;
+  for (const char* name :
+       {"step_time_s", "examples_per_s", "mxu_utilization", "peak_hbm_bytes", "activation_bytes_total"})
+    if (const auto v = cli::output_quantity(name, result)) q[name] = *v;
+  return q;
+}
+
+/// --intervals: the spread of the run's quantities over its assumptions' ranges (cli/intervals.hpp).
+Json run_intervals(const RunOptions& o, const Study& study, const Json& result) {
+  std::vector<std::string> unranged;
+  const auto ranges = cli::assumed_ranges(study, &unranged);
+  std::vector<std::string> args = {"run", o.study, "--json"};
+  for (const auto& s : o.sets) args.insert(args.end(), {"--set", s});
+  const auto ends = cli::run_variants(args, study, ranges, cli::job_count(o.jobs), run_quantities);
+  return cli::intervals_json(run_quantities(result), ranges, ends, unranged);
+}
 
 /// When the state a core holds all step (weights, optimizer slots, gradient accumulators)
 /// already exceeds its usable HBM: a small result saying so (fits false, not simulated).
@@ -268,6 +292,7 @@ int cmd_run(const RunOptions& o) {
   const sim::SimResult result = sim::simulate(step.graph, study.hardware, study.slice, engine);
   Json j = reports::result_json(run_info(study, step), step.graph, result);
   if (functional) j["functional"] = functional_json(o, study, *functional, step, result);
+  if (o.intervals) j["intervals"] = run_intervals(o, study, j);
   if (!o.out.empty()) write_run_outputs(o, study, step, result, j);
   if (o.json) {
     std::cout << j.dump(2) << "\n";
@@ -347,6 +372,10 @@ Json hardware_json(const HardwareSpec& hw) {
     figures[key] = Json{
         {"value", node && node->is_object() && node->contains("value") ? (*node)["value"] : Json(nullptr)},
         {"source", source}};
+    if (const auto r = hw.ranges.find(key); r != hw.ranges.end()) {
+      figures[key]["range"] = Json::array({r->second.low, r->second.high});
+      figures[key]["range_source"] = r->second.source;
+    }
   }
   j["figures"] = figures;
   return j;
@@ -442,7 +471,12 @@ int cmd_describe_hardware(const std::string& name, bool as_json) {
   std::printf("%s (%s)\n%s\n\n", hw.name.c_str(), hw.file.c_str(), hw.description.c_str());
   const SourceOf src = [&](const std::string& path) {
     auto it = hw.sources.find(path);
-    return it == hw.sources.end() ? std::string() : path + "  " + it->second;
+    if (it == hw.sources.end()) return std::string();
+    const auto r = hw.ranges.find(path);
+    return path + "  " + it->second +
+           (r == hw.ranges.end() ? std::string()
+                                 : " [range " + r->second.low.dump() + " .. " + r->second.high.dump() + ": " +
+                                       r->second.source + "]");
   };
   print_core_figures(hw, src);
   print_link_figures(hw, src);
@@ -705,6 +739,9 @@ void add_run(CLI::App& app, Commands& commands) {
   cmd->add_flag("--functional", run->functional,
                 "also run the real math on the host and compare with one core");
   cmd->add_option("--steps", run->steps, "functional mode: training steps (default 3)");
+  cmd->add_flag("--intervals", run->intervals,
+                "also the spread of the prediction over the ranges of its assumptions (2 runs each)");
+  cmd->add_option("-j,--jobs", run->jobs, "with --intervals: runs at once (default: the number of cores)");
   cmd->add_option("--seed", run->seed,
                   "functional mode: seed of the weights and the synthetic data (default 1)");
   cmd->add_option("--max-host-memory", run->max_host_memory_bytes,
@@ -732,6 +769,8 @@ void add_fit(CLI::App& app, Commands& commands) {
     std::optional<double> min, max, step;
     bool json = false;
     double probe_timeout = 0;
+    bool intervals = false;
+    int jobs = 0;
   };
   auto fit = std::make_shared<FitOptions>();
   auto* cmd =
@@ -745,9 +784,14 @@ void add_fit(CLI::App& app, Commands& commands) {
   cmd->add_option(
       "--probe-timeout", fit->probe_timeout,
       "seconds after which a probe still running is killed: the search fails (exit 3) (default: none)");
+  cmd->add_flag(
+      "--intervals", fit->intervals,
+      "also the answer's spread over the ranges of the study's assumptions (a search per range end)");
+  cmd->add_option("-j,--jobs", fit->jobs,
+                  "with --intervals: searches at once (default: the number of cores)");
   commands.emplace_back(cmd, [fit] {
     return cli::cmd_fit(fit->study, fit->path, fit->sets, fit->min, fit->max, fit->step, fit->json,
-                        fit->probe_timeout);
+                        fit->probe_timeout, fit->intervals, fit->jobs);
   });
 }
 
@@ -794,6 +838,9 @@ void add_validate(CLI::App& app, Commands& commands) {
                 "a regression check: exit 0 when every case is within its tolerance or predicts what was "
                 "recorded (CASES/recorded/predictions.json), 1 otherwise");
   cmd->add_flag("--record", validate->record, "record this run's predictions for --check");
+  cmd->add_flag("--intervals", validate->intervals,
+                "also each case's prediction interval over its assumptions' ranges, and whether the "
+                "measured value lies inside it (coverage)");
   cmd->add_flag("--sensitivity", validate->sensitivity,
                 "also show how much each prediction moves when each assumed hardware figure moves up by 10 % "
                 "(a flag: turned over)");

@@ -64,9 +64,13 @@ class Stopper {
   bool requested() {
     if (stopped_) return true;
     if (const int sig = stop_signal()) return stop(sig == SIGINT ? "SIGINT" : "SIGTERM");
-    if (limit_s_ > 0 && elapsed_s() >= limit_s_) return stop("the time limit of " + seconds(limit_s_));
+    // The time limit waits for one simulation to finish: a tight limit still gets an answer.
+    if (limit_s_ > 0 && answered_ && elapsed_s() >= limit_s_)
+      return stop("the time limit of " + seconds(limit_s_));
     return false;
   }
+  /// A simulation finished: from now on the time limit may stop the search.
+  void answered() { answered_ = true; }
   /// Whether bounding should give way to simulating (half the time limit gone, or stopped).
   bool bounding_over() { return requested() || (limit_s_ > 0 && elapsed_s() >= limit_s_ / 2); }
   double elapsed_s() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
@@ -93,7 +97,7 @@ class Stopper {
   }
   double limit_s_;
   Clock::time_point start_;
-  std::atomic<bool> stopped_{false};
+  std::atomic<bool> stopped_{false}, answered_{false};
   std::mutex lock_;
   std::string why_;
   double stopped_at_s_ = 0;
@@ -251,6 +255,7 @@ void simulate(const PlanOptions& o, Candidate& c, Stopper& stop) {
       c.simulated = false;
       return;
     }
+    stop.answered();
     if (child.exit_code == 0)
       c.result = Json::parse(child.out);
     else

@@ -13,6 +13,7 @@
 
 #include "cli/child_process.hpp"
 #include "cli/fit.hpp"
+#include "cli/intervals.hpp"
 #include "cli/output_file.hpp"
 #include "reports/validation_report.hpp"
 #include "schedules/study.hpp"
@@ -154,6 +155,15 @@ ValidationCase parse_validation_case(const Json& json, const fs::path& file, Pro
     Fields tf(*t, "tolerance", problems);
     if (tf.ok()) {
       c.tolerance = tf.number("relative", 1e-6, 10);
+      if (tf.has("absolute")) c.tolerance_absolute = tf.number("absolute", 0, 1e300);
+      if (tf.has("grid_steps")) {
+        const double steps = tf.number("grid_steps", 0, 1e6);
+        if (!c.fit)
+          problems.add(tf.path_of("grid_steps"), Json(steps),
+                       "no grid_steps: only a fit case searches a grid");
+        else
+          c.tolerance_absolute = steps * c.fit->step;
+      }
       c.tolerance_source = tf.string("source");
       tf.finish();
     }
@@ -206,14 +216,18 @@ double at_peak_total(const Json& output, std::initializer_list<const char*> kind
 
 }  // namespace
 
-std::optional<double> predicted_value(const ValidationCase& c, const Json& output) {
-  if (c.quantity == "activation_bytes_total") return at_peak_total(output, {"activations", "workspace"});
-  if (c.quantity == "parameter_bytes_total")
+std::optional<double> output_quantity(const std::string& quantity, const Json& output) {
+  if (quantity == "activation_bytes_total") return at_peak_total(output, {"activations", "workspace"});
+  if (quantity == "parameter_bytes_total")
     return at_peak_total(output, {"weights", "gradients", "optimizer"});
-  const Json& v = field(output, c.quantity);
+  const Json& v = field(output, quantity);
   if (v.is_null()) return std::nullopt;  // a fit where even fit.min does not fit
-  if (!v.is_number()) throw std::runtime_error("the output's \"" + c.quantity + "\" is not a number");
+  if (!v.is_number()) throw std::runtime_error("the output's \"" + quantity + "\" is not a number");
   return v.get<double>();
+}
+
+std::optional<double> predicted_value(const ValidationCase& c, const Json& output) {
+  return output_quantity(c.quantity, output);
 }
 
 namespace {
@@ -235,8 +249,9 @@ Json validation_record(const ValidationCase& c, std::optional<double> predicted,
          {"measured", c.measured},
          {"predicted", predicted ? Json(*predicted) : Json(nullptr)},
          {"error", predicted ? Json(*predicted / c.measured - 1.0) : Json(nullptr)},
-         {"tolerance", c.tolerance},
-         {"within", predicted && std::fabs(*predicted / c.measured - 1.0) <= c.tolerance},
+         {"tolerance", std::max(c.tolerance, c.tolerance_absolute / c.measured)},
+         {"within", predicted && (std::fabs(*predicted / c.measured - 1.0) <= c.tolerance ||
+                                  std::fabs(*predicted - c.measured) <= c.tolerance_absolute)},
          {"source", c.source},
          {"tolerance_source", c.tolerance_source},
          {"description", c.description},
@@ -287,6 +302,35 @@ Json validation_summary(const Json& cases) {
   return all;
 }
 
+Json interval_summary(const Json& cases) {
+  struct Acc {
+    std::size_t n = 0, inside = 0;
+    double width = 0;
+  };
+  std::map<std::string, Acc> by;
+  for (const auto& c : cases) {
+    if (!c.contains("interval")) continue;
+    for (const std::string& q : {c["quantity"].get<std::string>(), std::string()}) {
+      Acc& a = by[q];
+      ++a.n;
+      a.inside += c["inside"].get<bool>() ? 1 : 0;
+      a.width += c["relative_width"].get<double>();
+    }
+  }
+  auto row = [](const Acc& a) {
+    return Json{{"cases", a.n},
+                {"inside", a.inside},
+                {"coverage", a.n ? Json(double(a.inside) / double(a.n)) : Json(nullptr)},
+                {"mean_relative_width", a.n ? Json(a.width / double(a.n)) : Json(nullptr)}};
+  };
+  Json out = row(by[""]);
+  Json per = Json::object();
+  for (const auto& [q, a] : by)
+    if (!q.empty()) per[q] = row(a);
+  out["per_quantity"] = per;
+  return out;
+}
+
 std::optional<Json> scaled_hardware(const Json& hardware, const std::string& figure, double factor) {
   Json copy = hardware;
   Json* node = &copy;
@@ -300,6 +344,8 @@ std::optional<Json> scaled_hardware(const Json& hardware, const std::string& fig
     begin = dot + 1;
   }
   if (!node->is_object() || !node->contains("value")) return std::nullopt;
+  node->erase("range");  // the moved value is a what-if, not an assumption with its range
+  node->erase("range_source");
   Json& value = (*node)["value"];
   if (value.is_boolean())
     value = !value.get<bool>();
@@ -314,15 +360,20 @@ std::optional<Json> scaled_hardware(const Json& hardware, const std::string& fig
 
 namespace {
 
-/// The hardware figures of the cases' studies whose source is an assumption, once each.
+/// The hardware figures of the cases' studies whose source is an assumption, once each, then
+/// the studies' own assumptions ("study": its file name, "figure": the key), once each.
 Json assumed_figures(const std::vector<Study>& studies) {
-  std::map<std::pair<std::string, std::string>, std::string> seen;
-  for (const auto& s : studies)
+  std::map<std::pair<std::string, std::string>, std::string> seen, own;
+  for (const auto& s : studies) {
     for (const auto& [path, source] : s.hardware.sources)
       if (source.rfind("assumption", 0) == 0) seen[{s.hardware.name, path}] = source;
+    for (const auto& a : s.assumptions) own[{fs::path(s.file).filename().string(), a.key}] = a.source;
+  }
   Json list = Json::array();
   for (const auto& [key, source] : seen)
     list.push_back(Json{{"hardware", key.first}, {"figure", key.second}, {"source", source}});
+  for (const auto& [key, source] : own)
+    list.push_back(Json{{"study", key.first}, {"figure", key.second}, {"source", source}});
   return list;
 }
 
@@ -369,6 +420,7 @@ void add_sensitivity(const std::vector<ValidationCase>& cases, const std::vector
   std::vector<Run> runs;
   std::map<std::string, std::string> files;  // a changed hardware file's text -> its path
   for (std::size_t a = 0; a < assumptions.size(); ++a) {
+    if (!assumptions[a].contains("hardware")) continue;
     const std::string hw = assumptions[a]["hardware"], figure = assumptions[a]["figure"];
     for (std::size_t c = 0; c < cases.size(); ++c) {
       if (studies[c].hardware.name != hw) continue;
@@ -383,10 +435,15 @@ void add_sensitivity(const std::vector<ValidationCase>& cases, const std::vector
       runs.push_back(Run{c, figure, files[text]});
     }
   }
+  // A study's own assumption moves to each end of its range: "key=value" is its entry.
+  for (std::size_t c = 0; c < cases.size(); ++c)
+    for (const auto& a : studies[c].assumptions)
+      for (const Json* end : {&a.low, &a.high})
+        if (*end != a.value) runs.push_back(Run{c, a.key + "=" + end->dump(), ""});
   std::vector<std::optional<double>> moved(runs.size());
   parallel_for(runs.size(), jobs, [&](std::size_t i) {
     ValidationCase c = cases[runs[i].c];
-    c.sets.push_back("hardware=" + runs[i].hardware_file);
+    c.sets.push_back(runs[i].hardware_file.empty() ? runs[i].figure : "hardware=" + runs[i].hardware_file);
     const Json r = run_case(c);
     if (!r["predicted"].is_null()) moved[i] = r["predicted"].get<double>();
   });
@@ -400,6 +457,77 @@ void add_sensitivity(const std::vector<ValidationCase>& cases, const std::vector
     else
       r["sensitivity"][runs[i].figure] = *moved[i] / r["predicted"].get<double>() - 1.0;
   }
+}
+
+/// --intervals: each case run with each ranged assumption of its study at each end of its range;
+/// records get "interval" [low, high], "inside" (the measured value in it), "relative_width"
+/// ((high - low) / predicted) and "interval_assumptions" (the prediction at each end).
+void add_intervals(const std::vector<ValidationCase>& cases, const std::vector<Study>& studies,
+                   std::vector<Json>& records, int jobs) {
+  static int calls = 0;
+  const fs::path dir =
+      fs::temp_directory_path() /
+      ("tpusim-validate-intervals-" + std::to_string(::getpid()) + "-" + std::to_string(calls++));
+  fs::create_directories(dir);
+  struct Run {
+    std::size_t c, range;
+    int end;
+    std::vector<std::string> sets;
+  };
+  std::vector<std::vector<AssumedRange>> ranges(cases.size());
+  std::vector<Run> runs;
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    ranges[c] = assumed_ranges(studies[c]);
+    for (std::size_t r = 0; r < ranges[c].size(); ++r)
+      for (int e = 0; e < 2; ++e) {
+        const Json& end = e == 0 ? ranges[c][r].low : ranges[c][r].high;
+        if (end == ranges[c][r].value) continue;
+        const fs::path file =
+            dir / (std::to_string(c) + "-" + std::to_string(r) + "-" + std::to_string(e) + ".json");
+        const auto args = variant_args(studies[c], ranges[c][r], end, file);
+        runs.push_back(Run{c, r, e, {args[1]}});  // args: {"--set", "path=value"}
+      }
+  }
+  std::vector<std::optional<double>> values(runs.size());
+  std::vector<std::string> failures(runs.size());
+  parallel_for(runs.size(), jobs, [&](std::size_t i) {
+    ValidationCase c = cases[runs[i].c];
+    c.sets.insert(c.sets.end(), runs[i].sets.begin(), runs[i].sets.end());
+    const Json r = run_case(c);
+    if (r["predicted"].is_null())
+      failures[i] = r.value("failure", "no prediction");
+    else
+      values[i] = r["predicted"].get<double>();
+  });
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  std::vector<std::vector<std::array<std::optional<double>, 2>>> ends(cases.size());
+  for (std::size_t c = 0; c < cases.size(); ++c) ends[c].resize(ranges[c].size());
+  for (std::size_t i = 0; i < runs.size(); ++i)
+    ends[runs[i].c][runs[i].range][std::size_t(runs[i].end)] = values[i];
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    Json& r = records[c];
+    if (r["predicted"].is_null()) continue;
+    const double p = r["predicted"].get<double>();
+    const auto iv = interval_of(p, ends[c]);
+    r["interval"] = Json::array({iv[0], iv[1]});
+    r["inside"] = iv[0] <= r["measured"].get<double>() && r["measured"].get<double>() <= iv[1];
+    r["relative_width"] = p != 0 ? (iv[1] - iv[0]) / std::fabs(p) : 0.0;
+    Json list = Json::array();
+    for (std::size_t k = 0; k < ranges[c].size(); ++k) {
+      Json a{{"name", ranges[c][k].name}, {"range", Json::array({ranges[c][k].low, ranges[c][k].high})}};
+      for (int e = 0; e < 2; ++e)
+        a[e == 0 ? "at_low" : "at_high"] =
+            ends[c][k][std::size_t(e)] ? Json(*ends[c][k][std::size_t(e)]) : Json(nullptr);
+      list.push_back(std::move(a));
+    }
+    r["interval_assumptions"] = list;
+  }
+  for (std::size_t i = 0; i < runs.size(); ++i)
+    if (!failures[i].empty())
+      records[runs[i].c]["interval_failures"].push_back(ranges[runs[i].c][runs[i].range].name + " at " +
+                                                        (runs[i].end == 0 ? "low" : "high") + ": " +
+                                                        failures[i]);
 }
 
 /// `--hardware-override figure=value` assignments as {"figure": value}; a value is JSON.
@@ -533,12 +661,17 @@ int cmd_validate(const ValidateOptions& o) {
 
   const Json assumptions = assumed_figures(studies);
   if (o.sensitivity) add_sensitivity(cases, studies, assumptions, records, jobs);
+  if (o.intervals) add_intervals(cases, studies, records, jobs);
   Json all = Json::array();
   for (auto& r : records) all.push_back(std::move(r));
   if (o.check) compare_with_recorded(dir, all);
-  const Json report{{"schema", "tpusim.validation/1"},    {"cases", all},
-                    {"summary", validation_summary(all)}, {"assumption_knobs", assumptions.size()},
-                    {"assumptions", assumptions},         {"hardware_overrides", overrides}};
+  Json report{{"schema", "tpusim.validation/1"},    {"cases", all},
+              {"summary", validation_summary(all)}, {"assumption_knobs", assumptions.size()},
+              {"assumptions", assumptions},         {"hardware_overrides", overrides}};
+  if (o.intervals) {
+    report["intervals"] = interval_summary(all);
+    report["intervals"]["method"] = kIntervalMethod;
+  }
   if (!o.out.empty()) {
     std::error_code ec;
     fs::create_directories(o.out, ec);

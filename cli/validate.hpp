@@ -51,6 +51,10 @@ struct ValidationCase {
   double measured = 0;
   std::string unit, source;
   double tolerance = 0;  ///< relative
+  /// tolerance.absolute, or tolerance.grid_steps x fit.step: a prediction is also within when it
+  /// is at most this far from the measured value, in its unit (a statement's precision such as
+  /// "about 0.52", or a searched answer's grid: its resolution, not a percentage)
+  double tolerance_absolute = 0;
   std::string tolerance_source;
 
   /// The tpusim arguments (argv[1...]) that produce the prediction (its numerator when relative).
@@ -71,6 +75,10 @@ ValidationCase parse_validation_case(const Json& json, const std::filesystem::pa
 std::vector<ValidationCase> load_validation_cases(const std::filesystem::path& dir,
                                                   const std::vector<std::string>& ids);
 
+/// A quantity of validation_quantities() (max_fitting excepted) from `tpusim run --json`'s
+/// output; none when the output's field is null. Throws std::runtime_error naming a missing field.
+std::optional<double> output_quantity(const std::string& quantity, const Json& output);
+
 /// The case's quantity from the child's JSON output; none when the output has no answer (a fit
 /// where even the minimum does not fit). Throws std::runtime_error naming a field the output lacks.
 std::optional<double> predicted_value(const ValidationCase& c, const Json& output);
@@ -83,6 +91,11 @@ Json validation_record(const ValidationCase& c, std::optional<double> predicted,
 /// Mean and worst |error| per quantity and over every case, cases within tolerance.
 Json validation_summary(const Json& cases);
 
+/// Summary of the cases' prediction intervals (records with "interval"): how many contain the
+/// measured value (coverage) and their mean width relative to the prediction, overall and per
+/// quantity.
+Json interval_summary(const Json& cases);
+
 struct ValidateOptions {
   std::vector<std::string> ids;
   int jobs = 0;  ///< 0: the number of cores
@@ -92,6 +105,9 @@ struct ValidateOptions {
   /// Also run every case with each assumed hardware figure of its study moved up by 10 %, and
   /// report how much the prediction moves (cases[].sensitivity: figure -> relative change).
   bool sensitivity = false;
+  /// Also each case's prediction interval over its assumptions' ranges (cli/intervals.hpp), and
+  /// whether the measured value lies inside it.
+  bool intervals = false;
   /// "figure=value": every case runs on its own hardware with these figures overridden (a what-if
   /// for calibration: the overridden figures are no longer assumptions).
   std::vector<std::string> hardware_overrides;

@@ -48,7 +48,7 @@ class SourcedReader {
     Fields inner(*v, fields_.path_of(key), fields_.problems());
     if (!inner.ok()) return min;
     const double d = inner.number("value", min, max);
-    hw_.sources[inner.path()] = inner.string("source");
+    record(inner);
     inner.finish();
     return d;
   }
@@ -58,7 +58,7 @@ class SourcedReader {
     Fields inner(*v, fields_.path_of(key), fields_.problems());
     if (!inner.ok()) return min;
     const auto i = inner.integer("value", min, max);
-    hw_.sources[inner.path()] = inner.string("source");
+    record(inner);
     inner.finish();
     return int(i);
   }
@@ -71,7 +71,7 @@ class SourcedReader {
     if (!inner.ok()) return out;
     const std::string path = inner.path_of("value");
     const Json* list = inner.value("value");
-    hw_.sources[inner.path()] = inner.string("source");
+    record(inner);
     inner.finish();
     if (!list) return out;
     const char* expected =
@@ -140,12 +140,46 @@ class SourcedReader {
     Fields inner(*v, fields_.path_of(key), fields_.problems());
     if (!inner.ok()) return false;
     const bool b = inner.boolean("value");
-    hw_.sources[inner.path()] = inner.string("source");
+    record(inner);
     inner.finish();
     return b;
   }
 
  private:
+  /// Records a figure's source and, when it gives one, its range ("range": [low, high] of the
+  /// value's type, containing the value; "range_source" says where the range comes from).
+  void record(Fields& inner) {
+    hw_.sources[inner.path()] = inner.string("source");
+    const Json* range = inner.optional("range");
+    if (!range) return;
+    const std::string path = inner.path_of("range");
+    const std::string range_source = inner.string("range_source");
+    const Json* value = inner.optional("value");
+    if (!value) return;
+    const bool numbers = value->is_number() && range->is_array() && range->size() == 2 &&
+                         (*range)[0].is_number() && (*range)[1].is_number();
+    const bool flags = value->is_boolean() && range->is_array() && range->size() == 2 &&
+                       (*range)[0].is_boolean() && (*range)[1].is_boolean();
+    // A list's range is two alternatives of it (e.g. the collective algorithms to try in turn).
+    const bool lists = value->is_array() && range->is_array() && range->size() == 2 &&
+                       (*range)[0].is_array() && (*range)[1].is_array();
+    if (numbers) {
+      const double lo = (*range)[0].get<double>(), hi = (*range)[1].get<double>(), v = value->get<double>();
+      if (!(std::isfinite(lo) && std::isfinite(hi) && lo <= v && v <= hi)) {
+        inner.problems().add(path, *range,
+                             "[low, high] with low <= the value (" + value->dump() + ") <= high");
+        return;
+      }
+    } else if (!flags && !lists) {
+      inner.problems().add(path, *range,
+                           value->is_boolean()
+                               ? "[false, true] (both values plausible) or [v, v] (a flag that does not vary)"
+                               : "[low, high], numbers around the value (" + value->dump().substr(0, 60) +
+                                     "), or two alternatives of a list");
+      return;
+    }
+    hw_.ranges[inner.path()] = FigureRange{(*range)[0], (*range)[1], range_source};
+  }
   /// The "value" of a sourced figure (its source recorded), or nothing after a problem.
   const Json* sourced_value(const std::string& key) {
     const Json* v = fields_.value(key);
@@ -153,7 +187,7 @@ class SourcedReader {
     Fields inner(*v, fields_.path_of(key), fields_.problems());
     if (!inner.ok()) return nullptr;
     const Json* value = inner.value("value");
-    hw_.sources[inner.path()] = inner.string("source");
+    record(inner);
     inner.finish();
     return value;
   }
@@ -436,6 +470,8 @@ void apply_hardware_overrides(Json& json, const Json& overrides, const std::stri
       (*node)["source"] = "override in the study (was " + (*node)["value"].dump() + ": " +
                           (*node)["source"].get<std::string>() + ")";
       (*node)["value"] = it.value();
+      node->erase("range");  // a value the study chose is not an assumption any more
+      node->erase("range_source");
     } else {
       *node = it.value();
     }

@@ -134,6 +134,14 @@ struct SliceSpec {
   }
 };
 
+/// The plausible range of an assumed figure (its "range" and "range_source"): a number's
+/// [low, high] around its value, or a flag's [false, true] when both are plausible. Prediction
+/// intervals move each figure to both ends.
+struct FigureRange {
+  Json low, high;
+  std::string source;
+};
+
 /// A TPU generation.
 struct HardwareSpec {
   std::string name;
@@ -148,6 +156,7 @@ struct HardwareSpec {
   std::vector<int> pod_blocks;
   std::map<std::string, SliceSpec> slices;     ///< by cloud name ("v3-32" = 32 cores)
   std::map<std::string, std::string> sources;  ///< JSON path of each figure -> its source
+  std::map<std::string, FigureRange> ranges;   ///< JSON path of a figure with a range -> the range
 };
 
 /// The configs/ directory: $TPUSIM_CONFIG_DIR, else the one compiled in.

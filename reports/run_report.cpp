@@ -360,10 +360,43 @@ void summary_input(std::ostringstream& out, const Json& in) {
   out << (bound == "tpus" ? "" : "; the step waits for its input (" + bound + "-bound)") << "\n";
 }
 
+/// " (128.301–141.220)": the interval of a time in the unit `human_seconds` gives the point, when
+/// the result has intervals (run --intervals).
+std::string seconds_interval(const Json& j, const char* quantity) {
+  if (!j.contains("intervals") || !j["intervals"].contains(quantity)) return "";
+  const double point = j[quantity].get<double>(), scale = point >= 1.0 ? 1.0 : point >= 1e-3 ? 1e3 : 1e6;
+  const auto& iv = j["intervals"][quantity];
+  return formatted(" (%.3f–%.3f)", iv[0].get<double>() * scale, iv[1].get<double>() * scale);
+}
+
+/// " (14.20 GiB – 15.01 GiB)": a byte count's interval, when the result has one.
+std::string bytes_interval(const Json& j, const char* quantity) {
+  if (!j.contains("intervals") || !j["intervals"].contains(quantity)) return "";
+  const auto& iv = j["intervals"][quantity];
+  return " (" + human_bytes(iv[0].get<double>()) + " – " + human_bytes(iv[1].get<double>()) + ")";
+}
+
+/// The intervals' footing: how many assumptions moved, how, and which have no range.
+void summary_intervals(std::ostringstream& out, const Json& j) {
+  if (!j.contains("intervals")) return;
+  const auto& iv = j["intervals"];
+  std::size_t failed = 0;
+  for (const auto& a : iv["assumptions"])
+    for (const char* end : {"at_low", "at_high"})
+      if (a[end].is_object() && a[end].contains("failure")) ++failed;
+  out << "  intervals         (in brackets) over the ranges of " << iv["assumptions"].size()
+      << " assumptions, one at a time, shifts summed by sign";
+  if (!iv["assumed_without_range"].empty())
+    out << "; " << iv["assumed_without_range"].size() << " assumed figures without a range move nothing";
+  if (failed) out << "; " << failed << " runs at a range end failed (see result.json)";
+  out << "\n";
+}
+
 /// The peak HBM line (what the busiest core holds at its peak) and where the peak is.
 void summary_memory(std::ostringstream& out, const Json& j) {
-  out << "  peak HBM per core " << human_bytes(j["peak_hbm_bytes"].get<double>()) << " of "
-      << human_bytes(j["hbm_capacity_bytes"].get<double>()) << " usable";
+  out << "  peak HBM per core " << human_bytes(j["peak_hbm_bytes"].get<double>())
+      << bytes_interval(j, "peak_hbm_bytes") << " of " << human_bytes(j["hbm_capacity_bytes"].get<double>())
+      << " usable";
   const auto& peak_core = j["cores"][j["peak_hbm_core"].get<int>()];
   const auto& at_peak = peak_core["hbm_at_peak"];
   out << " (";
@@ -411,11 +444,15 @@ std::string summary_text(const Json& j) {
   out << formatted("  params            %.3f M\n", j["params"].get<double>() / 1e6);
   out << formatted("  batch             %lld examples per step\n", (long long)j["batch"].get<std::int64_t>());
   out << "  step time         " << human_seconds(j["step_time_s"].get<double>())
+      << seconds_interval(j, "step_time_s")
       << (j.value("fits", true) ? "" : " (hypothetical: the step does not fit in HBM, so it cannot run)")
       << "\n";
   out << formatted("  examples/s        %.1f\n", j["examples_per_s"].get<double>());
-  out << formatted("  MXU utilization   %.1f %% (model FLOPs / peak)\n",
-                   100.0 * j["mxu_utilization"].get<double>());
+  out << formatted("  MXU utilization   %.1f %%", 100.0 * j["mxu_utilization"].get<double>());
+  if (j.contains("intervals") && j["intervals"].contains("mxu_utilization"))
+    out << formatted(" (%.1f–%.1f)", 100.0 * j["intervals"]["mxu_utilization"][0].get<double>(),
+                     100.0 * j["intervals"]["mxu_utilization"][1].get<double>());
+  out << " (model FLOPs / peak)\n";
   if (!j["bubble_fraction_ideal"].is_null())
     out << formatted("  pipeline bubble   %.1f %% of the step (ideal (K-1)/(M+K-1) = %.1f %%)\n",
                      100.0 * j["bubble_fraction"].get<double>(),
@@ -435,6 +472,7 @@ std::string summary_text(const Json& j) {
         f["max_rel_diff"].get<double>());
   }
   summary_fit(out, j);
+  summary_intervals(out, j);
   for (const auto& note : j.value("notes", Json::array()))
     out << "  note              " << note.get<std::string>() << "\n";
   return out.str();

@@ -30,7 +30,23 @@ std::string predicted_text(const Json& c) {
 
 struct Row {
   std::string id, quantity, measured, predicted, error, tolerance, verdict;
+  std::string interval, inside;  ///< with --intervals: "[low, high]" and whether the measured value is in it
 };
+
+/// "12.1 ms – 14.0 ms": a case's prediction interval in its unit.
+std::string interval_text(const Json& c) {
+  if (!c.contains("interval")) return "";
+  const std::string unit = c["unit"].get<std::string>();
+  return validation_value_text(c["interval"][0].get<double>(), unit) + " – " +
+         validation_value_text(c["interval"][1].get<double>(), unit);
+}
+
+/// "7 of 23 measured values inside their interval (coverage 30.4 %), mean width 12.0 % of the prediction".
+std::string interval_line(const Json& s) {
+  return std::to_string(s["inside"].get<int>()) + " of " + std::to_string(s["cases"].get<int>()) +
+         " measured values inside their interval (coverage " + abs_percent(s["coverage"]) + "), mean width " +
+         abs_percent(s["mean_relative_width"]) + " of the prediction";
+}
 
 std::vector<Row> rows(const Json& report) {
   std::vector<Row> out;
@@ -39,7 +55,8 @@ std::vector<Row> rows(const Json& report) {
                       validation_value_text(c["measured"].get<double>(), c["unit"].get<std::string>()),
                       predicted_text(c), percent(c["error"]),
                       fmt("%.0f %%", 100.0 * c["tolerance"].get<double>()),
-                      c["within"].get<bool>() ? "within" : "OUTSIDE"});
+                      c["within"].get<bool>() ? "within" : "OUTSIDE", interval_text(c),
+                      c.contains("inside") ? (c["inside"].get<bool>() ? "in" : "OUT") : ""});
   return out;
 }
 
@@ -119,13 +136,36 @@ std::string validation_text(const Json& report) {
     s << q << ": " << summary_line(report["summary"]["per_quantity"][q]) << "\n";
   s << "all: " << summary_line(report["summary"]) << "\n";
   if (!overrides_line(report).empty()) s << overrides_line(report) << "\n";
-  s << report["assumption_knobs"].get<int>() << " hardware figures of these studies are assumptions:";
+  if (report.contains("intervals")) {
+    s << "\nprediction intervals (" << report["intervals"]["method"].get<std::string>() << "):\n";
+    for (const auto& r : rs)
+      if (!r.interval.empty()) {
+        std::snprintf(line, sizeof line, "  %-*s %12s in %-28s %s\n", int(w), r.id.c_str(),
+                      r.measured.c_str(), r.interval.c_str(), r.inside == "in" ? "inside" : "OUTSIDE");
+        s << line;
+      }
+    for (const auto& [q, v] : report["intervals"]["per_quantity"].items())
+      s << q << ": " << interval_line(v) << "\n";
+    s << "all: " << interval_line(report["intervals"]) << "\n";
+  }
+  std::size_t figures = 0;
+  for (const auto& a : report["assumptions"]) figures += a.contains("hardware") ? 1 : 0;
+  s << figures << " hardware figures of these studies are assumptions:";
   for (const auto& a : report["assumptions"])
-    s << " " << a["hardware"].get<std::string>() << ":" << a["figure"].get<std::string>();
+    if (a.contains("hardware"))
+      s << " " << a["hardware"].get<std::string>() << ":" << a["figure"].get<std::string>();
   s << "\n";
+  if (figures < report["assumptions"].size()) {
+    s << report["assumptions"].size() - figures << " values the studies assume:";
+    for (const auto& a : report["assumptions"])
+      if (a.contains("study"))
+        s << " " << a["study"].get<std::string>() << ":" << a["figure"].get<std::string>();
+    s << "\n";
+  }
   const auto sens = sensitivity_lines(report);
   if (!sens.empty())
-    s << "\nprediction change when one assumed figure moves up by 10 % (a flag: turned over):\n";
+    s << "\nprediction change when one assumed figure moves up by 10 % (a flag: turned over; a study's own "
+         "assumption, key=value: moved to that end of its range):\n";
   for (const auto& [id, text] : sens) s << "  " << id << ": " << text << "\n";
   for (const auto& c : report["cases"])
     if (c.contains("failure"))
@@ -163,10 +203,22 @@ std::string validation_markdown(const Json& report) {
     s << "- " << q << ": " << summary_line(report["summary"]["per_quantity"][q]) << "\n";
   s << "- all: " << summary_line(report["summary"]) << "\n";
   if (!overrides_line(report).empty()) s << "\n" << overrides_line(report) << "\n";
-  s << "\n## Assumed hardware figures (" << report["assumption_knobs"].get<int>() << ")\n\n";
+  if (report.contains("intervals")) {
+    s << "\n## Prediction intervals\n\nMethod: " << report["intervals"]["method"].get<std::string>()
+      << ".\n\n| case | measured | interval | |\n| --- | ---: | ---: | --- |\n";
+    for (const auto& r : rows(report))
+      if (!r.interval.empty())
+        s << "| " << r.id << " | " << r.measured << " | " << r.interval << " | "
+          << (r.inside == "in" ? "inside" : "OUTSIDE") << " |\n";
+    s << "\n";
+    for (const auto& [q, v] : report["intervals"]["per_quantity"].items())
+      s << "- " << q << ": " << interval_line(v) << "\n";
+    s << "- all: " << interval_line(report["intervals"]) << "\n";
+  }
+  s << "\n## Assumptions (" << report["assumption_knobs"].get<int>() << ")\n\n";
   for (const auto& a : report["assumptions"])
-    s << "- `" << a["hardware"].get<std::string>() << "` `" << a["figure"].get<std::string>()
-      << "`: " << a["source"].get<std::string>() << "\n";
+    s << "- `" << (a.contains("hardware") ? a["hardware"] : a["study"]).get<std::string>() << "` `"
+      << a["figure"].get<std::string>() << "`: " << a["source"].get<std::string>() << "\n";
   const auto sens = sensitivity_lines(report);
   if (!sens.empty())
     s << "\n## Sensitivity\n\nPrediction change when one assumed figure moves up by 10 % (a flag: turned "
@@ -239,6 +291,17 @@ void parity_points_svg(std::ostringstream& s, const ParityFrame& f, const std::v
   s << "<text transform=\"translate(14," << f.top + f.size / 2
     << ") rotate(-90)\" text-anchor=\"middle\">predicted (" << xml_escape(unit) << ")</text>\n";
   for (const Json* c : points) {
+    if (!c->contains("interval")) continue;  // the prediction interval as an error bar
+    const double x = f.X(c->at("measured").get<double>());
+    const double y0 = f.Y(std::max(c->at("interval")[0].get<double>(), f.a())),
+                 y1 = f.Y(std::min(c->at("interval")[1].get<double>(), f.b()));
+    s << "<g class=\"interval\" stroke=\"#555\"><line x1=\"" << svg_number(x) << "\" y1=\"" << svg_number(y0)
+      << "\" x2=\"" << svg_number(x) << "\" y2=\"" << svg_number(y1) << "\"/><line x1=\"" << svg_number(x - 3)
+      << "\" y1=\"" << svg_number(y0) << "\" x2=\"" << svg_number(x + 3) << "\" y2=\"" << svg_number(y0)
+      << "\"/><line x1=\"" << svg_number(x - 3) << "\" y1=\"" << svg_number(y1) << "\" x2=\""
+      << svg_number(x + 3) << "\" y2=\"" << svg_number(y1) << "\"/></g>\n";
+  }
+  for (const Json* c : points) {
     const bool within = c->at("within").get<bool>();
     s << "<circle class=\"case\" cx=\"" << svg_number(f.X(c->at("measured").get<double>())) << "\" cy=\""
       << svg_number(f.Y(c->at("predicted").get<double>())) << "\" r=\"4\" fill=\""
@@ -261,6 +324,10 @@ std::string parity_svg(const Json& report, const std::string& quantity) {
     for (const char* k : {"measured", "predicted"}) {
       lo = std::min(lo, c[k].get<double>());
       hi = std::max(hi, c[k].get<double>());
+    }
+    if (c.contains("interval") && c["interval"][0].get<double>() > 0) {
+      lo = std::min(lo, c["interval"][0].get<double>());
+      hi = std::max(hi, c["interval"][1].get<double>());
     }
   }
   const double size = ParityFrame::size, left = ParityFrame::left, top = ParityFrame::top;
@@ -301,9 +368,27 @@ std::string validation_html(const Json& report) {
   for (const auto& q : quantities(report))
     h << "<li>" << xml_escape(q) << ": " << xml_escape(summary_line(report["summary"]["per_quantity"][q]))
       << "</li>";
-  h << "</ul>\n<h2>Assumed hardware figures (" << report["assumption_knobs"].get<int>() << ")</h2>\n<ul>";
+  h << "</ul>\n";
+  if (report.contains("intervals")) {
+    h << "<h2>Prediction intervals</h2>\n<p>The error bars of the parity plots. Method: "
+      << xml_escape(report["intervals"]["method"].get<std::string>()) << ".</p>\n<ul>";
+    for (const auto& [q, v] : report["intervals"]["per_quantity"].items())
+      h << "<li>" << xml_escape(q) << ": " << xml_escape(interval_line(v)) << "</li>";
+    h << "<li>all: " << xml_escape(interval_line(report["intervals"]))
+      << "</li></ul>\n<table><tr><th>case</th><th>"
+      << "measured</th><th>interval</th><th></th></tr>\n";
+    for (const auto& r : rows(report))
+      if (!r.interval.empty())
+        h << "<tr" << (r.inside == "in" ? "" : " class=\"out\"") << "><td>" << xml_escape(r.id) << "</td><td>"
+          << xml_escape(r.measured) << "</td><td>" << xml_escape(r.interval) << "</td><td>"
+          << (r.inside == "in" ? "inside" : "OUTSIDE") << "</td></tr>\n";
+    h << "</table>\n";
+  }
+  h << "<h2>Assumptions (" << report["assumption_knobs"].get<int>() << ")</h2>\n<ul>";
   for (const auto& a : report["assumptions"])
-    h << "<li><code>" << xml_escape(a["hardware"].get<std::string>() + " " + a["figure"].get<std::string>())
+    h << "<li><code>"
+      << xml_escape((a.contains("hardware") ? a["hardware"] : a["study"]).get<std::string>() + " " +
+                    a["figure"].get<std::string>())
       << "</code>: " << xml_escape(a["source"].get<std::string>()) << "</li>";
   h << "</ul>\n";
   const auto sens = sensitivity_lines(report);

@@ -156,6 +156,80 @@ void parse_devices(Fields& top, Study& study, Problems& problems) {
   study.hardware = device_view(study.hardware, study.megacore);
 }
 
+/// The value at a dotted path of `json` (array elements by index), or nullptr.
+const Json* value_at(const Json& json, const std::string& path) {
+  const Json* node = &json;
+  std::size_t begin = 0;
+  while (node && begin <= path.size()) {
+    const auto dot = path.find('.', begin);
+    const std::string key = path.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin);
+    if (node->is_object() && node->contains(key))
+      node = &(*node)[key];
+    else if (node->is_array() && !key.empty() && key.find_first_not_of("0123456789") == std::string::npos &&
+             std::stoull(key) < node->size())
+      node = &(*node)[std::stoull(key)];
+    else
+      return nullptr;
+    if (dot == std::string::npos) return node;
+    begin = dot + 1;
+  }
+  return nullptr;
+}
+
+/// "assumptions": [{"key", "range": [low, high], "source"}]: each key a value of the study, each
+/// end of its range of the value's type (numbers around it) and a study that is valid with it.
+void parse_assumptions(const Json& list, const Json& json, const std::filesystem::path& base_dir,
+                       Study& study, Problems& problems) {
+  if (!list.is_array()) {
+    problems.add("assumptions", list, "an array of {\"key\", \"range\": [low, high], \"source\"}");
+    return;
+  }
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    Fields f(list[i], index_path("assumptions", i), problems);
+    if (!f.ok()) continue;
+    StudyAssumption a;
+    a.key = f.string("key");
+    const Json* range = f.value("range");
+    a.source = f.string("source");
+    f.finish();
+    const Json* value = a.key.empty() ? nullptr : value_at(json, a.key);
+    if (!a.key.empty() && (!value || a.key.rfind("assumptions", 0) == 0)) {
+      problems.add(f.path_of("key"), Json(a.key),
+                   "a dotted path of a value in this study (e.g. schedule.microbatches)");
+      continue;
+    }
+    if (!value || !range) continue;
+    const auto same = [&](const Json& end) {
+      return end.is_number() ? value->is_number() : end.type() == value->type();
+    };
+    if (!range->is_array() || range->size() != 2 || !same((*range)[0]) || !same((*range)[1]) ||
+        (value->is_number() && !((*range)[0].get<double>() <= value->get<double>() &&
+                                 value->get<double>() <= (*range)[1].get<double>()))) {
+      problems.add(f.path_of("range"), *range,
+                   "[low, high] of the value's type around its value (" + value->dump() + ")");
+      continue;
+    }
+    a.value = *value;
+    a.low = (*range)[0];
+    a.high = (*range)[1];
+    for (int end = 0; end < 2; ++end) {
+      Json variant = json;
+      variant.erase("assumptions");
+      apply_override(variant, a.key + "=" + (*range)[end].dump());
+      try {
+        parse_study(variant, study.file, base_dir);
+      } catch (const ConfigError& e) {
+        const std::string why =
+            e.problems().empty() ? std::string(e.what())
+                                 : e.problems().front().path + ": expected " + e.problems().front().expected;
+        problems.add(index_path(f.path_of("range"), std::size_t(end)), (*range)[end],
+                     "a value the study is valid with (with it: " + why + ")");
+      }
+    }
+    study.assumptions.push_back(std::move(a));
+  }
+}
+
 }  // namespace
 
 Study parse_study(const Json& json, const std::string& context, const std::filesystem::path& base_dir) {
@@ -181,9 +255,12 @@ Study parse_study(const Json& json, const std::string& context, const std::files
     study.optimizer = parse_optimizer(*opt, "optimizer", problems);
   parse_host_settings(top, study, problems);
   const Json* schedule = top.value("schedule");
+  const Json* assumptions = top.optional("assumptions");
   top.finish();
   problems.throw_if_any();
   if (schedule) parse_schedule(*schedule, study, problems);
+  problems.throw_if_any();
+  if (assumptions) parse_assumptions(*assumptions, json, base_dir, study, problems);
   problems.throw_if_any();
   return study;
 }
@@ -200,7 +277,21 @@ Study with_schedule(const Study& base, const Json& schedule) {
 
 Json study_json(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
   Json json = read_json_file(file);
-  for (const auto& o : overrides) apply_override(json, o);
+  for (const auto& o : overrides) {
+    apply_override(json, o);
+    // A value the user sets is a choice: an assumption about it (or about a part of it) goes.
+    const std::string path = o.substr(0, o.find('='));
+    if (!json.is_object() || !json.contains("assumptions") || !json["assumptions"].is_array()) continue;
+    Json kept = Json::array();
+    for (const auto& a : json["assumptions"]) {
+      const std::string key =
+          a.is_object() && a.contains("key") && a["key"].is_string() ? a["key"].get<std::string>() : "";
+      const bool set =
+          !key.empty() && (key == path || key.rfind(path + ".", 0) == 0 || path.rfind(key + ".", 0) == 0);
+      if (!set) kept.push_back(a);
+    }
+    json["assumptions"] = kept;
+  }
   return json;
 }
 

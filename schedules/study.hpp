@@ -68,6 +68,16 @@ using ScheduleFactory =
     std::function<std::unique_ptr<Schedule>(Fields& fields, const Study& study, Problems& problems)>;
 const std::map<std::string, ScheduleFactory>& schedule_registry();
 
+/// A value the study assumes where nothing published gives it (study key "assumptions": {"key":
+/// dotted path, "range": [low, high], "source"}), e.g. GPipe Table 1's micro-batch count.
+/// Prediction intervals run the study at both ends; a `--set` of the key makes it a choice, not
+/// an assumption (study_json drops it).
+struct StudyAssumption {
+  std::string key;
+  Json value, low, high;
+  std::string source;
+};
+
 struct Study {
   std::string file;  ///< where it came from ("" if built in memory)
   Json json;         ///< the study after overrides, as given
@@ -93,6 +103,7 @@ struct Study {
   double host_seconds_per_loop = 0;
   std::int64_t steps_per_loop = 1;
   std::shared_ptr<const Schedule> schedule;
+  std::vector<StudyAssumption> assumptions;
   /// Layer costs shared with other studies of the same model and hardware (plan's candidates);
   /// null: each step builder computes its own.
   std::shared_ptr<LayerCostCache> layer_costs;
@@ -113,7 +124,8 @@ Study parse_study(const Json& json, const std::string& context, const std::files
 /// reading or checking the rest again (the plan's candidates differ only in their schedule).
 Study with_schedule(const Study& base, const Json& schedule);
 
-/// Reads and overrides, without validating. Throws ConfigError.
+/// Reads and overrides, without validating; an assumption whose key an override sets is dropped
+/// (the value is then the user's choice). Throws ConfigError.
 Json study_json(const std::filesystem::path& file, const std::vector<std::string>& overrides = {});
 
 /// Reads, overrides, validates. Throws ConfigError.

@@ -245,3 +245,24 @@ TEST_CASE("a run's HTML report renders report.md's constructs, escaped, with its
   CHECK_THAT(html, Catch::Contains("<figure><svg id=\"t\"></svg></figure>"));
   CHECK_THAT(html, Catch::Contains("<img alt=\"other\" src=\"other.svg\">"));
 }
+
+TEST_CASE("a fit case's tolerance may be steps of its grid: one layer of three is within, exactly",
+          "[validate]") {
+  Json j = Json::parse(
+      R"({"schema": "tpusim.validation_case/1", "id": "demo", "description": "d", "study": "../studies/default.json",
+    "quantity": "max_fitting", "fit": {"maximize": "model.layers", "min": 1, "max": 24, "step": 1},
+    "measured": {"value": 3, "unit": "layers", "source": "s"},
+    "tolerance": {"relative": 0.1, "grid_steps": 1, "source": "rule"}})");
+  Problems p("x");
+  const ValidationCase c = parse_validation_case(j, "/cfg/validation/demo.json", p);
+  REQUIRE(p.empty());
+  CHECK(c.tolerance_absolute == 1);
+  CHECK(validation_record(c, 2.0)["within"] == true);  // 1/3 off: one step, no floating-point luck
+  CHECK(validation_record(c, 4.0)["within"] == true);
+  CHECK(validation_record(c, 5.0)["within"] == false);
+  CHECK(validation_record(c, 2.0)["tolerance"].get<double>() == Approx(1.0 / 3.0));
+  j["quantity"] = "step_time_s";
+  j.erase("fit");
+  j["measured"]["unit"] = "s";
+  CHECK_THAT(problems_text(j), Catch::Contains("tolerance.grid_steps"));
+}

@@ -89,7 +89,7 @@ expect_bad "--top" "$work/mlp.json" --top 0
 expect_bad "--objective" "$work/mlp.json" --objective speed
 expect_bad "model.layers" "$work/mlp.json" --set model.layers=-1
 # Anytime: --time-limit answers with the best plan found so far, marked incomplete with what it
-# did not examine; SIGINT does the same and exits 130 after writing its outputs. The 12-layer
+# did not examine (it lets one simulation finish, so even a tight limit answers); SIGINT does the same and exits 130 after writing its outputs. The 12-layer
 # Transformer on v3-32 takes about a second to search, ten times the limit; its exhaustive search
 # far longer than the 2 s before the interrupt.
 "$tpusim" plan "$work/t12_v3_32.json" -j 2 --json --time-limit 0.1 > "$work/limited.json" 2> "$work/limited.err"
@@ -97,7 +97,8 @@ python3 - "$work/limited.json" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1]))
 assert p["complete"] is False and p["stopped"]["by"] == "the time limit of 0.1 s", p["stopped"]
-assert p["stopped"]["after_s"] < 1, p["stopped"]
+assert p["stopped"]["after_s"] < 30, p["stopped"]  # the limit lets one simulation finish first
+assert p["best"] is not None and p["simulated"] >= 1, p["simulated"]
 left = p["not_examined"]
 assert left["unbounded"] + left["unsimulated"] > 0, left
 assert any(o["why"].startswith("not ") for o in p["others"]), [o["why"] for o in p["others"]][:5]

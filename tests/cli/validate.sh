@@ -22,7 +22,9 @@ for c in j["cases"]:
         assert k in c, (c["id"], k)
     assert "failure" not in c, c
     assert abs(c["error"] - (c["predicted"] / c["measured"] - 1)) < 1e-12
-    assert c["within"] == (abs(c["error"]) <= c["tolerance"])
+    # the tolerance shown is the larger of the relative one and an absolute one (a statement's
+    # precision, or fit.step grid steps) over the measured value: within is decided exactly
+    assert c["within"] == (abs(c["error"]) <= c["tolerance"] * (1 + 1e-12)), c["id"]
 assert rc == (0 if all(c["within"] for c in j["cases"]) else 1), rc
 assert j["assumption_knobs"] == len(j["assumptions"]) > 0
 assert set(j["summary"]["per_quantity"]) == {c["quantity"] for c in j["cases"]}
@@ -41,7 +43,7 @@ for c in j["cases"]:
     elif c["quantity"] == "activation_bytes_total": value = sum(k["hbm_at_peak"]["activations"] + k["hbm_at_peak"].get("workspace", 0) for k in out["cores"])
     else: value = out[c["quantity"]]
     assert value == c["predicted"], (c["id"], value, c["predicted"])
-assert len(checked) == 3, checked
+assert len(checked) == 4, checked
 PY
 # Sensitivity: every assumed figure of the case's hardware (a flag turned over) has a relative change, and
 # the core's vector rate (an assumption ResNet-50's element-wise work leans on) moves it.
@@ -80,9 +82,37 @@ PY
 bash "$here/chromium_dom.sh" "$work/v/validation.html" > "$work/dom.html"
 plots=$(grep -o 'class="parity"' "$work/dom.html" | wc -l)
 points=$(grep -o 'class="case"' "$work/dom.html" | wc -l)
-[ "$plots" -eq 3 ] || { echo "FAIL: $plots parity plots in the rendered DOM"; exit 1; }
+quantities=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['summary']['per_quantity']))" "$work/validation.json")
+[ "$plots" -eq "$quantities" ] || { echo "FAIL: $plots parity plots in the rendered DOM, $quantities quantities"; exit 1; }
 [ "$points" -eq "$cases" ] || { echo "FAIL: $points points for $cases cases"; exit 1; }
 grep -q "mlperf06-resnet-v3-32" "$work/v/validation.md"
+# --intervals on two cases (a step time whose hardware figures have ranges, a memory case whose
+# study assumes its micro-batch count): each interval contains its prediction, the coverage is
+# what the records say, the JSON, md and HTML (error bars) carry them.
+"$tpusim" validate mlperf05-resnet-v3-8 gpipe-t1-transformer-p8-activations --intervals -j 2 --json \
+  --out "$work/iv" > "$work/iv.json" 2> /dev/null || true
+python3 - "$work/iv.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+inside = 0
+for c in j["cases"]:
+    lo, hi = c["interval"]
+    assert lo <= c["predicted"] <= hi, c
+    assert lo < hi, c  # both lean on something with a range
+    assert c["inside"] == (lo <= c["measured"] <= hi)
+    assert abs(c["relative_width"] - (hi - lo) / c["predicted"]) < 1e-12
+    inside += c["inside"]
+iv = j["intervals"]
+assert iv["cases"] == 2 and iv["inside"] == inside and abs(iv["coverage"] - inside / 2) < 1e-12, iv
+memory = [c for c in j["cases"] if c["quantity"] == "activation_bytes_total"][0]
+moved = {a["name"] for a in memory["interval_assumptions"] if a["at_low"] is not None or a["at_high"] is not None}
+assert "schedule.microbatches" in moved, moved  # the study's own assumption moves it
+assert any(a.get("study") == "gpipe-transformer-v3-k8.json" for a in j["assumptions"]), j["assumptions"]
+PY
+grep -q "## Prediction intervals" "$work/iv/validation.md"
+bash "$here/chromium_dom.sh" "$work/iv/validation.html" > "$work/iv_dom.html"
+bars=$(grep -o 'class="interval"' "$work/iv_dom.html" | wc -l)
+[ "$bars" -eq 2 ] || { echo "FAIL: $bars error bars for 2 intervals"; exit 1; }
 # Bad input: an unknown case, a broken case folder.
 set +e
 "$tpusim" validate no-such-case > /dev/null 2> "$work/err1"; rc1=$?

@@ -1,0 +1,148 @@
+#include "cli/intervals.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "cli/child_process.hpp"
+#include "cli/output_file.hpp"
+#include "schedules/study.hpp"
+
+namespace fs = std::filesystem;
+
+namespace tpusim::cli {
+
+const char* const kIntervalMethod =
+    "one assumption at a time: each ranged assumption moved to each end of its range with the others at "
+    "their values; low = the point plus every shift below it, high = the point plus every shift above it "
+    "(effects assumed to add, each at its worst at once)";
+
+std::vector<AssumedRange> assumed_ranges(const Study& study, std::vector<std::string>* unranged) {
+  std::vector<AssumedRange> out;
+  for (const auto& [path, range] : study.hardware.ranges) {
+    const Json* node = &study.hardware_json;
+    std::size_t begin = 0;
+    while (node && begin <= path.size()) {
+      const auto dot = path.find('.', begin);
+      const std::string key = path.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin);
+      node = node->is_object() && node->contains(key) ? &(*node)[key] : nullptr;
+      if (dot == std::string::npos) break;
+      begin = dot + 1;
+    }
+    if (!node || !node->contains("value")) continue;
+    out.push_back({path, "hardware", (*node)["value"], range.low, range.high, range.source});
+  }
+  if (unranged)
+    for (const auto& [path, source] : study.hardware.sources)
+      if (source.rfind("assumption", 0) == 0 && !study.hardware.ranges.count(path)) unranged->push_back(path);
+  for (const auto& a : study.assumptions) out.push_back({a.key, "study", a.value, a.low, a.high, a.source});
+  return out;
+}
+
+std::vector<std::string> variant_args(const Study& study, const AssumedRange& r, const Json& end,
+                                      const fs::path& file) {
+  if (r.kind == "study") return {"--set", r.name + "=" + end.dump()};
+  Json hardware = study.hardware_json;
+  Problems problems("intervals");
+  apply_hardware_overrides(hardware, Json{{r.name, end}}, "", problems);
+  problems.throw_if_any();
+  write_output_file(file, hardware.dump(2) + "\n", "--intervals");
+  return {"--set", "hardware=" + file.string()};
+}
+
+std::vector<std::array<EndResult, 2>> run_variants(const std::vector<std::string>& args, const Study& study,
+                                                   const std::vector<AssumedRange>& ranges, int jobs,
+                                                   const QuantityExtractor& extract) {
+  static int calls = 0;
+  const fs::path dir = fs::temp_directory_path() /
+                       ("tpusim-intervals-" + std::to_string(::getpid()) + "-" + std::to_string(calls++));
+  fs::create_directories(dir);
+  std::vector<std::vector<std::string>> commands;
+  for (std::size_t i = 0; i < ranges.size(); ++i)
+    for (int e = 0; e < 2; ++e) {
+      const Json& end = e == 0 ? ranges[i].low : ranges[i].high;
+      std::vector<std::string> c = args;
+      const auto extra = variant_args(study, ranges[i], end,
+                                      dir / ("r" + std::to_string(i) + "-" + std::to_string(e) + ".json"));
+      c.insert(c.end(), extra.begin(), extra.end());
+      commands.push_back(std::move(c));
+    }
+  std::vector<std::array<EndResult, 2>> out(ranges.size());
+  parallel_for(commands.size(), jobs, [&](std::size_t k) {
+    EndResult& r = out[k / 2][k % 2];
+    const Json& end = k % 2 == 0 ? ranges[k / 2].low : ranges[k / 2].high;
+    if (end == ranges[k / 2].value) return;  // the point itself: no shift
+    try {
+      const ChildResult child = run_self(commands[k]);
+      if (child.exit_code != 0 && child.out.empty()) {
+        std::string why = child.err.empty() ? "exit code " + std::to_string(child.exit_code) : child.err;
+        while (!why.empty() && why.back() == '\n') why.pop_back();
+        r.failure = why;
+        return;
+      }
+      r.values = extract(Json::parse(child.out));
+    } catch (const std::exception& e) {
+      r.failure = e.what();
+    }
+  });
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return out;
+}
+
+std::array<double, 2> interval_of(double point,
+                                  const std::vector<std::array<std::optional<double>, 2>>& ends) {
+  double below = 0, above = 0;
+  for (const auto& e : ends) {
+    double down = 0, up = 0;
+    for (const auto& v : e)
+      if (v) {
+        down = std::min(down, *v - point);
+        up = std::max(up, *v - point);
+      }
+    below += down;
+    above += up;
+  }
+  return {point + below, point + above};
+}
+
+Json intervals_json(const std::map<std::string, double>& point, const std::vector<AssumedRange>& ranges,
+                    const std::vector<std::array<EndResult, 2>>& ends,
+                    const std::vector<std::string>& unranged) {
+  Json j{{"method", kIntervalMethod}};
+  for (const auto& [q, p] : point) {
+    std::vector<std::array<std::optional<double>, 2>> at(ranges.size());
+    for (std::size_t i = 0; i < ranges.size(); ++i)
+      for (int e = 0; e < 2; ++e) {
+        const auto& values = ends[i][std::size_t(e)].values;
+        if (auto it = values.find(q); it != values.end()) at[i][std::size_t(e)] = it->second;
+      }
+    const auto iv = interval_of(p, at);
+    j[q] = Json::array({iv[0], iv[1]});
+  }
+  Json list = Json::array();
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    const auto& r = ranges[i];
+    Json a{{"name", r.name},
+           {"kind", r.kind},
+           {"value", r.value},
+           {"range", Json::array({r.low, r.high})},
+           {"range_source", r.source}};
+    for (int e = 0; e < 2; ++e) {
+      const EndResult& end = ends[i][std::size_t(e)];
+      const char* key = e == 0 ? "at_low" : "at_high";
+      if (!end.failure.empty())
+        a[key] = Json{{"failure", end.failure}};
+      else if (end.values.empty())
+        a[key] = nullptr;  // the end is the value itself
+      else
+        a[key] = end.values;
+    }
+    list.push_back(std::move(a));
+  }
+  j["assumptions"] = list;
+  j["assumed_without_range"] = unranged;
+  return j;
+}
+
+}  // namespace tpusim::cli
