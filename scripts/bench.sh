@@ -3,6 +3,7 @@
 # simulation per process), the others together. Usage: scripts/bench.sh [BUILD_DIR]
 set -euo pipefail
 build="${1:-build}"
+root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$build/bench/bench_engine"
 for name in $("$bin" --benchmark_list_tests | grep '^BM_Engine_'); do
   "$bin" --benchmark_filter="^${name}\$" --benchmark_format=console 2>&1 | grep -E "^BM_|^-|^Benchmark"
@@ -14,9 +15,15 @@ done
 start=$(date +%s%N)
 "$build/cli/tpusim" validate -j 2 > /dev/null 2>&1 || true
 echo "validate (every case, -j 2): $(( ($(date +%s%N) - start) / 1000000 )) ms"
+# --sensitivity and --intervals over the cases whose every variant keeps the representative-cluster
+# reduction (the spatially split SSD cases' overlap variant simulates every core: minutes each).
+quick=$(ls "$root/configs/validation"/*.json | xargs -n 1 basename | sed 's/\.json$//' | grep -v -e ssd-v3-1024 -e ssd-v3-2048)
 start=$(date +%s%N)
-"$build/cli/tpusim" validate -j 2 --sensitivity > /dev/null 2>&1 || true
-echo "validate --sensitivity (-j 2): $(( ($(date +%s%N) - start) / 1000000 )) ms"
+"$build/cli/tpusim" validate -j 2 --sensitivity $quick > /dev/null 2>&1 || true
+echo "validate --sensitivity (-j 2, $(echo $quick | wc -w) cases): $(( ($(date +%s%N) - start) / 1000000 )) ms"
+start=$(date +%s%N)
+"$build/cli/tpusim" validate -j 2 --intervals $quick > /dev/null 2>&1 || true
+echo "validate --intervals (-j 2, $(echo $quick | wc -w) cases): $(( ($(date +%s%N) - start) / 1000000 )) ms"
 # tpusim plan on the issue's two cases (bench/studies), timed, with candidates per second.
 for s in plan-transformer48-v3-32 plan-transformer-l-v3-512; do
   start=$(date +%s%N)

@@ -6,23 +6,11 @@
 #include "test_support.hpp"
 
 using namespace tpusim;
+using tpusim::test::problem_paths;
 
 namespace {
 
 Json v3_json() { return read_json_file(config_dir() / "hardware" / "tpu-v3.json"); }
-
-/// The problems a ConfigError reports, as "path" strings.
-std::vector<std::string> problem_paths(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    std::vector<std::string> paths;
-    for (const auto& p : e.problems()) paths.push_back(p.path);
-    return paths;
-  }
-  FAIL("no ConfigError thrown");
-  return {};
-}
 
 Json minimal_study() {
   return Json::parse(R"({

@@ -8,24 +8,14 @@
 #include "cli/validate.hpp"
 #include "hardware/hardware_spec.hpp"
 #include "schedules/study.hpp"
+#include "test_support.hpp"
 
 using namespace tpusim;
+using tpusim::test::problem_paths;
 using namespace tpusim::cli;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::vector<std::string> problem_paths(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    std::vector<std::string> paths;
-    for (const auto& p : e.problems()) paths.push_back(p.path);
-    return paths;
-  }
-  FAIL("no ConfigError thrown");
-  return {};
-}
 
 Json v3_json() { return read_json_file(config_dir() / "hardware" / "tpu-v3.json"); }
 

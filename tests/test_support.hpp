@@ -1,12 +1,29 @@
 // Helpers shared by the tests: shipped hardware, custom slices, tiny graphs.
 #pragma once
 
+#include <catch2/catch.hpp>
+#include <functional>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "hardware/hardware_spec.hpp"
 #include "sim/task_graph.hpp"
 
 namespace tpusim::test {
+
+/// The JSON paths of the problems of the ConfigError `f` throws (the test fails if it throws none).
+inline std::vector<std::string> problem_paths(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    std::vector<std::string> paths;
+    for (const auto& p : e.problems()) paths.push_back(p.path);
+    return paths;
+  }
+  FAIL("no ConfigError thrown");
+  return {};
+}
 
 inline HardwareSpec v3() { return load_hardware("tpu-v3"); }
 
