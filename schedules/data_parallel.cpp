@@ -14,6 +14,11 @@ DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
   bucket_bytes_ =
       f.positive_or("gradient_bucket_bytes", study.hardware.core.allreduce_combine_threshold_bytes);
   batch_norm_group_ = int(f.integer_or("batch_norm_group", 1, 1, study.cores()));
+  remat_ = f.boolean_or("remat", false);
+  if (problems.empty() && remat_ && batch_norm_group_ > 1)
+    problems.add(f.path_of("remat"), Json(true),
+                 "false with batch_norm_group > 1 (re-materializing a layer would all-reduce its batch-norm "
+                 "statistics again: not modelled)");
   if (problems.empty() && replicas_ % batch_norm_group_ != 0) {
     problems.add(
         f.path_of("batch_norm_group"), Json(batch_norm_group_),
@@ -38,7 +43,8 @@ Json DataParallel::resolved() const {
               {"weight_update", sharded_ ? "sharded" : "replicated"},
               {"gradient_dtype", gradient_wire_bytes_ == 2.0 ? "bf16" : "fp32"},
               {"gradient_bucket_bytes", bucket_bytes_},
-              {"batch_norm_group", batch_norm_group_}};
+              {"batch_norm_group", batch_norm_group_},
+              {"remat", remat_}};
 }
 
 namespace {
@@ -53,6 +59,7 @@ class DataParallelPlayer {
     double gradient_wire_bytes = 4;
     double bucket_bytes = 0;
     int batch_norm_group = 1;
+    bool remat = false;  ///< keep each layer's input only, recompute its forward before its backward
   };
 
   DataParallelPlayer(const Study& study, FunctionalRuntime* functional, Settings settings,
@@ -135,22 +142,26 @@ class DataParallelPlayer {
     return prev < 0 ? after : std::vector<int>(std::size_t(s_.cores), prev);
   }
 
-  /// The per-core forward and backward chains, layer by layer over the cores.
+  /// The per-core forward and backward chains, layer by layer over the cores. With remat a
+  /// layer's forward keeps only its input, and its forward runs again just before its backward.
   void forward_and_backward() {
     bwd_.assign(std::size_t(s_.cores), std::vector<int>(std::size_t(layers_)));
     std::vector<int> prev(std::size_t(s_.cores), -1);
     auto examples = [&](int c) { return Labels{-1, -1, c * local_batch_}; };
+    const Keep keep = s_.remat ? Keep::Input : Keep::All;
     for (int l = 0; l < layers_; ++l) {
       for (int c = 0; c < s_.cores; ++c)
         prev[std::size_t(c)] =
-            b_.forward(c, {l, l + 1}, local_batch_, prev[std::size_t(c)], Keep::All, examples(c));
+            b_.forward(c, {l, l + 1}, local_batch_, prev[std::size_t(c)], keep, examples(c));
       prev = bn_allreduces(l, prev, "batch_norm_statistics");
     }
     for (int l = layers_ - 1; l >= 0; --l) {
-      for (int c = 0; c < s_.cores; ++c)
-        bwd_[c][l] = prev[std::size_t(c)] =
-            b_.backward(c, {l, l + 1}, local_batch_, prev[std::size_t(c)], Keep::All,
-                        /*allocate_gradients=*/true, examples(c));
+      for (int c = 0; c < s_.cores; ++c) {
+        int& p = prev[std::size_t(c)];
+        if (s_.remat) p = b_.recompute(c, {l, l + 1}, local_batch_, p, examples(c));
+        bwd_[c][l] = p =
+            b_.backward(c, {l, l + 1}, local_batch_, p, keep, /*allocate_gradients=*/true, examples(c));
+      }
       prev = bn_allreduces(l, prev, "batch_norm_gradient_statistics");
     }
     last_bwd_ = prev;
@@ -234,9 +245,10 @@ class DataParallelPlayer {
 }  // namespace
 
 BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional) const {
-  DataParallelPlayer player(study, functional,
-                            {replicas_, sharded_, gradient_wire_bytes_, bucket_bytes_, batch_norm_group_},
-                            layer_batch(study));
+  DataParallelPlayer player(
+      study, functional,
+      {replicas_, sharded_, gradient_wire_bytes_, bucket_bytes_, batch_norm_group_, remat_},
+      layer_batch(study));
   return player.play();
 }
 

@@ -20,7 +20,7 @@ namespace tpusim {
 class DataParallel : public Schedule {
  public:
   /// Reads "replicas", "weight_update", "gradient_dtype", "gradient_bucket_bytes",
-  /// "batch_norm_group" (all optional) and checks that the batch divides over the replicas and
+  /// "batch_norm_group", "remat" (all optional) and checks that the batch divides over the replicas and
   /// the replicas over the batch-norm groups.
   DataParallel(Fields& fields, const Study& study, Problems& problems);
   BuiltStep build(const Study& study, FunctionalRuntime* functional = nullptr) const override;
@@ -36,6 +36,9 @@ class DataParallel : public Schedule {
   double gradient_wire_bytes_ = 4;  ///< bytes per gradient element on the wire
   double bucket_bytes_ = 0;         ///< default: the hardware's all-reduce combine threshold
   int batch_norm_group_ = 1;        ///< replicas whose batch-norm statistics are combined
+  /// "remat": each layer keeps only its input in the forward and runs its forward again just
+  /// before its backward (activation re-materialization, as the pipelines do per stage)
+  bool remat_ = false;
 };
 
 }  // namespace tpusim

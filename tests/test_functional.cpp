@@ -107,6 +107,10 @@ DP_CASE("transformer", 2, "replicated")
 DP_CASE("transformer", 4, "replicated")
 DP_CASE("transformer", 8, "sharded")
 
+TEST_CASE("functional data-parallel transformer with re-materialization matches one core", "[functional]") {
+  check_equivalent(kTransformer, R"({"kind": "data_parallel", "replicas": 4, "remat": true})");
+}
+
 TEST_CASE("functional GPipe with replicas matches one core", "[functional]") {
   check_equivalent(kTransformer, R"({"kind": "gpipe", "stages": 2, "microbatches": 2, "replicas": 2})");
 }

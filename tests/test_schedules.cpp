@@ -4,6 +4,7 @@
 #include <set>
 
 #include "hardware/topology.hpp"
+#include "schedules/step_builder.hpp"
 #include "schedules/study.hpp"
 #include "sim/collectives/collective_algorithm.hpp"
 #include "test_support.hpp"
@@ -325,4 +326,48 @@ TEST_CASE("gradient reductions overlap the backward, or wait for all of it (a so
     // Overlapping, only the bucket holding the first layers waits for the whole backward.
     CHECK(waiting == (overlap ? 1 : collectives));
   }
+}
+
+TEST_CASE("data parallel re-materialization keeps each layer's input and runs one forward again",
+          "[schedules][remat]") {
+  Json j = Json::parse(R"({
+    "hardware": "tpu-v3", "slice": "v3-8", "batch": 64, "optimizer": {"kind": "adam"},
+    "model": {"kind": "transformer", "layers": 4, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64},
+    "schedule": {"kind": "data_parallel", "gradient_bucket_bytes": 4000000}})");
+  const Study plain_study = parse_study(j, "test");
+  j["schedule"]["remat"] = true;
+  const Study remat_study = parse_study(j, "test");
+  CHECK(remat_study.schedule->resolved()["remat"] == true);
+  const BuiltStep plain = plain_study.schedule->build(plain_study);
+  const BuiltStep remat = remat_study.schedule->build(remat_study);
+  REQUIRE_NOTHROW(remat.graph.validate());
+  // What each forward keeps on core 0 for its backward, and the forwards' hardware FLOPs.
+  auto kept = [](const BuiltStep& s) {
+    double bytes = 0;
+    for (int id : s.graph.program(0))
+      if (s.graph.task(id).phase == "forward")
+        for (const auto& m : s.graph.task(id).memory)
+          if (m.category == sim::MemoryCategory::Activations) bytes += m.bytes;
+    return bytes;
+  };
+  double forward_flops = 0;
+  for (int id = 0; id < plain.graph.size(); ++id)
+    if (plain.graph.task(id).phase == "forward") forward_flops += plain.graph.task(id).hardware_flops;
+  StepBuilder b(plain_study, plain_study.cores());
+  double inputs = 0, stashes = 0;
+  for (int l = 0; l < int(plain_study.model.layers.size()); ++l) {
+    inputs += b.cost(l, 8).input_bytes;
+    stashes += b.cost(l, 8).stash_bytes;
+  }
+  CHECK(kept(plain) == Approx(stashes));
+  CHECK(kept(remat) == Approx(inputs));  // the layers' inputs only
+  CHECK(inputs < stashes);
+  CHECK(remat.model_flops == Approx(plain.model_flops));
+  CHECK(remat.hardware_flops == Approx(plain.hardware_flops + forward_flops));  // one forward more
+  int recomputes = 0;
+  for (int id : remat.graph.program(0)) recomputes += remat.graph.task(id).phase == "recompute" ? 1 : 0;
+  CHECK(recomputes == int(plain_study.model.layers.size()));
+  // Not with cross-replica batch norm (the recompute would all-reduce its statistics again).
+  j["schedule"]["batch_norm_group"] = 2;
+  CHECK_THROWS_WITH(parse_study(j, "test"), Catch::Contains("schedule.remat"));
 }
