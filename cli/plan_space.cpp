@@ -73,19 +73,26 @@ std::set<std::string> named_dimensions(const Model& model) {
   return dims;
 }
 
-/// Data parallelism: the update replicated or sharded, fp32 or bf16 gradients, and gradient
-/// buckets of a quarter, one and four times the hardware's all-reduce combine threshold.
+/// Data parallelism: the update replicated or sharded, fp32 or bf16 gradients, gradient buckets
+/// of a quarter, one and four times the hardware's all-reduce combine threshold, and each layer's
+/// activations kept or re-materialized.
 void data_parallel(const Study& study, const PlanSpace& space, std::vector<Json>& out) {
   const double combine = study.hardware.core.allreduce_combine_threshold_bytes;
   for (const std::string update : {"replicated", "sharded"}) {
     if (!allowed(space.weight_update, update)) continue;
     for (const std::string dtype : {"fp32", "bf16"}) {
       if (!allowed(space.gradient_dtype, dtype)) continue;
-      for (double bucket : {combine / 4, combine, combine * 4})
-        out.push_back({{"kind", "data_parallel"},
-                       {"weight_update", update},
-                       {"gradient_dtype", dtype},
-                       {"gradient_bucket_bytes", std::max(1.0, std::round(bucket))}});
+      for (bool remat : {false, true}) {
+        if (!allowed(space.remat, remat)) continue;
+        for (double bucket : {combine / 4, combine, combine * 4}) {
+          Json c{{"kind", "data_parallel"},
+                 {"weight_update", update},
+                 {"gradient_dtype", dtype},
+                 {"gradient_bucket_bytes", std::max(1.0, std::round(bucket))}};
+          if (remat) c["remat"] = true;
+          out.push_back(std::move(c));
+        }
+      }
     }
   }
 }
@@ -267,7 +274,8 @@ std::int64_t batch_norm_group(const Study& study) {
 
 /// Keeps the study's batch-norm groups in every candidate: a training setting, not a way to
 /// split the work. Candidates that cannot honour them are left out: pipelines (each stage keeps
-/// its micro-batches' statistics) and layouts whose batch replicas they do not divide.
+/// its micro-batches' statistics), re-materialized data parallelism and layouts whose batch
+/// replicas they do not divide.
 std::vector<Json> with_batch_norm_group(std::vector<Json> candidates, std::int64_t group) {
   if (group <= 1) return candidates;
   std::vector<Json> out;
@@ -279,8 +287,8 @@ std::vector<Json> with_batch_norm_group(std::vector<Json> candidates, std::int64
         if (c.at("layout").value("batch", "") == axis[0].get<std::string>())
           replicas = axis[1].get<std::int64_t>();
       if (replicas % group != 0) continue;
-    } else if (kind != "data_parallel") {
-      continue;
+    } else if (kind != "data_parallel" || c.value("remat", false)) {
+      continue;  // a re-materialized layer would all-reduce its statistics again: not modelled
     }
     c["batch_norm_group"] = group;
     out.push_back(std::move(c));
@@ -303,7 +311,8 @@ std::string plan_label(const Json& s) {
     char mib[32];
     std::snprintf(mib, sizeof mib, "%g", bucket / (1 << 20));
     return "data_parallel " + s.value("weight_update", "replicated") + " " +
-           s.value("gradient_dtype", "fp32") + (bucket > 0 ? std::string(" bucket ") + mib + " MiB" : "");
+           s.value("gradient_dtype", "fp32") + (bucket > 0 ? std::string(" bucket ") + mib + " MiB" : "") +
+           (s.value("remat", false) ? " remat" : "");
   }
   if (kind == "mesh") {
     std::string mesh, on_model, on_second;
