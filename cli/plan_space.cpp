@@ -73,22 +73,24 @@ std::set<std::string> named_dimensions(const Model& model) {
   return dims;
 }
 
-/// Data parallelism: the update replicated or sharded, fp32 or bf16 gradients, gradient buckets
-/// of a quarter, one and four times the hardware's all-reduce combine threshold, and each layer's
-/// activations kept or re-materialized.
+/// Data parallelism: the update replicated, sharded or fully sharded, fp32 or bf16 gradients,
+/// gradient buckets of a quarter, one and four times the hardware's all-reduce combine threshold
+/// (fully sharded: one layer each), and each layer's activations kept or re-materialized.
 void data_parallel(const Study& study, const PlanSpace& space, std::vector<Json>& out) {
   const double combine = study.hardware.core.allreduce_combine_threshold_bytes;
-  for (const std::string update : {"replicated", "sharded"}) {
+  for (const std::string update : {"replicated", "sharded", "fully_sharded"}) {
     if (!allowed(space.weight_update, update)) continue;
     for (const std::string dtype : {"fp32", "bf16"}) {
       if (!allowed(space.gradient_dtype, dtype)) continue;
       for (bool remat : {false, true}) {
         if (!allowed(space.remat, remat)) continue;
-        for (double bucket : {combine / 4, combine, combine * 4}) {
-          Json c{{"kind", "data_parallel"},
-                 {"weight_update", update},
-                 {"gradient_dtype", dtype},
-                 {"gradient_bucket_bytes", std::max(1.0, std::round(bucket))}};
+        // Fully sharded reduces each layer on its own: one bucket size stands for all.
+        const std::vector<double> buckets = update == "fully_sharded"
+                                                ? std::vector<double>{combine}
+                                                : std::vector<double>{combine / 4, combine, combine * 4};
+        for (double bucket : buckets) {
+          Json c{{"kind", "data_parallel"}, {"weight_update", update}, {"gradient_dtype", dtype}};
+          if (update != "fully_sharded") c["gradient_bucket_bytes"] = std::max(1.0, std::round(bucket));
           if (remat) c["remat"] = true;
           out.push_back(std::move(c));
         }
@@ -229,7 +231,7 @@ PlanSpace read_plan_space(const std::string& file) {
     s.tensor_parallel =
         read_list<std::int64_t>(f, "tensor_parallel", "an integer >= 1 (cores per pipeline stage)");
     s.remat = read_list<bool>(f, "remat", "true or false");
-    s.weight_update = read_choices(f, "weight_update", {"replicated", "sharded"});
+    s.weight_update = read_choices(f, "weight_update", {"replicated", "sharded", "fully_sharded"});
     s.gradient_dtype = read_choices(f, "gradient_dtype", {"fp32", "bf16"});
     s.partition = read_choices(f, "partition", {"balanced", "memory_aware"});
     s.placement = read_choices(f, "placement", {"auto", "by_stage"});
@@ -287,8 +289,9 @@ std::vector<Json> with_batch_norm_group(std::vector<Json> candidates, std::int64
         if (c.at("layout").value("batch", "") == axis[0].get<std::string>())
           replicas = axis[1].get<std::int64_t>();
       if (replicas % group != 0) continue;
-    } else if (kind != "data_parallel" || c.value("remat", false)) {
-      continue;  // a re-materialized layer would all-reduce its statistics again: not modelled
+    } else if (kind != "data_parallel" || c.value("remat", false) ||
+               c.value("weight_update", "") == "fully_sharded") {
+      continue;  // not modelled with cross-replica batch norm
     }
     c["batch_norm_group"] = group;
     out.push_back(std::move(c));

@@ -2,19 +2,28 @@
 
 #include <cmath>
 
+#include "schedules/functional_runtime.hpp"
 #include "schedules/step_builder.hpp"
 
 namespace tpusim {
 
 DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
   replicas_ = int(f.integer_or("replicas", study.cores(), 1, study.cores()));
-  sharded_ = f.string_or("weight_update", "replicated", {"replicated", "sharded"}) == "sharded";
+  const std::string update =
+      f.string_or("weight_update", "replicated", {"replicated", "sharded", "fully_sharded"});
+  fully_sharded_ = update == "fully_sharded";
+  sharded_ = update != "replicated";
   gradient_wire_bytes_ =
       f.string_or("gradient_dtype", "fp32", {"fp32", "bf16"}) == "bf16" ? 2.0 : kWeightBytes;
   bucket_bytes_ =
       f.positive_or("gradient_bucket_bytes", study.hardware.core.allreduce_combine_threshold_bytes);
   batch_norm_group_ = int(f.integer_or("batch_norm_group", 1, 1, study.cores()));
   remat_ = f.boolean_or("remat", false);
+  if (problems.empty() && fully_sharded_ && batch_norm_group_ > 1)
+    problems.add(
+        f.path_of("weight_update"), Json("fully_sharded"),
+        "\"replicated\" or \"sharded\" with batch_norm_group > 1 (cross-replica batch norm with fully "
+        "sharded weights is not modelled)");
   if (problems.empty() && remat_ && batch_norm_group_ > 1)
     problems.add(f.path_of("remat"), Json(true),
                  "false with batch_norm_group > 1 (re-materializing a layer would all-reduce its batch-norm "
@@ -40,7 +49,9 @@ std::vector<CoreInput> DataParallel::input(const Study& study) const {
 Json DataParallel::resolved() const {
   return Json{{"kind", "data_parallel"},
               {"replicas", replicas_},
-              {"weight_update", sharded_ ? "sharded" : "replicated"},
+              {"weight_update", fully_sharded_ ? "fully_sharded"
+                                : sharded_     ? "sharded"
+                                               : "replicated"},
               {"gradient_dtype", gradient_wire_bytes_ == 2.0 ? "bf16" : "fp32"},
               {"gradient_bucket_bytes", bucket_bytes_},
               {"batch_norm_group", batch_norm_group_},
@@ -59,7 +70,8 @@ class DataParallelPlayer {
     double gradient_wire_bytes = 4;
     double bucket_bytes = 0;
     int batch_norm_group = 1;
-    bool remat = false;  ///< keep each layer's input only, recompute its forward before its backward
+    bool remat = false;          ///< keep each layer's input only, recompute its forward before its backward
+    bool fully_sharded = false;  ///< weights too 1/N per core, gathered per layer (implies sharded)
   };
 
   DataParallelPlayer(const Study& study, FunctionalRuntime* functional, Settings settings,
@@ -71,6 +83,7 @@ class DataParallelPlayer {
         g_(b_.graph()),
         layers_(int(study.model.layers.size())) {
     for (int c = 0; c < s_.cores; ++c) group_.push_back(c);
+    if (functional && s_.fully_sharded && s_.cores > 1) functional->own_pieces(s_.cores);
     for (int first = 0; first < s_.cores && s_.batch_norm_group > 1; first += s_.batch_norm_group) {
       bn_groups_.emplace_back();
       for (int c = first; c < first + s_.batch_norm_group; ++c) bn_groups_.back().push_back(c);
@@ -79,18 +92,27 @@ class DataParallelPlayer {
   }
 
   BuiltStep play() {
+    const bool fully = s_.fully_sharded && s_.cores > 1;
     for (int c = 0; c < s_.cores; ++c)
-      for (const auto& bucket : buckets_)
-        b_.resident_weights(c, bucket, s_.sharded && s_.cores > 1 ? shard_fraction(bucket) : 1.0);
-    forward_and_backward();
+      for (const auto& bucket : buckets_) {
+        const double shard = s_.sharded && s_.cores > 1 ? shard_fraction(bucket) : 1.0;
+        b_.resident_weights(c, bucket, shard, fully ? shard : 1.0);
+      }
     Json buckets = Json::array();
-    for (std::size_t k = 0; k < buckets_.size() && s_.cores > 1; ++k)
-      buckets.push_back(reduce_and_update(buckets_[k]));
+    if (fully) {
+      fully_sharded_step(buckets);
+    } else {
+      forward_and_backward();
+      for (std::size_t k = 0; k < buckets_.size() && s_.cores > 1; ++k)
+        buckets.push_back(reduce_and_update(buckets_[k]));
+    }
     if (s_.cores == 1) g_.depend(last_bwd_[0], b_.update(0, {0, layers_}, 1.0));
 
     BuiltStep step = b_.finish();
     step.details = Json{{"local_batch", local_batch_},
-                        {"weight_update", s_.sharded ? "sharded" : "replicated"},
+                        {"weight_update", s_.fully_sharded ? "fully_sharded"
+                                          : s_.sharded     ? "sharded"
+                                                           : "replicated"},
                         {"gradient_buckets", buckets}};
     if (s_.sharded) {
       step.details["shard_padding_params"] = padding_params_;
@@ -100,8 +122,14 @@ class DataParallelPlayer {
   }
 
  private:
-  /// Gradient buckets in backward order: layers [first, last) each, up to the bucket size.
+  /// Gradient buckets in backward order: layers [first, last) each, up to the bucket size (one
+  /// layer each when fully sharded: a layer's weights are gathered and its gradients scattered
+  /// on their own).
   void plan_buckets() {
+    if (s_.fully_sharded) {
+      for (int l = layers_ - 1; l >= 0; --l) buckets_.push_back({l, l + 1});
+      return;
+    }
     for (int l = layers_ - 1; l >= 0;) {
       double bytes = 0;
       const int last = l + 1;
@@ -165,6 +193,95 @@ class DataParallelPlayer {
       prev = bn_allreduces(l, prev, "batch_norm_gradient_statistics");
     }
     last_bwd_ = prev;
+  }
+
+  /// Fully sharded (ZeRO-3, FSDP): each core holds 1/N of every layer's weights, gradients and
+  /// optimizer slots. A layer's weights are all-gathered before its forward and again before its
+  /// backward (the gather of the next layer overlapping this one's compute: at most two layers
+  /// gathered at once), freed after use; its gradients are reduce-scattered as soon as its
+  /// backward ends on every core (as FSDP does, whatever the hardware's overlap setting) and its
+  /// shard updated. No all-gather at the end of the step: the next step's gathers read the
+  /// updated shards.
+  void fully_sharded_step(Json& buckets) {
+    bwd_.assign(std::size_t(s_.cores), std::vector<int>(std::size_t(layers_)));
+    std::vector<std::vector<int>> fwd(std::size_t(s_.cores), std::vector<int>(std::size_t(layers_)));
+    std::vector<int> prev(std::size_t(s_.cores), -1);
+    auto examples = [&](int c) { return Labels{-1, -1, c * local_batch_}; };
+    const Keep keep = s_.remat ? Keep::Input : Keep::All;
+    int gather_before = -1;
+    for (int l = 0; l < layers_; ++l) {
+      const int gather = gather_layer(l, "forward", gather_before);
+      for (int c = 0; c < s_.cores && gather >= 0 && l >= 2; ++c) g_.depend(fwd[c][l - 2], gather);
+      for (int c = 0; c < s_.cores; ++c) {
+        int& p = prev[std::size_t(c)];
+        p = fwd[c][l] = b_.forward(c, {l, l + 1}, local_batch_, p, keep, examples(c));
+        use_gathered(gather, p, c, l);
+      }
+      gather_before = gather >= 0 ? gather : gather_before;
+    }
+    int reduce_before = -1;
+    for (int l = layers_ - 1; l >= 0; --l) {
+      const int gather = gather_layer(l, "backward", gather_before);
+      for (int c = 0; c < s_.cores && gather >= 0; ++c)
+        g_.depend(l + 2 < layers_ ? bwd_[c][l + 2] : fwd[c][layers_ - 1], gather);
+      for (int c = 0; c < s_.cores; ++c) {
+        int& p = prev[std::size_t(c)];
+        if (s_.remat) {
+          p = b_.recompute(c, {l, l + 1}, local_batch_, p, examples(c));
+          if (gather >= 0) g_.depend(gather, p);
+        }
+        bwd_[c][l] = p =
+            b_.backward(c, {l, l + 1}, local_batch_, p, keep, /*allocate_gradients=*/true, examples(c));
+        use_gathered(gather, p, c, l);
+      }
+      gather_before = gather >= 0 ? gather : gather_before;
+      if (params_of({l, l + 1}) > 0) buckets.push_back(scatter_and_update(l, reduce_before));
+    }
+    last_bwd_ = prev;
+  }
+
+  /// The all-gather of layer `l`'s weights (-1 for a layer without any), after `before`; every
+  /// core holds the gathered rest of the layer from the gather's start.
+  int gather_layer(int l, const std::string& when, int before) {
+    const double params = params_of({l, l + 1});
+    if (params <= 0) return -1;
+    const int gather = b_.collective(sim::CollectiveOp::AllGather, "weight_allgather",
+                                     "all-gather weights of layer " + std::to_string(l) + " for its " + when,
+                                     group_, kWeightBytes * params, {l, l + 1});
+    if (before >= 0) g_.depend(before, gather);
+    const double rest = kWeightBytes * params * (1.0 - shard_fraction({l, l + 1}));
+    for (int c = 0; c < s_.cores; ++c)
+      g_.task(gather).memory.push_back(
+          {c, sim::MemoryCategory::Weights, rest, sim::MemoryEffect::When::Start});
+    return gather;
+  }
+
+  /// `task` on core `c` computes with the gathered weights of layer `l` and frees them at its end.
+  void use_gathered(int gather, int task, int c, int l) {
+    if (gather < 0) return;
+    g_.depend(gather, task);
+    const double rest = kWeightBytes * params_of({l, l + 1}) * (1.0 - shard_fraction({l, l + 1}));
+    g_.task(task).memory.push_back({c, sim::MemoryCategory::Weights, -rest, sim::MemoryEffect::When::End});
+  }
+
+  /// Layer `l`'s gradients reduce-scattered once its backward ends on every core (after the
+  /// previous reduce-scatter), then each core's update of its shard.
+  Json scatter_and_update(int l, int& reduce_before) {
+    const LayerRange r{l, l + 1};
+    const double params = params_of(r), fraction = shard_fraction(r);
+    const std::string range = "layer " + std::to_string(l);
+    const int reduce = b_.collective(sim::CollectiveOp::ReduceScatter, "gradient_reduce_scatter",
+                                     "reduce-scatter " + range, group_, params * s_.gradient_wire_bytes, r);
+    for (int c = 0; c < s_.cores; ++c) g_.depend(bwd_[c][l], reduce);
+    if (reduce_before >= 0) g_.depend(reduce_before, reduce);
+    reduce_before = reduce;
+    const int ready = keep_shard(r, reduce, range, fraction, params);
+    for (int c = 0; c < s_.cores; ++c) g_.depend(ready, b_.update(c, r, fraction, {}, c, s_.cores));
+    return Json{{"layers", {l, l}},
+                {"params", params},
+                {"gradient_bytes_on_wire", params * s_.gradient_wire_bytes},
+                {"shard_params", std::ceil(params / s_.cores)},
+                {"weight_bytes_gathered", 2.0 * kWeightBytes * params}};
   }
 
   /// A bucket's gradient reduction (all-reduce, or reduce-scatter with sharding, then the
@@ -247,7 +364,7 @@ class DataParallelPlayer {
 BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional) const {
   DataParallelPlayer player(
       study, functional,
-      {replicas_, sharded_, gradient_wire_bytes_, bucket_bytes_, batch_norm_group_, remat_},
+      {replicas_, sharded_, gradient_wire_bytes_, bucket_bytes_, batch_norm_group_, remat_, fully_sharded_},
       layer_batch(study));
   return player.play();
 }

@@ -39,6 +39,8 @@ class DataParallel : public Schedule {
   /// "remat": each layer keeps only its input in the forward and runs its forward again just
   /// before its backward (activation re-materialization, as the pipelines do per stage)
   bool remat_ = false;
+  /// weight_update "fully_sharded" (ZeRO-3, FSDP): weights too 1/N per core, gathered per layer
+  bool fully_sharded_ = false;
 };
 
 }  // namespace tpusim

@@ -135,12 +135,14 @@ double StepBuilder::resident_bytes(LayerRange layers, double slot_fraction) cons
   return bytes;
 }
 
-void StepBuilder::resident_weights(int core, LayerRange layers, double slot_fraction) {
+void StepBuilder::resident_weights(int core, LayerRange layers, double slot_fraction,
+                                   double weight_fraction) {
   if (functional_) functional_->hold(core, layers);
   for (int l = layers.first; l < layers.last; ++l) {
     const Layer& layer = study_.model.layers[l];
     const double share = weight_fraction_[std::size_t(l)];
-    graph_.resident(core, MemoryCategory::Weights, kWeightBytes * double(layer.params()) * share);
+    graph_.resident(core, MemoryCategory::Weights,
+                    kWeightBytes * double(layer.params()) * share * weight_fraction);
     graph_.resident(core, MemoryCategory::Optimizer,
                     kWeightBytes * study_.optimizer.slot_elements(layer) * slot_fraction * share);
   }

@@ -102,8 +102,9 @@ class StepBuilder {
   double gradient_bytes(int layer) const { return gradient_bytes(LayerRange{layer, layer + 1}); }
 
   /// Weights and optimizer slots of `layers` resident on `core` from the start;
-  /// `slot_fraction` of the slots (1 unless the update is sharded).
-  void resident_weights(int core, LayerRange layers, double slot_fraction);
+  /// `slot_fraction` of the slots (1 unless the update is sharded), `weight_fraction` of the
+  /// weights (1 unless they are fully sharded).
+  void resident_weights(int core, LayerRange layers, double slot_fraction, double weight_fraction = 1.0);
   /// Forward of `layers` on `core` for `batch` examples after task `prev` (-1: none). Holds what
   /// it keeps from its start until the matching backward frees it.
   int forward(int core, LayerRange layers, std::int64_t batch, int prev, Keep keep, Labels labels = {});

@@ -107,6 +107,18 @@ DP_CASE("transformer", 2, "replicated")
 DP_CASE("transformer", 4, "replicated")
 DP_CASE("transformer", 8, "sharded")
 
+TEST_CASE("functional fully sharded data parallelism matches one core", "[functional][sharding]") {
+  check_equivalent(kMlp, R"({"kind": "data_parallel", "replicas": 4, "weight_update": "fully_sharded"})",
+                   "adam");
+}
+
+TEST_CASE("functional fully sharded data parallelism with re-materialization matches one core",
+          "[functional][sharding]") {
+  check_equivalent(
+      kTransformer,
+      R"({"kind": "data_parallel", "replicas": 4, "weight_update": "fully_sharded", "remat": true})");
+}
+
 TEST_CASE("functional data-parallel transformer with re-materialization matches one core", "[functional]") {
   check_equivalent(kTransformer, R"({"kind": "data_parallel", "replicas": 4, "remat": true})");
 }

@@ -371,3 +371,51 @@ TEST_CASE("data parallel re-materialization keeps each layer's input and runs on
   j["schedule"]["batch_norm_group"] = 2;
   CHECK_THROWS_WITH(parse_study(j, "test"), Catch::Contains("schedule.remat"));
 }
+
+TEST_CASE("fully sharded data parallelism: 1/N of the state per core, each layer gathered twice",
+          "[schedules][sharding]") {
+  Json j = Json::parse(R"({
+    "hardware": "tpu-v3", "slice": "v3-8", "batch": 64, "optimizer": {"kind": "adam"},
+    "model": {"kind": "transformer", "layers": 4, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64},
+    "schedule": {"kind": "data_parallel"}})");
+  const Study replicated_study = parse_study(j, "test");
+  j["schedule"]["weight_update"] = "fully_sharded";
+  const Study fully_study = parse_study(j, "test");
+  CHECK(fully_study.schedule->resolved()["weight_update"] == "fully_sharded");
+  const BuiltStep replicated = replicated_study.schedule->build(replicated_study);
+  const BuiltStep fully = fully_study.schedule->build(fully_study);
+  REQUIRE_NOTHROW(fully.graph.validate());
+  const int n = fully_study.cores();
+  const double params = double(fully_study.model.params());
+  using sim::MemoryCategory;
+  for (auto category : {MemoryCategory::Weights, MemoryCategory::Optimizer}) {
+    const double all = replicated.graph.resident()[0][std::size_t(category)];
+    const double mine = fully.graph.resident()[0][std::size_t(category)];
+    CHECK(mine >= all / n);
+    CHECK(mine <= all / n + 4.0 * 3 * double(fully_study.model.layers.size()));  // up to padding
+  }
+  double gathered = 0, scattered = 0, in_flight = 0;
+  for (int id = 0; id < fully.graph.size(); ++id) {
+    const auto& t = fully.graph.task(id);
+    if (t.phase == "weight_allgather") {
+      gathered += t.bytes;
+      for (const auto& m : t.memory)
+        if (m.core == 0) in_flight = std::max(in_flight, m.bytes);
+    }
+    if (t.phase == "gradient_reduce_scatter") scattered += t.bytes;
+    CHECK(t.phase != "gradient_allreduce");
+  }
+  CHECK(gathered == Approx(2 * 4 * params));  // every layer's weights, fp32, before forward and backward
+  CHECK(scattered == Approx(4 * params));     // fp32 gradients once
+  // The largest gathered layer in flight: its weights less the core's own shard.
+  double largest = 0;
+  for (const auto& layer : fully_study.model.layers)
+    largest = std::max(largest, 4.0 * double(layer.params()));
+  CHECK(in_flight == Approx(largest * (n - 1) / n).epsilon(0.01));
+  // Gathered weights are freed after use: over the step they sum to zero on every core.
+  double net = 0;
+  for (int id = 0; id < fully.graph.size(); ++id)
+    for (const auto& m : fully.graph.task(id).memory)
+      if (m.core == 0 && m.category == MemoryCategory::Weights) net += m.bytes;
+  CHECK(net == Approx(0).margin(1e-6 * params));
+}
