@@ -36,7 +36,19 @@ void summary_section(std::ostringstream& md, const Json& j, double step) {
   md << "| batch | " << j["batch"].get<std::int64_t>() << " |\n";
   md << "| peak HBM per core | " << human_bytes(j["peak_hbm_bytes"].get<double>()) << " of "
      << human_bytes(j["hbm_capacity_bytes"].get<double>()) << " usable (the runtime's reserve excluded) |\n";
-  md << "| fits | " << (j["fits"].get<bool>() ? "yes" : "**no**") << " |\n\n";
+  md << "| fits | " << (j["fits"].get<bool>() ? "yes" : "**no**") << " |\n";
+  if (j.contains("intervals")) {
+    // run --intervals: the spread over the ranges of the assumptions, one at a time.
+    const Json& iv = j["intervals"];
+    md << "| step time interval | " << human_seconds(iv["step_time_s"][0].get<double>()) << " – "
+       << human_seconds(iv["step_time_s"][1].get<double>()) << " |\n";
+    md << "| peak HBM interval | " << human_bytes(iv["peak_hbm_bytes"][0].get<double>()) << " – "
+       << human_bytes(iv["peak_hbm_bytes"][1].get<double>()) << " |\n";
+    md << "\nIntervals: " << iv["method"].get<std::string>() << "; over the ranges of "
+       << iv["assumptions"].size()
+       << " assumptions (result.json `intervals` lists each with its range, source and shifts).\n";
+  }
+  md << "\n";
 }
 
 /// Where the step goes, averaged over the cores used.

@@ -39,6 +39,9 @@ PY
 "$tpusim" run "$study" --set model.layers=16 --set schedule.microbatches=4 --intervals -j 2 > "$work/run.txt" 2> /dev/null
 grep -qE "step time +[0-9.]+ m?s \([0-9.]+–[0-9.]+\)" "$work/run.txt" || { echo "FAIL: no interval in the summary"; cat "$work/run.txt"; exit 1; }
 grep -q "intervals .* over the ranges of 16 assumptions" "$work/run.txt" || { echo "FAIL: the set M still counted"; cat "$work/run.txt"; exit 1; }
+# With --out the report carries the intervals too.
+"$tpusim" run "$study" --set model.layers=16 --intervals -j 2 --out "$work/out" > /dev/null 2>&1
+grep -qE "^\| step time interval \| [0-9.]+ m?s – [0-9.]+ m?s \|" "$work/out/report.md" || { echo "FAIL: no interval in report.md"; exit 1; }
 # fit --intervals: the largest L that fits and its spread (M moves the kept activations).
 "$tpusim" fit "$root/configs/studies/gpipe-transformer-v3-k1.json" --maximize model.layers --min 1 --max 24 \
   --intervals -j 2 --json > "$work/fit.json" 2> /dev/null
