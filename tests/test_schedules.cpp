@@ -418,4 +418,10 @@ TEST_CASE("fully sharded data parallelism: 1/N of the state per core, each layer
     for (const auto& m : fully.graph.task(id).memory)
       if (m.core == 0 && m.category == MemoryCategory::Weights) net += m.bytes;
   CHECK(net == Approx(0).margin(1e-6 * params));
+  // A bucket size would be ignored: refused, as cross-replica batch norm is.
+  j["schedule"]["gradient_bucket_bytes"] = 1e6;
+  CHECK_THROWS_WITH(parse_study(j, "test"), Catch::Contains("schedule.gradient_bucket_bytes"));
+  j["schedule"].erase("gradient_bucket_bytes");
+  j["schedule"]["batch_norm_group"] = 2;
+  CHECK_THROWS_WITH(parse_study(j, "test"), Catch::Contains("schedule.weight_update"));
 }
