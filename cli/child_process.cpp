@@ -141,4 +141,10 @@ void parallel_for(std::size_t count, int jobs, const std::function<void(std::siz
   for (auto& t : threads) t.join();
 }
 
+std::string failure_text(const ChildResult& child) {
+  std::string why = child.err.empty() ? "exit code " + std::to_string(child.exit_code) : child.err;
+  while (!why.empty() && why.back() == '\n') why.pop_back();
+  return why;
+}
+
 }  // namespace tpusim::cli

@@ -25,6 +25,10 @@ struct ChildResult {
 ChildResult run_self(const std::vector<std::string>& args, double timeout_s = 0,
                      const std::function<bool()>& cancel = {});
 
+/// Why a child failed, in one message: what it wrote to stderr (trailing newlines dropped), or its
+/// exit code when it wrote nothing.
+std::string failure_text(const ChildResult& child);
+
 /// `-j`: the requested number of jobs, or (0) the machine's cores.
 int job_count(int requested);
 

@@ -155,13 +155,10 @@ int cmd_fit(const std::string& study, const std::string& path, const std::vector
     }
     if (child.exit_code != 0 && child.exit_code != 2) {
       // Exit 2 is "the study is invalid at this value" (an answer); anything else is a failure.
-      std::string why = child.err.empty() ? "exit code " + std::to_string(child.exit_code) : child.err;
-      while (!why.empty() && why.back() == '\n') why.pop_back();
-      throw ProbeFailed(path + " = " + value_text(v) + ": " + why);
+      throw ProbeFailed(path + " = " + value_text(v) + ": " + failure_text(child));
     }
     if (child.exit_code != 0) {
-      p.error = child.err.empty() ? "exit code " + std::to_string(child.exit_code) : child.err;
-      while (!p.error.empty() && p.error.back() == '\n') p.error.pop_back();
+      p.error = failure_text(child);
       return p;
     }
     p.result = Json::parse(child.out);

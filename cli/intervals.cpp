@@ -20,16 +20,8 @@ const char* const kIntervalMethod =
 std::vector<AssumedRange> assumed_ranges(const Study& study, std::vector<std::string>* unranged) {
   std::vector<AssumedRange> out;
   for (const auto& [path, range] : study.hardware.ranges) {
-    const Json* node = &study.hardware_json;
-    std::size_t begin = 0;
-    while (node && begin <= path.size()) {
-      const auto dot = path.find('.', begin);
-      const std::string key = path.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin);
-      node = node->is_object() && node->contains(key) ? &(*node)[key] : nullptr;
-      if (dot == std::string::npos) break;
-      begin = dot + 1;
-    }
-    if (!node || !node->contains("value")) continue;
+    const Json* node = json_at(study.hardware_json, path);
+    if (!node || !node->is_object() || !node->contains("value")) continue;
     out.push_back({path, "hardware", (*node)["value"], range.low, range.high, range.source});
   }
   if (unranged)
@@ -75,9 +67,7 @@ std::vector<std::array<EndResult, 2>> run_variants(const std::vector<std::string
     try {
       const ChildResult child = run_self(commands[k]);
       if (child.exit_code != 0 && child.out.empty()) {
-        std::string why = child.err.empty() ? "exit code " + std::to_string(child.exit_code) : child.err;
-        while (!why.empty() && why.back() == '\n') why.pop_back();
-        r.failure = why;
+        r.failure = failure_text(child);
         return;
       }
       r.values = extract(Json::parse(child.out));

@@ -362,13 +362,7 @@ Json hardware_json(const HardwareSpec& hw) {
   const Json file = read_json_file(hw.file);
   Json figures = Json::object();
   for (const auto& [key, source] : hw.sources) {
-    const Json* node = &file;
-    for (std::size_t at = 0; node && at <= key.size();) {
-      const std::size_t dot = std::min(key.find('.', at), key.size());
-      const std::string part = key.substr(at, dot - at);
-      node = node->is_object() && node->contains(part) ? &(*node)[part] : nullptr;
-      at = dot + 1;
-    }
+    const Json* node = json_at(file, key);
     figures[key] = Json{
         {"value", node && node->is_object() && node->contains("value") ? (*node)["value"] : Json(nullptr)},
         {"source", source}};

@@ -380,11 +380,7 @@ Json assumed_figures(const std::vector<Study>& studies) {
 /// One command's value of the case's quantity; throws std::runtime_error saying why there is none.
 double run_value(const ValidationCase& c, const std::vector<std::string>& args) {
   const ChildResult child = run_self(args);
-  if (child.exit_code != 0) {
-    std::string why = child.err.empty() ? "exit code " + std::to_string(child.exit_code) : child.err;
-    while (!why.empty() && why.back() == '\n') why.pop_back();
-    throw std::runtime_error(why);
-  }
+  if (child.exit_code != 0) throw std::runtime_error(failure_text(child));
   const auto value = predicted_value(c, Json::parse(child.out));
   if (!value) throw std::runtime_error("no value fits (even fit.min does not)");
   return *value;

@@ -92,6 +92,24 @@ std::string index_path(const std::string& parent, std::size_t index) {
   return parent + "[" + std::to_string(index) + "]";
 }
 
+const Json* json_at(const Json& json, const std::string& dotted) {
+  const Json* node = &json;
+  for (std::size_t begin = 0;;) {
+    const auto dot = dotted.find('.', begin);
+    const std::string key = dotted.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin);
+    const bool index =
+        !key.empty() && key.size() < 19 && key.find_first_not_of("0123456789") == std::string::npos;
+    if (node->is_object() && node->contains(key))
+      node = &(*node)[key];
+    else if (node->is_array() && index && std::stoull(key) < node->size())
+      node = &(*node)[std::stoull(key)];
+    else
+      return nullptr;
+    if (dot == std::string::npos) return node;
+    begin = dot + 1;
+  }
+}
+
 namespace {
 
 std::string format_bound(double v) {

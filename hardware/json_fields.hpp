@@ -52,6 +52,10 @@ std::string join_path(const std::string& parent, const std::string& key);
 /// `parent[index]`.
 std::string index_path(const std::string& parent, std::size_t index);
 
+/// The value at a dotted path of `json` ("core.op_overhead_s", array elements by index:
+/// "schedule.mesh.0"), or nullptr when there is none.
+const Json* json_at(const Json& json, const std::string& dotted);
+
 /// Reads the fields of one JSON object. Each getter marks its key as known; finish() reports
 /// every key that nobody asked for as unknown (a typo is never silently ignored). Getters
 /// return a harmless placeholder after recording a problem: callers must call

@@ -253,18 +253,23 @@ class DataParallelPlayer {
                                      "all-gather weights of layer " + std::to_string(l) + " for its " + when,
                                      group_, kWeightBytes * params, {l, l + 1});
     if (before >= 0) g_.depend(before, gather);
-    const double rest = kWeightBytes * params * (1.0 - shard_fraction({l, l + 1}));
+    const double rest = gathered_bytes(l);
     for (int c = 0; c < s_.cores; ++c)
       g_.task(gather).memory.push_back(
           {c, sim::MemoryCategory::Weights, rest, sim::MemoryEffect::When::Start});
     return gather;
   }
 
+  /// What a core holds of layer `l`'s weights beyond its own shard once they are gathered.
+  double gathered_bytes(int l) const {
+    return kWeightBytes * params_of({l, l + 1}) * (1.0 - shard_fraction({l, l + 1}));
+  }
+
   /// `task` on core `c` computes with the gathered weights of layer `l` and frees them at its end.
   void use_gathered(int gather, int task, int c, int l) {
     if (gather < 0) return;
     g_.depend(gather, task);
-    const double rest = kWeightBytes * params_of({l, l + 1}) * (1.0 - shard_fraction({l, l + 1}));
+    const double rest = gathered_bytes(l);
     g_.task(task).memory.push_back({c, sim::MemoryCategory::Weights, -rest, sim::MemoryEffect::When::End});
   }
 

@@ -156,26 +156,6 @@ void parse_devices(Fields& top, Study& study, Problems& problems) {
   study.hardware = device_view(study.hardware, study.megacore);
 }
 
-/// The value at a dotted path of `json` (array elements by index), or nullptr.
-const Json* value_at(const Json& json, const std::string& path) {
-  const Json* node = &json;
-  std::size_t begin = 0;
-  while (node && begin <= path.size()) {
-    const auto dot = path.find('.', begin);
-    const std::string key = path.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin);
-    if (node->is_object() && node->contains(key))
-      node = &(*node)[key];
-    else if (node->is_array() && !key.empty() && key.find_first_not_of("0123456789") == std::string::npos &&
-             std::stoull(key) < node->size())
-      node = &(*node)[std::stoull(key)];
-    else
-      return nullptr;
-    if (dot == std::string::npos) return node;
-    begin = dot + 1;
-  }
-  return nullptr;
-}
-
 /// "assumptions": [{"key", "range": [low, high], "source"}]: each key a value of the study, each
 /// end of its range of the value's type (numbers around it) and a study that is valid with it.
 void parse_assumptions(const Json& list, const Json& json, const std::filesystem::path& base_dir,
@@ -192,7 +172,7 @@ void parse_assumptions(const Json& list, const Json& json, const std::filesystem
     const Json* range = f.value("range");
     a.source = f.string("source");
     f.finish();
-    const Json* value = a.key.empty() ? nullptr : value_at(json, a.key);
+    const Json* value = a.key.empty() ? nullptr : json_at(json, a.key);
     if (!a.key.empty() && (!value || a.key.rfind("assumptions", 0) == 0)) {
       problems.add(f.path_of("key"), Json(a.key),
                    "a dotted path of a value in this study (e.g. schedule.microbatches)");
