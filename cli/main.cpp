@@ -64,7 +64,7 @@ std::vector<std::string> run_notes(const Study& study) {
                       " schedule: " + why);
   const auto* pipeline = dynamic_cast<const Pipeline*>(study.schedule.get());
   if (!pipeline ||
-      study.json["schedule"].contains("partition") && study.json["schedule"]["partition"].is_array())
+      (study.json["schedule"].contains("partition") && study.json["schedule"]["partition"].is_array()))
     return notes;
   Json base = study.json;
   base["hardware"] = hw["base"];

@@ -71,7 +71,49 @@ LayerMemory layer_memory(const std::vector<NamedOp>& ops, const Sharding& s, dou
         std::max(m.backward_workspace_bytes, gradients_in_flight(ops, i, s, model_input && i == 0) * act);
     m.workspace_bytes = std::max(m.workspace_bytes, forward_transient(ops, i, s) * act);
   }
+  m.dot_output_bytes = save_dots(ops, s, act).kept_bytes;
   return m;
+}
+
+namespace {
+
+/// The op producing the activation an operand names (its predecessor's output when it names
+/// none), or -1: the layer's input.
+int producer(const std::vector<NamedOp>& ops, std::size_t i, const std::string& id) {
+  if (id.empty()) return int(i) - 1;
+  for (std::size_t j = i; j-- > 0;)
+    if (ops[j].out.id == id) return int(j);
+  return -1;
+}
+
+}  // namespace
+
+SaveDots save_dots(const std::vector<NamedOp>& ops, const Sharding& s, double act) {
+  SaveDots plan;
+  plan.recomputed.assign(ops.size(), false);
+  std::vector<bool> kept(ops.size(), false);
+  // An activation produced by op `p` that the backward (or a recompute) reads.
+  std::function<void(int)> need = [&](int p) {
+    if (p < 0 || kept[std::size_t(p)] || plan.recomputed[std::size_t(p)]) return;
+    const NamedOp& op = ops[std::size_t(p)];
+    if (op_kind(op).is_dot(op)) {
+      kept[std::size_t(p)] = true;
+      plan.kept_bytes += s.local_elements(op.out) * act;
+      return;
+    }
+    plan.recomputed[std::size_t(p)] = true;
+    if (!op_kind(op).reads_ids()) need(producer(ops, std::size_t(p), op.a.id));
+    if (!op.b.weight && !op.b.dims.empty()) need(producer(ops, std::size_t(p), op.b.id));
+    if (!op.skip.empty()) need(producer(ops, std::size_t(p), op.skip));
+  };
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const NamedOp& op = ops[i];
+    plan.kept_bytes += op_kind(op).kept_extra_bytes(op, s);
+    if (op.a.keep && !op_kind(op).reads_ids()) need(producer(ops, i, op.a.id));
+    if (op.b.keep && !op.b.weight) need(producer(ops, i, op.b.id));
+    if (op.out.keep) need(int(i));
+  }
+  return plan;
 }
 
 BoundaryTensor boundary_tensor(std::vector<Dim> dims, double bytes_per_element) {
@@ -96,11 +138,13 @@ LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_inp
                      const LayerBoundary& boundary, int lanes) {
   const Sharding s = Sharding::whole(lanes);
   LayerWork w;
+  const SaveDots dots = save_dots(ops, s, act);
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const NamedOp& op = ops[i];
     const NamedOpKind& kind = op_kind(op);
     if (const auto c = kind.replica_statistics_channels(op)) w.batch_norm_channels.push_back(c);
     w.forward.push_back(kind.forward(op, s, act));
+    if (dots.recomputed[i]) w.non_dot_forward.push_back(w.forward.back());
     // The model's input needs no gradient: some kinds skip theirs (a convolution's dx).
     if (!(model_input && i == 0 && !kind.input_gradient_of_model_input()))
       w.backward.push_back(kind.input_gradient(op, s, act));
@@ -110,6 +154,7 @@ LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_inp
   w.stash_bytes = m.kept_bytes;
   w.workspace_bytes = m.workspace_bytes;
   w.backward_workspace_bytes = m.backward_workspace_bytes;
+  w.dot_output_bytes = m.dot_output_bytes;
   w.input_bytes = boundary_bytes(boundary.in, s);
   w.output_bytes = boundary_bytes(boundary.out, s);
   return w;

@@ -49,7 +49,17 @@ struct LayerMemory {
   double kept_bytes = 0;                ///< activations kept for the backward (and a gather's ids)
   double workspace_bytes = 0;           ///< the largest forward transient (forward_transient)
   double backward_workspace_bytes = 0;  ///< the largest op's gradients in flight (gradients_in_flight)
+  double dot_output_bytes = 0;          ///< what "save_dots" keeps besides the input (SaveDots)
 };
+
+/// Re-materialization keeping the matmuls' outputs ("save_dots"): every activation the backward
+/// reads is kept if a matmul against weights produced it (NamedOpKind::is_dot), or else
+/// recomputed from the layer's input and the outputs of such matmuls, which are then kept.
+struct SaveDots {
+  double kept_bytes = 0;         ///< the matmuls' outputs kept (the layer's input aside)
+  std::vector<bool> recomputed;  ///< per op: recomputed before the backward
+};
+SaveDots save_dots(const std::vector<NamedOp>& ops, const Sharding& s, double act);
 /// `model_input`: the first op reads the model's input, which needs no gradient.
 LayerMemory layer_memory(const std::vector<NamedOp>& ops, const Sharding& s, double act, bool model_input);
 

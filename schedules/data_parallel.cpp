@@ -18,7 +18,7 @@ DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
   bucket_bytes_ =
       f.positive_or("gradient_bucket_bytes", study.hardware.core.allreduce_combine_threshold_bytes);
   batch_norm_group_ = int(f.integer_or("batch_norm_group", 1, 1, study.cores()));
-  remat_ = f.boolean_or("remat", false);
+  remat_ = read_remat(f, Keep::All);
   if (problems.empty() && fully_sharded_ && f.has("gradient_bucket_bytes"))
     problems.add(f.path_of("gradient_bucket_bytes"), Json(bucket_bytes_),
                  "no gradient_bucket_bytes with weight_update \"fully_sharded\" (each layer's gradients are "
@@ -28,8 +28,8 @@ DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
         f.path_of("weight_update"), Json("fully_sharded"),
         "\"replicated\" or \"sharded\" with batch_norm_group > 1 (cross-replica batch norm with fully "
         "sharded weights is not modelled)");
-  if (problems.empty() && remat_ && batch_norm_group_ > 1)
-    problems.add(f.path_of("remat"), Json(true),
+  if (problems.empty() && remat_ != Keep::All && batch_norm_group_ > 1)
+    problems.add(f.path_of("remat"), remat_json(remat_),
                  "false with batch_norm_group > 1 (re-materializing a layer would all-reduce its batch-norm "
                  "statistics again: not modelled)");
   if (problems.empty() && replicas_ % batch_norm_group_ != 0) {
@@ -59,7 +59,7 @@ Json DataParallel::resolved() const {
               {"gradient_dtype", gradient_wire_bytes_ == 2.0 ? "bf16" : "fp32"},
               {"gradient_bucket_bytes", bucket_bytes_},
               {"batch_norm_group", batch_norm_group_},
-              {"remat", remat_}};
+              {"remat", remat_json(remat_)}};
 }
 
 namespace {
@@ -74,7 +74,7 @@ class DataParallelPlayer {
     double gradient_wire_bytes = 4;
     double bucket_bytes = 0;
     int batch_norm_group = 1;
-    bool remat = false;          ///< keep each layer's input only, recompute its forward before its backward
+    Keep remat = Keep::All;      ///< what the forward keeps; the rest is recomputed before the backward
     bool fully_sharded = false;  ///< weights too 1/N per core, gathered per layer (implies sharded)
   };
 
@@ -180,7 +180,7 @@ class DataParallelPlayer {
     bwd_.assign(std::size_t(s_.cores), std::vector<int>(std::size_t(layers_)));
     std::vector<int> prev(std::size_t(s_.cores), -1);
     auto examples = [&](int c) { return Labels{-1, -1, c * local_batch_}; };
-    const Keep keep = s_.remat ? Keep::Input : Keep::All;
+    const Keep keep = s_.remat;
     for (int l = 0; l < layers_; ++l) {
       for (int c = 0; c < s_.cores; ++c)
         prev[std::size_t(c)] =
@@ -190,7 +190,7 @@ class DataParallelPlayer {
     for (int l = layers_ - 1; l >= 0; --l) {
       for (int c = 0; c < s_.cores; ++c) {
         int& p = prev[std::size_t(c)];
-        if (s_.remat) p = b_.recompute(c, {l, l + 1}, local_batch_, p, examples(c));
+        if (keep != Keep::All) p = b_.recompute(c, {l, l + 1}, local_batch_, p, examples(c), keep);
         bwd_[c][l] = p =
             b_.backward(c, {l, l + 1}, local_batch_, p, keep, /*allocate_gradients=*/true, examples(c));
       }
@@ -211,7 +211,7 @@ class DataParallelPlayer {
     std::vector<std::vector<int>> fwd(std::size_t(s_.cores), std::vector<int>(std::size_t(layers_)));
     std::vector<int> prev(std::size_t(s_.cores), -1);
     auto examples = [&](int c) { return Labels{-1, -1, c * local_batch_}; };
-    const Keep keep = s_.remat ? Keep::Input : Keep::All;
+    const Keep keep = s_.remat;
     int gather_before = -1;
     for (int l = 0; l < layers_; ++l) {
       const int gather = gather_layer(l, "forward", gather_before);
@@ -230,8 +230,8 @@ class DataParallelPlayer {
         g_.depend(l + 2 < layers_ ? bwd_[c][l + 2] : fwd[c][layers_ - 1], gather);
       for (int c = 0; c < s_.cores; ++c) {
         int& p = prev[std::size_t(c)];
-        if (s_.remat) {
-          p = b_.recompute(c, {l, l + 1}, local_batch_, p, examples(c));
+        if (keep != Keep::All) {
+          p = b_.recompute(c, {l, l + 1}, local_batch_, p, examples(c), keep);
           if (gather >= 0) g_.depend(gather, p);
         }
         bwd_[c][l] = p =

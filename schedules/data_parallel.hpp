@@ -13,7 +13,7 @@
 // backward, which the rest of the layer waits for.
 #pragma once
 
-#include "schedules/study.hpp"
+#include "schedules/step_builder.hpp"
 
 namespace tpusim {
 
@@ -36,9 +36,10 @@ class DataParallel : public Schedule {
   double gradient_wire_bytes_ = 4;  ///< bytes per gradient element on the wire
   double bucket_bytes_ = 0;         ///< default: the hardware's all-reduce combine threshold
   int batch_norm_group_ = 1;        ///< replicas whose batch-norm statistics are combined
-  /// "remat": each layer keeps only its input in the forward and runs its forward again just
-  /// before its backward (activation re-materialization, as the pipelines do per stage)
-  bool remat_ = false;
+  /// "remat": true, each layer keeps only its input in the forward and runs its forward again
+  /// just before its backward (activation re-materialization, as the pipelines do per stage);
+  /// "save_dots": it keeps its matmuls' outputs too and recomputes only its other ops
+  Keep remat_ = Keep::All;
   /// weight_update "fully_sharded" (ZeRO-3, FSDP): weights too 1/N per core, gathered per layer
   bool fully_sharded_ = false;
 };

@@ -23,6 +23,7 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
   if (const Json* placement = f.optional("placement"))
     read_placement(*placement, f.path_of("placement"), study, problems);
   weight_update_ = f.string_or("weight_update", "replicated", {"replicated", "sharded"});
+  remat_ = read_remat(f, Keep::All);
   std::map<std::string, int> sizes;
   for (const auto& [name, size] : mesh_) sizes[name] = size;
   if (const Json* layout = f.value("layout")) read_layout(*layout, f.path_of("layout"), sizes, problems);
@@ -283,7 +284,8 @@ Json MeshSchedule::resolved() const {
               {"layout", layout_},
               {"placement", order},
               {"weight_update", weight_update_},
-              {"batch_norm_group", batch_norm_group_}};
+              {"batch_norm_group", batch_norm_group_},
+              {"remat", remat_json(remat_)}};
 }
 
 namespace {
@@ -296,12 +298,13 @@ class MeshStepPlayer {
  public:
   MeshStepPlayer(const Study& study, const MeshSchedule& schedule,
                  const std::vector<std::pair<std::string, int>>& mesh, std::vector<LayerProgram> programs,
-                 bool sharded, std::shared_ptr<MeshExecutor> exec)
+                 bool sharded, Keep remat, std::shared_ptr<MeshExecutor> exec)
       : study_(study),
         schedule_(schedule),
         mesh_(mesh),
         programs_(std::move(programs)),
         sharded_(sharded),
+        remat_(remat),
         exec_(std::move(exec)),
         cores_(study.cores()),
         layers_(int(programs_.size())),
@@ -314,7 +317,10 @@ class MeshStepPlayer {
   BuiltStep build(const Sharding& s) {
     resident_shards();
     for (int l = 0; l < layers_; ++l) play(programs_[std::size_t(l)].forward, l, true);
-    for (int l = layers_ - 1; l >= 0; --l) play(programs_[std::size_t(l)].backward, l, false);
+    for (int l = layers_ - 1; l >= 0; --l) {
+      if (remat_ != Keep::All) recompute(l);
+      play(programs_[std::size_t(l)].backward, l, false);
+    }
     combined_gradient_reductions();
     optimizer_statistics(s);
     updates();
@@ -369,6 +375,77 @@ class MeshStepPlayer {
     return t;
   }
 
+  /// What a layer's forward keeps for its backward: every activation, or under
+  /// re-materialization its input (and "save_dots" its matmuls' outputs).
+  double kept_in_forward(const LayerProgram& p) const {
+    return remat_ == Keep::All     ? p.kept_bytes
+           : remat_ == Keep::Input ? p.input_bytes
+                                   : p.input_bytes + p.dot_output_bytes;
+  }
+  /// What the recompute before its backward rebuilds: the rest of what the backward reads.
+  double recomputed(const LayerProgram& p) const {
+    return remat_ == Keep::All     ? 0.0
+           : remat_ == Keep::Input ? p.kept_bytes
+                                   : std::max(p.kept_bytes - p.dot_output_bytes, 0.0);
+  }
+
+  /// Re-materialization: layer `l`'s forward again just before its backward, on every core:
+  /// its compute (all of it, or "save_dots" its ops other than matmuls) and the collectives
+  /// between (the activation all-reduces and gathers, halos; "save_dots" runs only those of the
+  /// ops it recomputes: a kept matmul's reduced output is not reduced again). Hardware FLOPs, not model
+  /// FLOPs. In functional mode the host keeps every activation, so the recompute runs no host math: its math
+  /// is the forward's.
+  void recompute(int l) {
+    const auto& p = programs_[std::size_t(l)];
+    bool first = true;
+    for (const Event& ev : p.forward) {
+      if (ev.kind == Event::Halo) {
+        play_halo(ev, false);
+        continue;
+      }
+      if (ev.kind != Event::Compute) {
+        if (remat_ != Keep::Dots || !ev.kept_by_save_dots) replay_collective(ev, l);
+        continue;
+      }
+      const double seconds = remat_ == Keep::Dots ? ev.non_dot_seconds : ev.seconds;
+      const double flops = remat_ == Keep::Dots ? ev.non_dot_hardware_flops : ev.hardware_flops;
+      for (int c = 0; c < cores_; ++c) {
+        sim::Task t;
+        t.kind = sim::TaskKind::Compute;
+        t.name = "recompute " + ev.name + " core " + std::to_string(c);
+        t.phase = "recompute";
+        t.core = c;
+        t.layer = l;
+        t.seconds = seconds;
+        t.hardware_flops = flops;
+        if (first) t.memory.push_back({c, sim::MemoryCategory::Activations, recomputed(p), When::Start});
+        if (p.workspace_bytes > 0) {
+          t.memory.push_back({c, sim::MemoryCategory::Workspace, p.workspace_bytes, When::Start});
+          t.memory.push_back({c, sim::MemoryCategory::Workspace, -p.workspace_bytes, When::End});
+        }
+        hardware_flops_ += flops;
+        const int id = g_.add(std::move(t));
+        if (last_[std::size_t(c)] >= 0) g_.depend(last_[std::size_t(c)], id);
+        last_[std::size_t(c)] = id;
+      }
+      first = false;
+    }
+  }
+
+  /// A forward collective again (re-materialization), blocking the recompute's next piece.
+  void replay_collective(const Event& ev, int l) {
+    using C = sim::CollectiveOp;
+    const auto op = ev.kind == Event::BlockingAllGather       ? C::AllGather
+                    : ev.kind == Event::BlockingReduceScatter ? C::ReduceScatter
+                                                              : C::AllReduce;
+    const int id = g_.add(family_collective(op, ev.name + " (recompute)", ev.mesh_dims, schedule_.groups(ev),
+                                            "recompute_collective", l, ev.bytes));
+    for (int c = 0; c < cores_; ++c)
+      if (last_[std::size_t(c)] >= 0) g_.depend(last_[std::size_t(c)], id);
+    receive(ev.name, false,
+            std::vector<std::vector<int>>(static_cast<std::size_t>(cores_), std::vector<int>{id}));
+  }
+
   /// A zero-length task per core after data arrives (`arrivals`), so each core's program stays
   /// a chain and its next piece waits for what it receives.
   void receive(const std::string& what, bool forward, const std::vector<std::vector<int>>& arrivals) {
@@ -415,9 +492,10 @@ class MeshStepPlayer {
       t.seconds = ev.seconds;
       t.model_flops = ev.model_flops;
       t.hardware_flops = ev.hardware_flops;
-      // A layer's kept activations live from its first forward piece to its last backward piece.
+      // A layer's kept activations live from its first forward piece to its last backward piece
+      // (re-materialized: what the forward keeps, and what the recompute rebuilt).
       if (forward && first_piece)
-        t.memory.push_back({c, sim::MemoryCategory::Activations, p.kept_bytes, When::Start});
+        t.memory.push_back({c, sim::MemoryCategory::Activations, kept_in_forward(p), When::Start});
       if (!forward && first_piece)
         t.memory.push_back(
             {c, sim::MemoryCategory::Gradients, kWeightBytes * p.weight_elements, When::Start});
@@ -428,7 +506,8 @@ class MeshStepPlayer {
         t.memory.push_back({c, sim::MemoryCategory::Workspace, -workspace, When::End});
       }
       if (!forward && last_piece)
-        t.memory.push_back({c, sim::MemoryCategory::Activations, -p.kept_bytes, When::End});
+        t.memory.push_back(
+            {c, sim::MemoryCategory::Activations, -kept_in_forward(p) - recomputed(p), When::End});
       hardware_flops_ += ev.hardware_flops;
       if (exec_) t.host = exec_->compute(c, l, ev.actions);
       const int id = g_.add(std::move(t));
@@ -669,6 +748,7 @@ class MeshStepPlayer {
   const std::vector<std::pair<std::string, int>>& mesh_;
   std::vector<LayerProgram> programs_;
   bool sharded_;
+  Keep remat_;
   std::shared_ptr<MeshExecutor> exec_;
   int cores_, layers_;
   StepBuilder builder_;
@@ -710,7 +790,8 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   for (auto& program : lowered)
     for (auto& row : program.ops) ops.push_back(std::move(row));
   BuiltStep step =
-      MeshStepPlayer(study, *this, mesh_, std::move(lowered), weight_update_ == "sharded", exec).build(s);
+      MeshStepPlayer(study, *this, mesh_, std::move(lowered), weight_update_ == "sharded", remat_, exec)
+          .build(s);
   step.details =
       Json{{"local_batch", layer_batch(study)}, {"placement", placement_details(study)}, {"ops", ops}};
   if (!padded.empty()) step.details["padded"] = padded;

@@ -75,6 +75,8 @@ class MeshSchedule : public Schedule {
   std::vector<std::string> axis_names_;        ///< "core", then the torus dimensions' names
   std::map<std::string, std::string> layout_;  ///< tensor dimension -> mesh dimension
   std::string weight_update_ = "replicated";
+  /// "remat": what a layer's forward keeps; the rest is recomputed just before its backward.
+  Keep remat_ = Keep::All;
   int batch_norm_group_ = 1;  ///< replicas along the batch's mesh dimension sharing batch-norm statistics
 };
 

@@ -47,6 +47,12 @@ class LayerLowering : public MeshLoweringSink {
     p_.kept_bytes = m.kept_bytes;
     p_.workspace_bytes = m.workspace_bytes;
     p_.backward_workspace_bytes = m.backward_workspace_bytes;
+    p_.dot_output_bytes = m.dot_output_bytes;
+    dots_ = save_dots(ops_, s_, act_);
+    if (!ops_.empty()) {
+      const NamedOp& first = ops_.front();
+      p_.input_bytes = s_.local_elements(first.a) * (op_kind(first).reads_ids() ? 4.0 : act_);
+    }
     for (std::size_t i = 0; i < ops_.size(); ++i) forward(i);
     for (std::size_t i = ops_.size(); i-- > 0;) backward(i);
     p_.update_elements = p_.weight_elements - unshared_update_;
@@ -64,6 +70,10 @@ class LayerLowering : public MeshLoweringSink {
     into.back().seconds += c.seconds;
     into.back().model_flops += c.model_flops;
     into.back().hardware_flops += c.hardware_flops;
+    if (!backward_ && dots_.recomputed[i_]) {
+      into.back().non_dot_seconds += c.seconds;
+      into.back().non_dot_hardware_flops += c.hardware_flops;
+    }
     return c;
   }
   /// A collective over `mesh` (none when it is empty or moves nothing), listed in the op's row.
@@ -73,6 +83,7 @@ class LayerLowering : public MeshLoweringSink {
     if (mesh.empty() || bytes <= 0) return;
     into.push_back(
         Event{kind, layer_ + "/" + name, 0, 0, 0, mesh, bytes, {MeshAction{at_, what, operand}}, {}, 0});
+    into.back().kept_by_save_dots = !backward_ && !dots_.recomputed[i_];
     const bool scatter =
         (sharded_ && kind == Event::GradientAllReduce) || kind == Event::BlockingReduceScatter;
     row["collectives"].push_back(
@@ -311,6 +322,7 @@ class LayerLowering : public MeshLoweringSink {
   bool model_input_, sharded_;
   std::string seq_mesh_;  ///< the mesh dimension splitting the sequence ("" when none does)
   LayerProgram p_;
+  SaveDots dots_;               ///< what "save_dots" recomputes
   double unshared_update_ = 0;  ///< elements of reduce-scattered weights a core does not update
   int at_ = 0;                  ///< the op being lowered (its row in p_.ops)
   std::size_t i_ = 0;           ///< the op being lowered (in ops_)

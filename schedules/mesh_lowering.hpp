@@ -45,11 +45,19 @@ struct Event {
   /// (cross-replica batch norm over groups of replicas).
   std::string block_dim;
   int block = 0;
+  /// Forward compute: the part of it re-materialization's "save_dots" recomputes (SaveDots).
+  /// Forward collectives: of an op "save_dots" does not recompute (a kept matmul's partial sums),
+  /// so not run again.
+  double non_dot_seconds = 0, non_dot_hardware_flops = 0;
+  bool kept_by_save_dots = false;
 };
 
 struct LayerProgram {
   std::vector<Event> forward, backward;
   double kept_bytes = 0, weight_elements = 0, total_weight_elements = 0;
+  /// Re-materialization: the layer's input (what `remat` true keeps) and its matmuls' outputs
+  /// ("save_dots" keeps both), on a core.
+  double input_bytes = 0, dot_output_bytes = 0;
   double workspace_bytes = 0;           ///< the largest forward transient (LayerWork)
   double backward_workspace_bytes = 0;  ///< the largest op's gradients in flight (LayerWork)
   /// Elements of its weight shards a core updates: all of them, or with weight-update sharding

@@ -90,7 +90,7 @@ Pipeline::Pipeline(Order order, Fields& f, const Study& study, Problems& problem
   const int layers = int(study.model.layers.size());
   stages_ = int(f.integer("stages", 1, 4096));
   microbatches_ = int(f.integer("microbatches", 1, 1 << 20));
-  remat_ = f.boolean_or("remat", true);
+  remat_ = read_remat(f, Keep::Input);
   replicas_ = int(f.integer_or("replicas", 1, 1, 1 << 20));
   tensor_ = int(f.integer_or("tensor_parallel", 1, 1, 4096));
   if (!problems.empty()) return;
@@ -247,7 +247,7 @@ Json Pipeline::resolved() const {
   Json j{{"kind", kind_name(order_)},
          {"stages", stages_},
          {"microbatches", microbatches_},
-         {"remat", remat_},
+         {"remat", remat_json(remat_)},
          {"replicas", replicas_}};
   j["partition"] = !partition_.empty() ? Json(partition_) : Json(memory_aware_ ? "memory_aware" : "balanced");
   j["placement"] = !placement_.empty() ? Json(placement_) : Json(by_stage_ ? "by_stage" : "auto");
@@ -268,7 +268,7 @@ Pipeline::Partition Pipeline::partition(const Study& study) const {
   std::vector<double> costs;
   for (int l = 0; l < int(study.model.layers.size()); ++l) {
     const LayerCost& c = builder.cost(l, b);
-    costs.push_back(c.forward_s * (remat_ ? 2 : 1) + c.backward_s);
+    costs.push_back(c.forward_s + c.recompute_s(remat_) + c.backward_s);
   }
   const auto by_cost = balanced_partition(costs, stages_);
   if (!memory_aware_) return {by_cost, "cost"};
@@ -291,29 +291,29 @@ double Pipeline::stage_peak_bytes(StepBuilder& builder, const Study& study, Laye
   const LayerCost c = builder.cost(range, b);
   double held =
       builder.resident_bytes(range, 1.0);  // weights and optimizer slots, all step, this core's share
-  const double kept = remat_ ? c.input_bytes : c.stash_bytes;
+  const double kept = c.kept_bytes(remat_);
   double forward_transient = c.workspace_bytes;
-  if (remat_)
+  if (remat_ != Keep::All)
     for (int l = range.first; l < range.last; ++l)
       forward_transient =
           std::max(forward_transient, builder.cost(l, b).stash_bytes + builder.cost(l, b).workspace_bytes);
   double peak = held;
   bool first_backward = true;
-  for (const Item& it : stage_program(order_, stage, stages_, microbatches_, remat_)) {
+  for (const Item& it : stage_program(order_, stage, stages_, microbatches_, remat_ != Keep::All)) {
     switch (it.kind) {
       case Item::Forward:
         held += kept;
         peak = std::max(peak, held + forward_transient);
         break;
       case Item::Recompute:
-        held += c.stash_bytes;
+        held += c.recomputed_bytes(remat_);
         peak = std::max(peak, held + c.workspace_bytes);
         break;
       case Item::Backward:
         if (first_backward) held += builder.gradient_bytes(range);
         first_backward = false;
         peak = std::max(peak, held + c.backward_workspace_bytes);
-        held -= c.stash_bytes + (remat_ ? c.input_bytes : 0.0);
+        held -= c.kept_bytes(remat_) + c.recomputed_bytes(remat_);
         break;
     }
   }
@@ -363,13 +363,16 @@ using StageTasks = std::vector<std::vector<std::vector<GroupTask>>>;  // [replic
 /// The collectives of each of a group's items, in its program order; each item's compute waits
 /// for the previous item's collectives (a core cannot run on before its partial sums arrive).
 void group_collectives(StepBuilder& builder, const std::vector<int>& group, LayerRange range, std::int64_t b,
-                       const std::vector<Item>& program, int stage, std::vector<GroupTask*> items) {
+                       const std::vector<Item>& program, int stage, std::vector<GroupTask*> items,
+                       Keep keep) {
   const LayerCost c = builder.cost(range, b);
   auto& g = builder.graph();
   const GroupTask* previous = nullptr;
   for (std::size_t i = 0; i < program.size(); ++i) {
     GroupTask& task = *items[i];
-    const auto& list = program[i].kind == Item::Backward ? c.backward_collectives : c.forward_collectives;
+    const auto& list = program[i].kind == Item::Backward    ? c.backward_collectives
+                       : program[i].kind == Item::Recompute ? c.recompute_collectives(keep)
+                                                            : c.forward_collectives;
     task.ends = task.compute;
     if (group.size() > 1 && !list.empty()) {
       int last = -1;
@@ -399,7 +402,7 @@ class PipelinePlayer {
  public:
   /// `built`: how many replicas' tasks to build (the first ones; every replica's by default); the
   /// cross-replica all-reduces span every replica whatever it is.
-  PipelinePlayer(const Study& study, StepBuilder& builder, Pipeline::Order order, int M, bool remat,
+  PipelinePlayer(const Study& study, StepBuilder& builder, Pipeline::Order order, int M, Keep remat,
                  std::vector<LayerRange> ranges, std::vector<std::vector<std::vector<int>>> cores,
                  int built = -1)
       : study_(study),
@@ -446,7 +449,7 @@ class PipelinePlayer {
                   B.compute[t]);
             else
               g.depend(F.end(t), B.compute[t]);
-            if (remat_) {
+            if (remat_ != Keep::All) {
               g.depend(F.end(t), Rc.compute[t]);
               g.depend(Rc.end(t), B.compute[t]);
             }
@@ -467,10 +470,10 @@ class PipelinePlayer {
 
  private:
   void stage_compute(int r, int s) {
-    const Keep keep = remat_ ? Keep::Input : Keep::All;
+    const Keep keep = remat_;
     for (int core : cores_[r][s]) builder_.resident_weights(core, ranges_[s], 1.0);
     bool first_backward = true;
-    const auto program = stage_program(order_, s, K_, M_, remat_);
+    const auto program = stage_program(order_, s, K_, M_, remat_ != Keep::All);
     std::vector<GroupTask*> items;
     for (const Item& it : program) {
       const Labels labels{s, it.micro_batch, (std::int64_t(r) * M_ + it.micro_batch) * b_};
@@ -481,14 +484,14 @@ class PipelinePlayer {
         if (it.kind == Item::Forward)
           task.compute.push_back(builder_.forward(core, ranges_[s], b_, -1, keep, labels));
         else if (it.kind == Item::Recompute)
-          task.compute.push_back(builder_.recompute(core, ranges_[s], b_, -1, labels));
+          task.compute.push_back(builder_.recompute(core, ranges_[s], b_, -1, labels, keep));
         else
           task.compute.push_back(builder_.backward(core, ranges_[s], b_, -1, keep, first_backward, labels));
       }
       first_backward = first_backward && it.kind != Item::Backward;
       items.push_back(&task);
     }
-    group_collectives(builder_, cores_[r][s], ranges_[s], b_, program, s, items);
+    group_collectives(builder_, cores_[r][s], ranges_[s], b_, program, s, items, keep);
   }
 
   double boundary(int s) { return builder_.cost(ranges_[s], b_).output_bytes; }
@@ -497,7 +500,7 @@ class PipelinePlayer {
   /// one), or the group's reduction of weight gradients its layout leaves partial.
   std::vector<std::vector<int>> reduce_within_groups(int s) {
     const int T = int(cores_[0][s].size());
-    const auto program = stage_program(order_, s, K_, M_, remat_);
+    const auto program = stage_program(order_, s, K_, M_, remat_ != Keep::All);
     const double partial = builder_.cost(ranges_[s], b_).group_gradient_bytes;
     std::vector<std::vector<int>> after(R_, std::vector<int>(T));
     for (int r = 0; r < built_; ++r) {
@@ -548,7 +551,7 @@ class PipelinePlayer {
                 {"params", params},
                 {"forward_s", c.forward_s},
                 {"backward_s", c.backward_s},
-                {"cost_s", c.forward_s * (remat_ ? 2 : 1) + c.backward_s},
+                {"cost_s", c.forward_s + c.recompute_s(remat_) + c.backward_s},
                 {"boundary_bytes", c.output_bytes},
                 {"cores", stage_cores}};
   }
@@ -557,7 +560,7 @@ class PipelinePlayer {
   StepBuilder& builder_;
   Pipeline::Order order_;
   int K_, M_, R_, built_;
-  bool remat_;
+  Keep remat_;
   std::int64_t b_;
   std::vector<LayerRange> ranges_;
   std::vector<std::vector<std::vector<int>>> cores_;

@@ -64,7 +64,7 @@ class Pipeline : public Schedule {
   int stages_ = 1;
   int microbatches_ = 1;
   int replicas_ = 1;
-  bool remat_ = true;
+  Keep remat_ = Keep::Input;
   std::vector<int> partition_;  ///< explicit, or empty for "balanced"/"memory_aware"
   bool memory_aware_ = false;
   std::vector<std::vector<int>> placement_;  ///< explicit, or empty for "auto" or "by_stage"

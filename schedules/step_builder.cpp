@@ -71,6 +71,12 @@ LayerCost StepBuilder::layer_cost(int layer, std::int64_t batch) const {
     c.backward_flops += oc.model_flops;
     c.backward_hardware_flops += oc.hardware_flops;
   }
+  for (const auto& op : w.non_dot_forward) {
+    const OpCost oc = cost_model_.cost(op);
+    c.non_dot_forward_s += oc.seconds;
+    c.non_dot_forward_hardware_flops += oc.hardware_flops;
+  }
+  c.dot_output_bytes = w.dot_output_bytes;
   c.stash_bytes = w.stash_bytes;
   c.workspace_bytes = w.workspace_bytes;
   c.backward_workspace_bytes = std::max(w.workspace_bytes, w.backward_workspace_bytes);
@@ -90,8 +96,14 @@ LayerCost StepBuilder::cost(LayerRange layers, std::int64_t batch) {
     sum.forward_hardware_flops += c.forward_hardware_flops;
     sum.backward_hardware_flops += c.backward_hardware_flops;
     sum.stash_bytes += c.stash_bytes;
+    sum.dot_output_bytes += c.dot_output_bytes;
+    sum.non_dot_forward_s += c.non_dot_forward_s;
+    sum.non_dot_forward_hardware_flops += c.non_dot_forward_hardware_flops;
     sum.forward_collectives.insert(sum.forward_collectives.end(), c.forward_collectives.begin(),
                                    c.forward_collectives.end());
+    sum.non_dot_forward_collectives.insert(sum.non_dot_forward_collectives.end(),
+                                           c.non_dot_forward_collectives.begin(),
+                                           c.non_dot_forward_collectives.end());
     sum.group_gradient_bytes += c.group_gradient_bytes;
   }
   // A forward that keeps everything allocates the range's kept activations as it starts, so a
@@ -175,11 +187,11 @@ int StepBuilder::forward(int core, LayerRange layers, std::int64_t batch, int pr
   t.seconds = c.forward_s;
   t.model_flops = c.forward_flops;
   t.hardware_flops = c.forward_hardware_flops;
-  // Keeping everything: the activations pile up as the layers run. Keeping only the input:
-  // each layer's activations live while it computes, then are dropped.
-  const double kept = keep == Keep::All ? c.stash_bytes : c.input_bytes;
+  // Keeping everything: the activations pile up as the layers run. Keeping only the input (and
+  // the matmuls' outputs): each layer's other activations live while it computes, then are dropped.
+  const double kept = c.kept_bytes(keep);
   double transient = c.workspace_bytes;
-  if (keep == Keep::Input) {
+  if (keep != Keep::All) {
     for (int l = layers.first; l < layers.last; ++l)
       transient = std::max(transient, cost(l, batch).stash_bytes + cost(l, batch).workspace_bytes);
   }
@@ -193,15 +205,16 @@ int StepBuilder::forward(int core, LayerRange layers, std::int64_t batch, int pr
   return id;
 }
 
-int StepBuilder::recompute(int core, LayerRange layers, std::int64_t batch, int prev, Labels labels) {
+int StepBuilder::recompute(int core, LayerRange layers, std::int64_t batch, int prev, Labels labels,
+                           Keep keep) {
   const LayerCost c = cost(layers, batch);
   sim::Task t = compute_task("recompute", core, layers, labels);
-  t.seconds = c.forward_s;
-  t.hardware_flops = c.forward_hardware_flops;
-  t.memory = {{core, MemoryCategory::Activations, c.stash_bytes, When::Start},
+  t.seconds = c.recompute_s(keep);
+  t.hardware_flops = c.recompute_hardware_flops(keep);
+  t.memory = {{core, MemoryCategory::Activations, c.recomputed_bytes(keep), When::Start},
               {core, MemoryCategory::Workspace, c.workspace_bytes, When::Start},
               {core, MemoryCategory::Workspace, -c.workspace_bytes, When::End}};
-  hardware_flops_ += c.forward_hardware_flops;
+  hardware_flops_ += t.hardware_flops;
   if (functional_) t.host = functional_->recompute(core, layers, labels.first_example, batch);
   const int id = graph_.add(std::move(t));
   if (prev >= 0) graph_.depend(prev, id);
@@ -215,7 +228,7 @@ int StepBuilder::backward(int core, LayerRange layers, std::int64_t batch, int p
   t.seconds = c.backward_s;
   t.model_flops = c.backward_flops;
   t.hardware_flops = c.backward_hardware_flops;
-  const double freed = c.stash_bytes + (kept == Keep::Input ? c.input_bytes : 0.0);
+  const double freed = c.kept_bytes(kept) + c.recomputed_bytes(kept);
   if (allocate_gradients)
     t.memory.push_back({core, MemoryCategory::Gradients, gradient_bytes(layers), When::Start});
   t.memory.push_back({core, MemoryCategory::Workspace, c.backward_workspace_bytes, When::Start});
@@ -276,6 +289,21 @@ int StepBuilder::update(int core, LayerRange layers, double fraction, Labels lab
   t.memory.push_back({core, MemoryCategory::Gradients, -gradient_bytes(layers) * fraction, When::End});
   if (functional_) t.host = functional_->update(core, layers, shard, shards);
   return graph_.add(std::move(t));
+}
+
+Keep read_remat(Fields& f, Keep fallback) {
+  const Json* v = f.optional("remat");
+  if (!v) return fallback;
+  if (v->is_boolean()) return v->get<bool>() ? Keep::Input : Keep::All;
+  if (v->is_string() && v->get<std::string>() == "save_dots") return Keep::Dots;
+  f.problems().add(f.path_of("remat"), *v,
+                   "false, true (keep each layer's input, recompute its forward) or \"save_dots\" (keep the "
+                   "matmuls' outputs too, recompute the other ops)");
+  return fallback;
+}
+
+Json remat_json(Keep keep) {
+  return keep == Keep::All ? Json(false) : keep == Keep::Input ? Json(true) : Json("save_dots");
 }
 
 BuiltStep StepBuilder::finish() {

@@ -17,6 +17,18 @@
 
 namespace tpusim {
 
+/// What a forward keeps for its backward: every activation, or (re-materialization) only the
+/// input of the range, the rest being recomputed before the backward, or ("save_dots") the
+/// input and the outputs of its matmuls, the other ops being recomputed.
+enum class Keep { All, Input, Dots };
+
+/// A schedule's "remat" key: false (keep everything), true (keep each layer's input, recompute
+/// its forward before its backward) or "save_dots" (keep the matmuls' outputs too, recompute the
+/// other ops); absent: `fallback`. A bad value is a problem at the key's path.
+Keep read_remat(Fields& f, Keep fallback);
+/// The key's value for a policy (false, true or "save_dots"), as resolved() reports it.
+Json remat_json(Keep keep);
+
 /// A collective over a stage's group of cores (tensor parallelism): what it does, bytes per core.
 struct GroupCollective {
   sim::CollectiveOp op = sim::CollectiveOp::AllReduce;
@@ -44,6 +56,36 @@ struct LayerCost {
   std::vector<GroupCollective> forward_collectives, backward_collectives;
   double group_gradient_bytes = 0;
   double weight_fraction = 1;
+  /// "save_dots": the matmuls' outputs the forward keeps, and the recompute of the other ops.
+  double dot_output_bytes = 0;
+  double non_dot_forward_s = 0, non_dot_forward_hardware_flops = 0;
+  std::vector<GroupCollective> non_dot_forward_collectives;
+
+  /// What a forward keeping `keep` holds for the backward.
+  double kept_bytes(Keep keep) const {
+    return keep == Keep::All     ? stash_bytes
+           : keep == Keep::Input ? input_bytes
+                                 : input_bytes + dot_output_bytes;
+  }
+  /// What the recompute before the backward adds to it (the rest of the stash).
+  double recomputed_bytes(Keep keep) const {
+    return keep == Keep::All     ? 0.0
+           : keep == Keep::Input ? stash_bytes
+                                 : std::max(stash_bytes - dot_output_bytes, 0.0);
+  }
+  /// The blocking collectives of a recompute (tensor parallelism).
+  const std::vector<GroupCollective>& recompute_collectives(Keep keep) const {
+    return keep == Keep::Dots ? non_dot_forward_collectives : forward_collectives;
+  }
+  /// The recompute's time: none, the whole forward, or its ops other than matmuls.
+  double recompute_s(Keep keep) const {
+    return keep == Keep::All ? 0.0 : keep == Keep::Input ? forward_s : non_dot_forward_s;
+  }
+  double recompute_hardware_flops(Keep keep) const {
+    return keep == Keep::All     ? 0.0
+           : keep == Keep::Input ? forward_hardware_flops
+                                 : non_dot_forward_hardware_flops;
+  }
 };
 
 /// Layers [first, last).
@@ -52,10 +94,6 @@ struct LayerRange {
   int last = 0;
   int size() const { return last - first; }
 };
-
-/// What a forward keeps for its backward: every activation, or (re-materialization) only the
-/// input of the range, the rest being recomputed before the backward.
-enum class Keep { All, Input };
 
 /// Report labels of a task, and which examples it processes (functional mode).
 struct Labels {
@@ -108,9 +146,11 @@ class StepBuilder {
   /// Forward of `layers` on `core` for `batch` examples after task `prev` (-1: none). Holds what
   /// it keeps from its start until the matching backward frees it.
   int forward(int core, LayerRange layers, std::int64_t batch, int prev, Keep keep, Labels labels = {});
-  /// Re-materialization: the forward again, keeping every activation this time (counted in
-  /// hardware FLOPs, not model FLOPs).
-  int recompute(int core, LayerRange layers, std::int64_t batch, int prev, Labels labels = {});
+  /// Re-materialization: the forward again (the whole of it, or with `keep` Dots its ops other
+  /// than matmuls), rebuilding every activation the backward reads (counted in hardware FLOPs,
+  /// not model FLOPs).
+  int recompute(int core, LayerRange layers, std::int64_t batch, int prev, Labels labels = {},
+                Keep keep = Keep::Input);
   /// Backward of `layers`: frees what the forward (and recompute) kept at its end. The first
   /// backward of a step over these layers allocates their gradient buffer; later ones accumulate.
   int backward(int core, LayerRange layers, std::int64_t batch, int prev, Keep kept, bool allocate_gradients,

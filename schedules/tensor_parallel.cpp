@@ -55,6 +55,18 @@ LayerCost sharded_layer_cost(const Layer& layer, std::int64_t batch, const Stage
              c.group_gradient_bytes);
   add_events(p.backward, c.backward_s, c.backward_flops, c.backward_hardware_flops, c.backward_collectives,
              c.group_gradient_bytes);
+  // "save_dots": the recompute runs the forward ops it needs, and their collectives (not a kept
+  // matmul's partial sums).
+  std::vector<mesh::Event> recomputed;
+  for (const auto& ev : p.forward) {
+    c.non_dot_forward_s += ev.non_dot_seconds;
+    c.non_dot_forward_hardware_flops += ev.non_dot_hardware_flops;
+    if (ev.kind != mesh::Event::Compute && !ev.kept_by_save_dots) recomputed.push_back(ev);
+  }
+  double unused_s = 0, unused_flops = 0, unused_hardware_flops = 0, unused_gradient_bytes = 0;
+  add_events(recomputed, unused_s, unused_flops, unused_hardware_flops, c.non_dot_forward_collectives,
+             unused_gradient_bytes);
+  c.dot_output_bytes = p.dot_output_bytes;
   c.stash_bytes = p.kept_bytes;
   c.workspace_bytes = p.workspace_bytes;
   c.backward_workspace_bytes = p.backward_workspace_bytes;

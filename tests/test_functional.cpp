@@ -356,3 +356,20 @@ TEST_CASE("cross-replica batch norm is refused in functional mode", "[functional
   CHECK_THROWS_WITH(FunctionalRuntime::check_supported(parse_study(j, "test")),
                     Catch::Contains("schedule.batch_norm_group"));
 }
+
+TEST_CASE("functional data-parallel transformer with save_dots matches one core", "[functional][remat]") {
+  check_equivalent(kTransformer, R"({"kind": "data_parallel", "replicas": 4, "remat": "save_dots"})");
+}
+
+TEST_CASE("functional GPipe with save_dots matches one core", "[functional][remat]") {
+  check_equivalent(kTransformer,
+                   R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "remat": "save_dots"})");
+}
+
+TEST_CASE("the Mesh-TF language model's layout with re-materialization matches one core",
+          "[functional][mesh][remat]") {
+  check_equivalent(kMeshLm,
+                   R"({"kind": "mesh", "mesh": [["batch", 2], ["model", 2]], "remat": true,
+                       "layout": {"batch": "batch", "d_ff": "model", "heads": "model", "vocab": "model"}})",
+                   "momentum", kFourCores);
+}

@@ -657,3 +657,65 @@ TEST_CASE("unsharded, the mesh lowering keeps and holds what a layer's work does
     }
   }
 }
+
+TEST_CASE("re-materialization under a mesh: each layer keeps its input and replays its forward",
+          "[mesh][remat]") {
+  const Json model = Json::parse(
+      R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 64})");
+  Json schedule = Json::parse(
+      R"({"kind": "mesh", "mesh": {"batch": 8, "model": 4}, "layout": {"batch": "batch", "d_ff": "model", "heads": "model", "vocab": "model"}})");
+  const Study plain_study = mesh_study(model, schedule);
+  const auto programs = dynamic_cast<const MeshSchedule&>(*plain_study.schedule).programs(plain_study);
+  schedule["remat"] = true;
+  const Study full_study = mesh_study(model, schedule);
+  schedule["remat"] = "save_dots";
+  const Study dots_study = mesh_study(model, schedule);
+  CHECK(full_study.schedule->resolved()["remat"] == true);
+  const BuiltStep plain = plain_study.schedule->build(plain_study);
+  const BuiltStep full = full_study.schedule->build(full_study);
+  const BuiltStep dots = dots_study.schedule->build(dots_study);
+  REQUIRE_NOTHROW(full.graph.validate());
+  REQUIRE_NOTHROW(dots.graph.validate());
+  // Core 0's activations allocated by the forward, and what its recompute allocates and runs.
+  auto sum = [](const BuiltStep& s, const std::string& phase, bool memory) {
+    double total = 0;
+    for (int id = 0; id < s.graph.size(); ++id) {
+      const auto& t = s.graph.task(id);
+      if (t.phase != phase || (t.kind == sim::TaskKind::Compute && t.core != 0)) continue;
+      if (!memory && t.kind == sim::TaskKind::Compute) total += t.hardware_flops;
+      for (const auto& m : t.memory)
+        if (memory && m.core == 0 && m.category == sim::MemoryCategory::Activations) total += m.bytes;
+    }
+    return total;
+  };
+  double inputs = 0, kept = 0, dot_outputs = 0, forward_flops = 0, activation_allreduces = 0;
+  for (const auto& p : programs) {
+    inputs += p.input_bytes;
+    kept += p.kept_bytes;
+    dot_outputs += p.dot_output_bytes;
+    for (const auto& ev : p.forward) {
+      if (ev.kind == mesh::Event::Compute) forward_flops += ev.hardware_flops;
+      if (ev.kind == mesh::Event::BlockingAllReduce) ++activation_allreduces;
+    }
+  }
+  CHECK(sum(plain, "forward", true) == Approx(kept));
+  CHECK(sum(full, "forward", true) == Approx(inputs));
+  CHECK(sum(full, "recompute", true) == Approx(kept));
+  CHECK(sum(full, "recompute", false) == Approx(forward_flops));
+  CHECK(full.hardware_flops == Approx(plain.hardware_flops + forward_flops * plain_study.cores()));
+  CHECK(full.model_flops == Approx(plain.model_flops));
+  // The forward's activation all-reduces (the split contractions' partial sums) run again.
+  int replayed = 0;
+  for (int id = 0; id < full.graph.size(); ++id)
+    replayed += full.graph.task(id).phase == "recompute_collective";
+  CHECK(replayed == int(activation_allreduces));
+  // save_dots: the projections' outputs kept, so their partial sums are not reduced again.
+  CHECK(sum(dots, "forward", true) == Approx(inputs + dot_outputs));
+  CHECK(inputs < inputs + dot_outputs);
+  CHECK(inputs + dot_outputs < kept);
+  CHECK(sum(dots, "recompute", false) < sum(full, "recompute", false));
+  int dots_replayed = 0;
+  for (int id = 0; id < dots.graph.size(); ++id)
+    dots_replayed += dots.graph.task(id).phase == "recompute_collective";
+  CHECK(dots_replayed < replayed);
+}

@@ -655,3 +655,29 @@ TEST_CASE("sequential's global pool turns convolutions' image into what a classi
     CHECK_THROWS_WITH(problems.throw_if_any(), Catch::Contains(path));
   }
 }
+
+TEST_CASE("save_dots keeps the projections' outputs and recomputes attention and the element-wise work",
+          "[models][memory][remat]") {
+  // One block without biases, batch 2, sequence 128, d_model 256, d_ff 1024, 4 heads of 64, bf16,
+  // unpadded. By hand: the q, k, v and output projections and the feed-forward's first matmul
+  // are kept ([2, 128, 256] each but the hidden [2, 128, 1024]); the scores, softmax and context
+  // (products of two activations), the ReLU and the attention's residual are recomputed; the
+  // feed-forward's second matmul's output is read by nothing the backward needs, and the layer
+  // norms' outputs are not kept in any policy (the backward recomputes them from their kept input).
+  const Model m = build(
+      R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 128, "biases": false})");
+  const auto ops = m.layers[1].named_ops(2);
+  const SaveDots plan = save_dots(ops, Sharding::whole(0), 2);
+  const double row = 2.0 * 128 * 2;  // bytes per feature
+  CHECK(plan.kept_bytes == Approx(row * (4 * 256 + 1024)));
+  std::set<std::string> recomputed;
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (plan.recomputed[i]) recomputed.insert(ops[i].name);
+  CHECK(recomputed ==
+        std::set<std::string>{"self_scores", "self_softmax", "self_context", "self_residual", "ffn_relu"});
+  // Between keeping everything and keeping the input only: the probabilities are not kept.
+  const LayerWork w = m.layers[1].work(2);
+  CHECK(w.dot_output_bytes == Approx(plan.kept_bytes));
+  CHECK(w.input_bytes + w.dot_output_bytes < w.stash_bytes);
+  CHECK(w.non_dot_forward.size() == recomputed.size());
+}

@@ -425,3 +425,55 @@ TEST_CASE("fully sharded data parallelism: 1/N of the state per core, each layer
   j["schedule"]["batch_norm_group"] = 2;
   CHECK_THROWS_WITH(parse_study(j, "test"), Catch::Contains("schedule.weight_update"));
 }
+
+TEST_CASE("save_dots keeps the inputs and the matmuls' outputs, and recomputes the other ops",
+          "[schedules][remat]") {
+  Json j = Json::parse(R"({
+    "hardware": "tpu-v3", "slice": "v3-8", "batch": 64, "optimizer": {"kind": "adam"},
+    "model": {"kind": "transformer", "layers": 4, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64},
+    "schedule": {"kind": "data_parallel", "remat": "save_dots"}})");
+  const Study dots_study = parse_study(j, "test");
+  CHECK(dots_study.schedule->resolved()["remat"] == "save_dots");
+  j["schedule"]["remat"] = true;
+  const Study full_study = parse_study(j, "test");
+  const BuiltStep dots = dots_study.schedule->build(dots_study);
+  const BuiltStep full = full_study.schedule->build(full_study);
+  REQUIRE_NOTHROW(dots.graph.validate());
+  auto phase_sum = [](const BuiltStep& s, const std::string& phase, bool memory) {
+    double sum = 0;
+    for (int id : s.graph.program(0)) {
+      const auto& t = s.graph.task(id);
+      if (t.phase != phase) continue;
+      if (!memory) sum += t.hardware_flops;
+      for (const auto& m : t.memory)
+        if (memory && m.category == sim::MemoryCategory::Activations) sum += m.bytes;
+    }
+    return sum;
+  };
+  StepBuilder b(dots_study, dots_study.cores());
+  double inputs = 0, dot_outputs = 0, stashes = 0, non_dot_flops = 0, forward_flops = 0;
+  for (int l = 0; l < int(dots_study.model.layers.size()); ++l) {
+    const LayerCost& c = b.cost(l, 8);
+    inputs += c.input_bytes;
+    dot_outputs += c.dot_output_bytes;
+    stashes += c.stash_bytes;
+    non_dot_flops += c.non_dot_forward_hardware_flops;
+    forward_flops += c.forward_hardware_flops;
+  }
+  CHECK(phase_sum(dots, "forward", true) == Approx(inputs + dot_outputs));
+  CHECK(phase_sum(dots, "recompute", false) == Approx(non_dot_flops));
+  // Attention's scores and context are recomputed on the MXU, the projections are not.
+  CHECK(non_dot_flops > 0);
+  CHECK(non_dot_flops < 0.5 * forward_flops);
+  CHECK(phase_sum(full, "recompute", false) == Approx(forward_flops));
+  // Between the two: less kept than without remat, shorter than full remat.
+  CHECK(inputs + dot_outputs < stashes);
+  CHECK(dots.graph.size() == full.graph.size());
+  double dots_s = 0, full_s = 0;
+  for (int id : dots.graph.program(0)) dots_s += dots.graph.task(id).seconds;
+  for (int id : full.graph.program(0)) full_s += full.graph.task(id).seconds;
+  CHECK(dots_s < full_s);
+  j["schedule"]["remat"] = "dots";
+  CHECK_THROWS_WITH(parse_study(j, "test"),
+                    Catch::Contains("schedule.remat") && Catch::Contains("save_dots"));
+}

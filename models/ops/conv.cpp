@@ -49,6 +49,7 @@ class Conv : public NamedOpKind {
     return stored(conv_weight_grad_op(op.name + "_dw", c, act, kWeightBytes), c, op, s, act);
   }
   bool input_gradient_of_model_input() const override { return false; }
+  bool is_dot(const NamedOp&) const override { return true; }
   double operand_gradients(const NamedOp& op, const Sharding& s, bool reads_model_input) const override {
     return reads_model_input ? 0.0 : s.local_elements(op.a);
   }

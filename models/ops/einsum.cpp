@@ -33,6 +33,7 @@ class Einsum : public NamedOpKind {
     db.weight_gradient = op.b.weight;
     return db;
   }
+  bool is_dot(const NamedOp& op) const override { return op.b.weight; }
   double operand_gradients(const NamedOp& op, const Sharding& s, bool) const override {
     return s.local_elements(op.a) + (!op.b.weight && !op.b.tied ? s.local_elements(op.b) : 0.0);
   }

@@ -115,6 +115,10 @@ class NamedOpKind {
   virtual double operand_gradients(const NamedOp& op, const Sharding& s, bool reads_model_input) const = 0;
   /// Bytes its backward needs kept besides the tensors marked `keep` (a lookup's ids).
   virtual double kept_extra_bytes(const NamedOp&, const Sharding&) const { return 0; }
+  /// A matmul against weights on the MXU (a dense projection, a convolution): re-materialization's
+  /// "save_dots" policy keeps its output and recomputes the other ops, attention's products of
+  /// two activations among them (JAX's dots_with_no_batch_dims_saveable).
+  virtual bool is_dot(const NamedOp&) const { return false; }
 
   // --- Under a mesh layout -----------------------------------------------------------------------
   /// Its forward and the collectives a layout splitting its tensors induces; returns the local
