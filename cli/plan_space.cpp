@@ -38,6 +38,7 @@ std::optional<std::vector<T>> read_list(Fields& f, const std::string& key, const
     bool ok = false;
     if constexpr (std::is_same_v<T, std::string>) ok = e.is_string();
     if constexpr (std::is_same_v<T, bool>) ok = e.is_boolean();
+    if constexpr (std::is_same_v<T, Json>) ok = e.is_boolean() || e == "save_dots";
     if constexpr (std::is_same_v<T, std::int64_t>) ok = e.is_number_integer() && e.get<std::int64_t>() >= 1;
     if (!ok) {
       f.problems().add(index_path(f.path_of(key), i), e, expected);
@@ -73,16 +74,26 @@ std::set<std::string> named_dimensions(const Model& model) {
   return dims;
 }
 
+/// Re-materialization policies, in the order candidates list them.
+const std::vector<Json>& remat_policies() {
+  static const std::vector<Json> policies = {false, true, "save_dots"};
+  return policies;
+}
+
+/// A candidate's re-materialization: anything but false.
+bool rematerialized(const Json& c) { return c.contains("remat") && c.at("remat") != false; }
+
 /// Data parallelism: the update replicated, sharded or fully sharded, fp32 or bf16 gradients,
 /// gradient buckets of a quarter, one and four times the hardware's all-reduce combine threshold
-/// (fully sharded: one layer each), and each layer's activations kept or re-materialized.
+/// (fully sharded: one layer each), and each layer's activations kept, re-materialized or
+/// re-materialized but for the matmuls' outputs.
 void data_parallel(const Study& study, const PlanSpace& space, std::vector<Json>& out) {
   const double combine = study.hardware.core.allreduce_combine_threshold_bytes;
   for (const std::string update : {"replicated", "sharded", "fully_sharded"}) {
     if (!allowed(space.weight_update, update)) continue;
     for (const std::string dtype : {"fp32", "bf16"}) {
       if (!allowed(space.gradient_dtype, dtype)) continue;
-      for (bool remat : {false, true}) {
+      for (const Json& remat : remat_policies()) {
         if (!allowed(space.remat, remat)) continue;
         // Fully sharded reduces each layer on its own: one bucket size stands for all.
         const std::vector<double> buckets = update == "fully_sharded"
@@ -91,7 +102,7 @@ void data_parallel(const Study& study, const PlanSpace& space, std::vector<Json>
         for (double bucket : buckets) {
           Json c{{"kind", "data_parallel"}, {"weight_update", update}, {"gradient_dtype", dtype}};
           if (update != "fully_sharded") c["gradient_bucket_bytes"] = std::max(1.0, std::round(bucket));
-          if (remat) c["remat"] = true;
+          if (remat != false) c["remat"] = remat;
           out.push_back(std::move(c));
         }
       }
@@ -110,7 +121,7 @@ void pipeline_shapes(const Study& study, const PlanSpace& space, const std::stri
       // With one replica every placement is auto's: one candidate, whichever the space lists.
       std::vector<std::string> placements = space.placement.value_or(std::vector<std::string>{"auto"});
       if (r == 1) placements = {"auto"};
-      for (bool remat : {true, false})
+      for (const Json& remat : {Json(true), Json(false), Json("save_dots")})
         for (const auto& cut : space.partition.value_or(std::vector<std::string>{"memory_aware"}))
           for (const auto& place : placements)
             if (allowed(space.remat, remat)) {
@@ -124,7 +135,7 @@ void pipeline_shapes(const Study& study, const PlanSpace& space, const std::stri
   }
 }
 
-/// Pipelines: K stages x R replicas x M micro-batches, with and without re-materialization, each
+/// Pipelines: K stages x R replicas x M micro-batches, with each re-materialization policy, each
 /// stage on T cores that split its layers (tensor parallelism, for models with d_ff or heads
 /// dimensions).
 void pipelines(const Study& study, const PlanSpace& space, std::vector<Json>& out) {
@@ -161,8 +172,11 @@ std::vector<std::vector<std::string>> model_axis_layouts(const std::set<std::str
 
 void push_mesh(const PlanSpace& space, Json mesh, const Json& layout, std::vector<Json>& out) {
   for (const std::string update : {"replicated", "sharded"})
-    if (allowed(space.weight_update, update))
-      out.push_back({{"kind", "mesh"}, {"mesh", mesh}, {"layout", layout}, {"weight_update", update}});
+    for (const Json& remat : remat_policies())
+      if (allowed(space.weight_update, update) && allowed(space.remat, remat)) {
+        out.push_back({{"kind", "mesh"}, {"mesh", mesh}, {"layout", layout}, {"weight_update", update}});
+        if (remat != false) out.back()["remat"] = remat;
+      }
 }
 
 /// Three-dimensional meshes batch x model2 x model: Megatron's dimensions on the model axis
@@ -230,7 +244,7 @@ PlanSpace read_plan_space(const std::string& file) {
         read_list<std::int64_t>(f, "model_axis", "an integer >= 1 (cores on the mesh's model axis)");
     s.tensor_parallel =
         read_list<std::int64_t>(f, "tensor_parallel", "an integer >= 1 (cores per pipeline stage)");
-    s.remat = read_list<bool>(f, "remat", "true or false");
+    s.remat = read_list<Json>(f, "remat", "true, false or \"save_dots\"");
     s.weight_update = read_choices(f, "weight_update", {"replicated", "sharded", "fully_sharded"});
     s.gradient_dtype = read_choices(f, "gradient_dtype", {"fp32", "bf16"});
     s.partition = read_choices(f, "partition", {"balanced", "memory_aware"});
@@ -289,7 +303,7 @@ std::vector<Json> with_batch_norm_group(std::vector<Json> candidates, std::int64
         if (c.at("layout").value("batch", "") == axis[0].get<std::string>())
           replicas = axis[1].get<std::int64_t>();
       if (replicas % group != 0) continue;
-    } else if (kind != "data_parallel" || c.value("remat", false) ||
+    } else if (kind != "data_parallel" || rematerialized(c) ||
                c.value("weight_update", "") == "fully_sharded") {
       continue;  // not modelled with cross-replica batch norm
     }
@@ -307,6 +321,16 @@ std::vector<Json> plan_candidates(const Study& study, const PlanSpace& space) {
   return with_batch_norm_group(std::move(out), batch_norm_group(study));
 }
 
+namespace {
+
+/// " remat", " save_dots" or nothing.
+std::string remat_label(const Json& s) {
+  if (!rematerialized(s)) return "";
+  return s.at("remat") == true ? " remat" : " " + s.at("remat").get<std::string>();
+}
+
+}  // namespace
+
 std::string plan_label(const Json& s) {
   const std::string kind = s.at("kind").get<std::string>();
   if (kind == "data_parallel") {
@@ -315,7 +339,7 @@ std::string plan_label(const Json& s) {
     std::snprintf(mib, sizeof mib, "%g", bucket / (1 << 20));
     return "data_parallel " + s.value("weight_update", "replicated") + " " +
            s.value("gradient_dtype", "fp32") + (bucket > 0 ? std::string(" bucket ") + mib + " MiB" : "") +
-           (s.value("remat", false) ? " remat" : "");
+           remat_label(s);
   }
   if (kind == "mesh") {
     std::string mesh, on_model, on_second;
@@ -327,12 +351,11 @@ std::string plan_label(const Json& s) {
     }
     if (!on_second.empty()) on_model += "; model2: " + on_second;
     return "mesh " + mesh + (on_model.empty() ? "" : " (" + on_model + ")") + " " +
-           s.value("weight_update", "replicated");
+           s.value("weight_update", "replicated") + remat_label(s);
   }
   return kind + " K=" + s.at("stages").dump() + " R=" + s.value("replicas", Json(1)).dump() +
          " M=" + s.at("microbatches").dump() +
-         (s.contains("tensor_parallel") ? " T=" + s.at("tensor_parallel").dump() : "") +
-         (s.value("remat", false) ? " remat" : "") +
+         (s.contains("tensor_parallel") ? " T=" + s.at("tensor_parallel").dump() : "") + remat_label(s) +
          (s.value("partition", "memory_aware") == "balanced" ? " cost-cut" : "") +
          (s.value("placement", "auto") == "by_stage" ? " by-stage" : "");
 }

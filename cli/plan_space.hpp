@@ -1,7 +1,7 @@
 // The space `tpusim plan` searches: every schedule of the registered kinds that could run a
 // study's model, batch and slice (data parallelism with its update and gradient settings,
-// pipelines over stages x replicas x micro-batches with and without re-materialization, mesh
-// layouts over the named dimensions the model's ops have). A pure function of the study, so
+// pipelines over stages x replicas x micro-batches, mesh layouts over the named dimensions the
+// model's ops have; each with every re-materialization policy). A pure function of the study, so
 // it is tested without the engine; `--space FILE` narrows it.
 #pragma once
 
@@ -21,7 +21,8 @@ struct PlanSpace {
   /// Cores per pipeline stage (tensor parallelism); absent, for a model with d_ff or heads
   /// dimensions (1 otherwise): 1, 2 and 4 (a group of at most two chips).
   std::optional<std::vector<std::int64_t>> tensor_parallel;
-  std::optional<std::vector<bool>> remat;
+  /// Re-materialization policies (false, true, "save_dots").
+  std::optional<std::vector<Json>> remat;
   std::optional<std::vector<std::string>> weight_update, gradient_dtype;
   /// Pipeline partitions; absent: "memory_aware" alone (the cost-balanced cut whenever that
   /// fits, so it loses nothing to "balanced" and fits where "balanced" overflows).
