@@ -30,6 +30,8 @@ struct Op {
   double bytes = 0;                       ///< HBM bytes moved if the op runs on its own
   bool fusible = false;                   ///< element-wise: fuses into its producer when the core says so
   bool weight_gradient = false;           ///< backward op computing a weight gradient (vs. an input gradient)
+  /// Work a backward does again (flash attention's scores): hardware FLOPs, not model FLOPs.
+  bool recompute = false;
   /// Vector work run as several fused kernels (a normalization, a softmax): `bytes` is then one
   /// pass over its tensor, and the core's MultiPassKernels give the passes, the kernels (each
   /// paying the per-op overhead) and the vector operations per element.
@@ -37,7 +39,8 @@ struct Op {
 
   /// The math: 2 x batch x m x k x n for a MatMul, 0 for vector work.
   double model_flops() const {
-    return kind == OpKind::MatMul ? 2.0 * double(batch) * double(m) * double(k) * double(n) : 0.0;
+    return kind == OpKind::MatMul && !recompute ? 2.0 * double(batch) * double(m) * double(k) * double(n)
+                                                : 0.0;
   }
 };
 

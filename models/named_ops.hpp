@@ -32,6 +32,12 @@ struct NamedTensor {
   /// A weight of another layer read as an input (an embedding table tied to the output layer):
   /// its gradient adds to that layer's weight gradient, not to an activation gradient in flight.
   bool tied = false;
+  /// Lives only in a fused kernel's on-chip memory (flash attention's scores and probabilities):
+  /// never written to or read from HBM, never kept.
+  bool on_chip = false;
+  /// Times the op's kernel reads it from HBM (flash attention's keys and values: once per block
+  /// of queries).
+  int passes = 1;
   double elements() const {
     double n = copies;
     for (const auto& d : dims) n *= double(d.size);

@@ -25,7 +25,7 @@ double gradients_in_flight(const std::vector<NamedOp>& ops, std::size_t i, const
   if (kind.fuses_into_producer() || kind.is_loss(op)) return 0;
   const std::size_t next = next_unfused(ops, i + 1);
   const bool feeds_loss = next < ops.size() && op_kind(ops[next]).is_loss(ops[next]);
-  const double out = feeds_loss ? 0.0 : s.local_elements(op.out);
+  const double out = feeds_loss ? 0.0 : s.stored_elements(op.out);
   return out + kind.operand_gradients(op, s, reads_model_input);
 }
 
@@ -52,7 +52,7 @@ double forward_transient(const std::vector<NamedOp>& ops, std::size_t i, const S
       (next < ops.size() && ops[next].a.id.empty() && ops[next].a.keep) || op_kind(op).is_loss(op);
   for (std::size_t j = i + 1; j < ops.size() && !op.out.id.empty() && !output_kept; ++j)
     output_kept = (ops[j].a.keep && ops[j].a.id == op.out.id) || (ops[j].b.keep && ops[j].b.id == op.out.id);
-  return (reads_previous ? s.local_elements(op.a) : 0.0) + (output_kept ? 0.0 : s.local_elements(op.out));
+  return (reads_previous ? s.stored_elements(op.a) : 0.0) + (output_kept ? 0.0 : s.stored_elements(op.out));
 }
 
 double kept_bytes(const NamedOp& op, const Sharding& s, double act) {
@@ -146,6 +146,7 @@ LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_inp
     w.forward.push_back(kind.forward(op, s, act));
     if (dots.recomputed[i]) w.non_dot_forward.push_back(w.forward.back());
     // The model's input needs no gradient: some kinds skip theirs (a convolution's dx).
+    for (auto& again : kind.recomputed_in_backward(op, s, act)) w.backward.push_back(std::move(again));
     if (!(model_input && i == 0 && !kind.input_gradient_of_model_input()))
       w.backward.push_back(kind.input_gradient(op, s, act));
     if (auto g = kind.operand_gradient(op, s, act)) w.backward.push_back(*g);

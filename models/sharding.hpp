@@ -43,6 +43,8 @@ struct Sharding {
   /// Elements of a core's shard of `t` as stored: with `lanes`, an activation's minor dimension
   /// padded to whole lanes.
   double local_elements(const NamedTensor& t) const { return shard_elements(t) * lane_padding(t); }
+  /// Elements of a core's shard of `t` in HBM: none for a tensor that lives on chip.
+  double stored_elements(const NamedTensor& t) const { return t.on_chip ? 0.0 : local_elements(t); }
   /// Elements of a core's shard of `t`, unpadded.
   double shard_elements(const NamedTensor& t) const {
     double n = t.copies;

@@ -189,9 +189,21 @@ struct BlockOps {
     if (d.attention_dropout > 0) ops.push_back(dropout(p + "_attention_dropout", act({B, H, S, Sk})));
     ops.push_back(einsum(p + "_context", act({B, H, S, Sk}, true), named(act({B, Sk, H, K}, true), p + "_v"),
                          act({B, S, H, K})));
+    if (d.flash) flash(ops.size() - 3);
     ops.push_back(einsum(p + "_output", act({B, S, H, K}, true), weight({H, K, M}), act({B, S, M})));
     residual(p, in);
     ops.back().out.id = next;
+  }
+
+  /// Flash attention over the scores, softmax and context ops from `first`: the scores and
+  /// probabilities stay on chip (nothing kept but each row's log-sum-exp, the softmax's), and the
+  /// keys and values are read once per block of queries.
+  void flash(std::size_t first) {
+    NamedOp &scores = ops[first], &softmax = ops[first + 1], &context = ops[first + 2];
+    const int passes = int((d.seq + d.flash_block_rows - 1) / d.flash_block_rows);
+    scores.out.on_chip = softmax.a.on_chip = softmax.out.on_chip = context.a.on_chip = true;
+    context.a.keep = false;
+    scores.b.passes = context.b.passes = passes;
   }
 
   /// Dropout (when set), then the residual sum with the sub-block's input `in`.
@@ -282,6 +294,15 @@ Dims read_dims_impl(Fields& f, Problems& problems, const Dims* defaults) {
   // A rate of 1 would drop everything: at most 0.99.
   d.dropout = f.has("dropout") ? f.number("dropout", 0.0, 0.99) : 0.0;
   d.attention_dropout = f.has("attention_dropout") ? f.number("attention_dropout", 0.0, 0.99) : 0.0;
+  d.flash = f.string_or("attention", "standard", {"standard", "flash"}) == "flash";
+  d.flash_block_rows = f.integer_or("flash_block_rows", d.flash_block_rows, 8, 1 << 20);
+  if (problems.empty() && d.flash && d.attention_dropout > 0)
+    problems.add(f.path_of("attention"), Json("flash"),
+                 "\"standard\" with attention_dropout > 0 (a dropout mask inside the fused kernel is not "
+                 "modelled)");
+  if (problems.empty() && !d.flash && f.has("flash_block_rows"))
+    problems.add(f.path_of("flash_block_rows"), Json(d.flash_block_rows),
+                 "no flash_block_rows unless \"attention\" is \"flash\"");
   if (f.has("d_kv")) {
     d.d_kv = f.integer("d_kv", 1, 1 << 16);
   } else {

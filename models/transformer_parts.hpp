@@ -17,6 +17,11 @@ struct TransformerDims {
   bool gelu = false;  ///< the feed-forward's activation: GELU (BERT) instead of ReLU
   /// Dropout rates: on the embedding and every sublayer's output, and on attention probabilities.
   double dropout = 0, attention_dropout = 0;
+  /// "attention": "flash": attention as one fused kernel (FlashAttention) whose scores and
+  /// probabilities never reach HBM; the keys and values are read once per block of
+  /// `flash_block_rows` queries, and the backward computes the scores again.
+  bool flash = false;
+  std::int64_t flash_block_rows = 128;
   /// Positions per sequence the output layer predicts (BERT's masked-LM predicts a few of
   /// them); 0: every position.
   std::int64_t predicted = 0;

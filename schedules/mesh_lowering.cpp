@@ -277,6 +277,15 @@ class LayerLowering : public MeshLoweringSink {
     at_ = int(i);
     backward_ = true;
     i_ = i;
+    // What its backward computes again (flash attention's scores): time and hardware FLOPs, no
+    // math of its own in functional mode (the host keeps them).
+    for (const Op& again : op_kind(op).recomputed_in_backward(op, s_, act_)) {
+      const OpCost c = cost_.cost(again);
+      if (p_.backward.empty() || p_.backward.back().kind != Event::Compute)
+        p_.backward.push_back(Event{Event::Compute, layer_, 0, 0, 0, {}, 0, {}, {}, 0});
+      p_.backward.back().seconds += c.seconds;
+      p_.backward.back().hardware_flops += c.hardware_flops;
+    }
     op_kind(op).lower_backward(op, s_, act_, *this);
   }
   /// The input gradient (its partial sums reduced now, or deferred to the lazy all-reduce of an

@@ -373,3 +373,20 @@ TEST_CASE("the Mesh-TF language model's layout with re-materialization matches o
                        "layout": {"batch": "batch", "d_ff": "model", "heads": "model", "vocab": "model"}})",
                    "momentum", kFourCores);
 }
+
+// Flash attention changes where the scores live, not what they are.
+const char* kFlashTransformer =
+    R"({"kind": "transformer", "layers": 3, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16, "seq_len": 8,
+        "attention": "flash", "flash_block_rows": 8})";
+
+TEST_CASE("a flash-attention transformer's data parallelism with save_dots matches one core",
+          "[functional][flash]") {
+  check_equivalent(kFlashTransformer, R"({"kind": "data_parallel", "replicas": 4, "remat": "save_dots"})");
+}
+
+TEST_CASE("a flash-attention transformer's mesh layout matches one core", "[functional][mesh][flash]") {
+  check_equivalent(kFlashTransformer,
+                   R"({"kind": "mesh", "mesh": [["batch", 2], ["model", 2]],
+                       "layout": {"batch": "batch", "d_ff": "model", "heads": "model"}})",
+                   "momentum", kFourCores);
+}

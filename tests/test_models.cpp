@@ -5,6 +5,7 @@
 #include <fstream>
 #include <set>
 
+#include "hardware/hardware_spec.hpp"
 #include "models/model.hpp"
 #include "models/op_lowering.hpp"
 
@@ -680,4 +681,61 @@ TEST_CASE("save_dots keeps the projections' outputs and recomputes attention and
   CHECK(w.dot_output_bytes == Approx(plan.kept_bytes));
   CHECK(w.input_bytes + w.dot_output_bytes < w.stash_bytes);
   CHECK(w.non_dot_forward.size() == recomputed.size());
+}
+
+TEST_CASE("flash attention: no scores or probabilities in HBM, the scores computed again in backward",
+          "[models][memory][flash]") {
+  // One block, batch 2, sequence 128 (one block of queries), 4 heads of 64, bf16, unpadded.
+  const std::string dims =
+      R"("layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 128)";
+  const Model standard = build(R"({"kind": "transformer", )" + dims + "}");
+  const Model flash = build(R"({"kind": "transformer", "attention": "flash", )" + dims + "}");
+  const LayerWork a = standard.layers[1].work(2), b = flash.layers[1].work(2);
+  const double probabilities = 2.0 * 4 * 128 * 128 * 2;  // [batch, heads, seq, seq_k] in bf16
+  const double log_sum_exp = 2.0 * 4 * 128 * 4;          // a row's, fp32
+  auto bytes = [](const std::vector<Op>& ops) {
+    double sum = 0;
+    for (const auto& op : ops) sum += op.bytes;
+    return sum;
+  };
+  auto flops = [](const std::vector<Op>& ops, bool model) {
+    double sum = 0;
+    const CostModel cost(load_hardware("tpu-v3").core);
+    for (const auto& op : ops) sum += model ? op.model_flops() : cost.cost(op).hardware_flops;
+    return sum;
+  };
+  // Forward: the scores' write, the softmax's pass and the context's read of the probabilities
+  // are gone (the softmax's vector work rides in the kernel).
+  CHECK(bytes(a.forward) - bytes(b.forward) == Approx(3 * probabilities));
+  // Kept: the probabilities give way to each row's log-sum-exp; the forward's largest transient
+  // (the scores beside the probabilities) is gone too.
+  CHECK(a.stash_bytes - b.stash_bytes == Approx(probabilities - log_sum_exp));
+  CHECK(b.workspace_bytes < a.workspace_bytes);
+  // Backward: QK^T once more (hardware FLOPs only), the model's FLOPs unchanged.
+  const double qk = 2.0 * 2 * 4 * 128 * 64 * 128;
+  CHECK(flops(b.backward, true) == Approx(flops(a.backward, true)));
+  CHECK(flops(b.backward, false) - flops(a.backward, false) == Approx(2 * qk));  // d_kv 64 pads to 128
+  CHECK(flops(b.forward, true) == Approx(flops(a.forward, true)));
+  // A longer sequence reads the keys and values once per block of 128 queries.
+  const std::string longer =
+      R"("layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 512)";
+  const Model four = build(R"({"kind": "transformer", "attention": "flash", )" + longer + "}");
+  const Model one =
+      build(R"({"kind": "transformer", "attention": "flash", "flash_block_rows": 512, )" + longer + "}");
+  const double keys_and_values = 2 * (2.0 * 512 * 256 * 2);  // k and v, [batch, seq, heads x d_kv] bf16
+  CHECK(bytes(four.layers[1].work(2).forward) - bytes(one.layers[1].work(2).forward) ==
+        Approx(3 * keys_and_values));
+}
+
+TEST_CASE("flash attention is validated: not with attention dropout, a block size only with it",
+          "[models][flash]") {
+  const std::string dims =
+      R"("layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 128)";
+  CHECK_THROWS_WITH(
+      build(R"({"kind": "transformer", "attention": "flash", "attention_dropout": 0.1, )" + dims + "}"),
+      Catch::Contains("model.attention"));
+  CHECK_THROWS_WITH(build(R"({"kind": "transformer", "flash_block_rows": 64, )" + dims + "}"),
+                    Catch::Contains("model.flash_block_rows"));
+  CHECK_THROWS_WITH(build(R"({"kind": "transformer", "attention": "fast", )" + dims + "}"),
+                    Catch::Contains("model.attention"));
 }

@@ -35,7 +35,15 @@ class Einsum : public NamedOpKind {
   }
   bool is_dot(const NamedOp& op) const override { return op.b.weight; }
   double operand_gradients(const NamedOp& op, const Sharding& s, bool) const override {
-    return s.local_elements(op.a) + (!op.b.weight && !op.b.tied ? s.local_elements(op.b) : 0.0);
+    return s.stored_elements(op.a) + (!op.b.weight && !op.b.tied ? s.stored_elements(op.b) : 0.0);
+  }
+  /// Flash attention's scores, on chip only: the backward computes them again from q and k.
+  std::vector<Op> recomputed_in_backward(const NamedOp& op, const Sharding& s, double act) const override {
+    if (!op.out.on_chip) return {};
+    Op again = forward(op, s, act);
+    again.name += "_recompute";
+    again.recompute = true;
+    return {again};
   }
 
   double lower_forward(const NamedOp& op, const Sharding& s, double act, MeshLoweringSink& m) const override {

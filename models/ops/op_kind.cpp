@@ -20,9 +20,9 @@ Op local_matmul(const std::string& name, const Sharding& s, const NamedTensor& x
   for (const auto& d : y.dims)
     if (z.has(d.name) && !x.has(d.name)) n *= s.local(d);
   Op op = batched_matmul_op(name, batch, m, k, n, act);
-  op.bytes = s.local_elements(x) * (x.weight ? kWeightBytes : act) +
-             s.local_elements(y) * (y.weight ? kWeightBytes : act) +
-             s.local_elements(z) * (z.weight ? kWeightBytes : act);
+  op.bytes = 0;
+  for (const NamedTensor* t : {&x, &y, &z})
+    op.bytes += s.stored_elements(*t) * (t->weight ? kWeightBytes : act) * t->passes;
   return op;
 }
 

@@ -96,6 +96,9 @@ class NamedOpKind {
   virtual std::optional<Op> operand_gradient(const NamedOp&, const Sharding&, double) const {
     return std::nullopt;
   }
+  /// What its backward computes again before its gradients (flash attention's scores and
+  /// softmax, never kept): ops marked `recompute`, hardware FLOPs only.
+  virtual std::vector<Op> recomputed_in_backward(const NamedOp&, const Sharding&, double) const { return {}; }
   /// False when reading the model's input it skips its input gradient (a convolution's dx; an
   /// einsum's da is computed all the same, as the frameworks' dense layers do).
   virtual bool input_gradient_of_model_input() const { return true; }

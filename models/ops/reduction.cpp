@@ -27,10 +27,29 @@ double xent_scale(I rows, const Batch& batch) {
 class Reduction : public NamedOpKind {
  public:
   Op forward(const NamedOp& op, const Sharding& s, double act) const override {
-    return norm_or_softmax(op, s, act, false);
+    return on_chip(norm_or_softmax(op, s, act, false), op);
   }
   Op input_gradient(const NamedOp& op, const Sharding& s, double act) const override {
-    return norm_or_softmax(op, s, act, true);
+    return on_chip(norm_or_softmax(op, s, act, true), op);
+  }
+  /// Flash attention's softmax, fused into the kernel of its scores: its vector work rides in
+  /// the kernel (no HBM pass of its own); it keeps each row's log-sum-exp (fp32) for the
+  /// backward, which computes the probabilities again.
+  static Op on_chip(Op op, const NamedOp& named) {
+    if (!named.a.on_chip) return op;
+    op.bytes = 0;
+    op.fusible = true;
+    return op;
+  }
+  double kept_extra_bytes(const NamedOp& op, const Sharding& s) const override {
+    return op.a.on_chip ? 4.0 * s.shard_elements(op.a) / double(s.local(op.a.dims.back())) : 0.0;
+  }
+  std::vector<Op> recomputed_in_backward(const NamedOp& op, const Sharding& s, double act) const override {
+    if (!op.a.on_chip) return {};
+    Op again = forward(op, s, act);
+    again.name += "_recompute";
+    again.recompute = true;
+    return {again};
   }
   std::optional<MultiPass> multipass(const NamedOp& op, bool backward) const override {
     if (op.math == M::LayerNorm)
