@@ -39,11 +39,7 @@ class Einsum : public NamedOpKind {
   }
   /// Flash attention's scores, on chip only: the backward computes them again from q and k.
   std::vector<Op> recomputed_in_backward(const NamedOp& op, const Sharding& s, double act) const override {
-    if (!op.out.on_chip) return {};
-    Op again = forward(op, s, act);
-    again.name += "_recompute";
-    again.recompute = true;
-    return {again};
+    return op.out.on_chip ? recomputed(forward(op, s, act)) : std::vector<Op>{};
   }
 
   double lower_forward(const NamedOp& op, const Sharding& s, double act, MeshLoweringSink& m) const override {

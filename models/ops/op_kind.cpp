@@ -26,6 +26,12 @@ Op local_matmul(const std::string& name, const Sharding& s, const NamedTensor& x
   return op;
 }
 
+std::vector<Op> recomputed(Op forward) {
+  forward.name += "_recompute";
+  forward.recompute = true;
+  return {std::move(forward)};
+}
+
 Op norm_or_softmax(const NamedOp& op, const Sharding& s, double act, bool backward) {
   const std::string name = backward ? op.name + "_grad" : op.name;
   const auto pattern = op_kind(op).multipass(op, backward);

@@ -168,6 +168,8 @@ Op local_matmul(const std::string& name, const Sharding& s, const NamedTensor& x
                 const NamedTensor& z, double act);
 /// A tensor of `op.b`'s shape (one copy), Xavier-uniform over `fan_in` and the rest of its elements.
 Tensor xavier(const NamedOp& op, double fan_in, std::uint64_t seed, int index);
+/// `forward` done again in a backward (recomputed_in_backward): hardware FLOPs only.
+std::vector<Op> recomputed(Op forward);
 /// A normalization or softmax as its multi-pass kernels, or one element-wise pass where it has
 /// none (softmax cross-entropy's gradient).
 Op norm_or_softmax(const NamedOp& op, const Sharding& s, double act, bool backward);

@@ -45,11 +45,7 @@ class Reduction : public NamedOpKind {
     return op.a.on_chip ? 4.0 * s.shard_elements(op.a) / double(s.local(op.a.dims.back())) : 0.0;
   }
   std::vector<Op> recomputed_in_backward(const NamedOp& op, const Sharding& s, double act) const override {
-    if (!op.a.on_chip) return {};
-    Op again = forward(op, s, act);
-    again.name += "_recompute";
-    again.recompute = true;
-    return {again};
+    return op.a.on_chip ? recomputed(forward(op, s, act)) : std::vector<Op>{};
   }
   std::optional<MultiPass> multipass(const NamedOp& op, bool backward) const override {
     if (op.math == M::LayerNorm)
