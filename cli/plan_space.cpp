@@ -171,7 +171,7 @@ std::vector<std::vector<std::string>> model_axis_layouts(const std::set<std::str
 }
 
 void push_mesh(const PlanSpace& space, Json mesh, const Json& layout, std::vector<Json>& out) {
-  for (const std::string update : {"replicated", "sharded"})
+  for (const std::string update : {"replicated", "sharded", "fully_sharded"})
     for (const Json& remat : remat_policies())
       if (allowed(space.weight_update, update) && allowed(space.remat, remat)) {
         out.push_back({{"kind", "mesh"}, {"mesh", mesh}, {"layout", layout}, {"weight_update", update}});
@@ -205,7 +205,7 @@ void meshes_3d(const Study& study, const PlanSpace& space, const std::set<std::s
 
 /// Two-dimensional meshes (batch x model) for every power-of-two model axis and every
 /// model-axis layout, and three-dimensional ones unless the space turns them off; the update
-/// replicated or sharded.
+/// replicated, sharded or fully sharded.
 void meshes(const Study& study, const PlanSpace& space, std::vector<Json>& out) {
   const auto dims = named_dimensions(study.model);
   const std::int64_t cores = study.cores();

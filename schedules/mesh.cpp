@@ -22,7 +22,7 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
   }
   if (const Json* placement = f.optional("placement"))
     read_placement(*placement, f.path_of("placement"), study, problems);
-  weight_update_ = f.string_or("weight_update", "replicated", {"replicated", "sharded"});
+  weight_update_ = f.string_or("weight_update", "replicated", {"replicated", "sharded", "fully_sharded"});
   remat_ = read_remat(f, Keep::All);
   std::map<std::string, int> sizes;
   for (const auto& [name, size] : mesh_) sizes[name] = size;
@@ -298,12 +298,13 @@ class MeshStepPlayer {
  public:
   MeshStepPlayer(const Study& study, const MeshSchedule& schedule,
                  const std::vector<std::pair<std::string, int>>& mesh, std::vector<LayerProgram> programs,
-                 bool sharded, Keep remat, std::shared_ptr<MeshExecutor> exec)
+                 bool sharded, bool fully, Keep remat, std::shared_ptr<MeshExecutor> exec)
       : study_(study),
         schedule_(schedule),
         mesh_(mesh),
         programs_(std::move(programs)),
-        sharded_(sharded),
+        sharded_(sharded || fully),
+        fully_(fully),
         remat_(remat),
         exec_(std::move(exec)),
         cores_(study.cores()),
@@ -316,15 +317,30 @@ class MeshStepPlayer {
 
   BuiltStep build(const Sharding& s) {
     resident_shards();
-    for (int l = 0; l < layers_; ++l) play(programs_[std::size_t(l)].forward, l, true);
+    for (int l = 0; l < layers_; ++l) extra_.push_back(fully_ ? gathered_extra(l) : 0.0);
+    std::vector<std::vector<int>> forward_end(static_cast<std::size_t>(layers_)),
+        backward_end(static_cast<std::size_t>(layers_));
+    const std::vector<int> none;
+    for (int l = 0; l < layers_; ++l) {
+      gather_weights(l, true, l >= 2 ? forward_end[std::size_t(l - 2)] : none);
+      play(programs_[std::size_t(l)].forward, l, true);
+      forward_end[std::size_t(l)] = last_;
+    }
     for (int l = layers_ - 1; l >= 0; --l) {
+      gather_weights(
+          l, false,
+          l + 2 < layers_ ? backward_end[std::size_t(l + 2)] : forward_end[std::size_t(layers_ - 1)]);
       if (remat_ != Keep::All) recompute(l);
       play(programs_[std::size_t(l)].backward, l, false);
+      backward_end[std::size_t(l)] = last_;
     }
     combined_gradient_reductions();
     optimizer_statistics(s);
     updates();
-    gather_updated_pieces();
+    if (fully_)
+      functional_gathers();
+    else
+      gather_updated_pieces();
     BuiltStep step = builder_.finish();
     step.model_flops = study_.model.step_model_flops(study_.batch);
     step.hardware_flops = hardware_flops_;
@@ -346,13 +362,14 @@ class MeshStepPlayer {
 
   double update_fraction(int l) const { return mesh::update_fraction(programs_[std::size_t(l)]); }
 
-  /// Resident shards of weights and optimizer slots.
+  /// Resident shards of weights (fully sharded: the pieces the core updates) and optimizer slots.
   void resident_shards() {
     for (int c = 0; c < cores_; ++c)
       for (int l = 0; l < layers_; ++l) {
         const auto held = mesh::resident_shards(
             programs_[std::size_t(l)], study_.optimizer.slot_elements(study_.model.layers[std::size_t(l)]));
-        g_.resident(c, sim::MemoryCategory::Weights, held.weights);
+        g_.resident(c, sim::MemoryCategory::Weights,
+                    fully_ ? kWeightBytes * programs_[std::size_t(l)].update_elements : held.weights);
         g_.resident(c, sim::MemoryCategory::Optimizer, held.optimizer);
       }
   }
@@ -373,6 +390,50 @@ class MeshStepPlayer {
     t.bytes = bytes;
     t.groups = std::move(family);
     return t;
+  }
+
+  /// Fully sharded: what gathering a layer's weights adds on each core (its whole shards under
+  /// the layout, less the pieces it holds), per family of mesh dimensions its gradients are
+  /// reduce-scattered over (the weights are gathered over the same groups).
+  std::map<std::vector<std::string>, double> gathered_bytes(int l) const {
+    std::map<std::vector<std::string>, double> bytes;
+    for (const Event& ev : programs_[std::size_t(l)].backward)
+      if (ev.kind == Event::GradientAllReduce) bytes[ev.mesh_dims] += ev.bytes;
+    return bytes;
+  }
+  double gathered_extra(int l) const {
+    double extra = 0;
+    for (const Event& ev : programs_[std::size_t(l)].backward)
+      if (ev.kind == Event::GradientAllReduce) {
+        double members = 1;
+        for (const auto& dim : ev.mesh_dims)
+          for (const auto& [name, size] : mesh_) members *= name == dim ? size : 1;
+        extra += ev.bytes - kWeightBytes * piece_elements(ev.bytes / kWeightBytes, members);
+      }
+    return extra;
+  }
+
+  /// Fully sharded: layer `l`'s weights all-gathered before its forward (`forward`) or its
+  /// backward, over each family's groups, once `after` (each core's task that frees the layer
+  /// before the one before: at most two layers gathered at once) has run; the core's next piece
+  /// waits for them. Held until its last piece of the pass (play_compute).
+  void gather_weights(int l, bool forward, const std::vector<int>& after) {
+    if (!fully_) return;
+    std::vector<std::vector<int>> arrivals(static_cast<std::size_t>(cores_));
+    bool first = true;
+    for (const auto& [dims, bytes] : gathered_bytes(l)) {
+      sim::Task t = family_collective(sim::CollectiveOp::AllGather,
+                                      study_.model.layers[std::size_t(l)].name + " weights", dims,
+                                      schedule_.groups(dims), "weight_allgather", l, bytes);
+      for (int c = 0; c < cores_ && first; ++c)
+        t.memory.push_back({c, sim::MemoryCategory::Weights, extra_[std::size_t(l)], When::Start});
+      first = false;
+      const int id = g_.add(std::move(t));
+      for (int x : after)
+        if (x >= 0) g_.depend(x, id);
+      for (auto& a : arrivals) a.push_back(id);
+    }
+    if (!first) receive(study_.model.layers[std::size_t(l)].name + " weights", forward, arrivals);
   }
 
   /// What a layer's forward keeps for its backward: every activation, or under
@@ -508,6 +569,8 @@ class MeshStepPlayer {
       if (!forward && last_piece)
         t.memory.push_back(
             {c, sim::MemoryCategory::Activations, -kept_in_forward(p) - recomputed(p), When::End});
+      if (fully_ && last_piece && extra_[std::size_t(l)] > 0)  // the gathered weights, freed after use
+        t.memory.push_back({c, sim::MemoryCategory::Weights, -extra_[std::size_t(l)], When::End});
       hardware_flops_ += ev.hardware_flops;
       if (exec_) t.host = exec_->compute(c, l, ev.actions);
       const int id = g_.add(std::move(t));
@@ -543,7 +606,7 @@ class MeshStepPlayer {
     // A weight-gradient reduction runs behind the rest of the backward, or (the software stack's
     // choice) waits until the whole backward has finished, combined with the others.
     if (ev.kind == Event::GradientAllReduce && !study_.hardware.core.gradient_collectives_overlap_backward &&
-        !forward) {
+        !forward && !fully_) {
       deferred_.push_back({&ev, l});
       return;
     }
@@ -706,6 +769,24 @@ class MeshStepPlayer {
     }
   }
 
+  /// Fully sharded, functional mode: the updated pieces as the next step's gathers will see
+  /// them, on every core (a zero-length task after the layer's updates; no gather is timed).
+  void functional_gathers() {
+    if (!exec_) return;
+    for (int l = 0; l < layers_; ++l)
+      for (const auto& w : scattered_[std::size_t(l)]) {
+        sim::Task t;
+        t.kind = sim::TaskKind::Compute;
+        t.name = "functional: " + w.name + " pieces for the next step core 0";
+        t.phase = "update";
+        t.core = 0;
+        t.layer = l;
+        t.host = exec_->gather(l, w.weight);
+        const int id = g_.add(std::move(t));
+        for (int u : updates_[std::size_t(l)]) g_.depend(u, id);
+      }
+  }
+
   /// Weight-update sharding: the updated pieces are all-gathered within the reduce-scatter's
   /// groups, those of one reduce-scatter together (XLA combines all-gathers as it combines
   /// reductions), once every layer among them is updated; last layers first.
@@ -748,6 +829,8 @@ class MeshStepPlayer {
   const std::vector<std::pair<std::string, int>>& mesh_;
   std::vector<LayerProgram> programs_;
   bool sharded_;
+  bool fully_;                 ///< fully sharded: weights gathered before use, never after the update
+  std::vector<double> extra_;  ///< per layer: what its gathered weights add (gathered_extra)
   Keep remat_;
   std::shared_ptr<MeshExecutor> exec_;
   int cores_, layers_;
@@ -789,9 +872,9 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   Json ops = Json::array();
   for (auto& program : lowered)
     for (auto& row : program.ops) ops.push_back(std::move(row));
-  BuiltStep step =
-      MeshStepPlayer(study, *this, mesh_, std::move(lowered), weight_update_ == "sharded", remat_, exec)
-          .build(s);
+  BuiltStep step = MeshStepPlayer(study, *this, mesh_, std::move(lowered), weight_update_ == "sharded",
+                                  weight_update_ == "fully_sharded", remat_, exec)
+                       .build(s);
   step.details =
       Json{{"local_batch", layer_batch(study)}, {"placement", placement_details(study)}, {"ops", ops}};
   if (!padded.empty()) step.details["padded"] = padded;
@@ -807,7 +890,7 @@ std::vector<LayerProgram> MeshSchedule::programs(const Study& study) const {
   for (std::size_t l = 0; l < study.model.layers.size(); ++l) {
     const Layer& layer = study.model.layers[l];
     out.push_back(lower_layer(layer.named_ops(study.batch), s, cost, study.model.activation_bytes, layer.name,
-                              l == 0, weight_update_ == "sharded", batch_norm_group_));
+                              l == 0, weight_update_ != "replicated", batch_norm_group_));
   }
   return out;
 }

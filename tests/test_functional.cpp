@@ -390,3 +390,11 @@ TEST_CASE("a flash-attention transformer's mesh layout matches one core", "[func
                        "layout": {"batch": "batch", "d_ff": "model", "heads": "model"}})",
                    "momentum", kFourCores);
 }
+
+TEST_CASE("the Mesh-TF language model's layout with fully sharded weights matches one core",
+          "[functional][mesh][sharding]") {
+  check_equivalent(kMeshLm,
+                   R"({"kind": "mesh", "mesh": [["batch", 2], ["model", 2]], "weight_update": "fully_sharded",
+                       "layout": {"batch": "batch", "d_ff": "model", "heads": "model", "vocab": "model"}})",
+                   "momentum", kFourCores);
+}

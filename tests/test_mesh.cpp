@@ -719,3 +719,52 @@ TEST_CASE("re-materialization under a mesh: each layer keeps its input and repla
     dots_replayed += dots.graph.task(id).phase == "recompute_collective";
   CHECK(dots_replayed < replayed);
 }
+
+TEST_CASE("fully sharded under a mesh: pieces resident, each layer gathered before forward and backward",
+          "[mesh][sharding]") {
+  const Json model = Json::parse(
+      R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 64})");
+  Json sched = Json::parse(
+      R"({"kind": "mesh", "mesh": [["batch", 8], ["model", 4]], "layout": {"batch": "batch", "d_ff": "model", "heads": "model", "vocab": "model"}})");
+  const Study replicated = mesh_study(model, sched);
+  sched["weight_update"] = "fully_sharded";
+  const Study fully = mesh_study(model, sched);
+  CHECK(fully.schedule->resolved()["weight_update"] == "fully_sharded");
+  REQUIRE_FALSE(fully.hardware.core.gradient_collectives_overlap_backward);
+  const BuiltStep a = replicated.schedule->build(replicated), b = fully.schedule->build(fully);
+  REQUIRE_NOTHROW(b.graph.validate());  // what each gather adds, the layer's last piece frees
+  double reduced = 0, scattered = 0, gathered = 0;
+  std::set<int> gathered_layers;
+  for (int id = 0; id < a.graph.size(); ++id)
+    if (a.graph.task(id).phase == "weight_gradient_allreduce") reduced += a.graph.task(id).bytes;
+  for (int id = 0; id < b.graph.size(); ++id) {
+    const auto& t = b.graph.task(id);
+    CHECK(t.phase != "weight_gradient_allreduce");
+    if (t.phase == "weight_gradient_reduce_scatter") {
+      scattered += t.bytes;
+      CHECK(t.layer >= 0);  // each layer's as its backward ends, whatever the overlap setting
+    }
+    if (t.phase == "weight_allgather") {
+      CHECK(t.op == sim::CollectiveOp::AllGather);
+      gathered += t.bytes;
+      gathered_layers.insert(t.layer);
+    }
+  }
+  // Reduce-scattered: the gradients; all-gathered: the weights twice (forward and backward).
+  CHECK(scattered == Approx(reduced));
+  CHECK(gathered == Approx(2 * reduced));
+  CHECK(int(gathered_layers.size()) == int(fully.model.layers.size()));
+  // Resident: 1/8 of the weights and of the optimizer slots (pieces of a few elements pad up).
+  const auto& ra = a.graph.resident()[5];
+  const auto& rb = b.graph.resident()[5];
+  for (auto k : {sim::MemoryCategory::Weights, sim::MemoryCategory::Optimizer}) {
+    CHECK(rb[int(k)] == Approx(ra[int(k)] / 8).epsilon(0.01));
+    CHECK(rb[int(k)] >= ra[int(k)] / 8);
+  }
+  // A gather adds the rest of the layer's shards on every core.
+  double added = 0;
+  for (int id = 0; id < b.graph.size(); ++id)
+    for (const auto& m : b.graph.task(id).memory)
+      if (m.core == 5 && m.category == sim::MemoryCategory::Weights && m.bytes > 0) added += m.bytes;
+  CHECK(added == Approx(2 * (ra[int(sim::MemoryCategory::Weights)] - rb[int(sim::MemoryCategory::Weights)])));
+}

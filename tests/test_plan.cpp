@@ -54,12 +54,12 @@ TEST_CASE("plan proposes every pipeline shape that divides the slice and the bat
   // (replicated / sharded x buckets of 8, 32 and 128 MiB, or fully sharded) x fp32 / bf16 x remat
   // false, true or save_dots
   CHECK(dp == 42);
-  CHECK(meshes == 3 * 3 * 2 * 3);  // model axis 2, 4, 8 x 3 layouts x replicated / sharded x 3 remat
+  CHECK(meshes == 3 * 3 * 3 * 3);  // model axis 2, 4, 8 x 3 layouts x 3 updates x 3 remat
   CHECK(on_model == std::set<std::string>{
                         R"({"batch":"batch","d_ff":"model","heads":"model","vocab":"model"})",
                         R"({"batch":"batch","d_model":"model"})", R"({"batch":"batch","seq":"model"})"});
   // Three-dimensional meshes too (Megatron's dimensions on the model axis, d_model or seq on
-  // model2): (2, 2), (2, 4), (4, 2) x 2 layouts x replicated / sharded x 3 remat; none when the space
+  // model2): (2, 2), (2, 4), (4, 2) x 2 layouts x 3 updates x 3 remat; none when the space
   // turns them off.
   PlanSpace without_3d;
   without_3d.meshes_3d = false;
@@ -71,7 +71,7 @@ TEST_CASE("plan proposes every pipeline shape that divides the slice and the bat
       CHECK(c["mesh"][0][1].get<int>() * c["mesh"][1][1].get<int>() * c["mesh"][2][1].get<int>() == 8);
       CHECK(c["mesh"][2][0] == "model");  // innermost: its partial sums are the most frequent
     }
-  CHECK(three == 3 * 2 * 2 * 3);
+  CHECK(three == 3 * 2 * 3 * 3);
   // M up to 64/R: 7, 6, 5 powers of two for R = 1, 2, 4. K = 2: T = 1 with R in {1, 2, 4}, T = 2
   // with R in {1, 2}, T = 4 with R = 1; K = 4: T = 1 with R in {1, 2}, T = 2 with R = 1; K = 8:
   // T = 1, R = 1. Remat true, false and save_dots, two kinds.
@@ -103,7 +103,7 @@ TEST_CASE("a plan space file narrows the search; bad ones name the path", "[plan
   std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "kinds": ["mesh"], "model_axis_dims": [["seq"]],
              "meshes_3d": false})";
   const auto seq = plan_candidates(s, read_plan_space(file));
-  CHECK(seq.size() == 18);  // model axis 2, 4, 8 x replicated / sharded x 3 remat (two-dimensional only)
+  CHECK(seq.size() == 27);  // model axis 2, 4, 8 x 3 updates x 3 remat (two-dimensional only)
   for (const auto& c : seq) CHECK(plan_label(c).find(" (seq) ") != std::string::npos);
   std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "kinds": ["pipe"], "stagez": [2], "remat": [1],
              "model_axis_dims": [["d_ff"], ["batch"], ["bogus"]], "placement": ["auto", "diagonal"],
