@@ -72,7 +72,19 @@ class Stopper {
   /// A simulation finished: from now on the time limit may stop the search.
   void answered() { answered_ = true; }
   /// Whether bounding should give way to simulating (half the time limit gone, or stopped).
-  bool bounding_over() { return requested() || (limit_s_ > 0 && elapsed_s() >= limit_s_ / 2); }
+  bool bounding_over() {
+    if (requested()) return true;
+    if (limit_s_ <= 0 || elapsed_s() < limit_s_ / 2) return false;
+    bounding_cut_ = true;
+    return true;
+  }
+  /// Whether the search left something out: stopped, or bounding cut short by the time limit
+  /// (the search may then end before the limit, with candidates never bounded).
+  bool cut_short() const { return stopped_ || bounding_cut_; }
+  /// Why it was cut short.
+  std::string reason() const {
+    return stopped_ ? why_ : "the time limit of " + seconds(limit_s_) + " (half of it given to bounding)";
+  }
   double elapsed_s() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
   bool stopped() const { return stopped_; }
   const std::string& why() const { return why_; }
@@ -97,7 +109,7 @@ class Stopper {
   }
   double limit_s_;
   Clock::time_point start_;
-  std::atomic<bool> stopped_{false}, answered_{false};
+  std::atomic<bool> stopped_{false}, answered_{false}, bounding_cut_{false};
   std::mutex lock_;
   std::string why_;
   double stopped_at_s_ = 0;
@@ -142,8 +154,9 @@ double task_floor(const Study& s, const sim::CollectivePlanner& planner, const s
 }
 
 /// A mesh layout's bound from its SPMD program alone (a task graph of every core is costly on a
-/// large slice): one core runs every compute piece and waits for every blocking collective; its
-/// weight-gradient reductions, when they wait for the whole backward, add their bandwidth terms.
+/// large slice): one core runs every compute piece (a re-materialized layer's recompute too) and
+/// waits for every blocking collective (a fully sharded layer's weight gathers, without overlap);
+/// its weight-gradient reductions, when they wait for the whole backward, add their bandwidth terms.
 double mesh_bound(const Study& s, const MeshSchedule& mesh, const std::vector<mesh::LayerProgram>& programs) {
   using E = mesh::Event;
   const sim::CollectivePlanner planner = collective_planner(s);
@@ -151,7 +164,28 @@ double mesh_bound(const Study& s, const MeshSchedule& mesh, const std::vector<me
   std::map<std::tuple<std::vector<std::string>, std::string, int>, std::vector<int>> groups;
   std::map<std::tuple<int, std::vector<int>, double, bool>, double> floors;
   double bound = 0;
-  for (const auto& program : programs)
+  const Keep remat = mesh.remat();
+  const bool overlap = s.hardware.core.gradient_collectives_overlap_backward;
+  auto add_floor = [&](sim::CollectiveOp op, const mesh::Event& ev, double bytes, bool blocking) {
+    auto g = groups.find({ev.mesh_dims, ev.block_dim, ev.block});
+    if (g == groups.end())
+      g = groups.emplace(std::make_tuple(ev.mesh_dims, ev.block_dim, ev.block), mesh.groups(ev).front())
+              .first;
+    const auto key = std::make_tuple(int(op), g->second, bytes, blocking);
+    auto f = floors.find(key);
+    if (f == floors.end())
+      f = floors.emplace(key, collective_floor(s, planner, op, g->second, bytes, blocking)).first;
+    bound += f->second;
+  };
+  for (const auto& program : programs) {
+    // Re-materialized: the forward's compute (or save_dots' part of it) runs again.
+    for (const auto& ev : program.forward)
+      if (ev.kind == E::Compute && remat != Keep::All)
+        bound += remat == Keep::Input ? ev.seconds : ev.non_dot_seconds;
+    // Fully sharded without overlap: the layer's weights gathered in program order, twice.
+    for (const auto& ev : program.backward)
+      if (ev.kind == E::GradientAllReduce && mesh.fully_sharded() && !overlap)
+        for (int pass = 0; pass < 2; ++pass) add_floor(sim::CollectiveOp::AllGather, ev, ev.bytes, true);
     for (const auto* events : {&program.forward, &program.backward})
       for (const auto& ev : *events) {
         if (ev.kind == E::Compute) {
@@ -166,16 +200,9 @@ double mesh_bound(const Study& s, const MeshSchedule& mesh, const std::vector<me
                         : ev.kind == E::BlockingAllReduce     ? sim::CollectiveOp::AllReduce
                                                               : sim::CollectiveOp(-1);
         if (int(op) < 0) continue;
-        auto g = groups.find({ev.mesh_dims, ev.block_dim, ev.block});
-        if (g == groups.end())
-          g = groups.emplace(std::make_tuple(ev.mesh_dims, ev.block_dim, ev.block), mesh.groups(ev).front())
-                  .first;
-        const auto key = std::make_tuple(int(op), g->second, ev.bytes, !gradient);
-        auto f = floors.find(key);
-        if (f == floors.end())
-          f = floors.emplace(key, collective_floor(s, planner, op, g->second, ev.bytes, !gradient)).first;
-        bound += f->second;
+        add_floor(op, ev, ev.bytes, !gradient);
       }
+  }
   return bound;
 }
 
@@ -191,7 +218,8 @@ void bound(const Study& base, Candidate& c, double usable, const std::shared_ptr
       c.cores_used = s.cores();
       // Every core holds the same shards of the weights and optimizer slots all step.
       for (std::size_t l = 0; l < programs.size(); ++l) {
-        const auto held = mesh::resident_shards(programs[l], s.optimizer.slot_elements(s.model.layers[l]));
+        const auto held = mesh::resident_shards(programs[l], s.optimizer.slot_elements(s.model.layers[l]),
+                                                mesh->fully_sharded());
         c.resident_by[int(sim::MemoryCategory::Weights)] += held.weights;
         c.resident_by[int(sim::MemoryCategory::Optimizer)] += held.optimizer;
       }
@@ -199,7 +227,7 @@ void bound(const Study& base, Candidate& c, double usable, const std::shared_ptr
       // Every layer's kept activations are held at once at the end of the forward, beside the
       // last layer's forward transient.
       double kept = 0;
-      for (const auto& p : programs) kept += p.kept_bytes;
+      for (const auto& p : programs) kept += mesh->kept_in_forward(p);
       c.floor_bytes = c.resident_bytes + kept + (programs.empty() ? 0.0 : programs.back().workspace_bytes);
       c.pruned = c.floor_bytes > usable;
       c.bounded = true;
@@ -508,7 +536,8 @@ void record_completeness(const PlanOptions& o, const std::vector<Candidate>& all
   }
   const bool complete = unbounded == 0 && unsimulated == 0;
   plan["complete"] = complete;
-  plan["stopped"] = stop.stopped() ? Json{{"by", stop.why()}, {"after_s", stop.elapsed_s()}} : Json(nullptr);
+  plan["stopped"] =
+      stop.cut_short() ? Json{{"by", stop.reason()}, {"after_s", stop.elapsed_s()}} : Json(nullptr);
   plan["not_examined"] = {{"unbounded", unbounded}, {"unsimulated", unsimulated}};
 }
 
@@ -575,7 +604,7 @@ int cmd_plan(const PlanOptions& o) {
   else
     std::cout << reports::plan_text(plan);
   if (!plan["complete"].get<bool>())
-    std::cerr << "tpusim plan: incomplete, stopped by " << stop.why() << ": the best plan found so far\n";
+    std::cerr << "tpusim plan: incomplete, stopped by " << stop.reason() << ": the best plan found so far\n";
   if (const int sig = stop_signal()) return 128 + sig;
   if (plan["best"].is_null()) {
     std::cerr << "tpusim plan: no plan fits; the closest: " << closest(all) << "\n";

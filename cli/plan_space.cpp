@@ -170,13 +170,15 @@ std::vector<std::vector<std::string>> model_axis_layouts(const std::set<std::str
   return out;
 }
 
+/// A mesh with each weight update and re-materialization policy.
 void push_mesh(const PlanSpace& space, Json mesh, const Json& layout, std::vector<Json>& out) {
-  for (const std::string update : {"replicated", "sharded", "fully_sharded"})
+  for (const std::string update : {"replicated", "sharded", "fully_sharded"}) {
     for (const Json& remat : remat_policies())
       if (allowed(space.weight_update, update) && allowed(space.remat, remat)) {
         out.push_back({{"kind", "mesh"}, {"mesh", mesh}, {"layout", layout}, {"weight_update", update}});
         if (remat != false) out.back()["remat"] = remat;
       }
+  }
 }
 
 /// Three-dimensional meshes batch x model2 x model: Megatron's dimensions on the model axis

@@ -305,6 +305,7 @@ class MeshStepPlayer {
         programs_(std::move(programs)),
         sharded_(sharded || fully),
         fully_(fully),
+        overlap_(study.hardware.core.gradient_collectives_overlap_backward),
         remat_(remat),
         exec_(std::move(exec)),
         cores_(study.cores()),
@@ -367,9 +368,9 @@ class MeshStepPlayer {
     for (int c = 0; c < cores_; ++c)
       for (int l = 0; l < layers_; ++l) {
         const auto held = mesh::resident_shards(
-            programs_[std::size_t(l)], study_.optimizer.slot_elements(study_.model.layers[std::size_t(l)]));
-        g_.resident(c, sim::MemoryCategory::Weights,
-                    fully_ ? kWeightBytes * programs_[std::size_t(l)].update_elements : held.weights);
+            programs_[std::size_t(l)], study_.optimizer.slot_elements(study_.model.layers[std::size_t(l)]),
+            fully_);
+        g_.resident(c, sim::MemoryCategory::Weights, held.weights);
         g_.resident(c, sim::MemoryCategory::Optimizer, held.optimizer);
       }
   }
@@ -414,11 +415,15 @@ class MeshStepPlayer {
   }
 
   /// Fully sharded: layer `l`'s weights all-gathered before its forward (`forward`) or its
-  /// backward, over each family's groups, once `after` (each core's task that frees the layer
-  /// before the one before: at most two layers gathered at once) has run; the core's next piece
-  /// waits for them. Held until its last piece of the pass (play_compute).
-  void gather_weights(int l, bool forward, const std::vector<int>& after) {
+  /// backward, over each family's groups; the core's next piece waits for them. Held until its
+  /// last piece of the pass (play_compute). When the software stack overlaps collectives with
+  /// compute (core.gradient_collectives_overlap_backward), the gather starts once
+  /// `prefetch_after` has run (each core's task that frees the layer before the one before: at
+  /// most two layers gathered at once); otherwise when every core reaches it, as XLA runs a
+  /// synchronous collective in program order.
+  void gather_weights(int l, bool forward, const std::vector<int>& prefetch_after) {
     if (!fully_) return;
+    const std::vector<int> after = overlap_ ? prefetch_after : last_;
     std::vector<std::vector<int>> arrivals(static_cast<std::size_t>(cores_));
     bool first = true;
     for (const auto& [dims, bytes] : gathered_bytes(l)) {
@@ -438,11 +443,7 @@ class MeshStepPlayer {
 
   /// What a layer's forward keeps for its backward: every activation, or under
   /// re-materialization its input (and "save_dots" its matmuls' outputs).
-  double kept_in_forward(const LayerProgram& p) const {
-    return remat_ == Keep::All     ? p.kept_bytes
-           : remat_ == Keep::Input ? p.input_bytes
-                                   : p.input_bytes + p.dot_output_bytes;
-  }
+  double kept_in_forward(const LayerProgram& p) const { return schedule_.kept_in_forward(p); }
   /// What the recompute before its backward rebuilds: the rest of what the backward reads.
   double recomputed(const LayerProgram& p) const {
     return remat_ == Keep::All     ? 0.0
@@ -633,9 +634,10 @@ class MeshStepPlayer {
     const int id = g_.add(std::move(t));
     for (int c = 0; c < cores_; ++c)
       if (last_[std::size_t(c)] >= 0) g_.depend(last_[std::size_t(c)], id);
-    if (ev.kind == Event::GradientAllReduce)
-      gradient_reductions_[std::size_t(l)].push_back(id);
-    else
+    if (ev.kind == Event::GradientAllReduce) gradient_reductions_[std::size_t(l)].push_back(id);
+    // Fully sharded without overlap: each layer's reduce-scatter in program order, the backward
+    // waiting for it.
+    if (ev.kind != Event::GradientAllReduce || (fully_ && !overlap_))
       receive(ev.name, forward,
               std::vector<std::vector<int>>(static_cast<std::size_t>(cores_), std::vector<int>{id}));
   }
@@ -830,6 +832,7 @@ class MeshStepPlayer {
   std::vector<LayerProgram> programs_;
   bool sharded_;
   bool fully_;                 ///< fully sharded: weights gathered before use, never after the update
+  bool overlap_;               ///< the software stack overlaps collectives with compute
   std::vector<double> extra_;  ///< per layer: what its gathered weights add (gathered_extra)
   Keep remat_;
   std::shared_ptr<MeshExecutor> exec_;

@@ -31,6 +31,14 @@ class MeshSchedule : public Schedule {
   /// one), the part of each image its spatial split gives it.
   std::vector<CoreInput> input(const Study& study) const override;
   int batch_norm_group() const override { return batch_norm_group_; }
+  /// weight_update "fully_sharded": each core holds pieces of its weight shards.
+  bool fully_sharded() const { return weight_update_ == "fully_sharded"; }
+  Keep remat() const { return remat_; }
+  /// What a layer's forward keeps on a core under the schedule's re-materialization policy.
+  double kept_in_forward(const mesh::LayerProgram& p) const {
+    return remat_ == Keep::All ? p.kept_bytes
+                               : p.input_bytes + (remat_ == Keep::Dots ? p.dot_output_bytes : 0.0);
+  }
 
   /// The mesh size a tensor dimension is split by (1 when the layout does not split it).
   int split(const std::string& dim) const;

@@ -18,8 +18,9 @@ double update_fraction(const LayerProgram& p) {
   return p.total_weight_elements > 0 ? p.update_elements / p.total_weight_elements : 0;
 }
 
-ResidentShards resident_shards(const LayerProgram& p, double slot_elements) {
-  return {kWeightBytes * p.weight_elements, kWeightBytes * slot_elements * update_fraction(p)};
+ResidentShards resident_shards(const LayerProgram& p, double slot_elements, bool fully_sharded) {
+  return {kWeightBytes * (fully_sharded ? p.update_elements : p.weight_elements),
+          kWeightBytes * slot_elements * update_fraction(p)};
 }
 
 namespace {

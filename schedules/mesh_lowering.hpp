@@ -73,12 +73,13 @@ struct LayerProgram {
 /// optimizer slots are that share of the layer's.
 double update_fraction(const LayerProgram& p);
 
-/// What a core holds of a layer all step: its weight shards and its share of the layer's
-/// optimizer slots (`slot_elements` for the whole layer), in bytes.
+/// What a core holds of a layer all step: its weight shards (`fully_sharded`: only the pieces
+/// it updates) and its share of the layer's optimizer slots (`slot_elements` for the whole
+/// layer), in bytes.
 struct ResidentShards {
   double weights = 0, optimizer = 0;
 };
-ResidentShards resident_shards(const LayerProgram& p, double slot_elements);
+ResidentShards resident_shards(const LayerProgram& p, double slot_elements, bool fully_sharded = false);
 
 /// `model_input`: the layer's first op reads the model's input, which needs no gradient.
 /// `sharded`: weight gradients are reduce-scattered (weight-update sharding) instead of all-reduced.
