@@ -34,6 +34,10 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 struct Candidate {
   Json schedule;
+  /// The model's attention ("" as the study has it, or "standard" / "flash": plan searches flash
+  /// attention where the model has it).
+  std::string attention;
+  int variant = 0;  ///< which of the study's model variants it runs (ModelVariant)
   std::string label;
   std::string invalid;                 ///< why the study is invalid with this schedule
   double resident_bytes = 0;           ///< the most any core holds all step
@@ -206,6 +210,41 @@ double mesh_bound(const Study& s, const MeshSchedule& mesh, const std::vector<me
   return bound;
 }
 
+/// The study's model as given (attention "" : no change), or with its attention set.
+struct ModelVariant {
+  std::string attention;
+  Study study;
+  std::shared_ptr<LayerCostCache> costs;
+};
+
+/// The model variants plan searches: flash attention beside the study's own where the model
+/// kind has it (a transformer without attention dropout) and the space allows it; the study's
+/// own model alone otherwise.
+std::vector<ModelVariant> model_variants(const Json& base, const std::string& file, const Study& study,
+                                         const PlanSpace& space) {
+  std::vector<ModelVariant> out;
+  const std::string own = base.contains("model") && base["model"].is_object()
+                              ? base["model"].value("attention", std::string("standard"))
+                              : std::string("standard");
+  for (const std::string attention : {"standard", "flash"}) {
+    if (space.attention &&
+        std::find(space.attention->begin(), space.attention->end(), attention) == space.attention->end())
+      continue;
+    if (attention == own) {
+      out.push_back({"", study, nullptr});
+      continue;
+    }
+    Json j = base;
+    j["model"]["attention"] = attention;
+    try {
+      out.push_back({attention, parse_study(j, file, fs::path(file).parent_path()), nullptr});
+    } catch (const ConfigError&) {  // the model has no such attention: not a variant
+    }
+  }
+  if (out.empty()) out.push_back({"", study, nullptr});  // the space excluded the study's own
+  return out;
+}
+
 /// Validates the study with `c.schedule`, builds its graph, and bounds it (no engine). The
 /// candidates share `costs` (they differ only in their schedule).
 void bound(const Study& base, Candidate& c, double usable, const std::shared_ptr<LayerCostCache>& costs) {
@@ -275,6 +314,7 @@ void bound(const Study& base, Candidate& c, double usable, const std::shared_ptr
 void simulate(const PlanOptions& o, Candidate& c, Stopper& stop) {
   std::vector<std::string> args = {"run", o.study, "--json"};
   for (const auto& s : o.sets) args.insert(args.end(), {"--set", s});
+  if (!c.attention.empty()) args.insert(args.end(), {"--set", "model.attention=\"" + c.attention + "\""});
   args.insert(args.end(), {"--set", "schedule=" + c.schedule.dump()});
   c.simulated = true;
   try {
@@ -436,6 +476,7 @@ std::string why(const Candidate& c, const Candidate* best, double threshold) {
 
 Json summary(const Candidate& c) {
   Json j{{"plan", c.label}, {"schedule", c.schedule}, {"cores_used", c.cores_used}, {"bound_s", c.bound_s}};
+  if (!c.attention.empty()) j["attention"] = c.attention;
   if (c.result.is_object()) {
     for (const char* k : {"step_time_s", "examples_per_s", "peak_hbm_bytes", "mxu_utilization", "fits"})
       j[k] = c.result.value(k, Json(nullptr));
@@ -460,6 +501,7 @@ Json plan_json(const PlanOptions& o, const std::vector<Candidate>& all) {
   j["pruned"] = {{"memory", pruned}, {"invalid", invalid}};
   if (top > 0) {
     j["best"] = {{"plan", fit[0]->label}, {"schedule", fit[0]->schedule}, {"result", fit[0]->result}};
+    if (!fit[0]->attention.empty()) j["best"]["attention"] = fit[0]->attention;
   }
   for (std::size_t i = 0; i < top; ++i) j["top"].push_back(summary(*fit[i]));
   // The rest, closest first: simulated and fitting (by step time), simulated and not fitting
@@ -496,8 +538,9 @@ Json plan_json(const PlanOptions& o, const std::vector<Candidate>& all) {
 
 /// The study of the best plan, runnable from anywhere: a hardware file named by a path
 /// relative to the study is made absolute.
-Json runnable_study(Json study, const std::string& file, const Json& schedule, const std::string& label) {
-  study["schedule"] = schedule;
+Json runnable_study(Json study, const std::string& file, const Json& best, const std::string& label) {
+  study["schedule"] = best["schedule"];
+  if (best.contains("attention")) study["model"]["attention"] = best["attention"];
   study["description"] = "tpusim plan's best plan (" + label + ") for " + file + ". " +
                          study.value("description", std::string());
   if (study.contains("hardware") && study["hardware"].is_string()) {
@@ -554,13 +597,19 @@ int cmd_plan(const PlanOptions& o) {
   const Study study = parse_study(base, o.study, fs::path(o.study).parent_path());  // bad input: exit 2
   const PlanSpace space = o.space.empty() ? PlanSpace{} : read_plan_space(o.space);
 
+  // The model as the study has it, and with flash attention where the model kind has it (each
+  // variant its own study and layer costs).
+  std::vector<ModelVariant> variants = model_variants(base, o.study, study, space);
   std::vector<Candidate> all;
-  for (auto& s : plan_candidates(study, space)) {
-    Candidate c;
-    c.label = plan_label(s);
-    c.schedule = std::move(s);
-    all.push_back(std::move(c));
-  }
+  for (std::size_t v = 0; v < variants.size(); ++v)
+    for (auto& s : plan_candidates(variants[v].study, space)) {
+      Candidate c;
+      c.label = plan_label(s) + (variants[v].attention == "flash" ? " flash" : "");
+      c.schedule = std::move(s);
+      c.attention = variants[v].attention;
+      c.variant = int(v);
+      all.push_back(std::move(c));
+    }
   const double usable = study.hardware.core.usable_hbm_bytes();
   if (!(o.time_limit_s >= 0))
     throw ConfigError("--time-limit", "", std::to_string(o.time_limit_s), "seconds >= 0 (0: none)");
@@ -570,10 +619,11 @@ int cmd_plan(const PlanOptions& o) {
     RunProgress progress("bounding candidates", "candidates");
     std::mutex lock;
     int done = 0;
-    const auto costs = std::make_shared<LayerCostCache>();
+    for (auto& v : variants) v.costs = std::make_shared<LayerCostCache>();
     parallel_for(all.size(), job_count(o.jobs), [&](std::size_t i) {
       if (stop.bounding_over()) return;  // left unexamined: time to simulate what was bounded
-      bound(study, all[i], usable, costs);
+      const ModelVariant& v = variants[std::size_t(all[i].variant)];
+      bound(v.study, all[i], usable, v.costs);
       const std::lock_guard<std::mutex> guard(lock);
       progress.update(++done, int(all.size()));
     });
@@ -594,10 +644,10 @@ int cmd_plan(const PlanOptions& o) {
     write_output_file(fs::path(o.out) / "plan.md", reports::plan_markdown(plan));
     write_output_file(fs::path(o.out) / "plan.html", reports::plan_html(plan));
     if (!plan["best"].is_null())
-      write_output_file(fs::path(o.out) / "best.json", runnable_study(base, o.study, plan["best"]["schedule"],
-                                                                      plan["best"]["plan"].get<std::string>())
-                                                               .dump(2) +
-                                                           "\n");
+      write_output_file(
+          fs::path(o.out) / "best.json",
+          runnable_study(base, o.study, plan["best"], plan["best"]["plan"].get<std::string>()).dump(2) +
+              "\n");
   }
   if (o.json)
     std::cout << plan.dump(2) << "\n";

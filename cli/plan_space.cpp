@@ -249,6 +249,7 @@ PlanSpace read_plan_space(const std::string& file) {
     s.remat = read_list<Json>(f, "remat", "true, false or \"save_dots\"");
     s.weight_update = read_choices(f, "weight_update", {"replicated", "sharded", "fully_sharded"});
     s.gradient_dtype = read_choices(f, "gradient_dtype", {"fp32", "bf16"});
+    s.attention = read_choices(f, "attention", {"standard", "flash"});
     s.partition = read_choices(f, "partition", {"balanced", "memory_aware"});
     s.placement = read_choices(f, "placement", {"auto", "by_stage"});
     if (const Json* v = f.optional("model_axis_dims")) {

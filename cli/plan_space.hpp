@@ -24,6 +24,9 @@ struct PlanSpace {
   /// Re-materialization policies (false, true, "save_dots").
   std::optional<std::vector<Json>> remat;
   std::optional<std::vector<std::string>> weight_update, gradient_dtype;
+  /// The model's attention ("standard", "flash"); absent: both where the model has flash
+  /// attention (a transformer without attention dropout), the study's own otherwise.
+  std::optional<std::vector<std::string>> attention;
   /// Pipeline partitions; absent: "memory_aware" alone (the cost-balanced cut whenever that
   /// fits, so it loses nothing to "balanced" and fits where "balanced" overflows).
   std::optional<std::vector<std::string>> partition;

@@ -20,7 +20,7 @@ study t12_v3_32 v3-32 128 '{"kind": "transformer", "layers": 12, "d_model": 512,
 
 # On v3-32 the exhaustive run simulates a narrower space (both runs search the same one): stages
 # of one or two cores, at most 8 micro-batches.
-echo '{"schema": "tpusim.plan_space/1", "tensor_parallel": [1, 2], "max_microbatches": 8}' > "$work/narrow.json"
+echo '{"schema": "tpusim.plan_space/1", "tensor_parallel": [1, 2], "max_microbatches": 8, "attention": ["standard"]}' > "$work/narrow.json"
 for s in mlp t12_v3_8 t12_v3_32; do
   space=(); [ "$s" = t12_v3_32 ] && space=(--space "$work/narrow.json")
   "$tpusim" plan "$work/$s.json" -j 2 --json "${space[@]}" > "$work/$s.plan.json" 2> /dev/null
@@ -48,6 +48,19 @@ for o in plan["others"]: assert o["why"], o
 print(f"{name}: best {plan['best']['plan']}, {plan['simulated']} of {valid} simulated")
 PY
 done
+
+# Flash attention is searched where the model has it (the transformers, not the mlp): every
+# schedule twice, the flash twin labelled and carrying the model's attention; a space of
+# "standard" alone leaves it out.
+python3 - "$work/t12_v3_8.plan.json" "$work/mlp.plan.json" "$work/t12_v3_32.plan.json" <<'PY'
+import json, sys
+t12, mlp, narrow = (json.load(open(f)) for f in sys.argv[1:4])
+every = lambda p: p["top"] + p["others"]
+flash = [c for c in every(t12) if c["plan"].endswith(" flash")]
+assert flash and all(c["attention"] == "flash" for c in flash), len(flash)
+assert len(flash) * 2 == t12["evaluated"], (len(flash), t12["evaluated"])
+assert not any("attention" in c for c in every(mlp) + every(narrow))
+PY
 
 # Deterministic whatever -j is; --out writes the reports and a best.json that runs as is.
 "$tpusim" plan "$work/t12_v3_8.json" -j 1 --json --out "$work/out" > "$work/j1.json" 2> /dev/null
