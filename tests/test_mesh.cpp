@@ -43,6 +43,16 @@ double local_flops(const BuiltStep& step, const std::string& layer, const std::s
   return 0;
 }
 
+/// A two-layer Transformer and a batch:8 x model:4 mesh splitting Megatron's dimensions.
+Json megatron_model() {
+  return Json::parse(
+      R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 64})");
+}
+Json megatron_schedule() {
+  return Json::parse(
+      R"({"kind": "mesh", "mesh": [["batch", 8], ["model", 4]], "layout": {"batch": "batch", "d_ff": "model", "heads": "model", "vocab": "model"}})");
+}
+
 }  // namespace
 
 TEST_CASE("mesh coordinates and sub-groups", "[mesh]") {
@@ -309,10 +319,8 @@ TEST_CASE("spatial partitioning pads an image that does not divide", "[mesh][spa
 
 TEST_CASE("weight-update sharding under a mesh: reduce-scatter, update a piece, all-gather",
           "[mesh][sharding]") {
-  const Json model = Json::parse(
-      R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 64})");
-  Json sched = Json::parse(
-      R"({"kind": "mesh", "mesh": [["batch", 8], ["model", 4]], "layout": {"batch": "batch", "d_ff": "model", "heads": "model", "vocab": "model"}})");
+  const Json model = megatron_model();
+  Json sched = megatron_schedule();
   // Per op (with overlap: reductions as the backward goes, not combined after it).
   Study replicated = mesh_study(model, sched);
   sched["weight_update"] = "sharded";
@@ -660,10 +668,8 @@ TEST_CASE("unsharded, the mesh lowering keeps and holds what a layer's work does
 
 TEST_CASE("re-materialization under a mesh: each layer keeps its input and replays its forward",
           "[mesh][remat]") {
-  const Json model = Json::parse(
-      R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 64})");
-  Json schedule = Json::parse(
-      R"({"kind": "mesh", "mesh": {"batch": 8, "model": 4}, "layout": {"batch": "batch", "d_ff": "model", "heads": "model", "vocab": "model"}})");
+  const Json model = megatron_model();
+  Json schedule = megatron_schedule();
   const Study plain_study = mesh_study(model, schedule);
   const auto programs = dynamic_cast<const MeshSchedule&>(*plain_study.schedule).programs(plain_study);
   schedule["remat"] = true;
@@ -722,10 +728,8 @@ TEST_CASE("re-materialization under a mesh: each layer keeps its input and repla
 
 TEST_CASE("fully sharded under a mesh: pieces resident, each layer gathered before forward and backward",
           "[mesh][sharding]") {
-  const Json model = Json::parse(
-      R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 64})");
-  Json sched = Json::parse(
-      R"({"kind": "mesh", "mesh": [["batch", 8], ["model", 4]], "layout": {"batch": "batch", "d_ff": "model", "heads": "model", "vocab": "model"}})");
+  const Json model = megatron_model();
+  Json sched = megatron_schedule();
   const Study replicated = mesh_study(model, sched);
   sched["weight_update"] = "fully_sharded";
   const Study fully = mesh_study(model, sched);
