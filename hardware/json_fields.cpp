@@ -113,6 +113,8 @@ const Json* json_at(const Json& json, const std::string& dotted) {
 namespace {
 
 std::string format_bound(double v) {
+  // A whole bound exactly (1048576, not 1.04858e+06).
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<long long>(v));
   std::ostringstream out;
   out << v;
   return out.str();
