@@ -19,10 +19,13 @@ study t12_v3_8 v3-8 64 '{"kind": "transformer", "layers": 12, "d_model": 512, "d
 study t12_v3_32 v3-32 128 '{"kind": "transformer", "layers": 12, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 8000, "seq_len": 256}'
 
 # On v3-32 the exhaustive run simulates a narrower space (both runs search the same one): stages
-# of one or two cores, at most 8 micro-batches.
+# of one or two cores, at most 8 micro-batches. The transformers' exhaustive runs keep their
+# standard attention (flash twins double every simulation; they are checked below).
 echo '{"schema": "tpusim.plan_space/1", "tensor_parallel": [1, 2], "max_microbatches": 8, "attention": ["standard"]}' > "$work/narrow.json"
+echo '{"schema": "tpusim.plan_space/1", "attention": ["standard"]}' > "$work/standard.json"
 for s in mlp t12_v3_8 t12_v3_32; do
   space=(); [ "$s" = t12_v3_32 ] && space=(--space "$work/narrow.json")
+  [ "$s" = t12_v3_8 ] && space=(--space "$work/standard.json")
   "$tpusim" plan "$work/$s.json" -j 2 --json "${space[@]}" > "$work/$s.plan.json" 2> /dev/null
   "$tpusim" plan "$work/$s.json" -j 2 --json --exhaustive "${space[@]}" > "$work/$s.all.json" 2> /dev/null
   python3 - "$work/$s.plan.json" "$work/$s.all.json" "$s" <<'PY'
@@ -50,20 +53,27 @@ PY
 done
 
 # Flash attention is searched where the model has it (the transformers, not the mlp): every
-# schedule twice, the flash twin labelled and carrying the model's attention; a space of
-# "standard" alone leaves it out.
-python3 - "$work/t12_v3_8.plan.json" "$work/mlp.plan.json" "$work/t12_v3_32.plan.json" <<'PY'
+# schedule twice, the flash twin labelled and carrying the model's attention, and a best.json
+# that runs it; a space of "standard" alone leaves it out.
+echo '{"schema": "tpusim.plan_space/1", "kinds": ["data_parallel"]}' > "$work/dp.json"
+"$tpusim" plan "$work/t12_v3_8.json" -j 2 --json --space "$work/dp.json" --set model.seq_len=1024 \
+  --out "$work/flash" > "$work/flash.json" 2> /dev/null
+(cd / && "$tpusim" run "$work/flash/best.json" --json) > "$work/flash_run.json"
+python3 - "$work/flash.json" "$work/mlp.plan.json" "$work/t12_v3_8.plan.json" "$work/flash_run.json" "$work/flash/best.json" <<'PY'
 import json, sys
-t12, mlp, narrow = (json.load(open(f)) for f in sys.argv[1:4])
+t12, mlp, standard, run, best = (json.load(open(f)) for f in sys.argv[1:6])
 every = lambda p: p["top"] + p["others"]
 flash = [c for c in every(t12) if c["plan"].endswith(" flash")]
 assert flash and all(c["attention"] == "flash" for c in flash), len(flash)
 assert len(flash) * 2 == t12["evaluated"], (len(flash), t12["evaluated"])
-assert not any("attention" in c for c in every(mlp) + every(narrow))
+assert not any("attention" in c for c in every(mlp) + every(standard))
+# At 1024 positions flash attention wins (no probabilities in HBM), and best.json runs it.
+assert t12["best"]["plan"].endswith(" flash") and best["model"]["attention"] == "flash", t12["best"]["plan"]
+assert run["step_time_s"] == t12["best"]["result"]["step_time_s"]
 PY
 
 # Deterministic whatever -j is; --out writes the reports and a best.json that runs as is.
-"$tpusim" plan "$work/t12_v3_8.json" -j 1 --json --out "$work/out" > "$work/j1.json" 2> /dev/null
+"$tpusim" plan "$work/t12_v3_8.json" -j 1 --json --space "$work/standard.json" --out "$work/out" > "$work/j1.json" 2> /dev/null
 cmp "$work/j1.json" "$work/t12_v3_8.plan.json" || { echo "FAIL: plan JSON differs between -j 1 and -j 2"; exit 1; }
 for f in plan.json plan.md plan.html best.json; do [ -s "$work/out/$f" ] || { echo "FAIL: no $f"; exit 1; }; done
 (cd / && "$tpusim" run "$work/out/best.json" --json) > "$work/best_run.json"
