@@ -446,9 +446,7 @@ class MeshStepPlayer {
   double kept_in_forward(const LayerProgram& p) const { return schedule_.kept_in_forward(p); }
   /// What the recompute before its backward rebuilds: the rest of what the backward reads.
   double recomputed(const LayerProgram& p) const {
-    return remat_ == Keep::All     ? 0.0
-           : remat_ == Keep::Input ? p.kept_bytes
-                                   : std::max(p.kept_bytes - p.dot_output_bytes, 0.0);
+    return remat_recomputed_bytes(remat_, p.kept_bytes, p.dot_output_bytes);
   }
 
   /// Re-materialization: layer `l`'s forward again just before its backward, on every core:

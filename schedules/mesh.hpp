@@ -36,8 +36,7 @@ class MeshSchedule : public Schedule {
   Keep remat() const { return remat_; }
   /// What a layer's forward keeps on a core under the schedule's re-materialization policy.
   double kept_in_forward(const mesh::LayerProgram& p) const {
-    return remat_ == Keep::All ? p.kept_bytes
-                               : p.input_bytes + (remat_ == Keep::Dots ? p.dot_output_bytes : 0.0);
+    return remat_kept_bytes(remat_, p.kept_bytes, p.input_bytes, p.dot_output_bytes);
   }
 
   /// The mesh size a tensor dimension is split by (1 when the layout does not split it).

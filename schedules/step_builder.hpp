@@ -29,6 +29,16 @@ Keep read_remat(Fields& f, Keep fallback);
 /// The key's value for a policy (false, true or "save_dots"), as resolved() reports it.
 Json remat_json(Keep keep);
 
+/// The one memory rule of the policies, for a layer (or range) that keeps `stash` bytes for its
+/// backward, reads `input` and outputs `dots` from matmuls against weights: what its forward
+/// keeps, and what the recompute before its backward adds (the rest of the stash).
+inline double remat_kept_bytes(Keep keep, double stash, double input, double dots) {
+  return keep == Keep::All ? stash : keep == Keep::Input ? input : input + dots;
+}
+inline double remat_recomputed_bytes(Keep keep, double stash, double dots) {
+  return keep == Keep::All ? 0.0 : keep == Keep::Input ? stash : std::max(stash - dots, 0.0);
+}
+
 /// A collective over a stage's group of cores (tensor parallelism): what it does, bytes per core.
 struct GroupCollective {
   sim::CollectiveOp op = sim::CollectiveOp::AllReduce;
@@ -63,15 +73,11 @@ struct LayerCost {
 
   /// What a forward keeping `keep` holds for the backward.
   double kept_bytes(Keep keep) const {
-    return keep == Keep::All     ? stash_bytes
-           : keep == Keep::Input ? input_bytes
-                                 : input_bytes + dot_output_bytes;
+    return remat_kept_bytes(keep, stash_bytes, input_bytes, dot_output_bytes);
   }
   /// What the recompute before the backward adds to it (the rest of the stash).
   double recomputed_bytes(Keep keep) const {
-    return keep == Keep::All     ? 0.0
-           : keep == Keep::Input ? stash_bytes
-                                 : std::max(stash_bytes - dot_output_bytes, 0.0);
+    return remat_recomputed_bytes(keep, stash_bytes, dot_output_bytes);
   }
   /// The blocking collectives of a recompute (tensor parallelism).
   const std::vector<GroupCollective>& recompute_collectives(Keep keep) const {

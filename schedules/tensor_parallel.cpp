@@ -1,5 +1,7 @@
 #include "schedules/tensor_parallel.hpp"
 
+#include <optional>
+
 #include "schedules/mesh_lowering.hpp"
 
 namespace tpusim {
@@ -11,33 +13,38 @@ const std::vector<std::string>& tensor_parallel_dims() {
 
 namespace {
 
+/// A blocking collective of a program over the group (none for compute or a weight-gradient
+/// reduction).
+std::optional<GroupCollective> group_collective(const mesh::Event& ev) {
+  using E = mesh::Event;
+  switch (ev.kind) {
+    case E::BlockingAllReduce:
+      return GroupCollective{sim::CollectiveOp::AllReduce, ev.bytes};
+    case E::BlockingAllGather:
+      return GroupCollective{sim::CollectiveOp::AllGather, ev.bytes};
+    case E::BlockingReduceScatter:
+      return GroupCollective{sim::CollectiveOp::ReduceScatter, ev.bytes};
+    case E::Halo:  // excluded by tensor_parallel_dims(): no image is split
+      throw SimulationError("tensor parallelism: a halo exchange in " + ev.name);
+    default:
+      return std::nullopt;
+  }
+}
+
 /// The blocking collectives of a program, in order, and its compute summed (a core runs its
 /// pieces and the collectives between them one after another, so their order within a stage's
 /// task does not change its length).
 void add_events(const std::vector<mesh::Event>& events, double& seconds, double& flops,
                 double& hardware_flops, std::vector<GroupCollective>& collectives, double& gradient_bytes) {
-  using E = mesh::Event;
   for (const auto& ev : events) {
-    switch (ev.kind) {
-      case E::Compute:
-        seconds += ev.seconds;
-        flops += ev.model_flops;
-        hardware_flops += ev.hardware_flops;
-        break;
-      case E::BlockingAllReduce:
-        collectives.push_back({sim::CollectiveOp::AllReduce, ev.bytes});
-        break;
-      case E::BlockingAllGather:
-        collectives.push_back({sim::CollectiveOp::AllGather, ev.bytes});
-        break;
-      case E::BlockingReduceScatter:
-        collectives.push_back({sim::CollectiveOp::ReduceScatter, ev.bytes});
-        break;
-      case E::GradientAllReduce:
-        gradient_bytes += ev.bytes;
-        break;
-      case E::Halo:  // excluded by tensor_parallel_dims(): no image is split
-        throw SimulationError("tensor parallelism: a halo exchange in " + ev.name);
+    if (ev.kind == mesh::Event::Compute) {
+      seconds += ev.seconds;
+      flops += ev.model_flops;
+      hardware_flops += ev.hardware_flops;
+    } else if (ev.kind == mesh::Event::GradientAllReduce) {
+      gradient_bytes += ev.bytes;
+    } else if (const auto g = group_collective(ev)) {
+      collectives.push_back(*g);
     }
   }
 }
@@ -57,15 +64,12 @@ LayerCost sharded_layer_cost(const Layer& layer, std::int64_t batch, const Stage
              c.group_gradient_bytes);
   // "save_dots": the recompute runs the forward ops it needs, and their collectives (not a kept
   // matmul's partial sums).
-  std::vector<mesh::Event> recomputed;
   for (const auto& ev : p.forward) {
     c.non_dot_forward_s += ev.non_dot_seconds;
     c.non_dot_forward_hardware_flops += ev.non_dot_hardware_flops;
-    if (ev.kind != mesh::Event::Compute && !ev.kept_by_save_dots) recomputed.push_back(ev);
+    if (const auto g = group_collective(ev); g && !ev.kept_by_save_dots)
+      c.non_dot_forward_collectives.push_back(*g);
   }
-  double unused_s = 0, unused_flops = 0, unused_hardware_flops = 0, unused_gradient_bytes = 0;
-  add_events(recomputed, unused_s, unused_flops, unused_hardware_flops, c.non_dot_forward_collectives,
-             unused_gradient_bytes);
   c.dot_output_bytes = p.dot_output_bytes;
   c.stash_bytes = p.kept_bytes;
   c.workspace_bytes = p.workspace_bytes;

@@ -328,12 +328,23 @@ TEST_CASE("gradient reductions overlap the backward, or wait for all of it (a so
   }
 }
 
-TEST_CASE("data parallel re-materialization keeps each layer's input and runs one forward again",
-          "[schedules][remat]") {
-  Json j = Json::parse(R"({
+namespace {
+
+/// A four-layer Transformer on v3-8 with Adam, data-parallel (the re-materialization and fully
+/// sharded tests vary its schedule).
+Json small_transformer_study() {
+  return Json::parse(R"({
     "hardware": "tpu-v3", "slice": "v3-8", "batch": 64, "optimizer": {"kind": "adam"},
     "model": {"kind": "transformer", "layers": 4, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64},
-    "schedule": {"kind": "data_parallel", "gradient_bucket_bytes": 4000000}})");
+    "schedule": {"kind": "data_parallel"}})");
+}
+
+}  // namespace
+
+TEST_CASE("data parallel re-materialization keeps each layer's input and runs one forward again",
+          "[schedules][remat]") {
+  Json j = small_transformer_study();
+  j["schedule"]["gradient_bucket_bytes"] = 4000000;
   const Study plain_study = parse_study(j, "test");
   j["schedule"]["remat"] = true;
   const Study remat_study = parse_study(j, "test");
@@ -374,10 +385,7 @@ TEST_CASE("data parallel re-materialization keeps each layer's input and runs on
 
 TEST_CASE("fully sharded data parallelism: 1/N of the state per core, each layer gathered twice",
           "[schedules][sharding]") {
-  Json j = Json::parse(R"({
-    "hardware": "tpu-v3", "slice": "v3-8", "batch": 64, "optimizer": {"kind": "adam"},
-    "model": {"kind": "transformer", "layers": 4, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64},
-    "schedule": {"kind": "data_parallel"}})");
+  Json j = small_transformer_study();
   const Study replicated_study = parse_study(j, "test");
   j["schedule"]["weight_update"] = "fully_sharded";
   const Study fully_study = parse_study(j, "test");
@@ -428,10 +436,8 @@ TEST_CASE("fully sharded data parallelism: 1/N of the state per core, each layer
 
 TEST_CASE("save_dots keeps the inputs and the matmuls' outputs, and recomputes the other ops",
           "[schedules][remat]") {
-  Json j = Json::parse(R"({
-    "hardware": "tpu-v3", "slice": "v3-8", "batch": 64, "optimizer": {"kind": "adam"},
-    "model": {"kind": "transformer", "layers": 4, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64},
-    "schedule": {"kind": "data_parallel", "remat": "save_dots"}})");
+  Json j = small_transformer_study();
+  j["schedule"]["remat"] = "save_dots";
   const Study dots_study = parse_study(j, "test");
   CHECK(dots_study.schedule->resolved()["remat"] == "save_dots");
   j["schedule"]["remat"] = true;
