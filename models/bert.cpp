@@ -130,6 +130,7 @@ Model build_bert(Fields& f, Problems& problems) {
   // The BERT paper's rates: 0.1 on every layer and on the attention probabilities.
   d.dropout = f.has("dropout") ? f.number("dropout", 0.0, 0.99) : 0.1;
   d.attention_dropout = f.has("attention_dropout") ? f.number("attention_dropout", 0.0, 0.99) : 0.1;
+  read_attention(f, problems, d);
   d.gelu = true;
   d.shared_embeddings = true;
   const double bytes = read_activation_bytes(f);

@@ -294,15 +294,7 @@ Dims read_dims_impl(Fields& f, Problems& problems, const Dims* defaults) {
   // A rate of 1 would drop everything: at most 0.99.
   d.dropout = f.has("dropout") ? f.number("dropout", 0.0, 0.99) : 0.0;
   d.attention_dropout = f.has("attention_dropout") ? f.number("attention_dropout", 0.0, 0.99) : 0.0;
-  d.flash = f.string_or("attention", "standard", {"standard", "flash"}) == "flash";
-  d.flash_block_rows = f.integer_or("flash_block_rows", d.flash_block_rows, 8, 1 << 20);
-  if (problems.empty() && d.flash && d.attention_dropout > 0)
-    problems.add(f.path_of("attention"), Json("flash"),
-                 "\"standard\" with attention_dropout > 0 (a dropout mask inside the fused kernel is not "
-                 "modelled)");
-  if (problems.empty() && !d.flash && f.has("flash_block_rows"))
-    problems.add(f.path_of("flash_block_rows"), Json(d.flash_block_rows),
-                 "no flash_block_rows unless \"attention\" is \"flash\"");
+  read_attention(f, problems, d);
   if (f.has("d_kv")) {
     d.d_kv = f.integer("d_kv", 1, 1 << 16);
   } else {
@@ -357,6 +349,18 @@ Model build_mesh_lm(Fields& f, Problems& problems) {
 }  // namespace tpusim
 
 namespace tpusim {
+
+void read_attention(Fields& f, Problems& problems, Dims& d) {
+  d.flash = f.string_or("attention", "standard", {"standard", "flash"}) == "flash";
+  d.flash_block_rows = f.integer_or("flash_block_rows", d.flash_block_rows, 8, 1 << 20);
+  if (problems.empty() && d.flash && d.attention_dropout > 0)
+    problems.add(f.path_of("attention"), Json("flash"),
+                 "\"standard\" with attention_dropout > 0 (a dropout mask inside the fused kernel is not "
+                 "modelled)");
+  if (problems.empty() && !d.flash && f.has("flash_block_rows"))
+    problems.add(f.path_of("flash_block_rows"), Json(d.flash_block_rows),
+                 "no flash_block_rows unless \"attention\" is \"flash\"");
+}
 
 Dims read_transformer_dims(Fields& f, Problems& problems, const Dims* defaults) {
   return read_dims_impl(f, problems, defaults);

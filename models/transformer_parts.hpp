@@ -31,6 +31,9 @@ struct TransformerDims {
 
 /// Reads the dimensions and options; `defaults` fill any that are absent (mesh_lm's sizes).
 TransformerDims read_transformer_dims(Fields& f, Problems& problems, const TransformerDims* defaults);
+/// Reads "attention" ("standard" or "flash") and "flash_block_rows" into `d`, after its
+/// attention dropout (a fused kernel keeps no dropout mask: refused together).
+void read_attention(Fields& f, Problems& problems, TransformerDims& d);
 /// A pre-norm encoder block (self-attention, feed-forward, dropout where `d` asks for it).
 Layer transformer_block(const std::string& name, const TransformerDims& d, double act);
 /// A table [vocab, d_model] ([d_model, vocab] transposed): owned, or another layer's (tied).

@@ -616,6 +616,21 @@ TEST_CASE("a BERT without its predicted positions, or with heads not dividing d_
   }
 }
 
+TEST_CASE("BERT takes flash attention once its attention dropout is off", "[models][flash]") {
+  const std::string dims =
+      R"("kind": "bert", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 128, )"
+      R"("predicted_positions": 8, "attention_dropout": 0)";
+  const Model standard = build("{" + dims + "}");
+  const Model flash = build("{" + dims + R"(, "attention": "flash"})");
+  // The block keeps each row's log-sum-exp instead of the probabilities [batch, heads, seq, seq].
+  const double probabilities = 2.0 * 4 * 128 * 128 * 2, log_sum_exp = 2.0 * 4 * 128 * 4;
+  CHECK(standard.layers[1].work(2).stash_bytes - flash.layers[1].work(2).stash_bytes ==
+        Approx(probabilities - log_sum_exp));
+  // BERT's default attention dropout (the paper's 0.1) and flash are refused together.
+  std::string defaults = dims.substr(0, dims.find(R"(, "attention_dropout")"));
+  CHECK_THROWS_WITH(build("{" + defaults + R"(, "attention": "flash"})"), Catch::Contains("model.attention"));
+}
+
 TEST_CASE("a problem elsewhere, or a bad size, does not make mesh_lm's other keys look unknown", "[models]") {
   for (const char* size : {"0", "9"}) {
     Problems problems("test");
