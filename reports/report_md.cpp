@@ -178,11 +178,21 @@ void input_section(std::ostringstream& md, const Json& j) {
   md << "| busiest chip's infeed per step | " << human_bytes(in["busiest_chip_bytes"].get<double>()) << " in "
      << human_seconds(in["infeed_s"].get<double>()) << " over its host link |\n";
   md << "| busiest host's examples per step | " << num(in["busiest_host_examples"].get<double>(), "%.6g")
-     << " (" << num(in["host_examples_per_s_needed"].get<double>(), "%.0f")
-     << " per second to keep pace with the TPUs) |\n";
-  if (!in["preparation_s"].is_null())
-    md << "| their preparation at " << num(in["host_examples_per_s"].get<double>(), "%.6g")
-       << " per second | " << human_seconds(in["preparation_s"].get<double>()) << " |\n";
+     << " ("
+     << (in["host_examples_per_s_needed"].is_null()
+             ? std::string("no rate keeps pace: the host's per-step work alone outlasts the TPUs' step")
+             : num(in["host_examples_per_s_needed"].get<double>(), "%.0f") +
+                   " per second to keep pace with the TPUs")
+     << ") |\n";
+  if (in.value("host_seconds_per_step", 0.0) > 0)
+    md << "| the host's work per step, whatever its examples | "
+       << human_seconds(in["host_seconds_per_step"].get<double>()) << " |\n";
+  if (!in["preparation_s"].is_null() && !in["host_examples_per_s"].is_null())
+    md << "| their preparation at " << num(in["host_examples_per_s"].get<double>(), "%.6g") << " per second"
+       << (in.value("host_seconds_per_step", 0.0) > 0 ? ", with the per-step work" : "") << " | "
+       << human_seconds(in["preparation_s"].get<double>()) << " |\n";
+  else if (!in["preparation_s"].is_null())
+    md << "| their preparation | " << human_seconds(in["preparation_s"].get<double>()) << " |\n";
   if (in.value("loop_overhead_s", 0.0) > 0)
     md << "| the host's work between loops, per step | " << human_seconds(in["loop_overhead_s"].get<double>())
        << " |\n";

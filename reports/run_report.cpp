@@ -252,9 +252,11 @@ Json breakdown_json(const Activity& a, Json split) {
 Json input_json(const RunInfo& info, double device_step) {
   Json input = info.input;
   input["tpu_step_time_s"] = device_step;
-  // What the busiest host's input pipeline must prepare to keep pace with the TPUs.
+  // What the busiest host's input pipeline must prepare to keep pace with the TPUs, in the time
+  // its per-step work leaves (null: that work alone is longer than the TPUs' step).
+  const double left = device_step - input.value("host_seconds_per_step", 0.0);
   input["host_examples_per_s_needed"] =
-      device_step > 0 ? input.value("busiest_host_examples", 0.0) / device_step : 0.0;
+      left > 0 ? Json(input.value("busiest_host_examples", 0.0) / left) : Json(nullptr);
   const double prep = input["preparation_s"].is_null() ? 0.0 : input["preparation_s"].get<double>();
   input["bound"] = info.input_bound_s <= device_step     ? "tpus"
                    : prep > input.value("infeed_s", 0.0) ? "host preparation"
@@ -349,11 +351,16 @@ std::string formatted(const char* fmt, Args... args) {
 
 /// The input line: examples on the busiest host, the infeed, host costs, what bounds the step.
 void summary_input(std::ostringstream& out, const Json& in) {
-  out << formatted("  input             %.0f examples per step on the busiest host (%.0f/s to keep pace)",
-                   in["busiest_host_examples"].get<double>(), in["host_examples_per_s_needed"].get<double>());
+  out << formatted("  input             %.0f examples per step on the busiest host",
+                   in["busiest_host_examples"].get<double>());
+  out << (in["host_examples_per_s_needed"].is_null()
+              ? std::string(" (its per-step work alone outlasts the TPUs' step)")
+              : formatted(" (%.0f/s to keep pace)", in["host_examples_per_s_needed"].get<double>()));
   out << "; infeed " << human_seconds(in["infeed_s"].get<double>()) << " per chip";
   if (!in["preparation_s"].is_null())
     out << "; preparation " << human_seconds(in["preparation_s"].get<double>());
+  if (in.value("host_seconds_per_step", 0.0) > 0)
+    out << " (" << human_seconds(in["host_seconds_per_step"].get<double>()) << " of it per step)";
   if (in.value("loop_overhead_s", 0.0) > 0)
     out << "; host loop " << human_seconds(in["loop_overhead_s"].get<double>()) << " per step";
   const std::string bound = in["bound"].get<std::string>();

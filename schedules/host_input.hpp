@@ -23,8 +23,8 @@ struct HostInput {
   int busiest_host = 0;          ///< the host preparing the most examples
   double host_examples = 0;      ///< examples it prepares per step (each once, however many cores read it)
   double infeed_s = 0;           ///< the busiest chip's bytes over its host link
-  /// The busiest host's examples at the study's input_pipeline.examples_per_s_per_host; 0 when the
-  /// study does not give that rate.
+  /// The busiest host's preparation of a step: the study's input_pipeline.seconds_per_step_per_host
+  /// plus its examples at input_pipeline.examples_per_s_per_host; 0 when the study gives neither.
   double preparation_s = 0;
   /// The host's work between device loops, per step (the study's training_loop; 0 without).
   double loop_overhead_s = 0;

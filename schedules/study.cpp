@@ -112,7 +112,14 @@ bool parse_study_hardware(const Json& hw, const std::filesystem::path& base_dir,
 void parse_host_settings(Fields& top, Study& study, Problems& problems) {
   if (const Json* input = top.optional("input_pipeline")) {
     Fields f(*input, "input_pipeline", problems);
-    if (f.ok()) study.host_examples_per_s = f.number("examples_per_s_per_host", 1e-3, 1e12);
+    if (f.ok()) {
+      // A rate, a cost per step, or both: the preparation of a step takes the cost plus the
+      // busiest host's examples at the rate.
+      if (f.has("examples_per_s_per_host") || !f.has("seconds_per_step_per_host"))
+        study.host_examples_per_s = f.number("examples_per_s_per_host", 1e-3, 1e12);
+      if (f.has("seconds_per_step_per_host"))
+        study.host_seconds_per_step = f.number("seconds_per_step_per_host", 0.0, 1e6);
+    }
     f.finish();
   }
   if (const Json* loop = top.optional("training_loop")) {

@@ -62,6 +62,23 @@ TEST_CASE("a preparation rate bounds the step by the busiest host's examples", "
   CHECK_THROWS_WITH(parse_study(j, "test"), Catch::Contains("input_pipeline.examples_per_second"));
 }
 
+TEST_CASE("a host's work per step adds to its examples' preparation, with a rate or alone", "[host_input]") {
+  Json j = Json::parse(R"({"hardware": "tpu-v3", "slice": "v3-8", "batch": 64, "optimizer": {"kind": "sgd"},
+    "model": {"kind": "resnet50", "image_size": 64, "classes": 10}, "schedule": {"kind": "data_parallel"},
+    "input_pipeline": {"examples_per_s_per_host": 1000, "seconds_per_step_per_host": 0.01}})");
+  // 10 ms of per-step work and 64 images at 1000 per second.
+  CHECK(host_input(parse_study(j, "test")).preparation_s == Approx(0.074));
+  j["input_pipeline"].erase("examples_per_s_per_host");
+  const HostInput alone = host_input(parse_study(j, "test"));
+  CHECK(alone.preparation_s == Approx(0.01));
+  CHECK(alone.bound_s() == Approx(0.01));
+  j["input_pipeline"]["seconds_per_step_per_host"] = -1;
+  CHECK_THROWS_WITH(parse_study(j, "test"), Catch::Contains("input_pipeline.seconds_per_step_per_host"));
+  // Neither figure: the rate is asked for.
+  j["input_pipeline"] = Json::object();
+  CHECK_THROWS_WITH(parse_study(j, "test"), Catch::Contains("input_pipeline.examples_per_s_per_host"));
+}
+
 TEST_CASE("a pipeline's first stage reads each replica's batch; a split stage's cores read the same examples",
           "[host_input]") {
   const Json model = Json::parse(

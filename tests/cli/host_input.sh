@@ -49,6 +49,25 @@ assert abs(loop["step_time_s"] - (tpus["step_time_s"] + 0.005)) < 1e-12, loop["s
 assert abs(loop["breakdown"]["step_split_s"]["host_loop"] - 0.005) < 1e-12, loop["breakdown"]["step_split_s"]
 assert loop["input"]["bound"] == "tpus" and loop["input"]["loop_overhead_s"] == 0.005, loop["input"]
 PY
+"$tpusim" run "$study" --json --set 'input_pipeline={"examples_per_s_per_host": 2000, "seconds_per_step_per_host": 0.1}' \
+  > "$work/step.json"
+"$tpusim" run "$study" --json --set 'input_pipeline={"seconds_per_step_per_host": 1}' > "$work/slow.json"
+python3 - "$work" <<'PY'
+import json, sys
+d = sys.argv[1]
+tpus, step, slow = (json.load(open(f"{d}/{n}.json")) for n in ("tpus", "step", "slow"))
+# 100 ms per step and 1024 images at 2000 per second: 612 ms.
+s = step["input"]
+assert s["bound"] == "host preparation" and abs(step["step_time_s"] - 0.612) < 1e-12, s
+assert s["host_seconds_per_step"] == 0.1 and abs(s["preparation_s"] - 0.612) < 1e-12, s
+# What the pipeline must sustain in the time its per-step work leaves of the TPUs' step.
+assert abs(s["host_examples_per_s_needed"] - 1024 / (s["tpu_step_time_s"] - 0.1)) < 1e-6, s
+# A second of per-step work alone outlasts the TPUs' step: no rate keeps pace.
+w = slow["input"]
+assert abs(slow["step_time_s"] - 1.0) < 1e-12 and w["host_examples_per_s_needed"] is None, w
+assert w["host_examples_per_s"] is None and w["bound"] == "host preparation", w
+PY
+"$tpusim" run "$study" --set 'input_pipeline={"seconds_per_step_per_host": 1}' | grep -q "outlasts the TPUs' step"
 "$tpusim" run "$study" --set input_pipeline.examples_per_s_per_host=2000 | grep -q "host preparation-bound"
 set +e; "$tpusim" check "$study" --set input_pipeline.examples_per_s_per_host=-1 2> "$work/err"; rc=$?; set -e
 [ "$rc" -eq 2 ] && grep -qF "input_pipeline.examples_per_s_per_host" "$work/err" || { cat "$work/err"; exit 1; }
