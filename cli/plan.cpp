@@ -54,6 +54,11 @@ struct Candidate {
   std::string error;  ///< the simulation failed
   bool fits() const { return result.is_object() && result.value("fits", false); }
   double step_s() const { return result.at("step_time_s").get<double>(); }
+  /// The TPUs' own step: shorter than step_s when the step waits for the hosts' input.
+  double tpu_step_s() const {
+    const Json* in = result.contains("input") ? &result.at("input") : nullptr;
+    return in && in->contains("tpu_step_time_s") ? in->at("tpu_step_time_s").get<double>() : step_s();
+  }
 };
 
 /// The first line of an error's message (a ConfigError's first problem, with its context).
@@ -333,9 +338,11 @@ void simulate(const PlanOptions& o, Candidate& c, Stopper& stop) {
   }
 }
 
-/// Better plan first: shorter step, then fewer cores, then by name (a total order).
+/// Better plan first: shorter step, then shorter TPU step (plans that wait for the same hosts),
+/// then fewer cores, then by name (a total order).
 bool better(const Candidate* a, const Candidate* b) {
   if (a->step_s() != b->step_s()) return a->step_s() < b->step_s();
+  if (a->tpu_step_s() != b->tpu_step_s()) return a->tpu_step_s() < b->tpu_step_s();
   if (a->cores_used != b->cores_used) return a->cores_used < b->cores_used;
   return a->label < b->label;
 }
@@ -458,6 +465,13 @@ std::string why(const Candidate& c, const Candidate* best, double threshold) {
            reports::human_bytes(r["hbm_capacity_bytes"].get<double>()) + " (largest: " + largest + " " +
            reports::human_bytes(most) + ")";
   }
+  if (c.step_s() == best->step_s() && c.tpu_step_s() < c.step_s()) {
+    // Both wait for the same hosts: as fast, but the TPUs' own step is longer.
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.1f %%", 100.0 * (c.tpu_step_s() / best->tpu_step_s() - 1));
+    return "as fast: both wait for the hosts' input (" + reports::human_seconds(c.step_s()) +
+           "); its TPUs' own step " + reports::human_seconds(c.tpu_step_s()) + " is " + buf + " longer";
+  }
   // Slower: by how much, and the phase of the step that grew most against the best.
   const Json& a = c.result["breakdown"]["step_split_s"];
   const Json& b = best->result["breakdown"]["step_split_s"];
@@ -527,7 +541,11 @@ Json plan_json(const PlanOptions& o, const std::vector<Candidate>& all) {
       key = {1, c.result["peak_hbm_bytes"].get<double>()};
     rest.push_back({key, &c});
   }
-  std::stable_sort(rest.begin(), rest.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::stable_sort(rest.begin(), rest.end(), [](const auto& a, const auto& b) {
+    if (a.first != b.first) return a.first < b.first;
+    // Plans that fit and wait for the same hosts: the shorter TPU step first.
+    return a.first.first == 0 && a.second->tpu_step_s() < b.second->tpu_step_s();
+  });
   for (const auto& [key, c] : rest) {
     Json s = summary(*c);
     s["why"] = why(*c, top > 0 ? fit[0] : nullptr, threshold);

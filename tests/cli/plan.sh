@@ -138,4 +138,18 @@ python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); assert p["complete"
 grep -q "INCOMPLETE: stopped by SIGINT" "$work/interrupted/plan.md" || { echo "FAIL: plan.md not marked incomplete"; exit 1; }
 # A complete search says so.
 python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); assert p["complete"] is True and p["stopped"] is None' "$work/t12_v3_8.plan.json"
+# Plans that wait for the same hosts (SSD's inferred input cost binds every data-parallel plan on
+# v3-128): they tie on the step, so the shorter TPU step ranks first and the others say so.
+echo '{"schema": "tpusim.plan_space/1", "kinds": ["data_parallel"], "remat": [false]}' > "$work/dp_plain.json"
+"$tpusim" plan "$root/configs/studies/ssd-resnet34-v3-128.json" -j 2 --json --space "$work/dp_plain.json" \
+  > "$work/ssd.plan.json" 2> /dev/null
+python3 - "$work/ssd.plan.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+best = p["best"]["result"]
+tpu = lambda r: r["input"]["tpu_step_time_s"]
+assert best["input"]["bound"] == "host preparation" and tpu(best) < best["step_time_s"], best["input"]
+tied = [o for o in p["others"] if o["step_time_s"] == best["step_time_s"]]
+assert tied and all(o["why"].startswith("as fast: both wait for the hosts' input") for o in tied), tied[:2]
+PY
 echo "plan: ok"
