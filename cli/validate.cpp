@@ -282,9 +282,11 @@ Json validation_summary(const Json& cases) {
       a.worst_id = c["id"].get<std::string>();
     }
   };
+  Acc predicted;  // the cases no study value was inferred from
   for (const auto& c : cases) {
     add(by[c["quantity"].get<std::string>()], c);
     add(by[""], c);
+    if (!c.value("in_sample", false)) add(predicted, c);
   }
   auto row = [](const Acc& a, std::size_t total) {
     return Json{{"cases", total},
@@ -299,6 +301,7 @@ Json validation_summary(const Json& cases) {
     if (!q.empty()) per[q] = row(a, a.n + a.missing);
   Json all = row(by[""], cases.size());
   all["per_quantity"] = per;
+  all["predicted"] = row(predicted, predicted.n + predicted.missing);
   return all;
 }
 
@@ -581,6 +584,17 @@ Study case_study(const ValidationCase& c) {
   return study;
 }
 
+/// A case whose study inferred a value from it (an assumption's "inferred_from") is explained by
+/// that value, not predicted: the record says which values, and the summary counts it apart.
+void mark_in_sample(const ValidationCase& c, const Study& study, Json& record) {
+  Json inferred = Json::array();
+  for (const auto& a : study.assumptions)
+    if (std::find(a.inferred_from.begin(), a.inferred_from.end(), c.id) != a.inferred_from.end())
+      inferred.push_back(fs::path(study.file).filename().string() + ":" + a.key);
+  record["in_sample"] = !inferred.empty();
+  if (!inferred.empty()) record["inferred_from_it"] = inferred;
+}
+
 }  // namespace
 
 fs::path recorded_predictions_file(const fs::path& cases_dir) {
@@ -655,6 +669,7 @@ int cmd_validate(const ValidateOptions& o) {
     std::fprintf(stderr, "[%zu/%zu] %s\n", done, cases.size(), cases[i].id.c_str());
   });
 
+  for (std::size_t i = 0; i < cases.size(); ++i) mark_in_sample(cases[i], studies[i], records[i]);
   const Json assumptions = assumed_figures(studies);
   if (o.sensitivity) add_sensitivity(cases, studies, assumptions, records, jobs);
   if (o.intervals) add_intervals(cases, studies, records, jobs);

@@ -51,12 +51,13 @@ std::string interval_line(const Json& s) {
 std::vector<Row> rows(const Json& report) {
   std::vector<Row> out;
   for (const auto& c : report["cases"])
-    out.push_back(Row{c["id"].get<std::string>(), c["quantity"].get<std::string>(),
-                      validation_value_text(c["measured"].get<double>(), c["unit"].get<std::string>()),
-                      predicted_text(c), percent(c["error"]),
-                      fmt("%.0f %%", 100.0 * c["tolerance"].get<double>()),
-                      c["within"].get<bool>() ? "within" : "OUTSIDE", interval_text(c),
-                      c.contains("inside") ? (c["inside"].get<bool>() ? "in" : "OUT") : ""});
+    out.push_back(
+        Row{c["id"].get<std::string>(), c["quantity"].get<std::string>(),
+            validation_value_text(c["measured"].get<double>(), c["unit"].get<std::string>()),
+            predicted_text(c), percent(c["error"]), fmt("%.0f %%", 100.0 * c["tolerance"].get<double>()),
+            std::string(c["within"].get<bool>() ? "within" : "OUTSIDE") +
+                (c.value("in_sample", false) ? " (in-sample)" : ""),
+            interval_text(c), c.contains("inside") ? (c["inside"].get<bool>() ? "in" : "OUT") : ""});
   return out;
 }
 
@@ -71,6 +72,15 @@ std::string summary_line(const Json& s) {
          " within tolerance, mean |error| " + abs_percent(s["mean_abs_error"]) + ", worst " +
          abs_percent(s["worst_abs_error"]) +
          (s["worst_case"].is_null() ? "" : " (" + s["worst_case"].get<std::string>() + ")");
+}
+
+/// The summary over the cases no study value was inferred from, when some were (empty otherwise).
+std::string predicted_line(const Json& report) {
+  const Json& s = report["summary"];
+  if (!s.contains("predicted") || s["predicted"]["cases"].get<int>() == s["cases"].get<int>()) return "";
+  return "predicted (the " + std::to_string(s["cases"].get<int>() - s["predicted"]["cases"].get<int>()) +
+         " in-sample cases, whose studies inferred a value from them, left out): " +
+         summary_line(s["predicted"]);
 }
 
 /// "every case runs with its hardware's figure=value, ..." when validate overrode figures; empty otherwise.
@@ -135,6 +145,7 @@ std::string validation_text(const Json& report) {
   for (const auto& q : quantities(report))
     s << q << ": " << summary_line(report["summary"]["per_quantity"][q]) << "\n";
   s << "all: " << summary_line(report["summary"]) << "\n";
+  if (!predicted_line(report).empty()) s << predicted_line(report) << "\n";
   if (!overrides_line(report).empty()) s << overrides_line(report) << "\n";
   if (report.contains("intervals")) {
     s << "\nprediction intervals (" << report["intervals"]["method"].get<std::string>() << "):\n";
@@ -202,6 +213,7 @@ std::string validation_markdown(const Json& report) {
   for (const auto& q : quantities(report))
     s << "- " << q << ": " << summary_line(report["summary"]["per_quantity"][q]) << "\n";
   s << "- all: " << summary_line(report["summary"]) << "\n";
+  if (!predicted_line(report).empty()) s << "- " << predicted_line(report) << "\n";
   if (!overrides_line(report).empty()) s << "\n" << overrides_line(report) << "\n";
   if (report.contains("intervals")) {
     s << "\n## Prediction intervals\n\nMethod: " << report["intervals"]["method"].get<std::string>()
@@ -354,13 +366,14 @@ std::string validation_html(const Json& report) {
                        "td:first-child,td:nth-child(2){text-align:left}.out{color:#b00}");
   h << "<h1>tpusim validation</h1>\n<p>Predictions against measured TPU runs. Error = predicted / measured - "
        "1. "
-    << xml_escape(summary_line(report["summary"])) << ". " << xml_escape(overrides_line(report))
-    << "</p>\n<div>";
+    << xml_escape(summary_line(report["summary"])) << ". "
+    << (predicted_line(report).empty() ? "" : xml_escape(predicted_line(report)) + ". ")
+    << xml_escape(overrides_line(report)) << "</p>\n<div>";
   for (const auto& q : quantities(report)) h << parity_svg(report, q);
   h << "</div>\n<table><tr><th>case</th><th>quantity</th><th>measured</th><th>predicted</th><th>error</"
        "th><th>tolerance</th><th></th></tr>\n";
   for (const auto& r : rows(report))
-    h << "<tr" << (r.verdict == "within" ? "" : " class=\"out\"") << "><td>" << xml_escape(r.id)
+    h << "<tr" << (r.verdict.rfind("within", 0) == 0 ? "" : " class=\"out\"") << "><td>" << xml_escape(r.id)
       << "</td><td>" << xml_escape(r.quantity) << "</td><td>" << xml_escape(r.measured) << "</td><td>"
       << xml_escape(r.predicted) << "</td><td>" << xml_escape(r.error) << "</td><td>"
       << xml_escape(r.tolerance) << "</td><td>" << r.verdict << "</td></tr>\n";

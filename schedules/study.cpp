@@ -1,5 +1,7 @@
 #include "schedules/study.hpp"
 
+#include <algorithm>
+
 #include "sim/collectives/collective_algorithm.hpp"
 
 namespace tpusim {
@@ -163,8 +165,9 @@ void parse_devices(Fields& top, Study& study, Problems& problems) {
   study.hardware = device_view(study.hardware, study.megacore);
 }
 
-/// "assumptions": [{"key", "range": [low, high], "source"}]: each key a value of the study, each
-/// end of its range of the value's type (numbers around it) and a study that is valid with it.
+/// "assumptions": [{"key", "range": [low, high], "source", "inferred_from"?}]: each key a value of
+/// the study, each end of its range of the value's type (numbers around it) and a study that is
+/// valid with it; "inferred_from" lists the validation cases the value was inferred from.
 void parse_assumptions(const Json& list, const Json& json, const std::filesystem::path& base_dir,
                        Study& study, Problems& problems) {
   if (!list.is_array()) {
@@ -178,6 +181,16 @@ void parse_assumptions(const Json& list, const Json& json, const std::filesystem
     a.key = f.string("key");
     const Json* range = f.value("range");
     a.source = f.string("source");
+    if (const Json* ids = f.optional("inferred_from")) {
+      const bool strings = ids->is_array() && std::all_of(ids->begin(), ids->end(), [](const Json& id) {
+                             return id.is_string() && !id.get<std::string>().empty();
+                           });
+      if (strings)
+        for (const auto& id : *ids) a.inferred_from.push_back(id.get<std::string>());
+      else
+        problems.add(f.path_of("inferred_from"), *ids,
+                     "an array of the validation case ids the value was inferred from");
+    }
     f.finish();
     const Json* value = a.key.empty() ? nullptr : json_at(json, a.key);
     if (!a.key.empty() && (!value || a.key.rfind("assumptions", 0) == 0)) {

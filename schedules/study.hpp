@@ -76,6 +76,9 @@ struct StudyAssumption {
   std::string key;
   Json value, low, high;
   std::string source;
+  /// The validation cases (ids) its value was inferred from: for them the prediction is an
+  /// explanation, not a test (`validate` counts them apart).
+  std::vector<std::string> inferred_from;
 };
 
 struct Study {

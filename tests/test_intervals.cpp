@@ -82,6 +82,13 @@ TEST_CASE("a study's assumptions: a key of the study, a range around it, ends th
   study = gpipe_study();
   study["assumptions"][0]["range"] = Json::array({16, 32});  // does not contain 8
   CHECK(problem_paths([&] { parse_study(study, "t"); }) == std::vector<std::string>{"assumptions[0].range"});
+  // The cases a value was inferred from: ids, or a clear error.
+  study = gpipe_study();
+  study["assumptions"][0]["inferred_from"] = Json::array({"case-a", "case-b"});
+  CHECK(parse_study(study, "t").assumptions[0].inferred_from == std::vector<std::string>{"case-a", "case-b"});
+  study["assumptions"][0]["inferred_from"] = "case-a";
+  CHECK(problem_paths([&] { parse_study(study, "t"); }) ==
+        std::vector<std::string>{"assumptions[0].inferred_from"});
 }
 
 TEST_CASE("setting an assumed value makes it a choice: the assumption goes", "[intervals]") {

@@ -2,6 +2,8 @@
 // their JSON path), the predicted value is read from the output the command would print, the
 // error and the summary are computed as documented, and every shipped case is well-formed.
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <set>
 
 #include "cli/validate.hpp"
 #include "hardware/hardware_spec.hpp"
@@ -169,6 +171,16 @@ TEST_CASE("the summary gives mean and worst |error| per quantity and overall", "
   CHECK(s["per_quantity"]["step_time_s"]["mean_abs_error"].get<double>() == Approx(0.15));
   CHECK(s["per_quantity"]["step_time_s"]["worst_case"] == "a");
   CHECK(s["per_quantity"]["max_fitting"]["no_prediction"] == 1);
+  // No case is in-sample: the predicted cases are all of them.
+  CHECK(s["predicted"]["cases"] == 4);
+  CHECK(s["predicted"]["mean_abs_error"].get<double>() == Approx(s["mean_abs_error"].get<double>()));
+  // A case a study value was inferred from is left out of the predicted cases' summary.
+  cases[2]["in_sample"] = true;
+  const Json t = validation_summary(cases);
+  CHECK(t["cases"] == 4);
+  CHECK(t["predicted"]["cases"] == 3);
+  CHECK(t["predicted"]["mean_abs_error"].get<double>() == Approx(0.15));
+  CHECK(t["predicted"]["worst_case"] == "a");
 }
 
 TEST_CASE("every shipped case is well-formed and its study valid", "[validate]") {
@@ -182,6 +194,15 @@ TEST_CASE("every shipped case is well-formed and its study valid", "[validate]")
     CHECK_FALSE(c.tolerance_source.empty());
   }
   CHECK_THROWS_AS(load_validation_cases(config_dir() / "validation", {"no-such-case"}), ConfigError);
+  // A study value inferred from cases names shipped ones (a typo would leave a case "predicted").
+  std::set<std::string> ids;
+  for (const auto& c : cases) ids.insert(c.id);
+  for (const auto& file : std::filesystem::directory_iterator(config_dir() / "studies"))
+    for (const auto& a : load_study(file.path()).assumptions)
+      for (const auto& id : a.inferred_from) {
+        INFO(file.path().string() + ": " + a.key);
+        CHECK(ids.count(id) == 1);
+      }
 }
 
 TEST_CASE("the parity plot puts each case at (measured, predicted) on log axes", "[validate]") {

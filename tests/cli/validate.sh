@@ -28,7 +28,16 @@ for c in j["cases"]:
 assert rc == (0 if all(c["within"] for c in j["cases"]) else 1), rc
 assert j["assumption_knobs"] == len(j["assumptions"]) > 0
 assert set(j["summary"]["per_quantity"]) == {c["quantity"] for c in j["cases"]}
+# In-sample cases (a study value inferred from them) are marked and left out of "predicted".
+ins = [c for c in j["cases"] if c["in_sample"]]
+assert {c["id"] for c in ins} >= {"mlperf06-ssd-v3-32", "gpipe-t1-transformer-p1-activations"}, ins
+assert all(c["inferred_from_it"] for c in ins)
+p = j["summary"]["predicted"]
+assert p["cases"] == len(j["cases"]) - len(ins), p
+out = [abs(c["error"]) for c in j["cases"] if not c["in_sample"]]
+assert abs(p["mean_abs_error"] - sum(out) / len(out)) < 1e-12, p
 PY
+grep -q "^- predicted (the [0-9]* in-sample cases" "$work/v/validation.md" || { echo "FAIL: no predicted line"; exit 1; }
 # The predicted value is exactly what the case's own command reports.
 python3 - "$work/validation.json" "$tpusim" <<'PY'
 import json, shlex, subprocess, sys
