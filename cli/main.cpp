@@ -125,20 +125,19 @@ reports::RunInfo run_info(const Study& study, const BuiltStep& step) {
   const HostInput host = host_input(study);
   info.input_bound_s = host.bound_s();
   info.loop_overhead_s = host.loop_overhead_s;
-  info.input = Json{{"bytes_per_example", host.bytes_per_example},
-                    {"hosts", host.hosts},
-                    {"busiest_chip", host.busiest_chip},
-                    {"busiest_chip_bytes", host.chip_bytes},
-                    {"infeed_s", host.infeed_s},
-                    {"busiest_host", host.busiest_host},
-                    {"busiest_host_examples", host.host_examples},
-                    {"host_examples_per_s",
-                     study.host_examples_per_s > 0 ? Json(study.host_examples_per_s) : Json(nullptr)},
-                    {"host_seconds_per_step", study.host_seconds_per_step},
-                    {"preparation_s", study.host_examples_per_s > 0 || study.host_seconds_per_step > 0
-                                          ? Json(host.preparation_s)
-                                          : Json(nullptr)},
-                    {"loop_overhead_s", host.loop_overhead_s}};
+  info.input =
+      Json{{"bytes_per_example", host.bytes_per_example},
+           {"hosts", host.hosts},
+           {"busiest_chip", host.busiest_chip},
+           {"busiest_chip_bytes", host.chip_bytes},
+           {"infeed_s", host.infeed_s},
+           {"busiest_host", host.busiest_host},
+           {"busiest_host_examples", host.host_examples},
+           {"host_examples_per_s",
+            study.host_examples_per_s > 0 ? Json(study.host_examples_per_s) : Json(nullptr)},
+           {"host_seconds_per_step", study.host_seconds_per_step},
+           {"preparation_s", study.host_preparation_given() ? Json(host.preparation_s) : Json(nullptr)},
+           {"loop_overhead_s", host.loop_overhead_s}};
   return info;
 }
 

@@ -30,6 +30,7 @@ std::string predicted_text(const Json& c) {
 
 struct Row {
   std::string id, quantity, measured, predicted, error, tolerance, verdict;
+  bool within = false;
   std::string interval, inside;  ///< with --intervals: "[low, high]" and whether the measured value is in it
 };
 
@@ -51,13 +52,14 @@ std::string interval_line(const Json& s) {
 std::vector<Row> rows(const Json& report) {
   std::vector<Row> out;
   for (const auto& c : report["cases"])
-    out.push_back(
-        Row{c["id"].get<std::string>(), c["quantity"].get<std::string>(),
-            validation_value_text(c["measured"].get<double>(), c["unit"].get<std::string>()),
-            predicted_text(c), percent(c["error"]), fmt("%.0f %%", 100.0 * c["tolerance"].get<double>()),
-            std::string(c["within"].get<bool>() ? "within" : "OUTSIDE") +
-                (c.value("in_sample", false) ? " (in-sample)" : ""),
-            interval_text(c), c.contains("inside") ? (c["inside"].get<bool>() ? "in" : "OUT") : ""});
+    out.push_back(Row{c["id"].get<std::string>(), c["quantity"].get<std::string>(),
+                      validation_value_text(c["measured"].get<double>(), c["unit"].get<std::string>()),
+                      predicted_text(c), percent(c["error"]),
+                      fmt("%.0f %%", 100.0 * c["tolerance"].get<double>()),
+                      std::string(c["within"].get<bool>() ? "within" : "OUTSIDE") +
+                          (c.value("in_sample", false) ? " (in-sample)" : ""),
+                      c["within"].get<bool>(), interval_text(c),
+                      c.contains("inside") ? (c["inside"].get<bool>() ? "in" : "OUT") : ""});
   return out;
 }
 
@@ -145,7 +147,7 @@ std::string validation_text(const Json& report) {
   for (const auto& q : quantities(report))
     s << q << ": " << summary_line(report["summary"]["per_quantity"][q]) << "\n";
   s << "all: " << summary_line(report["summary"]) << "\n";
-  if (!predicted_line(report).empty()) s << predicted_line(report) << "\n";
+  if (const std::string p = predicted_line(report); !p.empty()) s << p << "\n";
   if (!overrides_line(report).empty()) s << overrides_line(report) << "\n";
   if (report.contains("intervals")) {
     s << "\nprediction intervals (" << report["intervals"]["method"].get<std::string>() << "):\n";
@@ -213,7 +215,7 @@ std::string validation_markdown(const Json& report) {
   for (const auto& q : quantities(report))
     s << "- " << q << ": " << summary_line(report["summary"]["per_quantity"][q]) << "\n";
   s << "- all: " << summary_line(report["summary"]) << "\n";
-  if (!predicted_line(report).empty()) s << "- " << predicted_line(report) << "\n";
+  if (const std::string p = predicted_line(report); !p.empty()) s << "- " << p << "\n";
   if (!overrides_line(report).empty()) s << "\n" << overrides_line(report) << "\n";
   if (report.contains("intervals")) {
     s << "\n## Prediction intervals\n\nMethod: " << report["intervals"]["method"].get<std::string>()
@@ -364,17 +366,18 @@ std::string validation_html(const Json& report) {
   std::ostringstream h;
   h << html_page_start("tpusim validation",
                        "td:first-child,td:nth-child(2){text-align:left}.out{color:#b00}");
+  const std::string predicted = predicted_line(report);
   h << "<h1>tpusim validation</h1>\n<p>Predictions against measured TPU runs. Error = predicted / measured - "
        "1. "
     << xml_escape(summary_line(report["summary"])) << ". "
-    << (predicted_line(report).empty() ? "" : xml_escape(predicted_line(report)) + ". ")
+    << (predicted.empty() ? std::string() : xml_escape(predicted) + ". ")
     << xml_escape(overrides_line(report)) << "</p>\n<div>";
   for (const auto& q : quantities(report)) h << parity_svg(report, q);
   h << "</div>\n<table><tr><th>case</th><th>quantity</th><th>measured</th><th>predicted</th><th>error</"
        "th><th>tolerance</th><th></th></tr>\n";
   for (const auto& r : rows(report))
-    h << "<tr" << (r.verdict.rfind("within", 0) == 0 ? "" : " class=\"out\"") << "><td>" << xml_escape(r.id)
-      << "</td><td>" << xml_escape(r.quantity) << "</td><td>" << xml_escape(r.measured) << "</td><td>"
+    h << "<tr" << (r.within ? "" : " class=\"out\"") << "><td>" << xml_escape(r.id) << "</td><td>"
+      << xml_escape(r.quantity) << "</td><td>" << xml_escape(r.measured) << "</td><td>"
       << xml_escape(r.predicted) << "</td><td>" << xml_escape(r.error) << "</td><td>"
       << xml_escape(r.tolerance) << "</td><td>" << r.verdict << "</td></tr>\n";
   h << "</table>\n<h2>Summary</h2>\n<ul>";

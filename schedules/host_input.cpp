@@ -46,7 +46,7 @@ HostInput host_input(const Study& study, const std::vector<CoreInput>& input, do
     }
   }
   h.infeed_s = h.chip_bytes / chip.host_link_bandwidth_bytes_per_s;
-  if (study.host_examples_per_s > 0 || study.host_seconds_per_step > 0)
+  if (study.host_preparation_given())
     h.preparation_s = study.host_seconds_per_step +
                       (study.host_examples_per_s > 0 ? h.host_examples / study.host_examples_per_s : 0.0);
   h.loop_overhead_s = study.host_seconds_per_loop / double(study.steps_per_loop);

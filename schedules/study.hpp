@@ -103,6 +103,8 @@ struct Study {
   /// What-if (study key input_pipeline.seconds_per_step_per_host): a host's work per step whatever
   /// its examples (its loop's iteration, the infeed enqueue of each of its cores); 0: none.
   double host_seconds_per_step = 0;
+  /// Whether the study gives the hosts' preparation a cost (a rate, a cost per step, or both).
+  bool host_preparation_given() const { return host_examples_per_s > 0 || host_seconds_per_step > 0; }
   /// What-if (study key training_loop): the host's work between two device loops of
   /// `steps_per_loop` steps (TPUEstimator's iterations_per_loop), during which the TPUs wait;
   /// 0 s: none.
