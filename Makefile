@@ -3,7 +3,7 @@ BUILD ?= build
 STUDY ?= configs/studies/default.json
 JOBS ?= $(shell nproc)
 
-.PHONY: setup setup-test build run test bench sanitize clean
+.PHONY: setup setup-test build run test test-long bench sanitize clean
 
 setup:
 	@bash scripts/setup.sh
@@ -18,8 +18,13 @@ build: setup
 run: build
 	@$(BUILD)/cli/tpusim run $(STUDY) --out out
 
+# `make test`: every test but the slowest cross-checks (label "long"), which `make test-long`
+# runs; .ci/run runs both.
 test: setup-test build
-	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE long
+
+test-long: setup-test build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L long
 
 # The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer, in its own build tree.
 sanitize: setup-test

@@ -16,6 +16,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "hardware/errors.hpp"
+
 extern char** environ;
 
 namespace tpusim::cli {
@@ -60,6 +62,7 @@ pid_t spawn_self(const std::vector<std::string>& args, int& out_fd, int& err_fd)
 /// positive) kills the child and marks the result timed out. Closes the pipes.
 void collect_output(pid_t pid, int out_fd, int err_fd, double timeout_s, const std::function<bool()>& cancel,
                     ChildResult& result) {
+  if (!(timeout_s <= kLongestTimeoutS)) timeout_s = 0;  // never reached: no limit (and no overflow)
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   std::array<pollfd, 2> fds = {pollfd{out_fd, POLLIN, 0}, pollfd{err_fd, POLLIN, 0}};
   std::string* sinks[2] = {&result.out, &result.err};
@@ -106,6 +109,14 @@ void collect_output(pid_t pid, int out_fd, int err_fd, double timeout_s, const s
 }
 
 }  // namespace
+
+void check_timeout(const std::string& option, double seconds) {
+  if (!(seconds >= 0 && seconds <= kLongestTimeoutS)) {
+    char found[64];
+    std::snprintf(found, sizeof found, "%g", seconds);
+    throw ConfigError(option, "", found, "seconds in [0, 1e9] (0: no limit)");
+  }
+}
 
 ChildResult run_self(const std::vector<std::string>& args, double timeout_s,
                      const std::function<bool()>& cancel) {

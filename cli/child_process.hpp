@@ -25,6 +25,14 @@ struct ChildResult {
 ChildResult run_self(const std::vector<std::string>& args, double timeout_s = 0,
                      const std::function<bool()>& cancel = {});
 
+/// A child's time limit beyond which it is no limit: no run is that long, and a deadline this far
+/// ahead would overflow the clock (1e18 s killed every child at once).
+inline constexpr double kLongestTimeoutS = 1e9;
+
+/// Checks a time limit given on the command line (`option` names it): a number of seconds in
+/// [0, kLongestTimeoutS] (0: none), else ConfigError naming the option.
+void check_timeout(const std::string& option, double seconds);
+
 /// Why a child failed, in one message: what it wrote to stderr (trailing newlines dropped), or its
 /// exit code when it wrote nothing.
 std::string failure_text(const ChildResult& child);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <regex>
 
 #include "cli/child_process.hpp"
 #include "cli/intervals.hpp"
@@ -91,9 +92,9 @@ std::string value_text(double v) {
 
 namespace {
 
-/// The current numeric value at a dotted path of the study (after overrides), if any.
-std::optional<double> current_value(const std::string& study, const std::vector<std::string>& sets,
-                                    const std::string& path) {
+/// The current value at a dotted path of the study (after overrides), if any: a number.
+std::optional<Json> current_value(const std::string& study, const std::vector<std::string>& sets,
+                                  const std::string& path) {
   Json j = read_json_file(study);
   for (const auto& s : sets) apply_override(j, s);
   const Json* node = &j;
@@ -112,7 +113,35 @@ std::optional<double> current_value(const std::string& study, const std::vector<
     begin = dot + 1;
   }
   if (!node->is_number()) throw ConfigError("--maximize", path, show(*node), "a numeric field of the study");
-  return node->get<double>();
+  return *node;
+}
+
+/// The upper bound the field's own check states at `value` ("an integer in [1, 100000]"), if the
+/// study is invalid there because of the field itself: a --max beyond it is lowered to it, so
+/// the bisection does not walk down from 1e308 a probe at a time.
+std::optional<double> own_upper_bound(const std::string& study, const std::vector<std::string>& sets,
+                                      const std::string& path, double value) {
+  std::vector<std::string> at = sets;
+  at.push_back(path + "=" + value_text(value));
+  try {
+    load_study(study, at);
+  } catch (const ConfigError& e) {
+    static const std::regex range(R"(in \[[^,\]]+, ([-+0-9.eE]+)\])");
+    for (const auto& p : e.problems()) {
+      std::smatch m;
+      if (p.path == path && std::regex_search(p.expected, m, range)) return std::stod(m[1].str());
+    }
+  }
+  return std::nullopt;
+}
+
+/// Refuses a search grid an integer field cannot take (a fractional --min or --step would make
+/// every other probe invalid, which read as fitting that is not monotonic).
+void check_grid(const FitSearch& search, const Json& current, const std::string& path) {
+  if (!current.is_number_integer()) return;
+  for (const auto& [option, v] : {std::pair{"--step", search.step}, std::pair{"--min", search.min}})
+    if (v != std::floor(v))
+      throw ConfigError(option, "", value_text(v), "a whole number: " + path + " is an integer field");
 }
 
 }  // namespace
@@ -124,12 +153,19 @@ int cmd_fit(const std::string& study, const std::string& path, const std::vector
   search.min = min.value_or(1);
   search.max = max;
   search.step = step.value_or(1);
-  if (!(probe_timeout_s >= 0))
-    throw ConfigError("--probe-timeout", "", value_text(probe_timeout_s), "seconds >= 0 (0: none)");
+  check_timeout("--probe-timeout", probe_timeout_s);
   if (!(search.step > 0)) throw ConfigError("--step", "", value_text(search.step), "a number > 0");
   if (max && *max < search.min)
     throw ConfigError("--max", "", value_text(*max), "a value >= --min (" + value_text(search.min) + ")");
-  search.start = current_value(study, sets, path).value_or(search.min);
+  const std::optional<Json> current = current_value(study, sets, path);
+  search.start = current ? current->get<double>() : search.min;
+  if (current) check_grid(search, *current, path);
+  if (max)
+    if (const auto bound = own_upper_bound(study, sets, path, *max); bound && *bound < *max) {
+      std::cerr << "tpusim fit: --max " << value_text(*max) << " lowered to " << value_text(*bound) << ", "
+                << path << "'s own upper bound\n";
+      search.max = max = std::max(*bound, search.min);
+    }
   // The study must be valid with the searched field at its minimum (its own value may be
   // invalid with the overrides, e.g. fewer layers than the stages set).
   std::vector<std::string> at_min = sets;

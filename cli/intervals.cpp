@@ -14,8 +14,9 @@ namespace tpusim::cli {
 
 const char* const kIntervalMethod =
     "one assumption at a time: each ranged assumption moved to each end of its range with the others at "
-    "their values; low = the point plus every shift below it, high = the point plus every shift above it "
-    "(effects assumed to add, each at its worst at once)";
+    "their values; each move is a ratio to the point, low = the point times every ratio below 1, high = the "
+    "point times every ratio above 1 (effects assumed to multiply, each at its worst at once, so a positive "
+    "quantity's low end stays above zero)";
 
 std::vector<AssumedRange> assumed_ranges(const Study& study, std::vector<std::string>* unranged) {
   std::vector<AssumedRange> out;
@@ -82,17 +83,26 @@ std::vector<std::array<EndResult, 2>> run_variants(const std::vector<std::string
 
 std::array<double, 2> interval_of(double point,
                                   const std::vector<std::array<std::optional<double>, 2>>& ends) {
-  double below = 0, above = 0;
+  // Each assumption's largest move down and up as a ratio to the point; the ratios multiply, so
+  // a positive quantity's low end stays positive however many assumptions pull it down (summed
+  // shifts went below zero). A point of zero (nothing to take a ratio of) takes the shifts summed.
+  double down = 1, up = 1, below = 0, above = 0;
   for (const auto& e : ends) {
-    double down = 0, up = 0;
+    double r_down = 1, r_up = 1, s_down = 0, s_up = 0;
     for (const auto& v : e)
       if (v) {
-        down = std::min(down, *v - point);
-        up = std::max(up, *v - point);
+        const double r = point > 0 ? std::max(0.0, *v / point) : 1;
+        r_down = std::min(r_down, r);
+        r_up = std::max(r_up, r);
+        s_down = std::min(s_down, *v - point);
+        s_up = std::max(s_up, *v - point);
       }
-    below += down;
-    above += up;
+    down *= r_down;
+    up *= r_up;
+    below += s_down;
+    above += s_up;
   }
+  if (point > 0) return {point * down, point * up};
   return {point + below, point + above};
 }
 

@@ -2,10 +2,12 @@
 // Every assumed hardware figure may give a "range" (with a "range_source"), and a study may list
 // its own unpublished values with ranges ("assumptions"). The interval is found one assumption at
 // a time: each is moved to each end of its range with the others at their values (a child run
-// each, 2 per assumption), and the shifts are summed by sign:
-//   low = point + sum of the shifts below it, high = point + sum of the shifts above it.
+// each, 2 per assumption), and each assumption's moves are taken as ratios to the point, which
+// multiply: low = point x product of the ratios below 1, high = point x product of those above 1.
+// (Summed shifts, the earlier method, went below zero when many assumptions pulled one way; ratios
+// compose as the hardware's rates do, and keep a positive quantity positive.)
 // Corners would take 2^n runs (n is 15 or more) and sampling a distribution nobody published;
-// summing one-at-a-time extremes assumes the effects add (no assumption cancels or amplifies
+// combining one-at-a-time extremes assumes the effects compose (no assumption cancels or amplifies
 // another) and counts every assumption at its worst at once, so it errs on the wide side.
 #pragma once
 
@@ -58,7 +60,8 @@ std::vector<std::array<EndResult, 2>> run_variants(const std::vector<std::string
                                                    const QuantityExtractor& extract);
 
 /// [low, high] of a quantity from its point value and its value at each end of each range (a
-/// missing end moves nothing): the shifts summed by sign. Always contains the point.
+/// missing end moves nothing): the ratios to the point multiplied (the shifts summed by sign when
+/// the point is not positive). Always contains the point; a positive point gives a low end >= 0.
 std::array<double, 2> interval_of(double point,
                                   const std::vector<std::array<std::optional<double>, 2>>& ends);
 

@@ -256,7 +256,7 @@ Json functional_json(const RunOptions& o, const Study& study, FunctionalRuntime&
 /// --out: result.json, report.md and report.html, the timeline and memory charts, and with --trace the trace.
 void write_run_outputs(const RunOptions& o, const Study& study, const BuiltStep& step,
                        const sim::SimResult& result, const Json& j) {
-  fs::create_directories(o.out);
+  cli::make_output_directory(o.out);
   const std::string md = reports::report_markdown(j), timeline = reports::timeline_svg(step.graph, result),
                     memory = reports::memory_svg(j);
   write_file(fs::path(o.out) / "result.json", j.dump(2) + "\n");
@@ -720,6 +720,28 @@ void add_study(CLI::App* cmd, std::string& study, std::vector<std::string>& sets
   cmd->add_option("--set", sets, "override a study field: dotted.path=value (repeatable)");
 }
 
+/// CLI11's "Could not convert: --top = 1e9" as the other bad inputs are said: the option, the
+/// value found and what is expected (the kind of number, and the option's own description).
+std::string conversion_problem(const CLI::App& app, const std::string& what) {
+  const std::string prefix = "Could not convert: ";
+  const auto eq = what.find(" = ");
+  if (what.rfind(prefix, 0) != 0 || eq == std::string::npos) return what;
+  const std::string name = what.substr(prefix.size(), eq - prefix.size()), value = what.substr(eq + 3);
+  const CLI::Option* option = nullptr;
+  for (const CLI::App* sub : app.get_subcommands())
+    if (!option) option = sub->get_option_no_throw(name);
+  if (!option) option = app.get_option_no_throw(name);
+  std::string expected = "a value of the option's type";
+  if (option) {
+    const std::string type = option->get_type_name();
+    expected = type == "INT" || type == "UINT" ? "a whole number written in digits (e.g. 5)"
+               : type == "FLOAT"               ? "a number (e.g. 2.5)"
+                                               : "a " + type;
+    expected += ": " + option->get_description();
+  }
+  return name + ": found \"" + value + "\", expected " + expected;
+}
+
 void add_run(CLI::App& app, Commands& commands) {
   auto run = std::make_shared<RunOptions>();
   auto* cmd = app.add_subcommand("run", "simulate one training step of a study");
@@ -934,6 +956,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::ConversionError& e) {
+    std::cerr << "tpusim: bad input\n" << conversion_problem(app, e.what()) << "\n";
+    return 2;
   } catch (const CLI::ParseError& e) {
     app.exit(e);
     return 2;

@@ -11,6 +11,15 @@
 
 namespace tpusim::cli {
 
+void make_output_directory(const std::filesystem::path& dir, const std::string& option) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir, ec))
+    throw ConfigError(option, "", dir.string(),
+                      "a directory that can be created or written (" +
+                          (ec ? ec.message() : std::string("a file of that name is in the way")) + ")");
+}
+
 void write_output_file(const std::filesystem::path& path, const std::string& text,
                        const std::string& option) {
   write_output_file(

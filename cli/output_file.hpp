@@ -11,6 +11,10 @@
 
 namespace tpusim::cli {
 
+/// Creates the output directory `dir` (and its parents). Throws ConfigError naming `option` and
+/// the path when the filesystem refuses (not a directory, a name too long, no permission).
+void make_output_directory(const std::filesystem::path& dir, const std::string& option = "--out");
+
 /// Writes `text` to `path` atomically. Throws ConfigError (the path is unusable: exit 2)
 /// naming `option` (e.g. "--out") and the path when any step fails.
 void write_output_file(const std::filesystem::path& path, const std::string& text,

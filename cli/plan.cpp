@@ -80,10 +80,14 @@ class Stopper {
   }
   /// A simulation finished: from now on the time limit may stop the search.
   void answered() { answered_ = true; }
-  /// Whether bounding should give way to simulating (half the time limit gone, or stopped).
+  /// A candidate was bounded that can be simulated (valid, not pruned): the time limit may now
+  /// cut bounding short.
+  void simulable() { simulable_ = true; }
+  /// Whether bounding should give way to simulating (half the time limit gone, or stopped). The
+  /// limit waits for one simulable candidate, as it waits for one simulation: a tight one answers.
   bool bounding_over() {
     if (requested()) return true;
-    if (limit_s_ <= 0 || elapsed_s() < limit_s_ / 2) return false;
+    if (limit_s_ <= 0 || !simulable_ || elapsed_s() < limit_s_ / 2) return false;
     bounding_cut_ = true;
     return true;
   }
@@ -118,7 +122,7 @@ class Stopper {
   }
   double limit_s_;
   Clock::time_point start_;
-  std::atomic<bool> stopped_{false}, answered_{false}, bounding_cut_{false};
+  std::atomic<bool> stopped_{false}, answered_{false}, bounding_cut_{false}, simulable_{false};
   std::mutex lock_;
   std::string why_;
   double stopped_at_s_ = 0;
@@ -605,15 +609,19 @@ void record_completeness(const PlanOptions& o, const std::vector<Candidate>& all
 }  // namespace
 
 int cmd_plan(const PlanOptions& o) {
-  catch_stop_signals();  // first: an interrupt while the space is built still writes what there is
   if (o.objective != "step_time_s" && o.objective != "examples_per_s")
     throw ConfigError("--objective", "", o.objective, "step_time_s or examples_per_s");
   if (o.top < 1) throw ConfigError("--top", "", std::to_string(o.top), "a number of plans >= 1");
   if (o.jobs < 0) throw ConfigError("-j", "", std::to_string(o.jobs), "a number of simulations at once >= 1");
+  check_timeout("--point-timeout", o.point_timeout_s);
   Json base = read_json_file(o.study);
   for (const auto& s : o.sets) apply_override(base, s);
   const Study study = parse_study(base, o.study, fs::path(o.study).parent_path());  // bad input: exit 2
   const PlanSpace space = o.space.empty() ? PlanSpace{} : read_plan_space(o.space);
+  if (!o.out.empty()) make_output_directory(o.out);  // an unusable --out is said before the search
+  // From here an interrupt still writes what there is; while the inputs were read, SIGINT and
+  // SIGTERM ended the process as usual (a read that blocks could not have seen the request).
+  catch_stop_signals();
 
   // The model as the study has it, and with flash attention where the model kind has it (each
   // variant its own study and layer costs).
@@ -628,6 +636,9 @@ int cmd_plan(const PlanOptions& o) {
       c.variant = int(v);
       all.push_back(std::move(c));
     }
+  if (all.empty())
+    throw ConfigError(o.space.empty() ? "plan" : o.space, "", "no candidate",
+                      "a space leaving at least one schedule to try for this study");
   const double usable = study.hardware.core.usable_hbm_bytes();
   if (!(o.time_limit_s >= 0))
     throw ConfigError("--time-limit", "", std::to_string(o.time_limit_s), "seconds >= 0 (0: none)");
@@ -642,6 +653,7 @@ int cmd_plan(const PlanOptions& o) {
       if (stop.bounding_over()) return;  // left unexamined: time to simulate what was bounded
       const ModelVariant& v = variants[std::size_t(all[i].variant)];
       bound(v.study, all[i], usable, v.costs);
+      if (all[i].invalid.empty() && !all[i].pruned) stop.simulable();
       const std::lock_guard<std::mutex> guard(lock);
       progress.update(++done, int(all.size()));
     });
@@ -657,7 +669,6 @@ int cmd_plan(const PlanOptions& o) {
   record_completeness(o, all, stop, plan);
 
   if (!o.out.empty()) {
-    fs::create_directories(o.out);
     write_output_file(fs::path(o.out) / "plan.json", plan.dump(2) + "\n");
     write_output_file(fs::path(o.out) / "plan.md", reports::plan_markdown(plan));
     write_output_file(fs::path(o.out) / "plan.html", reports::plan_html(plan));

@@ -228,8 +228,7 @@ class Progress {
 namespace {
 
 void check_options(const SweepOptions& o) {
-  if (!(o.point_timeout_s >= 0))
-    throw ConfigError("--point-timeout", "", std::to_string(o.point_timeout_s), "seconds >= 0 (0: none)");
+  check_timeout("--point-timeout", o.point_timeout_s);
   if (o.jobs < 0)
     throw ConfigError("-j", "", std::to_string(o.jobs),
                       "a number of parallel points >= 1 (0: the number of cores)");
@@ -371,7 +370,7 @@ int cmd_sweep(const SweepOptions& o) {
       meta["axes"].push_back(Json{{"path", a.path}, {"values", a.values}, {"zip", axes == &zip}});
 
   const fs::path dir = o.out.empty() ? fs::path("out/sweep") : fs::path(o.out);
-  fs::create_directories(dir);
+  make_output_directory(dir);
   const DirectoryLock lock_out(dir);
   std::vector<StoredRecord> records = resumed_records(o, dir, meta, points);
   write_output_file(dir / "sweep.json", meta.dump(2) + "\n");
@@ -405,7 +404,7 @@ int cmd_merge(const std::vector<std::string>& dirs, const std::string& out) {
       }
   }
   meta["shard"] = Json::array({0, 1});
-  fs::create_directories(out);
+  make_output_directory(out);
   write_output_file(fs::path(out) / "sweep.json", meta.dump(2) + "\n");
   write_outputs(out, meta, records);
   std::size_t failed = 0;

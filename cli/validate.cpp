@@ -684,8 +684,7 @@ int cmd_validate(const ValidateOptions& o) {
     report["intervals"]["method"] = kIntervalMethod;
   }
   if (!o.out.empty()) {
-    std::error_code ec;
-    fs::create_directories(o.out, ec);
+    make_output_directory(o.out);
     write_output_file(fs::path(o.out) / "validation.json", report.dump(2) + "\n");
     write_output_file(fs::path(o.out) / "validation.md", reports::validation_markdown(report));
     write_output_file(fs::path(o.out) / "validation.html", reports::validation_html(report));

@@ -1,6 +1,7 @@
 #include "hardware/hardware_spec.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -21,9 +22,19 @@ fs::path config_dir() {
 Json read_json_file(const fs::path& file) {
   std::error_code ec;
   if (fs::is_directory(file, ec)) throw ConfigError(file.string(), "", "a directory", "a JSON file");
-  std::ifstream in(file);
+  std::ifstream in(file, std::ios::binary);
   if (!in) throw ConfigError(file.string(), "", "no readable file", "an existing JSON file");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Read in pieces up to a cap: a device or pipe that never ends (/dev/zero, a FIFO) is refused
+  // instead of filling the memory.
+  std::string text;
+  std::array<char, 1 << 16> piece;
+  while (in.read(piece.data(), piece.size()) || in.gcount() > 0) {
+    if (text.size() + std::size_t(in.gcount()) > kMaxJsonFileBytes)
+      throw ConfigError(file.string(), "", "more than " + std::to_string(kMaxJsonFileBytes >> 20) + " MiB",
+                        "a JSON file of at most " + std::to_string(kMaxJsonFileBytes >> 20) +
+                            " MiB (a configuration, not a device or a stream that never ends)");
+    text.append(piece.data(), std::size_t(in.gcount()));
+  }
   try {
     return parse_json_strict(text, file.string());
   } catch (const Json::parse_error& e) {
@@ -482,12 +493,13 @@ fs::path hardware_file(const std::string& name_or_path, const fs::path& base_dir
   const bool is_path = name_or_path.find('/') != std::string::npos ||
                        (name_or_path.size() > 5 && name_or_path.ends_with(".json"));
   fs::path file;
+  std::error_code ec;  // a name the filesystem refuses (too long, ...) is a name that is not there
   if (is_path) {
     file = name_or_path;
-    if (file.is_relative() && !base_dir.empty() && fs::exists(base_dir / file)) file = base_dir / file;
+    if (file.is_relative() && !base_dir.empty() && fs::exists(base_dir / file, ec)) file = base_dir / file;
   } else {
     file = config_dir() / "hardware" / (name_or_path + ".json");
-    if (!fs::exists(file)) {
+    if (!fs::exists(file, ec)) {
       std::string known;
       for (const auto& n : shipped_hardware()) known += (known.empty() ? "" : ", ") + n;
       throw ConfigError("hardware", "", "\"" + name_or_path + "\"",

@@ -181,7 +181,9 @@ std::filesystem::path hardware_file(const std::string& name_or_path,
 void apply_hardware_overrides(Json& json, const Json& overrides, const std::string& path, Problems& problems);
 
 /// Reads a JSON file; a missing file or malformed JSON is a ConfigError naming the file
-/// (and the line/column for a syntax error).
+/// (and the line/column for a syntax error), and so is one longer than kMaxJsonFileBytes (a
+/// device or stream that never ends is refused, not read forever).
+inline constexpr std::size_t kMaxJsonFileBytes = std::size_t(64) << 20;
 Json read_json_file(const std::filesystem::path& file);
 
 /// Names of the hardware files shipped in configs/hardware.

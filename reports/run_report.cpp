@@ -392,7 +392,7 @@ void summary_intervals(std::ostringstream& out, const Json& j) {
     for (const char* end : {"at_low", "at_high"})
       if (a[end].is_object() && a[end].contains("failure")) ++failed;
   out << "  intervals         (in brackets) over the ranges of " << iv["assumptions"].size()
-      << " assumptions, one at a time, shifts summed by sign";
+      << " assumptions, one at a time, their ratios multiplied";
   if (!iv["assumed_without_range"].empty())
     out << "; " << iv["assumed_without_range"].size() << " assumed figures without a range move nothing";
   if (failed) out << "; " << failed << " runs at a range end failed (see result.json)";

@@ -1,5 +1,6 @@
 #include "schedules/mesh.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <set>
@@ -61,6 +62,9 @@ void MeshSchedule::read_mesh(const Json& mesh, const std::string& path, const St
       if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number_integer() ||
           e[1].get<std::int64_t>() < 1 || e[1].get<std::int64_t>() > 65536)
         problems.add(index_path(path, i), e, "[\"name\", size]: a mesh dimension size in [1, 65536]");
+      else if (std::any_of(mesh_.begin(), mesh_.end(),
+                           [&](const auto& d) { return d.first == e[0].get<std::string>(); }))
+        problems.add(index_path(path, i) + "[0]", e[0], "a mesh dimension name not used before in the mesh");
       else
         mesh_.emplace_back(e[0].get<std::string>(), int(e[1].get<std::int64_t>()));
     }

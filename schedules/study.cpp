@@ -165,6 +165,14 @@ void parse_devices(Fields& top, Study& study, Problems& problems) {
   study.hardware = device_view(study.hardware, study.megacore);
 }
 
+/// The key of an assumption already listed that is `key`, or contains it, or lies inside it
+/// ("model" and "model.layers" would move one value twice), or "".
+std::string overlapping_key(const std::vector<StudyAssumption>& listed, const std::string& key) {
+  for (const auto& a : listed)
+    if (a.key == key || key.rfind(a.key + ".", 0) == 0 || a.key.rfind(key + ".", 0) == 0) return a.key;
+  return "";
+}
+
 /// "assumptions": [{"key", "range": [low, high], "source", "inferred_from"?}]: each key a value of
 /// the study, each end of its range of the value's type (numbers around it) and a study that is
 /// valid with it; "inferred_from" lists the validation cases the value was inferred from.
@@ -199,6 +207,12 @@ void parse_assumptions(const Json& list, const Json& json, const std::filesystem
       continue;
     }
     if (!value || !range) continue;
+    if (const std::string other = overlapping_key(study.assumptions, a.key); !other.empty()) {
+      problems.add(f.path_of("key"), Json(a.key),
+                   "a value no other assumption covers (\"" + other +
+                       "\" is listed before: each assumption is counted once)");
+      continue;
+    }
     const auto same = [&](const Json& end) {
       return end.is_number() ? value->is_number() : end.type() == value->type();
     };
@@ -213,6 +227,7 @@ void parse_assumptions(const Json& list, const Json& json, const std::filesystem
     a.low = (*range)[0];
     a.high = (*range)[1];
     for (int end = 0; end < 2; ++end) {
+      if ((*range)[end] == *value) continue;  // the study itself, already valid
       Json variant = json;
       variant.erase("assumptions");
       apply_override(variant, a.key + "=" + (*range)[end].dump());

@@ -197,7 +197,7 @@ std::pair<double, double> ends(const std::vector<double>& loss) {
 }
 }  // namespace
 
-TEST_CASE("the mlp's loss falls over 50 steps of GPipe", "[functional][training]") {
+TEST_CASE("the mlp's loss falls over 50 steps of GPipe", "[functional][training][long]") {
   const Outcome o = train(kMlp, R"({"kind": "gpipe", "stages": 2, "microbatches": 4})", 50, "adam", 0.01);
   const auto [first, last] = ends(o.loss);
   INFO("mean loss " << first << " -> " << last);
@@ -205,7 +205,7 @@ TEST_CASE("the mlp's loss falls over 50 steps of GPipe", "[functional][training]
   CHECK(o.max_rel_diff <= 1e-3);  // Adam over 50 steps: rounding differences grow, but stay small
 }
 
-TEST_CASE("the transformer's loss falls over 50 steps of data parallelism", "[functional][training]") {
+TEST_CASE("the transformer's loss falls over 50 steps of data parallelism", "[functional][training][long]") {
   const Outcome o = train(kTransformer, R"({"kind": "data_parallel", "replicas": 4})", 50, "adam", 0.01);
   const auto [first, last] = ends(o.loss);
   INFO("mean loss " << first << " -> " << last);

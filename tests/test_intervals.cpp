@@ -1,7 +1,8 @@
 // Prediction intervals without the engine: ranges in hardware files and study assumptions parse
 // (and bad ones are refused with their JSON path), every shipped assumption has a range, the
-// interval is the point plus the shifts summed by sign, and validate's coverage is counted right.
+// interval multiplies each assumption's ratio to the point, and validate's coverage is counted right.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <functional>
 
 #include "cli/intervals.hpp"
@@ -100,7 +101,8 @@ TEST_CASE("setting an assumed value makes it a choice: the assumption goes", "[i
   CHECK(load_study(file, {"batch=64"}).assumptions.size() == 1);
 }
 
-TEST_CASE("the interval is the point plus the shifts summed by sign, and contains the point", "[intervals]") {
+TEST_CASE("the interval multiplies each assumption's ratio to the point, and contains the point",
+          "[intervals]") {
   // No assumption, or ends equal to the point: nothing moves.
   CHECK(interval_of(10, {}) == std::array<double, 2>{10, 10});
   CHECK(interval_of(10, {{std::optional<double>(), std::optional<double>()}}) ==
@@ -108,10 +110,21 @@ TEST_CASE("the interval is the point plus the shifts summed by sign, and contain
   // One figure moving it down at one end and up at the other; one moving it up at both ends (the
   // larger counts); a failed end moves nothing.
   const auto iv = interval_of(10, {{9.0, 12.0}, {11.0, 13.0}, {std::optional<double>(), 8.5}});
-  CHECK(iv[0] == Approx(10 - 1 - 1.5));
-  CHECK(iv[1] == Approx(10 + 2 + 3));
+  CHECK(iv[0] == Approx(10 * 0.9 * 0.85));
+  CHECK(iv[1] == Approx(10 * 1.2 * 1.3));
   CHECK(iv[0] <= 10);
   CHECK(iv[1] >= 10);
+}
+
+TEST_CASE("many assumptions pulling a positive quantity down leave its low end above zero", "[intervals]") {
+  // The round-4 reproducer's shape: shifts that summed to more than the point (13.5 - 20.4 < 0).
+  const std::vector<std::array<std::optional<double>, 2>> ends(6, {3.0, 20.0});
+  const auto iv = interval_of(13.5, ends);
+  CHECK(iv[0] > 0);
+  CHECK(iv[0] == Approx(13.5 * std::pow(3.0 / 13.5, 6)));
+  CHECK(iv[1] >= 13.5);
+  // An end at zero (nothing left) gives a low end of zero, never below.
+  CHECK(interval_of(5, {{0.0, 6.0}, {1.0, 7.0}})[0] == 0);
 }
 
 TEST_CASE("intervals_json gives each quantity's interval and each assumption's ends", "[intervals]") {

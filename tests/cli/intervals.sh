@@ -29,11 +29,15 @@ hbm = names["core.hbm_sustained_bandwidth_fraction"]
 assert hbm["at_low"]["step_time_s"] > j["step_time_s"] > hbm["at_high"]["step_time_s"], hbm  # slower HBM, longer step
 m = names["schedule.microbatches"]
 assert m["at_low"]["activation_bytes_total"] > j["activation_bytes_total"] > m["at_high"]["activation_bytes_total"], m
-# The interval is the point plus the shifts summed by sign.
+# The interval is the point times each assumption's ratios to it, multiplied.
 for q in ("step_time_s", "peak_hbm_bytes"):
-    down = sum(min([0] + [a[e][q] - j[q] for e in ("at_low", "at_high") if isinstance(a[e], dict) and q in a[e]]) for a in iv["assumptions"])
-    up = sum(max([0] + [a[e][q] - j[q] for e in ("at_low", "at_high") if isinstance(a[e], dict) and q in a[e]]) for a in iv["assumptions"])
-    assert abs(iv[q][0] - (j[q] + down)) <= 1e-9 * abs(j[q]) and abs(iv[q][1] - (j[q] + up)) <= 1e-9 * abs(j[q]), q
+    down = up = 1.0
+    for a in iv["assumptions"]:
+        r = [a[e][q] / j[q] for e in ("at_low", "at_high") if isinstance(a[e], dict) and q in a[e]]
+        down *= min([1.0] + r)
+        up *= max([1.0] + r)
+    assert abs(iv[q][0] - j[q] * down) <= 1e-9 * abs(j[q]) and abs(iv[q][1] - j[q] * up) <= 1e-9 * abs(j[q]), q
+    assert iv[q][0] > 0, q
 PY
 # The summary shows it; a value the user sets is a choice, not an assumption.
 "$tpusim" run "$study" --set model.layers=16 --set schedule.microbatches=4 --intervals -j 2 > "$work/run.txt" 2> /dev/null

@@ -16,12 +16,12 @@ EOF2
 }
 refused() {  # name, expected text, command...
   local name="$1" text="$2"; shift 2
-  local start=$SECONDS
-  set +e; timeout 60 "$@" > /dev/null 2> "$work/err"; local rc=$?; set -e
+  # A refusal up front is quick, but how quick is for bench/ to measure: the timeout only keeps a
+  # regression (the graph built after all) from hanging the suite.
+  set +e; timeout 300 "$@" > /dev/null 2> "$work/err"; local rc=$?; set -e
   [ "$rc" -eq 2 ] || { echo "FAIL $name: exit $rc, expected 2"; cat "$work/err"; exit 1; }
   grep -q "too large to simulate" "$work/err" && grep -q -- "$text" "$work/err" ||
     { echo "FAIL $name: message"; cat "$work/err"; exit 1; }
-  [ $((SECONDS - start)) -le 20 ] || { echo "FAIL $name: took $((SECONDS - start)) s to refuse"; exit 1; }
 }
 slice_study 128 > "$work/s128.json"
 slice_study 1024 > "$work/s1024.json"
