@@ -1,9 +1,9 @@
 // The fit search on fake probes: boundaries, bounds, non-monotonic answers, invalid values.
 #include <catch2/catch.hpp>
 
-#include "cli/fit.hpp"
+#include "workflows/fit.hpp"
 
-using namespace tpusim::cli;
+using namespace tpusim::workflows;
 
 namespace {
 std::function<Probe(double)> threshold(double largest_fitting, int* calls = nullptr) {

@@ -5,15 +5,15 @@
 #include <cmath>
 #include <functional>
 
-#include "cli/intervals.hpp"
-#include "cli/validate.hpp"
 #include "hardware/hardware_spec.hpp"
 #include "schedules/study.hpp"
 #include "test_support.hpp"
+#include "workflows/intervals.hpp"
+#include "workflows/validate.hpp"
 
 using namespace tpusim;
 using tpusim::test::problem_paths;
-using namespace tpusim::cli;
+using namespace tpusim::workflows;
 namespace fs = std::filesystem;
 
 namespace {

@@ -4,11 +4,11 @@
 #include <fstream>
 #include <set>
 
-#include "cli/plan_space.hpp"
 #include "hardware/errors.hpp"
+#include "workflows/plan_space.hpp"
 
 using namespace tpusim;
-using namespace tpusim::cli;
+using namespace tpusim::workflows;
 
 namespace {
 

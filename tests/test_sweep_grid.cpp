@@ -1,12 +1,12 @@
 // Sweep axes and points: parsing, ranges, products, zips, shards, identities.
 #include <catch2/catch.hpp>
 
-#include "cli/sweep_grid.hpp"
 #include "hardware/errors.hpp"
 #include "reports/sweep_report.hpp"
+#include "workflows/sweep_grid.hpp"
 
 using namespace tpusim;
-using namespace tpusim::cli;
+using namespace tpusim::workflows;
 
 TEST_CASE("axis values: numbers, strings, JSON, ranges", "[sweep]") {
   const Axis a = parse_axis("--grid", "schedule.stages=1,2,4,8");

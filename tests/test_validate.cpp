@@ -5,14 +5,14 @@
 #include <filesystem>
 #include <set>
 
-#include "cli/validate.hpp"
 #include "hardware/hardware_spec.hpp"
 #include "reports/report_html.hpp"
 #include "reports/validation_report.hpp"
 #include "schedules/study.hpp"
+#include "workflows/validate.hpp"
 
 using namespace tpusim;
-using namespace tpusim::cli;
+using namespace tpusim::workflows;
 
 namespace {
 

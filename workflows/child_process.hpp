@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace tpusim::cli {
+namespace tpusim::workflows {
 
 struct ChildResult {
   int exit_code = -1;      ///< the child's exit code, or 128 + signal if it was killed
@@ -45,4 +45,4 @@ int job_count(int requested);
 /// plan candidates.
 void parallel_for(std::size_t count, int jobs, const std::function<void(std::size_t)>& body);
 
-}  // namespace tpusim::cli
+}  // namespace tpusim::workflows

@@ -1,4 +1,4 @@
-#include "cli/sweep.hpp"
+#include "workflows/sweep.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -15,16 +15,16 @@
 #include <mutex>
 #include <sstream>
 
-#include "cli/child_process.hpp"
-#include "cli/output_file.hpp"
-#include "cli/sweep_grid.hpp"
 #include "hardware/hardware_spec.hpp"
 #include "reports/sweep_report.hpp"
 #include "schedules/study.hpp"
+#include "workflows/child_process.hpp"
+#include "workflows/output_file.hpp"
+#include "workflows/sweep_grid.hpp"
 
 namespace fs = std::filesystem;
 
-namespace tpusim::cli {
+namespace tpusim::workflows {
 
 namespace {
 
@@ -414,4 +414,4 @@ int cmd_merge(const std::vector<std::string>& dirs, const std::string& out) {
   return failed == 0 ? 0 : 1;
 }
 
-}  // namespace tpusim::cli
+}  // namespace tpusim::workflows

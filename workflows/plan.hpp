@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace tpusim::cli {
+namespace tpusim::workflows {
 
 struct PlanOptions {
   std::string study;
@@ -34,4 +34,4 @@ struct PlanOptions {
 /// stopped by SIGINT or SIGTERM, 128 + the signal (after writing what it found).
 int cmd_plan(const PlanOptions& options);
 
-}  // namespace tpusim::cli
+}  // namespace tpusim::workflows

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace tpusim::cli {
+namespace tpusim::workflows {
 
 struct SweepOptions {
   std::string study;
@@ -29,4 +29,4 @@ int cmd_sweep(const SweepOptions& options);
 /// Combines the results of shards (or partial runs) of one sweep into `out`.
 int cmd_merge(const std::vector<std::string>& dirs, const std::string& out);
 
-}  // namespace tpusim::cli
+}  // namespace tpusim::workflows

@@ -12,7 +12,7 @@
 
 #include "schedules/study.hpp"
 
-namespace tpusim::cli {
+namespace tpusim::workflows {
 
 /// What `--space FILE` may restrict (absent: everything). Parsed strictly (ConfigError).
 struct PlanSpace {
@@ -53,4 +53,4 @@ std::vector<Json> plan_candidates(const Study& study, const PlanSpace& space);
 /// A short, unique name of a candidate schedule ("gpipe K=2 R=16 M=16 remat").
 std::string plan_label(const Json& schedule);
 
-}  // namespace tpusim::cli
+}  // namespace tpusim::workflows

@@ -1,4 +1,4 @@
-#include "cli/plan_space.hpp"
+#include "workflows/plan_space.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 
 #include "hardware/json_fields.hpp"
 
-namespace tpusim::cli {
+namespace tpusim::workflows {
 
 namespace {
 
@@ -363,4 +363,4 @@ std::string plan_label(const Json& s) {
          (s.value("placement", "auto") == "by_stage" ? " by-stage" : "");
 }
 
-}  // namespace tpusim::cli
+}  // namespace tpusim::workflows

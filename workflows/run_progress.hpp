@@ -6,7 +6,7 @@
 #include <chrono>
 #include <string>
 
-namespace tpusim::cli {
+namespace tpusim::workflows {
 
 class RunProgress {
  public:
@@ -25,4 +25,4 @@ class RunProgress {
   bool tty_, printed_ = false;
 };
 
-}  // namespace tpusim::cli
+}  // namespace tpusim::workflows

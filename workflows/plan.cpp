@@ -1,4 +1,4 @@
-#include "cli/plan.hpp"
+#include "workflows/plan.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -11,21 +11,21 @@
 #include <mutex>
 #include <tuple>
 
-#include "cli/child_process.hpp"
-#include "cli/interrupt.hpp"
-#include "cli/output_file.hpp"
-#include "cli/plan_space.hpp"
-#include "cli/run_progress.hpp"
 #include "reports/plan_report.hpp"
 #include "reports/run_report.hpp"
 #include "schedules/mesh.hpp"
 #include "schedules/step_builder.hpp"
 #include "schedules/study.hpp"
 #include "sim/collectives/collective_algorithm.hpp"
+#include "workflows/child_process.hpp"
+#include "workflows/interrupt.hpp"
+#include "workflows/output_file.hpp"
+#include "workflows/plan_space.hpp"
+#include "workflows/run_progress.hpp"
 
 namespace fs = std::filesystem;
 
-namespace tpusim::cli {
+namespace tpusim::workflows {
 
 namespace {
 
@@ -692,4 +692,4 @@ int cmd_plan(const PlanOptions& o) {
   return 0;
 }
 
-}  // namespace tpusim::cli
+}  // namespace tpusim::workflows

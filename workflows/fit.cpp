@@ -1,4 +1,4 @@
-#include "cli/fit.hpp"
+#include "workflows/fit.hpp"
 
 #include <unistd.h>
 
@@ -9,12 +9,12 @@
 #include <map>
 #include <regex>
 
-#include "cli/child_process.hpp"
-#include "cli/intervals.hpp"
 #include "reports/run_report.hpp"
 #include "schedules/study.hpp"
+#include "workflows/child_process.hpp"
+#include "workflows/intervals.hpp"
 
-namespace tpusim::cli {
+namespace tpusim::workflows {
 
 FitOutcome fit_search(const FitSearch& s, const std::function<Probe(double)>& probe) {
   FitOutcome out;
@@ -306,4 +306,4 @@ int cmd_fit(const std::string& study, const std::string& path, const std::vector
   return 0;
 }
 
-}  // namespace tpusim::cli
+}  // namespace tpusim::workflows

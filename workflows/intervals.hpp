@@ -25,7 +25,7 @@ namespace tpusim {
 struct Study;
 }
 
-namespace tpusim::cli {
+namespace tpusim::workflows {
 
 /// One assumption a prediction leans on, with the range it is plausible over.
 struct AssumedRange {
@@ -74,4 +74,4 @@ Json intervals_json(const std::map<std::string, double>& point, const std::vecto
 /// The method in one sentence (README, reports).
 extern const char* const kIntervalMethod;
 
-}  // namespace tpusim::cli
+}  // namespace tpusim::workflows

@@ -1,16 +1,16 @@
-#include "cli/intervals.hpp"
+#include "workflows/intervals.hpp"
 
 #include <unistd.h>
 
 #include <algorithm>
 
-#include "cli/child_process.hpp"
-#include "cli/output_file.hpp"
 #include "schedules/study.hpp"
+#include "workflows/child_process.hpp"
+#include "workflows/output_file.hpp"
 
 namespace fs = std::filesystem;
 
-namespace tpusim::cli {
+namespace tpusim::workflows {
 
 const char* const kIntervalMethod =
     "one assumption at a time: each ranged assumption moved to each end of its range with the others at "
@@ -145,4 +145,4 @@ Json intervals_json(const std::map<std::string, double>& point, const std::vecto
   return j;
 }
 
-}  // namespace tpusim::cli
+}  // namespace tpusim::workflows

@@ -1,4 +1,4 @@
-#include "cli/output_file.hpp"
+#include "workflows/output_file.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 
 #include "hardware/errors.hpp"
 
-namespace tpusim::cli {
+namespace tpusim::workflows {
 
 void make_output_directory(const std::filesystem::path& dir, const std::string& option) {
   std::error_code ec;
@@ -61,4 +61,4 @@ void write_output_file(const std::filesystem::path& path,
   if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("rename");
 }
 
-}  // namespace tpusim::cli
+}  // namespace tpusim::workflows

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace tpusim::cli {
+namespace tpusim::workflows {
 
 /// What one probe found.
 struct Probe {
@@ -55,10 +55,10 @@ constexpr int kFitProbeFailed = 3;
 
 /// `tpusim fit` as a command: returns the exit code (0, or kFitProbeFailed).
 /// `probe_timeout_s` > 0: a probe still running after that long is killed (a failed probe).
-/// `intervals`: the answer's spread over the ranges of the study's assumptions (cli/intervals.hpp),
+/// `intervals`: the answer's spread over the ranges of the study's assumptions (workflows/intervals.hpp),
 /// a search per end of each range, `jobs` at once.
 int cmd_fit(const std::string& study, const std::string& path, const std::vector<std::string>& sets,
             std::optional<double> min, std::optional<double> max, std::optional<double> step, bool as_json,
             double probe_timeout_s = 0, bool intervals = false, int jobs = 0);
 
-}  // namespace tpusim::cli
+}  // namespace tpusim::workflows

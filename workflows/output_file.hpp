@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace tpusim::cli {
+namespace tpusim::workflows {
 
 /// Creates the output directory `dir` (and its parents). Throws ConfigError naming `option` and
 /// the path when the filesystem refuses (not a directory, a name too long, no permission).
@@ -26,4 +26,4 @@ void write_output_file(const std::filesystem::path& path,
                        const std::function<void(const std::function<void(std::string_view)>& put)>& produce,
                        const std::string& option = "--out");
 
-}  // namespace tpusim::cli
+}  // namespace tpusim::workflows

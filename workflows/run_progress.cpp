@@ -1,4 +1,4 @@
-#include "cli/run_progress.hpp"
+#include "workflows/run_progress.hpp"
 
 #include <unistd.h>
 
@@ -6,7 +6,7 @@
 #include <iostream>
 #include <utility>
 
-namespace tpusim::cli {
+namespace tpusim::workflows {
 
 namespace {
 constexpr double kQuietFor_s = 2.0;   // runs shorter than this print nothing
@@ -40,4 +40,4 @@ void RunProgress::update(int done, int total, double simulated_s) {
   std::cerr << buf << std::flush;
 }
 
-}  // namespace tpusim::cli
+}  // namespace tpusim::workflows

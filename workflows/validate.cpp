@@ -1,4 +1,4 @@
-#include "cli/validate.hpp"
+#include "workflows/validate.hpp"
 
 #include <unistd.h>
 
@@ -11,16 +11,16 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "cli/child_process.hpp"
-#include "cli/fit.hpp"
-#include "cli/intervals.hpp"
-#include "cli/output_file.hpp"
 #include "reports/validation_report.hpp"
 #include "schedules/study.hpp"
+#include "workflows/child_process.hpp"
+#include "workflows/fit.hpp"
+#include "workflows/intervals.hpp"
+#include "workflows/output_file.hpp"
 
 namespace fs = std::filesystem;
 
-namespace tpusim::cli {
+namespace tpusim::workflows {
 
 const std::vector<ValidationQuantity>& validation_quantities() {
   static const std::vector<ValidationQuantity> q = {{"step_time_s", "s"},
@@ -700,4 +700,4 @@ int cmd_validate(const ValidateOptions& o) {
   return all_within ? 0 : 1;
 }
 
-}  // namespace tpusim::cli
+}  // namespace tpusim::workflows

@@ -1,4 +1,4 @@
-#include "cli/child_process.hpp"
+#include "workflows/child_process.hpp"
 
 #include <poll.h>
 #include <spawn.h>
@@ -20,7 +20,7 @@
 
 extern char** environ;
 
-namespace tpusim::cli {
+namespace tpusim::workflows {
 
 namespace {
 
@@ -158,4 +158,4 @@ std::string failure_text(const ChildResult& child) {
   return why;
 }
 
-}  // namespace tpusim::cli
+}  // namespace tpusim::workflows

@@ -1,4 +1,4 @@
-#include "cli/sweep_grid.hpp"
+#include "workflows/sweep_grid.hpp"
 
 #include <cmath>
 #include <map>
@@ -6,7 +6,7 @@
 
 #include "hardware/errors.hpp"
 
-namespace tpusim::cli {
+namespace tpusim::workflows {
 
 namespace {
 
@@ -200,4 +200,4 @@ std::pair<int, int> parse_shard(const std::string& text) {
   return {int(i), int(n)};
 }
 
-}  // namespace tpusim::cli
+}  // namespace tpusim::workflows

@@ -1,8 +1,8 @@
-#include "cli/interrupt.hpp"
+#include "workflows/interrupt.hpp"
 
 #include <csignal>
 
-namespace tpusim::cli {
+namespace tpusim::workflows {
 
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
@@ -23,4 +23,4 @@ void catch_stop_signals() {
 
 int stop_signal() { return int(g_signal); }
 
-}  // namespace tpusim::cli
+}  // namespace tpusim::workflows

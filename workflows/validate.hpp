@@ -13,7 +13,7 @@
 
 #include "hardware/json_fields.hpp"
 
-namespace tpusim::cli {
+namespace tpusim::workflows {
 
 /// What a case can compare: a number of its command's JSON output (`tpusim run --json`, or
 /// `tpusim fit --json` for max_fitting) and the unit its measured value is given in.
@@ -105,7 +105,7 @@ struct ValidateOptions {
   /// Also run every case with each assumed hardware figure of its study moved up by 10 %, and
   /// report how much the prediction moves (cases[].sensitivity: figure -> relative change).
   bool sensitivity = false;
-  /// Also each case's prediction interval over its assumptions' ranges (cli/intervals.hpp), and
+  /// Also each case's prediction interval over its assumptions' ranges (workflows/intervals.hpp), and
   /// whether the measured value lies inside it.
   bool intervals = false;
   /// "figure=value": every case runs on its own hardware with these figures overridden (a what-if
@@ -131,4 +131,4 @@ std::optional<Json> scaled_hardware(const Json& hardware, const std::string& fig
 /// unmoved from its recorded prediction), 1 otherwise.
 int cmd_validate(const ValidateOptions& options);
 
-}  // namespace tpusim::cli
+}  // namespace tpusim::workflows

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace tpusim::cli {
+namespace tpusim::workflows {
 
 using Json = nlohmann::json;
 
@@ -46,4 +46,4 @@ std::vector<Point> shard_points(const std::vector<Point>& points, int i, int n);
 /// Parses "--shard i/n". Throws ConfigError.
 std::pair<int, int> parse_shard(const std::string& text);
 
-}  // namespace tpusim::cli
+}  // namespace tpusim::workflows

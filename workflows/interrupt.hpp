@@ -2,7 +2,7 @@
 // writes its outputs marked incomplete, and exits with 128 + the signal.
 #pragma once
 
-namespace tpusim::cli {
+namespace tpusim::workflows {
 
 /// Installs the handlers (once; later calls do nothing).
 void catch_stop_signals();
@@ -10,4 +10,4 @@ void catch_stop_signals();
 /// The signal that asked to stop (SIGINT, SIGTERM), or 0.
 int stop_signal();
 
-}  // namespace tpusim::cli
+}  // namespace tpusim::workflows

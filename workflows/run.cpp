@@ -1,0 +1,257 @@
+#include "workflows/run.hpp"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "hardware/topology.hpp"
+#include "reports/report_html.hpp"
+#include "reports/run_report.hpp"
+#include "reports/svg.hpp"
+#include "schedules/functional_runtime.hpp"
+#include "schedules/host_input.hpp"
+#include "schedules/pipeline.hpp"
+#include "schedules/study.hpp"
+#include "sim/engine.hpp"
+#include "workflows/child_process.hpp"
+#include "workflows/intervals.hpp"
+#include "workflows/output_file.hpp"
+#include "workflows/validate.hpp"
+
+namespace tpusim::workflows {
+namespace fs = std::filesystem;
+
+double half_of_physical_memory() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? 0.5 * double(pages) * double(page) : 4e9;
+}
+
+namespace {
+
+/// The names of a slice's torus dimensions: x, y, z, ...
+std::vector<std::string> dimension_names(const SliceSpec& slice) {
+  std::vector<std::string> names;
+  for (int d = 0; d < slice.dims(); ++d) names.push_back(Topology::dimension_name(d));
+  return names;
+}
+
+/// What a user should know about the run: an overridden hardware figure its schedule never
+/// reads, and a what-if that moved a pipeline's cost-balanced cut (the cut follows the costs, so
+/// the what-if compares two cuts unless the partition is set explicitly).
+std::vector<std::string> run_notes(const Study& study) {
+  std::vector<std::string> notes;
+  const Json& hw = study.json.value("hardware", Json());
+  if (!hw.is_object() || !hw.contains("override") || !hw["override"].is_object()) return notes;
+  const Json& overrides = hw["override"];
+  for (const auto& [figure, why] : study.schedule->ignored_hardware_figures())
+    if (overrides.contains(figure))
+      notes.push_back(figure + " cannot affect this " + study.schedule->resolved().value("kind", "") +
+                      " schedule: " + why);
+  const auto* pipeline = dynamic_cast<const Pipeline*>(study.schedule.get());
+  if (!pipeline ||
+      (study.json["schedule"].contains("partition") && study.json["schedule"]["partition"].is_array()))
+    return notes;
+  Json base = study.json;
+  base["hardware"] = hw["base"];
+  try {
+    const Study plain = parse_study(base, study.file, fs::path(study.file).parent_path());
+    const auto before = dynamic_cast<const Pipeline&>(*plain.schedule).partition(plain).sizes;
+    const auto after = pipeline->partition(study).sizes;
+    auto text = [](const std::vector<int>& cut) {
+      std::string t;
+      for (int n : cut) t += (t.empty() ? "" : "|") + std::to_string(n);
+      return t;
+    };
+    if (before != after)
+      notes.push_back("the hardware what-if moved the cost-balanced cut from " + text(before) + " (on " +
+                      hw["base"].dump() + ") to " + text(after) +
+                      " layers per stage; set schedule.partition to [" +
+                      [&] {
+                        std::string t;
+                        for (int n : before) t += (t.empty() ? "" : ", ") + std::to_string(n);
+                        return t;
+                      }() +
+                      "] to compare at the same cut");
+  } catch (const ConfigError&) {
+    // The base hardware cannot run this study: nothing to compare with.
+  }
+  return notes;
+}
+
+reports::RunInfo run_info(const Study& study, const BuiltStep& step) {
+  reports::RunInfo info;
+  Json echo = study.json;
+  echo["schedule"] = study.schedule->resolved();
+  info.study = echo;
+  info.hardware = study.hardware.name;
+  info.slice = study.slice.name;
+  info.chips = study.slice.shape;
+  info.wraparound = study.slice.wraparound;
+  info.dimension_names = dimension_names(study.slice);
+  info.cores_per_chip = study.hardware.chip.cores;
+  info.megacore = study.megacore;
+  info.notes = run_notes(study);
+  if (step.details.contains("padded"))
+    for (const auto& [dim, p] : step.details["padded"].items())
+      info.notes.push_back(dim + " padded from " + std::to_string(p["size"].get<std::int64_t>()) + " to " +
+                           std::to_string(p["padded_to"].get<std::int64_t>()) + " to split it over " +
+                           std::to_string(p["cores"].get<int>()) +
+                           " cores (as frameworks pad the embedding)");
+  info.model_kind = study.model.kind;
+  info.model_name = study.model.name;
+  info.params = study.model.params();
+  info.layers = std::int64_t(study.model.layers.size());
+  info.batch = study.batch;
+  info.schedule = study.schedule->resolved().value("kind", "");
+  info.schedule_details = step.details;
+  info.peak_flops_per_core = study.hardware.core.peak_matmul_flops_per_s();
+  info.model_flops = step.model_flops;
+  info.hardware_flops = step.hardware_flops;
+  const HostInput host = host_input(study);
+  info.input_bound_s = host.bound_s();
+  info.loop_overhead_s = host.loop_overhead_s;
+  info.input =
+      Json{{"bytes_per_example", host.bytes_per_example},
+           {"hosts", host.hosts},
+           {"busiest_chip", host.busiest_chip},
+           {"busiest_chip_bytes", host.chip_bytes},
+           {"infeed_s", host.infeed_s},
+           {"busiest_host", host.busiest_host},
+           {"busiest_host_examples", host.host_examples},
+           {"host_examples_per_s",
+            study.host_examples_per_s > 0 ? Json(study.host_examples_per_s) : Json(nullptr)},
+           {"host_seconds_per_step", study.host_seconds_per_step},
+           {"preparation_s", study.host_preparation_given() ? Json(host.preparation_s) : Json(nullptr)},
+           {"loop_overhead_s", host.loop_overhead_s}};
+  return info;
+}
+
+void write_file(const fs::path& path, const std::string& text) { write_output_file(path, text); }
+
+/// The quantities a run's interval covers, from its result JSON.
+std::map<std::string, double> run_quantities(const Json& result) {
+  std::map<std::string, double> q;
+  for (const char* name :
+       {"step_time_s", "examples_per_s", "mxu_utilization", "peak_hbm_bytes", "activation_bytes_total"})
+    if (const auto v = output_quantity(name, result)) q[name] = *v;
+  return q;
+}
+
+/// --intervals: the spread of the run's quantities over its assumptions' ranges (cli/intervals.hpp).
+Json run_intervals(const RunOptions& o, const Study& study, const Json& result) {
+  std::vector<std::string> unranged;
+  const auto ranges = assumed_ranges(study, &unranged);
+  std::vector<std::string> args = {"run", o.study, "--json"};
+  for (const auto& s : o.sets) args.insert(args.end(), {"--set", s});
+  const auto ends = run_variants(args, study, ranges, job_count(o.jobs), run_quantities);
+  return intervals_json(run_quantities(result), ranges, ends, unranged);
+}
+
+/// When the state a core holds all step (weights, optimizer slots, gradient accumulators)
+/// already exceeds its usable HBM: a small result saying so (fits false, not simulated).
+std::optional<Json> resident_overflow(const Study& study, const sim::TaskGraph& graph) {
+  const double usable = study.hardware.core.usable_hbm_bytes();
+  const int worst = graph.most_resident_core();
+  if (worst < 0 || graph.resident_bytes(worst) <= usable) return std::nullopt;
+  const double most = graph.resident_bytes(worst);
+  const std::string parts = reports::categories_text(graph.resident()[std::size_t(worst)]);
+  return Json{
+      {"fits", false},
+      {"simulated", false},
+      {"core", worst},
+      {"resident", parts},
+      {"peak_hbm_bytes", most},
+      {"hbm_capacity_bytes", usable},
+      {"overflow",
+       {{"core", worst}, {"task", "resident state"}, {"time_s", 0.0}, {"bytes_over", most - usable}}}};
+}
+
+/// Functional mode's runtime for the study, its budget and step count checked (null without it).
+std::unique_ptr<FunctionalRuntime> functional_runtime(const RunOptions& o, const Study& study) {
+  if (!o.functional) return nullptr;
+  FunctionalRuntime::check_supported(study);
+  if (o.steps < 1) throw ConfigError("--steps", "", std::to_string(o.steps), "at least 1 step");
+  const double need = FunctionalRuntime::host_bytes_needed(study, study.cores());
+  if (need > o.max_host_memory_bytes) {
+    throw ConfigError("--functional", "",
+                      "a need of " + reports::human_bytes(need) + " of host memory for real tensors",
+                      "at most the budget of " + reports::human_bytes(o.max_host_memory_bytes) +
+                          " (shrink the model or batch, or raise --max-host-memory)");
+  }
+  auto functional = std::make_unique<FunctionalRuntime>(study, o.seed);
+  functional->begin_step(0);
+  return functional;
+}
+
+/// The later steps replayed and compared with one core: result.json's "functional".
+Json functional_json(const RunOptions& o, const Study& study, FunctionalRuntime& functional,
+                     const BuiltStep& step, const sim::SimResult& result) {
+  functional.keep_first_gradients();
+  functional.replay(step.graph, result.completion_order, o.steps);
+  const auto reference = FunctionalRuntime::reference(study, o.steps, o.seed);
+  return Json{{"steps", o.steps},
+              {"seed", o.seed},
+              {"loss", functional.losses()},
+              {"reference_loss", reference->losses()},
+              {"max_rel_diff", functional.max_rel_diff(*reference)},
+              {"gradient_max_rel_diff", functional.gradient_max_rel_diff(*reference)},
+              {"weights_fingerprint", functional.weights_fingerprint()},
+              {"replicas_identical", functional.replicas_identical()}};
+}
+
+/// --out: result.json, report.md and report.html, the timeline and memory charts, and with --trace the trace.
+void write_run_outputs(const RunOptions& o, const Study& study, const BuiltStep& step,
+                       const sim::SimResult& result, const Json& j) {
+  make_output_directory(o.out);
+  const std::string md = reports::report_markdown(j), timeline = reports::timeline_svg(step.graph, result),
+                    memory = reports::memory_svg(j);
+  write_file(fs::path(o.out) / "result.json", j.dump(2) + "\n");
+  write_file(fs::path(o.out) / "report.md", md);
+  write_file(fs::path(o.out) / "report.html",
+             reports::report_html(md, {{"timeline.svg", timeline}, {"memory.svg", memory}}, "tpusim run"));
+  write_file(fs::path(o.out) / "timeline.svg", timeline);
+  write_file(fs::path(o.out) / "memory.svg", memory);
+  if (o.trace)
+    write_file(
+        fs::path(o.out) / "trace.json",
+        reports::chrome_trace(step.graph, result, study.hardware.chip.cores, dimension_names(study.slice))
+                .dump() +
+            "\n");
+}
+
+}  // namespace
+
+RunOutcome run_study(const RunOptions& o, const RunProgressCallback& progress) {
+  if (!(o.max_host_memory_bytes > 0))
+    throw ConfigError("--max-host-memory", "", std::to_string(o.max_host_memory_bytes), "bytes > 0");
+  sim::set_host_memory_budget(o.max_host_memory_bytes);
+  const Study study = load_study(o.study, o.sets);
+  std::unique_ptr<FunctionalRuntime> functional = functional_runtime(o, study);
+  BuiltStep step = study.schedule->build(study, functional.get());
+  if (o.require_fit)
+    if (auto over = resident_overflow(study, step.graph)) return RunOutcome{std::move(*over), false, false};
+  sim::EngineOptions engine;
+  engine.record_flows = o.trace;
+  engine.symmetric_collectives = !o.no_symmetry;
+  engine.functional = o.functional;
+  engine.progress = progress;
+  spdlog::debug("simulating {} tasks on {} cores", step.graph.size(), step.graph.cores());
+  const sim::SimResult result = sim::simulate(step.graph, study.hardware, study.slice, engine);
+  Json j = reports::result_json(run_info(study, step), step.graph, result);
+  if (functional) j["functional"] = functional_json(o, study, *functional, step, result);
+  if (o.intervals) j["intervals"] = run_intervals(o, study, j);
+  if (!o.out.empty()) write_run_outputs(o, study, step, result, j);
+  return RunOutcome{std::move(j), true, result.fits};
+}
+
+std::string check_study(const std::string& file, const std::vector<std::string>& sets) {
+  const Study study = load_study(file, sets);
+  return "(" + study.model.name + ", " + std::to_string(study.model.params()) + " params, " +
+         study.hardware.name + " " + study.slice.name + ", " + std::to_string(study.cores()) + " cores, " +
+         study.schedule->resolved().value("kind", "") + ")";
+}
+
+}  // namespace tpusim::workflows
