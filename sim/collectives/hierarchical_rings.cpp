@@ -23,38 +23,34 @@ class HierarchicalRings : public CollectiveAlgorithm {
   }
   bool supports(const Topology& topology, int cores_per_chip, CollectiveOp,
                 const std::vector<int>& group) const override {
-    return group_shape(topology, cores_per_chip, group).grid;
+    return rings::grid_group(topology, cores_per_chip, group);
   }
   std::vector<Phase> plan(const Topology& topology, int cores_per_chip, CollectiveOp op,
                           const std::vector<int>& group, double bytes) const override {
     using rings::Half;
-    std::vector<Phase> plan;
-    if (group.size() < 2 || bytes <= 0) return plan;
-    const GroupShape shape = group_shape(topology, cores_per_chip, group);
-    // The payload each dimension's rings move: the whole chip buffer along the first, then the
-    // shard left by the dimensions before.
-    std::vector<double> payload;
-    double shard = bytes;
-    for (int d : shape.spanned) {
-      payload.push_back(shard);
-      shard /= double(shape.coordinates[std::size_t(d)].size());
-    }
-    auto dimension_phase = [&](Half half, std::size_t k) {
-      const int d = shape.spanned[k];
-      Phase phase{rings::half_name(half) + " " + topology.dimension(d).name, {}};
-      rings::add_line_rings(phase, topology, cores_per_chip, rings::lines_along(topology, shape, d), d,
-                            payload[k]);
-      plan.push_back(std::move(phase));
-    };
-    if (op != CollectiveOp::AllGather) {
-      rings::add_onchip_phase(plan, Half::ReduceScatter, shape, bytes);
-      for (std::size_t k = 0; k < shape.spanned.size(); ++k) dimension_phase(Half::ReduceScatter, k);
-    }
-    if (op != CollectiveOp::ReduceScatter) {
-      for (std::size_t k = shape.spanned.size(); k-- > 0;) dimension_phase(Half::AllGather, k);
-      rings::add_onchip_phase(plan, Half::AllGather, shape, bytes);
-    }
-    return plan;
+    return rings::hierarchical_plan(
+        topology, cores_per_chip, op, group, bytes,
+        [&](Half half, const GroupShape& shape, std::vector<Phase>& plan) {
+          // The payload each dimension's rings move: the whole chip buffer along the first, then
+          // the shard left by the dimensions before; the all-gathers in reverse order.
+          std::vector<double> payload;
+          double shard = bytes;
+          for (int d : shape.spanned) {
+            payload.push_back(shard);
+            shard /= double(shape.coordinates[std::size_t(d)].size());
+          }
+          auto dimension_phase = [&](std::size_t k) {
+            const int d = shape.spanned[k];
+            Phase phase{rings::half_name(half) + " " + topology.dimension(d).name, {}};
+            rings::add_line_rings(phase, topology, cores_per_chip, rings::lines_along(topology, shape, d), d,
+                                  payload[k]);
+            plan.push_back(std::move(phase));
+          };
+          if (half == Half::ReduceScatter)
+            for (std::size_t k = 0; k < shape.spanned.size(); ++k) dimension_phase(k);
+          else
+            for (std::size_t k = shape.spanned.size(); k-- > 0;) dimension_phase(k);
+        });
   }
 };
 

@@ -21,44 +21,42 @@ class ParallelRings : public CollectiveAlgorithm {
   }
   bool supports(const Topology& topology, int cores_per_chip, CollectiveOp,
                 const std::vector<int>& group) const override {
-    return group_shape(topology, cores_per_chip, group).grid;
+    return rings::grid_group(topology, cores_per_chip, group);
   }
   std::vector<Phase> plan(const Topology& topology, int cores_per_chip, CollectiveOp op,
                           const std::vector<int>& group, double bytes) const override {
     using rings::Half;
-    std::vector<Phase> plan;
-    if (group.size() < 2 || bytes <= 0) return plan;
-    const GroupShape shape = group_shape(topology, cores_per_chip, group);
-    const std::size_t k = shape.spanned.size();
-    // payload[j][i]: what part i moves in step j, along dimension spanned[(i + j) % k].
-    std::vector<std::vector<double>> payload(k, std::vector<double>(k));
-    for (std::size_t i = 0; i < k; ++i) {
-      double part = bytes / double(k);
-      for (std::size_t j = 0; j < k; ++j) {
-        payload[j][i] = part;
-        part /= double(shape.coordinates[std::size_t(shape.spanned[(i + j) % k])].size());
-      }
-    }
-    std::vector<std::vector<std::vector<int>>> lines;  // per spanned dimension
-    for (int d : shape.spanned) lines.push_back(rings::lines_along(topology, shape, d));
-    auto step = [&](Half half, std::size_t j) {
-      Phase phase{
-          rings::half_name(half) + " every dimension " + std::to_string(j + 1) + "/" + std::to_string(k), {}};
-      for (std::size_t i = 0; i < k; ++i) {
-        const std::size_t s = (i + j) % k;
-        rings::add_line_rings(phase, topology, cores_per_chip, lines[s], shape.spanned[s], payload[j][i]);
-      }
-      plan.push_back(std::move(phase));
-    };
-    if (op != CollectiveOp::AllGather) {
-      rings::add_onchip_phase(plan, Half::ReduceScatter, shape, bytes);
-      for (std::size_t j = 0; j < k; ++j) step(Half::ReduceScatter, j);
-    }
-    if (op != CollectiveOp::ReduceScatter) {
-      for (std::size_t j = k; j-- > 0;) step(Half::AllGather, j);
-      rings::add_onchip_phase(plan, Half::AllGather, shape, bytes);
-    }
-    return plan;
+    return rings::hierarchical_plan(
+        topology, cores_per_chip, op, group, bytes,
+        [&](Half half, const GroupShape& shape, std::vector<Phase>& plan) {
+          const std::size_t k = shape.spanned.size();
+          // payload[j][i]: what part i moves in step j, along dimension spanned[(i + j) % k].
+          std::vector<std::vector<double>> payload(k, std::vector<double>(k));
+          for (std::size_t i = 0; i < k; ++i) {
+            double part = bytes / double(k);
+            for (std::size_t j = 0; j < k; ++j) {
+              payload[j][i] = part;
+              part /= double(shape.coordinates[std::size_t(shape.spanned[(i + j) % k])].size());
+            }
+          }
+          std::vector<std::vector<std::vector<int>>> lines;  // per spanned dimension
+          for (int d : shape.spanned) lines.push_back(rings::lines_along(topology, shape, d));
+          auto step = [&](std::size_t j) {
+            Phase phase{rings::half_name(half) + " every dimension " + std::to_string(j + 1) + "/" +
+                            std::to_string(k),
+                        {}};
+            for (std::size_t i = 0; i < k; ++i) {
+              const std::size_t s = (i + j) % k;
+              rings::add_line_rings(phase, topology, cores_per_chip, lines[s], shape.spanned[s],
+                                    payload[j][i]);
+            }
+            plan.push_back(std::move(phase));
+          };
+          if (half == Half::ReduceScatter)
+            for (std::size_t j = 0; j < k; ++j) step(j);
+          else
+            for (std::size_t j = k; j-- > 0;) step(j);
+        });
   }
 };
 

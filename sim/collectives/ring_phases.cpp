@@ -59,4 +59,25 @@ void add_onchip_phase(std::vector<Phase>& plan, Half half, const GroupShape& sha
   plan.push_back(std::move(phase));
 }
 
+bool grid_group(const Topology& topology, int cores_per_chip, const std::vector<int>& group) {
+  return group_shape(topology, cores_per_chip, group).grid;
+}
+
+std::vector<Phase> hierarchical_plan(
+    const Topology& topology, int cores_per_chip, CollectiveOp op, const std::vector<int>& group,
+    double bytes, const std::function<void(Half, const GroupShape&, std::vector<Phase>&)>& dimensions) {
+  std::vector<Phase> plan;
+  if (group.size() < 2 || bytes <= 0) return plan;
+  const GroupShape shape = group_shape(topology, cores_per_chip, group);
+  if (op != CollectiveOp::AllGather) {
+    add_onchip_phase(plan, Half::ReduceScatter, shape, bytes);
+    dimensions(Half::ReduceScatter, shape, plan);
+  }
+  if (op != CollectiveOp::ReduceScatter) {
+    dimensions(Half::AllGather, shape, plan);
+    add_onchip_phase(plan, Half::AllGather, shape, bytes);
+  }
+  return plan;
+}
+
 }  // namespace tpusim::sim::rings

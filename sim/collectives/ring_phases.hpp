@@ -3,6 +3,7 @@
 // dimension, folded on a line), and the on-chip ring among the group cores of each chip.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,5 +29,17 @@ void add_line_rings(Phase& phase, const Topology& topology, int cores_per_chip,
 /// The on-chip half: each chip's group cores form a small ring over the on-chip link, moving
 /// `bytes`. Nothing when a chip holds a single group core.
 void add_onchip_phase(std::vector<Phase>& plan, Half half, const GroupShape& shape, double bytes);
+
+/// Whether a ring algorithm over the torus's lines takes `group`: its chips a sub-grid, each
+/// holding as many of its cores.
+bool grid_group(const Topology& topology, int cores_per_chip, const std::vector<int>& group);
+
+/// The plan of a hierarchical ring algorithm for `op` over `group`: the on-chip reduce-scatter,
+/// `dimensions(ReduceScatter, shape, plan)` appending the torus phases, then
+/// `dimensions(AllGather, ...)` and the on-chip all-gather, each half as `op` needs it; none for
+/// a group of one core or an empty buffer.
+std::vector<Phase> hierarchical_plan(
+    const Topology& topology, int cores_per_chip, CollectiveOp op, const std::vector<int>& group,
+    double bytes, const std::function<void(Half, const GroupShape&, std::vector<Phase>&)>& dimensions);
 
 }  // namespace tpusim::sim::rings
