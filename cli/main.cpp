@@ -216,8 +216,8 @@ void add_validate(CLI::App& app, Commands& commands) {
                   "figure=value (repeatable): run every case with this figure of its hardware changed, e.g. "
                   "core.hbm_sustained_bandwidth_fraction=0.85");
   cmd->add_flag("--check", validate->check,
-                "a regression check: exit 0 when every case is within its tolerance or predicts what was "
-                "recorded (CASES/recorded/predictions.json), 1 otherwise");
+                "a regression check: exit 0 when every case predicts what was recorded "
+                "(CASES/recorded/predictions.json, 1e-9 relative), within its tolerance or not; 1 otherwise");
   cmd->add_flag("--record", validate->record, "record this run's predictions for --check");
   cmd->add_flag("--intervals", validate->intervals,
                 "also each case's prediction interval over its assumptions' ranges, and whether the "

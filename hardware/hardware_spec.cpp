@@ -329,6 +329,7 @@ void read_chip(const Json& chip, HardwareSpec& hw, Problems& problems) {
   c.megacore = r.flag("megacore");
   c.collective_algorithms =
       r.names("collective_algorithms", "a list of collective algorithm names (tpusim describe collectives)");
+  c.latency_collective_max_bytes = r.number("latency_collective_max_bytes", 0.0, 1e12);
   c.tdp_w = r.number("tdp_w", 1, 1e5);
   f.finish();
 }

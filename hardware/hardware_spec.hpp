@@ -118,6 +118,9 @@ struct ChipSpec {
   /// Collective algorithms by name (sim/collectives), in order of preference: each collective
   /// runs the first one that supports its group.
   std::vector<std::string> collective_algorithms;
+  /// Buffers up to this size run the list's latency-optimal algorithms (recursive doubling):
+  /// fewer steps, each a longer route; larger ones the bandwidth-optimal rings.
+  double latency_collective_max_bytes = 0;
   double tdp_w = 0;  ///< thermal design power (information only)
 };
 

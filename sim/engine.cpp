@@ -128,7 +128,8 @@ class Runner {
       : g_(g),
         opt_(opt),
         platform_(hw, slice, opt.network),
-        planner_(platform_.topology(), hw.chip.cores, hw.chip.collective_algorithms),
+        planner_(platform_.topology(), hw.chip.cores, hw.chip.collective_algorithms,
+                 hw.chip.latency_collective_max_bytes),
         memory_(g.cores(), hw.core.usable_hbm_bytes()) {
     // Each actor's stack is a mapping and a guard page.
     actor_limit_ = opt.max_simultaneous_actors > 0 ? opt.max_simultaneous_actors
@@ -167,7 +168,7 @@ class Runner {
       }
       auto& plan = plans_[std::size_t(id)];
       for (const auto& group : groups) {
-        const CollectiveAlgorithm& algorithm = planner_.algorithm(t.op, group);
+        const CollectiveAlgorithm& algorithm = planner_.algorithm(t.op, group, t.bytes);
         add_algorithm_name(result_.collective_algorithms[std::size_t(id)], algorithm.name());
         auto group_plan =
             algorithm.plan(platform_.topology(), platform_.cores_per_chip(), t.op, group, t.bytes);
@@ -496,7 +497,8 @@ SimResult simulate(const TaskGraph& graph, const HardwareSpec& hw, const SliceSp
   ClusterReduction reduction;
   reduction.reason = "none: asked for the full simulation";
   if (options.symmetric_collectives && !options.functional && !options.record_flows) {
-    const CollectivePlanner planner(Topology(slice), hw.chip.cores, hw.chip.collective_algorithms);
+    const CollectivePlanner planner(Topology(slice), hw.chip.cores, hw.chip.collective_algorithms,
+                                    hw.chip.latency_collective_max_bytes);
     reduction = reduce_to_one_cluster(graph, planner, options.network);
   }
   const TaskGraph& simulated = reduction.applied ? reduction.graph : graph;

@@ -30,7 +30,8 @@ TEST_CASE("every collective algorithm is registered under its name", "[collectiv
     CHECK_FALSE(a->description().empty());
     names.push_back(name);
   }
-  CHECK(names == std::vector<std::string>{"hierarchical_rings", "parallel_rings", "snake_ring"});
+  CHECK(names ==
+        std::vector<std::string>{"hierarchical_rings", "parallel_rings", "recursive_doubling", "snake_ring"});
   CHECK(find_collective_algorithm("ring_of_rings") == nullptr);
 }
 
@@ -134,4 +135,64 @@ TEST_CASE("trivial collectives have no phases", "[collectives]") {
     CHECK(a->plan(t, 2, CollectiveOp::AllReduce, {3}, 100).empty());
     CHECK(a->plan(t, 2, CollectiveOp::AllReduce, {0, 1}, 0).empty());
   }
+}
+
+TEST_CASE("recursive doubling: log2 N steps of pairs - on-chip first then 1 2 4 chips apart",
+          "[collectives]") {
+  const Topology t({8, 4}, {true, true});  // 32 chips, 2 cores each: 64 members
+  const auto group = all_cores(64);
+  const double S = 4096;
+  const auto ar = plan("recursive_doubling", t, 2, CollectiveOp::AllReduce, group, S);
+  REQUIRE(ar.size() == 6);  // 1 on-chip + 3 along x + 2 along y
+  const std::vector<int> hops = {0, 1, 2, 4, 1, 2};
+  for (std::size_t s = 0; s < ar.size(); ++s) {
+    CHECK(ar[s].rings.size() == 32);  // every member in one pair
+    int representative = 0;
+    for (const auto& r : ar[s].rings) {
+      REQUIRE(r.cores.size() == 2);
+      CHECK(r.steps == 1);
+      CHECK(r.chunk_bytes == S);
+      CHECK(t.hops(r.cores[0] / 2, r.cores[1] / 2) == hops[s]);
+      representative += r.representative ? 1 : 0;
+    }
+    // The first chip's pair on-chip; the first line's pairs (both cores of each chip) along a dimension.
+    CHECK(representative == (s == 0 ? 1 : s <= 3 ? 8 : 4));
+  }
+  // Recursive halving and doubling: a reduce-scatter halves what it moves each step, an
+  // all-gather doubles it from one member's share; together they move what rings move.
+  const auto rs = plan("recursive_doubling", t, 2, CollectiveOp::ReduceScatter, group, S);
+  const auto ag = plan("recursive_doubling", t, 2, CollectiveOp::AllGather, group, S);
+  REQUIRE(rs.size() == 6);
+  REQUIRE(ag.size() == 6);
+  CHECK(rs[0].rings[0].chunk_bytes == S / 2);
+  CHECK(rs[5].rings[0].chunk_bytes == S / 64);
+  CHECK(ag[0].rings[0].chunk_bytes == S / 64);
+  CHECK(ag[5].rings[0].chunk_bytes == S / 2);
+  CHECK(plan_wire_bytes(rs) == Approx(64 * S * 63 / 64));
+  CHECK(plan_wire_bytes(rs) + plan_wire_bytes(ag) ==
+        Approx(plan_wire_bytes(plan("hierarchical_rings", t, 2, CollectiveOp::AllReduce, group, S))));
+}
+
+TEST_CASE("recursive doubling takes power-of-two grids and only buffers up to the hardware size",
+          "[collectives]") {
+  const Topology t({6, 4}, {true, true});
+  const auto* rd = find_collective_algorithm("recursive_doubling");
+  CHECK(rd->latency_optimal());
+  CHECK_FALSE(rd->supports(t, 2, CollectiveOp::AllReduce, all_cores(48)));  // 6 chips along x
+  CHECK(rd->supports(t, 2, CollectiveOp::AllReduce, {0, 1, 2, 3}));         // chips 0 and 1
+  const std::vector<std::string> list = {"recursive_doubling", "hierarchical_rings", "snake_ring"};
+  const std::vector<int> group = {0, 1, 2, 3, 12, 13, 14, 15};  // 2 x 2 chips
+  CHECK(collective_algorithm_for(list, t, 2, CollectiveOp::AllReduce, group, 1000, 4096).name() ==
+        "recursive_doubling");
+  CHECK(collective_algorithm_for(list, t, 2, CollectiveOp::AllReduce, group, 4096, 4096).name() ==
+        "recursive_doubling");
+  CHECK(collective_algorithm_for(list, t, 2, CollectiveOp::AllReduce, group, 4097, 4096).name() ==
+        "hierarchical_rings");
+  CHECK(collective_algorithm_for(list, t, 2, CollectiveOp::AllReduce, all_cores(48), 1000, 4096).name() ==
+        "hierarchical_rings");  // not a power of two: the rings
+  CHECK(CollectivePlanner(t, 2, list).algorithm(CollectiveOp::AllReduce, group, 1).name() ==
+        "hierarchical_rings");  // a planner without a size takes no latency-optimal algorithm
+  // A latency-optimal algorithm does not stand in for the list's general one.
+  CHECK_THAT(collective_algorithms_problem({"recursive_doubling", "hierarchical_rings"}),
+             Catch::Contains("snake_ring"));
 }

@@ -230,3 +230,34 @@ TEST_CASE("a chip at half speed takes twice as long over its compute", "[engine]
   CHECK(r.tasks[std::size_t(slow)].end_s == Approx(2e-3).epsilon(1e-12));
   CHECK(r.cores[1].busy_s == Approx(2e-3).epsilon(1e-12));
 }
+
+TEST_CASE("a tiny all-reduce over 64 chips costs its latency-optimal formula", "[engine][oracle][network]") {
+  // Batch-norm statistics' size (a few KiB) over a 4x4x4 cube of v4: recursive doubling, 6 steps
+  // of 1, 2 (the far side of a ring of 4), 1, 2, 1, 2 hops, each moving the buffer once.
+  const auto hw = v4({"recursive_doubling", "parallel_rings", "hierarchical_rings", "snake_ring"});
+  const auto s = slice({4, 4, 4}, {true, true, true});
+  const double a = hw.chip.ici_latency_s, B = hw.chip.ici_bandwidth_bytes_per_s;
+  const double tiny = 4096;
+  REQUIRE(tiny <= hw.chip.latency_collective_max_bytes);
+  sim::TaskGraph g(sim::slice_cores(hw, s));
+  const int id = g.add(collective(CollectiveOp::AllReduce, every_core(hw, s), tiny));
+  const auto r = sim::simulate(g, hw, s, {});
+  CHECK(r.collective_algorithms[std::size_t(id)] == "recursive_doubling");
+  const double t = r.tasks[std::size_t(id)].end_s - r.tasks[std::size_t(id)].start_s;
+  CHECK(t == Approx(9 * a + 6 * tiny / B).epsilon(0.1));
+  CHECK(t < 0.6 * allreduce_parallel({4, 4, 4}, tiny, a, B));  // the rings: 2 x 3 x 3 hop latencies
+}
+
+TEST_CASE("a large all-reduce is unchanged by recursive doubling in the list", "[engine][oracle][network]") {
+  // 48 MiB is far above the switch: parallel rings run it, at their formula.
+  const auto hw = v4({"recursive_doubling", "parallel_rings", "hierarchical_rings", "snake_ring"});
+  const auto s = slice({4, 4, 4}, {true, true, true});
+  sim::TaskGraph g(sim::slice_cores(hw, s));
+  const int id = g.add(collective(CollectiveOp::AllReduce, every_core(hw, s), kS));
+  const auto r = sim::simulate(g, hw, s, {});
+  CHECK(r.collective_algorithms[std::size_t(id)] == "parallel_rings");
+  const double t = r.tasks[std::size_t(id)].end_s - r.tasks[std::size_t(id)].start_s;
+  CHECK(t ==
+        Approx(allreduce_parallel({4, 4, 4}, kS, hw.chip.ici_latency_s, hw.chip.ici_bandwidth_bytes_per_s))
+            .epsilon(0.01));
+}

@@ -69,6 +69,7 @@ Json hardware_json(const HardwareSpec& hw) {
          {"pod_chips", hw.pod.shape},
          {"megacore", hw.chip.megacore},
          {"collective_algorithms", hw.chip.collective_algorithms},
+         {"latency_collective_max_bytes", hw.chip.latency_collective_max_bytes},
          {"slices", Json::array()},
          {"sources", hw.sources}};
   for (const auto& [n, s] : hw.slices) j["slices"].push_back(n);
@@ -139,6 +140,8 @@ void print_link_figures(std::ostream& out, const HardwareSpec& hw, const SourceO
   std::string algorithms;
   for (const auto& a : hw.chip.collective_algorithms) algorithms += (algorithms.empty() ? "" : ", ") + a;
   print_row(out, "collective algorithms", algorithms, src("chip.collective_algorithms"));
+  print_row(out, "latency-optimal up to", reports::human_bytes(hw.chip.latency_collective_max_bytes),
+            src("chip.latency_collective_max_bytes"));
 }
 
 /// How the software runs ops: padding, overheads, fusion, combining, multi-pass kernels.

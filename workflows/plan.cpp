@@ -141,7 +141,8 @@ double shortest_latency(const Study& s) {
 /// The study's collectives as its hardware plans them.
 sim::CollectivePlanner collective_planner(const Study& s) {
   return sim::CollectivePlanner(Topology(s.slice), s.hardware.chip.cores,
-                                s.hardware.chip.collective_algorithms);
+                                s.hardware.chip.collective_algorithms,
+                                s.hardware.chip.latency_collective_max_bytes);
 }
 
 double collective_floor(const Study& s, const sim::CollectivePlanner& planner, sim::CollectiveOp op,

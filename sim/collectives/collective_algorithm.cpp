@@ -41,7 +41,7 @@ std::string collective_algorithms_problem(const std::vector<std::string>& names)
   for (const auto& n : names) {
     const CollectiveAlgorithm* a = find_collective_algorithm(n);
     if (!a) return "registered collective algorithms (" + known + "); \"" + n + "\" is none of them";
-    general = general || a->supports_any_group();
+    general = general || (a->supports_any_group() && !a->latency_optimal());
   }
   if (!general)
     return "a list holding an algorithm that supports every group (snake_ring), for the groups the "
@@ -52,10 +52,13 @@ std::string collective_algorithms_problem(const std::vector<std::string>& names)
 
 const CollectiveAlgorithm& collective_algorithm_for(const std::vector<std::string>& preference,
                                                     const Topology& topology, int cores_per_chip,
-                                                    CollectiveOp op, const std::vector<int>& group) {
+                                                    CollectiveOp op, const std::vector<int>& group,
+                                                    double bytes, double latency_max_bytes) {
   for (const auto& name : preference) {
     const CollectiveAlgorithm* a = find_collective_algorithm(name);
-    if (a && a->supports(topology, cores_per_chip, op, group)) return *a;
+    if (a && (!a->latency_optimal() || bytes <= latency_max_bytes) &&
+        a->supports(topology, cores_per_chip, op, group))
+      return *a;
   }
   std::string listed;
   for (const auto& n : preference) listed += (listed.empty() ? "" : ", ") + n;

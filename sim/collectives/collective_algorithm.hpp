@@ -58,6 +58,9 @@ class CollectiveAlgorithm {
                         const std::vector<int>& group) const = 0;
   /// True when it supports every group of every topology (a list of algorithms must hold one).
   virtual bool supports_any_group() const { return false; }
+  /// True for a latency-optimal algorithm: chosen only for buffers up to the hardware's
+  /// chip.latency_collective_max_bytes (few steps over long routes: bandwidth it spends freely).
+  virtual bool latency_optimal() const { return false; }
   /// The phases of `op` over `group` for a buffer of `bytes` (see Task::bytes); none for a group
   /// of one core or an empty buffer. Only called where supports() holds.
   virtual std::vector<Phase> plan(const Topology& topology, int cores_per_chip, CollectiveOp op,
@@ -74,24 +77,33 @@ const CollectiveAlgorithm* find_collective_algorithm(const std::string& name);
 /// supports every group), as "what was expected"; empty when the list is sound.
 std::string collective_algorithms_problem(const std::vector<std::string>& names);
 
-/// The first algorithm of `preference` that supports `op` over `group`. Throws SimulationError
-/// when none does (collective_algorithms_problem rules that out for a checked list).
+/// The first algorithm of `preference` that supports `op` over `group` (a latency-optimal one
+/// only when `bytes` <= `latency_max_bytes`). Throws SimulationError when none does
+/// (collective_algorithms_problem rules that out for a checked list).
 const CollectiveAlgorithm& collective_algorithm_for(const std::vector<std::string>& preference,
                                                     const Topology& topology, int cores_per_chip,
-                                                    CollectiveOp op, const std::vector<int>& group);
+                                                    CollectiveOp op, const std::vector<int>& group,
+                                                    double bytes = 0, double latency_max_bytes = -1);
 
 /// Plans a step's collectives with a hardware file's list of algorithms, in order of preference.
 class CollectivePlanner {
  public:
-  CollectivePlanner(const Topology& topology, int cores_per_chip, std::vector<std::string> preference)
-      : topology_(topology), cores_per_chip_(cores_per_chip), preference_(std::move(preference)) {}
-  /// The algorithm that runs `op` over `group` (collective_algorithm_for).
-  const CollectiveAlgorithm& algorithm(CollectiveOp op, const std::vector<int>& group) const {
-    return collective_algorithm_for(preference_, topology_, cores_per_chip_, op, group);
+  /// `latency_max_bytes`: the buffers the latency-optimal algorithms of the list take (the
+  /// hardware's chip.latency_collective_max_bytes; -1: none).
+  CollectivePlanner(const Topology& topology, int cores_per_chip, std::vector<std::string> preference,
+                    double latency_max_bytes = -1)
+      : topology_(topology),
+        cores_per_chip_(cores_per_chip),
+        preference_(std::move(preference)),
+        latency_max_bytes_(latency_max_bytes) {}
+  /// The algorithm that runs `op` over `group` for a buffer of `bytes` (collective_algorithm_for).
+  const CollectiveAlgorithm& algorithm(CollectiveOp op, const std::vector<int>& group, double bytes) const {
+    return collective_algorithm_for(preference_, topology_, cores_per_chip_, op, group, bytes,
+                                    latency_max_bytes_);
   }
   /// The phases of `op` over `group` for a buffer of `bytes`.
   std::vector<Phase> plan(CollectiveOp op, const std::vector<int>& group, double bytes) const {
-    return algorithm(op, group).plan(topology_, cores_per_chip_, op, group, bytes);
+    return algorithm(op, group, bytes).plan(topology_, cores_per_chip_, op, group, bytes);
   }
   const Topology& topology() const { return topology_; }
   int cores_per_chip() const { return cores_per_chip_; }
@@ -100,6 +112,7 @@ class CollectivePlanner {
   Topology topology_;
   int cores_per_chip_;
   std::vector<std::string> preference_;
+  double latency_max_bytes_;
 };
 
 /// Total bytes a plan puts on the wire (sum over flows of their size), all rings counted.

@@ -5,12 +5,14 @@ namespace tpusim::sim {
 
 std::unique_ptr<CollectiveAlgorithm> make_hierarchical_rings();
 std::unique_ptr<CollectiveAlgorithm> make_parallel_rings();
+std::unique_ptr<CollectiveAlgorithm> make_recursive_doubling();
 std::unique_ptr<CollectiveAlgorithm> make_snake_ring();
 
 const std::map<std::string, std::unique_ptr<CollectiveAlgorithm>>& collective_algorithms() {
   static const auto all = [] {
     std::map<std::string, std::unique_ptr<CollectiveAlgorithm>> m;
-    for (auto make : {make_hierarchical_rings, make_parallel_rings, make_snake_ring}) {
+    for (auto make :
+         {make_hierarchical_rings, make_parallel_rings, make_recursive_doubling, make_snake_ring}) {
       auto a = make();
       const std::string name = a->name();
       m.emplace(name, std::move(a));

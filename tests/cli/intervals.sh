@@ -42,7 +42,7 @@ PY
 # The summary shows it; a value the user sets is a choice, not an assumption.
 "$tpusim" run "$study" --set model.layers=16 --set schedule.microbatches=4 --intervals -j 2 > "$work/run.txt" 2> /dev/null
 grep -qE "step time +[0-9.]+ m?s \([0-9.]+–[0-9.]+\)" "$work/run.txt" || { echo "FAIL: no interval in the summary"; cat "$work/run.txt"; exit 1; }
-grep -q "intervals .* over the ranges of 16 assumptions" "$work/run.txt" || { echo "FAIL: the set M still counted"; cat "$work/run.txt"; exit 1; }
+grep -q "intervals .* over the ranges of 17 assumptions" "$work/run.txt" || { echo "FAIL: the set M still counted"; cat "$work/run.txt"; exit 1; }
 # With --out the report carries the intervals too.
 "$tpusim" run "$study" --set model.layers=16 --intervals -j 2 --out "$work/out" > /dev/null 2>&1
 grep -qE "^\| step time interval \| [0-9.]+ m?s – [0-9.]+ m?s \|" "$work/out/report.md" || { echo "FAIL: no interval in report.md"; exit 1; }

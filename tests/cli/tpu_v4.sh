@@ -32,7 +32,9 @@ import json, sys
 d = sys.argv[1]
 r = json.load(open(d + "/resnet50-lars-v4-128.json"))
 assert r["slice"]["chips"] == [4, 4, 4] and r["slice"]["cores"] == 64 and r["slice"]["megacore"], r["slice"]
-assert set(r["engine"]["collective_algorithms"]) == {"parallel_rings"}, r["engine"]
+# The gradients' all-reduce on every dimension's rings at once; LARS's per-layer norms (a few
+# bytes, under chip.latency_collective_max_bytes) by recursive doubling.
+assert set(r["engine"]["collective_algorithms"]) == {"parallel_rings", "recursive_doubling"}, r["engine"]
 assert r["engine"]["symmetric_collectives"] and r["fits"]
 b = json.load(open(d + "/bert-large-lamb-v4-512.json"))
 assert b["slice"]["cores"] == 512 and "megacore" not in b["slice"], b["slice"]
