@@ -158,10 +158,11 @@ std::string validation_text(const Json& report) {
     s << line;
   }
   s << "\n";
+  // The predictions proper first (in-sample cases apart), then per quantity, all, per generation.
+  if (const std::string p = predicted_line(report); !p.empty()) s << p << "\n";
   for (const auto& q : quantities(report))
     s << q << ": " << summary_line(report["summary"]["per_quantity"][q]) << "\n";
   s << "all: " << summary_line(report["summary"]) << "\n";
-  if (const std::string p = predicted_line(report); !p.empty()) s << p << "\n";
   for (const auto& line : hardware_lines(report)) s << line << "\n";
   if (!overrides_line(report).empty()) s << overrides_line(report) << "\n";
   if (report.contains("intervals")) {
@@ -226,10 +227,10 @@ std::string validation_markdown(const Json& report) {
     s << "| " << r.id << " | " << r.quantity << " | " << r.measured << " | " << r.predicted << " | "
       << r.error << " | " << r.tolerance << " | " << r.verdict << " |\n";
   s << "\n## Summary\n\n";
+  if (const std::string p = predicted_line(report); !p.empty()) s << "- " << p << "\n";
   for (const auto& q : quantities(report))
     s << "- " << q << ": " << summary_line(report["summary"]["per_quantity"][q]) << "\n";
   s << "- all: " << summary_line(report["summary"]) << "\n";
-  if (const std::string p = predicted_line(report); !p.empty()) s << "- " << p << "\n";
   for (const auto& line : hardware_lines(report)) s << "- " << line << "\n";
   if (!overrides_line(report).empty()) s << "\n" << overrides_line(report) << "\n";
   if (report.contains("intervals")) {
@@ -384,8 +385,8 @@ std::string validation_html(const Json& report) {
   const std::string predicted = predicted_line(report);
   h << "<h1>tpusim validation</h1>\n<p>Predictions against measured TPU runs. Error = predicted / measured - "
        "1. "
-    << xml_escape(summary_line(report["summary"])) << ". "
     << (predicted.empty() ? std::string() : xml_escape(predicted) + ". ")
+    << "All cases: " << xml_escape(summary_line(report["summary"])) << ". "
     << xml_escape(overrides_line(report)) << "</p>\n<div>";
   for (const auto& q : quantities(report)) h << parity_svg(report, q);
   h << "</div>\n<table><tr><th>case</th><th>quantity</th><th>measured</th><th>predicted</th><th>error</"

@@ -31,6 +31,9 @@ class MeshSchedule : public Schedule {
   /// one), the part of each image its spatial split gives it.
   std::vector<CoreInput> input(const Study& study) const override;
   int batch_norm_group() const override { return batch_norm_group_; }
+  /// From the SPMD program alone (schedules/mesh_bound.cpp): one core's compute (a re-materialized
+  /// layer's recompute too) and its blocking collectives at their floors.
+  StepBound bound(const Study& study) const override;
   /// weight_update "fully_sharded": each core holds pieces of its weight shards.
   bool fully_sharded() const { return weight_update_ == "fully_sharded"; }
   Keep remat() const { return remat_; }

@@ -11,6 +11,7 @@
 #include "hardware/hardware_spec.hpp"
 #include "models/model.hpp"
 #include "schedules/optimizer.hpp"
+#include "sim/memory_tracker.hpp"
 #include "sim/task_graph.hpp"
 
 namespace tpusim {
@@ -28,6 +29,18 @@ struct BuiltStep {
   /// For a representative step (Schedule::representative_step): how many identical replicas its
   /// busy cores stand for (1: the graph is the whole step).
   int replicas_represented = 1;
+};
+
+/// What plan needs of a candidate schedule before simulating it: no step is shorter than
+/// `seconds`, and no core's peak HBM is lower than `floor_bytes` (Schedule::bound).
+struct StepBound {
+  double seconds = 0;  ///< the longest chain of dependent work, or the busiest core's
+  int cores_used = 0;
+  double resident_bytes = 0;           ///< the most any core holds all step
+  sim::MemoryBreakdown resident_by{};  ///< that core's resident state per memory category
+  /// The busiest core's resident state plus the activations and workspace its own program must
+  /// hold at once.
+  double floor_bytes = 0;
 };
 
 /// The examples one core reads from its host per step (its infeed).
@@ -55,6 +68,9 @@ class Schedule {
   virtual std::int64_t layer_batch(const Study& study) const = 0;
   /// What each core reads from its host's infeed per step, by core.
   virtual std::vector<CoreInput> input(const Study& study) const = 0;
+  /// The step's bound without the engine (plan ranks and prunes candidates with it). The
+  /// default: the representative step's task graph, each task at its floor (schedules/step_bound).
+  virtual StepBound bound(const Study& study) const;
   /// Replicas whose batch-norm statistics are combined (cross-replica batch norm); 1: each its own.
   virtual int batch_norm_group() const { return 1; }
   /// Hardware figures (dotted paths of the hardware file) this schedule never reads, with why: a

@@ -128,98 +128,6 @@ class Stopper {
   double stopped_at_s_ = 0;
 };
 
-/// No collective is faster: each ring step moves its chunk over one link at the fastest link
-/// bandwidth and pays the shortest latency once (no contention, no multi-hop route; without
-/// `latency` the bandwidth term alone, which adds up over collectives however they are combined).
-double fastest_bandwidth(const Study& s) {
-  return std::max(s.hardware.chip.onchip_bandwidth_bytes_per_s, s.hardware.chip.ici_bandwidth_bytes_per_s);
-}
-double shortest_latency(const Study& s) {
-  return std::min(s.hardware.chip.onchip_latency_s, s.hardware.chip.ici_latency_s);
-}
-
-/// The study's collectives as its hardware plans them.
-sim::CollectivePlanner collective_planner(const Study& s) {
-  return sim::CollectivePlanner(Topology(s.slice), s.hardware.chip.cores,
-                                s.hardware.chip.collective_algorithms,
-                                s.hardware.chip.latency_collective_max_bytes);
-}
-
-double collective_floor(const Study& s, const sim::CollectivePlanner& planner, sim::CollectiveOp op,
-                        const std::vector<int>& group, double bytes, bool latency = true) {
-  const double bandwidth = fastest_bandwidth(s), hop = latency ? shortest_latency(s) : 0.0;
-  double floor = 0;
-  for (const auto& phase : planner.plan(op, group, bytes)) {
-    double slowest = 0;
-    for (const auto& ring : phase.rings)
-      slowest = std::max(slowest, ring.steps * (ring.chunk_bytes / bandwidth + hop));
-    floor += slowest;
-  }
-  return floor;
-}
-
-/// A task's floor: a compute task takes its time; a transfer moves its bytes over one link at the
-/// fastest bandwidth after the shortest latency; a collective, collective_floor.
-double task_floor(const Study& s, const sim::CollectivePlanner& planner, const sim::Task& t) {
-  if (t.kind == sim::TaskKind::Compute) return t.seconds;
-  if (t.kind == sim::TaskKind::Transfer)
-    return t.bytes > 0 ? t.bytes / fastest_bandwidth(s) + shortest_latency(s) : 0.0;
-  return collective_floor(s, planner, t.op, t.collective_groups().front(), t.bytes);
-}
-
-/// A mesh layout's bound from its SPMD program alone (a task graph of every core is costly on a
-/// large slice): one core runs every compute piece (a re-materialized layer's recompute too) and
-/// waits for every blocking collective (a fully sharded layer's weight gathers, without overlap);
-/// its weight-gradient reductions, when they wait for the whole backward, add their bandwidth terms.
-double mesh_bound(const Study& s, const MeshSchedule& mesh, const std::vector<mesh::LayerProgram>& programs) {
-  using E = mesh::Event;
-  const sim::CollectivePlanner planner = collective_planner(s);
-  // Layers repeat their events: each group and each collective's floor found once.
-  std::map<std::tuple<std::vector<std::string>, std::string, int>, std::vector<int>> groups;
-  std::map<std::tuple<int, std::vector<int>, double, bool>, double> floors;
-  double bound = 0;
-  const Keep remat = mesh.remat();
-  const bool overlap = s.hardware.core.gradient_collectives_overlap_backward;
-  auto add_floor = [&](sim::CollectiveOp op, const mesh::Event& ev, double bytes, bool blocking) {
-    auto g = groups.find({ev.mesh_dims, ev.block_dim, ev.block});
-    if (g == groups.end())
-      g = groups.emplace(std::make_tuple(ev.mesh_dims, ev.block_dim, ev.block), mesh.groups(ev).front())
-              .first;
-    const auto key = std::make_tuple(int(op), g->second, bytes, blocking);
-    auto f = floors.find(key);
-    if (f == floors.end())
-      f = floors.emplace(key, collective_floor(s, planner, op, g->second, bytes, blocking)).first;
-    bound += f->second;
-  };
-  for (const auto& program : programs) {
-    // Re-materialized: the forward's compute (or save_dots' part of it) runs again.
-    for (const auto& ev : program.forward)
-      if (ev.kind == E::Compute && remat != Keep::All)
-        bound += remat == Keep::Input ? ev.seconds : ev.non_dot_seconds;
-    // Fully sharded without overlap: the layer's weights gathered in program order, twice.
-    for (const auto& ev : program.backward)
-      if (ev.kind == E::GradientAllReduce && mesh.fully_sharded() && !overlap)
-        for (int pass = 0; pass < 2; ++pass) add_floor(sim::CollectiveOp::AllGather, ev, ev.bytes, true);
-    for (const auto* events : {&program.forward, &program.backward})
-      for (const auto& ev : *events) {
-        if (ev.kind == E::Compute) {
-          bound += ev.seconds;
-          continue;
-        }
-        const bool gradient = ev.kind == E::GradientAllReduce;
-        if (gradient && s.hardware.core.gradient_collectives_overlap_backward) continue;
-        const auto op = ev.kind == E::BlockingAllGather       ? sim::CollectiveOp::AllGather
-                        : ev.kind == E::BlockingReduceScatter ? sim::CollectiveOp::ReduceScatter
-                        : gradient                            ? sim::CollectiveOp::ReduceScatter
-                        : ev.kind == E::BlockingAllReduce     ? sim::CollectiveOp::AllReduce
-                                                              : sim::CollectiveOp(-1);
-        if (int(op) < 0) continue;
-        add_floor(op, ev, ev.bytes, !gradient);
-      }
-  }
-  return bound;
-}
-
 /// The study's model as given (attention "" : no change), or with its attention set.
 struct ModelVariant {
   std::string attention;
@@ -255,61 +163,18 @@ std::vector<ModelVariant> model_variants(const Json& base, const std::string& fi
   return out;
 }
 
-/// Validates the study with `c.schedule`, builds its graph, and bounds it (no engine). The
+/// Validates the study with `c.schedule` and bounds it (no engine: Schedule::bound). The
 /// candidates share `costs` (they differ only in their schedule).
 void bound(const Study& base, Candidate& c, double usable, const std::shared_ptr<LayerCostCache>& costs) {
   try {
     Study s = with_schedule(base, c.schedule);
     s.layer_costs = costs;
-    if (const auto* mesh = dynamic_cast<const MeshSchedule*>(s.schedule.get())) {
-      const auto programs = mesh->programs(s);
-      c.bound_s = mesh_bound(s, *mesh, programs);
-      c.cores_used = s.cores();
-      // Every core holds the same shards of the weights and optimizer slots all step.
-      for (std::size_t l = 0; l < programs.size(); ++l) {
-        const auto held = mesh::resident_shards(programs[l], s.optimizer.slot_elements(s.model.layers[l]),
-                                                mesh->fully_sharded());
-        c.resident_by[int(sim::MemoryCategory::Weights)] += held.weights;
-        c.resident_by[int(sim::MemoryCategory::Optimizer)] += held.optimizer;
-      }
-      for (double bytes : c.resident_by) c.resident_bytes += bytes;
-      // Every layer's kept activations are held at once at the end of the forward, beside the
-      // last layer's forward transient.
-      double kept = 0;
-      for (const auto& p : programs) kept += mesh->kept_in_forward(p);
-      c.floor_bytes = c.resident_bytes + kept + (programs.empty() ? 0.0 : programs.back().workspace_bytes);
-      c.pruned = c.floor_bytes > usable;
-      c.bounded = true;
-      return;
-    }
-    const BuiltStep step = s.schedule->representative_step(s);
-    const auto& graph = step.graph;
-    const sim::CollectivePlanner planner = collective_planner(s);
-    std::vector<double> floors;
-    // A step repeats its collectives (every micro-batch's, every layer's): each planned once.
-    std::map<std::tuple<sim::CollectiveOp, std::vector<int>, double>, double> collective_floors;
-    for (int id = 0; id < graph.size(); ++id) {
-      const sim::Task& t = graph.task(id);
-      if (t.kind != sim::TaskKind::Collective) {
-        floors.push_back(task_floor(s, planner, t));
-        continue;
-      }
-      const auto key = std::make_tuple(t.op, t.collective_groups().front(), t.bytes);
-      auto it = collective_floors.find(key);
-      if (it == collective_floors.end()) it = collective_floors.emplace(key, task_floor(s, planner, t)).first;
-      floors.push_back(it->second);
-    }
-    for (int core = 0; core < graph.cores(); ++core) c.cores_used += graph.program(core).empty() ? 0 : 1;
-    c.cores_used *= step.replicas_represented;
-    // The longest chain of dependent work (each core's program order included, so never less
-    // than the busiest core's compute and the partial sums it waits for): a pipeline's fill and
-    // drain, a core's waits.
-    c.bound_s = graph.critical_path(floors);
-    if (const int core = graph.most_resident_core(); core >= 0) {
-      c.resident_bytes = graph.resident_bytes(core);
-      c.resident_by = graph.resident()[std::size_t(core)];
-    }
-    for (double f : graph.memory_floors()) c.floor_bytes = std::max(c.floor_bytes, f);
+    const StepBound b = s.schedule->bound(s);
+    c.bound_s = b.seconds;
+    c.cores_used = b.cores_used;
+    c.resident_bytes = b.resident_bytes;
+    c.resident_by = b.resident_by;
+    c.floor_bytes = b.floor_bytes;
     c.pruned = c.floor_bytes > usable;
     c.bounded = true;
   } catch (const ConfigError& e) {

@@ -1,0 +1,89 @@
+// A mesh layout's bound (MeshSchedule::bound) from its SPMD program alone: a task graph of every
+// core is costly on a large slice, and every core runs the same program.
+#include <map>
+#include <tuple>
+
+#include "schedules/mesh.hpp"
+#include "schedules/step_bound.hpp"
+
+namespace tpusim {
+namespace {
+
+/// A mesh layout's bound from its SPMD program alone (a task graph of every core is costly on a
+/// large slice): one core runs every compute piece (a re-materialized layer's recompute too) and
+/// waits for every blocking collective (a fully sharded layer's weight gathers, without overlap);
+/// its weight-gradient reductions, when they wait for the whole backward, add their bandwidth terms.
+double program_bound(const Study& s, const MeshSchedule& mesh,
+                     const std::vector<mesh::LayerProgram>& programs) {
+  using E = mesh::Event;
+  const sim::CollectivePlanner planner = collective_planner(s);
+  // Layers repeat their events: each group and each collective's floor found once.
+  std::map<std::tuple<std::vector<std::string>, std::string, int>, std::vector<int>> groups;
+  std::map<std::tuple<int, std::vector<int>, double, bool>, double> floors;
+  double bound = 0;
+  const Keep remat = mesh.remat();
+  const bool overlap = s.hardware.core.gradient_collectives_overlap_backward;
+  auto add_floor = [&](sim::CollectiveOp op, const mesh::Event& ev, double bytes, bool blocking) {
+    auto g = groups.find({ev.mesh_dims, ev.block_dim, ev.block});
+    if (g == groups.end())
+      g = groups.emplace(std::make_tuple(ev.mesh_dims, ev.block_dim, ev.block), mesh.groups(ev).front())
+              .first;
+    const auto key = std::make_tuple(int(op), g->second, bytes, blocking);
+    auto f = floors.find(key);
+    if (f == floors.end())
+      f = floors.emplace(key, collective_floor(s, planner, op, g->second, bytes, blocking)).first;
+    bound += f->second;
+  };
+  for (const auto& program : programs) {
+    // Re-materialized: the forward's compute (or save_dots' part of it) runs again.
+    for (const auto& ev : program.forward)
+      if (ev.kind == E::Compute && remat != Keep::All)
+        bound += remat == Keep::Input ? ev.seconds : ev.non_dot_seconds;
+    // Fully sharded without overlap: the layer's weights gathered in program order, twice.
+    for (const auto& ev : program.backward)
+      if (ev.kind == E::GradientAllReduce && mesh.fully_sharded() && !overlap)
+        for (int pass = 0; pass < 2; ++pass) add_floor(sim::CollectiveOp::AllGather, ev, ev.bytes, true);
+    for (const auto* events : {&program.forward, &program.backward})
+      for (const auto& ev : *events) {
+        if (ev.kind == E::Compute) {
+          bound += ev.seconds;
+          continue;
+        }
+        const bool gradient = ev.kind == E::GradientAllReduce;
+        if (gradient && s.hardware.core.gradient_collectives_overlap_backward) continue;
+        const auto op = ev.kind == E::BlockingAllGather       ? sim::CollectiveOp::AllGather
+                        : ev.kind == E::BlockingReduceScatter ? sim::CollectiveOp::ReduceScatter
+                        : gradient                            ? sim::CollectiveOp::ReduceScatter
+                        : ev.kind == E::BlockingAllReduce     ? sim::CollectiveOp::AllReduce
+                                                              : sim::CollectiveOp(-1);
+        if (int(op) < 0) continue;
+        add_floor(op, ev, ev.bytes, !gradient);
+      }
+  }
+  return bound;
+}
+
+}  // namespace
+
+StepBound MeshSchedule::bound(const Study& s) const {
+  StepBound b;
+  const auto programs = this->programs(s);
+  b.seconds = program_bound(s, *this, programs);
+  b.cores_used = s.cores();
+  // Every core holds the same shards of the weights and optimizer slots all step.
+  for (std::size_t l = 0; l < programs.size(); ++l) {
+    const auto held =
+        mesh::resident_shards(programs[l], s.optimizer.slot_elements(s.model.layers[l]), fully_sharded());
+    b.resident_by[int(sim::MemoryCategory::Weights)] += held.weights;
+    b.resident_by[int(sim::MemoryCategory::Optimizer)] += held.optimizer;
+  }
+  for (double bytes : b.resident_by) b.resident_bytes += bytes;
+  // Every layer's kept activations are held at once at the end of the forward, beside the
+  // last layer's forward transient.
+  double kept = 0;
+  for (const auto& p : programs) kept += kept_in_forward(p);
+  b.floor_bytes = b.resident_bytes + kept + (programs.empty() ? 0.0 : programs.back().workspace_bytes);
+  return b;
+}
+
+}  // namespace tpusim

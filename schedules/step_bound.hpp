@@ -1,0 +1,29 @@
+// A step's bound without the engine, as plan ranks and prunes candidate schedules with it: every
+// task at its floor (a collective over one link at the fastest bandwidth, each ring step paying
+// the shortest latency once, no contention), the longest chain of dependent work, and the
+// memory no core's peak can be below. Schedule::bound's default reads a representative step's
+// task graph; a mesh layout bounds its SPMD program instead (schedules/mesh_bound.cpp).
+#pragma once
+
+#include <vector>
+
+#include "schedules/study.hpp"
+#include "sim/collectives/collective_algorithm.hpp"
+
+namespace tpusim {
+
+/// The study's collectives as its hardware plans them.
+sim::CollectivePlanner collective_planner(const Study& s);
+
+/// No collective is faster: each ring step moves its chunk over one link at the fastest link
+/// bandwidth and pays the shortest latency once (no contention, no multi-hop route; without
+/// `latency` the bandwidth term alone, which adds up over collectives however they are combined).
+double collective_floor(const Study& s, const sim::CollectivePlanner& planner, sim::CollectiveOp op,
+                        const std::vector<int>& group, double bytes, bool latency = true);
+
+/// The bound of a built step: the critical path of its task graph with every task at its floor,
+/// the busiest core's resident state and memory floor, the cores it uses (its represented
+/// replicas counted).
+StepBound graph_bound(const Study& s, const BuiltStep& step);
+
+}  // namespace tpusim
