@@ -18,7 +18,9 @@
 #include <optional>
 #include <tuple>
 
+#include "reports/plan_report.hpp"
 #include "reports/run_report.hpp"
+#include "reports/validation_report.hpp"
 #include "workflows/describe.hpp"
 #include "workflows/fit.hpp"
 #include "workflows/plan.hpp"
@@ -61,6 +63,36 @@ int cmd_run(const workflows::RunOptions& o) {
   }
   if (o.require_fit && !run.fits) {
     std::cerr << "tpusim: the study does not fit in HBM (--require-fit)\n";
+    return 1;
+  }
+  return 0;
+}
+
+int cmd_validate(const workflows::ValidateOptions& o) {
+  const workflows::ValidationOutcome v = workflows::validate_cases(o);
+  if (o.json)
+    std::cout << v.report.dump(2) << "\n";
+  else
+    std::cout << reports::validation_text(v.report);
+  if (!v.moved.empty()) {
+    std::cerr << "tpusim validate --check: predictions moved from the recorded ones:";
+    for (const auto& id : v.moved) std::cerr << " " << id;
+    std::cerr << " (record them with --record once the change is explained)\n";
+  }
+  return v.passed ? 0 : 1;
+}
+
+int cmd_plan(const workflows::PlanOptions& o) {
+  const workflows::PlanOutcome p = workflows::plan_study(o);
+  if (o.json)
+    std::cout << p.plan.dump(2) << "\n";
+  else
+    std::cout << reports::plan_text(p.plan);
+  if (!p.stop_reason.empty())
+    std::cerr << "tpusim plan: incomplete, stopped by " << p.stop_reason << ": the best plan found so far\n";
+  if (p.signal) return 128 + p.signal;
+  if (p.plan["best"].is_null()) {
+    std::cerr << "tpusim plan: no plan fits; the closest: " << p.closest << "\n";
     return 1;
   }
   return 0;
@@ -225,7 +257,7 @@ void add_validate(CLI::App& app, Commands& commands) {
   cmd->add_flag("--sensitivity", validate->sensitivity,
                 "also show how much each prediction moves when each assumed hardware figure moves up by 10 % "
                 "(a flag: turned over)");
-  commands.emplace_back(cmd, [validate] { return workflows::cmd_validate(*validate); });
+  commands.emplace_back(cmd, [validate] { return cmd_validate(*validate); });
 }
 
 void add_plan(CLI::App& app, Commands& commands) {
@@ -244,7 +276,7 @@ void add_plan(CLI::App& app, Commands& commands) {
   cmd->add_option("--time-limit", plan->time_limit_s,
                   "answer with the best plan found within this many seconds, marked incomplete (SIGINT and "
                   "SIGTERM do the same)");
-  commands.emplace_back(cmd, [plan] { return workflows::cmd_plan(*plan); });
+  commands.emplace_back(cmd, [plan] { return cmd_plan(*plan); });
 }
 
 void add_describe(CLI::App& app, Commands& commands) {

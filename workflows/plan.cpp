@@ -474,7 +474,7 @@ void record_completeness(const PlanOptions& o, const std::vector<Candidate>& all
 
 }  // namespace
 
-int cmd_plan(const PlanOptions& o) {
+PlanOutcome plan_study(const PlanOptions& o) {
   if (o.objective != "step_time_s" && o.objective != "examples_per_s")
     throw ConfigError("--objective", "", o.objective, "step_time_s or examples_per_s");
   if (o.top < 1) throw ConfigError("--top", "", std::to_string(o.top), "a number of plans >= 1");
@@ -544,18 +544,12 @@ int cmd_plan(const PlanOptions& o) {
           runnable_study(base, o.study, plan["best"], plan["best"]["plan"].get<std::string>()).dump(2) +
               "\n");
   }
-  if (o.json)
-    std::cout << plan.dump(2) << "\n";
-  else
-    std::cout << reports::plan_text(plan);
-  if (!plan["complete"].get<bool>())
-    std::cerr << "tpusim plan: incomplete, stopped by " << stop.reason() << ": the best plan found so far\n";
-  if (const int sig = stop_signal()) return 128 + sig;
-  if (plan["best"].is_null()) {
-    std::cerr << "tpusim plan: no plan fits; the closest: " << closest(all) << "\n";
-    return 1;
-  }
-  return 0;
+  PlanOutcome outcome;
+  outcome.stop_reason = plan["complete"].get<bool>() ? std::string() : stop.reason();
+  outcome.signal = stop_signal();
+  if (plan["best"].is_null()) outcome.closest = closest(all);
+  outcome.plan = std::move(plan);
+  return outcome;
 }
 
 }  // namespace tpusim::workflows

@@ -30,8 +30,17 @@ struct PlanOptions {
   double time_limit_s = 0;
 };
 
-/// Exit code: 0 a plan fits, 1 none does (the closest is named), 2 bad input (ConfigError);
-/// stopped by SIGINT or SIGTERM, 128 + the signal (after writing what it found).
-int cmd_plan(const PlanOptions& options);
+/// What a search found.
+struct PlanOutcome {
+  nlohmann::json plan;      ///< the tpusim.plan/1 JSON (`plan["best"]` null: no plan fits)
+  std::string stop_reason;  ///< why the search stopped short ("" : it was complete)
+  int signal = 0;           ///< SIGINT or SIGTERM that stopped it, or 0
+  std::string closest;      ///< with no plan fitting: the candidate that overflowed least, and by how much
+};
+
+/// The search, and --out's files (plan.json, plan.md, plan.html, best.json) when `options.out`
+/// is set; progress on stderr. Throws ConfigError for bad input. The CLI prints the result and
+/// exits 0 (a plan fits), 1 (none does), or 128 + the signal that stopped the search.
+PlanOutcome plan_study(const PlanOptions& options);
 
 }  // namespace tpusim::workflows

@@ -657,7 +657,7 @@ void record_predictions(const fs::path& dir, const Json& cases) {
 
 }  // namespace
 
-int cmd_validate(const ValidateOptions& o) {
+ValidationOutcome validate_cases(const ValidateOptions& o) {
   const fs::path dir = o.dir.empty() ? config_dir() / "validation" : fs::path(o.dir);
   if ((o.check || o.record) && !o.hardware_overrides.empty())
     throw ConfigError(o.check ? "--check" : "--record", "", "with --hardware-override",
@@ -703,23 +703,17 @@ int cmd_validate(const ValidateOptions& o) {
     write_output_file(fs::path(o.out) / "validation.md", reports::validation_markdown(report));
     write_output_file(fs::path(o.out) / "validation.html", reports::validation_html(report));
   }
-  if (o.json)
-    std::cout << report.dump(2) << "\n";
-  else
-    std::cout << reports::validation_text(report);
   if (o.record) record_predictions(dir, report["cases"]);
   // --check is a regression check: every prediction as recorded (1e-9 relative), within its
   // tolerance or not; a prediction that moved must be explained and recorded with the change.
-  bool ok = true;
-  for (const auto& c : report["cases"])
-    ok = ok && (o.check ? c.value("unmoved", false) : c["within"].get<bool>());
-  if (o.check && !ok) {
-    std::cerr << "tpusim validate --check: predictions moved from the recorded ones:";
-    for (const auto& c : report["cases"])
-      if (!c.value("unmoved", false)) std::cerr << " " << c["id"].get<std::string>();
-    std::cerr << " (record them with --record once the change is explained)\n";
+  ValidationOutcome outcome;
+  outcome.passed = true;
+  for (const auto& c : report["cases"]) {
+    outcome.passed = outcome.passed && (o.check ? c.value("unmoved", false) : c["within"].get<bool>());
+    if (o.check && !c.value("unmoved", false)) outcome.moved.push_back(c["id"].get<std::string>());
   }
-  return ok ? 0 : 1;
+  outcome.report = std::move(report);
+  return outcome;
 }
 
 }  // namespace tpusim::workflows

@@ -127,8 +127,17 @@ std::filesystem::path recorded_predictions_file(const std::filesystem::path& cas
 /// chip.collective_algorithms); none for a figure that is none of these (or absent).
 std::optional<Json> scaled_hardware(const Json& hardware, const std::string& figure, double factor);
 
-/// `tpusim validate` as a command: 0 when every case is within its tolerance (with `check`: or
-/// unmoved from its recorded prediction), 1 otherwise.
-int cmd_validate(const ValidateOptions& options);
+/// What a validation run gave.
+struct ValidationOutcome {
+  Json report;  ///< the tpusim.validation/1 JSON
+  /// Every case within its tolerance; with `check`, every case as recorded (1e-9 relative).
+  bool passed = false;
+  std::vector<std::string> moved;  ///< with `check`: the cases whose prediction moved
+};
+
+/// Runs the cases (progress on stderr), and writes --out's files and --record's predictions
+/// when asked. Throws ConfigError for bad input. The CLI prints the report and exits 0 when it
+/// passed, 1 otherwise.
+ValidationOutcome validate_cases(const ValidateOptions& options);
 
 }  // namespace tpusim::workflows
