@@ -68,6 +68,16 @@ int cmd_run(const workflows::RunOptions& o) {
   return 0;
 }
 
+int cmd_fit(const workflows::FitOptions& o, bool json) {
+  const workflows::FitResult r = workflows::fit_study(o);
+  if (!r.failure.empty()) {
+    std::cerr << "tpusim fit: a probe failed, so the search has no answer: " << r.failure << "\n";
+    return workflows::kFitProbeFailed;
+  }
+  std::cout << (json ? workflows::fit_json(o, r).dump(2) + "\n" : workflows::fit_text(o, r));
+  return 0;
+}
+
 int cmd_validate(const workflows::ValidateOptions& o) {
   const workflows::ValidationOutcome v = workflows::validate_cases(o);
   if (o.json)
@@ -176,16 +186,10 @@ void add_check(CLI::App& app, Commands& commands) {
 }
 
 void add_fit(CLI::App& app, Commands& commands) {
-  struct FitOptions {
-    std::string study, path;
-    std::vector<std::string> sets;
-    std::optional<double> min, max, step;
+  struct FitCliOptions : workflows::FitOptions {
     bool json = false;
-    double probe_timeout = 0;
-    bool intervals = false;
-    int jobs = 0;
   };
-  auto fit = std::make_shared<FitOptions>();
+  auto fit = std::make_shared<FitCliOptions>();
   auto* cmd =
       app.add_subcommand("fit", "the largest value of a numeric field for which the study fits in HBM");
   add_study(cmd, fit->study, fit->sets);
@@ -195,17 +199,14 @@ void add_fit(CLI::App& app, Commands& commands) {
   cmd->add_option("--step", fit->step, "granularity of the answer (default 1)");
   cmd->add_flag("--json", fit->json, "machine-readable output");
   cmd->add_option(
-      "--probe-timeout", fit->probe_timeout,
+      "--probe-timeout", fit->probe_timeout_s,
       "seconds after which a probe still running is killed: the search fails (exit 3) (default: none)");
   cmd->add_flag(
       "--intervals", fit->intervals,
       "also the answer's spread over the ranges of the study's assumptions (a search per range end)");
   cmd->add_option("-j,--jobs", fit->jobs,
                   "with --intervals: searches at once (default: the number of cores)");
-  commands.emplace_back(cmd, [fit] {
-    return workflows::cmd_fit(fit->study, fit->path, fit->sets, fit->min, fit->max, fit->step, fit->json,
-                              fit->probe_timeout, fit->intervals, fit->jobs);
-  });
+  commands.emplace_back(cmd, [fit] { return cmd_fit(*fit, fit->json); });
 }
 
 void add_sweep_and_merge(CLI::App& app, Commands& commands) {

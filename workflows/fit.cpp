@@ -8,6 +8,7 @@
 #include <iostream>
 #include <map>
 #include <regex>
+#include <sstream>
 
 #include "reports/run_report.hpp"
 #include "schedules/study.hpp"
@@ -146,164 +147,190 @@ void check_grid(const FitSearch& search, const Json& current, const std::string&
 
 }  // namespace
 
-int cmd_fit(const std::string& study, const std::string& path, const std::vector<std::string>& sets,
-            std::optional<double> min, std::optional<double> max, std::optional<double> step, bool as_json,
-            double probe_timeout_s, bool intervals, int jobs) {
+namespace {
+
+/// The search grid from the options, checked against the study's field (--max lowered to the
+/// field's own bound, said on stderr).
+FitSearch search_grid(const FitOptions& o) {
   FitSearch search;
-  search.min = min.value_or(1);
-  search.max = max;
-  search.step = step.value_or(1);
-  check_timeout("--probe-timeout", probe_timeout_s);
+  search.min = o.min.value_or(1);
+  search.max = o.max;
+  search.step = o.step.value_or(1);
+  check_timeout("--probe-timeout", o.probe_timeout_s);
   if (!(search.step > 0)) throw ConfigError("--step", "", value_text(search.step), "a number > 0");
-  if (max && *max < search.min)
-    throw ConfigError("--max", "", value_text(*max), "a value >= --min (" + value_text(search.min) + ")");
-  const std::optional<Json> current = current_value(study, sets, path);
+  if (o.max && *o.max < search.min)
+    throw ConfigError("--max", "", value_text(*o.max), "a value >= --min (" + value_text(search.min) + ")");
+  const std::optional<Json> current = current_value(o.study, o.sets, o.path);
   search.start = current ? current->get<double>() : search.min;
-  if (current) check_grid(search, *current, path);
-  if (max)
-    if (const auto bound = own_upper_bound(study, sets, path, *max); bound && *bound < *max) {
-      std::cerr << "tpusim fit: --max " << value_text(*max) << " lowered to " << value_text(*bound) << ", "
-                << path << "'s own upper bound\n";
-      search.max = max = std::max(*bound, search.min);
+  if (current) check_grid(search, *current, o.path);
+  if (o.max)
+    if (const auto bound = own_upper_bound(o.study, o.sets, o.path, *o.max); bound && *bound < *o.max) {
+      std::cerr << "tpusim fit: --max " << value_text(*o.max) << " lowered to " << value_text(*bound) << ", "
+                << o.path << "'s own upper bound\n";
+      search.max = std::max(*bound, search.min);
     }
   // The study must be valid with the searched field at its minimum (its own value may be
   // invalid with the overrides, e.g. fewer layers than the stages set).
-  std::vector<std::string> at_min = sets;
-  at_min.push_back(path + "=" + value_text(search.min));
-  load_study(study, at_min);
+  std::vector<std::string> at_min = o.sets;
+  at_min.push_back(o.path + "=" + value_text(search.min));
+  load_study(o.study, at_min);
+  return search;
+}
 
-  auto run_probe = [&](double v) {
-    // --require-fit: a value whose resident state alone overflows answers at once (exit 1,
-    // a small result with "simulated": false) instead of simulating the step.
-    std::vector<std::string> args = {"run", study, "--json", "--require-fit"};
-    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
-    args.insert(args.end(), {"--set", path + "=" + value_text(v)});
-    const ChildResult child = run_self(args, probe_timeout_s);
-    Probe p;
-    p.value = v;
-    if (child.exit_code == 1 && !child.out.empty()) {  // ran (or was bounded): does not fit
-      try {
-        p.result = Json::parse(child.out);
-        p.fits = false;
-        return p;
-      } catch (const Json::parse_error&) {
-      }
-    }
-    if (child.exit_code != 0 && child.exit_code != 2) {
-      // Exit 2 is "the study is invalid at this value" (an answer); anything else is a failure.
-      throw ProbeFailed(path + " = " + value_text(v) + ": " + failure_text(child));
-    }
-    if (child.exit_code != 0) {
-      p.error = failure_text(child);
+/// One probe: `tpusim run --require-fit` at `v` in a child. A value whose resident state alone
+/// overflows answers at once (exit 1, a small result with "simulated": false).
+Probe run_probe(const FitOptions& o, double v) {
+  std::vector<std::string> args = {"run", o.study, "--json", "--require-fit"};
+  for (const auto& s : o.sets) args.insert(args.end(), {"--set", s});
+  args.insert(args.end(), {"--set", o.path + "=" + value_text(v)});
+  const ChildResult child = run_self(args, o.probe_timeout_s);
+  Probe p;
+  p.value = v;
+  if (child.exit_code == 1 && !child.out.empty()) {  // ran (or was bounded): does not fit
+    try {
+      p.result = Json::parse(child.out);
+      p.fits = false;
       return p;
+    } catch (const Json::parse_error&) {
     }
-    p.result = Json::parse(child.out);
-    p.fits = p.result["fits"].get<bool>();
-    return p;
-  };
-  // Each probe as it finishes, on stderr: a line updated in place on a terminal, a line each
-  // otherwise (a search of a large study takes minutes and must not look stuck).
-  const bool tty = isatty(STDERR_FILENO);
-  int probes_done = 0;
-  const auto started = std::chrono::steady_clock::now();
-  auto report = [&](double v, const std::string& verdict) {
-    char line[512];
-    std::snprintf(line, sizeof line, "%stpusim fit: probe %d: %s = %s: %s (%.0f s elapsed)%s",
-                  tty ? "\r\033[K" : "", ++probes_done, path.c_str(), value_text(v).c_str(), verdict.c_str(),
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
-                  tty ? "" : "\n");
-    std::cerr << line << std::flush;
-  };
-  auto probe = [&](double v) {
-    Probe p = run_probe(v);
-    if (!p.error.empty())
-      report(v, "invalid at this value");
-    else
-      report(v, std::string(p.fits ? "fits" : "does not fit") + ", peak " +
-                    reports::human_bytes(p.result["peak_hbm_bytes"].get<double>()));
-    return p;
-  };
-  FitOutcome outcome;
-  try {
-    outcome = fit_search(search, probe);
-    if (tty && probes_done > 0) std::cerr << "\n";
-  } catch (const ProbeFailed& e) {
-    std::cerr << "tpusim fit: a probe failed, so the search has no answer: " << e.what() << "\n";
-    return kFitProbeFailed;
   }
-  if (!outcome.max_fitting && !outcome.probes.front().error.empty()) {
-    throw ConfigError("--min", path, value_text(search.min),
-                      "a value at which the study is valid (there: " + outcome.probes.front().error + ")");
+  if (child.exit_code != 0 && child.exit_code != 2) {
+    // Exit 2 is "the study is invalid at this value" (an answer); anything else is a failure.
+    throw ProbeFailed(o.path + " = " + value_text(v) + ": " + failure_text(child));
+  }
+  if (child.exit_code != 0) {
+    p.error = failure_text(child);
+    return p;
+  }
+  p.result = Json::parse(child.out);
+  p.fits = p.result["fits"].get<bool>();
+  return p;
+}
+
+/// Each probe as it finishes, on stderr: a line updated in place on a terminal, a line each
+/// otherwise (a search of a large study takes minutes and must not look stuck).
+class ProbeProgress {
+ public:
+  explicit ProbeProgress(std::string path) : path_(std::move(path)) {}
+  ~ProbeProgress() {
+    if (tty_ && done_ > 0) std::cerr << "\n";
+  }
+  void report(const Probe& p) {
+    const std::string verdict = !p.error.empty()
+                                    ? std::string("invalid at this value")
+                                    : std::string(p.fits ? "fits" : "does not fit") + ", peak " +
+                                          reports::human_bytes(p.result["peak_hbm_bytes"].get<double>());
+    char line[512];
+    std::snprintf(
+        line, sizeof line, "%stpusim fit: probe %d: %s = %s: %s (%.0f s elapsed)%s", tty_ ? "\r\033[K" : "",
+        ++done_, path_.c_str(), value_text(p.value).c_str(), verdict.c_str(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count(), tty_ ? "" : "\n");
+    std::cerr << line << std::flush;
   }
 
+ private:
+  std::string path_;
+  bool tty_ = isatty(STDERR_FILENO);
+  int done_ = 0;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+};
+
+/// --intervals: the answer's spread, a search per end of each assumption's range.
+Json fit_intervals(const FitOptions& o, const FitSearch& search, double max_fitting) {
+  std::vector<std::string> args = {"fit",        o.study,
+                                   "--maximize", o.path,
+                                   "--min",      value_text(search.min),
+                                   "--step",     value_text(search.step),
+                                   "--json"};
+  if (search.max) args.insert(args.end(), {"--max", value_text(*search.max)});
+  if (o.probe_timeout_s > 0) args.insert(args.end(), {"--probe-timeout", value_text(o.probe_timeout_s)});
+  for (const auto& s : o.sets) args.insert(args.end(), {"--set", s});
+  std::vector<std::string> unranged;
+  const Study loaded = load_study(o.study, o.sets);
+  const auto ranges = assumed_ranges(loaded, &unranged);
+  const auto ends = run_variants(args, loaded, ranges, job_count(o.jobs), [](const Json& out) {
+    std::map<std::string, double> q;
+    if (out.contains("max_fitting") && out["max_fitting"].is_number()) q["max_fitting"] = out["max_fitting"];
+    return q;
+  });
+  return intervals_json({{"max_fitting", max_fitting}}, ranges, ends, unranged);
+}
+
+}  // namespace
+
+FitResult fit_study(const FitOptions& o) {
+  FitResult r;
+  r.search = search_grid(o);
+  {
+    ProbeProgress progress(o.path);
+    try {
+      r.outcome = fit_search(r.search, [&](double v) {
+        Probe p = run_probe(o, v);
+        progress.report(p);
+        return p;
+      });
+    } catch (const ProbeFailed& e) {
+      r.failure = e.what();
+      return r;
+    }
+  }
+  if (!r.outcome.max_fitting && !r.outcome.probes.front().error.empty()) {
+    throw ConfigError("--min", o.path, value_text(r.search.min),
+                      "a value at which the study is valid (there: " + r.outcome.probes.front().error + ")");
+  }
+  if (o.intervals && r.outcome.max_fitting) r.intervals = fit_intervals(o, r.search, *r.outcome.max_fitting);
+  return r;
+}
+
+Json fit_json(const FitOptions& o, const FitResult& r) {
   Json probes = Json::array();
   Json best = nullptr;
-  for (const auto& p : outcome.probes) {
+  for (const auto& p : r.outcome.probes) {
     Json row{{"value", p.value}, {"fits", p.fits && p.error.empty()}};
     if (!p.error.empty())
       row["error"] = p.error;
     else
       row["peak_hbm_bytes"] = p.result["peak_hbm_bytes"];
     probes.push_back(row);
-    if (outcome.max_fitting && p.value == *outcome.max_fitting) best = p.result;
+    if (r.outcome.max_fitting && p.value == *r.outcome.max_fitting) best = p.result;
   }
-  Json spread = nullptr;
-  if (intervals && outcome.max_fitting) {
-    std::vector<std::string> args = {"fit",        study,
-                                     "--maximize", path,
-                                     "--min",      value_text(search.min),
-                                     "--step",     value_text(search.step),
-                                     "--json"};
-    if (max) args.insert(args.end(), {"--max", value_text(*max)});
-    if (probe_timeout_s > 0) args.insert(args.end(), {"--probe-timeout", value_text(probe_timeout_s)});
-    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
-    std::vector<std::string> unranged;
-    const Study loaded = load_study(study, sets);
-    const auto ranges = assumed_ranges(loaded, &unranged);
-    const auto ends = run_variants(args, loaded, ranges, job_count(jobs), [](const Json& out) {
-      std::map<std::string, double> q;
-      if (out.contains("max_fitting") && out["max_fitting"].is_number())
-        q["max_fitting"] = out["max_fitting"];
-      return q;
-    });
-    spread = intervals_json({{"max_fitting", *outcome.max_fitting}}, ranges, ends, unranged);
-  }
-  if (as_json) {
-    Json out{{"field", path},
-             {"max_fitting", outcome.max_fitting ? Json(*outcome.max_fitting) : Json(nullptr)},
-             {"monotonic", outcome.monotonic},
-             {"probes", probes},
-             {"result", best}};
-    if (!spread.is_null()) out["intervals"] = spread;
-    std::cout << out.dump(2) << "\n";
-  } else {
-    std::cout << "tpusim fit: " << path << " in " << study << "\n";
-    for (const auto& p : outcome.probes) {
-      std::cout << "  " << path << " = " << value_text(p.value) << ": ";
-      if (!p.error.empty())
-        std::cout << "invalid or failed (" << p.error.substr(0, p.error.find('\n', p.error.find('\n') + 1))
-                  << ")\n";
-      else
-        std::cout << (p.fits ? "fits" : "does not fit") << ", "
-                  << (p.result.value("simulated", true) ? "peak " : "resident state alone ")
-                  << reports::human_bytes(p.result["peak_hbm_bytes"].get<double>()) << " of "
-                  << reports::human_bytes(p.result["hbm_capacity_bytes"].get<double>()) << "\n";
-    }
-    if (outcome.max_fitting)
-      std::cout << "largest value that fits: " << value_text(*outcome.max_fitting)
-                << (spread.is_null()
-                        ? ""
-                        : " (" + value_text(spread["max_fitting"][0].get<double>()) + "–" +
-                              value_text(spread["max_fitting"][1].get<double>()) + " over the ranges of " +
-                              std::to_string(spread["assumptions"].size()) + " assumptions, one at a time)")
-                << "\n";
+  Json out{{"field", o.path},
+           {"max_fitting", r.outcome.max_fitting ? Json(*r.outcome.max_fitting) : Json(nullptr)},
+           {"monotonic", r.outcome.monotonic},
+           {"probes", probes},
+           {"result", best}};
+  if (!r.intervals.is_null()) out["intervals"] = r.intervals;
+  return out;
+}
+
+std::string fit_text(const FitOptions& o, const FitResult& r) {
+  std::ostringstream out;
+  out << "tpusim fit: " << o.path << " in " << o.study << "\n";
+  for (const auto& p : r.outcome.probes) {
+    out << "  " << o.path << " = " << value_text(p.value) << ": ";
+    if (!p.error.empty())
+      out << "invalid or failed (" << p.error.substr(0, p.error.find('\n', p.error.find('\n') + 1)) << ")\n";
     else
-      std::cout << "even " << path << " = " << value_text(search.min) << " does not fit\n";
-    if (!outcome.monotonic)
-      std::cout << "warning: fitting is not monotonic over the probed values; the answer is a boundary, not "
-                   "necessarily the largest\n";
+      out << (p.fits ? "fits" : "does not fit") << ", "
+          << (p.result.value("simulated", true) ? "peak " : "resident state alone ")
+          << reports::human_bytes(p.result["peak_hbm_bytes"].get<double>()) << " of "
+          << reports::human_bytes(p.result["hbm_capacity_bytes"].get<double>()) << "\n";
   }
-  return 0;
+  const Json& spread = r.intervals;
+  if (r.outcome.max_fitting)
+    out << "largest value that fits: " << value_text(*r.outcome.max_fitting)
+        << (spread.is_null()
+                ? ""
+                : " (" + value_text(spread["max_fitting"][0].get<double>()) + "–" +
+                      value_text(spread["max_fitting"][1].get<double>()) + " over the ranges of " +
+                      std::to_string(spread["assumptions"].size()) + " assumptions, one at a time)")
+        << "\n";
+  else
+    out << "even " << o.path << " = " << value_text(r.search.min) << " does not fit\n";
+  if (!r.outcome.monotonic)
+    out << "warning: fitting is not monotonic over the probed values; the answer is a boundary, not "
+           "necessarily the largest\n";
+  return out.str();
 }
 
 }  // namespace tpusim::workflows

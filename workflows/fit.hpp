@@ -53,12 +53,34 @@ FitOutcome fit_search(const FitSearch& search, const std::function<Probe(double)
 /// Exit code of `tpusim fit` when a probe failed (distinct from 0: answered, even "nothing fits").
 constexpr int kFitProbeFailed = 3;
 
-/// `tpusim fit` as a command: returns the exit code (0, or kFitProbeFailed).
-/// `probe_timeout_s` > 0: a probe still running after that long is killed (a failed probe).
-/// `intervals`: the answer's spread over the ranges of the study's assumptions (workflows/intervals.hpp),
-/// a search per end of each range, `jobs` at once.
-int cmd_fit(const std::string& study, const std::string& path, const std::vector<std::string>& sets,
-            std::optional<double> min, std::optional<double> max, std::optional<double> step, bool as_json,
-            double probe_timeout_s = 0, bool intervals = false, int jobs = 0);
+struct FitOptions {
+  std::string study;              ///< the study file
+  std::string path;               ///< --maximize: the dotted path of a numeric field
+  std::vector<std::string> sets;  ///< --set overrides
+  std::optional<double> min, max, step;
+  /// > 0: a probe still running after that long is killed (a failed probe).
+  double probe_timeout_s = 0;
+  /// The answer's spread over the ranges of the study's assumptions (workflows/intervals.hpp), a
+  /// search per end of each range, `jobs` at once.
+  bool intervals = false;
+  int jobs = 0;
+};
+
+/// What a fit gave: the grid searched, the probes and the answer, the spread with `intervals`,
+/// or why a probe failed (then no answer: `failure` non-empty).
+struct FitResult {
+  FitSearch search;
+  FitOutcome outcome;
+  nlohmann::json intervals;  ///< null without --intervals or an answer
+  std::string failure;
+};
+
+/// Runs the search, each probe in a child process (progress on stderr). Throws ConfigError for
+/// bad input (the field, the grid, a study invalid at --min).
+FitResult fit_study(const FitOptions& options);
+/// `tpusim fit --json`'s output.
+nlohmann::json fit_json(const FitOptions& options, const FitResult& result);
+/// `tpusim fit`'s table: every probe, the answer, and a warning when fitting is not monotonic.
+std::string fit_text(const FitOptions& options, const FitResult& result);
 
 }  // namespace tpusim::workflows
