@@ -78,6 +78,20 @@ int cmd_fit(const workflows::FitOptions& o, bool json) {
   return 0;
 }
 
+int cmd_sweep(const workflows::SweepOptions& o) {
+  const workflows::SweepOutcome s = workflows::sweep_study(o);
+  std::cout << "tpusim sweep: " << s.points.size() << " points (" << s.failed << " failed) in " << s.dir
+            << ": results.jsonl results.csv report.html report.md\n";
+  return s.failed == 0 ? 0 : 1;
+}
+
+int cmd_merge(const std::vector<std::string>& dirs, const std::string& out) {
+  const workflows::SweepOutcome s = workflows::merge_sweeps(dirs, out);
+  std::cout << "tpusim merge: " << s.points.size() << " of " << s.points_in_sweep << " points (" << s.failed
+            << " failed) in " << s.dir << "\n";
+  return s.failed == 0 ? 0 : 1;
+}
+
 int cmd_validate(const workflows::ValidateOptions& o) {
   const workflows::ValidationOutcome v = workflows::validate_cases(o);
   if (o.json)
@@ -226,14 +240,14 @@ void add_sweep_and_merge(CLI::App& app, Commands& commands) {
   cmd->add_option(
       "--point-timeout", sweep->point_timeout_s,
       "seconds after which a point still running is killed and recorded as failed (default: none)");
-  commands.emplace_back(cmd, [sweep] { return workflows::cmd_sweep(*sweep); });
+  commands.emplace_back(cmd, [sweep] { return cmd_sweep(*sweep); });
 
   auto dirs = std::make_shared<std::vector<std::string>>();
   auto out = std::make_shared<std::string>();
   auto* merge = app.add_subcommand("merge", "combine the outputs of sweep shards");
   merge->add_option("dirs", *dirs, "sweep output directories")->required();
   merge->add_option("--out", *out, "output directory")->required();
-  commands.emplace_back(merge, [dirs, out] { return workflows::cmd_merge(*dirs, *out); });
+  commands.emplace_back(merge, [dirs, out] { return cmd_merge(*dirs, *out); });
 }
 
 void add_validate(CLI::App& app, Commands& commands) {

@@ -347,7 +347,22 @@ void run_pending(const SweepOptions& o, const fs::path& dir, const Json& meta,
 
 }  // namespace
 
-int cmd_sweep(const SweepOptions& o) {
+namespace {
+
+/// The outcome of a sweep's records written under `dir`.
+SweepOutcome outcome_of(const std::string& dir, const std::vector<StoredRecord>& records) {
+  SweepOutcome outcome;
+  outcome.dir = dir;
+  for (const auto& r : records) {
+    outcome.failed += r.summary["error"].is_null() ? 0 : 1;
+    outcome.points.push_back(r.summary);
+  }
+  return outcome;
+}
+
+}  // namespace
+
+SweepOutcome sweep_study(const SweepOptions& o) {
   std::vector<Axis> grid, zip;
   for (const auto& g : o.grids) grid.push_back(parse_axis("--grid", g));
   for (const auto& z : o.zips) zip.push_back(parse_axis("--zip", z));
@@ -378,14 +393,10 @@ int cmd_sweep(const SweepOptions& o) {
   run_pending(o, dir, meta, points, records);
   write_outputs(dir, meta, records);
 
-  std::size_t failed = 0;
-  for (const auto& r : records) failed += r.summary["error"].is_null() ? 0 : 1;
-  std::cout << "tpusim sweep: " << records.size() << " points (" << failed << " failed) in " << dir.string()
-            << ": results.jsonl results.csv report.html report.md\n";
-  return failed == 0 ? 0 : 1;
+  return outcome_of(dir.string(), records);
 }
 
-int cmd_merge(const std::vector<std::string>& dirs, const std::string& out) {
+SweepOutcome merge_sweeps(const std::vector<std::string>& dirs, const std::string& out) {
   Json meta;
   std::vector<StoredRecord> records;
   std::map<std::string, bool> seen;
@@ -407,11 +418,9 @@ int cmd_merge(const std::vector<std::string>& dirs, const std::string& out) {
   make_output_directory(out);
   write_output_file(fs::path(out) / "sweep.json", meta.dump(2) + "\n");
   write_outputs(out, meta, records);
-  std::size_t failed = 0;
-  for (const auto& r : records) failed += r.summary["error"].is_null() ? 0 : 1;
-  std::cout << "tpusim merge: " << records.size() << " of " << meta["points"].get<std::size_t>()
-            << " points (" << failed << " failed) in " << out << "\n";
-  return failed == 0 ? 0 : 1;
+  SweepOutcome outcome = outcome_of(out, records);
+  outcome.points_in_sweep = meta["points"].get<std::size_t>();
+  return outcome;
 }
 
 }  // namespace tpusim::workflows

@@ -4,6 +4,7 @@
 // summarized in report.html / report.md.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,10 +24,19 @@ struct SweepOptions {
       0;  ///< > 0: a point still running after this long is killed and recorded as failed
 };
 
-/// Returns the exit code: 0 when every point of this shard succeeded, 1 when any failed.
-int cmd_sweep(const SweepOptions& options);
+/// What a sweep (or a merge) wrote.
+struct SweepOutcome {
+  std::string dir;                     ///< where: results.jsonl, results.csv, report.html, report.md
+  std::vector<nlohmann::json> points;  ///< each point's summary, in point order (results.csv's rows)
+  std::size_t failed = 0;              ///< points recorded as failed
+  std::size_t points_in_sweep = 0;     ///< merge: the points of the whole sweep
+};
+
+/// Runs this shard's points, each in its own process (progress on stderr), and writes the
+/// outputs. Throws ConfigError for bad input. The CLI exits 0 when no point failed, 1 otherwise.
+SweepOutcome sweep_study(const SweepOptions& options);
 
 /// Combines the results of shards (or partial runs) of one sweep into `out`.
-int cmd_merge(const std::vector<std::string>& dirs, const std::string& out);
+SweepOutcome merge_sweeps(const std::vector<std::string>& dirs, const std::string& out);
 
 }  // namespace tpusim::workflows
