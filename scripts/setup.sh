@@ -2,16 +2,17 @@
 # Installs the Debian packages tpusim builds with, only those missing; apt is skipped
 # entirely when everything is already present. Idempotent; safe to run on every `make`.
 # `setup.sh test` also installs what the test suite needs (headless Chromium for the HTML checks,
-# clang-format for the conventions check).
+# clang-format for the conventions check, pytest for the Python module's tests).
 set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
   libsimgrid-dev libboost-graph-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   catch2 libcli11-dev libopenblas-dev libbenchmark-dev
+  python3-dev pybind11-dev
 )
 if [ "${1:-}" = "test" ]; then
-  packages+=(chromium clang-format)
+  packages+=(chromium clang-format python3-pytest)
 fi
 
 missing=()

@@ -37,14 +37,15 @@ pid_t spawn_self(const std::vector<std::string>& args, int& out_fd, int& err_fd)
   posix_spawn_file_actions_addclose(&actions, out_pipe[0]);
   posix_spawn_file_actions_addclose(&actions, err_pipe[0]);
 
-  std::vector<std::string> argv_storage = {"/proc/self/exe"};
+  const std::string exe = child_executable();
+  std::vector<std::string> argv_storage = {exe};
   argv_storage.insert(argv_storage.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : argv_storage) argv.push_back(a.data());
   argv.push_back(nullptr);
 
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
+  const int rc = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   close(out_pipe[1]);
   close(err_pipe[1]);
@@ -109,6 +110,16 @@ void collect_output(pid_t pid, int out_fd, int err_fd, double timeout_s, const s
 }
 
 }  // namespace
+
+namespace {
+std::string& executable_path() {
+  static std::string path = "/proc/self/exe";
+  return path;
+}
+}  // namespace
+
+void set_child_executable(const std::string& path) { executable_path() = path; }
+const std::string& child_executable() { return executable_path(); }
 
 void check_timeout(const std::string& option, double seconds) {
   if (!(seconds >= 0 && seconds <= kLongestTimeoutS)) {

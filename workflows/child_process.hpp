@@ -17,11 +17,15 @@ struct ChildResult {
   bool cancelled = false;  ///< killed because `cancel` asked
 };
 
-/// Runs this executable with `args` (argv[1...]), capturing stdout and stderr. With
-/// `timeout_s` > 0 a child still running after that many seconds is killed (SIGKILL), its
-/// result marked timed_out with a message in `err`; with `cancel`, asked a few times a second, a
-/// child it answers true for is killed and marked cancelled. Throws std::runtime_error if the
-/// child cannot be started.
+/// The tpusim executable children run: this process's own (/proc/self/exe) unless set, as the
+/// Python module sets it to the tpusim command it was built with.
+void set_child_executable(const std::string& path);
+const std::string& child_executable();
+
+/// Runs the tpusim executable (child_executable()) with `args` (argv[1...]), capturing stdout and stderr.
+/// With `timeout_s` > 0 a child still running after that many seconds is killed (SIGKILL), its result marked
+/// timed_out with a message in `err`; with `cancel`, asked a few times a second, a child it answers true for
+/// is killed and marked cancelled. Throws std::runtime_error if the child cannot be started.
 ChildResult run_self(const std::vector<std::string>& args, double timeout_s = 0,
                      const std::function<bool()>& cancel = {});
 

@@ -222,13 +222,23 @@ void write_run_outputs(const RunOptions& o, const Study& study, const BuiltStep&
             "\n");
 }
 
+/// The study given as JSON (RunOptions::study_json), its overrides applied.
+Study given_study(const RunOptions& o) {
+  if (o.intervals)
+    throw ConfigError("intervals", "", "a study given as JSON",
+                      "a study file (the intervals run it again in child processes)");
+  Json json = o.study_json;
+  for (const auto& set : o.sets) apply_override(json, set);
+  return parse_study(json, "study", fs::current_path());
+}
+
 }  // namespace
 
 RunOutcome run_study(const RunOptions& o, const RunProgressCallback& progress) {
   if (!(o.max_host_memory_bytes > 0))
     throw ConfigError("--max-host-memory", "", std::to_string(o.max_host_memory_bytes), "bytes > 0");
   sim::set_host_memory_budget(o.max_host_memory_bytes);
-  const Study study = load_study(o.study, o.sets);
+  const Study study = o.study_json.is_null() ? load_study(o.study, o.sets) : given_study(o);
   std::unique_ptr<FunctionalRuntime> functional = functional_runtime(o, study);
   BuiltStep step = study.schedule->build(study, functional.get());
   if (o.require_fit)

@@ -18,7 +18,10 @@ namespace tpusim::workflows {
 double half_of_physical_memory();
 
 struct RunOptions {
-  std::string study;              ///< the study file
+  std::string study;  ///< the study file
+  /// Instead of the file: the study itself (relative paths in it are the current directory's;
+  /// not with `intervals`, whose children read a file).
+  Json study_json;
   std::vector<std::string> sets;  ///< PATH=VALUE overrides, as --set
   std::string out;                ///< write result.json, report.md, ... here ("" : nothing)
   bool json = false;

@@ -1,0 +1,189 @@
+// The Python module `tpusim`: the library's entry points (workflows/) for notebooks and
+// scripts, each returning what the command prints as JSON, as Python objects. SimGrid allows
+// one simulation per process, so every call runs in a child process forked for it; its result
+// comes back through a pipe as JSON. Bad input raises ValueError (with the JSON path, the value
+// and what is expected, as the command says it), a failed simulation RuntimeError. The work that
+// runs children (fit, validate, plan, intervals) runs the tpusim command this module was built
+// with.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "hardware/errors.hpp"
+#include "hardware/json_fields.hpp"
+#include "workflows/child_process.hpp"
+#include "workflows/describe.hpp"
+#include "workflows/fit.hpp"
+#include "workflows/run.hpp"
+#include "workflows/validate.hpp"
+
+#ifndef TPUSIM_CLI
+#define TPUSIM_CLI "tpusim"
+#endif
+
+namespace py = pybind11;
+using tpusim::Json;
+
+namespace {
+
+/// Python object -> JSON, through Python's own json module.
+Json to_json(const py::object& value) {
+  const std::string text = py::str(py::module_::import("json").attr("dumps")(value));
+  return Json::parse(text);
+}
+
+py::object to_python(const Json& value) { return py::module_::import("json").attr("loads")(value.dump()); }
+
+/// `set` as the command's --set: {"schedule.microbatches": 8} -> "schedule.microbatches=8".
+std::vector<std::string> sets_of(const py::object& set) {
+  std::vector<std::string> out;
+  if (set.is_none()) return out;
+  const Json pairs = to_json(set);
+  for (const auto& [key, value] : pairs.items()) out.push_back(key + "=" + value.dump());
+  return out;
+}
+
+/// Everything written to `fd` until it closes.
+std::string read_all(int fd) {
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buf, std::size_t(n));
+  }
+  return text;
+}
+
+void write_all(int fd, const std::string& text) {
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += std::size_t(n);
+  }
+}
+
+/// Runs `work` in a forked child (a fresh SimGrid each time) and returns its JSON as Python
+/// objects, or raises what it threw.
+py::object in_child(const std::function<Json()>& work) {
+  int fds[2];
+  if (::pipe(fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    ::close(fds[0]);
+    Json answer;
+    try {
+      answer = Json{{"value", work()}};
+    } catch (const tpusim::ConfigError& e) {
+      answer = Json{{"error", "bad input"}, {"message", e.what()}};
+    } catch (const tpusim::ResourceError& e) {
+      answer = Json{{"error", "too large to simulate on this machine"}, {"message", e.what()}};
+    } catch (const std::exception& e) {
+      answer = Json{{"error", "failed"}, {"message", e.what()}};
+    }
+    write_all(fds[1], answer.dump());
+    ::close(fds[1]);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string text;
+  {
+    py::gil_scoped_release release;
+    text = read_all(fds[0]);
+    ::close(fds[0]);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  if (text.empty()) throw std::runtime_error("tpusim: the child process died without an answer");
+  const Json answer = Json::parse(text);
+  if (answer.contains("error")) {
+    const std::string message =
+        answer["error"].get<std::string>() + ": " + answer["message"].get<std::string>();
+    if (answer["error"] == "failed") throw std::runtime_error(message);
+    throw py::value_error(message);
+  }
+  return to_python(answer["value"]);
+}
+
+py::object run(const py::object& study, const py::object& set) {
+  tpusim::workflows::RunOptions o;
+  if (py::isinstance<py::str>(study))
+    o.study = study.cast<std::string>();
+  else
+    o.study_json = to_json(study);
+  o.sets = sets_of(set);
+  o.json = true;
+  return in_child([o] {
+    const auto run = tpusim::workflows::run_study(o);
+    return run.result;
+  });
+}
+
+py::object check(const std::string& study, const py::object& set) {
+  const auto sets = sets_of(set);
+  return in_child([study, sets] { return Json(tpusim::workflows::check_study(study, sets)); });
+}
+
+py::object fit(const std::string& study, const std::string& maximize, const py::object& set,
+               std::optional<double> min, std::optional<double> max, std::optional<double> step) {
+  tpusim::workflows::FitOptions o;
+  o.study = study;
+  o.path = maximize;
+  o.sets = sets_of(set);
+  o.min = min;
+  o.max = max;
+  o.step = step;
+  return in_child([o] {
+    const auto r = tpusim::workflows::fit_study(o);
+    if (!r.failure.empty())
+      throw std::runtime_error("a probe failed, so the search has no answer: " + r.failure);
+    return tpusim::workflows::fit_json(o, r);
+  });
+}
+
+py::object validate(const std::vector<std::string>& cases, int jobs) {
+  tpusim::workflows::ValidateOptions o;
+  o.ids = cases;
+  o.jobs = jobs;
+  return in_child([o] { return tpusim::workflows::validate_cases(o).report; });
+}
+
+py::object describe_hardware(const std::string& name) {
+  return in_child([name] {
+    std::ostringstream out;
+    tpusim::workflows::describe_hardware(out, name, true);
+    return Json::parse(out.str());
+  });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(tpusim, m) {
+  m.doc() = "tpusim: a discrete-event simulator of TPU pods and their training schedules";
+  tpusim::workflows::set_child_executable(TPUSIM_CLI);
+  m.def("run", &run, py::arg("study"), py::arg("set") = py::none(),
+        "Simulates one training step: the dict `tpusim run --json` prints. `study` is a path or a dict; "
+        "`set` a dict of dotted paths to values (as --set).");
+  m.def("check", &check, py::arg("study"), py::arg("set") = py::none(),
+        "Validates a study file: what `tpusim check` prints after 'ok', or ValueError naming the problem.");
+  m.def("fit", &fit, py::arg("study"), py::arg("maximize"), py::arg("set") = py::none(),
+        py::arg("min") = py::none(), py::arg("max") = py::none(), py::arg("step") = py::none(),
+        "The largest value of a numeric field that fits: the dict `tpusim fit --json` prints.");
+  m.def("validate", &validate, py::arg("cases") = std::vector<std::string>{}, py::arg("jobs") = 1,
+        "Predictions against the measured TPU runs: the dict `tpusim validate --json` prints.");
+  m.def("describe_hardware", &describe_hardware, py::arg("name"),
+        "A hardware generation's figures: the dict `tpusim describe hardware NAME --json` prints.");
+}
