@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -22,7 +23,9 @@
 #include "workflows/child_process.hpp"
 #include "workflows/describe.hpp"
 #include "workflows/fit.hpp"
+#include "workflows/plan.hpp"
 #include "workflows/run.hpp"
+#include "workflows/sweep.hpp"
 #include "workflows/validate.hpp"
 
 #ifndef TPUSIM_CLI
@@ -161,6 +164,40 @@ py::object validate(const std::vector<std::string>& cases, int jobs) {
   return in_child([o] { return tpusim::workflows::validate_cases(o).report; });
 }
 
+py::object sweep(const std::string& study, const py::object& grid, const py::object& set, int jobs,
+                 const py::object& out) {
+  tpusim::workflows::SweepOptions o;
+  o.study = study;
+  o.sets = sets_of(set);
+  o.jobs = jobs;
+  const Json axes = to_json(grid);
+  if (!axes.is_object() || axes.empty())
+    throw py::value_error(
+        "grid: expected a dict of dotted paths to lists of values, e.g. {\"batch\": [8, 16]}");
+  for (const auto& [path, values] : axes.items())
+    o.grids.push_back(path + "=" + (values.is_array() ? values : Json::array({values})).dump());
+  char temporary[] = "/tmp/tpusim-sweep-XXXXXX";
+  const bool own = out.is_none();
+  if (own && !::mkdtemp(temporary)) throw std::runtime_error(std::string("mkdtemp: ") + std::strerror(errno));
+  o.out = own ? std::string(temporary) : out.cast<std::string>();
+  py::object points = in_child([o] { return Json(tpusim::workflows::sweep_study(o).points); });
+  std::error_code ec;
+  if (own) std::filesystem::remove_all(o.out, ec);
+  return points;
+}
+
+py::object plan(const std::string& study, const py::object& set, const std::string& space, int jobs, int top,
+                double time_limit) {
+  tpusim::workflows::PlanOptions o;
+  o.study = study;
+  o.sets = sets_of(set);
+  o.space = space;
+  o.jobs = jobs;
+  o.top = top;
+  o.time_limit_s = time_limit;
+  return in_child([o] { return tpusim::workflows::plan_study(o).plan; });
+}
+
 py::object describe_hardware(const std::string& name) {
   return in_child([name] {
     std::ostringstream out;
@@ -184,6 +221,14 @@ PYBIND11_MODULE(tpusim, m) {
         "The largest value of a numeric field that fits: the dict `tpusim fit --json` prints.");
   m.def("validate", &validate, py::arg("cases") = std::vector<std::string>{}, py::arg("jobs") = 1,
         "Predictions against the measured TPU runs: the dict `tpusim validate --json` prints.");
+  m.def("sweep", &sweep, py::arg("study"), py::arg("grid"), py::arg("set") = py::none(), py::arg("jobs") = 1,
+        py::arg("out") = py::none(),
+        "Runs a study over the cartesian product of `grid` ({dotted path: [values]}), each point in its own "
+        "process: every point's record summary ({index, key, point, result, error}), in point order; `out` "
+        "keeps sweep's files (results.jsonl, results.csv, reports).");
+  m.def("plan", &plan, py::arg("study"), py::arg("set") = py::none(), py::arg("space") = "",
+        py::arg("jobs") = 1, py::arg("top") = 5, py::arg("time_limit") = 0.0,
+        "The fastest schedule that fits: the dict `tpusim plan --json` prints (`best` None: none fits).");
   m.def("describe_hardware", &describe_hardware, py::arg("name"),
         "A hardware generation's figures: the dict `tpusim describe hardware NAME --json` prints.");
 }

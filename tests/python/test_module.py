@@ -46,3 +46,16 @@ def test_fit_and_validate_return_the_commands_json():
     assert [c["id"] for c in report["cases"]] == ["mlperf07-bert-v4-512"]
     assert report["summary"]["per_hardware"]["tpu-v4"]["cases"] == 1
     assert tpusim.describe_hardware("tpu-v4")["megacore"] is True
+
+
+def test_sweep_and_plan_return_what_the_commands_write(tmp_path):
+    points = tpusim.sweep(TINY, {"batch": [8, 16], "model.layers": [2]})
+    assert [p["point"] for p in points] == [{"batch": 8, "model.layers": 2}, {"batch": 16, "model.layers": 2}]
+    assert all(p["error"] is None for p in points)
+    assert points[1]["result"]["step_time_s"] > points[0]["result"]["step_time_s"]  # twice the examples
+    one = tpusim.run(TINY, set={"batch": 16, "model.layers": 2})
+    assert points[1]["result"]["step_time_s"] == one["step_time_s"]
+    space = os.path.join(ROOT, "tests", "cli", "round4", "tiny_plan_space.json")
+    plan = tpusim.plan(TINY, space=space, jobs=2)
+    assert plan == cli_json("plan", TINY, "--space", space, "-j", "2", "--json")
+    assert plan["best"] is not None
