@@ -50,7 +50,7 @@ double program_bound(const Study& s, const MeshSchedule& mesh,
           continue;
         }
         const bool gradient = ev.kind == E::GradientAllReduce;
-        if (gradient && s.hardware.core.gradient_collectives_overlap_backward) continue;
+        if (gradient && overlap) continue;
         const auto op = ev.kind == E::BlockingAllGather       ? sim::CollectiveOp::AllGather
                         : ev.kind == E::BlockingReduceScatter ? sim::CollectiveOp::ReduceScatter
                         : gradient                            ? sim::CollectiveOp::ReduceScatter

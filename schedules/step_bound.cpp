@@ -7,9 +7,7 @@
 namespace tpusim {
 namespace {
 
-/// No collective is faster: each ring step moves its chunk over one link at the fastest link
-/// bandwidth and pays the shortest latency once (no contention, no multi-hop route; without
-/// `latency` the bandwidth term alone, which adds up over collectives however they are combined).
+/// The fastest link (on-chip or ICI) and the shortest latency: what a floor may assume of any hop.
 double fastest_bandwidth(const Study& s) {
   return std::max(s.hardware.chip.onchip_bandwidth_bytes_per_s, s.hardware.chip.ici_bandwidth_bytes_per_s);
 }

@@ -291,7 +291,10 @@ Study with_schedule(const Study& base, const Json& schedule) {
 }
 
 Json study_json(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
-  Json json = read_json_file(file);
+  return with_overrides(read_json_file(file), overrides);
+}
+
+Json with_overrides(Json json, const std::vector<std::string>& overrides) {
   for (const auto& o : overrides) {
     apply_override(json, o);
     // A value the user sets is a choice: an assumption about it (or about a part of it) goes.

@@ -151,6 +151,8 @@ Study with_schedule(const Study& base, const Json& schedule);
 /// Reads and overrides, without validating; an assumption whose key an override sets is dropped
 /// (the value is then the user's choice). Throws ConfigError.
 Json study_json(const std::filesystem::path& file, const std::vector<std::string>& overrides = {});
+/// A study's JSON with `--set` overrides applied, each dropping the assumptions about what it sets.
+Json with_overrides(Json json, const std::vector<std::string>& overrides);
 
 /// Reads, overrides, validates. Throws ConfigError.
 Study load_study(const std::filesystem::path& file, const std::vector<std::string>& overrides = {});

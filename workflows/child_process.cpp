@@ -24,8 +24,8 @@ namespace tpusim::workflows {
 
 namespace {
 
-/// Starts this executable with `args`, its stdout and stderr on pipes; returns its pid and the
-/// pipes' read ends.
+/// Starts the tpusim executable (child_executable()) with `args`, its stdout and stderr on pipes; returns its
+/// pid and the pipes' read ends.
 pid_t spawn_self(const std::vector<std::string>& args, int& out_fd, int& err_fd) {
   int out_pipe[2], err_pipe[2];
   if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0)
@@ -109,13 +109,11 @@ void collect_output(pid_t pid, int out_fd, int err_fd, double timeout_s, const s
     if (fd.fd >= 0) close(fd.fd);
 }
 
-}  // namespace
-
-namespace {
 std::string& executable_path() {
   static std::string path = "/proc/self/exe";
   return path;
 }
+
 }  // namespace
 
 void set_child_executable(const std::string& path) { executable_path() = path; }

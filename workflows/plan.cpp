@@ -7,16 +7,12 @@
 #include <csignal>
 #include <iostream>
 #include <limits>
-#include <map>
 #include <mutex>
-#include <tuple>
 
 #include "reports/plan_report.hpp"
 #include "reports/run_report.hpp"
-#include "schedules/mesh.hpp"
 #include "schedules/step_builder.hpp"
 #include "schedules/study.hpp"
-#include "sim/collectives/collective_algorithm.hpp"
 #include "workflows/child_process.hpp"
 #include "workflows/interrupt.hpp"
 #include "workflows/output_file.hpp"

@@ -227,9 +227,7 @@ Study given_study(const RunOptions& o) {
   if (o.intervals)
     throw ConfigError("intervals", "", "a study given as JSON",
                       "a study file (the intervals run it again in child processes)");
-  Json json = o.study_json;
-  for (const auto& set : o.sets) apply_override(json, set);
-  return parse_study(json, "study", fs::current_path());
+  return parse_study(with_overrides(o.study_json, o.sets), "study", fs::current_path());
 }
 
 }  // namespace

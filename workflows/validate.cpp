@@ -606,7 +606,6 @@ void mark_in_sample(const ValidationCase& c, const Study& study, Json& record) {
       inferred.push_back(fs::path(study.file).filename().string() + ":" + a.key);
   record["in_sample"] = !inferred.empty();
   if (!inferred.empty()) record["inferred_from_it"] = inferred;
-  record["hardware"] = study.hardware.name;  // the summary's generations
 }
 
 }  // namespace
@@ -683,7 +682,10 @@ ValidationOutcome validate_cases(const ValidateOptions& o) {
     std::fprintf(stderr, "[%zu/%zu] %s\n", done, cases.size(), cases[i].id.c_str());
   });
 
-  for (std::size_t i = 0; i < cases.size(); ++i) mark_in_sample(cases[i], studies[i], records[i]);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    mark_in_sample(cases[i], studies[i], records[i]);
+    records[i]["hardware"] = studies[i].hardware.name;  // the summary's generations
+  }
   const Json assumptions = assumed_figures(studies);
   if (o.sensitivity) add_sensitivity(cases, studies, assumptions, records, jobs);
   if (o.intervals) add_intervals(cases, studies, records, jobs);
