@@ -185,7 +185,86 @@ class Runner {
             platform_.add_route(ring.cores[i], ring.cores[(i + 1) % ring.cores.size()]);
       }
     }
+    if (symmetric && !opt.record_flows) play_lone_flows_once();
     platform_.seal();
+  }
+
+  /// A collective whose rings' flows each have their links to themselves while it runs (within
+  /// each phase, no two of its simulated flows share a link, and every other collective or
+  /// transfer that would is ordered with it) plays one flow per route shape: on uniform links a
+  /// lone flow's time depends only on how many links of each kind it crosses, so the others of
+  /// its shape arrive at the same time (tests/cli/symmetry.sh compares with the full simulation).
+  void play_lone_flows_once() {
+    const int n = g_.size();
+    std::vector<std::set<long long>> links(static_cast<std::size_t>(n));
+    std::map<long long, std::vector<int>> tasks_on;  // link -> the collectives simulated on it
+    std::vector<int> candidates;
+    for (int id = 0; id < n; ++id) {
+      if (g_.task(id).kind != TaskKind::Collective) continue;
+      if (phases_have_disjoint_flows(plans_[std::size_t(id)], links[std::size_t(id)]))
+        candidates.push_back(id);
+      for (long long l : links[std::size_t(id)]) tasks_on[l].push_back(id);
+    }
+    // Transfers meeting a collective's links are ordered with it (the symmetry proof's
+    // condition); collectives meeting it must be too: those joined by shared links form a chain.
+    std::map<int, int> parent;
+    std::function<int(int)> root = [&](int x) { return parent[x] == x ? x : parent[x] = root(parent[x]); };
+    for (const auto& [link, on] : tasks_on)
+      for (int id : on) {
+        parent.try_emplace(id, id);
+        parent[root(id)] = root(on.front());
+      }
+    std::map<int, std::vector<int>> components;
+    for (const auto& [id, up] : parent) components[root(id)].push_back(id);
+    std::set<int> chained;
+    for (const auto& [r, members] : components)
+      if (g_.chain(members)) chained.insert(members.begin(), members.end());
+    for (int id : candidates)
+      if (chained.count(id))
+        for (Phase& phase : plans_[std::size_t(id)])
+          for (auto& ring : phase.rings) ring.played = one_flow_per_shape(ring);
+  }
+
+  /// Whether no two flows of a phase share a link (and every flow crosses one); `links` gets the
+  /// links of every phase.
+  bool phases_have_disjoint_flows(const std::vector<Phase>& plan, std::set<long long>& links) const {
+    bool disjoint = true;
+    for (const Phase& phase : plan) {
+      std::set<long long> in_phase;
+      for (const auto& ring : phase.rings)
+        for (std::size_t i = 0; i < ring.cores.size(); ++i) {
+          const auto crossed = flow_links_of(ring, i);
+          disjoint = disjoint && !crossed.empty();
+          for (long long l : crossed) disjoint = in_phase.insert(l).second && disjoint;
+        }
+      links.insert(in_phase.begin(), in_phase.end());
+    }
+    return disjoint;
+  }
+
+  /// The links ring flow `i` (cores[i] -> cores[i + 1]) crosses.
+  std::vector<long long> flow_links_of(const PlannedRing& ring, std::size_t i) const {
+    const int a = ring.cores[i], b = ring.cores[(i + 1) % ring.cores.size()];
+    if (a == b) return {};
+    return flow_links(platform_.topology(), platform_.cores_per_chip(), a, b);
+  }
+
+  static bool plays(const PlannedRing& ring, std::size_t i) {
+    return ring.played.empty() ||
+           std::find(ring.played.begin(), ring.played.end(), int(i)) != ring.played.end();
+  }
+
+  /// The first flow of each route shape (torus links, on-chip links) of a ring.
+  std::vector<int> one_flow_per_shape(const PlannedRing& ring) const {
+    std::set<std::pair<int, int>> shapes;
+    std::vector<int> played;
+    for (std::size_t i = 0; i < ring.cores.size(); ++i) {
+      const auto crossed = flow_links_of(ring, i);
+      const int onchip =
+          int(std::count_if(crossed.begin(), crossed.end(), [](long long l) { return l < 0; }));
+      if (shapes.insert({int(crossed.size()) - onchip, onchip}).second) played.push_back(int(i));
+    }
+    return played;
   }
 
   /// Adds `name` to a task's "a+b" list of the algorithms its groups ran, once.
@@ -313,7 +392,8 @@ class Runner {
           std::vector<FlowSpec> flows;
           for (const auto& ring : phase.rings)
             for (std::size_t i = 0; i < ring.cores.size(); ++i)
-              flows.push_back({ring.cores[i], ring.cores[(i + 1) % ring.cores.size()], ring.chunk_bytes});
+              if (plays(ring, i))
+                flows.push_back({ring.cores[i], ring.cores[(i + 1) % ring.cores.size()], ring.chunk_bytes});
           play_step(flows, id);
           continue;
         }
@@ -336,7 +416,8 @@ class Runner {
   void play_ring(const PlannedRing& ring, int task) {
     std::vector<FlowSpec> flows;
     for (std::size_t i = 0; i < ring.cores.size(); ++i)
-      flows.push_back({ring.cores[i], ring.cores[(i + 1) % ring.cores.size()], ring.chunk_bytes});
+      if (plays(ring, i))
+        flows.push_back({ring.cores[i], ring.cores[(i + 1) % ring.cores.size()], ring.chunk_bytes});
     for (int s = 0; s < ring.steps; ++s) play_step(flows, task);
   }
 

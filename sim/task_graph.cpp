@@ -1,5 +1,6 @@
 #include "sim/task_graph.hpp"
 
+#include <algorithm>
 #include <boost/graph/dag_shortest_paths.hpp>
 #include <boost/graph/topological_sort.hpp>
 #include <cmath>
@@ -282,6 +283,26 @@ double TaskGraph::critical_path(const std::vector<double>& seconds) const {
       start[*it] = std::max(start[*it], end);
   }
   return longest;
+}
+
+bool TaskGraph::chain(const std::vector<int>& tasks) const {
+  if (tasks.size() < 2) return true;
+  const std::vector<std::size_t> topological = topological_order();
+  std::vector<int> rank(std::size_t(size()), -1);  // a member's place in the chain
+  for (int id : tasks) rank[std::size_t(id)] = 0;
+  int next = 0;
+  for (std::size_t v : topological)
+    if (rank[v] == 0) rank[v] = next++;
+  // Per task, the latest member among its ancestors: a member's must be the one just before it.
+  std::vector<int> latest(std::size_t(size()), -1);
+  const auto& g = *order_;
+  for (std::size_t v : topological) {
+    if (rank[v] > 0 && latest[v] != rank[v] - 1) return false;
+    const int passed = rank[v] >= 0 ? rank[v] : latest[v];
+    for (auto [it, end] = boost::adjacent_vertices(v, g); it != end; ++it)
+      latest[*it] = std::max(latest[*it], passed);
+  }
+  return true;
 }
 
 bool TaskGraph::ordered(const std::vector<int>& a, const std::vector<int>& b, double max_bytes) const {

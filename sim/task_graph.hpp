@@ -140,6 +140,9 @@ class TaskGraph {
   /// the graph has them running at once. False also when proving it would take more than
   /// `max_bytes` of memory.
   bool ordered(const std::vector<int>& a, const std::vector<int>& b, double max_bytes = 256e6) const;
+  /// Whether `tasks` run one after another: each one's successor in topological order depends
+  /// on it (so every two of them are ordered). One pass over the graph.
+  bool chain(const std::vector<int>& tasks) const;
 
   /// Throws SimulationError unless: every task is well formed (cores in range, groups of
   /// distinct cores, non-negative sizes), the dependencies with each core's program order form

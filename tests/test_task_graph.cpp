@@ -47,6 +47,27 @@ TEST_CASE("tasks are ordered when one is an ancestor of the other, program order
   CHECK_FALSE(h.ordered(first, second));
 }
 
+TEST_CASE("tasks form a chain when each one depends on the one before it", "[graph]") {
+  // Core 0 runs a then c; core 1 runs b then d; b waits for a. e (core 2) depends on nothing.
+  sim::TaskGraph g(3);
+  const int a = g.add(compute(0, 1));
+  const int b = g.add(compute(1, 1));
+  const int c = g.add(compute(0, 1));
+  const int d = g.add(compute(1, 1));
+  const int e = g.add(compute(2, 1));
+  g.depend(a, b);
+  CHECK(g.chain({}));
+  CHECK(g.chain({e}));
+  CHECK(g.chain({a, b, d}));        // a -> b -> d
+  CHECK(g.chain({d, a}));           // in any order given
+  CHECK(g.chain({a, c}));           // core 0's program
+  CHECK_FALSE(g.chain({a, b, c}));  // b and c could run at once
+  CHECK_FALSE(g.chain({a, e}));
+  g.depend(b, c);
+  CHECK(g.chain({a, b, c}));
+  CHECK(g.chain({a, b, c, d}) == g.ordered({c}, {d}));
+}
+
 TEST_CASE("a dependency cycle through program order is caught", "[graph]") {
   sim::TaskGraph g(2);
   const int a = g.add(compute(0, 1));

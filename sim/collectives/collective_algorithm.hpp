@@ -25,6 +25,10 @@ struct PlannedRing {
   /// True for the rings of one representative line (or chip) of the phase: every other ring of
   /// the phase is a translation of one of these over the torus.
   bool representative = true;
+  /// The engine's: the flows (by index in `cores`) it simulates each step, each standing for the
+  /// ring's flows of its route's shape when no flow running at once shares a link with them
+  /// (empty: every flow).
+  std::vector<int> played;
 };
 
 /// Rings that run at the same time; the next phase starts when all of them are done.

@@ -46,6 +46,10 @@ same "GPipe replicas, lines" "one of 32 congruent clusters of 2 cores" "$study" 
 same "1F1B replicas with tensor-parallel stages (their partial sums)" "one of 16 congruent clusters of 2 cores" \
   "$study" --set slice=v3-32 --set batch=64 --set model.layers=4 \
   --set 'schedule={"kind":"one_f_one_b","stages":1,"microbatches":4,"replicas":16,"tensor_parallel":2}'
+# A ring step whose flows have their links to themselves plays one flow per route shape (the
+# 2.7B Transformer's line rings on v3-512: 4,148 flows instead of 32,776).
+same "lone flows of line rings" "congruent clusters of 1 cores; collectives: representative rings" \
+  "$root/configs/studies/transformer-2.7b-v3-512.json" --set model.layers=4
 same "spatial groups (halo exchanges)" "one of 32 congruent clusters of 4 cores" "$root/configs/studies/resnet50-spatial-v3-32.json" \
   --set slice=v3-128 --set batch=64 --set 'schedule.mesh=[["batch",32],["spatial",4]]'
 # Where a proof fails the step is simulated in full, and the result says why: K = 4 stages over
