@@ -37,6 +37,8 @@ void summary_section(std::ostringstream& md, const Json& j, double step) {
   md << "| peak HBM per core | " << human_bytes(j["peak_hbm_bytes"].get<double>()) << " of "
      << human_bytes(j["hbm_capacity_bytes"].get<double>()) << " usable (the runtime's reserve excluded) |\n";
   md << "| fits | " << (j["fits"].get<bool>() ? "yes" : "**no**") << " |\n";
+  if (j.contains("compiler_remat"))
+    md << "| the compiler's re-materialization | " << compiler_remat_text(j["compiler_remat"]) << " |\n";
   if (j.contains("intervals")) {
     // run --intervals: the spread over the ranges of the assumptions, one at a time.
     const Json& iv = j["intervals"];

@@ -441,6 +441,22 @@ void summary_fit(std::ostringstream& out, const Json& j) {
 
 }  // namespace
 
+/// What the compiler's re-materialization did: the policy that fits and its cost, or that none does.
+std::string compiler_remat_text(const Json& c) {
+  if (!c.value("fits", false)) {
+    std::string tried;
+    for (const auto& p : c["tried"]) tried += (tried.empty() ? "" : ", ") + p.dump();
+    if (tried.empty())
+      return "does not fit even with the compiler's re-materialization (the study's is already full)";
+    return "does not fit even with the compiler's re-materialization (remat " + tried + " tried)";
+  }
+  return "fits once re-materialized (remat " + c["policy"].dump() + " on " +
+         formatted("%.0f %%", 100.0 * c["share_of_layers_needed"].get<double>()) + " of the layers: +" +
+         human_seconds(c["seconds_added"].get<double>()) + "; on every layer " +
+         human_bytes(c["every_layer"]["bytes_saved"].get<double>()) + " saved, step " +
+         human_seconds(c["every_layer"]["step_time_s"].get<double>()) + ", the breakdown's and charts' run)";
+}
+
 std::string summary_text(const Json& j) {
   std::ostringstream out;
   const auto& slice = j["slice"];
@@ -454,6 +470,8 @@ std::string summary_text(const Json& j) {
       << seconds_interval(j, "step_time_s")
       << (j.value("fits", true) ? "" : " (hypothetical: the step does not fit in HBM, so it cannot run)")
       << "\n";
+  if (j.contains("compiler_remat"))
+    out << "  compiler remat    " << compiler_remat_text(j["compiler_remat"]) << "\n";
   out << formatted("  examples/s        %.1f\n", j["examples_per_s"].get<double>());
   out << formatted("  MXU utilization   %.1f %%", 100.0 * j["mxu_utilization"].get<double>());
   if (j.contains("intervals") && j["intervals"].contains("mxu_utilization"))

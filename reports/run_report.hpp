@@ -53,6 +53,9 @@ std::string report_markdown(const Json& result);
 
 /// The short human summary of a result.json.
 std::string summary_text(const Json& result);
+/// What the compiler's re-materialization did to a step over HBM (result.json's
+/// "compiler_remat"), in one line.
+std::string compiler_remat_text(const Json& compiler_remat);
 
 /// Chrome trace event format (chrome://tracing, ui.perfetto.dev): a process per chip with a
 /// track per core (compute) and per outgoing link (flows, when recorded; two per torus dimension,

@@ -15,6 +15,12 @@ DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
   sharded_ = update != "replicated";
   gradient_wire_bytes_ =
       f.string_or("gradient_dtype", "fp32", {"fp32", "bf16"}) == "bf16" ? 2.0 : kWeightBytes;
+  gathered_weight_bytes_ =
+      f.string_or("gathered_weight_dtype", "fp32", {"fp32", "bf16"}) == "bf16" ? 2.0 : kWeightBytes;
+  if (problems.empty() && !fully_sharded_ && f.has("gathered_weight_dtype"))
+    problems.add(f.path_of("gathered_weight_dtype"), Json(gathered_weight_bytes_ == 2.0 ? "bf16" : "fp32"),
+                 "no gathered_weight_dtype unless weight_update is \"fully_sharded\" (only then are weights "
+                 "gathered per layer)");
   bucket_bytes_ =
       f.positive_or("gradient_bucket_bytes", study.hardware.core.allreduce_combine_threshold_bytes);
   batch_norm_group_ = int(f.integer_or("batch_norm_group", 1, 1, study.cores()));
@@ -51,15 +57,17 @@ std::vector<CoreInput> DataParallel::input(const Study& study) const {
 }
 
 Json DataParallel::resolved() const {
-  return Json{{"kind", "data_parallel"},
-              {"replicas", replicas_},
-              {"weight_update", fully_sharded_ ? "fully_sharded"
-                                : sharded_     ? "sharded"
-                                               : "replicated"},
-              {"gradient_dtype", gradient_wire_bytes_ == 2.0 ? "bf16" : "fp32"},
-              {"gradient_bucket_bytes", bucket_bytes_},
-              {"batch_norm_group", batch_norm_group_},
-              {"remat", remat_json(remat_)}};
+  Json j{{"kind", "data_parallel"},
+         {"replicas", replicas_},
+         {"weight_update", fully_sharded_ ? "fully_sharded"
+                           : sharded_     ? "sharded"
+                                          : "replicated"},
+         {"gradient_dtype", gradient_wire_bytes_ == 2.0 ? "bf16" : "fp32"},
+         {"gradient_bucket_bytes", bucket_bytes_},
+         {"batch_norm_group", batch_norm_group_},
+         {"remat", remat_json(remat_)}};
+  if (fully_sharded_) j["gathered_weight_dtype"] = gathered_weight_bytes_ == 2.0 ? "bf16" : "fp32";
+  return j;
 }
 
 namespace {
@@ -76,6 +84,10 @@ class DataParallelPlayer {
     int batch_norm_group = 1;
     Keep remat = Keep::All;      ///< what the forward keeps; the rest is recomputed before the backward
     bool fully_sharded = false;  ///< weights too 1/N per core, gathered per layer (implies sharded)
+    /// Fully sharded: bytes per element of the gathered weights (fp32: the master copy, each core's
+    /// own piece in place; bf16: the copy the matmuls read, converted on the shard before the
+    /// gather, held whole).
+    double gathered_weight_bytes = 4;
   };
 
   DataParallelPlayer(const Study& study, FunctionalRuntime* functional, Settings settings,
@@ -251,7 +263,7 @@ class DataParallelPlayer {
     if (params <= 0) return -1;
     const int gather = b_.collective(sim::CollectiveOp::AllGather, "weight_allgather",
                                      "all-gather weights of layer " + std::to_string(l) + " for its " + when,
-                                     group_, kWeightBytes * params, {l, l + 1});
+                                     group_, s_.gathered_weight_bytes * params, {l, l + 1});
     if (before >= 0) g_.depend(before, gather);
     const double rest = gathered_bytes(l);
     for (int c = 0; c < s_.cores; ++c)
@@ -262,7 +274,9 @@ class DataParallelPlayer {
 
   /// What a core holds of layer `l`'s weights beyond its own shard once they are gathered.
   double gathered_bytes(int l) const {
-    return kWeightBytes * params_of({l, l + 1}) * (1.0 - shard_fraction({l, l + 1}));
+    const double params = params_of({l, l + 1});
+    if (s_.gathered_weight_bytes < kWeightBytes) return s_.gathered_weight_bytes * params;
+    return kWeightBytes * params * (1.0 - shard_fraction({l, l + 1}));
   }
 
   /// `task` on core `c` computes with the gathered weights of layer `l` and frees them at its end.
@@ -290,7 +304,7 @@ class DataParallelPlayer {
                 {"params", params},
                 {"gradient_bytes_on_wire", params * s_.gradient_wire_bytes},
                 {"shard_params", std::ceil(params / s_.cores)},
-                {"weight_bytes_gathered", 2.0 * kWeightBytes * params}};
+                {"weight_bytes_gathered", 2.0 * s_.gathered_weight_bytes * params}};
   }
 
   /// A bucket's gradient reduction (all-reduce, or reduce-scatter with sharding, then the
@@ -371,10 +385,10 @@ class DataParallelPlayer {
 }  // namespace
 
 BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional) const {
-  DataParallelPlayer player(
-      study, functional,
-      {replicas_, sharded_, gradient_wire_bytes_, bucket_bytes_, batch_norm_group_, remat_, fully_sharded_},
-      layer_batch(study));
+  DataParallelPlayer player(study, functional,
+                            {replicas_, sharded_, gradient_wire_bytes_, bucket_bytes_, batch_norm_group_,
+                             remat_, fully_sharded_, gathered_weight_bytes_},
+                            layer_batch(study));
   return player.play();
 }
 

@@ -42,6 +42,7 @@ class DataParallel : public Schedule {
   Keep remat_ = Keep::All;
   /// weight_update "fully_sharded" (ZeRO-3, FSDP): weights too 1/N per core, gathered per layer
   bool fully_sharded_ = false;
+  double gathered_weight_bytes_ = 4;  ///< fully sharded: bytes per gathered weight element
 };
 
 }  // namespace tpusim

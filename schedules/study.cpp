@@ -269,6 +269,7 @@ Study parse_study(const Json& json, const std::string& context, const std::files
   if (const Json* opt = top.value("optimizer"))
     study.optimizer = parse_optimizer(*opt, "optimizer", problems);
   parse_host_settings(top, study, problems);
+  study.compiler_remat = top.boolean_or("compiler_remat", true);
   const Json* schedule = top.value("schedule");
   const Json* assumptions = top.optional("assumptions");
   top.finish();

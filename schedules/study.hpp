@@ -106,6 +106,10 @@ struct Study {
   /// Study key "megacore": a device is a whole chip (its TensorCores as one). Defaults to what
   /// the hardware's chips allow (chip.megacore).
   bool megacore = false;
+  /// Study key "compiler_remat" (default true): a step over HBM is answered as the compiler
+  /// answers it, by re-materializing until it fits (workflows/compiler_remat.hpp); false asks
+  /// whether the study's own policy fits.
+  bool compiler_remat = true;
   /// The hardware file's JSON that `hardware` was parsed from, the study's in-place overrides
   /// applied (what a changed copy of the study's hardware starts from).
   Json hardware_json;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 
@@ -17,6 +18,7 @@
 #include "schedules/study.hpp"
 #include "sim/engine.hpp"
 #include "workflows/child_process.hpp"
+#include "workflows/compiler_remat.hpp"
 #include "workflows/intervals.hpp"
 #include "workflows/output_file.hpp"
 #include "workflows/validate.hpp"
@@ -222,6 +224,49 @@ void write_run_outputs(const RunOptions& o, const Study& study, const BuiltStep&
             "\n");
 }
 
+/// --out after the compiler's re-materialization: its run wrote the charts (and trace) of the
+/// step that fits; the result and the reports say what the re-materialization cost.
+void write_refitted_outputs(const RunOptions& o, const Json& j) {
+  const std::string md = reports::report_markdown(j), memory = reports::memory_svg(j);
+  std::ifstream in(fs::path(o.out) / "timeline.svg");
+  const std::string timeline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  write_file(fs::path(o.out) / "result.json", j.dump(2) + "\n");
+  write_file(fs::path(o.out) / "report.md", md);
+  write_file(fs::path(o.out) / "report.html",
+             reports::report_html(md, {{"timeline.svg", timeline}, {"memory.svg", memory}}, "tpusim run"));
+}
+
+/// The study as a child can run it again: its file and overrides, or a study given as JSON
+/// written to a temporary file (a relative hardware path made absolute: it was the current
+/// directory's), removed when this goes.
+struct Rerunnable {
+  RerunnableStudy study;
+  bool temporary = false;
+  explicit Rerunnable(const RunOptions& o);
+  ~Rerunnable() {
+    std::error_code ignored;
+    if (temporary) fs::remove(study.file, ignored);
+  }
+};
+
+Rerunnable::Rerunnable(const RunOptions& o) {
+  if (o.study_json.is_null()) {
+    study = {o.study, o.sets};
+    return;
+  }
+  Json json = with_overrides(o.study_json, o.sets);
+  if (json.contains("hardware") && json["hardware"].is_string()) {
+    const fs::path hw = json["hardware"].get<std::string>();
+    if (hw.is_relative() && fs::exists(hw)) json["hardware"] = fs::absolute(hw).string();
+  }
+  static int calls = 0;
+  const fs::path file = fs::temp_directory_path() / ("tpusim-study-" + std::to_string(::getpid()) + "-" +
+                                                     std::to_string(calls++) + ".json");
+  write_file(file, json.dump(2) + "\n");
+  study = {file.string(), {}};
+  temporary = true;
+}
+
 /// The study given as JSON (RunOptions::study_json), its overrides applied.
 Study given_study(const RunOptions& o) {
   if (o.intervals)
@@ -250,9 +295,20 @@ RunOutcome run_study(const RunOptions& o, const RunProgressCallback& progress) {
   const sim::SimResult result = sim::simulate(step.graph, study.hardware, study.slice, engine);
   Json j = reports::result_json(run_info(study, step), step.graph, result);
   if (functional) j["functional"] = functional_json(o, study, *functional, step, result);
+  std::optional<Json> remat;
+  if (!result.fits && !functional && study.compiler_remat)
+    remat = compiler_rematerialized(study, Rerunnable(o).study, j, o.out, o.trace);
+  const bool refitted = remat && (*remat)["compiler_remat"].value("fits", false);
+  if (remat) j = std::move(*remat);
   if (o.intervals) j["intervals"] = run_intervals(o, study, j);
-  if (!o.out.empty()) write_run_outputs(o, study, step, result, j);
-  return RunOutcome{std::move(j), true, result.fits};
+  if (!o.out.empty()) {
+    if (refitted)
+      write_refitted_outputs(o, j);
+    else
+      write_run_outputs(o, study, step, result, j);
+  }
+  const bool fits = j.value("fits", false);
+  return RunOutcome{std::move(j), true, fits};
 }
 
 std::string check_study(const std::string& file, const std::vector<std::string>& sets) {

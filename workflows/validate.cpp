@@ -32,7 +32,8 @@ const std::vector<ValidationQuantity>& validation_quantities() {
                                                     {"peak_hbm_bytes", "bytes"},
                                                     {"params", "parameters"},
                                                     {"mxu_utilization", "fraction"},
-                                                    {"bubble_fraction", "fraction"}};
+                                                    {"bubble_fraction", "fraction"},
+                                                    {"fits", "1 if it fits"}};
   return q;
 }
 
@@ -222,7 +223,8 @@ std::optional<double> output_quantity(const std::string& quantity, const Json& o
   if (quantity == "parameter_bytes_total")
     return at_peak_total(output, {"weights", "gradients", "optimizer"});
   const Json& v = field(output, quantity);
-  if (v.is_null()) return std::nullopt;  // a fit where even fit.min does not fit
+  if (v.is_null()) return std::nullopt;                  // a fit where even fit.min does not fit
+  if (v.is_boolean()) return v.get<bool>() ? 1.0 : 0.0;  // "fits": a run that trained fitted
   if (!v.is_number()) throw std::runtime_error("the output's \"" + quantity + "\" is not a number");
   return v.get<double>();
 }
@@ -265,12 +267,17 @@ Json validation_record(const ValidationCase& c, std::optional<double> predicted,
 Json validation_summary(const Json& cases) {
   struct Acc {
     double sum = 0, worst = 0;
-    std::size_t n = 0, within = 0, missing = 0;
+    std::size_t n = 0, within = 0, missing = 0, verdicts = 0;
     std::string worst_id;
+    std::size_t cases() const { return n + missing + verdicts; }
   };
   std::map<std::string, Acc> by;
   auto add = [](Acc& a, const Json& c) {
     a.within += c["within"].get<bool>() ? 1 : 0;
+    if (c["quantity"] == "fits") {  // a verdict, right or wrong: counted, not in the mean error
+      ++a.verdicts;
+      return;
+    }
     if (c["error"].is_null()) {
       ++a.missing;
       return;
@@ -305,14 +312,14 @@ Json validation_summary(const Json& cases) {
   };
   Json per = Json::object();
   for (const auto& [q, a] : by)
-    if (!q.empty()) per[q] = row(a, a.n + a.missing);
+    if (!q.empty()) per[q] = row(a, a.cases());
   Json all = row(by[""], cases.size());
   all["per_quantity"] = per;
-  all["predicted"] = row(predicted, predicted.n + predicted.missing);
+  all["predicted"] = row(predicted, predicted.cases());
   Json per_hardware = Json::object();
   for (const auto& [name, h] : hardware) {
-    per_hardware[name] = row(h[0], h[0].n + h[0].missing);
-    per_hardware[name]["predicted"] = row(h[1], h[1].n + h[1].missing);
+    per_hardware[name] = row(h[0], h[0].cases());
+    per_hardware[name]["predicted"] = row(h[1], h[1].cases());
   }
   all["per_hardware"] = per_hardware;
   return all;

@@ -30,6 +30,14 @@ def test_run_takes_overrides_and_a_dict_and_runs_again_in_one_process():
     assert with_set["step_time_s"] < tpusim.run(TINY)["step_time_s"]  # half the layers
 
 
+def test_a_dict_study_over_hbm_is_rematerialized_as_its_file_is():
+    bert = os.path.join(ROOT, "configs", "studies", "bert-large-lamb-v4-512.json")
+    sets = {"slice": "v4-128", "batch": 3072}
+    from_dict = tpusim.run(json.load(open(bert)), set=sets)
+    assert from_dict["fits"] and from_dict["compiler_remat"]["policy"] == "save_dots"
+    assert from_dict == tpusim.run(bert, set=sets)
+
+
 def test_bad_input_raises_value_error_naming_the_path():
     with pytest.raises(ValueError, match=r"batch: found 0"):
         tpusim.run(TINY, set={"batch": 0})
