@@ -9,7 +9,8 @@
 #include <map>
 #include <tuple>
 
-#include "schedules/step_builder.hpp"
+#include "schedules/layer_cost.hpp"
+#include "schedules/study.hpp"
 
 namespace tpusim {
 

@@ -13,100 +13,10 @@
 #include <tuple>
 
 #include "hardware/cost_model.hpp"
+#include "schedules/layer_cost.hpp"
 #include "schedules/study.hpp"
 
 namespace tpusim {
-
-/// What a forward keeps for its backward: every activation, or (re-materialization) only the
-/// input of the range, the rest being recomputed before the backward, or ("save_dots") the
-/// input and the outputs of its matmuls, the other ops being recomputed.
-enum class Keep { All, Input, Dots };
-
-/// A schedule's "remat" key: false (keep everything), true (keep each layer's input, recompute
-/// its forward before its backward) or "save_dots" (keep the matmuls' outputs too, recompute the
-/// other ops); absent: `fallback`. A bad value is a problem at the key's path.
-Keep read_remat(Fields& f, Keep fallback);
-/// The key's value for a policy (false, true or "save_dots"), as resolved() reports it.
-Json remat_json(Keep keep);
-
-/// The one memory rule of the policies, for a layer (or range) that keeps `stash` bytes for its
-/// backward, reads `input` and outputs `dots` from matmuls against weights: what its forward
-/// keeps, and what the recompute before its backward adds (the rest of the stash).
-inline double remat_kept_bytes(Keep keep, double stash, double input, double dots) {
-  return keep == Keep::All ? stash : keep == Keep::Input ? input : input + dots;
-}
-inline double remat_recomputed_bytes(Keep keep, double stash, double dots) {
-  return keep == Keep::All ? 0.0 : keep == Keep::Input ? stash : std::max(stash - dots, 0.0);
-}
-
-/// A collective over a stage's group of cores (tensor parallelism): what it does, bytes per core.
-struct GroupCollective {
-  sim::CollectiveOp op = sim::CollectiveOp::AllReduce;
-  double bytes = 0;
-};
-
-/// A layer's cost for one batch size on one core.
-struct LayerCost {
-  double forward_s = 0, backward_s = 0;
-  double forward_flops = 0, backward_flops = 0;                    ///< model FLOPs
-  double forward_hardware_flops = 0, backward_hardware_flops = 0;  ///< padded MXU FLOPs
-  double stash_bytes = 0, input_bytes = 0, output_bytes = 0;
-  /// One layer: the most its forward holds besides its kept activations (LayerWork). Layers
-  /// [first, last): what a forward keeping everything holds beyond all of them at its peak:
-  /// max over l of (layer l's transient - what the layers after l keep), at least 0.
-  double workspace_bytes = 0;
-  /// One layer: the largest op's gradients in flight (LayerWork). Layers [first, last): what
-  /// their backward, which runs last to first freeing each layer's kept activations as it
-  /// goes, holds at its peak beyond the activations kept at its start:
-  /// max over l of (layer l's transient - what the layers after l kept), at least 0.
-  double backward_workspace_bytes = 0;
-  /// Split over a group of cores (tensor parallelism): the blocking collectives of its forward and
-  /// backward in program order, weight-gradient reductions within the group (bytes per core),
-  /// and a core's share of the weights.
-  std::vector<GroupCollective> forward_collectives, backward_collectives;
-  double group_gradient_bytes = 0;
-  double weight_fraction = 1;
-  /// "save_dots": the matmuls' outputs the forward keeps, and the recompute of the other ops.
-  double dot_output_bytes = 0;
-  double non_dot_forward_s = 0, non_dot_forward_hardware_flops = 0;
-  std::vector<GroupCollective> non_dot_forward_collectives;
-
-  /// What a forward keeping `keep` holds for the backward.
-  double kept_bytes(Keep keep) const {
-    return remat_kept_bytes(keep, stash_bytes, input_bytes, dot_output_bytes);
-  }
-  /// What the recompute before the backward adds to it (the rest of the stash).
-  double recomputed_bytes(Keep keep) const {
-    return remat_recomputed_bytes(keep, stash_bytes, dot_output_bytes);
-  }
-  /// The blocking collectives of a recompute (tensor parallelism).
-  const std::vector<GroupCollective>& recompute_collectives(Keep keep) const {
-    return keep == Keep::Dots ? non_dot_forward_collectives : forward_collectives;
-  }
-  /// The recompute's time: none, the whole forward, or its ops other than matmuls.
-  double recompute_s(Keep keep) const {
-    return keep == Keep::All ? 0.0 : keep == Keep::Input ? forward_s : non_dot_forward_s;
-  }
-  double recompute_hardware_flops(Keep keep) const {
-    return keep == Keep::All     ? 0.0
-           : keep == Keep::Input ? forward_hardware_flops
-                                 : non_dot_forward_hardware_flops;
-  }
-};
-
-/// Layers [first, last).
-struct LayerRange {
-  int first = 0;
-  int last = 0;
-  int size() const { return last - first; }
-};
-
-/// Report labels of a task, and which examples it processes (functional mode).
-struct Labels {
-  int stage = -1;
-  int micro_batch = -1;
-  std::int64_t first_example = 0;  ///< the first of the task's examples in the global batch
-};
 
 class FunctionalRuntime;
 struct StageSharding;

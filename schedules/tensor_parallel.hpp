@@ -10,7 +10,9 @@
 #include <map>
 #include <string>
 
-#include "schedules/step_builder.hpp"
+#include "hardware/cost_model.hpp"
+#include "models/model.hpp"
+#include "schedules/layer_cost.hpp"
 
 namespace tpusim {
 

@@ -49,5 +49,34 @@ while IFS= read -r line; do
   fi
 done < <(grep -Hn '#include <simgrid' $(find bench cli hardware models python reports schedules sim workflows -name '*.cpp' -o -name '*.hpp') || true)
 
-[ "$status" -eq 0 ] && echo "conventions: clang-format and include layering hold (${#files[@]} files)"
+# Within a folder, a file (its .hpp and .cpp together) never reaches itself through includes.
+loops=$(python3 - <<'PY'
+import os, re
+out = []
+for folder in ("cli", "hardware", "models", "python", "reports", "schedules", "sim", "workflows"):
+    graph = {}
+    for dirpath, _, names in os.walk(folder):
+        for name in names:
+            if not name.endswith((".cpp", ".hpp")): continue
+            here = os.path.join(dirpath, name).rsplit(".", 1)[0]
+            for target in re.findall(r'#include "([a-z_/]+)\.hpp"', open(os.path.join(dirpath, name)).read()):
+                if target.startswith(folder + "/") and target != here: graph.setdefault(here, set()).add(target)
+    state = {}
+    def visit(n, path):
+        state[n] = 1
+        for m in sorted(graph.get(n, ())):
+            if state.get(m) == 1: out.append(" -> ".join(path[path.index(m):] + [m]) if m in path else m)
+            elif m not in state: visit(m, path + [m])
+        state[n] = 2
+    for n in sorted(graph):
+        if n not in state: visit(n, [n])
+print("\n".join(out))
+PY
+)
+if [ -n "$loops" ]; then
+  echo "include loop (a file reaches itself): $loops"
+  status=1
+fi
+
+[ "$status" -eq 0 ] && echo "conventions: clang-format and include layering hold, no include loop (${#files[@]} files)"
 exit "$status"
