@@ -140,6 +140,19 @@ void add_study(CLI::App* cmd, std::string& study, std::vector<std::string>& sets
   cmd->add_option("--set", sets, "override a study field: dotted.path=value (repeatable)");
 }
 
+/// --hbm-margin BYTES|N%: the study's "hbm_margin" (HBM left free on every device), as a --set.
+void add_hbm_margin(CLI::App* cmd, std::vector<std::string>& sets) {
+  cmd->add_option("--hbm-margin",
+                  "HBM to leave free on every device: bytes, or a percentage of its usable HBM "
+                  "(\"5%\"); the study's hbm_margin")
+      ->each([&sets](const std::string& v) {
+        char* end = nullptr;
+        std::strtod(v.c_str(), &end);
+        const bool number = !v.empty() && end && *end == '\0';
+        sets.push_back("hbm_margin=" + (number ? v : nlohmann::json(v).dump()));
+      });
+}
+
 /// CLI11's "Could not convert: --top = 1e9" as the other bad inputs are said: the option, the
 /// value found and what is expected (the kind of number, and the option's own description).
 std::string conversion_problem(const CLI::App& app, const std::string& what) {
@@ -210,6 +223,7 @@ void add_fit(CLI::App& app, Commands& commands) {
   cmd->add_option("--maximize", fit->path, "dotted path of the field, e.g. model.layers")->required();
   cmd->add_option("--min", fit->min, "smallest value (default 1)");
   cmd->add_option("--max", fit->max, "largest value (default: search upwards by doubling)");
+  add_hbm_margin(cmd, fit->sets);
   cmd->add_option("--step", fit->step, "granularity of the answer (default 1)");
   cmd->add_flag("--json", fit->json, "machine-readable output");
   cmd->add_option(
@@ -283,6 +297,7 @@ void add_plan(CLI::App& app, Commands& commands) {
   cmd->add_option("--objective", plan->objective, "step_time_s (default) or examples_per_s");
   cmd->add_option("--top", plan->top, "plans to report with their results (default 5)");
   cmd->add_option("--space", plan->space, "a tpusim.plan_space/1 file narrowing the search");
+  add_hbm_margin(cmd, plan->sets);
   cmd->add_option("-j,--jobs", plan->jobs, "simulations at once (default: the number of cores)");
   cmd->add_flag("--json", plan->json, "print the tpusim.plan/1 JSON instead of the table");
   cmd->add_option("--out", plan->out, "write plan.json, plan.md, plan.html and best.json here");

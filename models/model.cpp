@@ -60,6 +60,19 @@ const std::map<std::string, ModelBuilder>& model_builders() {
   return builders;
 }
 
+const std::string& model_family(const std::string& kind) {
+  // One line per kind: which workload family its validation cases count for.
+  static const std::map<std::string, std::string> families = {
+      {"amoebanet_d", "image classifiers"}, {"bert", "language models"},
+      {"mesh_lm", "language models"},       {"mlp", "multilayer perceptrons"},
+      {"resnet50", "image classifiers"},    {"sequential", "layer stacks"},
+      {"ssd_resnet34", "object detectors"}, {"transformer", "language models"},
+  };
+  static const std::string none = "unknown";
+  const auto it = families.find(kind);
+  return it == families.end() ? none : it->second;
+}
+
 double read_activation_bytes(Fields& fields) {
   return fields.string_or("activation_dtype", "bf16", {"bf16", "fp32"}) == "fp32" ? 4.0 : 2.0;
 }

@@ -100,6 +100,9 @@ using ModelBuilder = std::function<Model(Fields& fields, Problems& problems)>;
 
 /// Every registered builder, by kind.
 const std::map<std::string, ModelBuilder>& model_builders();
+/// The workload family a model kind belongs to ("language models", "image classifiers", ...):
+/// what `run --intervals` sizes the model's validated error on.
+const std::string& model_family(const std::string& kind);
 
 /// Builds the model `json` describes (its "kind" picks the builder). Throws ConfigError.
 Model build_model(const Json& json, const std::string& path, Problems& problems);

@@ -46,6 +46,19 @@ void summary_section(std::ostringstream& md, const Json& j, double step) {
        << human_seconds(iv["step_time_s"][1].get<double>()) << " |\n";
     md << "| peak HBM interval | " << human_bytes(iv["peak_hbm_bytes"][0].get<double>()) << " – "
        << human_bytes(iv["peak_hbm_bytes"][1].get<double>()) << " |\n";
+    if (iv.contains("fits"))
+      md << "| fits over the peak's interval | " << iv["fits"].get<std::string>() << " |\n";
+    if (iv.contains("with_model_error")) {
+      const Json& m = iv["with_model_error"];
+      md << "| step time with the model's validated error | ";
+      if (m.contains("step_time_s"))
+        md << human_seconds(m["step_time_s"][0].get<double>()) << " – "
+           << (m["step_time_s"][1].is_null() ? std::string("unbounded")
+                                             : human_seconds(m["step_time_s"][1].get<double>()))
+           << " (" << m["family"].get<std::string>() << ", " << m["cases"].size() << " cases) |\n";
+      else
+        md << m["note"].get<std::string>() << " |\n";
+    }
     md << "\nIntervals: " << iv["method"].get<std::string>() << "; over the ranges of "
        << iv["assumptions"].size()
        << " assumptions (result.json `intervals` lists each with its range, source and shifts).\n";

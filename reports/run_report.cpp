@@ -376,6 +376,21 @@ std::string seconds_interval(const Json& j, const char* quantity) {
   return formatted(" (%.3f–%.3f)", iv[0].get<double>() * scale, iv[1].get<double>() * scale);
 }
 
+/// The step time's interval with the model's validated error, or why there is none.
+std::string model_error_text(const Json& j) {
+  if (!j.contains("intervals") || !j["intervals"].contains("with_model_error")) return "";
+  const Json& m = j["intervals"]["with_model_error"];
+  const std::size_t n = m["cases"].size();
+  if (!m.contains("step_time_s")) return "  with model error  " + m["note"].get<std::string>() + "\n";
+  const Json& iv = m["step_time_s"];
+  const std::string high = iv[1].is_null() ? "unbounded" : human_seconds(iv[1].get<double>());
+  return "  with model error  " + human_seconds(iv[0].get<double>()) + "–" + high +
+         formatted(
+             " with the model's validated error on %s (%zu cases, largest %.1f %%: covers a new case "
+             "with probability %zu/%zu)\n",
+             m["family"].get<std::string>().c_str(), n, 100.0 * m["worst_abs_error"].get<double>(), n, n + 1);
+}
+
 /// " (14.20 GiB – 15.01 GiB)": a byte count's interval, when the result has one.
 std::string bytes_interval(const Json& j, const char* quantity) {
   if (!j.contains("intervals") || !j["intervals"].contains(quantity)) return "";
@@ -428,6 +443,8 @@ std::string overflow_text(const Json& o) {
 /// Whether the step fits; if not, the worst overflow (the furthest over capacity) and the first.
 void summary_fit(std::ostringstream& out, const Json& j) {
   out << "  fits              " << (j["fits"].get<bool>() ? "yes" : "NO");
+  if (j.contains("intervals") && j["intervals"].contains("fits"))
+    out << " (over the peak's interval: " << j["intervals"]["fits"].get<std::string>() << ")";
   if (!j["overflow"].is_null()) {
     const Json& first = j["overflow"];
     const Json& worst = j.contains("worst_overflow") ? j["worst_overflow"] : first;
@@ -470,6 +487,7 @@ std::string summary_text(const Json& j) {
       << seconds_interval(j, "step_time_s")
       << (j.value("fits", true) ? "" : " (hypothetical: the step does not fit in HBM, so it cannot run)")
       << "\n";
+  out << model_error_text(j);
   if (j.contains("compiler_remat"))
     out << "  compiler remat    " << compiler_remat_text(j["compiler_remat"]) << "\n";
   out << formatted("  examples/s        %.1f\n", j["examples_per_s"].get<double>());

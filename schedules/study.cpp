@@ -1,6 +1,7 @@
 #include "schedules/study.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "sim/collectives/collective_algorithm.hpp"
 
@@ -146,6 +147,27 @@ void parse_schedule(const Json& schedule, Study& study, Problems& problems) {
   f.finish();
 }
 
+/// "hbm_margin": bytes, or "N%" of the device's `usable` HBM; less than all of it.
+double parse_hbm_margin(const Json& margin, double usable, Problems& problems) {
+  double bytes = -1;
+  if (margin.is_number()) bytes = margin.get<double>();
+  if (margin.is_string()) {
+    const std::string text = margin.get<std::string>();
+    char* end = nullptr;
+    const double percent = std::strtod(text.c_str(), &end);
+    if (!text.empty() && end && std::string(end) == "%" && percent >= 0 && percent < 100)
+      bytes = usable * percent / 100.0;
+  }
+  if (!(bytes >= 0 && bytes < usable)) {
+    problems.add("hbm_margin", margin,
+                 "bytes of HBM to leave free on every device (a number >= 0) or a percentage of its usable "
+                 "HBM (\"5%\"), less than all of its " +
+                     std::to_string(std::int64_t(usable)) + " usable bytes");
+    return 0;
+  }
+  return bytes;
+}
+
 /// The hardware's collective algorithms must be registered names (the hardware layer cannot know
 /// them), and "megacore" what its chips allow; then the study sees the hardware as its devices.
 void parse_devices(Fields& top, Study& study, Problems& problems) {
@@ -163,6 +185,10 @@ void parse_devices(Fields& top, Study& study, Problems& problems) {
     study.megacore = false;
   }
   study.hardware = device_view(study.hardware, study.megacore);
+  if (const Json* margin = top.optional("hbm_margin")) {
+    study.hbm_margin_bytes = parse_hbm_margin(*margin, study.hardware.core.usable_hbm_bytes(), problems);
+    study.hardware.core.hbm_reserved_bytes += study.hbm_margin_bytes;
+  }
 }
 
 /// The key of an assumption already listed that is `key`, or contains it, or lies inside it

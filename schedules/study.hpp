@@ -110,6 +110,10 @@ struct Study {
   /// answers it, by re-materializing until it fits (workflows/compiler_remat.hpp); false asks
   /// whether the study's own policy fits.
   bool compiler_remat = true;
+  /// Study key "hbm_margin": HBM a plan must leave free on every device (bytes, or "N%" of the
+  /// device's usable HBM), added to the runtime's reserve so that every verdict (run, fit, plan,
+  /// the compiler's re-materialization) leaves it; 0 by default.
+  double hbm_margin_bytes = 0;
   /// The hardware file's JSON that `hardware` was parsed from, the study's in-place overrides
   /// applied (what a changed copy of the study's hardware starts from).
   Json hardware_json;

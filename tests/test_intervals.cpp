@@ -9,6 +9,7 @@
 #include "schedules/study.hpp"
 #include "test_support.hpp"
 #include "workflows/intervals.hpp"
+#include "workflows/model_error.hpp"
 #include "workflows/validate.hpp"
 
 using namespace tpusim;
@@ -159,4 +160,55 @@ TEST_CASE("validate's coverage counts the measured values inside their intervals
   CHECK(s["mean_relative_width"].get<double>() == Approx((0.2 + 0.2 + 1.0) / 3.0));
   CHECK(s["per_quantity"]["step_time_s"]["coverage"].get<double>() == Approx(0.5));
   CHECK(s["per_quantity"]["max_fitting"]["inside"] == 1);
+}
+
+TEST_CASE("the model's validated error widens the assumption interval by the largest error of n cases",
+          "[intervals]") {
+  ValidatedError e;
+  e.family = "language models";
+  e.cases = {"a", "b", "c", "d"};
+  e.worst_abs_error = 0.2;
+  const Json intervals = {{"step_time_s", {1.0, 2.0}}, {"examples_per_s", {50.0, 100.0}}};
+  const Json j = with_model_error(e, intervals);
+  CHECK(j["family"] == "language models");
+  CHECK(j["coverage"].get<double>() == Approx(4.0 / 5.0));
+  // The measured step is predicted / (1 + error), error in [-E, E].
+  CHECK(j["step_time_s"][0].get<double>() == Approx(1.0 / 1.2));
+  CHECK(j["step_time_s"][1].get<double>() == Approx(2.0 / 0.8));
+  CHECK(j["examples_per_s"][0].get<double>() == Approx(50.0 * 0.8));
+  CHECK(j["examples_per_s"][1].get<double>() == Approx(100.0 * 1.2));
+  // An error of 100 % or more leaves the step unbounded above.
+  e.worst_abs_error = 1.5;
+  CHECK(with_model_error(e, intervals)["step_time_s"][1].is_null());
+  // Too few cases: no interval, and a note saying so.
+  e.cases = {"a", "b"};
+  const Json few = with_model_error(e, intervals);
+  CHECK_FALSE(few.contains("step_time_s"));
+  CHECK(few["note"].get<std::string>().find("too few validated predictions of language models") == 0);
+}
+
+TEST_CASE("the validated error counts a family's step-time predictions proper, never an in-sample case",
+          "[intervals]") {
+  // SSD's six v3 cases are in-sample (their studies' host figures were inferred from them): only
+  // the two v4 runs count, too few to size an interval.
+  const ValidatedError ssd = validated_error("object detectors");
+  CHECK(ssd.cases == std::vector<std::string>{"mlperf07-ssd-v4-16", "mlperf07-ssd-v4-512"});
+  CHECK_FALSE(ssd.sized());
+  // The language models' step-time cases: BERT on v3 and v4 (the Mesh-TF case predicts a
+  // utilization, GPipe's the largest model and its activations: not step times).
+  const ValidatedError lm = validated_error("language models");
+  CHECK(lm.cases ==
+        std::vector<std::string>{"mlperf07-bert-v3-32", "mlperf07-bert-v4-16", "mlperf07-bert-v4-512"});
+  CHECK(lm.sized());
+  // E is the largest |recorded / measured - 1| among them.
+  const Json recorded =
+      read_json_file(config_dir() / "validation" / "recorded" / "predictions.json")["predictions"];
+  double worst = 0;
+  for (const auto& id : lm.cases) {
+    const Json c = read_json_file(config_dir() / "validation" / (id + ".json"));
+    worst =
+        std::max(worst, std::fabs(recorded[id].get<double>() / c["measured"]["value"].get<double>() - 1.0));
+  }
+  CHECK(lm.worst_abs_error == Approx(worst));
+  CHECK(validated_error("multilayer perceptrons").cases.empty());
 }

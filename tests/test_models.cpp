@@ -98,6 +98,7 @@ TEST_CASE("every registered model kind builds", "[models][registry]") {
       {"transformer",
        R"({"kind": "transformer", "layers": 1, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16, "seq_len": 8})"}};
   CHECK(model_builders().size() == examples.size());
+  for (const auto& [kind, builder] : model_builders()) CHECK(model_family(kind) != "unknown");
   for (const auto& [kind, text] : model_builders()) {
     INFO(kind);
     REQUIRE(examples.count(kind));

@@ -20,6 +20,7 @@
 #include "workflows/child_process.hpp"
 #include "workflows/compiler_remat.hpp"
 #include "workflows/intervals.hpp"
+#include "workflows/model_error.hpp"
 #include "workflows/output_file.hpp"
 #include "workflows/validate.hpp"
 
@@ -96,6 +97,11 @@ reports::RunInfo run_info(const Study& study, const BuiltStep& step) {
   info.cores_per_chip = study.hardware.chip.cores;
   info.megacore = study.megacore;
   info.notes = run_notes(study);
+  if (study.hbm_margin_bytes > 0)
+    info.notes.push_back(
+        "a margin of " + reports::human_bytes(study.hbm_margin_bytes) +
+        " of HBM is kept free on every device (hbm_margin): the capacity shown is the usable HBM "
+        "less it");
   if (step.details.contains("padded"))
     for (const auto& [dim, p] : step.details["padded"].items())
       info.notes.push_back(dim + " padded from " + std::to_string(p["size"].get<std::int64_t>()) + " to " +
@@ -149,7 +155,16 @@ Json run_intervals(const RunOptions& o, const Study& study, const Json& result) 
   std::vector<std::string> args = {"run", o.study, "--json"};
   for (const auto& s : o.sets) args.insert(args.end(), {"--set", s});
   const auto ends = run_variants(args, study, ranges, job_count(o.jobs), run_quantities);
-  return intervals_json(run_quantities(result), ranges, ends, unranged);
+  Json intervals = intervals_json(run_quantities(result), ranges, ends, unranged);
+  intervals["with_model_error"] =
+      with_model_error(validated_error(model_family(study.model.kind)), intervals);
+  // The verdict at each end of the memory interval: a plan at the edge of HBM is not a purchase.
+  const double capacity = result["hbm_capacity_bytes"].get<double>();
+  const auto& peak = intervals["peak_hbm_bytes"];
+  intervals["fits"] = peak[1].get<double>() <= capacity   ? "yes"
+                      : peak[0].get<double>() <= capacity ? "only at the low end"
+                                                          : "no";
+  return intervals;
 }
 
 /// When the state a core holds all step (weights, optimizer slots, gradient accumulators)

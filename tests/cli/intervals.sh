@@ -38,11 +38,20 @@ for q in ("step_time_s", "peak_hbm_bytes"):
         up *= max([1.0] + r)
     assert abs(iv[q][0] - j[q] * down) <= 1e-9 * abs(j[q]) and abs(iv[q][1] - j[q] * up) <= 1e-9 * abs(j[q]), q
     assert iv[q][0] > 0, q
+# The model's own validated error on its family (language models) widens the step's interval.
+m = iv["with_model_error"]
+assert m["family"] == "language models" and len(m["cases"]) >= 3, m
+e = m["worst_abs_error"]
+assert abs(m["step_time_s"][0] - iv["step_time_s"][0] / (1 + e)) <= 1e-12 * iv["step_time_s"][0], m
+assert abs(m["step_time_s"][1] - iv["step_time_s"][1] / (1 - e)) <= 1e-12 * iv["step_time_s"][1], m
+assert abs(m["coverage"] - len(m["cases"]) / (len(m["cases"]) + 1)) < 1e-12
 PY
 # The summary shows it; a value the user sets is a choice, not an assumption.
 "$tpusim" run "$study" --set model.layers=16 --set schedule.microbatches=4 --intervals -j 2 > "$work/run.txt" 2> /dev/null
 grep -qE "step time +[0-9.]+ m?s \([0-9.]+–[0-9.]+\)" "$work/run.txt" || { echo "FAIL: no interval in the summary"; cat "$work/run.txt"; exit 1; }
 grep -q "intervals .* over the ranges of 17 assumptions" "$work/run.txt" || { echo "FAIL: the set M still counted"; cat "$work/run.txt"; exit 1; }
+grep -q "^  with model error  .* with the model's validated error on language models ([0-9]* cases" "$work/run.txt" ||
+  { echo "FAIL: no interval with the model's error"; cat "$work/run.txt"; exit 1; }
 # With --out the report carries the intervals too.
 "$tpusim" run "$study" --set model.layers=16 --intervals -j 2 --out "$work/out" > /dev/null 2>&1
 grep -qE "^\| step time interval \| [0-9.]+ m?s – [0-9.]+ m?s \|" "$work/out/report.md" || { echo "FAIL: no interval in report.md"; exit 1; }
