@@ -1,8 +1,9 @@
-// The Python module `tpusim`: the library's entry points (workflows/) for notebooks and
+// The Python extension `tpusim._tpusim` (the package tpusim/ re-exports it and adds Dask and
+// pandas on top): the library's entry points (workflows/) for notebooks and
 // scripts, each returning what the command prints as JSON, as Python objects. SimGrid allows
 // one simulation per process, so every call runs in a child process forked for it; its result
-// comes back through a pipe as JSON. Bad input raises ValueError (with the JSON path, the value
-// and what is expected, as the command says it), a failed simulation RuntimeError. The work that
+// comes back through a pipe as JSON. Bad input raises tpusim.ConfigError, a ValueError (with the JSON path,
+// the value and what is expected, as the command says it), a failed simulation RuntimeError. The work that
 // runs children (fit, validate, plan, intervals) runs the tpusim command this module was built
 // with.
 #include <pybind11/pybind11.h>
@@ -36,6 +37,14 @@ namespace py = pybind11;
 using tpusim::Json;
 
 namespace {
+
+/// tpusim.ConfigError (a ValueError): bad input, its message naming the JSON path.
+PyObject* g_config_error = PyExc_ValueError;
+
+[[noreturn]] void raise_config_error(const std::string& message) {
+  PyErr_SetString(g_config_error, message.c_str());
+  throw py::error_already_set();
+}
 
 /// Python object -> JSON, through Python's own json module.
 Json to_json(const py::object& value) {
@@ -116,7 +125,7 @@ py::object in_child(const std::function<Json()>& work) {
     const std::string message =
         answer["error"].get<std::string>() + ": " + answer["message"].get<std::string>();
     if (answer["error"] == "failed") throw std::runtime_error(message);
-    throw py::value_error(message);
+    raise_config_error(message);
   }
   return to_python(answer["value"]);
 }
@@ -164,18 +173,24 @@ py::object validate(const std::vector<std::string>& cases, int jobs) {
   return in_child([o] { return tpusim::workflows::validate_cases(o).report; });
 }
 
-py::object sweep(const std::string& study, const py::object& grid, const py::object& set, int jobs,
-                 const py::object& out) {
+/// The sweep's options for `study`, `grid` and `set`, as sweep() builds them.
+tpusim::workflows::SweepOptions sweep_options(const std::string& study, const py::object& grid,
+                                              const py::object& set) {
   tpusim::workflows::SweepOptions o;
   o.study = study;
   o.sets = sets_of(set);
-  o.jobs = jobs;
   const Json axes = to_json(grid);
   if (!axes.is_object() || axes.empty())
-    throw py::value_error(
-        "grid: expected a dict of dotted paths to lists of values, e.g. {\"batch\": [8, 16]}");
+    raise_config_error("grid: expected a dict of dotted paths to lists of values, e.g. {\"batch\": [8, 16]}");
   for (const auto& [path, values] : axes.items())
     o.grids.push_back(path + "=" + (values.is_array() ? values : Json::array({values})).dump());
+  return o;
+}
+
+py::object sweep(const std::string& study, const py::object& grid, const py::object& set, int jobs,
+                 const py::object& out) {
+  tpusim::workflows::SweepOptions o = sweep_options(study, grid, set);
+  o.jobs = jobs;
   char temporary[] = "/tmp/tpusim-sweep-XXXXXX";
   const bool own = out.is_none();
   if (own && !::mkdtemp(temporary)) throw std::runtime_error(std::string("mkdtemp: ") + std::strerror(errno));
@@ -184,6 +199,30 @@ py::object sweep(const std::string& study, const py::object& grid, const py::obj
   std::error_code ec;
   if (own) std::filesystem::remove_all(o.out, ec);
   return points;
+}
+
+/// Every point of a sweep, as a spec a worker runs with sweep_point (no simulation here).
+py::object sweep_points(const std::string& study, const py::object& grid, const py::object& set) {
+  const auto o = sweep_options(study, grid, set);
+  return in_child([o] { return Json(tpusim::workflows::sweep_point_specs(o)); });
+}
+
+/// One point's record (results.jsonl's line), run as a `tpusim run` child: no SimGrid here.
+py::object sweep_point(const std::string& study, const py::object& set, const py::object& spec) {
+  tpusim::workflows::SweepOptions o;
+  o.study = study;
+  o.sets = sets_of(set);
+  const Json point = to_json(spec);
+  Json record;
+  {
+    py::gil_scoped_release release;
+    record = tpusim::workflows::sweep_point_record(o, point);
+  }
+  return to_python(record);
+}
+
+py::object sweep_summary(const py::object& record) {
+  return to_python(tpusim::workflows::sweep_record_summary(to_json(record)));
 }
 
 py::object plan(const std::string& study, const py::object& set, const std::string& space, int jobs, int top,
@@ -208,8 +247,10 @@ py::object describe_hardware(const std::string& name) {
 
 }  // namespace
 
-PYBIND11_MODULE(tpusim, m) {
+PYBIND11_MODULE(_tpusim, m) {
   m.doc() = "tpusim: a discrete-event simulator of TPU pods and their training schedules";
+  static py::exception<tpusim::ConfigError> config_error(m, "ConfigError", PyExc_ValueError);
+  g_config_error = config_error.ptr();
   tpusim::workflows::set_child_executable(TPUSIM_CLI);
   m.def("run", &run, py::arg("study"), py::arg("set") = py::none(),
         "Simulates one training step: the dict `tpusim run --json` prints. `study` is a path or a dict; "
@@ -226,6 +267,9 @@ PYBIND11_MODULE(tpusim, m) {
         "Runs a study over the cartesian product of `grid` ({dotted path: [values]}), each point in its own "
         "process: every point's record summary ({index, key, point, result, error}), in point order; `out` "
         "keeps sweep's files (results.jsonl, results.csv, reports).");
+  m.def("_sweep_points", &sweep_points, py::arg("study"), py::arg("grid"), py::arg("set") = py::none());
+  m.def("_sweep_point", &sweep_point, py::arg("study"), py::arg("set"), py::arg("spec"));
+  m.def("_sweep_summary", &sweep_summary, py::arg("record"));
   m.def("plan", &plan, py::arg("study"), py::arg("set") = py::none(), py::arg("space") = "",
         py::arg("jobs") = 1, py::arg("top") = 5, py::arg("time_limit") = 0.0,
         "The fastest schedule that fits: the dict `tpusim plan --json` prints (`best` None: none fits).");

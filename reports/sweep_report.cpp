@@ -21,7 +21,8 @@ Json sweep_summary(const Json& record) {
     s[k] = Json::object();
     for (const auto& [name, figure] : v.items())
       if (!figure.is_structured()) s[k][name] = figure;
-    for (const char* pointer : {"/breakdown/step_split_s/update", "/breakdown/exposed_communication_s"}) {
+    for (const char* pointer : {"/breakdown/step_split_s/update", "/breakdown/exposed_communication_s",
+                                "/compiler_remat/share_of_layers_needed"}) {
       const Json::json_pointer p(pointer);
       if (v.contains(p)) s[k][p] = v[p];
     }

@@ -24,6 +24,10 @@ echo "validate --sensitivity (-j 2, $(echo $quick | wc -w) cases): $(( ($(date +
 start=$(date +%s%N)
 "$build/cli/tpusim" validate -j 2 --intervals $quick > /dev/null 2>&1 || true
 echo "validate --intervals (-j 2, $(echo $quick | wc -w) cases): $(( ($(date +%s%N) - start) / 1000000 )) ms"
+# A 48-point sweep through a 2-worker Dask LocalCluster against sweep -j 2 (the Python package).
+if [ -d "$build/python/tpusim" ] && /usr/bin/python3 -c "import distributed" 2> /dev/null; then
+  PYTHONPATH="$build/python" /usr/bin/python3 "$root/bench/dask_sweep.py" "$build/cli/tpusim" 2> /dev/null
+fi
 # tpusim plan on the issue's two cases (bench/studies), timed, with candidates per second.
 for s in plan-transformer48-v3-32 plan-transformer-l-v3-512; do
   start=$(date +%s%N)

@@ -2,17 +2,18 @@
 # Installs the Debian packages tpusim builds with, only those missing; apt is skipped
 # entirely when everything is already present. Idempotent; safe to run on every `make`.
 # `setup.sh test` also installs what the test suite needs (headless Chromium for the HTML checks,
-# clang-format for the conventions check, pytest for the Python module's tests).
+# clang-format for the conventions check, pytest, pandas, matplotlib and Dask's distributed for
+# the Python package's tests and example).
 set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
   libsimgrid-dev libboost-graph-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   catch2 libcli11-dev libopenblas-dev libbenchmark-dev
-  python3-dev pybind11-dev
+  python3-dev pybind11-dev python3-pandas
 )
 if [ "${1:-}" = "test" ]; then
-  packages+=(chromium clang-format python3-pytest)
+  packages+=(chromium clang-format python3-pytest python3-matplotlib python3-distributed)
 fi
 
 missing=()

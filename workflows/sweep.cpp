@@ -362,13 +362,48 @@ SweepOutcome outcome_of(const std::string& dir, const std::vector<StoredRecord>&
 
 }  // namespace
 
-SweepOutcome sweep_study(const SweepOptions& o) {
+namespace {
+
+/// The axes of a sweep, checked.
+std::pair<std::vector<Axis>, std::vector<Axis>> sweep_axes(const SweepOptions& o) {
   std::vector<Axis> grid, zip;
   for (const auto& g : o.grids) grid.push_back(parse_axis("--grid", g));
   for (const auto& z : o.zips) zip.push_back(parse_axis("--zip", z));
   if (grid.empty() && zip.empty())
     throw ConfigError("sweep", "", "no --grid or --zip", "at least one axis to sweep");
   check_options(o);
+  return {grid, zip};
+}
+
+}  // namespace
+
+std::vector<Json> sweep_point_specs(const SweepOptions& o) {
+  const auto [grid, zip] = sweep_axes(o);
+  const auto all = enumerate_points(grid, zip);
+  load_study(o.study, o.sets);
+  std::vector<Json> specs;
+  for (const auto& p : all) {
+    Json spec{{"index", p.index}, {"key", p.key()}, {"point", Json::object()}, {"settings", Json::array()}};
+    for (const auto& [path, value] : p.settings) {
+      spec["point"][path] = value;
+      spec["settings"].push_back(Json::array({path, value}));  // in axis order, as the child sets them
+    }
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+Json sweep_point_record(const SweepOptions& o, const Json& spec) {
+  Point p;
+  p.index = spec.at("index").get<std::size_t>();
+  for (const auto& setting : spec.at("settings")) p.settings.emplace_back(setting.at(0), setting.at(1));
+  return run_point(o, p);
+}
+
+Json sweep_record_summary(const Json& record) { return reports::sweep_summary(record); }
+
+SweepOutcome sweep_study(const SweepOptions& o) {
+  const auto [grid, zip] = sweep_axes(o);
   const auto all = enumerate_points(grid, zip);
   load_study(o.study, o.sets);  // the study itself must be valid; points may still fail
   const std::pair<int, int> shard = shard_of(o);

@@ -36,6 +36,19 @@ struct SweepOutcome {
 /// outputs. Throws ConfigError for bad input. The CLI exits 0 when no point failed, 1 otherwise.
 SweepOutcome sweep_study(const SweepOptions& options);
 
+/// A sweep's points without running them (every point, shards ignored), each as a spec a worker
+/// elsewhere can run with sweep_point_record: {"index", "key", "point": {path: value},
+/// "settings": [[path, value], ...] in axis order}. Throws
+/// ConfigError for bad input, as sweep_study does before it runs anything.
+std::vector<nlohmann::json> sweep_point_specs(const SweepOptions& options);
+
+/// One point's record, as results.jsonl holds it (index, key, point, result or error), run as a
+/// `tpusim run` child of `options.study` with its --set and the point's settings.
+nlohmann::json sweep_point_record(const SweepOptions& options, const nlohmann::json& spec);
+
+/// A record's summary (the point, its figures, its error): a row of results.csv.
+nlohmann::json sweep_record_summary(const nlohmann::json& record);
+
 /// Combines the results of shards (or partial runs) of one sweep into `out`.
 SweepOutcome merge_sweeps(const std::vector<std::string>& dirs, const std::string& out);
 

@@ -1,0 +1,70 @@
+"""tpusim.sweep on a Dask cluster: a LocalCluster of two worker processes gives the local sweep's
+records, record for record; a failed point stays a failed record; a worker killed mid-sweep loses
+no point (Dask reschedules it); to_dataframe makes one row per point."""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+import tpusim
+
+distributed = pytest.importorskip("distributed")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY = os.path.join(ROOT, "tests", "cli", "round4", "tiny_v3_8.json")
+DEFAULT = os.path.join(ROOT, "configs", "studies", "default.json")
+
+
+@pytest.fixture(scope="module")
+def client():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as c:
+        yield c
+
+
+def test_a_12_point_sweep_on_the_cluster_equals_the_local_one(client):
+    grid = {"batch": [8, 16, 32], "model.layers": [1, 2, 3, 4]}
+    local = tpusim.sweep(TINY, grid, jobs=2)
+    remote = tpusim.sweep(TINY, grid, client=client)
+    assert len(remote) == 12
+    assert remote == local
+    frame = tpusim.to_dataframe(remote)
+    assert list(frame["batch"]) == [r["point"]["batch"] for r in local]
+    assert list(frame["step_time_s"]) == [r["result"]["step_time_s"] for r in local]
+
+
+def test_a_failed_point_stays_a_failed_record(client):
+    records = tpusim.sweep(TINY, {"batch": [8, 0]}, client=client)
+    assert records[0]["error"] is None and records[0]["result"]["fits"]
+    assert records[1]["result"] is None and "batch: found 0" in records[1]["error"]
+    assert records == tpusim.sweep(TINY, {"batch": [8, 0]}, jobs=2)
+
+
+def test_a_worker_killed_mid_sweep_loses_no_point(client):
+    grid = {"model.layers": [1000, 1200, 1400, 1600, 1800, 2000, 2200, 2400]}  # 0.4 to 0.8 s each
+    pids = list(client.run(os.getpid).values())
+
+    killed_at = []
+
+    def kill_one():
+        time.sleep(0.8)
+        os.kill(pids[0], signal.SIGKILL)
+        killed_at.append(time.monotonic())
+
+    killer = threading.Thread(target=kill_one)
+    killer.start()
+    remote = tpusim.sweep(DEFAULT, grid, client=client)
+    finished_at = time.monotonic()
+    killer.join()
+    assert killed_at and killed_at[0] < finished_at, "the worker died while the sweep ran"
+    assert pids[0] not in client.run(os.getpid).values()
+    assert [r["point"]["model.layers"] for r in remote] == grid["model.layers"]
+    assert all(r["error"] is None for r in remote), [r["error"] for r in remote]
+    assert remote == tpusim.sweep(DEFAULT, grid, jobs=2)
+
+
+def test_out_is_refused_with_a_client(client):
+    with pytest.raises(tpusim.ConfigError, match="out:"):
+        tpusim.sweep(TINY, {"batch": [8]}, client=client, out="/tmp/x")
