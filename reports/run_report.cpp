@@ -275,6 +275,41 @@ Json collective_algorithm_counts(const sim::TaskGraph& graph, const sim::SimResu
 
 }  // namespace
 
+namespace {
+
+/// The highest peak of HBM over the cores, and the first core that reaches it.
+std::pair<double, int> highest_peak(const sim::TaskGraph& graph, const sim::SimResult& r) {
+  double peak = 0;
+  int peak_core = 0;
+  for (int c = 0; c < graph.cores(); ++c)
+    if (r.cores[c].peak_hbm_bytes > peak) {
+      peak = r.cores[c].peak_hbm_bytes;
+      peak_core = c;
+    }
+  return {peak, peak_core};
+}
+
+Json slice_json(const RunInfo& info, int cores, std::size_t used) {
+  Json j{{"name", info.slice},
+         {"chips", info.chips},
+         {"wraparound", info.wraparound},
+         {"cores", cores},
+         {"cores_used", used}};
+  if (info.megacore) j["megacore"] = true;
+  return j;
+}
+
+/// How the engine simulated the step.
+Json engine_json(const sim::TaskGraph& graph, const sim::SimResult& r) {
+  Json j{{"symmetric_collectives", r.symmetric_collectives}, {"flows_simulated", r.flows_simulated}};
+  j["collective_algorithms"] = collective_algorithm_counts(graph, r);
+  j["simulation"] = r.simulation;
+  j["tasks_simulated"] = r.tasks_simulated;
+  return j;
+}
+
+}  // namespace
+
 Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::SimResult& r) {
   // The TPUs' step, and the step itself: longer when the hosts cannot keep up (its input
   // arrives later than the TPUs could take it), plus its share of the host's work between loops.
@@ -284,13 +319,7 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
   double bubble = 0;
   Json split = step_split(a, device_step, step, info.loop_overhead_s, bubble);
   Json per_core = cores_json(info, graph, r, step);
-  double peak = 0;
-  int peak_core = 0;
-  for (int c = 0; c < graph.cores(); ++c)
-    if (r.cores[c].peak_hbm_bytes > peak) {
-      peak = r.cores[c].peak_hbm_bytes;
-      peak_core = c;
-    }
+  const auto [peak, peak_core] = highest_peak(graph, r);
   Json details = measured_details(info, graph, r, a);
 
   const double n_used = std::max<double>(1.0, double(a.used.size()));
@@ -318,22 +347,13 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
   out["timing"] = r.fits ? "runnable" : "hypothetical: the step does not fit in HBM";
   if (!info.notes.empty()) out["notes"] = info.notes;
   out["hardware"] = info.hardware;
-  out["slice"] = Json{{"name", info.slice},
-                      {"chips", info.chips},
-                      {"wraparound", info.wraparound},
-                      {"cores", graph.cores()},
-                      {"cores_used", a.used.size()}};
-  if (info.megacore) out["slice"]["megacore"] = true;
+  out["slice"] = slice_json(info, graph.cores(), a.used.size());
   out["model"] = Json{
       {"kind", info.model_kind}, {"name", info.model_name}, {"params", info.params}, {"layers", info.layers}};
   out["schedule"] = Json{{"kind", info.schedule}, {"details", details}};
   out["breakdown"] = breakdown_json(a, std::move(split));
   if (!info.input.is_null()) out["input"] = input_json(info, device_step);
-  out["engine"] =
-      Json{{"symmetric_collectives", r.symmetric_collectives}, {"flows_simulated", r.flows_simulated}};
-  out["engine"]["collective_algorithms"] = collective_algorithm_counts(graph, r);
-  out["engine"]["simulation"] = r.simulation;
-  out["engine"]["tasks_simulated"] = r.tasks_simulated;
+  out["engine"] = engine_json(graph, r);
   out["cores"] = per_core;
   out["study"] = info.study;
   return out;
@@ -570,11 +590,12 @@ void append_memory_counters(const sim::TaskGraph& graph, const sim::SimResult& r
 
 }  // namespace
 
-Json chrome_trace(const sim::TaskGraph& graph, const sim::SimResult& r, int cores_per_chip,
+namespace {
+
+/// The trace's tracks: a process per chip (a thread per core and per outgoing link), and one
+/// for the collectives and transfers.
+void trace_tracks(Json& events, int chips, int cores_per_chip,
                   const std::vector<std::string>& dimension_names) {
-  Json events = Json::array();
-  const int chips = graph.cores() / cores_per_chip;
-  const int comm_pid = chips;
   for (int chip = 0; chip < chips; ++chip) {
     events.push_back(Json{{"ph", "M"},
                           {"pid", chip},
@@ -595,9 +616,14 @@ Json chrome_trace(const sim::TaskGraph& graph, const sim::SimResult& r, int core
           {"args", {{"name", std::string("link ") + (d % 2 == 0 ? "+" : "-") + dimension_names[d / 2]}}}});
   }
   events.push_back(Json{{"ph", "M"},
-                        {"pid", comm_pid},
+                        {"pid", chips},
                         {"name", "process_name"},
                         {"args", {{"name", "collectives and transfers"}}}});
+}
+
+/// Each task as a complete event: compute on its core's track, communication on the shared one.
+void trace_tasks(Json& events, const sim::TaskGraph& graph, const sim::SimResult& r, int cores_per_chip,
+                 int comm_pid) {
   for (int id = 0; id < graph.size(); ++id) {
     const sim::Task& t = graph.task(id);
     const auto& tm = r.tasks[id];
@@ -619,6 +645,16 @@ Json chrome_trace(const sim::TaskGraph& graph, const sim::SimResult& r, int core
     }
     events.push_back(std::move(e));
   }
+}
+
+}  // namespace
+
+Json chrome_trace(const sim::TaskGraph& graph, const sim::SimResult& r, int cores_per_chip,
+                  const std::vector<std::string>& dimension_names) {
+  Json events = Json::array();
+  const int chips = graph.cores() / cores_per_chip;
+  trace_tracks(events, chips, cores_per_chip, dimension_names);
+  trace_tasks(events, graph, r, cores_per_chip, chips);
   append_memory_counters(graph, r, cores_per_chip, events);
   const int links_per_chip = 2 * int(dimension_names.size());
   for (const auto& f : r.flows) {

@@ -168,6 +168,41 @@ std::string timeline_svg(const sim::TaskGraph& graph, const sim::SimResult& r, i
   return s.str();
 }
 
+namespace {
+
+/// Horizontal lines every round number of GiB up to `top_value` bytes, labelled on the left.
+template <typename Y>
+void gib_gridlines(std::ostringstream& s, double left, double right, double top_value, const Y& y) {
+  const double gib = 1024.0 * 1024 * 1024;
+  const double dy = tick_step(top_value / gib, 5);
+  for (double v = 0; v * gib <= top_value; v += dy) {
+    s << "<line x1=\"" << left << "\" x2=\"" << svg_number(right) << "\" y1=\"" << svg_number(y(v * gib))
+      << "\" y2=\"" << svg_number(y(v * gib)) << "\" stroke=\"#eee\"/><text x=\"" << left - 4 << "\" y=\""
+      << svg_number(y(v * gib) + 3) << "\" text-anchor=\"end\">" << svg_number(v) << " GiB</text>\n";
+  }
+}
+
+/// One category's part of a core's bar, its title the core, the category and the bytes.
+void memory_bar(std::ostringstream& s, double x, double w, double y, double h, const char* cat,
+                const std::string& title) {
+  s << "<rect x=\"" << svg_number(x) << "\" y=\"" << svg_number(y) << "\" width=\"" << svg_number(w)
+    << "\" height=\"" << svg_number(h) << "\" fill=\"" << phase_colour(cat) << "\"><title>" << title
+    << "</title></rect>\n";
+}
+
+/// The categories' colours, one under another from (x, y).
+template <std::size_t N>
+void memory_legend(std::ostringstream& s, double x, double y, const char* const (&cats)[N]) {
+  for (const char* cat : cats) {
+    s << "<rect x=\"" << svg_number(x + 10) << "\" y=\"" << svg_number(y)
+      << "\" width=\"10\" height=\"10\" fill=\"" << phase_colour(cat) << "\"/><text x=\""
+      << svg_number(x + 24) << "\" y=\"" << svg_number(y + 9) << "\">" << cat << "</text>\n";
+    y += 16;
+  }
+}
+
+}  // namespace
+
 std::string memory_svg(const Json& result, int max_bars) {
   const auto& cores = result["cores"];
   std::vector<int> shown;
@@ -188,24 +223,15 @@ std::string memory_svg(const Json& result, int max_bars) {
     << svg_number(height) << "\" font-family=\"sans-serif\" font-size=\"10\">\n";
   s << "<text x=\"" << left
     << "\" y=\"16\" font-size=\"13\">Peak HBM per core, by category at the peak</text>\n";
-  const double gib = 1024.0 * 1024 * 1024;
-  const double dy = tick_step(top_value / gib, 5);
-  for (double v = 0; v * gib <= top_value; v += dy) {
-    s << "<line x1=\"" << left << "\" x2=\"" << svg_number(left + bar_w * double(shown.size())) << "\" y1=\""
-      << svg_number(y(v * gib)) << "\" y2=\"" << svg_number(y(v * gib)) << "\" stroke=\"#eee\"/><text x=\""
-      << left - 4 << "\" y=\"" << svg_number(y(v * gib) + 3) << "\" text-anchor=\"end\">" << svg_number(v)
-      << " GiB</text>\n";
-  }
+  gib_gridlines(s, left, left + bar_w * double(shown.size()), top_value, y);
   for (std::size_t i = 0; i < shown.size(); ++i) {
     const auto& core = cores[shown[i]];
     double base = 0;
     for (const char* cat : cats) {
       const double v = core["hbm_at_peak"][cat].get<double>();
       if (v <= 0) continue;
-      s << "<rect x=\"" << svg_number(left + bar_w * double(i) + 1) << "\" y=\"" << svg_number(y(base + v))
-        << "\" width=\"" << svg_number(bar_w - 2) << "\" height=\"" << svg_number(y(base) - y(base + v))
-        << "\" fill=\"" << phase_colour(cat) << "\"><title>core " << shown[i] << " " << cat << " "
-        << human_bytes(v) << "</title></rect>\n";
+      memory_bar(s, left + bar_w * double(i) + 1, bar_w - 2, y(base + v), y(base) - y(base + v), cat,
+                 "core " + std::to_string(shown[i]) + " " + cat + " " + human_bytes(v));
       base += v;
     }
     if (bar_w >= 14 || i % 8 == 0)
@@ -217,14 +243,7 @@ std::string memory_svg(const Json& result, int max_bars) {
     << "\" stroke=\"#d00\" stroke-width=\"2\" stroke-dasharray=\"6 3\"/>"
     << "<text x=\"" << svg_number(left + 4) << "\" y=\"" << svg_number(y(capacity) - 4)
     << "\" fill=\"#d00\">HBM capacity " << human_bytes(capacity) << "</text>\n";
-  double ly = top + 20;
-  for (const char* cat : cats) {
-    s << "<rect x=\"" << svg_number(left + bar_w * double(shown.size()) + 10) << "\" y=\"" << svg_number(ly)
-      << "\" width=\"10\" height=\"10\" fill=\"" << phase_colour(cat) << "\"/><text x=\""
-      << svg_number(left + bar_w * double(shown.size()) + 24) << "\" y=\"" << svg_number(ly + 9) << "\">"
-      << cat << "</text>\n";
-    ly += 16;
-  }
+  memory_legend(s, left + bar_w * double(shown.size()), top + 20, cats);
   s << "<text x=\"" << svg_number(left) << "\" y=\"" << svg_number(top + plot_h + 30)
     << "\">core</text>\n</svg>\n";
   return s.str();

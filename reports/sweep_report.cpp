@@ -502,6 +502,46 @@ Comparison compare(const Json& meta, const std::vector<Json>& records) {
 
 }  // namespace
 
+namespace {
+
+/// The comparison by the axis that varies most, a row per value of the others.
+void comparison_html(std::ostringstream& h, const Comparison& cmp) {
+  if (cmp.axis.empty()) return;
+  h << "<h2>Comparison by <code>" << xml_escape(cmp.axis) << "</code></h2>\n<table><tr>";
+  for (const auto& c : cmp.header) h << "<th>" << xml_escape(c) << "</th>";
+  h << "</tr>\n";
+  for (const auto& row : cmp.rows) {
+    h << "<tr>";
+    for (const auto& c : row)
+      h << (c == "failed" ? "<td class=\"fail\">" : "<td>") << xml_escape(c) << "</td>";
+    h << "</tr>\n";
+  }
+  h << "</table>\n";
+}
+
+void points_table_html(std::ostringstream& h, const Axes& axes, const std::vector<const Json*>& rows) {
+  h << "<table><tr>";
+  for (const auto& c : table_header(axes)) h << "<th>" << xml_escape(c) << "</th>";
+  h << "</tr>\n";
+  for (const Json* r : rows) {
+    h << (ok(*r) ? "<tr>" : "<tr class=\"fail\">");
+    for (const auto& c : table_row(axes, *r)) h << "<td>" << xml_escape(c) << "</td>";
+    h << "</tr>\n";
+  }
+  h << "</table>\n";
+}
+
+void failed_points_html(std::ostringstream& h, const std::vector<Json>& records) {
+  h << "<h2 class=\"fail\">Failed points</h2>\n<table><tr><th>point</th><th>error</th></tr>\n";
+  for (const auto& r : records)
+    if (!ok(r))
+      h << "<tr><td>" << xml_escape(r["key"].get<std::string>()) << "</td><td style=\"text-align:left\">"
+        << xml_escape(r["error"].is_string() ? r["error"].get<std::string>() : "") << "</td></tr>\n";
+  h << "</table>\n";
+}
+
+}  // namespace
+
 std::string sweep_html(const Json& meta, const std::vector<Json>& records) {
   const Axes axes = choose_axes(meta);
   std::ostringstream h;
@@ -519,30 +559,8 @@ std::string sweep_html(const Json& meta, const std::vector<Json>& records) {
     auto it = charts.find(name);
     if (it != charts.end()) h << "<div>" << it->second << "</div>\n";
   }
-  const Comparison cmp = compare(meta, records);
-  if (!cmp.axis.empty()) {
-    h << "<h2>Comparison by <code>" << xml_escape(cmp.axis) << "</code></h2>\n<table><tr>";
-    for (const auto& c : cmp.header) h << "<th>" << xml_escape(c) << "</th>";
-    h << "</tr>\n";
-    for (const auto& row : cmp.rows) {
-      h << "<tr>";
-      for (const auto& c : row)
-        h << (c == "failed" ? "<td class=\"fail\">" : "<td>") << xml_escape(c) << "</td>";
-      h << "</tr>\n";
-    }
-    h << "</table>\n";
-  }
-  auto table = [&](const std::vector<const Json*>& rows) {
-    h << "<table><tr>";
-    for (const auto& c : table_header(axes)) h << "<th>" << xml_escape(c) << "</th>";
-    h << "</tr>\n";
-    for (const Json* r : rows) {
-      h << (ok(*r) ? "<tr>" : "<tr class=\"fail\">");
-      for (const auto& c : table_row(axes, *r)) h << "<td>" << xml_escape(c) << "</td>";
-      h << "</tr>\n";
-    }
-    h << "</table>\n";
-  };
+  comparison_html(h, compare(meta, records));
+  auto table = [&](const std::vector<const Json*>& rows) { points_table_html(h, axes, rows); };
   h << "<h2>Best configurations that fit</h2>\n";
   const auto best = best_fitting(records, 10);
   if (best.empty())
@@ -553,17 +571,30 @@ std::string sweep_html(const Json& meta, const std::vector<Json>& records) {
   for (const auto& r : records) all.push_back(&r);
   h << "<h2>All points</h2>\n";
   table(all);
-  if (failed > 0) {
-    h << "<h2 class=\"fail\">Failed points</h2>\n<table><tr><th>point</th><th>error</th></tr>\n";
-    for (const auto& r : records)
-      if (!ok(r))
-        h << "<tr><td>" << xml_escape(r["key"].get<std::string>()) << "</td><td style=\"text-align:left\">"
-          << xml_escape(r["error"].is_string() ? r["error"].get<std::string>() : "") << "</td></tr>\n";
-    h << "</table>\n";
-  }
+  if (failed > 0) failed_points_html(h, records);
   h << "</body></html>\n";
   return h.str();
 }
+
+namespace {
+
+/// A markdown table: the header, its rule, a line per row, and a blank line.
+void markdown_table(std::ostringstream& md, const std::vector<std::string>& header,
+                    const std::vector<std::vector<std::string>>& rows) {
+  md << "|";
+  for (const auto& c : header) md << " " << c << " |";
+  md << "\n|";
+  for (std::size_t i = 0; i < header.size(); ++i) md << " --- |";
+  md << "\n";
+  for (const auto& row : rows) {
+    md << "|";
+    for (const auto& c : row) md << " " << c << " |";
+    md << "\n";
+  }
+  md << "\n";
+}
+
+}  // namespace
 
 std::string sweep_markdown(const Json& meta, const std::vector<Json>& records) {
   const Axes axes = choose_axes(meta);
@@ -575,32 +606,14 @@ std::string sweep_markdown(const Json& meta, const std::vector<Json>& records) {
   const auto charts = sweep_charts(meta, records);
   for (const auto& [name, svg] : charts) md << "![" << name << "](sweep_" << name << ".svg)\n\n";
   auto table = [&](const std::vector<const Json*>& rows) {
-    const auto header = table_header(axes);
-    md << "|";
-    for (const auto& c : header) md << " " << c << " |";
-    md << "\n|";
-    for (std::size_t i = 0; i < header.size(); ++i) md << " --- |";
-    md << "\n";
-    for (const Json* r : rows) {
-      md << "|";
-      for (const auto& c : table_row(axes, *r)) md << " " << c << " |";
-      md << "\n";
-    }
-    md << "\n";
+    std::vector<std::vector<std::string>> cells;
+    for (const Json* r : rows) cells.push_back(table_row(axes, *r));
+    markdown_table(md, table_header(axes), cells);
   };
   const Comparison cmp = compare(meta, records);
   if (!cmp.axis.empty()) {
-    md << "## Comparison by `" << cmp.axis << "`\n\n|";
-    for (const auto& c : cmp.header) md << " " << c << " |";
-    md << "\n|";
-    for (std::size_t i = 0; i < cmp.header.size(); ++i) md << " --- |";
-    md << "\n";
-    for (const auto& row : cmp.rows) {
-      md << "|";
-      for (const auto& c : row) md << " " << c << " |";
-      md << "\n";
-    }
-    md << "\n";
+    md << "## Comparison by `" << cmp.axis << "`\n\n";
+    markdown_table(md, cmp.header, cmp.rows);
   }
   md << "## Best configurations that fit\n\n";
   const auto best = best_fitting(records, 10);

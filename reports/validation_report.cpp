@@ -139,14 +139,10 @@ std::string validation_value_text(double v, const std::string& unit) {
   return fmt(v == std::floor(v) ? "%.0f" : "%.4g", v);
 }
 
-std::string validation_text(const Json& report) {
-  std::ostringstream s;
-  const auto rs = rows(report);
-  std::size_t w = 4, wq = 22;
-  for (const auto& r : rs) {
-    w = std::max(w, r.id.size());
-    wq = std::max(wq, r.quantity.size());
-  }
+namespace {
+
+/// The table of cases, one line each, with columns as wide as their longest entry.
+void case_table_text(std::ostringstream& s, const std::vector<Row>& rs, std::size_t w, std::size_t wq) {
   char line[512];
   std::snprintf(line, sizeof line, "%-*s  %-*s %12s %12s %9s %5s  %s\n", int(w), "case", int(wq), "quantity",
                 "measured", "predicted", "error", "tol", "");
@@ -158,25 +154,25 @@ std::string validation_text(const Json& report) {
     s << line;
   }
   s << "\n";
-  // The predictions proper first (in-sample cases apart), then per quantity, all, per generation.
-  if (const std::string p = predicted_line(report); !p.empty()) s << p << "\n";
-  for (const auto& q : quantities(report))
-    s << q << ": " << summary_line(report["summary"]["per_quantity"][q]) << "\n";
-  s << "all: " << summary_line(report["summary"]) << "\n";
-  for (const auto& line : hardware_lines(report)) s << line << "\n";
-  if (!overrides_line(report).empty()) s << overrides_line(report) << "\n";
-  if (report.contains("intervals")) {
-    s << "\nprediction intervals (" << report["intervals"]["method"].get<std::string>() << "):\n";
-    for (const auto& r : rs)
-      if (!r.interval.empty()) {
-        std::snprintf(line, sizeof line, "  %-*s %12s in %-28s %s\n", int(w), r.id.c_str(),
-                      r.measured.c_str(), r.interval.c_str(), r.inside == "in" ? "inside" : "OUTSIDE");
-        s << line;
-      }
-    for (const auto& [q, v] : report["intervals"]["per_quantity"].items())
-      s << q << ": " << interval_line(v) << "\n";
-    s << "all: " << interval_line(report["intervals"]) << "\n";
-  }
+}
+
+/// --intervals: each case's interval and whether it holds the measurement, then the coverage.
+void intervals_text(std::ostringstream& s, const Json& report, const std::vector<Row>& rs, std::size_t w) {
+  char line[512];
+  s << "\nprediction intervals (" << report["intervals"]["method"].get<std::string>() << "):\n";
+  for (const auto& r : rs)
+    if (!r.interval.empty()) {
+      std::snprintf(line, sizeof line, "  %-*s %12s in %-28s %s\n", int(w), r.id.c_str(), r.measured.c_str(),
+                    r.interval.c_str(), r.inside == "in" ? "inside" : "OUTSIDE");
+      s << line;
+    }
+  for (const auto& [q, v] : report["intervals"]["per_quantity"].items())
+    s << q << ": " << interval_line(v) << "\n";
+  s << "all: " << interval_line(report["intervals"]) << "\n";
+}
+
+/// The assumed hardware figures and study values of the cases' studies.
+void assumptions_text(std::ostringstream& s, const Json& report) {
   std::size_t figures = 0;
   for (const auto& a : report["assumptions"]) figures += a.contains("hardware") ? 1 : 0;
   s << figures << " hardware figures of these studies are assumptions:";
@@ -191,6 +187,44 @@ std::string validation_text(const Json& report) {
         s << " " << a["study"].get<std::string>() << ":" << a["figure"].get<std::string>();
     s << "\n";
   }
+}
+
+/// --check: every case must predict what was recorded (1e-9 relative), within its tolerance or
+/// not: a prediction that moves is a change to explain and record.
+void check_text(std::ostringstream& s, const Json& report) {
+  if (report["cases"].empty() || !report["cases"].front().contains("unmoved")) return;
+  std::size_t unmoved = 0;
+  std::string moved;
+  for (const auto& c : report["cases"]) {
+    if (c["unmoved"].get<bool>())
+      ++unmoved;
+    else
+      moved += " " + c["id"].get<std::string>();
+  }
+  s << "check: " << unmoved << " of " << report["cases"].size() << " as recorded (1e-9 relative)"
+    << (moved.empty() ? "; passed" : "; FAILED, moved:" + moved) << "\n";
+}
+
+}  // namespace
+
+std::string validation_text(const Json& report) {
+  std::ostringstream s;
+  const auto rs = rows(report);
+  std::size_t w = 4, wq = 22;
+  for (const auto& r : rs) {
+    w = std::max(w, r.id.size());
+    wq = std::max(wq, r.quantity.size());
+  }
+  case_table_text(s, rs, w, wq);
+  // The predictions proper first (in-sample cases apart), then per quantity, all, per generation.
+  if (const std::string p = predicted_line(report); !p.empty()) s << p << "\n";
+  for (const auto& q : quantities(report))
+    s << q << ": " << summary_line(report["summary"]["per_quantity"][q]) << "\n";
+  s << "all: " << summary_line(report["summary"]) << "\n";
+  for (const auto& line : hardware_lines(report)) s << line << "\n";
+  if (!overrides_line(report).empty()) s << overrides_line(report) << "\n";
+  if (report.contains("intervals")) intervals_text(s, report, rs, w);
+  assumptions_text(s, report);
   const auto sens = sensitivity_lines(report);
   if (!sens.empty())
     s << "\nprediction change when one assumed figure moves up by 10 % (a flag: turned over; a study's own "
@@ -199,20 +233,7 @@ std::string validation_text(const Json& report) {
   for (const auto& c : report["cases"])
     if (c.contains("failure"))
       s << "failed: " << c["id"].get<std::string>() << ": " << c["failure"].get<std::string>() << "\n";
-  if (!report["cases"].empty() && report["cases"].front().contains("unmoved")) {
-    // --check: every case must predict what was recorded (1e-9 relative), within its tolerance
-    // or not: a prediction that moves is a change to explain and record.
-    std::size_t unmoved = 0;
-    std::string moved;
-    for (const auto& c : report["cases"]) {
-      if (c["unmoved"].get<bool>())
-        ++unmoved;
-      else
-        moved += " " + c["id"].get<std::string>();
-    }
-    s << "check: " << unmoved << " of " << report["cases"].size() << " as recorded (1e-9 relative)"
-      << (moved.empty() ? "; passed" : "; FAILED, moved:" + moved) << "\n";
-  }
+  check_text(s, report);
   return s.str();
 }
 
@@ -378,6 +399,46 @@ std::string parity_svg(const Json& report, const std::string& quantity) {
   return s.str();
 }
 
+namespace {
+
+/// --intervals: the coverage and each case's interval.
+void intervals_html(std::ostringstream& h, const Json& report) {
+  h << "<h2>Prediction intervals</h2>\n<p>The error bars of the parity plots. Method: "
+    << xml_escape(report["intervals"]["method"].get<std::string>()) << ".</p>\n<ul>";
+  for (const auto& [q, v] : report["intervals"]["per_quantity"].items())
+    h << "<li>" << xml_escape(q) << ": " << xml_escape(interval_line(v)) << "</li>";
+  h << "<li>all: " << xml_escape(interval_line(report["intervals"]))
+    << "</li></ul>\n<table><tr><th>case</th><th>"
+    << "measured</th><th>interval</th><th></th></tr>\n";
+  for (const auto& r : rows(report))
+    if (!r.interval.empty())
+      h << "<tr" << (r.inside == "in" ? "" : " class=\"out\"") << "><td>" << xml_escape(r.id) << "</td><td>"
+        << xml_escape(r.measured) << "</td><td>" << xml_escape(r.interval) << "</td><td>"
+        << (r.inside == "in" ? "inside" : "OUTSIDE") << "</td></tr>\n";
+  h << "</table>\n";
+}
+
+/// Each case: what it is, where its measurement comes from, its tolerance and its command.
+void cases_html(std::ostringstream& h, const Json& report) {
+  h << "<h2>Cases</h2>\n<ul>";
+  for (const auto& c : report["cases"])
+    h << "<li><b>" << xml_escape(c["id"].get<std::string>())
+      << "</b>: " << xml_escape(c["description"].get<std::string>())
+      << ". Measured: " << xml_escape(c["source"].get<std::string>())
+      << ". Tolerance: " << xml_escape(c["tolerance_source"].get<std::string>()) << ". <code>"
+      << xml_escape(c["command"].get<std::string>()) << "</code>"
+      << (c.contains("baseline_command")
+              ? ", divided by the baseline's <code>" + xml_escape(c["baseline_command"].get<std::string>()) +
+                    "</code>"
+              : "")
+      << (c.contains("failure")
+              ? " <span class=\"out\">failed: " + xml_escape(c["failure"].get<std::string>()) + "</span>"
+              : "")
+      << "</li>\n";
+}
+
+}  // namespace
+
 std::string validation_html(const Json& report) {
   std::ostringstream h;
   h << html_page_start("tpusim validation",
@@ -402,21 +463,7 @@ std::string validation_html(const Json& report) {
       << "</li>";
   for (const auto& line : hardware_lines(report)) h << "<li>" << xml_escape(line) << "</li>";
   h << "</ul>\n";
-  if (report.contains("intervals")) {
-    h << "<h2>Prediction intervals</h2>\n<p>The error bars of the parity plots. Method: "
-      << xml_escape(report["intervals"]["method"].get<std::string>()) << ".</p>\n<ul>";
-    for (const auto& [q, v] : report["intervals"]["per_quantity"].items())
-      h << "<li>" << xml_escape(q) << ": " << xml_escape(interval_line(v)) << "</li>";
-    h << "<li>all: " << xml_escape(interval_line(report["intervals"]))
-      << "</li></ul>\n<table><tr><th>case</th><th>"
-      << "measured</th><th>interval</th><th></th></tr>\n";
-    for (const auto& r : rows(report))
-      if (!r.interval.empty())
-        h << "<tr" << (r.inside == "in" ? "" : " class=\"out\"") << "><td>" << xml_escape(r.id) << "</td><td>"
-          << xml_escape(r.measured) << "</td><td>" << xml_escape(r.interval) << "</td><td>"
-          << (r.inside == "in" ? "inside" : "OUTSIDE") << "</td></tr>\n";
-    h << "</table>\n";
-  }
+  if (report.contains("intervals")) intervals_html(h, report);
   h << "<h2>Assumptions (" << report["assumption_knobs"].get<int>() << ")</h2>\n<ul>";
   for (const auto& a : report["assumptions"])
     h << "<li><code>"
@@ -431,21 +478,7 @@ std::string validation_html(const Json& report) {
   for (const auto& [id, text] : sens)
     h << "<li><b>" << xml_escape(id) << "</b>: " << xml_escape(text) << "</li>";
   if (!sens.empty()) h << "</ul>\n";
-  h << "<h2>Cases</h2>\n<ul>";
-  for (const auto& c : report["cases"])
-    h << "<li><b>" << xml_escape(c["id"].get<std::string>())
-      << "</b>: " << xml_escape(c["description"].get<std::string>())
-      << ". Measured: " << xml_escape(c["source"].get<std::string>())
-      << ". Tolerance: " << xml_escape(c["tolerance_source"].get<std::string>()) << ". <code>"
-      << xml_escape(c["command"].get<std::string>()) << "</code>"
-      << (c.contains("baseline_command")
-              ? ", divided by the baseline's <code>" + xml_escape(c["baseline_command"].get<std::string>()) +
-                    "</code>"
-              : "")
-      << (c.contains("failure")
-              ? " <span class=\"out\">failed: " + xml_escape(c["failure"].get<std::string>()) + "</span>"
-              : "")
-      << "</li>\n";
+  cases_html(h, report);
   h << "</ul>\n</body></html>\n";
   return h.str();
 }

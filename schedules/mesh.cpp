@@ -126,6 +126,34 @@ void MeshSchedule::read_layout(const Json& layout, const std::string& path,
   }
 }
 
+/// One part of a mesh dimension's placement: an axis name (all of what is left of it) or [axis,
+/// part size], starting at the axis's next stride; none (a problem at `at`) when it does not fit.
+std::optional<MeshSchedule::AxisPart> MeshSchedule::read_axis_part(const Json& e, const std::string& at,
+                                                                   const std::vector<std::string>& names,
+                                                                   const std::vector<int>& sizes,
+                                                                   const std::vector<int>& next_stride,
+                                                                   const std::string& expected,
+                                                                   Problems& problems) {
+  const bool pair = e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_number_integer();
+  const std::string axis_name = e.is_string() ? e.get<std::string>() : pair ? e[0].get<std::string>() : "";
+  const auto axis = std::size_t(std::find(names.begin(), names.end(), axis_name) - names.begin());
+  // A part larger than its axis cannot fit (and must not be narrowed to an int first).
+  if (axis == names.size() ||
+      (pair && (e[1].get<std::int64_t>() < 1 || e[1].get<std::int64_t>() > sizes[axis]))) {
+    problems.add(at, e, expected);
+    return std::nullopt;
+  }
+  AxisPart part{int(axis), next_stride[axis], pair ? int(e[1].get<std::int64_t>()) : sizes[axis]};
+  if (std::int64_t(part.stride) * part.size > sizes[axis] || sizes[axis] % (part.stride * part.size) != 0) {
+    problems.add(at, e,
+                 "a part of axis " + axis_name + " that fits: " + std::to_string(sizes[axis] / part.stride) +
+                     " positions of its " + std::to_string(sizes[axis]) +
+                     " are left, in parts dividing them");
+    return std::nullopt;
+  }
+  return part;
+}
+
 void MeshSchedule::read_axes(const Json& placement, const std::string& path, const Study& study,
                              Problems& problems) {
   std::string expected = "the torus axes this mesh dimension spans, fastest first: \"core\" (the " +
@@ -149,31 +177,12 @@ void MeshSchedule::read_axes(const Json& placement, const std::string& path, con
     std::vector<AxisPart> parts;
     std::int64_t product = 1;
     for (std::size_t i = 0; i < it->size(); ++i) {
-      const Json& e = (*it)[i];
-      const bool pair = e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_number_integer();
-      const std::string axis_name = e.is_string() ? e.get<std::string>()
-                                    : pair        ? e[0].get<std::string>()
-                                                  : "";
-      const int axis =
-          int(std::find(axis_names_.begin(), axis_names_.end(), axis_name) - axis_names_.begin());
-      // A part larger than its axis cannot fit (and must not be narrowed to an int first).
-      if (axis == axes ||
-          (pair && (e[1].get<std::int64_t>() < 1 || e[1].get<std::int64_t>() > axis_sizes_[axis]))) {
-        problems.add(index_path(at, i), e, expected);
-        return;
-      }
-      AxisPart part{axis, next_stride[axis], pair ? int(e[1].get<std::int64_t>()) : axis_sizes_[axis]};
-      if (std::int64_t(part.stride) * part.size > axis_sizes_[axis] ||
-          axis_sizes_[axis] % (part.stride * part.size) != 0) {
-        problems.add(index_path(at, i), e,
-                     "a part of axis " + axis_name + " that fits: " +
-                         std::to_string(axis_sizes_[axis] / part.stride) + " positions of its " +
-                         std::to_string(axis_sizes_[axis]) + " are left, in parts dividing them");
-        return;
-      }
-      next_stride[axis] *= part.size;
-      product *= part.size;
-      parts.push_back(part);
+      const auto part = read_axis_part((*it)[i], index_path(at, i), axis_names_, axis_sizes_, next_stride,
+                                       expected, problems);
+      if (!part) return;
+      next_stride[std::size_t(part->axis)] *= part->size;
+      product *= part->size;
+      parts.push_back(*part);
     }
     if (product != size) {
       problems.add(at, *it,

@@ -10,6 +10,8 @@
 // placement gives them. Weights, optimizer slots and activations are sharded in HBM.
 #pragma once
 
+#include <optional>
+
 #include "schedules/mesh_lowering.hpp"
 #include "schedules/step_builder.hpp"
 
@@ -68,6 +70,11 @@ class MeshSchedule : public Schedule {
     int axis = 0;
     int stride = 1, size = 1;
   };
+  static std::optional<AxisPart> read_axis_part(const Json& e, const std::string& at,
+                                                const std::vector<std::string>& names,
+                                                const std::vector<int>& sizes,
+                                                const std::vector<int>& next_stride,
+                                                const std::string& expected, Problems& problems);
   /// "mesh": [[name, size], ...] or {name: size}; the sizes must multiply to the slice's cores.
   void read_mesh(const Json& mesh, const std::string& path, const Study& study, Problems& problems);
   /// "placement": "auto", the mesh dimensions outermost first, or torus axes per dimension.

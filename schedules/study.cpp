@@ -199,6 +199,37 @@ std::string overlapping_key(const std::vector<StudyAssumption>& listed, const st
   return "";
 }
 
+/// "inferred_from": the ids of the validation cases a value was inferred from.
+std::vector<std::string> read_case_ids(const Json& ids, Fields& f, Problems& problems) {
+  std::vector<std::string> out;
+  const bool strings = ids.is_array() && std::all_of(ids.begin(), ids.end(), [](const Json& id) {
+                         return id.is_string() && !id.get<std::string>().empty();
+                       });
+  if (strings)
+    for (const auto& id : ids) out.push_back(id.get<std::string>());
+  else
+    problems.add(f.path_of("inferred_from"), ids,
+                 "an array of the validation case ids the value was inferred from");
+  return out;
+}
+
+/// An end of an assumption's range must leave the study valid: the study with `key` at `end`
+/// (its assumptions aside) is parsed, and a problem at `path` says why not.
+void check_range_end(const Json& json, const std::string& key, const Json& end, const std::string& path,
+                     const Study& study, const std::filesystem::path& base_dir, Problems& problems) {
+  Json variant = json;
+  variant.erase("assumptions");
+  apply_override(variant, key + "=" + end.dump());
+  try {
+    parse_study(variant, study.file, base_dir);
+  } catch (const ConfigError& e) {
+    const std::string why = e.problems().empty()
+                                ? std::string(e.what())
+                                : e.problems().front().path + ": expected " + e.problems().front().expected;
+    problems.add(path, end, "a value the study is valid with (with it: " + why + ")");
+  }
+}
+
 /// "assumptions": [{"key", "range": [low, high], "source", "inferred_from"?}]: each key a value of
 /// the study, each end of its range of the value's type (numbers around it) and a study that is
 /// valid with it; "inferred_from" lists the validation cases the value was inferred from.
@@ -215,16 +246,7 @@ void parse_assumptions(const Json& list, const Json& json, const std::filesystem
     a.key = f.string("key");
     const Json* range = f.value("range");
     a.source = f.string("source");
-    if (const Json* ids = f.optional("inferred_from")) {
-      const bool strings = ids->is_array() && std::all_of(ids->begin(), ids->end(), [](const Json& id) {
-                             return id.is_string() && !id.get<std::string>().empty();
-                           });
-      if (strings)
-        for (const auto& id : *ids) a.inferred_from.push_back(id.get<std::string>());
-      else
-        problems.add(f.path_of("inferred_from"), *ids,
-                     "an array of the validation case ids the value was inferred from");
-    }
+    if (const Json* ids = f.optional("inferred_from")) a.inferred_from = read_case_ids(*ids, f, problems);
     f.finish();
     const Json* value = a.key.empty() ? nullptr : json_at(json, a.key);
     if (!a.key.empty() && (!value || a.key.rfind("assumptions", 0) == 0)) {
@@ -252,21 +274,10 @@ void parse_assumptions(const Json& list, const Json& json, const std::filesystem
     a.value = *value;
     a.low = (*range)[0];
     a.high = (*range)[1];
-    for (int end = 0; end < 2; ++end) {
-      if ((*range)[end] == *value) continue;  // the study itself, already valid
-      Json variant = json;
-      variant.erase("assumptions");
-      apply_override(variant, a.key + "=" + (*range)[end].dump());
-      try {
-        parse_study(variant, study.file, base_dir);
-      } catch (const ConfigError& e) {
-        const std::string why =
-            e.problems().empty() ? std::string(e.what())
-                                 : e.problems().front().path + ": expected " + e.problems().front().expected;
-        problems.add(index_path(f.path_of("range"), std::size_t(end)), (*range)[end],
-                     "a value the study is valid with (with it: " + why + ")");
-      }
-    }
+    for (int end = 0; end < 2; ++end)
+      if ((*range)[end] != *value)  // the study itself, already valid
+        check_range_end(json, a.key, (*range)[end], index_path(f.path_of("range"), std::size_t(end)), study,
+                        base_dir, problems);
     study.assumptions.push_back(std::move(a));
   }
 }

@@ -84,18 +84,34 @@ class Reducer {
   }
 
   std::string find_clusters() {
-    const int cores = g_.cores(), cpc = planner_.cores_per_chip();
+    const int cores = g_.cores();
     Components c(cores);
     std::vector<bool> active(std::size_t(cores), false);
     std::map<long long, int> link_user;
-    auto occupy = [&](const std::vector<long long>& links, int core) {
-      for (long long l : links) {
-        auto [it, fresh] = link_user.emplace(l, core);
-        if (!fresh) c.join(core, it->second);
-      }
-    };
     links_.resize(std::size_t(g_.size()));
     local_collective_.assign(std::size_t(g_.size()), false);
+    join_transfers(c, active, link_user);
+    for (int id = 0; id < g_.size(); ++id)
+      if (g_.task(id).kind == TaskKind::Collective)
+        for (int m : g_.task(id).members()) active[std::size_t(m)] = true;
+    join_dependencies(c);
+    join_local_collectives(c, active, link_user);
+    return number_clusters(c, active);
+  }
+
+  /// Joins `core`'s cluster to the clusters of whatever already uses one of `links`.
+  static void occupy(Components& c, std::map<long long, int>& link_user, const std::vector<long long>& links,
+                     int core) {
+    for (long long l : links) {
+      auto [it, fresh] = link_user.emplace(l, core);
+      if (!fresh) c.join(core, it->second);
+    }
+  }
+
+  /// Every core that computes or transfers is active; a transfer joins its two cores, and the
+  /// links it crosses join it to whatever else crosses them.
+  void join_transfers(Components& c, std::vector<bool>& active, std::map<long long, int>& link_user) {
+    const int cpc = planner_.cores_per_chip();
     for (int id = 0; id < g_.size(); ++id) {
       const Task& t = g_.task(id);
       if (t.kind == TaskKind::Compute) active[std::size_t(t.core)] = true;
@@ -104,21 +120,21 @@ class Reducer {
       c.join(t.src_core, t.dst_core);
       if (t.src_core == t.dst_core || t.bytes <= 0) continue;
       links_[std::size_t(id)] = flow_links(planner_.topology(), cpc, t.src_core, t.dst_core);
-      occupy(links_[std::size_t(id)], t.src_core);
+      occupy(c, link_user, links_[std::size_t(id)], t.src_core);
     }
-    for (int id = 0; id < g_.size(); ++id)
-      if (g_.task(id).kind == TaskKind::Collective)
-        for (int m : g_.task(id).members()) active[std::size_t(m)] = true;
-    join_dependencies(c);
-    // A collective over every cluster (a data-parallel gradient all-reduce, a mesh family) stays
-    // whole, shared by all; one over some of them joins them (a tensor-parallel stage's partial
-    // sums join the stage's cores) and then belongs to the cluster, its rings' links joining it
-    // to whatever else uses them. The collectives over the fewest clusters join first, round by
-    // round, so that one over every replica is not taken for one over some cores.
+  }
+
+  /// A collective over every cluster (a data-parallel gradient all-reduce, a mesh family) stays
+  /// whole, shared by all; one over some of them joins them (a tensor-parallel stage's partial
+  /// sums join the stage's cores) and then belongs to the cluster, its rings' links joining it
+  /// to whatever else uses them. The collectives over the fewest clusters join first, round by
+  /// round, so that one over every replica is not taken for one over some cores.
+  void join_local_collectives(Components& c, const std::vector<bool>& active,
+                              std::map<long long, int>& link_user) {
     for (bool changed = true; changed;) {
       changed = false;
       std::set<int> parts;
-      for (int core = 0; core < cores; ++core)
+      for (int core = 0; core < g_.cores(); ++core)
         if (active[std::size_t(core)]) parts.insert(c.root(core));
       std::map<int, std::size_t> touching;  // collective -> the clusters it touches
       std::size_t fewest = parts.size();
@@ -136,11 +152,17 @@ class Reducer {
         for (int m : members) c.join(m, members.front());
         local_collective_[std::size_t(id)] = true;
         links_[std::size_t(id)] = ring_links(t);
-        occupy(links_[std::size_t(id)], members.front());
+        occupy(c, link_user, links_[std::size_t(id)], members.front());
         changed = true;
       }
       if (changed) join_dependencies(c);
     }
+  }
+
+  /// The active cores' clusters, numbered (each core's cluster and place in it); why the step
+  /// cannot be reduced, or "".
+  std::string number_clusters(Components& c, const std::vector<bool>& active) {
+    const int cores = g_.cores();
     std::map<int, std::vector<int>> by_root;
     for (int core = 0; core < cores; ++core)
       if (active[std::size_t(core)]) by_root[c.root(core)].push_back(core);
@@ -158,8 +180,8 @@ class Reducer {
         cluster_of_[std::size_t(clusters_[k][j])] = int(k);
         local_[std::size_t(clusters_[k][j])] = int(j);
       }
-    for (int id = 0; id < g_.size();
-         ++id)  // a local collective whose cluster merged with another's stays local
+    // A local collective whose cluster merged with another's stays local.
+    for (int id = 0; id < g_.size(); ++id)
       if (local_collective_[std::size_t(id)]) {
         const auto members = g_.task(id).members();
         for (int m : members)

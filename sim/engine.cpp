@@ -153,38 +153,7 @@ class Runner {
     const bool symmetric = proof.exact;
     result_.symmetric_collectives = symmetric;
     result_.symmetry = symmetric ? "representative rings" : proof.reason;
-    plans_.resize(std::size_t(n));
-    result_.collective_algorithms.assign(std::size_t(n), std::string());
-    for (int id = 0; id < n; ++id) {
-      const Task& t = g.task(id);
-      if (t.kind == TaskKind::Transfer) platform_.add_route(t.src_core, t.dst_core);
-      if (t.kind != TaskKind::Collective) continue;
-      // The groups of a family run together: their rings merge phase by phase.
-      auto groups = t.collective_groups();
-      if (symmetric) {
-        std::vector<std::vector<int>> cluster;
-        for (std::size_t gi : proof.representatives.at(groups)) cluster.push_back(groups[gi]);
-        groups = std::move(cluster);
-      }
-      auto& plan = plans_[std::size_t(id)];
-      for (const auto& group : groups) {
-        const CollectiveAlgorithm& algorithm = planner_.algorithm(t.op, group, t.bytes);
-        add_algorithm_name(result_.collective_algorithms[std::size_t(id)], algorithm.name());
-        auto group_plan =
-            algorithm.plan(platform_.topology(), platform_.cores_per_chip(), t.op, group, t.bytes);
-        if (plan.size() < group_plan.size()) plan.resize(group_plan.size());
-        for (std::size_t p = 0; p < group_plan.size(); ++p) {
-          if (plan[p].name.empty()) plan[p].name = group_plan[p].name;
-          for (auto& ring : group_plan[p].rings) plan[p].rings.push_back(std::move(ring));
-        }
-      }
-      for (auto& phase : plan) {
-        if (symmetric) std::erase_if(phase.rings, [](const PlannedRing& r) { return !r.representative; });
-        for (const auto& ring : phase.rings)
-          for (std::size_t i = 0; i < ring.cores.size(); ++i)
-            platform_.add_route(ring.cores[i], ring.cores[(i + 1) % ring.cores.size()]);
-      }
-    }
+    plan_collectives(proof);
     if (symmetric && !opt.record_flows) play_lone_flows_once();
     platform_.seal();
   }
@@ -265,6 +234,45 @@ class Runner {
       if (shapes.insert({int(crossed.size()) - onchip, onchip}).second) played.push_back(int(i));
     }
     return played;
+  }
+
+  /// Each collective's phases and rings, its groups merged phase by phase (a symmetric step:
+  /// only the representative groups' and rings'), and the routes its flows take.
+  void plan_collectives(const SymmetryProof& proof) {
+    const bool symmetric = proof.exact;
+    const int n = g_.size();
+    plans_.resize(std::size_t(n));
+    result_.collective_algorithms.assign(std::size_t(n), std::string());
+    for (int id = 0; id < n; ++id) {
+      const Task& t = g_.task(id);
+      if (t.kind == TaskKind::Transfer) platform_.add_route(t.src_core, t.dst_core);
+      if (t.kind != TaskKind::Collective) continue;
+      // The groups of a family run together: their rings merge phase by phase.
+      auto groups = t.collective_groups();
+      if (symmetric) {
+        std::vector<std::vector<int>> cluster;
+        for (std::size_t gi : proof.representatives.at(groups)) cluster.push_back(groups[gi]);
+        groups = std::move(cluster);
+      }
+      auto& plan = plans_[std::size_t(id)];
+      for (const auto& group : groups) {
+        const CollectiveAlgorithm& algorithm = planner_.algorithm(t.op, group, t.bytes);
+        add_algorithm_name(result_.collective_algorithms[std::size_t(id)], algorithm.name());
+        auto group_plan =
+            algorithm.plan(platform_.topology(), platform_.cores_per_chip(), t.op, group, t.bytes);
+        if (plan.size() < group_plan.size()) plan.resize(group_plan.size());
+        for (std::size_t p = 0; p < group_plan.size(); ++p) {
+          if (plan[p].name.empty()) plan[p].name = group_plan[p].name;
+          for (auto& ring : group_plan[p].rings) plan[p].rings.push_back(std::move(ring));
+        }
+      }
+      for (auto& phase : plan) {
+        if (symmetric) std::erase_if(phase.rings, [](const PlannedRing& r) { return !r.representative; });
+        for (const auto& ring : phase.rings)
+          for (std::size_t i = 0; i < ring.cores.size(); ++i)
+            platform_.add_route(ring.cores[i], ring.cores[(i + 1) % ring.cores.size()]);
+      }
+    }
   }
 
   /// Adds `name` to a task's "a+b" list of the algorithms its groups ran, once.

@@ -17,69 +17,91 @@
 
 namespace tpusim::workflows {
 
-FitOutcome fit_search(const FitSearch& s, const std::function<Probe(double)>& probe) {
-  FitOutcome out;
-  std::map<double, bool> seen;
-  auto eval = [&](double v) {
-    auto it = seen.find(v);
-    if (it != seen.end()) return it->second;
-    Probe p = probe(v);
-    const bool fits = p.fits && p.error.empty();
-    out.probes.push_back(std::move(p));
-    seen[v] = fits;
-    return fits;
-  };
-  // Values live on the grid min + k * step.
-  auto on_grid = [&](double k) { return s.min + k * s.step; };
-  if (!eval(on_grid(0))) return out;
+namespace {
 
-  double lo = 0, hi = -1;  // grid indices: lo fits; hi does not (or -1: unknown)
-  if (s.max) {
-    const double top = std::floor((*s.max - s.min) / s.step + 1e-9);
-    if (eval(on_grid(top))) {
-      lo = top;
-    } else {
-      hi = top;
+/// The search's probes, each value probed once, on the grid min + k * step.
+class GridSearch {
+ public:
+  GridSearch(const FitSearch& s, const std::function<Probe(double)>& probe) : s_(s), probe_(probe) {}
+
+  double at(double k) const { return s_.min + k * s_.step; }
+
+  bool fits(double v) {
+    if (auto it = seen_.find(v); it != seen_.end()) return it->second;
+    Probe p = probe_(v);
+    const bool ok = p.fits && p.error.empty();
+    out_.probes.push_back(std::move(p));
+    seen_[v] = ok;
+    return ok;
+  }
+
+  /// Grid indices lo (fits) and hi (does not, or -1: none found below the limit): the top of the
+  /// range, or doubling upwards from the start.
+  std::pair<double, double> bracket() {
+    double lo = 0, hi = -1;
+    if (s_.max) {
+      const double top = std::floor((*s_.max - s_.min) / s_.step + 1e-9);
+      (fits(at(top)) ? lo : hi) = top;
+      return {lo, hi};
     }
-  } else {
-    double k = std::max(1.0, std::floor((std::max(s.start, s.min) - s.min) / s.step + 1e-9));
-    while (hi < 0) {
-      if (on_grid(k) > s.limit) break;
-      if (eval(on_grid(k))) {
+    double k = std::max(1.0, std::floor((std::max(s_.start, s_.min) - s_.min) / s_.step + 1e-9));
+    while (hi < 0 && at(k) <= s_.limit) {
+      if (fits(at(k))) {
         lo = k;
         k *= 2;
       } else {
         hi = k;
       }
     }
+    return {lo, hi};
   }
-  while (hi >= 0 && hi - lo > 1) {
-    const double mid = std::floor((lo + hi) / 2);
-    if (eval(on_grid(mid)))
-      lo = mid;
-    else
-      hi = mid;
-  }
-  out.max_fitting = on_grid(lo);
-  // Bisection alone only ever sees fitting values below failing ones; a few check probes on
-  // both sides of the boundary can reveal fitting that is not monotonic.
-  for (int j = 1; j <= 3; ++j) eval(on_grid(std::floor(lo * j / 4.0)));
-  if (hi >= 0) {
-    const double top = s.max ? std::floor((*s.max - s.min) / s.step + 1e-9) : hi * 8;
+
+  /// Bisection alone only ever sees fitting values below failing ones; a few check probes on
+  /// both sides of the boundary can reveal fitting that is not monotonic.
+  void check_around(double lo, double hi) {
+    for (int j = 1; j <= 3; ++j) fits(at(std::floor(lo * j / 4.0)));
+    if (hi < 0) return;
+    const double top = s_.max ? std::floor((*s_.max - s_.min) / s_.step + 1e-9) : hi * 8;
     for (int j = 1; j <= 3; ++j) {
       const double k = std::floor(hi + (top - hi) * j / 3.0);
-      if (k > hi && on_grid(k) <= s.limit) eval(on_grid(k));
+      if (k > hi && at(k) <= s_.limit) fits(at(k));
     }
   }
-  // Monotonic over what was probed: no fitting value above a non-fitting one.
-  bool failed_below = false;
-  for (const auto& [v, fits] : seen) {
-    if (!fits)
-      failed_below = true;
-    else if (failed_below)
-      out.monotonic = false;
+
+  /// Monotonic over what was probed: no fitting value above a non-fitting one.
+  FitOutcome outcome() {
+    bool failed_below = false;
+    for (const auto& [v, ok] : seen_) {
+      if (!ok)
+        failed_below = true;
+      else if (failed_below)
+        out_.monotonic = false;
+    }
+    return std::move(out_);
   }
-  return out;
+
+  FitOutcome& out() { return out_; }
+
+ private:
+  const FitSearch& s_;
+  const std::function<Probe(double)>& probe_;
+  FitOutcome out_;
+  std::map<double, bool> seen_;
+};
+
+}  // namespace
+
+FitOutcome fit_search(const FitSearch& s, const std::function<Probe(double)>& probe) {
+  GridSearch g(s, probe);
+  if (!g.fits(g.at(0))) return g.outcome();
+  auto [lo, hi] = g.bracket();
+  while (hi >= 0 && hi - lo > 1) {
+    const double mid = std::floor((lo + hi) / 2);
+    (g.fits(g.at(mid)) ? lo : hi) = mid;
+  }
+  g.out().max_fitting = g.at(lo);
+  g.check_around(lo, hi);
+  return g.outcome();
 }
 
 std::string value_text(double v) {

@@ -470,24 +470,20 @@ void record_completeness(const PlanOptions& o, const std::vector<Candidate>& all
 
 }  // namespace
 
-PlanOutcome plan_study(const PlanOptions& o) {
+namespace {
+
+void check_plan_options(const PlanOptions& o) {
   if (o.objective != "step_time_s" && o.objective != "examples_per_s")
     throw ConfigError("--objective", "", o.objective, "step_time_s or examples_per_s");
   if (o.top < 1) throw ConfigError("--top", "", std::to_string(o.top), "a number of plans >= 1");
   if (o.jobs < 0) throw ConfigError("-j", "", std::to_string(o.jobs), "a number of simulations at once >= 1");
   check_timeout("--point-timeout", o.point_timeout_s);
-  Json base = read_json_file(o.study);
-  for (const auto& s : o.sets) apply_override(base, s);
-  const Study study = parse_study(base, o.study, fs::path(o.study).parent_path());  // bad input: exit 2
-  const PlanSpace space = o.space.empty() ? PlanSpace{} : read_plan_space(o.space);
-  if (!o.out.empty()) make_output_directory(o.out);  // an unusable --out is said before the search
-  // From here an interrupt still writes what there is; while the inputs were read, SIGINT and
-  // SIGTERM ended the process as usual (a read that blocks could not have seen the request).
-  catch_stop_signals();
+}
 
-  // The model as the study has it, and with flash attention where the model kind has it (each
-  // variant its own study and layer costs).
-  std::vector<ModelVariant> variants = model_variants(base, o.study, study, space);
+/// Every candidate of the space, for the model as the study has it and with flash attention
+/// where the model kind has it (each variant its own study and layer costs).
+std::vector<Candidate> all_candidates(const PlanOptions& o, const std::vector<ModelVariant>& variants,
+                                      const PlanSpace& space) {
   std::vector<Candidate> all;
   for (std::size_t v = 0; v < variants.size(); ++v)
     for (auto& s : plan_candidates(variants[v].study, space)) {
@@ -501,12 +497,14 @@ PlanOutcome plan_study(const PlanOptions& o) {
   if (all.empty())
     throw ConfigError(o.space.empty() ? "plan" : o.space, "", "no candidate",
                       "a space leaving at least one schedule to try for this study");
-  const double usable = study.hardware.core.usable_hbm_bytes();
-  if (!(o.time_limit_s >= 0))
-    throw ConfigError("--time-limit", "", std::to_string(o.time_limit_s), "seconds >= 0 (0: none)");
-  Stopper stop(o.time_limit_s);
+  return all;
+}
+
+/// Each candidate's graph built on its own (-j at a time) and bounded; results stay in
+/// candidate order.
+void bound_all(const PlanOptions& o, std::vector<ModelVariant>& variants, std::vector<Candidate>& all,
+               double usable, Stopper& stop) {
   {
-    // Each candidate's graph is built on its own (-j at a time); results stay in candidate order.
     RunProgress progress("bounding candidates", "candidates");
     std::mutex lock;
     int done = 0;
@@ -526,20 +524,42 @@ PlanOutcome plan_study(const PlanOptions& o) {
             << (bounded < all.size() ? " (" + std::to_string(bounded) + " bounded before the time ran short)"
                                      : "")
             << "\n";
+}
+
+/// --out: plan.json, plan.md, plan.html and (a plan fits) best.json.
+void write_plan_outputs(const PlanOptions& o, const Json& base, const Json& plan) {
+  write_output_file(fs::path(o.out) / "plan.json", plan.dump(2) + "\n");
+  write_output_file(fs::path(o.out) / "plan.md", reports::plan_markdown(plan));
+  write_output_file(fs::path(o.out) / "plan.html", reports::plan_html(plan));
+  if (!plan["best"].is_null())
+    write_output_file(
+        fs::path(o.out) / "best.json",
+        runnable_study(base, o.study, plan["best"], plan["best"]["plan"].get<std::string>()).dump(2) + "\n");
+}
+
+}  // namespace
+
+PlanOutcome plan_study(const PlanOptions& o) {
+  check_plan_options(o);
+  Json base = read_json_file(o.study);
+  for (const auto& s : o.sets) apply_override(base, s);
+  const Study study = parse_study(base, o.study, fs::path(o.study).parent_path());  // bad input: exit 2
+  const PlanSpace space = o.space.empty() ? PlanSpace{} : read_plan_space(o.space);
+  if (!o.out.empty()) make_output_directory(o.out);  // an unusable --out is said before the search
+  // From here an interrupt still writes what there is; while the inputs were read, SIGINT and
+  // SIGTERM ended the process as usual (a read that blocks could not have seen the request).
+  catch_stop_signals();
+
+  std::vector<ModelVariant> variants = model_variants(base, o.study, study, space);
+  std::vector<Candidate> all = all_candidates(o, variants, space);
+  if (!(o.time_limit_s >= 0))
+    throw ConfigError("--time-limit", "", std::to_string(o.time_limit_s), "seconds >= 0 (0: none)");
+  Stopper stop(o.time_limit_s);
+  bound_all(o, variants, all, study.hardware.core.usable_hbm_bytes(), stop);
   search(o, all, stop);
   Json plan = plan_json(o, all);
   record_completeness(o, all, stop, plan);
-
-  if (!o.out.empty()) {
-    write_output_file(fs::path(o.out) / "plan.json", plan.dump(2) + "\n");
-    write_output_file(fs::path(o.out) / "plan.md", reports::plan_markdown(plan));
-    write_output_file(fs::path(o.out) / "plan.html", reports::plan_html(plan));
-    if (!plan["best"].is_null())
-      write_output_file(
-          fs::path(o.out) / "best.json",
-          runnable_study(base, o.study, plan["best"], plan["best"]["plan"].get<std::string>()).dump(2) +
-              "\n");
-  }
+  if (!o.out.empty()) write_plan_outputs(o, base, plan);
   PlanOutcome outcome;
   outcome.stop_reason = plan["complete"].get<bool>() ? std::string() : stop.reason();
   outcome.signal = stop_signal();

@@ -84,6 +84,21 @@ std::vector<std::string> run_notes(const Study& study) {
   return notes;
 }
 
+/// What the step itself adds to the notes: the study's HBM margin, dimensions padded to split.
+std::vector<std::string> step_notes(const Study& study, const BuiltStep& step) {
+  std::vector<std::string> notes;
+  if (study.hbm_margin_bytes > 0)
+    notes.push_back("a margin of " + reports::human_bytes(study.hbm_margin_bytes) +
+                    " of HBM is kept free on every device (hbm_margin): the capacity shown is the usable HBM "
+                    "less it");
+  if (step.details.contains("padded"))
+    for (const auto& [dim, p] : step.details["padded"].items())
+      notes.push_back(dim + " padded from " + std::to_string(p["size"].get<std::int64_t>()) + " to " +
+                      std::to_string(p["padded_to"].get<std::int64_t>()) + " to split it over " +
+                      std::to_string(p["cores"].get<int>()) + " cores (as frameworks pad the embedding)");
+  return notes;
+}
+
 reports::RunInfo run_info(const Study& study, const BuiltStep& step) {
   reports::RunInfo info;
   Json echo = study.json;
@@ -97,17 +112,7 @@ reports::RunInfo run_info(const Study& study, const BuiltStep& step) {
   info.cores_per_chip = study.hardware.chip.cores;
   info.megacore = study.megacore;
   info.notes = run_notes(study);
-  if (study.hbm_margin_bytes > 0)
-    info.notes.push_back(
-        "a margin of " + reports::human_bytes(study.hbm_margin_bytes) +
-        " of HBM is kept free on every device (hbm_margin): the capacity shown is the usable HBM "
-        "less it");
-  if (step.details.contains("padded"))
-    for (const auto& [dim, p] : step.details["padded"].items())
-      info.notes.push_back(dim + " padded from " + std::to_string(p["size"].get<std::int64_t>()) + " to " +
-                           std::to_string(p["padded_to"].get<std::int64_t>()) + " to split it over " +
-                           std::to_string(p["cores"].get<int>()) +
-                           " cores (as frameworks pad the embedding)");
+  for (auto& note : step_notes(study, step)) info.notes.push_back(std::move(note));
   info.model_kind = study.model.kind;
   info.model_name = study.model.name;
   info.params = study.model.params();

@@ -107,6 +107,38 @@ std::vector<std::string> ValidationCase::baseline_command() const {
 
 std::string ValidationCase::compared() const { return baseline_sets ? quantity + "/baseline" : quantity; }
 
+namespace {
+
+/// A case's "measured": value, unit (the quantity's) and source.
+void parse_measured(const Json& m, ValidationCase& c, Problems& problems) {
+  Fields mf(m, "measured", problems);
+  if (!mf.ok()) return;
+  c.measured = mf.positive("value");
+  c.unit = mf.string("unit");
+  if (problems.empty()) check_unit(c, mf.path_of("unit"), problems);
+  c.source = mf.string("source");
+  mf.finish();
+}
+
+/// A case's "tolerance": relative, and an absolute one (or a fit's grid steps), and its source.
+void parse_tolerance(const Json& t, ValidationCase& c, Problems& problems) {
+  Fields tf(t, "tolerance", problems);
+  if (!tf.ok()) return;
+  c.tolerance = tf.number("relative", 1e-6, 10);
+  if (tf.has("absolute")) c.tolerance_absolute = tf.number("absolute", 0, 1e300);
+  if (tf.has("grid_steps")) {
+    const double steps = tf.number("grid_steps", 0, 1e6);
+    if (!c.fit)
+      problems.add(tf.path_of("grid_steps"), Json(steps), "no grid_steps: only a fit case searches a grid");
+    else
+      c.tolerance_absolute = steps * c.fit->step;
+  }
+  c.tolerance_source = tf.string("source");
+  tf.finish();
+}
+
+}  // namespace
+
 ValidationCase parse_validation_case(const Json& json, const fs::path& file, Problems& problems) {
   ValidationCase c;
   c.file = file.string();
@@ -143,33 +175,8 @@ ValidationCase parse_validation_case(const Json& json, const fs::path& file, Pro
                  c.quantity == "max_fitting"
                      ? "{\"maximize\", \"min\", \"max\", \"step\"} for quantity max_fitting"
                      : "no fit: only quantity max_fitting searches");
-  if (const Json* m = f.value("measured")) {
-    Fields mf(*m, "measured", problems);
-    if (mf.ok()) {
-      c.measured = mf.positive("value");
-      c.unit = mf.string("unit");
-      if (problems.empty()) check_unit(c, mf.path_of("unit"), problems);
-      c.source = mf.string("source");
-      mf.finish();
-    }
-  }
-  if (const Json* t = f.value("tolerance")) {
-    Fields tf(*t, "tolerance", problems);
-    if (tf.ok()) {
-      c.tolerance = tf.number("relative", 1e-6, 10);
-      if (tf.has("absolute")) c.tolerance_absolute = tf.number("absolute", 0, 1e300);
-      if (tf.has("grid_steps")) {
-        const double steps = tf.number("grid_steps", 0, 1e6);
-        if (!c.fit)
-          problems.add(tf.path_of("grid_steps"), Json(steps),
-                       "no grid_steps: only a fit case searches a grid");
-        else
-          c.tolerance_absolute = steps * c.fit->step;
-      }
-      c.tolerance_source = tf.string("source");
-      tf.finish();
-    }
-  }
+  if (const Json* m = f.value("measured")) parse_measured(*m, c, problems);
+  if (const Json* t = f.value("tolerance")) parse_tolerance(*t, c, problems);
   f.finish();
   return c;
 }
@@ -264,62 +271,72 @@ Json validation_record(const ValidationCase& c, std::optional<double> predicted,
   return r;
 }
 
-Json validation_summary(const Json& cases) {
-  struct Acc {
-    double sum = 0, worst = 0;
-    std::size_t n = 0, within = 0, missing = 0, verdicts = 0;
-    std::string worst_id;
-    std::size_t cases() const { return n + missing + verdicts; }
-  };
-  std::map<std::string, Acc> by;
-  auto add = [](Acc& a, const Json& c) {
-    a.within += c["within"].get<bool>() ? 1 : 0;
-    if (c["quantity"] == "fits") {  // a verdict, right or wrong: counted, not in the mean error
-      ++a.verdicts;
+namespace {
+
+/// Cases within tolerance, and the mean and worst |error| of those with a prediction (a verdict,
+/// "fits", is counted within or not and left out of the errors).
+struct ErrorTally {
+  double sum = 0, worst = 0;
+  std::size_t n = 0, within = 0, missing = 0, verdicts = 0;
+  std::string worst_id;
+
+  std::size_t cases() const { return n + missing + verdicts; }
+
+  void add(const Json& c) {
+    within += c["within"].get<bool>() ? 1 : 0;
+    if (c["quantity"] == "fits") {
+      ++verdicts;
       return;
     }
     if (c["error"].is_null()) {
-      ++a.missing;
+      ++missing;
       return;
     }
     const double e = std::fabs(c["error"].get<double>());
-    a.sum += e;
-    ++a.n;
-    if (e >= a.worst) {
-      a.worst = e;
-      a.worst_id = c["id"].get<std::string>();
-    }
-  };
-  Acc predicted;                                       // the cases no study value was inferred from
-  std::map<std::string, std::array<Acc, 2>> hardware;  // per generation: all, predictions proper
-  for (const auto& c : cases) {
-    add(by[c["quantity"].get<std::string>()], c);
-    add(by[""], c);
-    if (!c.value("in_sample", false)) add(predicted, c);
-    if (c.contains("hardware")) {
-      auto& h = hardware[c["hardware"].get<std::string>()];
-      add(h[0], c);
-      if (!c.value("in_sample", false)) add(h[1], c);
+    sum += e;
+    ++n;
+    if (e >= worst) {
+      worst = e;
+      worst_id = c["id"].get<std::string>();
     }
   }
-  auto row = [](const Acc& a, std::size_t total) {
+
+  Json row(std::size_t total) const {
     return Json{{"cases", total},
-                {"within", a.within},
-                {"no_prediction", a.missing},
-                {"mean_abs_error", a.n ? Json(a.sum / double(a.n)) : Json(nullptr)},
-                {"worst_abs_error", a.n ? Json(a.worst) : Json(nullptr)},
-                {"worst_case", a.n ? Json(a.worst_id) : Json(nullptr)}};
-  };
+                {"within", within},
+                {"no_prediction", missing},
+                {"mean_abs_error", n ? Json(sum / double(n)) : Json(nullptr)},
+                {"worst_abs_error", n ? Json(worst) : Json(nullptr)},
+                {"worst_case", n ? Json(worst_id) : Json(nullptr)}};
+  }
+};
+
+}  // namespace
+
+Json validation_summary(const Json& cases) {
+  std::map<std::string, ErrorTally> by;
+  ErrorTally predicted;                                       // the cases no study value was inferred from
+  std::map<std::string, std::array<ErrorTally, 2>> hardware;  // per generation: all, predictions proper
+  for (const auto& c : cases) {
+    by[c["quantity"].get<std::string>()].add(c);
+    by[""].add(c);
+    if (!c.value("in_sample", false)) predicted.add(c);
+    if (c.contains("hardware")) {
+      auto& h = hardware[c["hardware"].get<std::string>()];
+      h[0].add(c);
+      if (!c.value("in_sample", false)) h[1].add(c);
+    }
+  }
   Json per = Json::object();
   for (const auto& [q, a] : by)
-    if (!q.empty()) per[q] = row(a, a.cases());
-  Json all = row(by[""], cases.size());
+    if (!q.empty()) per[q] = a.row(a.cases());
+  Json all = by[""].row(cases.size());
   all["per_quantity"] = per;
-  all["predicted"] = row(predicted, predicted.cases());
+  all["predicted"] = predicted.row(predicted.cases());
   Json per_hardware = Json::object();
   for (const auto& [name, h] : hardware) {
-    per_hardware[name] = row(h[0], h[0].cases());
-    per_hardware[name]["predicted"] = row(h[1], h[1].cases());
+    per_hardware[name] = h[0].row(h[0].cases());
+    per_hardware[name]["predicted"] = h[1].row(h[1].cases());
   }
   all["per_hardware"] = per_hardware;
   return all;
@@ -424,19 +441,18 @@ Json run_case(const ValidationCase& c) {
   }
 }
 
-/// How much each case's prediction moves when each assumed figure of its hardware moves up by
-/// 10 % (a flag: turned over): every (case, figure) pair runs in a child with a changed copy of
-/// the hardware the case runs on (its in-place overrides included).
-void add_sensitivity(const std::vector<ValidationCase>& cases, const std::vector<Study>& studies,
-                     const Json& assumptions, std::vector<Json>& records, int jobs) {
-  const fs::path dir = fs::temp_directory_path() / ("tpusim-sensitivity-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  struct Run {
-    std::size_t c;
-    std::string figure;
-    std::string hardware_file;
-  };
-  std::vector<Run> runs;
+/// One case run with one assumption moved: an assumed hardware figure up by 10 % (its changed
+/// hardware file), or a study's own assumption at an end of its range ("key=value").
+struct SensitivityRun {
+  std::size_t c;
+  std::string figure;
+  std::string hardware_file;
+};
+
+std::vector<SensitivityRun> sensitivity_runs(const std::vector<ValidationCase>& cases,
+                                             const std::vector<Study>& studies, const Json& assumptions,
+                                             const fs::path& dir) {
+  std::vector<SensitivityRun> runs;
   std::map<std::string, std::string> files;  // a changed hardware file's text -> its path
   for (std::size_t a = 0; a < assumptions.size(); ++a) {
     if (!assumptions[a].contains("hardware")) continue;
@@ -451,14 +467,24 @@ void add_sensitivity(const std::vector<ValidationCase>& cases, const std::vector
         write_output_file(file, text, "--sensitivity");
         files[text] = file.string();
       }
-      runs.push_back(Run{c, figure, files[text]});
+      runs.push_back(SensitivityRun{c, figure, files[text]});
     }
   }
-  // A study's own assumption moves to each end of its range: "key=value" is its entry.
   for (std::size_t c = 0; c < cases.size(); ++c)
     for (const auto& a : studies[c].assumptions)
       for (const Json* end : {&a.low, &a.high})
-        if (*end != a.value) runs.push_back(Run{c, a.key + "=" + end->dump(), ""});
+        if (*end != a.value) runs.push_back(SensitivityRun{c, a.key + "=" + end->dump(), ""});
+  return runs;
+}
+
+/// How much each case's prediction moves when each assumed figure of its hardware moves up by
+/// 10 % (a flag: turned over): every (case, figure) pair runs in a child with a changed copy of
+/// the hardware the case runs on (its in-place overrides included).
+void add_sensitivity(const std::vector<ValidationCase>& cases, const std::vector<Study>& studies,
+                     const Json& assumptions, std::vector<Json>& records, int jobs) {
+  const fs::path dir = fs::temp_directory_path() / ("tpusim-sensitivity-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::vector<SensitivityRun> runs = sensitivity_runs(cases, studies, assumptions, dir);
   std::vector<std::optional<double>> moved(runs.size());
   parallel_for(runs.size(), jobs, [&](std::size_t i) {
     ValidationCase c = cases[runs[i].c];
@@ -476,6 +502,27 @@ void add_sensitivity(const std::vector<ValidationCase>& cases, const std::vector
     else
       r["sensitivity"][runs[i].figure] = *moved[i] / r["predicted"].get<double>() - 1.0;
   }
+}
+
+/// A case's interval from its prediction at each end of each range (records get "interval",
+/// "inside", "relative_width" and "interval_assumptions").
+void record_interval(Json& r, const std::vector<AssumedRange>& ranges,
+                     const std::vector<std::array<std::optional<double>, 2>>& ends) {
+  if (r["predicted"].is_null()) return;
+  const double p = r["predicted"].get<double>();
+  const auto iv = interval_of(p, ends);
+  r["interval"] = Json::array({iv[0], iv[1]});
+  r["inside"] = iv[0] <= r["measured"].get<double>() && r["measured"].get<double>() <= iv[1];
+  r["relative_width"] = p != 0 ? (iv[1] - iv[0]) / std::fabs(p) : 0.0;
+  Json list = Json::array();
+  for (std::size_t k = 0; k < ranges.size(); ++k) {
+    Json a{{"name", ranges[k].name}, {"range", Json::array({ranges[k].low, ranges[k].high})}};
+    for (int e = 0; e < 2; ++e)
+      a[e == 0 ? "at_low" : "at_high"] =
+          ends[k][std::size_t(e)] ? Json(*ends[k][std::size_t(e)]) : Json(nullptr);
+    list.push_back(std::move(a));
+  }
+  r["interval_assumptions"] = list;
 }
 
 /// --intervals: each case run with each ranged assumption of its study at each end of its range;
@@ -524,24 +571,7 @@ void add_intervals(const std::vector<ValidationCase>& cases, const std::vector<S
   for (std::size_t c = 0; c < cases.size(); ++c) ends[c].resize(ranges[c].size());
   for (std::size_t i = 0; i < runs.size(); ++i)
     ends[runs[i].c][runs[i].range][std::size_t(runs[i].end)] = values[i];
-  for (std::size_t c = 0; c < cases.size(); ++c) {
-    Json& r = records[c];
-    if (r["predicted"].is_null()) continue;
-    const double p = r["predicted"].get<double>();
-    const auto iv = interval_of(p, ends[c]);
-    r["interval"] = Json::array({iv[0], iv[1]});
-    r["inside"] = iv[0] <= r["measured"].get<double>() && r["measured"].get<double>() <= iv[1];
-    r["relative_width"] = p != 0 ? (iv[1] - iv[0]) / std::fabs(p) : 0.0;
-    Json list = Json::array();
-    for (std::size_t k = 0; k < ranges[c].size(); ++k) {
-      Json a{{"name", ranges[c][k].name}, {"range", Json::array({ranges[c][k].low, ranges[c][k].high})}};
-      for (int e = 0; e < 2; ++e)
-        a[e == 0 ? "at_low" : "at_high"] =
-            ends[c][k][std::size_t(e)] ? Json(*ends[c][k][std::size_t(e)]) : Json(nullptr);
-      list.push_back(std::move(a));
-    }
-    r["interval_assumptions"] = list;
-  }
+  for (std::size_t c = 0; c < cases.size(); ++c) record_interval(records[c], ranges[c], ends[c]);
   for (std::size_t i = 0; i < runs.size(); ++i)
     if (!failures[i].empty())
       records[runs[i].c]["interval_failures"].push_back(ranges[runs[i].c][runs[i].range].name + " at " +
@@ -663,6 +693,45 @@ void record_predictions(const fs::path& dir, const Json& cases) {
 
 }  // namespace
 
+namespace {
+
+/// Every case's record, `jobs` at a time, in case order; progress on stderr.
+std::vector<Json> run_cases(const std::vector<ValidationCase>& cases, int jobs) {
+  std::vector<Json> records(cases.size());
+  std::mutex lock;
+  std::size_t done = 0;
+  parallel_for(cases.size(), jobs, [&](std::size_t i) {
+    records[i] = run_case(cases[i]);
+    std::lock_guard<std::mutex> guard(lock);
+    ++done;
+    std::fprintf(stderr, "[%zu/%zu] %s\n", done, cases.size(), cases[i].id.c_str());
+  });
+  return records;
+}
+
+void write_validation_outputs(const std::string& out, const Json& report) {
+  make_output_directory(out);
+  write_output_file(fs::path(out) / "validation.json", report.dump(2) + "\n");
+  write_output_file(fs::path(out) / "validation.md", reports::validation_markdown(report));
+  write_output_file(fs::path(out) / "validation.html", reports::validation_html(report));
+}
+
+/// Whether the run passed: every case within its tolerance or, with --check (a regression
+/// check), every prediction as recorded (1e-9 relative), within its tolerance or not; a
+/// prediction that moved must be explained and recorded with the change.
+ValidationOutcome outcome_of(const ValidateOptions& o, Json report) {
+  ValidationOutcome outcome;
+  outcome.passed = true;
+  for (const auto& c : report["cases"]) {
+    outcome.passed = outcome.passed && (o.check ? c.value("unmoved", false) : c["within"].get<bool>());
+    if (o.check && !c.value("unmoved", false)) outcome.moved.push_back(c["id"].get<std::string>());
+  }
+  outcome.report = std::move(report);
+  return outcome;
+}
+
+}  // namespace
+
 ValidationOutcome validate_cases(const ValidateOptions& o) {
   const fs::path dir = o.dir.empty() ? config_dir() / "validation" : fs::path(o.dir);
   if ((o.check || o.record) && !o.hardware_overrides.empty())
@@ -678,16 +747,8 @@ ValidationOutcome validate_cases(const ValidateOptions& o) {
   std::vector<Study> studies;
   for (const auto& c : cases) studies.push_back(case_study(c));
 
-  std::vector<Json> records(cases.size());
-  std::mutex lock;
-  std::size_t done = 0;
   const int jobs = job_count(o.jobs);
-  parallel_for(cases.size(), jobs, [&](std::size_t i) {
-    records[i] = run_case(cases[i]);
-    std::lock_guard<std::mutex> guard(lock);
-    ++done;
-    std::fprintf(stderr, "[%zu/%zu] %s\n", done, cases.size(), cases[i].id.c_str());
-  });
+  std::vector<Json> records = run_cases(cases, jobs);
 
   for (std::size_t i = 0; i < cases.size(); ++i) {
     mark_in_sample(cases[i], studies[i], records[i]);
@@ -706,23 +767,9 @@ ValidationOutcome validate_cases(const ValidateOptions& o) {
     report["intervals"] = interval_summary(all);
     report["intervals"]["method"] = kIntervalMethod;
   }
-  if (!o.out.empty()) {
-    make_output_directory(o.out);
-    write_output_file(fs::path(o.out) / "validation.json", report.dump(2) + "\n");
-    write_output_file(fs::path(o.out) / "validation.md", reports::validation_markdown(report));
-    write_output_file(fs::path(o.out) / "validation.html", reports::validation_html(report));
-  }
+  if (!o.out.empty()) write_validation_outputs(o.out, report);
   if (o.record) record_predictions(dir, report["cases"]);
-  // --check is a regression check: every prediction as recorded (1e-9 relative), within its
-  // tolerance or not; a prediction that moved must be explained and recorded with the change.
-  ValidationOutcome outcome;
-  outcome.passed = true;
-  for (const auto& c : report["cases"]) {
-    outcome.passed = outcome.passed && (o.check ? c.value("unmoved", false) : c["within"].get<bool>());
-    if (o.check && !c.value("unmoved", false)) outcome.moved.push_back(c["id"].get<std::string>());
-  }
-  outcome.report = std::move(report);
-  return outcome;
+  return outcome_of(o, std::move(report));
 }
 
 }  // namespace tpusim::workflows
