@@ -48,6 +48,24 @@ DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
                  "a multiple of the " + std::to_string(replicas_) + " replicas (cores) on slice " +
                      study.slice.name + " (data parallelism splits the batch evenly)");
   }
+  read_accumulation(f, study, problems);
+}
+
+void DataParallel::read_accumulation(Fields& f, const Study& study, Problems& problems) {
+  accumulation_steps_ = int(f.integer_or("accumulation_steps", 1, 1, 1 << 20));
+  if (!problems.empty() || accumulation_steps_ == 1) return;
+  const std::int64_t local = study.batch / replicas_;
+  if (local % accumulation_steps_ != 0)
+    problems.add(f.path_of("accumulation_steps"), Json(accumulation_steps_),
+                 "a divisor of the " + std::to_string(local) +
+                     " examples each replica takes per step (its micro-batches are equal)");
+  else if (fully_sharded_)
+    problems.add(f.path_of("accumulation_steps"), Json(accumulation_steps_),
+                 "1 with weight_update \"fully_sharded\" (gathering the weights per micro-batch is not "
+                 "modelled yet)");
+  else if (batch_norm_group_ > 1)
+    problems.add(f.path_of("accumulation_steps"), Json(accumulation_steps_),
+                 "1 with batch_norm_group > 1 (cross-replica statistics per micro-batch are not modelled)");
 }
 
 std::vector<CoreInput> DataParallel::input(const Study& study) const {
@@ -67,6 +85,7 @@ Json DataParallel::resolved() const {
          {"batch_norm_group", batch_norm_group_},
          {"remat", remat_json(remat_)}};
   if (fully_sharded_) j["gathered_weight_dtype"] = gathered_weight_bytes_ == 2.0 ? "bf16" : "fp32";
+  if (accumulation_steps_ > 1) j["accumulation_steps"] = accumulation_steps_;
   return j;
 }
 
@@ -88,6 +107,9 @@ class DataParallelPlayer {
     /// own piece in place; bf16: the copy the matmuls read, converted on the shard before the
     /// gather, held whole).
     double gathered_weight_bytes = 4;
+    /// Gradient accumulation: each replica's batch run as this many micro-batches, one after
+    /// another, their gradients summed before the step's reduction.
+    int accumulation_steps = 1;
   };
 
   DataParallelPlayer(const Study& study, FunctionalRuntime* functional, Settings settings,
@@ -188,27 +210,33 @@ class DataParallelPlayer {
 
   /// The per-core forward and backward chains, layer by layer over the cores. With remat a
   /// layer's forward keeps only its input, and its forward runs again just before its backward.
+  /// With gradient accumulation, each micro-batch's forward and backward in turn: the gradients
+  /// allocated by the first backward, summed by the others; the reductions wait for the last.
   void forward_and_backward() {
     bwd_.assign(std::size_t(s_.cores), std::vector<int>(std::size_t(layers_)));
     std::vector<int> prev(std::size_t(s_.cores), -1);
-    auto examples = [&](int c) { return Labels{-1, -1, c * local_batch_}; };
+    const std::int64_t micro = local_batch_ / s_.accumulation_steps;
+    for (int a = 0; a < s_.accumulation_steps; ++a) micro_batch_pass(prev, a, micro);
+    last_bwd_ = prev;
+  }
+
+  void micro_batch_pass(std::vector<int>& prev, int a, std::int64_t micro) {
+    auto examples = [&](int c) { return Labels{-1, -1, c * local_batch_ + a * micro}; };
     const Keep keep = s_.remat;
     for (int l = 0; l < layers_; ++l) {
       for (int c = 0; c < s_.cores; ++c)
-        prev[std::size_t(c)] =
-            b_.forward(c, {l, l + 1}, local_batch_, prev[std::size_t(c)], keep, examples(c));
+        prev[std::size_t(c)] = b_.forward(c, {l, l + 1}, micro, prev[std::size_t(c)], keep, examples(c));
       prev = bn_allreduces(l, prev, "batch_norm_statistics");
     }
     for (int l = layers_ - 1; l >= 0; --l) {
       for (int c = 0; c < s_.cores; ++c) {
         int& p = prev[std::size_t(c)];
-        if (keep != Keep::All) p = b_.recompute(c, {l, l + 1}, local_batch_, p, examples(c), keep);
+        if (keep != Keep::All) p = b_.recompute(c, {l, l + 1}, micro, p, examples(c), keep);
         bwd_[c][l] = p =
-            b_.backward(c, {l, l + 1}, local_batch_, p, keep, /*allocate_gradients=*/true, examples(c));
+            b_.backward(c, {l, l + 1}, micro, p, keep, /*allocate_gradients=*/a == 0, examples(c));
       }
       prev = bn_allreduces(l, prev, "batch_norm_gradient_statistics");
     }
-    last_bwd_ = prev;
   }
 
   /// Fully sharded (ZeRO-3, FSDP): each core holds 1/N of every layer's weights, gradients and
@@ -387,7 +415,7 @@ class DataParallelPlayer {
 BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional) const {
   DataParallelPlayer player(study, functional,
                             {replicas_, sharded_, gradient_wire_bytes_, bucket_bytes_, batch_norm_group_,
-                             remat_, fully_sharded_, gathered_weight_bytes_},
+                             remat_, fully_sharded_, gathered_weight_bytes_, accumulation_steps_},
                             layer_batch(study));
   return player.play();
 }

@@ -43,6 +43,8 @@ class DataParallel : public Schedule {
   /// weight_update "fully_sharded" (ZeRO-3, FSDP): weights too 1/N per core, gathered per layer
   bool fully_sharded_ = false;
   double gathered_weight_bytes_ = 4;  ///< fully sharded: bytes per gathered weight element
+  int accumulation_steps_ = 1;        ///< micro-batches per replica whose gradients are summed
+  void read_accumulation(Fields& f, const Study& study, Problems& problems);
 };
 
 }  // namespace tpusim

@@ -93,6 +93,7 @@ Pipeline::Pipeline(Order order, Fields& f, const Study& study, Problems& problem
   remat_ = read_remat(f, Keep::Input);
   replicas_ = int(f.integer_or("replicas", 1, 1, 1 << 20));
   tensor_ = int(f.integer_or("tensor_parallel", 1, 1, 4096));
+  sharded_ = f.string_or("weight_update", "replicated", {"replicated", "sharded"}) == "sharded";
   if (!problems.empty()) return;
   if (stages_ > layers) {
     problems.add(f.path_of("stages"), Json(stages_),
@@ -249,6 +250,7 @@ Json Pipeline::resolved() const {
          {"microbatches", microbatches_},
          {"remat", remat_json(remat_)},
          {"replicas", replicas_}};
+  if (sharded_) j["weight_update"] = "sharded";
   j["partition"] = !partition_.empty() ? Json(partition_) : Json(memory_aware_ ? "memory_aware" : "balanced");
   j["placement"] = !placement_.empty() ? Json(placement_) : Json(by_stage_ ? "by_stage" : "auto");
   if (tensor_ > 1) {
@@ -289,8 +291,8 @@ double Pipeline::stage_peak_bytes(StepBuilder& builder, const Study& study, Laye
                                   int stage) const {
   const std::int64_t b = layer_batch(study);
   const LayerCost c = builder.cost(range, b);
-  double held =
-      builder.resident_bytes(range, 1.0);  // weights and optimizer slots, all step, this core's share
+  // Weights and optimizer slots, all step, this core's share (sharded: 1/R of the slots).
+  double held = builder.resident_bytes(range, sharded_ ? 1.0 / replicas_ : 1.0);
   const double kept = c.kept_bytes(remat_);
   double forward_transient = c.workspace_bytes;
   if (remat_ != Keep::All)
@@ -403,8 +405,8 @@ class PipelinePlayer {
   /// `built`: how many replicas' tasks to build (the first ones; every replica's by default); the
   /// cross-replica all-reduces span every replica whatever it is.
   PipelinePlayer(const Study& study, StepBuilder& builder, Pipeline::Order order, int M, Keep remat,
-                 std::vector<LayerRange> ranges, std::vector<std::vector<std::vector<int>>> cores,
-                 int built = -1)
+                 bool sharded, std::vector<LayerRange> ranges,
+                 std::vector<std::vector<std::vector<int>>> cores, int built = -1)
       : study_(study),
         builder_(builder),
         order_(order),
@@ -413,6 +415,7 @@ class PipelinePlayer {
         R_(int(cores.size())),
         built_(built < 0 ? int(cores.size()) : built),
         remat_(remat),
+        sharded_(sharded && cores.size() > 1),
         b_(study.batch / (std::int64_t(cores.size()) * M)),
         ranges_(std::move(ranges)),
         cores_(std::move(cores)),
@@ -471,7 +474,7 @@ class PipelinePlayer {
  private:
   void stage_compute(int r, int s) {
     const Keep keep = remat_;
-    for (int core : cores_[r][s]) builder_.resident_weights(core, ranges_[s], 1.0);
+    for (int core : cores_[r][s]) builder_.resident_weights(core, ranges_[s], sharded_ ? 1.0 / R_ : 1.0);
     bool first_backward = true;
     const auto program = stage_program(order_, s, K_, M_, remat_ != Keep::All);
     std::vector<GroupTask*> items;
@@ -517,6 +520,7 @@ class PipelinePlayer {
   }
 
   void update_shard(int s, int t, const std::vector<std::vector<int>>& after) {
+    if (sharded_) return sharded_update(s, t, after);
     auto& g = builder_.graph();
     const bool split = cores_[0][s].size() > 1;
     int allreduce = -1;
@@ -533,6 +537,42 @@ class PipelinePlayer {
     for (int r = 0; r < built_; ++r) {
       const int upd = builder_.update(cores_[r][s][t], ranges_[s], 1.0, Labels{s, -1});
       g.depend(allreduce >= 0 ? allreduce : after[r][t], upd);
+    }
+  }
+
+  /// Weight-update sharding across the replicas: the stage's gradients reduce-scattered over
+  /// the replicas (each keeps its piece; the optimizer's per-layer norms all-reduced when it has
+  /// any), each replica updates its piece, and the updated pieces are all-gathered.
+  void sharded_update(int s, int t, const std::vector<std::vector<int>>& after) {
+    auto& g = builder_.graph();
+    const std::string name =
+        "stage " + std::to_string(s) + (cores_[0][s].size() > 1 ? " shard " + std::to_string(t) : "");
+    std::vector<int> group;
+    for (int r = 0; r < R_; ++r) group.push_back(cores_[r][s][t]);
+    const double gradients = builder_.gradient_bytes(ranges_[s]), params = gradients / kWeightBytes;
+    const double fraction = params > 0 ? std::ceil(params / R_) / params : 1.0;
+    int ready = builder_.collective(sim::CollectiveOp::ReduceScatter, "gradient_reduce_scatter",
+                                    "reduce-scatter " + name, group, gradients, ranges_[s]);
+    g.task(ready).stage = s;
+    for (int r = 0; r < built_; ++r) {
+      g.depend(after[r][t], ready);
+      g.task(ready).memory.push_back({group[std::size_t(r)], sim::MemoryCategory::Gradients,
+                                      -gradients * (1.0 - fraction), sim::MemoryEffect::When::End});
+    }
+    if (const double norms = study_.optimizer.rule->layer_statistics_bytes(); norms > 0) {
+      const std::string phase = study_.optimizer.rule->layer_statistics_phase();
+      const int id = builder_.collective(sim::CollectiveOp::AllReduce, phase, phase + " " + name, group,
+                                         norms * ranges_[s].size(), ranges_[s]);
+      g.depend(ready, id);
+      ready = id;
+    }
+    const int gather = builder_.collective(sim::CollectiveOp::AllGather, "weight_allgather",
+                                           "all-gather weights " + name, group, gradients, ranges_[s]);
+    g.task(gather).stage = s;
+    for (int r = 0; r < built_; ++r) {
+      const int upd = builder_.update(group[std::size_t(r)], ranges_[s], fraction, Labels{s, -1}, r, R_);
+      g.depend(ready, upd);
+      g.depend(upd, gather);
     }
   }
 
@@ -561,6 +601,7 @@ class PipelinePlayer {
   Pipeline::Order order_;
   int K_, M_, R_, built_;
   Keep remat_;
+  bool sharded_;
   std::int64_t b_;
   std::vector<LayerRange> ranges_;
   std::vector<std::vector<std::vector<int>>> cores_;
@@ -580,7 +621,7 @@ BuiltStep Pipeline::build(const Study& study, FunctionalRuntime* functional) con
     ranges.push_back({first, first + cut.sizes[s]});
   StepBuilder builder(study, study.cores(), functional);
   split(builder);
-  PipelinePlayer player(study, builder, order_, M, remat_, ranges, groups(study));
+  PipelinePlayer player(study, builder, order_, M, remat_, sharded_, ranges, groups(study));
   player.compute();
   player.link();
   const Json stages = player.reduce_and_update();
@@ -609,7 +650,7 @@ BuiltStep Pipeline::representative_step(const Study& study) const {
     ranges.push_back({first, first + cut.sizes[std::size_t(s)]});
   StepBuilder builder(study, study.cores(), nullptr);
   split(builder);
-  PipelinePlayer player(study, builder, order_, microbatches_, remat_, ranges, groups(study), 1);
+  PipelinePlayer player(study, builder, order_, microbatches_, remat_, sharded_, ranges, groups(study), 1);
   player.compute();
   player.link();
   player.reduce_and_update();

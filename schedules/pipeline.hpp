@@ -65,6 +65,9 @@ class Pipeline : public Schedule {
   int microbatches_ = 1;
   int replicas_ = 1;
   Keep remat_ = Keep::Input;
+  /// "weight_update": "sharded": each stage's optimizer slots and update split over its replicas
+  /// (gradients reduce-scattered, updated pieces all-gathered), as ZeRO-1 / MLPerf's sharding.
+  bool sharded_ = false;
   std::vector<int> partition_;  ///< explicit, or empty for "balanced"/"memory_aware"
   bool memory_aware_ = false;
   std::vector<std::vector<int>> placement_;  ///< explicit, or empty for "auto" or "by_stage"

@@ -74,8 +74,17 @@ TEST_CASE("plan proposes every pipeline shape that divides the slice and the bat
   CHECK(three == 3 * 2 * 3 * 3);
   // M up to 64/R: 7, 6, 5 powers of two for R = 1, 2, 4. K = 2: T = 1 with R in {1, 2, 4}, T = 2
   // with R in {1, 2}, T = 4 with R = 1; K = 4: T = 1 with R in {1, 2}, T = 2 with R = 1; K = 8:
-  // T = 1, R = 1. Remat true, false and save_dots, two kinds.
-  CHECK(pipelines == 2 * 3 * ((7 + 6 + 5) + (7 + 6) + 7 + (7 + 6) + 7 + 7));
+  // T = 1, R = 1. Remat true, false and save_dots, two kinds; with replicas (R > 1) the update
+  // replicated or sharded over them.
+  CHECK(pipelines == 2 * 3 * ((7 + 2 * 6 + 2 * 5) + (7 + 2 * 6) + 7 + (7 + 2 * 6) + 7 + 7));
+  int sharded = 0;
+  for (const auto& c : all)
+    if (c["kind"] != "data_parallel" && c["kind"] != "mesh" && c.value("weight_update", "") == "sharded") {
+      ++sharded;
+      CHECK(c["replicas"].get<int>() > 1);
+      CHECK(plan_label(c).find(" sharded") != std::string::npos);
+    }
+  CHECK(sharded == 2 * 3 * ((6 + 5) + 6 + 6));
 }
 
 TEST_CASE("a plan space file narrows the search; bad ones name the path", "[plan]") {

@@ -121,16 +121,23 @@ void pipeline_shapes(const Study& study, const PlanSpace& space, const std::stri
       // With one replica every placement is auto's: one candidate, whichever the space lists.
       std::vector<std::string> placements = space.placement.value_or(std::vector<std::string>{"auto"});
       if (r == 1) placements = {"auto"};
-      for (const Json& remat : {Json(true), Json(false), Json("save_dots")})
-        for (const auto& cut : space.partition.value_or(std::vector<std::string>{"memory_aware"}))
-          for (const auto& place : placements)
-            if (allowed(space.remat, remat)) {
-              Json s{{"kind", kind},      {"stages", k},    {"replicas", r},
-                     {"microbatches", m}, {"remat", remat}, {"partition", cut}};
-              if (t > 1) s["tensor_parallel"] = t;
-              if (place != "auto") s["placement"] = place;
-              out.push_back(std::move(s));
-            }
+      // With replicas, the update replicated or sharded over them (one replica: nothing to shard).
+      std::vector<std::string> updates;
+      for (const std::string update : {"replicated", "sharded"})
+        if (allowed(space.weight_update, update) && (r > 1 || update == "replicated"))
+          updates.push_back(update);
+      for (const auto& update : updates)
+        for (const Json& remat : {Json(true), Json(false), Json("save_dots")})
+          for (const auto& cut : space.partition.value_or(std::vector<std::string>{"memory_aware"}))
+            for (const auto& place : placements)
+              if (allowed(space.remat, remat)) {
+                Json s{{"kind", kind},      {"stages", k},    {"replicas", r},
+                       {"microbatches", m}, {"remat", remat}, {"partition", cut}};
+                if (t > 1) s["tensor_parallel"] = t;
+                if (place != "auto") s["placement"] = place;
+                if (update == "sharded") s["weight_update"] = "sharded";
+                out.push_back(std::move(s));
+              }
     }
   }
 }
@@ -360,7 +367,8 @@ std::string plan_label(const Json& s) {
          " M=" + s.at("microbatches").dump() +
          (s.contains("tensor_parallel") ? " T=" + s.at("tensor_parallel").dump() : "") + remat_label(s) +
          (s.value("partition", "memory_aware") == "balanced" ? " cost-cut" : "") +
-         (s.value("placement", "auto") == "by_stage" ? " by-stage" : "");
+         (s.value("placement", "auto") == "by_stage" ? " by-stage" : "") +
+         (s.value("weight_update", "replicated") == "sharded" ? " sharded" : "");
 }
 
 }  // namespace tpusim::workflows

@@ -43,6 +43,9 @@ same "GPipe replicas, torus" "one of 16 congruent clusters of 2 cores" "$study" 
 same "GPipe replicas, lines" "one of 32 congruent clusters of 2 cores" "$study" --set slice=v3-64 \
   --set batch=128 --set model.layers=4 \
   --set 'schedule={"kind":"gpipe","stages":2,"microbatches":2,"replicas":32}'
+same "GPipe replicas sharding their weight update" "one of 16 congruent clusters of 2 cores" "$study" \
+  --set slice=v3-32 --set batch=128 --set model.layers=4 \
+  --set 'schedule={"kind":"gpipe","stages":2,"microbatches":4,"replicas":16,"weight_update":"sharded"}'
 same "1F1B replicas with tensor-parallel stages (their partial sums)" "one of 16 congruent clusters of 2 cores" \
   "$study" --set slice=v3-32 --set batch=64 --set model.layers=4 \
   --set 'schedule={"kind":"one_f_one_b","stages":1,"microbatches":4,"replicas":16,"tensor_parallel":2}'
