@@ -222,3 +222,17 @@ TEST_CASE("a sweep refuses a path swept twice, a value twice on an axis and a gr
                   tpusim::ConfigError);  // 1,002,001 points
   CHECK(enumerate_points({a, Axis{"model.layers", {1, 2}}}, {}).size() == 4);
 }
+
+TEST_CASE("a zip axis may repeat a value when the zipped combinations differ", "[sweep]") {
+  // Comparing slices: tpu-v3 on one, tpu-v4 on two.
+  const Axis hardware{"hardware", {"tpu-v3", "tpu-v4", "tpu-v4"}},
+      slice{"slice", {"v3-512", "v4-256", "v4-512"}};
+  const auto points = enumerate_points({}, {hardware, slice});
+  REQUIRE(points.size() == 3);
+  CHECK(points[1].key() != points[2].key());
+  CHECK(points[2].settings ==
+        std::vector<std::pair<std::string, Json>>{{"hardware", "tpu-v4"}, {"slice", "v4-512"}});
+  // The same combination twice is one point twice: refused.
+  const Axis again{"slice", {"v3-512", "v4-256", "v4-256"}};
+  CHECK_THROWS_AS(enumerate_points({}, {hardware, again}), tpusim::ConfigError);
+}

@@ -125,6 +125,24 @@ std::vector<std::string> Point::set_arguments() const {
   return args;
 }
 
+namespace {
+
+/// The --zip axes' values, position by position, must differ somewhere: two equal positions
+/// would be one point twice (one key, one result).
+void check_zip_tuples(const std::vector<Axis>& zip, std::size_t length) {
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < length; ++i) {
+    std::string tuple;
+    for (const auto& z : zip) tuple += z.path + "=" + z.values[i].dump() + ";";
+    if (!seen.insert(tuple).second)
+      throw ConfigError("--zip", zip.front().path,
+                        "position " + std::to_string(i + 1) + " (" + tuple + ") twice",
+                        "each combination of the --zip values once");
+  }
+}
+
+}  // namespace
+
 std::vector<Point> enumerate_points(const std::vector<Axis>& grid, const std::vector<Axis>& zip) {
   std::vector<Axis> axes = grid;
   // A path swept twice, or a value listed twice on one axis, would give two points one key
@@ -137,9 +155,10 @@ std::vector<Point> enumerate_points(const std::vector<Axis>& grid, const std::ve
       if (!paths.insert(a.path).second)
         throw ConfigError(option, a.path, "a path swept twice",
                           "each path on one axis only (list all its values there)");
+      // A --zip axis may repeat a value (tpu-v4 with two slices): its points differ by the others.
       std::set<std::string> values;
       for (const auto& v : a.values)
-        if (!values.insert(v.dump()).second)
+        if (list == &grid && !values.insert(v.dump()).second)
           throw ConfigError(option, a.path, v.dump() + " twice", "each value once on an axis");
       if (list == &grid) count *= double(a.values.size());
     }
@@ -168,6 +187,7 @@ std::vector<Point> enumerate_points(const std::vector<Axis>& grid, const std::ve
     points = std::move(next);
   }
   if (!zip.empty()) {
+    check_zip_tuples(zip, zip_len);
     std::vector<Point> next;
     for (const auto& p : points)
       for (std::size_t i = 0; i < zip_len; ++i) {
