@@ -20,15 +20,29 @@ TEST_CASE("a well-formed graph validates and keeps program order", "[graph]") {
   CHECK(g.predecessors(b) == std::vector<int>{a});
 }
 
+namespace {
+
+/// Core 0 runs a then c; core 1 runs b then d; b waits for a. e (core 2) depends on nothing.
+struct SmallGraph {
+  sim::TaskGraph g{3};
+  int a, b, c, d, e;
+};
+
+SmallGraph four_on_two_cores_and_one_alone() {
+  SmallGraph s;
+  s.a = s.g.add(compute(0, 1));
+  s.b = s.g.add(compute(1, 1));
+  s.c = s.g.add(compute(0, 1));
+  s.d = s.g.add(compute(1, 1));
+  s.e = s.g.add(compute(2, 1));
+  s.g.depend(s.a, s.b);
+  return s;
+}
+
+}  // namespace
+
 TEST_CASE("tasks are ordered when one is an ancestor of the other, program order included", "[graph]") {
-  // Core 0 runs a then c; core 1 runs b then d; b waits for a. e (core 2) depends on nothing.
-  sim::TaskGraph g(3);
-  const int a = g.add(compute(0, 1));
-  const int b = g.add(compute(1, 1));
-  const int c = g.add(compute(0, 1));
-  const int d = g.add(compute(1, 1));
-  const int e = g.add(compute(2, 1));
-  g.depend(a, b);
+  auto [g, a, b, c, d, e] = four_on_two_cores_and_one_alone();
   CHECK(g.ordered({a}, {b, d}));     // a -> b, and b -> d by core 1's program
   CHECK(g.ordered({b, d}, {a}));     // either way round
   CHECK(g.ordered({a}, {c}));        // core 0's program
@@ -48,14 +62,7 @@ TEST_CASE("tasks are ordered when one is an ancestor of the other, program order
 }
 
 TEST_CASE("tasks form a chain when each one depends on the one before it", "[graph]") {
-  // Core 0 runs a then c; core 1 runs b then d; b waits for a. e (core 2) depends on nothing.
-  sim::TaskGraph g(3);
-  const int a = g.add(compute(0, 1));
-  const int b = g.add(compute(1, 1));
-  const int c = g.add(compute(0, 1));
-  const int d = g.add(compute(1, 1));
-  const int e = g.add(compute(2, 1));
-  g.depend(a, b);
+  auto [g, a, b, c, d, e] = four_on_two_cores_and_one_alone();
   CHECK(g.chain({}));
   CHECK(g.chain({e}));
   CHECK(g.chain({a, b, d}));        // a -> b -> d
