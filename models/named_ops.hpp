@@ -82,6 +82,8 @@ struct NamedOp {
     ResidualRelu,   ///< Elementwise: out = max(a + `skip`, 0), a ResNet block's sum and ReLU
     Dropout,        ///< Elementwise: out = a * mask / keep with a random mask drawn here and kept
                     ///< for the backward (`a`'s keep flag stands for the mask; cost only)
+    GatedSilu,      ///< Elementwise: out = silu(a) * b, b an activation (SwiGLU's gate times its up)
+    GatedGelu,      ///< Elementwise: out = gelu(a) * b, b an activation (GEGLU)
   };
   Kind kind = Kind::Einsum;
   Math math = Math::Unspecified;

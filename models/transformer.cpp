@@ -42,6 +42,7 @@ Layer block(const std::string& name, const Dims& d, double act, bool decoder_wit
   l.weights.push_back({d.d_model});
   l.weights.push_back({d.d_model});
   add_dense_weights(l, d, d.d_model, d.d_ff);
+  if (d.gated) add_dense_weights(l, d, d.d_model, d.d_ff);  // the gate's and the up projection
   add_dense_weights(l, d, d.d_ff, d.d_model);
   l.named_ops = [d, decoder_with_encoder](std::int64_t b) {
     return block_named_ops(d, b, decoder_with_encoder);
@@ -220,6 +221,7 @@ struct BlockOps {
     ops.push_back(
         reduction("layernorm_ffn", named(act({B, S, M}, true), "ffn_in"), "d_model", weight({M}, 2)));
     ops.back().math = NamedOp::Math::LayerNorm;
+    if (d.gated) return gated_feed_forward();
     ops.push_back(einsum("ffn_in", act({B, S, M}), weight({M, F}), act({B, S, F})));
     if (d.gelu) {
       // gelu(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), BERT's form: with the bias, 10
@@ -232,6 +234,32 @@ struct BlockOps {
       ops.push_back(elementwise("ffn_relu", act({B, S, F}), 2, bias({F})));
       ops.back().math = NamedOp::Math::BiasRelu;
     }
+    ops.push_back(einsum("ffn_out", act({B, S, F}, true), weight({F, M}), act({B, S, M})));
+    residual("ffn", "ffn_in");
+  }
+
+  /// The gated feed-forward (GLU variants, Shazeer 2020; PaLM's and Llama's SwiGLU): the layer
+  /// norm's output projected twice, gate and up (recomputed for their weight gradients, not
+  /// kept), act(gate) * up with both kept for its backward, then the down projection. SiLU is
+  /// x * sigmoid(x): with the product, 6 operations per element (exp, add, reciprocal, two
+  /// products and the gate's product); its gradient 12. GELU's tanh form takes 10 with its bias
+  /// (above): 11 with the product, 19 for the gradient.
+  void gated_feed_forward() {
+    ops.back().out.id = "ffn_h";
+    for (const char* x : {"gate", "up"}) {
+      ops.push_back(einsum(std::string("ffn_") + x, named(act({B, S, M}), "ffn_h"), weight({M, F}),
+                           named(act({B, S, F}), std::string("ffn_") + x)));
+      if (!d.biases) continue;
+      ops.back().out.id += "_unbiased";
+      ops.push_back(elementwise(std::string("ffn_") + x + "_bias",
+                                named(act({B, S, F}), std::string("ffn_") + x + "_unbiased"), 1, bias({F})));
+      ops.back().math = NamedOp::Math::Bias;
+      ops.back().out.id = std::string("ffn_") + x;
+    }
+    ops.push_back(elementwise(d.gelu ? "ffn_geglu" : "ffn_swiglu", named(act({B, S, F}, true), "ffn_gate"),
+                              d.gelu ? 11 : 6, named(act({B, S, F}, true), "ffn_up")));
+    ops.back().math = d.gelu ? NamedOp::Math::GatedGelu : NamedOp::Math::GatedSilu;
+    ops.back().backward_ops = d.gelu ? 19 : 12;
     ops.push_back(einsum("ffn_out", act({B, S, F}, true), weight({F, M}), act({B, S, M})));
     residual("ffn", "ffn_in");
   }
@@ -290,7 +318,9 @@ Dims read_dims_impl(Fields& f, Problems& problems, const Dims* defaults) {
   d.biases = f.boolean_or("biases", d.biases);
   d.shared_embeddings = f.boolean_or("shared_embeddings", false);
   d.predicted = f.integer_or("predicted_positions", 0, 1, d.seq > 0 ? d.seq : 1);
-  d.gelu = f.string_or("activation", "relu", {"relu", "gelu"}) == "gelu";
+  const std::string activation = f.string_or("activation", "relu", {"relu", "gelu", "swiglu", "geglu"});
+  d.gelu = activation == "gelu" || activation == "geglu";
+  d.gated = activation == "swiglu" || activation == "geglu";
   // A rate of 1 would drop everything: at most 0.99.
   d.dropout = f.has("dropout") ? f.number("dropout", 0.0, 0.99) : 0.0;
   d.attention_dropout = f.has("attention_dropout") ? f.number("attention_dropout", 0.0, 0.99) : 0.0;

@@ -15,6 +15,9 @@ struct TransformerDims {
   bool biases = true;
   bool shared_embeddings = false;
   bool gelu = false;  ///< the feed-forward's activation: GELU (BERT) instead of ReLU
+  /// A gated feed-forward (GLU variants: swiglu, geglu): act(x W_gate) * (x W_up), then W_down;
+  /// its activation SiLU (swiglu) or GELU (geglu, with `gelu`).
+  bool gated = false;
   /// Dropout rates: on the embedding and every sublayer's output, and on attention probabilities.
   double dropout = 0, attention_dropout = 0;
   /// "attention": "flash": attention as one fused kernel (FlashAttention) whose scores and

@@ -177,6 +177,8 @@ void MeshExecutor::check_supported(int l, const Op& op, int f) const {
       break;
     }
     case NamedOp::Kind::Elementwise:
+      if (n.math == M::GatedSilu || n.math == M::GatedGelu)
+        throw unsupported(l, n, "a gated activation (SwiGLU, GEGLU): no host math on a mesh's shards yet");
       if (!suffix_bias() || ((n.math == M::Residual || n.math == M::ResidualRelu) && op.skip < 0))
         throw unsupported(l, n, "a bias over other than the trailing dimensions, or a residual of nothing");
       break;

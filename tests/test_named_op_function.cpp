@@ -34,6 +34,12 @@ const Json kConvBnNet = Json::parse(R"({"kind": "sequential", "layers": [
     {"kind": "conv2d", "size": 6, "in_channels": 3, "out_channels": 4, "kernel": 3, "stride": 2},
     {"kind": "global_pool"}, {"kind": "classifier", "in": 4, "classes": 3}]})");
 
+/// The same model with another feed-forward activation (the gated ones: SwiGLU, GEGLU).
+Json with_activation(Json model, const std::string& activation) {
+  model["activation"] = activation;
+  return model;
+}
+
 /// Loss of a layer call as a function of its parameters and input: the layer's own loss, or the
 /// sum of its output times fixed weights `r`.
 struct Probe {
@@ -59,10 +65,11 @@ Tensor noise(std::size_t n, std::uint64_t salt) {
 
 TEST_CASE("every named-op layer's backward matches finite differences of its forward",
           "[functional][kernels]") {
-  for (const Json& model :
-       {kGeluTransformer, Json::parse(R"({"kind": "mlp", "layers": 2, "width": 6, "input": 5,
+  for (const Json& model : {kGeluTransformer, with_activation(kGeluTransformer, "swiglu"),
+                            with_activation(kGeluTransformer, "geglu"),
+                            Json::parse(R"({"kind": "mlp", "layers": 2, "width": 6, "input": 5,
                                                                "classes": 4})"),
-        kConvNet, kConvBnNet}) {
+                            kConvNet, kConvBnNet}) {
     const Study s = tiny(model);
     for (std::size_t l = 0; l < s.model.layers.size(); ++l) {
       const LayerFunction& fn = *s.model.layers[l].function;

@@ -1,6 +1,8 @@
 // Element-wise work: `ops` vector operations per element, fused into its producer (a bias, with
 // ReLU or GELU; a residual add; dropout, whose random mask is a pass of its own, kept for the
 // backward).
+#include <cmath>
+
 #include "models/kernels/kernels.hpp"
 #include "models/named_math.hpp"
 #include "models/ops/op_kind.hpp"
@@ -11,6 +13,40 @@ namespace {
 
 using M = NamedOp::Math;
 using kernels::I;
+
+bool gated(const NamedOp& op) { return op.math == M::GatedSilu || op.math == M::GatedGelu; }
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+/// act(a) * b and its gradients: SiLU (x sigmoid(x)) or GELU of the gate, times the up activation.
+Tensor gated_forward(const NamedOp& op, const Tensor& a, const Tensor& b) {
+  Tensor y(a.size());
+  if (op.math == M::GatedGelu) kernels::gelu_forward(a.data(), y.data(), I(a.size()));
+  for (std::size_t i = 0; i < a.size(); ++i)
+    y[i] = (op.math == M::GatedSilu ? a[i] * sigmoid(a[i]) : y[i]) * b[i];
+  return y;
+}
+
+void gated_backward(const NamedOp& op, const Tensor& a, const Tensor& b, const Tensor& dy, Tensor& da,
+                    Tensor& db) {
+  Tensor act(a.size()), slope(a.size(), 1.0f);
+  if (op.math == M::GatedGelu) {
+    kernels::gelu_forward(a.data(), act.data(), I(a.size()));
+    kernels::gelu_backward(a.data(), slope.data(), slope.data(), I(a.size()));  // gelu'(a)
+  } else {
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const float s = sigmoid(a[i]);
+      act[i] = a[i] * s;
+      slope[i] = s * (1.0f + a[i] * (1.0f - s));
+    }
+  }
+  da = Tensor(a.size());
+  db = Tensor(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    da[i] = dy[i] * b[i] * slope[i];
+    db[i] = dy[i] * act[i];
+  }
+}
 
 /// x plus a bias over its trailing dimensions.
 Tensor add_bias(Tensor x, const Tensor& bias) {
@@ -44,20 +80,23 @@ class Elementwise : public NamedOpKind {
 
   void lower_backward(const NamedOp& op, const Sharding& s, double act, MeshLoweringSink& m) const override {
     m.compute(input_gradient(op, s, act));
-    if (!op.b.dims.empty()) m.weight_gradient(op, {&op.a});
+    if (!op.b.dims.empty() && op.b.weight) m.weight_gradient(op, {&op.a});
   }
 
   std::string missing_host_math(const NamedOp& op) const override {
     if ((op.math == M::Bias || op.math == M::BiasRelu || op.math == M::BiasGelu) && op.b.weight) return "";
     if (op.math == M::BiasRelu && op.b.dims.empty()) return "";  // a ReLU alone
     if ((op.math == M::Residual || op.math == M::ResidualRelu) && !op.skip.empty()) return "";
-    return "an element-wise op other than a bias (+ ReLU or GELU), a ReLU or a residual add (+ ReLU) "
-           "(dropout draws masks)";
+    if (gated(op) && !op.b.weight && !op.b.dims.empty()) return "";
+    return "an element-wise op other than a bias (+ ReLU or GELU), a ReLU, a residual add (+ ReLU) or a "
+           "gated "
+           "activation (dropout draws masks)";
   }
   Tensor initial_weight(const NamedOp& op, int, std::uint64_t, int) const override {  // a bias: zeros
     return Tensor(std::size_t(op.b.elements() / op.b.copies), 0.0f);
   }
   Tensor host_forward(const NamedOp& op, HostForward& f) const override {
+    if (gated(op)) return gated_forward(op, f.a, *f.b);
     Tensor y = f.weights ? add_bias(f.a, *f.weights) : f.a;
     if (f.skip) named::add_into(y, *f.skip);
     if (op.math == M::BiasRelu || op.math == M::ResidualRelu)
@@ -66,6 +105,7 @@ class Elementwise : public NamedOpKind {
     return y;
   }
   void host_backward(const NamedOp& op, HostBackward& g) const override {
+    if (gated(op)) return gated_backward(op, g.a, *g.b, g.dy, g.da, g.db);
     Tensor dz = g.dy;
     if (op.math == M::BiasRelu || op.math == M::ResidualRelu)
       kernels::relu_backward(g.y.data(), dz.data(), dz.data(), I(dz.size()));
