@@ -71,8 +71,8 @@ NamedOp gather(std::string name, NamedTensor ids, NamedTensor table, NamedTensor
 }
 
 const std::vector<std::string>& named_dims() {
-  static const std::vector<std::string> dims = {"batch", "seq",   "d_model", "d_ff", "heads",
-                                                "d_kv",  "vocab", "height",  "width"};
+  static const std::vector<std::string> dims = {"batch", "seq",   "d_model", "d_ff",  "heads",
+                                                "d_kv",  "vocab", "height",  "width", "kv_heads"};
   return dims;
 }
 

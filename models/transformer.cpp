@@ -30,7 +30,8 @@ Layer block(const std::string& name, const Dims& d, double act, bool decoder_wit
   l.name = name;
   const std::int64_t inner = d.inner();
   l.weights = {{d.d_model}, {d.d_model}};  // layer norm before self-attention
-  add_dense_weights(l, d, d.d_model, 3 * inner);
+  // q for every head; k and v for every key/value head (all heads unless grouped).
+  add_dense_weights(l, d, d.d_model, inner + 2 * (d.grouped() ? d.kv_heads * d.d_kv : inner));
   add_dense_weights(l, d, inner, d.d_model);
   if (decoder_with_encoder) {
     l.weights.push_back({d.d_model});
@@ -133,7 +134,7 @@ NamedTensor named(NamedTensor t, const std::string& id) {
 /// Builds a block's ops: attention sub-blocks, then the feed-forward one.
 struct BlockOps {
   const Dims& d;
-  const Dim B, S, Sk, M, F, H, K;
+  const Dim B, S, Sk, M, F, H, K, G;
   std::vector<NamedOp> ops;
 
   BlockOps(const Dims& dims, std::int64_t b)
@@ -143,8 +144,20 @@ struct BlockOps {
         Sk{"seq_k", d.seq},
         M{"d_model", d.d_model},
         F{"d_ff", d.d_ff},
-        H{"heads", d.heads},
-        K{"d_kv", d.d_kv} {}
+        // Grouped: "heads" counts the query heads of a group, "kv_heads" the groups.
+        H{"heads", d.grouped() ? d.heads / d.kv_heads : d.heads},
+        K{"d_kv", d.d_kv},
+        G{"kv_heads", d.grouped() ? d.kv_heads : 0} {}
+
+  /// The dimensions of a query (or context) head, and of a key or value head: every head alone,
+  /// or grouped (G groups of H query heads sharing one key and value head).
+  std::vector<Dim> query_heads() const { return d.grouped() ? std::vector<Dim>{G, H} : std::vector<Dim>{H}; }
+  std::vector<Dim> kv_heads() const { return d.grouped() ? std::vector<Dim>{G} : std::vector<Dim>{H}; }
+  /// [B, seq, heads..., d_kv] and friends.
+  static std::vector<Dim> cat(std::vector<Dim> a, const std::vector<Dim>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  }
 
   NamedTensor bias(std::vector<Dim> dims) const { return d.biases ? weight(std::move(dims)) : NamedTensor{}; }
 
@@ -163,12 +176,14 @@ struct BlockOps {
       const bool encoder_side = from_encoder && x[0] != 'q';
       const auto input = named(act({B, encoder_side ? Sk : S, M}, encoder_side && x[0] == 'k'),
                                encoder_side ? "encoder" : p + "_h");
-      const auto out = act({B, encoder_side ? Sk : S, H, K});
-      ops.push_back(einsum(p + "_" + x + "_projection", input, weight({M, H, K}), named(out, p + "_" + x)));
+      const auto heads = x[0] == 'q' ? query_heads() : kv_heads();
+      const auto out = act(cat(cat({B, encoder_side ? Sk : S}, heads), {K}));
+      ops.push_back(einsum(p + "_" + x + "_projection", input, weight(cat(cat({M}, heads), {K})),
+                           named(out, p + "_" + x)));
       if (!d.biases) continue;
       ops.back().out.id += "_unbiased";
-      ops.push_back(
-          elementwise(p + "_" + x + "_bias", named(out, p + "_" + x + "_unbiased"), 1, bias({H, K})));
+      ops.push_back(elementwise(p + "_" + x + "_bias", named(out, p + "_" + x + "_unbiased"), 1,
+                                bias(cat(heads, {K}))));
       ops.back().math = NamedOp::Math::Bias;
       ops.back().out.id = p + "_" + x;
     }
@@ -180,18 +195,19 @@ struct BlockOps {
     const std::string in = p == "self" ? "in" : "cross_in";
     layer_norm(p, in);
     projections(p, from_encoder);
-    ops.push_back(einsum(p + "_scores", named(act({B, S, H, K}, true), p + "_q"),
-                         named(act({B, Sk, H, K}, true), p + "_k"), act({B, H, S, Sk})));
-    ops.push_back(reduction(p + "_softmax", act({B, H, S, Sk}), "seq_k"));
+    const auto q = cat(cat({B, S}, query_heads()), {K}), kv = cat(cat({B, Sk}, kv_heads()), {K});
+    const auto probabilities = cat(cat({B}, query_heads()), {S, Sk});
+    ops.push_back(einsum(p + "_scores", named(act(q, true), p + "_q"), named(act(kv, true), p + "_k"),
+                         act(probabilities)));
+    ops.push_back(reduction(p + "_softmax", act(probabilities), "seq_k"));
     ops.back().math = NamedOp::Math::CausalSoftmax;
     ops.back().scale = 1.0 / std::sqrt(double(d.d_kv));
     // With dropout, the context's kept input stands for the probabilities (the softmax's
     // backward reads them); the dropped ones are recomputed from them and the mask in its fusion.
-    if (d.attention_dropout > 0) ops.push_back(dropout(p + "_attention_dropout", act({B, H, S, Sk})));
-    ops.push_back(einsum(p + "_context", act({B, H, S, Sk}, true), named(act({B, Sk, H, K}, true), p + "_v"),
-                         act({B, S, H, K})));
+    if (d.attention_dropout > 0) ops.push_back(dropout(p + "_attention_dropout", act(probabilities)));
+    ops.push_back(einsum(p + "_context", act(probabilities, true), named(act(kv, true), p + "_v"), act(q)));
     if (d.flash) flash(ops.size() - 3);
-    ops.push_back(einsum(p + "_output", act({B, S, H, K}, true), weight({H, K, M}), act({B, S, M})));
+    ops.push_back(einsum(p + "_output", act(q, true), weight(cat(query_heads(), {K, M})), act({B, S, M})));
     residual(p, in);
     ops.back().out.id = next;
   }
@@ -325,6 +341,11 @@ Dims read_dims_impl(Fields& f, Problems& problems, const Dims* defaults) {
   d.dropout = f.has("dropout") ? f.number("dropout", 0.0, 0.99) : 0.0;
   d.attention_dropout = f.has("attention_dropout") ? f.number("attention_dropout", 0.0, 0.99) : 0.0;
   read_attention(f, problems, d);
+  d.kv_heads = f.integer_or("kv_heads", d.heads, 1, 1 << 16);
+  if (problems.empty() && d.heads % d.kv_heads != 0)
+    problems.add(f.path_of("kv_heads"), Json(d.kv_heads),
+                 "a divisor of heads (" + std::to_string(d.heads) +
+                     "): each key/value head serves as many query heads (1: multi-query attention)");
   if (f.has("d_kv")) {
     d.d_kv = f.integer("d_kv", 1, 1 << 16);
   } else {

@@ -18,6 +18,10 @@ struct TransformerDims {
   /// A gated feed-forward (GLU variants: swiglu, geglu): act(x W_gate) * (x W_up), then W_down;
   /// its activation SiLU (swiglu) or GELU (geglu, with `gelu`).
   bool gated = false;
+  /// Key/value heads (multi-query: 1; grouped-query: a divisor of `heads`; default `heads`): each
+  /// group of heads / kv_heads query heads shares one key and value head.
+  std::int64_t kv_heads = 0;
+  bool grouped() const { return kv_heads > 0 && kv_heads < heads; }
   /// Dropout rates: on the embedding and every sublayer's output, and on attention probabilities.
   double dropout = 0, attention_dropout = 0;
   /// "attention": "flash": attention as one fused kernel (FlashAttention) whose scores and

@@ -115,8 +115,9 @@ void MeshSchedule::read_layout(const Json& layout, const std::string& path,
       l.allow(it.key());
       const auto& dims = named_dims();
       if (std::find(dims.begin(), dims.end(), it.key()) == dims.end()) {
-        problems.add(l.path_of(it.key()), std::string("an unknown tensor dimension"),
-                     "one of batch, seq, d_model, d_ff, heads, d_kv, vocab, height, width");
+        std::string names;
+        for (const auto& d : dims) names += (names.empty() ? "" : ", ") + d;
+        problems.add(l.path_of(it.key()), std::string("an unknown tensor dimension"), "one of " + names);
       } else if (!it.value().is_string() || !sizes.count(it.value().get<std::string>())) {
         problems.add(l.path_of(it.key()), it.value(), "the name of a mesh dimension");
       } else {

@@ -40,6 +40,12 @@ Json with_activation(Json model, const std::string& activation) {
   return model;
 }
 
+/// The same model with grouped key/value heads (1: multi-query attention).
+Json with_kv_heads(Json model, int kv_heads) {
+  model["kv_heads"] = kv_heads;
+  return model;
+}
+
 /// Loss of a layer call as a function of its parameters and input: the layer's own loss, or the
 /// sum of its output times fixed weights `r`.
 struct Probe {
