@@ -22,7 +22,8 @@ RunProgress::RunProgress(std::string what, std::string unit)
       tty_(isatty(STDERR_FILENO)) {}
 
 RunProgress::~RunProgress() {
-  if (printed_ && tty_) std::cerr << "\n" << std::flush;
+  // On a terminal the line ends with the run: erased, so no stale "95 %" stays above the answer.
+  if (printed_ && tty_) std::cerr << "\r\033[K" << std::flush;
 }
 
 void RunProgress::update(int done, int total, double simulated_s) {
