@@ -377,22 +377,12 @@ class DataParallelPlayer {
     return bj;
   }
 
-  /// After a reduce-scatter a core keeps only its shard of the gradients; an optimizer with
-  /// per-layer statistics over the whole weights (LARS's ||w|| and ||g||) all-reduces the shards'
-  /// partial sums. Returns the task the updates wait for.
+  /// After a reduce-scatter a core keeps only its shard of the gradients (and the optimizer's
+  /// per-layer statistics are combined); the shards' padding is counted. Returns the task the
+  /// updates wait for.
   int keep_shard(LayerRange r, int reduce, const std::string& range, double fraction, double params) {
-    const double kept = b_.gradient_bytes(r) * fraction;
-    for (int c = 0; c < s_.cores; ++c)
-      g_.task(reduce).memory.push_back(
-          {c, sim::MemoryCategory::Gradients, -(b_.gradient_bytes(r) - kept), sim::MemoryEffect::When::End});
     padding_params_ += std::ceil(params / s_.cores) * s_.cores - params;
-    const double norms = study_.optimizer.rule->layer_statistics_bytes();
-    if (norms <= 0) return reduce;
-    const std::string phase = study_.optimizer.rule->layer_statistics_phase();
-    const int ready =
-        b_.collective(sim::CollectiveOp::AllReduce, phase, phase + " " + range, group_, norms * r.size(), r);
-    g_.depend(reduce, ready);
-    return ready;
+    return b_.keep_gradient_shard(reduce, group_, group_, r, fraction, range);
   }
 
   const Study& study_;

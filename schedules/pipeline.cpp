@@ -551,21 +551,12 @@ class PipelinePlayer {
     for (int r = 0; r < R_; ++r) group.push_back(cores_[r][s][t]);
     const double gradients = builder_.gradient_bytes(ranges_[s]), params = gradients / kWeightBytes;
     const double fraction = params > 0 ? std::ceil(params / R_) / params : 1.0;
-    int ready = builder_.collective(sim::CollectiveOp::ReduceScatter, "gradient_reduce_scatter",
-                                    "reduce-scatter " + name, group, gradients, ranges_[s]);
-    g.task(ready).stage = s;
-    for (int r = 0; r < built_; ++r) {
-      g.depend(after[r][t], ready);
-      g.task(ready).memory.push_back({group[std::size_t(r)], sim::MemoryCategory::Gradients,
-                                      -gradients * (1.0 - fraction), sim::MemoryEffect::When::End});
-    }
-    if (const double norms = study_.optimizer.rule->layer_statistics_bytes(); norms > 0) {
-      const std::string phase = study_.optimizer.rule->layer_statistics_phase();
-      const int id = builder_.collective(sim::CollectiveOp::AllReduce, phase, phase + " " + name, group,
-                                         norms * ranges_[s].size(), ranges_[s]);
-      g.depend(ready, id);
-      ready = id;
-    }
+    const int reduce = builder_.collective(sim::CollectiveOp::ReduceScatter, "gradient_reduce_scatter",
+                                           "reduce-scatter " + name, group, gradients, ranges_[s]);
+    g.task(reduce).stage = s;
+    for (int r = 0; r < built_; ++r) g.depend(after[r][t], reduce);
+    const std::vector<int> built(group.begin(), group.begin() + built_);
+    const int ready = builder_.keep_gradient_shard(reduce, built, group, ranges_[s], fraction, name);
     const int gather = builder_.collective(sim::CollectiveOp::AllGather, "weight_allgather",
                                            "all-gather weights " + name, group, gradients, ranges_[s]);
     g.task(gather).stage = s;

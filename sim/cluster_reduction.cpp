@@ -1,10 +1,11 @@
 #include "sim/cluster_reduction.hpp"
 
 #include <algorithm>
-#include <numeric>
 #include <set>
 #include <tuple>
 #include <unordered_set>
+
+#include "sim/components.hpp"
 
 namespace tpusim::sim {
 
@@ -17,18 +18,6 @@ std::vector<long long> flow_links(const Topology& topology, int cores_per_chip, 
 }
 
 namespace {
-
-/// Cores joined by union-find.
-struct Components {
-  std::vector<int> parent;
-  explicit Components(int n) : parent(std::size_t(n)) { std::iota(parent.begin(), parent.end(), 0); }
-  int root(int i) {
-    while (parent[std::size_t(i)] != i)
-      i = parent[std::size_t(i)] = parent[std::size_t(parent[std::size_t(i)])];
-    return i;
-  }
-  void join(int a, int b) { parent[std::size_t(root(a))] = root(b); }
-};
 
 using Effect = std::tuple<int, int, double, int>;  // core (local index), category, bytes, when
 

@@ -11,6 +11,7 @@
 #include "hardware/errors.hpp"
 #include "hardware/topology.hpp"
 #include "sim/cluster_reduction.hpp"
+#include "sim/components.hpp"
 #include "sim/symmetry.hpp"
 
 namespace tpusim::sim {
@@ -176,15 +177,12 @@ class Runner {
     }
     // Transfers meeting a collective's links are ordered with it (the symmetry proof's
     // condition); collectives meeting it must be too: those joined by shared links form a chain.
-    std::map<int, int> parent;
-    std::function<int(int)> root = [&](int x) { return parent[x] == x ? x : parent[x] = root(parent[x]); };
+    Components joined(n);
     for (const auto& [link, on] : tasks_on)
-      for (int id : on) {
-        parent.try_emplace(id, id);
-        parent[root(id)] = root(on.front());
-      }
+      for (int id : on) joined.join(id, on.front());
     std::map<int, std::vector<int>> components;
-    for (const auto& [id, up] : parent) components[root(id)].push_back(id);
+    for (int id = 0; id < n; ++id)
+      if (!links[std::size_t(id)].empty()) components[joined.root(id)].push_back(id);
     std::set<int> chained;
     for (const auto& [r, members] : components)
       if (g_.chain(members)) chained.insert(members.begin(), members.end());

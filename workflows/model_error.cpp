@@ -15,14 +15,6 @@ namespace tpusim::workflows {
 
 namespace {
 
-/// The recorded predictions beside the cases, by id (empty when there are none).
-Json recorded_predictions(const fs::path& dir) {
-  const fs::path file = recorded_predictions_file(dir);
-  if (!fs::exists(file)) return Json::object();
-  const Json j = read_json_file(file);
-  return j.contains("predictions") && j["predictions"].is_object() ? j["predictions"] : Json::object();
-}
-
 /// The case's error on step time, when it predicts one: step_time_s directly, examples/s turned
 /// into the step's (the step is batch / throughput).
 std::optional<double> step_time_error(const ValidationCase& c, const Json& predicted) {

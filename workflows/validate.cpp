@@ -651,23 +651,27 @@ fs::path recorded_predictions_file(const fs::path& cases_dir) {
   return cases_dir / "recorded" / "predictions.json";
 }
 
+Json recorded_predictions(const fs::path& cases_dir) {
+  const fs::path file = recorded_predictions_file(cases_dir);
+  Json recorded = Json::object();
+  if (!fs::exists(file)) return recorded;
+  const Json j = read_json_file(file);
+  Problems problems(file.string());
+  Fields f(j, "", problems);
+  f.string("schema", {"tpusim.validation_recorded/1"});
+  f.string("source");
+  if (const Json* p = f.value("predictions"); p && p->is_object()) recorded = *p;
+  f.finish();
+  problems.throw_if_any();
+  return recorded;
+}
+
 namespace {
 
 /// Each case's recorded prediction and whether this run's is the same (1e-9 relative): "recorded"
 /// and "unmoved" in its record. A case without one has moved.
 void compare_with_recorded(const fs::path& dir, Json& cases) {
-  const fs::path file = recorded_predictions_file(dir);
-  Json recorded = Json::object();
-  if (fs::exists(file)) {
-    const Json j = read_json_file(file);
-    Problems problems(file.string());
-    Fields f(j, "", problems);
-    f.string("schema", {"tpusim.validation_recorded/1"});
-    f.string("source");
-    if (const Json* p = f.value("predictions"); p && p->is_object()) recorded = *p;
-    f.finish();
-    problems.throw_if_any();
-  }
+  const Json recorded = recorded_predictions(dir);
   for (auto& c : cases) {
     const Json r = recorded.value(c["id"].get<std::string>(), Json(nullptr));
     c["recorded"] = r;

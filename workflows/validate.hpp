@@ -120,6 +120,9 @@ struct ValidateOptions {
 
 /// Where a cases folder keeps its recorded predictions (a subfolder: not read as a case).
 std::filesystem::path recorded_predictions_file(const std::filesystem::path& cases_dir);
+/// The recorded predictions of a cases folder, by case id (none recorded: an empty object).
+/// Throws ConfigError for a malformed file.
+Json recorded_predictions(const std::filesystem::path& cases_dir);
 
 /// A copy of the hardware JSON `hardware` with the figure at `figure` (a dotted path such as
 /// core.op_overhead_s, as in HardwareSpec::sources) scaled by `factor`, turned over when it is
