@@ -61,6 +61,10 @@ struct Layer {
   int lanes = 0;
   /// Its work on one core for `batch` examples.
   LayerWork work(std::int64_t batch) const { return lower(batch, lanes); }
+  /// What it reads from earlier layers and hands on, for a batch (a pipeline stage's stash and
+  /// transfers), and whether its first op reads the model's input (which needs no gradient).
+  Boundary boundary;
+  bool model_input = false;
   /// The host math for functional mode (null when the layer kind has none).
   std::shared_ptr<const LayerFunction> function;
   /// The index of an earlier layer of the model that is the same computation (made by the same

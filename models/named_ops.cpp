@@ -16,7 +16,7 @@ NamedTensor weight(std::vector<Dim> dims, int copies) {
 
 NamedOp einsum(std::string name, NamedTensor a, NamedTensor b, NamedTensor out) {
   NamedOp op;
-  op.kind = NamedOp::Kind::Einsum;
+  op.kind = "einsum";
   op.name = std::move(name);
   op.a = std::move(a);
   op.b = std::move(b);
@@ -26,7 +26,7 @@ NamedOp einsum(std::string name, NamedTensor a, NamedTensor b, NamedTensor out) 
 
 NamedOp elementwise(std::string name, NamedTensor a, double ops, NamedTensor bias) {
   NamedOp op;
-  op.kind = NamedOp::Kind::Elementwise;
+  op.kind = "elementwise";
   op.name = std::move(name);
   op.out = act(a.dims);
   op.a = std::move(a);
@@ -51,7 +51,7 @@ NamedOp dropout(std::string name, NamedTensor a) {
 
 NamedOp reduction(std::string name, NamedTensor a, std::string reduce_dim, NamedTensor params) {
   NamedOp op;
-  op.kind = NamedOp::Kind::Reduction;
+  op.kind = "reduction";
   op.name = std::move(name);
   op.out = act(a.dims);
   op.a = std::move(a);
@@ -62,7 +62,7 @@ NamedOp reduction(std::string name, NamedTensor a, std::string reduce_dim, Named
 
 NamedOp gather(std::string name, NamedTensor ids, NamedTensor table, NamedTensor out) {
   NamedOp op;
-  op.kind = NamedOp::Kind::Gather;
+  op.kind = "gather";
   op.name = std::move(name);
   op.a = std::move(ids);
   op.b = std::move(table);
@@ -88,7 +88,7 @@ NamedOp conv(std::string name, std::int64_t batch, std::int64_t size, std::int64
 NamedOp conv(std::string name, std::int64_t batch, std::int64_t size, std::int64_t in, std::int64_t out,
              int kh, int kw, int stride, bool valid) {
   NamedOp op;
-  op.kind = NamedOp::Kind::Conv;
+  op.kind = "conv";
   op.name = std::move(name);
   op.a = image(batch, size, in, false);  // an element-wise result unless the model says it is kept
   op.b = weight({{"kernel", std::int64_t(kh) * kw * in}, {"channels_out", out}});
@@ -103,7 +103,7 @@ NamedOp conv(std::string name, std::int64_t batch, std::int64_t size, std::int64
 
 NamedOp batch_norm(std::string name, std::int64_t batch, std::int64_t size, std::int64_t channels) {
   NamedOp op;
-  op.kind = NamedOp::Kind::BatchNorm;
+  op.kind = "batch_norm";
   op.name = std::move(name);
   op.a = image(batch, size, channels, true);
   op.b = weight({{"channels", channels}}, 2);
@@ -114,7 +114,7 @@ NamedOp batch_norm(std::string name, std::int64_t batch, std::int64_t size, std:
 NamedOp pool(std::string name, std::int64_t batch, std::int64_t size, std::int64_t channels, int window,
              int stride) {
   NamedOp op;
-  op.kind = NamedOp::Kind::Pool;
+  op.kind = "pool";
   op.name = std::move(name);
   op.a = image(batch, size, channels, false);  // recomputed for a max pool's gradient
   // A global pool leaves one value per channel: no image dimensions.
@@ -154,6 +154,18 @@ std::function<std::vector<NamedOp>(std::int64_t)> dense_named_ops(std::int64_t i
     }
     return ops;
   };
+}
+
+BoundaryTensor boundary_tensor(std::vector<Dim> dims, double bytes_per_element) {
+  return {act(std::move(dims)), bytes_per_element};
+}
+
+BoundaryTensor features(std::int64_t batch, std::int64_t width, double act) {
+  return boundary_tensor({{"batch", batch}, {"d_model", width}}, act);
+}
+
+BoundaryTensor losses(std::int64_t batch, std::int64_t per_example) {
+  return boundary_tensor({{"batch", batch}, {"seq", per_example}}, 4);
 }
 
 }  // namespace tpusim

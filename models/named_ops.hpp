@@ -51,20 +51,20 @@ struct NamedTensor {
 };
 
 struct NamedOp {
-  enum class Kind {
-    Einsum,       ///< a . b -> out
-    Elementwise,  ///< a -> out, `ops` per element, fusible into its producer; b: optional bias
-    Reduction,    ///< a -> out, normalizing over `reduce_dim` (layer norm, softmax): needs its
-                  ///< statistics; b: optional scale and shift
-    Gather,       ///< rows of table b picked by ids a -> out (an embedding; b an activation: rows of
-                  ///< it, as a masked LM picks its predicted positions)
-    Conv,         ///< a [batch, height, width, channels] * b [kernel, channels_out] -> out, a
-                  ///< `window` x `window` convolution with `stride` ("SAME" padding)
-    BatchNorm,    ///< a [batch, height, width, channels] -> out: per-channel statistics over the
-                  ///< batch and the image (b: scale and shift)
-    Pool,         ///< a -> out, a `window` x `window` pooling with `stride`; a window covering
-                  ///< the whole image is a global pool
-  };
+  /// What kind of op it is: the name of a registered kind (models/ops/registry.cpp), each a file
+  /// under models/ops/ that owns the op's hardware ops, memory, layout collectives and host math:
+  ///   "einsum"       a . b -> out
+  ///   "elementwise"  a -> out, `ops` per element, fusible into its producer; b: optional bias
+  ///   "reduction"    a -> out, normalizing over `reduce_dim` (layer norm, softmax): needs its
+  ///                  statistics; b: optional scale and shift
+  ///   "gather"       rows of table b picked by ids a -> out (an embedding; b an activation: rows of
+  ///                  it, as a masked LM picks its predicted positions)
+  ///   "conv"         a [batch, height, width, channels] * b [kernel, channels_out] -> out, a
+  ///                  `window` x `window` convolution with `stride` ("SAME" padding)
+  ///   "batch_norm"   a [batch, height, width, channels] -> out: per-channel statistics over the
+  ///                  batch and the image (b: scale and shift)
+  ///   "pool"         a -> out, a `window` x `window` pooling with `stride`; a window covering
+  ///                  the whole image is a global pool
   /// What an element-wise op, a reduction or a pool computes, which its kind's host math runs in
   /// functional mode; Unspecified where only the cost is known.
   enum class Math {
@@ -85,7 +85,7 @@ struct NamedOp {
     GatedSilu,      ///< Elementwise: out = silu(a) * b, b an activation (SwiGLU's gate times its up)
     GatedGelu,      ///< Elementwise: out = gelu(a) * b, b an activation (GEGLU)
   };
-  Kind kind = Kind::Einsum;
+  std::string kind = "einsum";
   Math math = Math::Unspecified;
   std::string name;
   NamedTensor a, b, out;
@@ -101,6 +101,26 @@ struct NamedOp {
   double backward_ops = 0;                   ///< Elementwise: per element of its gradient (0: `ops`)
   std::vector<NamedTensor> tensors() const;  ///< a, b (if any), out
 };
+
+/// A tensor a layer reads from earlier layers or hands on to later ones (what a pipeline stage
+/// stashes and sends), at its bytes per element: activations at the model's dtype, ids as int32,
+/// losses as fp32.
+struct BoundaryTensor {
+  NamedTensor tensor;
+  double bytes_per_element = 0;
+};
+/// What a layer reads from earlier layers and what it hands on, for a batch.
+struct LayerBoundary {
+  std::vector<BoundaryTensor> in, out;
+};
+/// An activation of `dims` at `bytes_per_element`.
+BoundaryTensor boundary_tensor(std::vector<Dim> dims, double bytes_per_element);
+/// A flat activation [batch, width].
+BoundaryTensor features(std::int64_t batch, std::int64_t width, double act);
+/// What a model's last layer hands on: one fp32 loss per example (`per_example` of them).
+BoundaryTensor losses(std::int64_t batch, std::int64_t per_example = 1);
+/// A layer's boundary for a batch.
+using Boundary = std::function<LayerBoundary(std::int64_t batch)>;
 
 /// Dimension names a layout may split.
 const std::vector<std::string>& named_dims();

@@ -116,18 +116,6 @@ SaveDots save_dots(const std::vector<NamedOp>& ops, const Sharding& s, double ac
   return plan;
 }
 
-BoundaryTensor boundary_tensor(std::vector<Dim> dims, double bytes_per_element) {
-  return {act(std::move(dims)), bytes_per_element};
-}
-
-BoundaryTensor features(std::int64_t batch, std::int64_t width, double act) {
-  return boundary_tensor({{"batch", batch}, {"d_model", width}}, act);
-}
-
-BoundaryTensor losses(std::int64_t batch, std::int64_t per_example) {
-  return boundary_tensor({{"batch", batch}, {"seq", per_example}}, 4);
-}
-
 double boundary_bytes(const std::vector<BoundaryTensor>& tensors, const Sharding& s) {
   double bytes = 0;
   for (const auto& t : tensors) bytes += s.local_elements(t.tensor) * t.bytes_per_element;
@@ -162,6 +150,8 @@ LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_inp
 }
 
 void derive_work(Layer& layer, double act, bool model_input, Boundary boundary) {
+  layer.model_input = model_input;
+  layer.boundary = boundary;
   layer.lower = [named = layer.named_ops, act, model_input, boundary = std::move(boundary)](std::int64_t b,
                                                                                             int lanes) {
     return lower_work(named(b), act, model_input, boundary(b), lanes);

@@ -63,23 +63,6 @@ SaveDots save_dots(const std::vector<NamedOp>& ops, const Sharding& s, double ac
 /// `model_input`: the first op reads the model's input, which needs no gradient.
 LayerMemory layer_memory(const std::vector<NamedOp>& ops, const Sharding& s, double act, bool model_input);
 
-/// A tensor a layer reads from earlier layers or hands on to later ones (what a pipeline stage
-/// stashes and sends), at its bytes per element: activations at the model's dtype, ids as int32,
-/// losses as fp32.
-struct BoundaryTensor {
-  NamedTensor tensor;
-  double bytes_per_element = 0;
-};
-/// What a layer reads from earlier layers and what it hands on, for a batch.
-struct LayerBoundary {
-  std::vector<BoundaryTensor> in, out;
-};
-/// An activation of `dims` at `bytes_per_element`.
-BoundaryTensor boundary_tensor(std::vector<Dim> dims, double bytes_per_element);
-/// A flat activation [batch, width].
-BoundaryTensor features(std::int64_t batch, std::int64_t width, double act);
-/// What a model's last layer hands on: one fp32 loss per example (`per_example` of them).
-BoundaryTensor losses(std::int64_t batch, std::int64_t per_example = 1);
 /// Bytes of `tensors` on a core as stored (padded to the sharding's lanes).
 double boundary_bytes(const std::vector<BoundaryTensor>& tensors, const Sharding& s);
 
@@ -91,11 +74,9 @@ double boundary_bytes(const std::vector<BoundaryTensor>& tensors, const Sharding
 LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_input,
                      const LayerBoundary& boundary, int lanes = 0);
 
-/// A layer's boundary for a batch.
-using Boundary = std::function<LayerBoundary(std::int64_t batch)>;
-
-/// Sets `layer.lower` to its named ops lowered on one core (lower_work): the named-op program is
-/// the one description of a layer, which the mesh lowering shards.
+/// Sets `layer.lower` to its named ops lowered on one core (lower_work), and its boundary and
+/// `model_input`: the named-op program is the one description of a layer, which the mesh
+/// lowering shards.
 void derive_work(Layer& layer, double act, bool model_input, Boundary boundary);
 
 }  // namespace tpusim

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "models/ops/op_kind.hpp"
 #include "schedules/functional_runtime.hpp"
 #include "schedules/step_builder.hpp"
 
@@ -195,8 +196,9 @@ class DataParallelPlayer {
   std::vector<int> bn_allreduces(int l, const std::vector<int>& after, const char* phase) {
     if (bn_groups_.empty()) return after;
     int prev = -1;
-    for (const std::int64_t channels :
-         study_.model.layers[std::size_t(l)].work(local_batch_).batch_norm_channels) {
+    for (const NamedOp& op : study_.model.layers[std::size_t(l)].named_ops(local_batch_)) {
+      const std::int64_t channels = op_kind(op).replica_statistics_channels(op);
+      if (channels == 0) continue;
       const int ar = b_.collective(sim::CollectiveOp::AllReduce, phase,
                                    std::string(phase) + " layer " + std::to_string(l), bn_groups_.front(),
                                    2.0 * 4.0 * double(channels), {l, l + 1});

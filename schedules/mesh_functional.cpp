@@ -145,7 +145,7 @@ void MeshExecutor::add_layer_ops(int l, int last_of_previous) {
       }
     }
     if (!n.skip.empty()) op.skip = source(n.out, n.skip, ignored);
-    if ((op.gather[0] || op.gather[1] || ignored) && n.kind != NamedOp::Kind::Einsum)
+    if ((op.gather[0] || op.gather[1] || ignored) && n.kind != "einsum")
       throw unsupported(l, n, "only einsums read a split sequence whole");
     check_supported(l, op, f);
     if (!n.out.id.empty()) produced[n.out.id] = f;
@@ -165,33 +165,26 @@ void MeshExecutor::check_supported(int l, const Op& op, int f) const {
     return true;
   };
   using M = NamedOp::Math;
-  switch (n.kind) {
-    case NamedOp::Kind::Einsum: {
-      const Names an = names_of(n.a), bn = names_of(n.b), on = names_of(n.out);
-      for (const auto& d : an)
-        if (!has(bn, d) && !has(on, d))
-          throw unsupported(l, n, "a dimension summed out of one operand alone");
-      for (const auto& d : on)
-        if (!has(an, d) && !has(bn, d)) throw unsupported(l, n, "an output dimension from no operand");
-      if (op.b == -1 && !n.b.weight) throw unsupported(l, n, "no second operand");
-      break;
-    }
-    case NamedOp::Kind::Elementwise:
-      if (n.math == M::GatedSilu || n.math == M::GatedGelu)
-        throw unsupported(l, n, "a gated activation (SwiGLU, GEGLU): no host math on a mesh's shards yet");
-      if (!suffix_bias() || ((n.math == M::Residual || n.math == M::ResidualRelu) && op.skip < 0))
-        throw unsupported(l, n, "a bias over other than the trailing dimensions, or a residual of nothing");
-      break;
-    case NamedOp::Kind::Reduction:
-      if (n.math == M::CausalSoftmax && (split(n.reduce_dim) || n.a.dims.size() < 2))
-        throw unsupported(l, n, "a causal softmax split along the positions it normalizes");
-      break;
-    case NamedOp::Kind::Gather:
-      if (f != 0 || n.a.dims.size() != 2 || n.out.dims.size() != 3)
-        throw unsupported(l, n, "a lookup other than the model's token embedding");
-      break;
-    default:  // whole-tensor host math only: convolutions and pools do not run on shards here
-      throw unsupported(l, n, "no host math on a mesh's shards for convolutions and pools");
+  if (n.kind == "einsum") {
+    const Names an = names_of(n.a), bn = names_of(n.b), on = names_of(n.out);
+    for (const auto& d : an)
+      if (!has(bn, d) && !has(on, d)) throw unsupported(l, n, "a dimension summed out of one operand alone");
+    for (const auto& d : on)
+      if (!has(an, d) && !has(bn, d)) throw unsupported(l, n, "an output dimension from no operand");
+    if (op.b == -1 && !n.b.weight) throw unsupported(l, n, "no second operand");
+  } else if (n.kind == "elementwise") {
+    if (n.math == M::GatedSilu || n.math == M::GatedGelu)
+      throw unsupported(l, n, "a gated activation (SwiGLU, GEGLU): no host math on a mesh's shards yet");
+    if (!suffix_bias() || ((n.math == M::Residual || n.math == M::ResidualRelu) && op.skip < 0))
+      throw unsupported(l, n, "a bias over other than the trailing dimensions, or a residual of nothing");
+  } else if (n.kind == "reduction") {
+    if (n.math == M::CausalSoftmax && (split(n.reduce_dim) || n.a.dims.size() < 2))
+      throw unsupported(l, n, "a causal softmax split along the positions it normalizes");
+  } else if (n.kind == "gather") {
+    if (f != 0 || n.a.dims.size() != 2 || n.out.dims.size() != 3)
+      throw unsupported(l, n, "a lookup other than the model's token embedding");
+  } else {  // whole-tensor host math only: convolutions, batch norms and pools do not run on shards here
+    throw unsupported(l, n, "no host math on a mesh's shards for convolutions, batch norms and pools");
   }
   if (f > 0 && ops_.back().named.math == M::SoftmaxXent) throw unsupported(l, n, "it follows the loss");
 }
@@ -338,20 +331,13 @@ void MeshExecutor::run(int core, int f, const MeshAction& action) {
     gathered_[c].clear();
   }
   const NamedOp& n = ops_[std::size_t(f)].named;
-  switch (n.kind) {
-    case NamedOp::Kind::Einsum:
-      return run_einsum(core, f, action);
-    case NamedOp::Kind::Elementwise:
-      return run_elementwise(core, f, action.what);
-    case NamedOp::Kind::Reduction:
-      if (n.math == NamedOp::Math::CausalSoftmax) return run_causal_softmax(core, f, action.what);
-      if (n.math == NamedOp::Math::LayerNorm) return run_layer_norm(core, f, action.what);
-      return run_softmax_xent(core, f, action.what);
-    case NamedOp::Kind::Gather:
-      return run_gather(core, f, action.what);
-    default:
-      throw SimulationError("functional mesh: op " + n.name + " has no host math");
-  }
+  if (n.kind == "einsum") return run_einsum(core, f, action);
+  if (n.kind == "elementwise") return run_elementwise(core, f, action.what);
+  if (n.kind == "gather") return run_gather(core, f, action.what);
+  if (n.kind != "reduction") throw SimulationError("functional mesh: op " + n.name + " has no host math");
+  if (n.math == NamedOp::Math::CausalSoftmax) return run_causal_softmax(core, f, action.what);
+  if (n.math == NamedOp::Math::LayerNorm) return run_layer_norm(core, f, action.what);
+  return run_softmax_xent(core, f, action.what);
 }
 
 void MeshExecutor::run_einsum(int core, int f, const MeshAction& action) {

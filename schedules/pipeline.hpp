@@ -8,8 +8,8 @@
 
 #include <set>
 
+#include "schedules/layer_program.hpp"
 #include "schedules/step_builder.hpp"
-#include "schedules/tensor_parallel.hpp"
 
 namespace tpusim {
 

@@ -1,7 +1,7 @@
 #include "schedules/step_builder.hpp"
 
 #include "schedules/functional_runtime.hpp"
-#include "schedules/tensor_parallel.hpp"
+#include "schedules/layer_program.hpp"
 
 namespace tpusim {
 
@@ -54,35 +54,8 @@ const LayerCost& StepBuilder::cost(int layer, std::int64_t batch) {
 }
 
 LayerCost StepBuilder::layer_cost(int layer, std::int64_t batch) const {
-  if (sharding_)
-    return sharded_layer_cost(study_.model.layers[layer], batch, *sharding_, cost_model_,
-                              study_.model.activation_bytes, layer == 0);
-  const LayerWork w = study_.model.layers[layer].work(batch);
-  LayerCost c;
-  for (const auto& op : w.forward) {
-    const OpCost oc = cost_model_.cost(op);
-    c.forward_s += oc.seconds;
-    c.forward_flops += oc.model_flops;
-    c.forward_hardware_flops += oc.hardware_flops;
-  }
-  for (const auto& op : w.backward) {
-    const OpCost oc = cost_model_.cost(op);
-    c.backward_s += oc.seconds;
-    c.backward_flops += oc.model_flops;
-    c.backward_hardware_flops += oc.hardware_flops;
-  }
-  for (const auto& op : w.non_dot_forward) {
-    const OpCost oc = cost_model_.cost(op);
-    c.non_dot_forward_s += oc.seconds;
-    c.non_dot_forward_hardware_flops += oc.hardware_flops;
-  }
-  c.dot_output_bytes = w.dot_output_bytes;
-  c.stash_bytes = w.stash_bytes;
-  c.workspace_bytes = w.workspace_bytes;
-  c.backward_workspace_bytes = std::max(w.workspace_bytes, w.backward_workspace_bytes);
-  c.input_bytes = w.input_bytes;
-  c.output_bytes = w.output_bytes;
-  return c;
+  return layer_program_cost(study_.model.layers[std::size_t(layer)], batch, sharding_, cost_model_,
+                            study_.model.activation_bytes);
 }
 
 LayerCost StepBuilder::cost(LayerRange layers, std::int64_t batch) {

@@ -111,6 +111,7 @@ TEST_CASE("every registered model kind builds", "[models][registry]") {
       const LayerWork w = l.work(2);
       CHECK(!w.forward.empty());
       for (const auto& op : w.forward) flops += op.model_flops();
+      for (const NamedOp& op : l.named_ops(2)) CHECK_NOTHROW(op_kind(op));  // a registered kind
     }
     CHECK(flops > 0);
   }
@@ -479,9 +480,9 @@ namespace {
 std::string program_text(const std::vector<NamedOp>& ops) {
   std::string text;
   for (const auto& op : ops) {
-    text += op.name + " " + std::to_string(int(op.kind)) + " " + std::to_string(int(op.math)) + " " +
-            std::to_string(op.ops) + " " + op.reduce_dim + " " + std::to_string(op.window) + " " +
-            std::to_string(op.stride) + " " + op.skip + ":";
+    text += op.name + " " + op.kind + " " + std::to_string(int(op.math)) + " " + std::to_string(op.ops) +
+            " " + op.reduce_dim + " " + std::to_string(op.window) + " " + std::to_string(op.stride) + " " +
+            op.skip + ":";
     for (const auto& t : op.tensors()) {
       text += " [" + t.id + (t.keep ? " kept" : "") + (t.weight ? " weight" : "");
       for (const auto& d : t.dims) text += " " + d.name + "=" + std::to_string(d.size);
@@ -568,7 +569,7 @@ TEST_CASE("every kind of named op has its registered class, which prices it and 
   // fuses into its producer; a lookup keeps its int32 ids for the scatter.
   for (const auto& op : ops)
     CHECK(bool(op_kind(op).operand_gradient(op, Sharding::none(), 2)) ==
-          (op.kind == NamedOp::Kind::Einsum || op.kind == NamedOp::Kind::Conv));
+          (op.kind == "einsum" || op.kind == "conv"));
   CHECK(op_kind(ops[1]).fuses_into_producer());
   CHECK_FALSE(op_kind(ops[0]).fuses_into_producer());
   CHECK(op_kind(ops[3]).kept_extra_bytes(ops[3], Sharding::none()) == Approx(b * s * 4.0));
@@ -754,4 +755,15 @@ TEST_CASE("flash attention is validated: not with attention dropout, a block siz
                     Catch::Contains("model.flash_block_rows"));
   CHECK_THROWS_WITH(build(R"({"kind": "transformer", "attention": "fast", )" + dims + "}"),
                     Catch::Contains("model.attention"));
+}
+
+TEST_CASE("op kinds are registered by name, one file under models/ops/ and one registry line each",
+          "[models]") {
+  // The names NamedOp::kind holds; adding a kind adds its name here.
+  CHECK(op_kind_names() == std::vector<std::string>{"batch_norm", "conv", "einsum", "elementwise", "gather",
+                                                    "pool", "reduction"});
+  // Every model's ops name one ("every registered model kind builds"); an unknown one is a bug.
+  NamedOp unknown = einsum("x", act({{"batch", 2}}), weight({{"batch", 2}}), act({{"batch", 2}}));
+  unknown.kind = "fft";
+  CHECK_THROWS_AS(op_kind(unknown), SimulationError);
 }

@@ -149,8 +149,11 @@ class NamedOpKind {
   virtual void host_backward(const NamedOp& op, HostBackward& b) const;
 };
 
-/// The kind of `op`.
+/// The kind of `op`: the registered kind named `op.kind` (SimulationError if none: a model
+/// builder's bug).
 const NamedOpKind& op_kind(const NamedOp& op);
+/// The registered kinds' names, sorted.
+std::vector<std::string> op_kind_names();
 
 // Registered kinds (one per file in models/ops/).
 std::unique_ptr<const NamedOpKind> make_einsum_kind();

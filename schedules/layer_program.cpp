@@ -1,4 +1,4 @@
-#include "schedules/tensor_parallel.hpp"
+#include "schedules/layer_program.hpp"
 
 #include <optional>
 
@@ -51,12 +51,13 @@ void add_events(const std::vector<mesh::Event>& events, double& seconds, double&
 
 }  // namespace
 
-LayerCost sharded_layer_cost(const Layer& layer, std::int64_t batch, const StageSharding& s,
-                             const CostModel& cost, double act, bool model_input) {
-  const Sharding sharding{s.layout, s.sizes, cost.core().activation_tile_lanes()};
-  const auto ops = layer.named_ops(batch);
-  const mesh::LayerProgram p = mesh::lower_layer(ops, sharding, cost, act, layer.name, model_input, false);
-  const LayerWork whole = layer.work(batch);
+LayerCost layer_program_cost(const Layer& layer, std::int64_t batch, const StageSharding* s,
+                             const CostModel& cost, double act) {
+  const Sharding whole = Sharding::whole(layer.lanes);
+  const Sharding sharding = s ? Sharding{s->layout, s->sizes, cost.core().activation_tile_lanes()} : whole;
+  const mesh::LayerProgram p =
+      mesh::lower_layer(layer.named_ops(batch), sharding, cost, act, layer.name, layer.model_input, false);
+  const LayerBoundary boundary = layer.boundary(batch);
   LayerCost c;
   add_events(p.forward, c.forward_s, c.forward_flops, c.forward_hardware_flops, c.forward_collectives,
              c.group_gradient_bytes);
@@ -74,8 +75,8 @@ LayerCost sharded_layer_cost(const Layer& layer, std::int64_t batch, const Stage
   c.stash_bytes = p.kept_bytes;
   c.workspace_bytes = p.workspace_bytes;
   c.backward_workspace_bytes = p.backward_workspace_bytes;
-  c.input_bytes = whole.input_bytes;  // whole on every core of the group
-  c.output_bytes = whole.output_bytes;
+  c.input_bytes = boundary_bytes(boundary.in, whole);  // whole on every core of the group
+  c.output_bytes = boundary_bytes(boundary.out, whole);
   c.weight_fraction = p.total_weight_elements > 0 ? p.weight_elements / p.total_weight_elements : 1.0;
   return c;
 }
