@@ -6,6 +6,7 @@
 #include "models/kernels/kernels.hpp"
 #include "models/named_math.hpp"
 #include "models/named_op_function.hpp"
+#include "models/ops/op_kind.hpp"
 
 namespace tpusim {
 
@@ -41,6 +42,14 @@ void for_each_element(const MeshExecutor::Box& b, F&& f) {
   }
 }
 
+/// What a kind's whole-tensor math is handed for data: the ops run on shards through it
+/// (element-wise ops, convolutions, batch norms, pools) read none; lookups and the loss are the
+/// executor's own.
+class NoData : public DataSource {
+ public:
+  std::vector<std::int32_t> targets(const Batch&) const override { return {}; }
+};
+
 /// Sums `pieces` element-wise (in double, in group order) and gives every one the sum.
 void sum_all(const std::vector<Tensor*>& pieces) {
   std::vector<double> sum(pieces.front()->size(), 0.0);
@@ -73,6 +82,8 @@ MeshExecutor::MeshExecutor(const Study& study, FunctionalRuntime& runtime,
   pending_.resize(cores);
   gathered_.resize(cores);
   stats_.resize(cores);
+  extras_.resize(cores);
+  backward_run_.resize(cores);
   targets_.resize(cores);
   tokens_.resize(cores);
   input_.resize(cores);
@@ -91,8 +102,9 @@ ConfigError MeshExecutor::unsupported(int layer, const NamedOp& op, const std::s
   return ConfigError(
       study_.file, "schedule.kind",
       "\"mesh\" with op " + study_.model.layers[std::size_t(layer)].name + "/" + op.name + " (" + why + ")",
-      "a model and layout functional mode executes on mesh shards: mlp, mesh_lm, dense sequential models, or "
-      "a decoder-only transformer without shared embeddings, picked positions or dropout");
+      "a model and layout functional mode executes on mesh shards: mlp, mesh_lm, dense sequential models, "
+      "a decoder-only transformer without shared embeddings, picked positions or dropout, or a conv net "
+      "(ResNet-50) with only its batch split");
 }
 
 bool MeshExecutor::same_layout(const NamedTensor& produced, const NamedTensor& read, bool& gather) const {
@@ -173,9 +185,8 @@ void MeshExecutor::check_supported(int l, const Op& op, int f) const {
       if (!has(an, d) && !has(bn, d)) throw unsupported(l, n, "an output dimension from no operand");
     if (op.b == -1 && !n.b.weight) throw unsupported(l, n, "no second operand");
   } else if (n.kind == "elementwise") {
-    if (n.math == M::GatedSilu || n.math == M::GatedGelu)
-      throw unsupported(l, n, "a gated activation (SwiGLU, GEGLU): no host math on a mesh's shards yet");
-    if (!suffix_bias() || ((n.math == M::Residual || n.math == M::ResidualRelu) && op.skip < 0))
+    const bool gated = n.math == M::GatedSilu || n.math == M::GatedGelu;
+    if ((!gated && !suffix_bias()) || ((n.math == M::Residual || n.math == M::ResidualRelu) && op.skip < 0))
       throw unsupported(l, n, "a bias over other than the trailing dimensions, or a residual of nothing");
   } else if (n.kind == "reduction") {
     if (n.math == M::CausalSoftmax && (split(n.reduce_dim) || n.a.dims.size() < 2))
@@ -183,8 +194,14 @@ void MeshExecutor::check_supported(int l, const Op& op, int f) const {
   } else if (n.kind == "gather") {
     if (f != 0 || n.a.dims.size() != 2 || n.out.dims.size() != 3)
       throw unsupported(l, n, "a lookup other than the model's token embedding");
-  } else {  // whole-tensor host math only: convolutions, batch norms and pools do not run on shards here
-    throw unsupported(l, n, "no host math on a mesh's shards for convolutions, batch norms and pools");
+  } else {
+    // Convolutions, batch norms and pools run their whole-tensor math on a core's examples: the
+    // batch may be split (each replica's batch norm over its own examples, as in data
+    // parallelism), not the image or the channels (halos and split statistics have no host math).
+    for (const NamedTensor* t : {&n.a, &n.b, &n.out})
+      for (const auto& d : t->dims)
+        if (d.name != "batch" && split(d.name))
+          throw unsupported(l, n, "a " + n.kind + " with " + d.name + " split: no host math on such shards");
   }
   if (f > 0 && ops_.back().named.math == M::SoftmaxXent) throw unsupported(l, n, "it follows the loss");
 }
@@ -329,15 +346,77 @@ void MeshExecutor::run(int core, int f, const MeshAction& action) {
     partial_[c].clear();
     pending_[c].clear();
     gathered_[c].clear();
+    extras_[c].clear();
+    backward_run_[c].clear();
   }
   const NamedOp& n = ops_[std::size_t(f)].named;
   if (n.kind == "einsum") return run_einsum(core, f, action);
-  if (n.kind == "elementwise") return run_elementwise(core, f, action.what);
   if (n.kind == "gather") return run_gather(core, f, action.what);
-  if (n.kind != "reduction") throw SimulationError("functional mesh: op " + n.name + " has no host math");
+  if (n.kind != "reduction") return run_on_piece(core, f, action.what);
   if (n.math == NamedOp::Math::CausalSoftmax) return run_causal_softmax(core, f, action.what);
   if (n.math == NamedOp::Math::LayerNorm) return run_layer_norm(core, f, action.what);
   return run_softmax_xent(core, f, action.what);
+}
+
+NamedOp MeshExecutor::local_op(const NamedOp& n, int core) const {
+  NamedOp local = n;
+  for (NamedTensor* t : {&local.a, &local.b, &local.out}) {
+    const Box b = box(*t, core);
+    for (std::size_t d = 0; d < t->dims.size(); ++d) t->dims[d].size = b.local[d];
+  }
+  return local;
+}
+
+void MeshExecutor::run_on_piece(int core, int f, MeshAction::What what) {
+  // The kind's own whole-tensor math on this core's pieces: check_supported admits only ops whose
+  // pieces are computed independently (element-wise ones; a split batch).
+  static const NoData no_data;
+  const std::size_t c = std::size_t(core);
+  const Op& op = ops_[std::size_t(f)];
+  const NamedOp local = local_op(op.named, core);
+  const NamedOpKind& kind = op_kind(local);
+  const Tensor* weights =
+      op.params.empty() ? nullptr : &rt_.params(core, op.layer)[std::size_t(op.params[0])];
+  const Tensor* b = op.b >= 0 ? &value(core, op.b) : nullptr;
+  std::vector<Tensor>& extras = extras_[c][f];
+  Saved saved;
+  const Batch batch;
+  if (what == MeshAction::Forward) {
+    extras.assign(std::size_t(kind.saved_extras(local)), Tensor{});
+    double loss = 0;
+    HostForward in{value(core, op.a),
+                   b,
+                   op.skip >= 0 ? &value(core, op.skip) : nullptr,
+                   weights,
+                   extras.data(),
+                   saved,
+                   no_data,
+                   batch,
+                   loss};
+    out_[c][f] = kind.host_forward(local, in);
+    return;
+  }
+  // The whole backward at the op's first backward action (a convolution's weight gradient comes
+  // with its input gradient, or alone where it reads the model's input).
+  const auto dy = dout_[c].find(f);
+  if (dy == dout_[c].end() || !backward_run_[c].insert(f).second) return;
+  Tensor* weight_grads = op.params.empty() ? nullptr : &rt_.grads(core, op.layer)[std::size_t(op.params[0])];
+  HostBackward g{value(core, op.a),
+                 b,
+                 out_[c].at(f),
+                 weights,
+                 extras.data(),
+                 saved,
+                 batch,
+                 dy->second,
+                 weight_grads,
+                 {},
+                 {},
+                 {}};
+  kind.host_backward(local, g);
+  if (!g.dskip.empty()) accumulate(core, op.skip, std::move(g.dskip));
+  if (!g.da.empty()) accumulate(core, op.a, std::move(g.da));
+  if (!g.db.empty()) accumulate(core, op.b, std::move(g.db));
 }
 
 void MeshExecutor::run_einsum(int core, int f, const MeshAction& action) {
@@ -373,42 +452,6 @@ void MeshExecutor::run_einsum(int core, int f, const MeshAction& action) {
     else
       accumulate(core, op.b, std::move(db));
   }
-}
-
-void MeshExecutor::run_elementwise(int core, int f, MeshAction::What what) {
-  using M = NamedOp::Math;
-  const std::size_t c = std::size_t(core);
-  const Op& op = ops_[std::size_t(f)];
-  const NamedOp& n = op.named;
-  const std::size_t width = n.b.dims.empty() ? 1 : std::size_t(box(n.b, core).elements());  // a bias repeats
-  if (what == MeshAction::Forward) {
-    Tensor y = value(core, op.a);
-    if (!n.b.dims.empty()) {
-      const Tensor& bias = rt_.params(core, op.layer)[std::size_t(op.params[0])];
-      for (std::size_t i = 0; i < y.size(); ++i) y[i] += bias[i % width];
-    }
-    if (n.math == M::Residual || n.math == M::ResidualRelu) add_into(y, value(core, op.skip));
-    if (n.math == M::BiasRelu || n.math == M::ResidualRelu)
-      kernels::relu_forward(y.data(), y.data(), kernels::I(y.size()));
-    if (n.math == M::BiasGelu) kernels::gelu_forward(y.data(), y.data(), kernels::I(y.size()));
-    out_[c][f] = std::move(y);
-    return;
-  }
-  Tensor dz = dout_[c].at(f);
-  if (n.math == M::BiasRelu || n.math == M::ResidualRelu)
-    kernels::relu_backward(out_[c].at(f).data(), dz.data(), dz.data(), kernels::I(dz.size()));
-  if (n.math == M::BiasGelu) {  // its input again: the operand plus the bias
-    Tensor pre = value(core, op.a);
-    const Tensor& bias = rt_.params(core, op.layer)[std::size_t(op.params[0])];
-    for (std::size_t i = 0; i < pre.size(); ++i) pre[i] += bias[i % width];
-    kernels::gelu_backward(pre.data(), dz.data(), dz.data(), kernels::I(dz.size()));
-  }
-  if (!n.b.dims.empty()) {
-    Tensor& db = rt_.grads(core, op.layer)[std::size_t(op.params[0])];
-    for (std::size_t i = 0; i < dz.size(); ++i) db[i % width] += dz[i];
-  }
-  if (n.math == M::Residual || n.math == M::ResidualRelu) accumulate(core, op.skip, dz);
-  accumulate(core, op.a, std::move(dz));
 }
 
 void MeshExecutor::run_causal_softmax(int core, int f, MeshAction::What what) {

@@ -6,8 +6,10 @@
 //
 // The executor interprets the layers' named ops, following the activations they read (ids):
 // einsums of any two tensors (projections, attention scores and context, feed-forward,
-// logits), bias, bias + ReLU, residual adds, layer norm, causal softmax, softmax cross-entropy
-// and embedding lookups: mlp and the decoder-only transformer.
+// logits), layer norm, causal softmax, softmax cross-entropy and embedding lookups with their
+// own shard math; element-wise ops (bias, ReLU, GELU, residual adds, gated activations), and
+// convolutions, batch norms and pools over a split batch, by their kind's whole-tensor math on a
+// core's pieces: mlp, the decoder-only transformer (SwiGLU, GEGLU), conv nets and ResNet-50.
 #pragma once
 
 #include <map>
@@ -124,7 +126,11 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
                                     const std::vector<std::int32_t>& whole_rows_of_examples) const;
   void run(int core, int f, const MeshAction& action);
   void run_einsum(int core, int f, const MeshAction& action);
-  void run_elementwise(int core, int f, MeshAction::What what);
+  /// Op f's kind's whole-tensor host math on `core`'s pieces of its tensors (element-wise ops,
+  /// and convolutions, batch norms and pools over a split batch), its gradients accumulated.
+  void run_on_piece(int core, int f, MeshAction::What what);
+  /// The op at `core`'s local sizes.
+  NamedOp local_op(const NamedOp& n, int core) const;
   void run_causal_softmax(int core, int f, MeshAction::What what);
   void run_layer_norm(int core, int f, MeshAction::What what);
   void run_softmax_xent(int core, int f, MeshAction::What what);
@@ -157,6 +163,8 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
   std::vector<std::map<int, Tensor>>
       pending_;  // per core: producing op -> partial sums of its gradient awaiting an all-reduce
   std::vector<std::map<int, std::vector<double>>> stats_;
+  std::vector<std::map<int, std::vector<Tensor>>> extras_;  // per core: op -> what its forward saved
+  std::vector<std::set<int>> backward_run_;                 // per core: ops run_on_piece ran backward
   std::vector<std::vector<std::int32_t>> targets_, tokens_;
   std::vector<Tensor> input_;
 };

@@ -398,3 +398,50 @@ TEST_CASE("the Mesh-TF language model's layout with fully sharded weights matche
                        "layout": {"batch": "batch", "d_ff": "model", "heads": "model", "vocab": "model"}})",
                    "momentum", kFourCores);
 }
+
+// Ops without shard math of their own run their kind's whole-tensor math on a core's pieces:
+// element-wise ones on any split (a gated MLP split along d_ff), convolutions, batch norms and
+// pools on a split batch.
+TEST_CASE("a SwiGLU transformer's mesh layout matches one core", "[functional][mesh]") {
+  check_equivalent(R"({"kind": "transformer", "layers": 2, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16,
+                       "seq_len": 8, "activation": "swiglu"})",
+                   R"({"kind": "mesh", "mesh": [["batch", 2], ["model", 2]],
+                       "layout": {"batch": "batch", "d_ff": "model", "heads": "model"}})",
+                   "momentum", kFourCores);
+}
+
+TEST_CASE("a GEGLU transformer's mesh layout over d_model matches one core", "[functional][mesh]") {
+  check_equivalent(R"({"kind": "transformer", "layers": 2, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16,
+                       "seq_len": 8, "activation": "geglu"})",
+                   R"({"kind": "mesh", "mesh": [["batch", 2], ["model", 2]],
+                       "layout": {"d_model": "batch", "d_ff": "model"}})",
+                   "momentum", kFourCores);
+}
+
+TEST_CASE("a convolutional net's mesh over the batch matches one core", "[functional][mesh]") {
+  check_equivalent(kConvNet,
+                   R"({"kind": "mesh", "mesh": [["batch", 2], ["model", 2]], "layout": {"batch": "batch"}})",
+                   "momentum", kFourCores);
+}
+
+TEST_CASE("a conv net with batch norms: a mesh over the batch computes one core's first step",
+          "[functional][mesh]") {
+  check_first_step(kConvBnNet, R"({"kind": "mesh", "mesh": [["batch", 8]], "layout": {"batch": "batch"}})");
+}
+
+TEST_CASE("ResNet-50's mesh over the batch computes one core's first step", "[functional][mesh][resnet]") {
+  check_first_step(
+      kResNet, R"({"kind": "mesh", "mesh": [["batch", 2], ["model", 4]], "layout": {"batch": "batch"}})", 8);
+}
+
+TEST_CASE("a convolution on a split image is refused in functional mode, naming the op",
+          "[functional][mesh]") {
+  Json j =
+      Json::parse(R"({"hardware": "tpu-v3", "slice": "v3-8", "batch": 16, "optimizer": {"kind": "momentum"},
+                           "schedule": {"kind": "mesh", "mesh": [["batch", 2], ["model", 4]],
+                                        "layout": {"batch": "batch", "height": "model"}}})");
+  j["model"] = Json::parse(kConvNet);
+  const Study s = parse_study(j, "test");
+  FunctionalRuntime rt(s, 7);
+  CHECK_THROWS_WITH(s.schedule->build(s, &rt), Catch::Contains("height split") && Catch::Contains("conv"));
+}
