@@ -102,7 +102,8 @@ OpCost CostModel::cost(const Op& op) const {
   c.model_flops = op.model_flops();
   if (op.kind == OpKind::MatMul) {
     const double padded = 2.0 * double(op.batch) * double(pad(op.m, core_.matmul_row_padding)) *
-                          double(pad(op.k, core_.mxu_rows)) * double(pad(op.n, core_.mxu_cols));
+                          double(pad(op.k, core_.mxu_rows)) * double(pad(op.n, core_.mxu_cols)) *
+                          op.computed_fraction;
     c.hardware_flops = padded;
     c.mxu_s = padded / core_.peak_matmul_flops_per_s();
   } else if (op.multipass) {

@@ -36,11 +36,16 @@ struct Op {
   /// pass over its tensor, and the core's MultiPassKernels give the passes, the kernels (each
   /// paying the per-op overhead) and the vector operations per element.
   std::optional<MultiPass> multipass;
+  /// MatMul: the share of its products the model counts (a causal attention product: the half
+  /// below the diagonal), and the share the MXU runs (flash attention skips the blocks above
+  /// the diagonal; standard attention computes every product and masks after).
+  double counted_fraction = 1, computed_fraction = 1;
 
-  /// The math: 2 x batch x m x k x n for a MatMul, 0 for vector work.
+  /// The math: 2 x batch x m x k x n for a MatMul (its counted share), 0 for vector work.
   double model_flops() const {
-    return kind == OpKind::MatMul && !recompute ? 2.0 * double(batch) * double(m) * double(k) * double(n)
-                                                : 0.0;
+    return kind == OpKind::MatMul && !recompute
+               ? 2.0 * double(batch) * double(m) * double(k) * double(n) * counted_fraction
+               : 0.0;
   }
 };
 

@@ -36,8 +36,8 @@ struct NamedTensor {
   /// never written to or read from HBM, never kept.
   bool on_chip = false;
   /// Times the op's kernel reads it from HBM (flash attention's keys and values: once per block
-  /// of queries).
-  int passes = 1;
+  /// of queries; causal: only the blocks up to the diagonal, (blocks + 1) / 2 on average).
+  double passes = 1;
   double elements() const {
     double n = copies;
     for (const auto& d : dims) n *= double(d.size);
@@ -91,14 +91,17 @@ struct NamedOp {
   NamedTensor a, b, out;
   double ops =
       1;  ///< per element (Elementwise, Pool); normalizations and softmaxes: the core's MultiPassKernels
-  std::string reduce_dim;                    ///< Reduction
-  int window = 1;                            ///< Conv, Pool (Conv: its height)
-  int window_w = 0;                          ///< Conv: its width (0: square)
-  bool valid = false;                        ///< Conv: no padding ("VALID") instead of "SAME"
-  int stride = 1;                            ///< Conv, Pool
-  std::string skip;                          ///< Residual: the id of the activation added
-  double scale = 1;                          ///< CausalSoftmax
-  double backward_ops = 0;                   ///< Elementwise: per element of its gradient (0: `ops`)
+  std::string reduce_dim;   ///< Reduction
+  int window = 1;           ///< Conv, Pool (Conv: its height)
+  int window_w = 0;         ///< Conv: its width (0: square)
+  bool valid = false;       ///< Conv: no padding ("VALID") instead of "SAME"
+  int stride = 1;           ///< Conv, Pool
+  std::string skip;         ///< Residual: the id of the activation added
+  double scale = 1;         ///< CausalSoftmax
+  double backward_ops = 0;  ///< Elementwise: per element of its gradient (0: `ops`)
+  /// Einsum: the share of its products the model counts and the share the MXU runs, forward and
+  /// backward (causal attention's scores and context: Op::counted_fraction, computed_fraction).
+  double counted_fraction = 1, computed_fraction = 1;
   std::vector<NamedTensor> tensors() const;  ///< a, b (if any), out
 };
 

@@ -40,8 +40,10 @@ Layer block(const std::string& name, const Dims& d, double act, bool decoder_wit
     add_dense_weights(l, d, d.d_model, 2 * inner);
     add_dense_weights(l, d, inner, d.d_model);
   }
-  l.weights.push_back({d.d_model});
-  l.weights.push_back({d.d_model});
+  if (!d.parallel) {  // the feed-forward's own layer norm
+    l.weights.push_back({d.d_model});
+    l.weights.push_back({d.d_model});
+  }
   add_dense_weights(l, d, d.d_model, d.d_ff);
   if (d.gated) add_dense_weights(l, d, d.d_model, d.d_ff);  // the gate's and the up projection
   add_dense_weights(l, d, d.d_ff, d.d_model);
@@ -195,6 +197,13 @@ struct BlockOps {
     const std::string in = p == "self" ? "in" : "cross_in";
     layer_norm(p, in);
     projections(p, from_encoder);
+    attend(p, p == "self" && d.causal);
+    residual(p, in);
+    ops.back().out.id = next;
+  }
+
+  /// Scores, softmax, context and the output projection of sub-block `p` over its projections.
+  void attend(const std::string& p, bool causal) {
     const auto q = cat(cat({B, S}, query_heads()), {K}), kv = cat(cat({B, Sk}, kv_heads()), {K});
     const auto probabilities = cat(cat({B}, query_heads()), {S, Sk});
     ops.push_back(einsum(p + "_scores", named(act(q, true), p + "_q"), named(act(kv, true), p + "_k"),
@@ -206,21 +215,26 @@ struct BlockOps {
     // backward reads them); the dropped ones are recomputed from them and the mask in its fusion.
     if (d.attention_dropout > 0) ops.push_back(dropout(p + "_attention_dropout", act(probabilities)));
     ops.push_back(einsum(p + "_context", act(probabilities, true), named(act(kv, true), p + "_v"), act(q)));
-    if (d.flash) flash(ops.size() - 3);
+    if (d.flash) flash(ops.size() - 3, causal);
+    if (causal) {
+      NamedOp &scores = ops[ops.size() - (d.attention_dropout > 0 ? 4 : 3)], &context = ops.back();
+      scores.counted_fraction = context.counted_fraction = 0.5;
+    }
     ops.push_back(einsum(p + "_output", act(q, true), weight(cat(query_heads(), {K, M})), act({B, S, M})));
-    residual(p, in);
-    ops.back().out.id = next;
   }
 
   /// Flash attention over the scores, softmax and context ops from `first`: the scores and
   /// probabilities stay on chip (nothing kept but each row's log-sum-exp, the softmax's), and the
   /// keys and values are read once per block of queries.
-  void flash(std::size_t first) {
+  /// Causal: each block of queries meets only the blocks of keys up to the diagonal, nb (nb + 1) / 2
+  /// of the nb x nb blocks.
+  void flash(std::size_t first, bool causal) {
     NamedOp &scores = ops[first], &softmax = ops[first + 1], &context = ops[first + 2];
-    const int passes = int((d.seq + d.flash_block_rows - 1) / d.flash_block_rows);
+    const double blocks = double((d.seq + d.flash_block_rows - 1) / d.flash_block_rows);
     scores.out.on_chip = softmax.a.on_chip = softmax.out.on_chip = context.a.on_chip = true;
     context.a.keep = false;
-    scores.b.passes = context.b.passes = passes;
+    scores.b.passes = context.b.passes = causal ? (blocks + 1) / 2 : blocks;
+    if (causal) scores.computed_fraction = context.computed_fraction = (blocks + 1) / (2 * blocks);
   }
 
   /// Dropout (when set), then the residual sum with the sub-block's input `in`.
@@ -237,8 +251,14 @@ struct BlockOps {
     ops.push_back(
         reduction("layernorm_ffn", named(act({B, S, M}, true), "ffn_in"), "d_model", weight({M}, 2)));
     ops.back().math = NamedOp::Math::LayerNorm;
-    if (d.gated) return gated_feed_forward();
-    ops.push_back(einsum("ffn_in", act({B, S, M}), weight({M, F}), act({B, S, F})));
+    ops.back().out.id = "ffn_h";
+    mlp("ffn_h", "ffn_in");
+  }
+
+  /// The feed-forward's projections over the normalized input `h`, its residual sum with `in`.
+  void mlp(const std::string& h, const std::string& in) {
+    if (d.gated) return gated_feed_forward(h, in);
+    ops.push_back(einsum("ffn_in", named(act({B, S, M}), h), weight({M, F}), act({B, S, F})));
     if (d.gelu) {
       // gelu(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), BERT's form: with the bias, 10
       // operations per element (tanh one); its gradient recomputes tanh from the kept input and
@@ -251,7 +271,7 @@ struct BlockOps {
       ops.back().math = NamedOp::Math::BiasRelu;
     }
     ops.push_back(einsum("ffn_out", act({B, S, F}, true), weight({F, M}), act({B, S, M})));
-    residual("ffn", "ffn_in");
+    residual("ffn", in);
   }
 
   /// The gated feed-forward (GLU variants, Shazeer 2020; PaLM's and Llama's SwiGLU): the layer
@@ -260,10 +280,9 @@ struct BlockOps {
   /// x * sigmoid(x): with the product, 6 operations per element (exp, add, reciprocal, two
   /// products and the gate's product); its gradient 12. GELU's tanh form takes 10 with its bias
   /// (above): 11 with the product, 19 for the gradient.
-  void gated_feed_forward() {
-    ops.back().out.id = "ffn_h";
+  void gated_feed_forward(const std::string& h, const std::string& in) {
     for (const char* x : {"gate", "up"}) {
-      ops.push_back(einsum(std::string("ffn_") + x, named(act({B, S, M}), "ffn_h"), weight({M, F}),
+      ops.push_back(einsum(std::string("ffn_") + x, named(act({B, S, M}), h), weight({M, F}),
                            named(act({B, S, F}), std::string("ffn_") + x)));
       if (!d.biases) continue;
       ops.back().out.id += "_unbiased";
@@ -277,7 +296,20 @@ struct BlockOps {
     ops.back().math = d.gelu ? NamedOp::Math::GatedGelu : NamedOp::Math::GatedSilu;
     ops.back().backward_ops = d.gelu ? 19 : 12;
     ops.push_back(einsum("ffn_out", act({B, S, F}, true), weight({F, M}), act({B, S, M})));
-    residual("ffn", "ffn_in");
+    residual("ffn", in);
+  }
+
+  /// PaLM's parallel block: one layer norm, its output (`ffn_h`) read by the attention's
+  /// projections and the feed-forward's (one fused matmul in PaLM; separate einsums here, the
+  /// same FLOPs and weights, the normalized input read once per projection); the attention's
+  /// output and the feed-forward's added to the input: y = x + Attention(LN(x)) + MLP(LN(x)).
+  void parallel_block() {
+    layer_norm("self", "in");
+    projections("self", false);
+    attend("self", d.causal);
+    residual("self", "in");
+    ops.back().out.id = "attention_sum";
+    mlp("self_h", "attention_sum");
   }
 };
 
@@ -285,6 +317,10 @@ struct BlockOps {
 /// the encoder output (seq_k positions) in a decoder block of an encoder-decoder, feed-forward.
 std::vector<NamedOp> block_named_ops(const Dims& d, std::int64_t b, bool cross) {
   BlockOps block(d, b);
+  if (d.parallel) {
+    block.parallel_block();
+    return std::move(block.ops);
+  }
   block.attention("self", false, cross ? "cross_in" : "ffn_in");
   if (cross) block.attention("cross", true, "ffn_in");
   block.feed_forward();
@@ -300,8 +336,10 @@ Model assemble(const Dims& d, double act, const std::string& name) {
   const auto target_ids = boundary_tensor({{"batch", 1}, {"seq", d.seq}}, 4);
   m.layers.push_back(embedding(encdec ? "source_embedding" : "embedding", d, act, true,
                                encdec ? std::optional{target_ids} : std::nullopt));
+  Dims encoder = d;  // an encoder attends both ways
+  encoder.causal = false;
   for (std::int64_t i = 0; i < d.encoder_layers; ++i)
-    m.add(block("encoder" + std::to_string(i), d, act, false), "block");
+    m.add(block("encoder" + std::to_string(i), encoder, act, false), "block");
   if (encdec) {
     // The target embedding reads the target ids and passes the encoder output along.
     m.layers.push_back(
@@ -334,6 +372,11 @@ Dims read_dims_impl(Fields& f, Problems& problems, const Dims* defaults) {
   d.biases = f.boolean_or("biases", d.biases);
   d.shared_embeddings = f.boolean_or("shared_embeddings", false);
   d.predicted = f.integer_or("predicted_positions", 0, 1, d.seq > 0 ? d.seq : 1);
+  d.causal = f.boolean_or("causal", true);  // decoder-only: causal; a decoder's self-attention too
+  d.parallel = f.string_or("block", "sequential", {"sequential", "parallel"}) == "parallel";
+  if (problems.empty() && d.parallel && d.encoder_layers > 0)
+    problems.add(f.path_of("block"), Json("parallel"),
+                 "\"sequential\" with encoder_layers > 0 (a parallel block has no cross-attention here)");
   const std::string activation = f.string_or("activation", "relu", {"relu", "gelu", "swiglu", "geglu"});
   d.gelu = activation == "gelu" || activation == "geglu";
   d.gated = activation == "swiglu" || activation == "geglu";

@@ -29,6 +29,13 @@ struct TransformerDims {
   /// `flash_block_rows` queries, and the backward computes the scores again.
   bool flash = false;
   std::int64_t flash_block_rows = 128;
+  /// Causal self-attention (decoder-only models, a decoder's self-attention): the model counts
+  /// the scores' and the context's products below the diagonal (half of them, as PaLM's and
+  /// MaxText's MFU do); standard attention computes them all and masks, flash attention skips
+  /// the blocks above the diagonal.
+  bool causal = false;
+  /// PaLM's parallel block: y = x + Attention(LN(x)) + MLP(LN(x)), one layer norm feeding both.
+  bool parallel = false;
   /// Positions per sequence the output layer predicts (BERT's masked-LM predicts a few of
   /// them); 0: every position.
   std::int64_t predicted = 0;

@@ -445,3 +445,18 @@ TEST_CASE("a convolution on a split image is refused in functional mode, naming 
   FunctionalRuntime rt(s, 7);
   CHECK_THROWS_WITH(s.schedule->build(s, &rt), Catch::Contains("height split") && Catch::Contains("conv"));
 }
+
+const char* kParallelBlock =
+    R"({"kind": "transformer", "layers": 2, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16, "seq_len": 8,
+        "block": "parallel", "activation": "swiglu", "kv_heads": 1})";
+
+TEST_CASE("a parallel-block, multi-query transformer's data parallelism matches one core", "[functional]") {
+  check_equivalent(kParallelBlock, R"({"kind": "data_parallel", "replicas": 4})");
+}
+
+TEST_CASE("a parallel-block transformer's mesh layout matches one core", "[functional][mesh]") {
+  check_equivalent(kParallelBlock,
+                   R"({"kind": "mesh", "mesh": [["batch", 2], ["model", 2]],
+                       "layout": {"batch": "batch", "d_ff": "model", "heads": "model"}})",
+                   "momentum", kFourCores);
+}

@@ -42,7 +42,8 @@ TEST_CASE("transformer parameters: 12 d^2 L + 2 V d plus biases and norms, exact
 TEST_CASE("transformer forward FLOPs per token: 2 x matmul params + attention", "[models]") {
   const std::int64_t d = 512, ff = 2048, s = 128, V = 1000, L = 2;
   const Model m = build(
-      R"({"kind": "transformer", "layers": 2, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 1000, "seq_len": 128})");
+      R"({"kind": "transformer", "layers": 2, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 1000, "seq_len": 128,
+          "causal": false})");  // every attention product counted (the causal half: below)
   const double matmul_params = double(L) * (4 * d * d + 2 * d * ff) + double(V) * d;
   const double per_token = 2 * matmul_params + double(L) * 4 * s * d;
   CHECK(total_flops(m, 3, false) == Approx(3 * s * per_token));
@@ -735,7 +736,7 @@ TEST_CASE("flash attention: no scores or probabilities in HBM, the scores comput
   CHECK(flops(b.forward, true) == Approx(flops(a.forward, true)));
   // A longer sequence reads the keys and values once per block of 128 queries.
   const std::string longer =
-      R"("layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 512)";
+      R"("layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 512, "causal": false)";
   const Model four = build(R"({"kind": "transformer", "attention": "flash", )" + longer + "}");
   const Model one =
       build(R"({"kind": "transformer", "attention": "flash", "flash_block_rows": 512, )" + longer + "}");
@@ -766,4 +767,62 @@ TEST_CASE("op kinds are registered by name, one file under models/ops/ and one r
   NamedOp unknown = einsum("x", act({{"batch", 2}}), weight({{"batch", 2}}), act({{"batch", 2}}));
   unknown.kind = "fft";
   CHECK_THROWS_AS(op_kind(unknown), SimulationError);
+}
+
+TEST_CASE("a parallel block has one layer norm and adds attention and feed-forward to its input",
+          "[models]") {
+  const std::string dims =
+      R"("layers": 2, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 100, "seq_len": 16, "activation": "swiglu")";
+  const Model sequential = build(R"({"kind": "transformer", )" + dims + "}");
+  const Model parallel = build(R"({"kind": "transformer", "block": "parallel", )" + dims + "}");
+  // Exactly one layer norm (scale and shift, d_model each) fewer per block; the same FLOPs.
+  CHECK(sequential.params() - parallel.params() == 2 * 2 * 64);
+  CHECK(total_flops(parallel, 2, false) == Approx(total_flops(sequential, 2, false)).epsilon(1e-12));
+  // The feed-forward reads the attention's layer norm, and the second residual adds its sum.
+  const auto ops = parallel.layers[1].named_ops(2);
+  int norms = 0;
+  for (const auto& op : ops) norms += op.math == NamedOp::Math::LayerNorm ? 1 : 0;
+  CHECK(norms == 1);
+  for (const auto& op : ops)
+    if (op.name == "ffn_gate" || op.name == "ffn_up" || op.name == "self_q_projection")
+      CHECK(op.a.id == "self_h");
+  CHECK(ops.back().skip == "attention_sum");
+  Problems p("test");
+  build_model(
+      Json::parse(R"({"kind": "transformer", "block": "parallel", "encoder_layers": 1, )" + dims + "}"),
+      "model", p);
+  CHECK_THROWS_WITH(p.throw_if_any(), Catch::Contains("model.block"));
+}
+
+TEST_CASE(
+    "causal attention: the model counts half of the scores and the context, flash attention skips "
+    "the masked blocks",
+    "[models]") {
+  const std::int64_t b = 2, s = 512, h = 4, k = 16, layers = 2;
+  const std::string dims =
+      R"("layers": 2, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 100, "seq_len": 512)";
+  const Model causal = build(R"({"kind": "transformer", )" + dims + "}");  // decoder-only: causal
+  const Model full = build(R"({"kind": "transformer", "causal": false, )" + dims + "}");
+  // Scores and context: 2 x (2 b h s^2 k) forward, twice that backward; half of it not counted.
+  const double attention = 2.0 * 2.0 * double(b * h * s * s * k) * double(layers);
+  CHECK(total_flops(full, b, false) - total_flops(causal, b, false) == Approx(attention / 2));
+  CHECK(total_flops(full, b, true) - total_flops(causal, b, true) == Approx(attention));
+  // Standard attention computes the masked half all the same: hardware FLOPs are equal.
+  const CostModel cost(load_hardware("tpu-v3").core);
+  auto hardware = [&](const Model& m, const std::string& op) {
+    for (const auto& o : m.layers[1].work(b).forward)
+      if (o.name == op) return cost.cost(o).hardware_flops;
+    return -1.0;
+  };
+  CHECK(hardware(causal, "self_scores") == hardware(full, "self_scores"));
+  // Flash attention, blocks of 128 queries: 4 x 4 blocks, 10 of them at or below the diagonal.
+  const Model flash_causal = build(R"({"kind": "transformer", "attention": "flash", )" + dims + "}");
+  const Model flash_full =
+      build(R"({"kind": "transformer", "attention": "flash", "causal": false, )" + dims + "}");
+  CHECK(hardware(flash_causal, "self_scores") == Approx(hardware(flash_full, "self_scores") * 10 / 16));
+  CHECK(hardware(flash_causal, "self_context") == Approx(hardware(flash_full, "self_context") * 10 / 16));
+  // An encoder attends both ways: BERT counts every product.
+  const Model bert = build(
+      R"({"kind": "bert", "layers": 1, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 100, "seq_len": 512, "predicted_positions": 8})");
+  for (const auto& op : bert.layers[1].named_ops(b)) CHECK(op.counted_fraction == 1.0);
 }

@@ -20,16 +20,25 @@ named::Sizes sizes(const NamedOp& op) {
   return size;
 }
 
+/// x . y -> z for `op`, with the shares of its products counted and run (causal attention).
+Op matmul(const NamedOp& op, const std::string& name, const Sharding& s, const NamedTensor& x,
+          const NamedTensor& y, const NamedTensor& z, double act) {
+  Op m = local_matmul(name, s, x, y, z, act);
+  m.counted_fraction = op.counted_fraction;
+  m.computed_fraction = op.computed_fraction;
+  return m;
+}
+
 class Einsum : public NamedOpKind {
  public:
   Op forward(const NamedOp& op, const Sharding& s, double act) const override {
-    return local_matmul(op.name, s, op.a, op.b, op.out, act);
+    return matmul(op, op.name, s, op.a, op.b, op.out, act);
   }
   Op input_gradient(const NamedOp& op, const Sharding& s, double act) const override {
-    return local_matmul(op.name + "_da", s, op.out, op.b, op.a, act);
+    return matmul(op, op.name + "_da", s, op.out, op.b, op.a, act);
   }
   std::optional<Op> operand_gradient(const NamedOp& op, const Sharding& s, double act) const override {
-    Op db = local_matmul(op.name + "_db", s, op.a, op.out, op.b, act);
+    Op db = matmul(op, op.name + "_db", s, op.a, op.out, op.b, act);
     db.weight_gradient = op.b.weight;
     return db;
   }
