@@ -34,8 +34,12 @@ std::string counts(const Json& plan) {
   std::string text = std::to_string(plan["evaluated"].get<int>()) +
                      " candidates: " + std::to_string(plan["pruned"]["invalid"].get<int>()) + " invalid, " +
                      std::to_string(plan["pruned"]["memory"].get<int>()) +
-                     " pruned by memory (their resident state, or what their programs hold, over HBM), " +
-                     std::to_string(plan["simulated"].get<int>()) + " simulated";
+                     " pruned by memory (their resident state, or what their programs hold, over HBM" +
+                     (plan["pruned"].value("interleaved_by_twin", 0) > 0
+                          ? "; " + std::to_string(plan["pruned"]["interleaved_by_twin"].get<int>()) +
+                                " of them interleaved pipelines whose uninterleaved twin is over, not bounded"
+                          : std::string()) +
+                     "), " + std::to_string(plan["simulated"].get<int>()) + " simulated";
   if (!plan.value("complete", true)) {
     const Json& left = plan["not_examined"];
     char after[32];

@@ -1,5 +1,6 @@
 #include "schedules/pipeline.hpp"
 
+#include <map>
 #include <set>
 
 #include "hardware/topology.hpp"
@@ -12,28 +13,59 @@ namespace {
 
 const char* kind_name(Pipeline::Order o) { return o == Pipeline::Order::GPipe ? "gpipe" : "one_f_one_b"; }
 
-/// One compute step of a stage's program.
+/// One compute step of a stage's program: on micro-batch `micro_batch` of the stage's model chunk
+/// `chunk` (the stage itself unless interleaved).
 struct Item {
   enum Kind { Forward, Recompute, Backward } kind;
   int micro_batch;
+  int chunk;
 };
 
+/// Megatron-LM's interleaved 1F1B for `chunks` model chunks per stage (chunk c of the model, c in
+/// 0 .. stages x chunks, on stage c mod stages): the micro-batches in groups of `stages`, each
+/// group through the stage's chunks in turn (forward: first chunk first; backward: last first);
+/// warm-up forwards 2 (stages - stage - 1) + (chunks - 1) stages, then one forward and one
+/// backward in turn, then the drain.
+std::vector<Item> interleaved_program(int stage, int stages, int micro_batches, int chunks, bool remat) {
+  const int total = micro_batches * chunks, group = stages * chunks;
+  auto item = [&](Item::Kind kind, int k) {
+    const int in_group = k % group, c = in_group / stages;
+    const int chunk = kind == Item::Forward ? c : chunks - 1 - c;
+    return Item{kind, (k / group) * stages + k % stages, chunk * stages + stage};
+  };
+  std::vector<Item> items;
+  auto backward = [&](int k) {
+    if (remat) items.push_back(item(Item::Recompute, k));
+    items.push_back(item(Item::Backward, k));
+  };
+  const int warmup = std::min((stages - stage - 1) * 2 + (chunks - 1) * stages, total);
+  for (int k = 0; k < warmup; ++k) items.push_back(item(Item::Forward, k));
+  for (int k = 0; k < total - warmup; ++k) {
+    items.push_back(item(Item::Forward, warmup + k));
+    backward(k);
+  }
+  for (int k = total - warmup; k < total; ++k) backward(k);
+  return items;
+}
+
 /// The order a stage runs its work in.
-std::vector<Item> stage_program(Pipeline::Order order, int stage, int stages, int micro_batches, bool remat) {
+std::vector<Item> stage_program(Pipeline::Order order, int stage, int stages, int micro_batches, bool remat,
+                                int chunks = 1) {
+  if (chunks > 1) return interleaved_program(stage, stages, micro_batches, chunks, remat);
   std::vector<Item> items;
   auto backward = [&](int m) {
-    if (remat) items.push_back({Item::Recompute, m});
-    items.push_back({Item::Backward, m});
+    if (remat) items.push_back({Item::Recompute, m, stage});
+    items.push_back({Item::Backward, m, stage});
   };
   if (order == Pipeline::Order::GPipe) {
-    for (int m = 0; m < micro_batches; ++m) items.push_back({Item::Forward, m});
+    for (int m = 0; m < micro_batches; ++m) items.push_back({Item::Forward, m, stage});
     for (int m = micro_batches - 1; m >= 0; --m) backward(m);
     return items;
   }
   const int warmup = std::min(stages - stage - 1, micro_batches);
-  for (int m = 0; m < warmup; ++m) items.push_back({Item::Forward, m});
+  for (int m = 0; m < warmup; ++m) items.push_back({Item::Forward, m, stage});
   for (int i = 0; i < micro_batches - warmup; ++i) {
-    items.push_back({Item::Forward, warmup + i});
+    items.push_back({Item::Forward, warmup + i, stage});
     backward(i);
   }
   for (int m = micro_batches - warmup; m < micro_batches; ++m) backward(m);
@@ -94,7 +126,9 @@ Pipeline::Pipeline(Order order, Fields& f, const Study& study, Problems& problem
   replicas_ = int(f.integer_or("replicas", 1, 1, 1 << 20));
   tensor_ = int(f.integer_or("tensor_parallel", 1, 1, 4096));
   sharded_ = f.string_or("weight_update", "replicated", {"replicated", "sharded"}) == "sharded";
+  virtual_ = int(f.integer_or("virtual_stages", 1, 1, 4096));
   if (!problems.empty()) return;
+  read_virtual_stages(f, layers, problems);
   if (stages_ > layers) {
     problems.add(f.path_of("stages"), Json(stages_),
                  "at most the model's " + std::to_string(layers) + " layers (every stage needs one)");
@@ -116,15 +150,35 @@ Pipeline::Pipeline(Order order, Fields& f, const Study& study, Problems& problem
   if (const Json* p = f.optional("placement")) read_placement(*p, f.path_of("placement"), study, problems);
 }
 
+void Pipeline::read_virtual_stages(Fields& f, int layers, Problems& problems) {
+  if (virtual_ == 1) return;
+  const std::string path = f.path_of("virtual_stages");
+  if (order_ != Order::OneFOneB)
+    problems.add(path, Json(virtual_), "1 under gpipe (interleaving is Megatron's one_f_one_b schedule)");
+  else if (microbatches_ % stages_ != 0)
+    problems.add(
+        f.path_of("microbatches"), Json(microbatches_),
+        "a multiple of stages (" + std::to_string(stages_) +
+            ") with virtual_stages > 1 (the interleaved order runs micro-batches in groups of stages)");
+  else if (std::int64_t(stages_) * virtual_ > layers)
+    problems.add(path, Json(virtual_),
+                 "at most " + std::to_string(layers / stages_) +
+                     ": stages x virtual_stages chunks of the model's " + std::to_string(layers) +
+                     " layers, each at least one");
+}
+
 void Pipeline::read_partition(const Json& p, const std::string& path, int layers, Problems& problems) {
   if (p.is_string() && (p.get<std::string>() == "balanced" || p.get<std::string>() == "memory_aware")) {
     memory_aware_ = p.get<std::string>() == "memory_aware";  // computed at build time
+    if (memory_aware_ && virtual_ > 1)
+      problems.add(path, p, "\"balanced\" or layer counts with virtual_stages > 1");
     return;
   }
-  if (!p.is_array() || int(p.size()) != stages_) {
+  if (!p.is_array() || int(p.size()) != chunks()) {
     problems.add(path, p,
-                 "\"balanced\", \"memory_aware\" or an array of " + std::to_string(stages_) +
-                     " layer counts (one per stage)");
+                 "\"balanced\", \"memory_aware\" or an array of " + std::to_string(chunks()) +
+                     (virtual_ > 1 ? " layer counts (one per model chunk: stages x virtual_stages)"
+                                   : " layer counts (one per stage)"));
     return;
   }
   int total = 0;
@@ -251,6 +305,7 @@ Json Pipeline::resolved() const {
          {"remat", remat_json(remat_)},
          {"replicas", replicas_}};
   if (sharded_) j["weight_update"] = "sharded";
+  if (virtual_ > 1) j["virtual_stages"] = virtual_;
   j["partition"] = !partition_.empty() ? Json(partition_) : Json(memory_aware_ ? "memory_aware" : "balanced");
   j["placement"] = !placement_.empty() ? Json(placement_) : Json(by_stage_ ? "by_stage" : "auto");
   if (tensor_ > 1) {
@@ -272,7 +327,7 @@ Pipeline::Partition Pipeline::partition(const Study& study) const {
     const LayerCost& c = builder.cost(l, b);
     costs.push_back(c.forward_s + c.recompute_s(remat_) + c.backward_s);
   }
-  const auto by_cost = balanced_partition(costs, stages_);
+  const auto by_cost = balanced_partition(costs, chunks());
   if (!memory_aware_) return {by_cost, "cost"};
   const double usable = study.hardware.core.usable_hbm_bytes();
   auto fits = [&](int stage, int first, int last) {
@@ -364,14 +419,19 @@ using StageTasks = std::vector<std::vector<std::vector<GroupTask>>>;  // [replic
 
 /// The collectives of each of a group's items, in its program order; each item's compute waits
 /// for the previous item's collectives (a core cannot run on before its partial sums arrive).
-void group_collectives(StepBuilder& builder, const std::vector<int>& group, LayerRange range, std::int64_t b,
+void group_collectives(StepBuilder& builder, const std::vector<int>& group,
+                       const std::vector<LayerRange>& ranges, std::int64_t b,
                        const std::vector<Item>& program, int stage, std::vector<GroupTask*> items,
                        Keep keep) {
-  const LayerCost c = builder.cost(range, b);
+  std::map<int, LayerCost> costs;  // per model chunk
+  for (const Item& it : program)
+    if (!costs.count(it.chunk)) costs.emplace(it.chunk, builder.cost(ranges[std::size_t(it.chunk)], b));
   auto& g = builder.graph();
   const GroupTask* previous = nullptr;
   for (std::size_t i = 0; i < program.size(); ++i) {
     GroupTask& task = *items[i];
+    const LayerCost& c = costs.at(program[i].chunk);
+    const LayerRange range = ranges[std::size_t(program[i].chunk)];
     const auto& list = program[i].kind == Item::Backward    ? c.backward_collectives
                        : program[i].kind == Item::Recompute ? c.recompute_collectives(keep)
                                                             : c.forward_collectives;
@@ -404,13 +464,17 @@ class PipelinePlayer {
  public:
   /// `built`: how many replicas' tasks to build (the first ones; every replica's by default); the
   /// cross-replica all-reduces span every replica whatever it is.
+  /// `ranges`: the model chunks' layers (one per stage, or stages x V interleaved: chunk c on
+  /// stage c mod stages).
   PipelinePlayer(const Study& study, StepBuilder& builder, Pipeline::Order order, int M, Keep remat,
                  bool sharded, std::vector<LayerRange> ranges,
                  std::vector<std::vector<std::vector<int>>> cores, int built = -1)
       : study_(study),
         builder_(builder),
         order_(order),
-        K_(int(ranges.size())),
+        K_(int(cores.front().size())),
+        C_(int(ranges.size())),
+        V_(C_ / K_),
         M_(M),
         R_(int(cores.size())),
         built_(built < 0 ? int(cores.size()) : built),
@@ -419,7 +483,7 @@ class PipelinePlayer {
         b_(study.batch / (std::int64_t(cores.size()) * M)),
         ranges_(std::move(ranges)),
         cores_(std::move(cores)),
-        F_(R_, std::vector<std::vector<GroupTask>>(K_, std::vector<GroupTask>(M_))),
+        F_(R_, std::vector<std::vector<GroupTask>>(C_, std::vector<GroupTask>(M_))),
         Rc_(F_),
         B_(F_) {}
 
@@ -430,26 +494,27 @@ class PipelinePlayer {
       for (int s = 0; s < K_; ++s) stage_compute(r, s);
   }
 
-  /// Activations forward and gradients backward between consecutive stages, core t of a group
-  /// to core t of the next; each stage's recompute and backward after its forward.
+  /// Activations forward and gradients backward between consecutive model chunks (stages), core
+  /// t of a group to core t of the next; each chunk's recompute and backward after its forward.
   void link() {
     auto& g = builder_.graph();
     for (int r = 0; r < built_; ++r)
       for (int m = 0; m < M_; ++m)
-        for (int s = 0; s < K_; ++s)
-          for (int t = 0; t < int(cores_[r][s].size()); ++t) {
+        for (int c = 0; c < C_; ++c)
+          for (int t = 0; t < int(cores_[r][c % K_].size()); ++t) {
+            const int s = c % K_;
             const Labels labels{s, m, (std::int64_t(r) * M_ + m) * b_};
-            const auto [F, Rc, B] = std::tie(F_[r][s][m], Rc_[r][s][m], B_[r][s][m]);
-            if (s > 0)
-              g.depend(builder_.transfer(cores_[r][s - 1][t], cores_[r][s][t], boundary(s - 1),
-                                         F_[r][s - 1][m].end(t), "activation_transfer", labels,
-                                         ranges_[s].first, false),
+            const auto [F, Rc, B] = std::tie(F_[r][c][m], Rc_[r][c][m], B_[r][c][m]);
+            if (c > 0)
+              g.depend(builder_.transfer(cores_[r][(c - 1) % K_][t], cores_[r][s][t], boundary(c - 1),
+                                         F_[r][c - 1][m].end(t), "activation_transfer", labels,
+                                         ranges_[c].first, false),
                        F.compute[t]);
-            if (s < K_ - 1)
-              g.depend(
-                  builder_.transfer(cores_[r][s + 1][t], cores_[r][s][t], boundary(s), B_[r][s + 1][m].end(t),
-                                    "gradient_transfer", labels, ranges_[s].last, true),
-                  B.compute[t]);
+            if (c < C_ - 1)
+              g.depend(builder_.transfer(cores_[r][(c + 1) % K_][t], cores_[r][s][t], boundary(c),
+                                         B_[r][c + 1][m].end(t), "gradient_transfer", labels, ranges_[c].last,
+                                         true),
+                       B.compute[t]);
             else
               g.depend(F.end(t), B.compute[t]);
             if (remat_ != Keep::All) {
@@ -459,14 +524,15 @@ class PipelinePlayer {
           }
   }
 
-  /// Gradients of each stage all-reduced across the replicas (each core's shard with the same
-  /// shard of the other replicas), then the update; the stages' table for the report.
+  /// Gradients of each stage (each model chunk) all-reduced across the replicas (each core's
+  /// shard with the same shard of the other replicas), then the update; the stages' table for
+  /// the report.
   Json reduce_and_update() {
     Json stages = Json::array();
-    for (int s = 0; s < K_; ++s) {
-      const auto after = reduce_within_groups(s);
-      for (int t = 0; t < int(cores_[0][s].size()); ++t) update_shard(s, t, after);
-      stages.push_back(stage_json(s));
+    for (int c = 0; c < C_; ++c) {
+      const auto after = reduce_within_groups(c);
+      for (int t = 0; t < int(cores_[0][c % K_].size()); ++t) update_shard(c, t, after);
+      stages.push_back(stage_json(c));
     }
     return stages;
   }
@@ -474,44 +540,54 @@ class PipelinePlayer {
  private:
   void stage_compute(int r, int s) {
     const Keep keep = remat_;
-    for (int core : cores_[r][s]) builder_.resident_weights(core, ranges_[s], sharded_ ? 1.0 / R_ : 1.0);
-    bool first_backward = true;
-    const auto program = stage_program(order_, s, K_, M_, remat_ != Keep::All);
+    for (int c = s; c < C_; c += K_)
+      for (int core : cores_[r][s]) builder_.resident_weights(core, ranges_[c], sharded_ ? 1.0 / R_ : 1.0);
+    std::set<int> backward_seen;  // chunks whose first backward (allocating their gradients) is placed
+    const auto program = stage_program(order_, s, K_, M_, remat_ != Keep::All, V_);
     std::vector<GroupTask*> items;
     for (const Item& it : program) {
       const Labels labels{s, it.micro_batch, (std::int64_t(r) * M_ + it.micro_batch) * b_};
+      const LayerRange range = ranges_[it.chunk];
       GroupTask& task = (it.kind == Item::Forward     ? F_
                          : it.kind == Item::Recompute ? Rc_
-                                                      : B_)[r][s][it.micro_batch];
+                                                      : B_)[r][it.chunk][it.micro_batch];
+      const bool first_backward = !backward_seen.count(it.chunk);
       for (int core : cores_[r][s]) {
         if (it.kind == Item::Forward)
-          task.compute.push_back(builder_.forward(core, ranges_[s], b_, -1, keep, labels));
+          task.compute.push_back(builder_.forward(core, range, b_, -1, keep, labels));
         else if (it.kind == Item::Recompute)
-          task.compute.push_back(builder_.recompute(core, ranges_[s], b_, -1, labels, keep));
+          task.compute.push_back(builder_.recompute(core, range, b_, -1, labels, keep));
         else
-          task.compute.push_back(builder_.backward(core, ranges_[s], b_, -1, keep, first_backward, labels));
+          task.compute.push_back(builder_.backward(core, range, b_, -1, keep, first_backward, labels));
       }
-      first_backward = first_backward && it.kind != Item::Backward;
+      if (it.kind == Item::Backward) backward_seen.insert(it.chunk);
       items.push_back(&task);
     }
-    group_collectives(builder_, cores_[r][s], ranges_[s], b_, program, s, items, keep);
+    group_collectives(builder_, cores_[r][s], ranges_, b_, program, s, items, keep);
   }
 
-  double boundary(int s) { return builder_.cost(ranges_[s], b_).output_bytes; }
+  double boundary(int c) { return builder_.cost(ranges_[c], b_).output_bytes; }
+  /// "stage s" (and its chunk when interleaved), naming a chunk's collectives.
+  std::string stage_name(int c) const {
+    return "stage " + std::to_string(c % K_) + (V_ > 1 ? " chunk " + std::to_string(c) : "");
+  }
 
   /// What each core's update waits for: its last backward (GPipe: micro-batch 0; 1F1B: the last
   /// one), or the group's reduction of weight gradients its layout leaves partial.
-  std::vector<std::vector<int>> reduce_within_groups(int s) {
-    const int T = int(cores_[0][s].size());
-    const auto program = stage_program(order_, s, K_, M_, remat_ != Keep::All);
-    const double partial = builder_.cost(ranges_[s], b_).group_gradient_bytes;
+  std::vector<std::vector<int>> reduce_within_groups(int c) {
+    const int s = c % K_, T = int(cores_[0][s].size());
+    const auto program = stage_program(order_, s, K_, M_, remat_ != Keep::All, V_);
+    int last = -1;  // the chunk's last backward in its stage's program
+    for (const Item& it : program)
+      if (it.kind == Item::Backward && it.chunk == c) last = it.micro_batch;
+    const double partial = builder_.cost(ranges_[c], b_).group_gradient_bytes;
     std::vector<std::vector<int>> after(R_, std::vector<int>(T));
     for (int r = 0; r < built_; ++r) {
-      for (int t = 0; t < T; ++t) after[r][t] = B_[r][s][program.back().micro_batch].end(t);
+      for (int t = 0; t < T; ++t) after[r][t] = B_[r][c][last].end(t);
       if (partial <= 0 || T == 1) continue;
       const int id = builder_.collective(sim::CollectiveOp::AllReduce, "gradient_allreduce",
-                                         "tensor gradient allreduce stage " + std::to_string(s), cores_[r][s],
-                                         partial, ranges_[s]);
+                                         "tensor gradient allreduce " + stage_name(c), cores_[r][s], partial,
+                                         ranges_[c]);
       builder_.graph().task(id).stage = s;
       for (int t = 0; t < T; ++t) builder_.graph().depend(after[r][t], id);
       std::fill(after[r].begin(), after[r].end(), id);
@@ -519,23 +595,24 @@ class PipelinePlayer {
     return after;
   }
 
-  void update_shard(int s, int t, const std::vector<std::vector<int>>& after) {
-    if (sharded_) return sharded_update(s, t, after);
+  void update_shard(int c, int t, const std::vector<std::vector<int>>& after) {
+    if (sharded_) return sharded_update(c, t, after);
+    const int s = c % K_;
     auto& g = builder_.graph();
     const bool split = cores_[0][s].size() > 1;
     int allreduce = -1;
     if (R_ > 1) {
       std::vector<int> group;
       for (int r = 0; r < R_; ++r) group.push_back(cores_[r][s][t]);
-      allreduce = builder_.collective(
-          sim::CollectiveOp::AllReduce, "gradient_allreduce",
-          "allreduce stage " + std::to_string(s) + (split ? " shard " + std::to_string(t) : ""), group,
-          builder_.gradient_bytes(ranges_[s]), ranges_[s]);
+      allreduce =
+          builder_.collective(sim::CollectiveOp::AllReduce, "gradient_allreduce",
+                              "allreduce " + stage_name(c) + (split ? " shard " + std::to_string(t) : ""),
+                              group, builder_.gradient_bytes(ranges_[c]), ranges_[c]);
       g.task(allreduce).stage = s;
       for (int r = 0; r < built_; ++r) g.depend(after[r][t], allreduce);
     }
     for (int r = 0; r < built_; ++r) {
-      const int upd = builder_.update(cores_[r][s][t], ranges_[s], 1.0, Labels{s, -1});
+      const int upd = builder_.update(cores_[r][s][t], ranges_[c], 1.0, Labels{s, -1});
       g.depend(allreduce >= 0 ? allreduce : after[r][t], upd);
     }
   }
@@ -543,54 +620,60 @@ class PipelinePlayer {
   /// Weight-update sharding across the replicas: the stage's gradients reduce-scattered over
   /// the replicas (each keeps its piece; the optimizer's per-layer norms all-reduced when it has
   /// any), each replica updates its piece, and the updated pieces are all-gathered.
-  void sharded_update(int s, int t, const std::vector<std::vector<int>>& after) {
+  void sharded_update(int c, int t, const std::vector<std::vector<int>>& after) {
+    const int s = c % K_;
+    const LayerRange range = ranges_[c];
     auto& g = builder_.graph();
-    const std::string name =
-        "stage " + std::to_string(s) + (cores_[0][s].size() > 1 ? " shard " + std::to_string(t) : "");
+    const std::string name = stage_name(c) + (cores_[0][s].size() > 1 ? " shard " + std::to_string(t) : "");
     std::vector<int> group;
     for (int r = 0; r < R_; ++r) group.push_back(cores_[r][s][t]);
-    const double gradients = builder_.gradient_bytes(ranges_[s]), params = gradients / kWeightBytes;
+    const double gradients = builder_.gradient_bytes(range), params = gradients / kWeightBytes;
     const double fraction = params > 0 ? std::ceil(params / R_) / params : 1.0;
     const int reduce = builder_.collective(sim::CollectiveOp::ReduceScatter, "gradient_reduce_scatter",
-                                           "reduce-scatter " + name, group, gradients, ranges_[s]);
+                                           "reduce-scatter " + name, group, gradients, range);
     g.task(reduce).stage = s;
     for (int r = 0; r < built_; ++r) g.depend(after[r][t], reduce);
     const std::vector<int> built(group.begin(), group.begin() + built_);
-    const int ready = builder_.keep_gradient_shard(reduce, built, group, ranges_[s], fraction, name);
+    const int ready = builder_.keep_gradient_shard(reduce, built, group, range, fraction, name);
     const int gather = builder_.collective(sim::CollectiveOp::AllGather, "weight_allgather",
-                                           "all-gather weights " + name, group, gradients, ranges_[s]);
+                                           "all-gather weights " + name, group, gradients, range);
     g.task(gather).stage = s;
     for (int r = 0; r < built_; ++r) {
-      const int upd = builder_.update(group[std::size_t(r)], ranges_[s], fraction, Labels{s, -1}, r, R_);
+      const int upd = builder_.update(group[std::size_t(r)], range, fraction, Labels{s, -1}, r, R_);
       g.depend(ready, upd);
       g.depend(upd, gather);
     }
   }
 
-  Json stage_json(int s) {
-    const LayerCost c = builder_.cost(ranges_[s], b_);
+  /// A stage's row of the report (a model chunk's when interleaved, with its "chunk").
+  Json stage_json(int chunk) {
+    const int s = chunk % K_;
+    const LayerRange range = ranges_[chunk];
+    const LayerCost c = builder_.cost(range, b_);
     const auto& layers = study_.model.layers;
     std::int64_t params = 0;
-    for (int l = ranges_[s].first; l < ranges_[s].last; ++l) params += layers[l].params();
+    for (int l = range.first; l < range.last; ++l) params += layers[l].params();
     Json stage_cores = Json::array();
     for (int r = 0; r < R_; ++r)  // replica by replica, each group's cores in turn
       for (int core : cores_[r][s]) stage_cores.push_back(core);
-    return Json{{"stage", s},
-                {"layers", {ranges_[s].first, ranges_[s].last - 1}},
-                {"first_layer", layers[ranges_[s].first].name},
-                {"last_layer", layers[ranges_[s].last - 1].name},
-                {"params", params},
-                {"forward_s", c.forward_s},
-                {"backward_s", c.backward_s},
-                {"cost_s", c.forward_s + c.recompute_s(remat_) + c.backward_s},
-                {"boundary_bytes", c.output_bytes},
-                {"cores", stage_cores}};
+    Json row{{"stage", s},
+             {"layers", {range.first, range.last - 1}},
+             {"first_layer", layers[range.first].name},
+             {"last_layer", layers[range.last - 1].name},
+             {"params", params},
+             {"forward_s", c.forward_s},
+             {"backward_s", c.backward_s},
+             {"cost_s", c.forward_s + c.recompute_s(remat_) + c.backward_s},
+             {"boundary_bytes", c.output_bytes},
+             {"cores", stage_cores}};
+    if (V_ > 1) row["chunk"] = chunk;
+    return row;
   }
 
   const Study& study_;
   StepBuilder& builder_;
   Pipeline::Order order_;
-  int K_, M_, R_, built_;
+  int K_, C_, V_, M_, R_, built_;  // stages, model chunks (K x V), chunks per stage
   Keep remat_;
   bool sharded_;
   std::int64_t b_;
@@ -607,23 +690,25 @@ BuiltStep Pipeline::build(const Study& study, FunctionalRuntime* functional) con
                       "1 in functional mode (it runs a stage's layers whole on one core)");
   const int K = stages_, M = microbatches_;
   const Partition cut = partition(study);
-  std::vector<LayerRange> ranges;
-  for (int s = 0, first = 0; s < K; first += cut.sizes[s], ++s)
-    ranges.push_back({first, first + cut.sizes[s]});
+  std::vector<LayerRange> ranges;  // per model chunk
+  for (int c = 0, first = 0; c < chunks(); first += cut.sizes[c], ++c)
+    ranges.push_back({first, first + cut.sizes[c]});
   StepBuilder builder(study, study.cores(), functional);
   split(builder);
   PipelinePlayer player(study, builder, order_, M, remat_, sharded_, ranges, groups(study));
   player.compute();
   player.link();
   const Json stages = player.reduce_and_update();
+  std::vector<double> stage_cost(std::size_t(K), 0.0);  // a stage's chunks together
+  for (const auto& st : stages) stage_cost[st["stage"].get<std::size_t>()] += st["cost_s"].get<double>();
   double largest = 0, total = 0;
-  for (const auto& st : stages) {
-    largest = std::max(largest, st["cost_s"].get<double>());
-    total += st["cost_s"].get<double>();
+  for (double cost : stage_cost) {
+    largest = std::max(largest, cost);
+    total += cost;
   }
   BuiltStep step = builder.finish();
   step.details = Json{{"micro_batch_size", layer_batch(study)},
-                      {"bubble_fraction_ideal", double(K - 1) / double(M + K - 1)},
+                      {"bubble_fraction_ideal", double(K - 1) / double(virtual_ * M + K - 1)},
                       {"stage_imbalance", total > 0 ? largest / (total / K) - 1.0 : 0.0},
                       {"partition_set_by", cut.set_by},
                       {"stages", stages},
@@ -636,9 +721,9 @@ BuiltStep Pipeline::build(const Study& study, FunctionalRuntime* functional) con
 
 BuiltStep Pipeline::representative_step(const Study& study) const {
   const Partition cut = partition(study);
-  std::vector<LayerRange> ranges;
-  for (int s = 0, first = 0; s < stages_; first += cut.sizes[std::size_t(s)], ++s)
-    ranges.push_back({first, first + cut.sizes[std::size_t(s)]});
+  std::vector<LayerRange> ranges;  // per model chunk
+  for (int c = 0, first = 0; c < chunks(); first += cut.sizes[std::size_t(c)], ++c)
+    ranges.push_back({first, first + cut.sizes[std::size_t(c)]});
   StepBuilder builder(study, study.cores(), nullptr);
   split(builder);
   PipelinePlayer player(study, builder, order_, microbatches_, remat_, sharded_, ranges, groups(study), 1);

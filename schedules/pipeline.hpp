@@ -40,7 +40,8 @@ class Pipeline : public Schedule {
   /// same ones when the stage is split over several cores).
   std::vector<CoreInput> input(const Study& study) const override;
 
-  /// Layers per stage and what set the cut: the explicit partition ("explicit"); balanced on the
+  /// Layers per stage (per model chunk when interleaved: stages x virtual_stages of them, chunk c
+  /// on stage c mod stages) and what set the cut: the explicit partition ("explicit"); balanced on the
   /// estimated stage cost (forward + recomputation + backward of one micro-batch on the study's
   /// hardware: "cost"); or, "memory_aware", balanced among the partitions whose every stage fits
   /// its core's usable HBM ("cost" when the cost-balanced cut fits already, "memory" when it
@@ -68,6 +69,9 @@ class Pipeline : public Schedule {
   /// "weight_update": "sharded": each stage's optimizer slots and update split over its replicas
   /// (gradients reduce-scattered, updated pieces all-gathered), as ZeRO-1 / MLPerf's sharding.
   bool sharded_ = false;
+  /// "virtual_stages" (one_f_one_b): model chunks per stage, Megatron's interleaved schedule.
+  int virtual_ = 1;
+  int chunks() const { return stages_ * virtual_; }
   std::vector<int> partition_;  ///< explicit, or empty for "balanced"/"memory_aware"
   bool memory_aware_ = false;
   std::vector<std::vector<int>> placement_;  ///< explicit, or empty for "auto" or "by_stage"
@@ -78,6 +82,8 @@ class Pipeline : public Schedule {
   StageSharding sharding_;  ///< how they split its layers (tensor_ > 1)
 
   void read_tensor_parallel(Fields& f, const Study& study, Problems& problems);
+  /// "virtual_stages": V > 1 only under one_f_one_b, with micro-batches a multiple of the stages.
+  void read_virtual_stages(Fields& f, int layers, Problems& problems);
   /// "partition": "balanced", "memory_aware" or layer counts per stage.
   void read_partition(const Json& p, const std::string& path, int layers, Problems& problems);
   /// "placement": "auto", "by_stage" or core ids per replica and stage.

@@ -72,7 +72,7 @@ TEST_CASE("hardware validation reports every problem with its path", "[config]")
   CHECK(std::count(paths.begin(), paths.end(), "pod.wraparound") == 1);
 }
 
-TEST_CASE("the runtime's HBM reserve leaves the usable capacity; a reserve of it all is rejected",
+TEST_CASE("the runtime's HBM reserve leaves the usable capacity, a reserve of it all is rejected",
           "[config]") {
   // XLA's out-of-memory messages: 15.48G of a v3 core's 16 GiB, 7.48G of a v2 core's 8 GiB.
   CHECK(load_hardware("tpu-v3").core.usable_hbm_bytes() / (1 << 30) == Approx(15.48).margin(0.005));

@@ -460,3 +460,14 @@ TEST_CASE("a parallel-block transformer's mesh layout matches one core", "[funct
                        "layout": {"batch": "batch", "d_ff": "model", "heads": "model"}})",
                    "momentum", kFourCores);
 }
+
+TEST_CASE("interleaved 1F1B matches one core", "[functional][interleaved]") {
+  check_equivalent(kTransformer,
+                   R"({"kind": "one_f_one_b", "stages": 2, "microbatches": 4, "virtual_stages": 2})");
+}
+
+TEST_CASE("interleaved 1F1B with replicas and re-materialization matches one core",
+          "[functional][interleaved]") {
+  check_equivalent(kMlp, R"({"kind": "one_f_one_b", "stages": 2, "microbatches": 2, "virtual_stages": 2,
+                            "replicas": 2, "remat": true})");
+}

@@ -32,7 +32,7 @@ TEST_CASE("a host feeds a 2x2 block of chips, numbered x fastest", "[host_input]
   CHECK(host_input(s).hosts == 4);
 }
 
-TEST_CASE("data parallelism: every core reads its share; a host prepares its 8 cores' examples",
+TEST_CASE("data parallelism: every core reads its share, a host prepares its 8 cores' examples",
           "[host_input]") {
   const Study s = study("v3-32", 256, Json{{"kind", "data_parallel"}});
   const auto in = s.schedule->input(s);
@@ -79,7 +79,7 @@ TEST_CASE("a host's work per step adds to its examples' preparation, with a rate
   CHECK_THROWS_WITH(parse_study(j, "test"), Catch::Contains("input_pipeline.examples_per_s_per_host"));
 }
 
-TEST_CASE("a pipeline's first stage reads each replica's batch; a split stage's cores read the same examples",
+TEST_CASE("a pipeline's first stage reads each replica's batch, a split stage's cores read the same examples",
           "[host_input]") {
   const Json model = Json::parse(
       R"({"kind": "transformer", "layers": 4, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})");

@@ -289,7 +289,7 @@ TEST_CASE("a softmax cross-entropy over pieces of its rows equals the whole rows
   }
 }
 
-TEST_CASE("causal softmax: each row sees its own position and those before; its gradient", "[kernels]") {
+TEST_CASE("causal softmax: each row sees its own position and those before, its gradient", "[kernels]") {
   std::mt19937 rng(12);
   const I queries = 4, cols = 4, rows = 2 * queries;  // two sequences of 4 positions
   auto x = random(std::size_t(rows * cols), rng), r = random(std::size_t(rows * cols), rng);

@@ -325,7 +325,7 @@ TEST_CASE("what passes through a layer to later ones is part of its boundary", "
   CHECK(extra5.work(1).output_bytes == Approx((256 + 9 * 256 + carried) * 2));
 }
 
-TEST_CASE("a pool keeps nothing; a max pool's gradient reads its input again", "[models][memory]") {
+TEST_CASE("a pool keeps nothing, a max pool's gradient reads its input again", "[models][memory]") {
   // 400 inputs, 100 outputs, bf16. Forward: read the input, write the output. Backward: read the
   // output gradient, write the input gradient, and (max) read the input to find the maxima.
   // A 20x20 image of one channel pooled 2x2 with stride 2 to 10x10.
@@ -525,7 +525,7 @@ TEST_CASE("a layer marked the same computation as an earlier one lowers exactly 
   CHECK(marked > 100);  // the transformers' blocks, the conv nets' repeated blocks and cells
 }
 
-TEST_CASE("a transformer's blocks are one computation; a ResNet stage's first block is not", "[models]") {
+TEST_CASE("a transformer's blocks are one computation, a ResNet stage's first block is not", "[models]") {
   const Model t = build(
       R"({"kind": "transformer", "layers": 3, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16, "seq_len": 8})");
   REQUIRE(t.layers.size() == 5);  // embedding, 3 blocks, output

@@ -243,6 +243,54 @@ TEST_CASE("1F1B program order: warm-up, one forward one backward, drain", "[pipe
   CHECK(program(2) == "f0 b0 f1 b1 f2 b2 f3 b3 ");
 }
 
+TEST_CASE("interleaved 1F1B program order: Megatron's, micro-batches in groups of K through a stage's chunks",
+          "[pipeline][interleaved]") {
+  // 16 layers in 4 chunks of 4: chunks 0 and 2 on stage 0 (core 0), 1 and 3 on stage 1 (core 1).
+  const Study s =
+      pipeline_study(R"({"kind": "one_f_one_b", "stages": 2, "microbatches": 4, "virtual_stages": 2,
+                                     "remat": false, "placement": [[0, 1]]})");
+  const BuiltStep step = s.schedule->build(s);
+  REQUIRE_NOTHROW(step.graph.validate());
+  const std::vector<std::string> first_layers = {"embedding", "block3", "block7", "block11"};
+  auto program = [&](int core) {
+    std::string p;
+    for (int id : step.graph.program(core)) {
+      const auto& t = step.graph.task(id);
+      if (t.phase == "update") continue;
+      int chunk = -1;
+      for (int c = 0; c < 4; ++c)
+        if (t.name.find(first_layers[std::size_t(c)] + "..") != std::string::npos) chunk = c;
+      p += t.phase.substr(0, 1) + std::to_string(t.micro_batch) + "c" + std::to_string(chunk) + " ";
+    }
+    return p;
+  };
+  CHECK(program(0) == "f0c0 f1c0 f0c2 f1c2 f2c0 b0c2 f3c0 b1c2 f2c2 b0c0 f3c2 b1c0 b2c2 b3c2 b2c0 b3c0 ");
+  CHECK(program(1) == "f0c1 f1c1 f0c3 b0c3 f1c3 b1c3 f2c1 b0c1 f3c1 b1c1 f2c3 b2c3 f3c3 b3c3 b2c1 b3c1 ");
+  // Every chunk boundary is a transfer (3 per micro-batch each way, the wrap from stage 1 to 0
+  // among them); the ideal bubble is (K - 1) / (V M + K - 1).
+  int transfers = 0;
+  for (int id = 0; id < step.graph.size(); ++id)
+    transfers += step.graph.task(id).phase == "activation_transfer" ? 1 : 0;
+  CHECK(transfers == 3 * 4);
+  CHECK(step.details["bubble_fraction_ideal"].get<double>() == Approx(1.0 / 9.0));
+  CHECK(step.details["stages"].size() == 4);
+  CHECK(s.schedule->resolved()["virtual_stages"] == 2);
+}
+
+TEST_CASE("virtual_stages 1 is plain 1F1B: the same tasks in the same order", "[pipeline][interleaved]") {
+  const Study plain = pipeline_study(R"({"kind": "one_f_one_b", "stages": 4, "microbatches": 8})");
+  const Study one =
+      pipeline_study(R"({"kind": "one_f_one_b", "stages": 4, "microbatches": 8, "virtual_stages": 1})");
+  const BuiltStep a = plain.schedule->build(plain), b = one.schedule->build(one);
+  REQUIRE(a.graph.size() == b.graph.size());
+  for (int id = 0; id < a.graph.size(); ++id) {
+    CHECK(a.graph.task(id).name == b.graph.task(id).name);
+    CHECK(a.graph.task(id).seconds == b.graph.task(id).seconds);
+  }
+  CHECK(a.details == b.details);
+  CHECK(!one.schedule->resolved().contains("virtual_stages"));
+}
+
 TEST_CASE("pipeline graph: transfers per boundary and micro-batch, all-reduce per stage", "[pipeline]") {
   const Study s = pipeline_study(R"({"kind": "gpipe", "stages": 4, "microbatches": 8, "replicas": 2})");
   const BuiltStep step = s.schedule->build(s);
@@ -286,6 +334,19 @@ TEST_CASE("pipeline settings are validated against the study", "[pipeline][confi
         "schedule.placement[0][1]");
   fails(R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "remat": "yes"})", 64, "schedule.remat");
   fails(R"({"kind": "gpipe", "stages": 2})", 64, "schedule.microbatches: found missing");
+  // Interleaving: only 1F1B, micro-batches in groups of the stages, a chunk per K x V, no memory-aware cut.
+  fails(R"({"kind": "gpipe", "stages": 2, "microbatches": 4, "virtual_stages": 2})", 64,
+        "schedule.virtual_stages: found 2");
+  fails(R"({"kind": "one_f_one_b", "stages": 4, "microbatches": 2, "virtual_stages": 2})", 64,
+        "schedule.microbatches: found 2, expected a multiple of stages");
+  fails(R"({"kind": "one_f_one_b", "stages": 4, "microbatches": 4, "virtual_stages": 8})", 64,
+        "schedule.virtual_stages: found 8");
+  fails(
+      R"({"kind": "one_f_one_b", "stages": 2, "microbatches": 4, "virtual_stages": 2, "partition": [8, 8]})",
+      64, "schedule.partition: found [8,8], expected \"balanced\", \"memory_aware\" or an array of 4");
+  fails(
+      R"({"kind": "one_f_one_b", "stages": 2, "microbatches": 4, "virtual_stages": 2, "partition": "memory_aware"})",
+      64, "schedule.partition");
 }
 
 TEST_CASE("tensor-parallel stages: groups on one chip, weights split, partial sums over the group",

@@ -14,13 +14,14 @@ namespace {
 /// then patched in memory. `free_communication`: ICI and on-chip links with no latency and
 /// unbounded bandwidth.
 Study mlp_pipeline(const std::string& kind, int K, int M, bool remat, std::int64_t micro_batch, int layers,
-                   bool free_communication) {
+                   bool free_communication, int virtual_stages = 1) {
   Json j = Json::parse(R"({"hardware": "tpu-v3", "slice": "v3-32",
     "model": {"kind": "mlp", "width": 1024, "input": 1024, "classes": 1024},
     "optimizer": {"kind": "sgd"}})");
   j["model"]["layers"] = layers;
   j["batch"] = micro_batch * M;
   j["schedule"] = Json{{"kind", kind}, {"stages", K}, {"microbatches", M}, {"remat", remat}};
+  if (virtual_stages > 1) j["schedule"]["virtual_stages"] = virtual_stages;
   Study s = parse_study(j, "test");
   if (free_communication) {
     s.hardware.chip.ici_bandwidth_bytes_per_s = 1e30;
@@ -56,7 +57,28 @@ void check_bubble(int K, int M, const std::string& kind = "gpipe") {
   CHECK(std::fabs(measured - ideal) <= 0.02);
 }
 
+/// Interleaved 1F1B: 32 identical layers in K x V chunks; the bubble shrinks by V (Narayanan et
+/// al., 2021: (K - 1) / (V M + K - 1)).
+void check_interleaved_bubble(int K, int M, int V) {
+  const Study s = mlp_pipeline("one_f_one_b", K, M, false, 16384, 31, true, V);
+  const BuiltStep step = s.schedule->build(s);
+  const auto r = sim::simulate(step.graph, s.hardware, s.slice);
+  const double ideal = double(K - 1) / double(V * M + K - 1);
+  INFO("K=" << K << " M=" << M << " V=" << V << " ideal " << ideal);
+  const double measured = bubble_fraction(step.graph, r);
+  INFO("measured " << measured);
+  CHECK(std::fabs(measured - ideal) <= 0.03);
+  CHECK(step.details["bubble_fraction_ideal"].get<double>() == Approx(ideal));
+}
+
 }  // namespace
+
+TEST_CASE("interleaved 1F1B bubble with free communication K=4 M=8 V=2", "[pipeline][oracle][interleaved]") {
+  check_interleaved_bubble(4, 8, 2);
+}
+TEST_CASE("interleaved 1F1B bubble with free communication K=4 M=8 V=4", "[pipeline][oracle][interleaved]") {
+  check_interleaved_bubble(4, 8, 4);
+}
 
 // 1F1B (PipeDream-flush) only reorders the work between warm-up and drain: with balanced stages
 // its bubble is GPipe's, (K - 1) / (M + K - 1) (Narayanan et al., 2021).

@@ -76,7 +76,17 @@ TEST_CASE("plan proposes every pipeline shape that divides the slice and the bat
   // with R in {1, 2}, T = 4 with R = 1; K = 4: T = 1 with R in {1, 2}, T = 2 with R = 1; K = 8:
   // T = 1, R = 1. Remat true, false and save_dots, two kinds; with replicas (R > 1) the update
   // replicated or sharded over them.
-  CHECK(pipelines == 2 * 3 * ((7 + 2 * 6 + 2 * 5) + (7 + 2 * 6) + 7 + (7 + 2 * 6) + 7 + 7));
+  // Interleaved 1F1B besides: V = 2 and 4 where M is a multiple of K and K x V <= 14 layers (K = 2
+  // with V 2 or 4, K = 4 with V 2), each with the M that K divides (K = 2: 6, 5, 4 for R = 1, 2,
+  // 4; K = 4: 5, 4 for R = 1, 2), x 3 remat.
+  const int interleaved = 3 * (2 * ((6 + 2 * 5 + 2 * 4) + (6 + 2 * 5) + 6) + ((5 + 2 * 4) + 5));
+  CHECK(pipelines == 2 * 3 * ((7 + 2 * 6 + 2 * 5) + (7 + 2 * 6) + 7 + (7 + 2 * 6) + 7 + 7) + interleaved);
+  for (const auto& c : all)
+    if (c.contains("virtual_stages")) {
+      CHECK(c["kind"] == "one_f_one_b");
+      CHECK(c["microbatches"].get<int>() % c["stages"].get<int>() == 0);
+      CHECK(c["partition"] == "balanced");
+    }
   int sharded = 0;
   for (const auto& c : all)
     if (c["kind"] != "data_parallel" && c["kind"] != "mesh" && c.value("weight_update", "") == "sharded") {
@@ -84,31 +94,47 @@ TEST_CASE("plan proposes every pipeline shape that divides the slice and the bat
       CHECK(c["replicas"].get<int>() > 1);
       CHECK(plan_label(c).find(" sharded") != std::string::npos);
     }
-  CHECK(sharded == 2 * 3 * ((6 + 5) + 6 + 6));
+  // ... and interleaved, with replicas: K = 2 (V 2 and 4): T = 1 with R = 2, 4 (5 + 4 M), T = 2
+  // with R = 2 (5); K = 4 (V 2): T = 1 with R = 2 (4); x 3 remat.
+  CHECK(sharded == 2 * 3 * ((6 + 5) + 6 + 6) + 3 * (2 * ((5 + 4) + 5) + 4));
 }
 
-TEST_CASE("a plan space file narrows the search; bad ones name the path", "[plan]") {
+TEST_CASE("a plan space file narrows the search, bad ones name the path", "[plan]") {
   const Study s = study(kTransformer, 64, "v3-8");
   const std::string file = (std::filesystem::temp_directory_path() / "tpusim_plan_space_test.json").string();
   std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "kinds": ["gpipe"], "stages": [4],
                              "microbatches": [8], "remat": [true], "tensor_parallel": [1]})";
-  const auto all = plan_candidates(s, read_plan_space(file));
-  REQUIRE(all.size() == 2);  // R = 1 or 2
-  for (const auto& c : all) CHECK(plan_label(c).rfind("gpipe K=4 R=", 0) == 0);
+  auto labels = [](const std::vector<Json>& candidates) {
+    std::vector<std::string> out;
+    for (const auto& c : candidates) out.push_back(plan_label(c));
+    return out;
+  };
+  // R = 1, or R = 2 with the update replicated or sharded over the replicas.
+  CHECK(labels(plan_candidates(s, read_plan_space(file))) ==
+        std::vector<std::string>{"gpipe K=4 R=1 M=8 remat", "gpipe K=4 R=2 M=8 remat",
+                                 "gpipe K=4 R=2 M=8 remat sharded"});
   std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "kinds": ["gpipe"], "stages": [4],
                              "microbatches": [8], "remat": [true], "tensor_parallel": [1],
                              "placement": ["auto", "by_stage"]})";
   const auto placed = plan_candidates(s, read_plan_space(file));
-  REQUIRE(placed.size() == 3);  // by_stage only with replicas to place: R = 2
-  CHECK(plan_label(placed[2]) == "gpipe K=4 R=2 M=8 remat by-stage");
+  // by_stage only with replicas to place: R = 2.
+  CHECK(labels(placed) == std::vector<std::string>{"gpipe K=4 R=1 M=8 remat", "gpipe K=4 R=2 M=8 remat",
+                                                   "gpipe K=4 R=2 M=8 remat by-stage",
+                                                   "gpipe K=4 R=2 M=8 remat sharded",
+                                                   "gpipe K=4 R=2 M=8 remat by-stage sharded"});
   CHECK(placed[2]["placement"] == "by_stage");
   std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "kinds": ["gpipe"], "stages": [4],
                              "microbatches": [8], "remat": [true], "tensor_parallel": [1],
-                             "placement": ["by_stage"]})";
-  const auto by_stage = plan_candidates(s, read_plan_space(file));
-  REQUIRE(by_stage.size() == 2);  // one replica has nothing to place: auto's candidate
-  CHECK(plan_label(by_stage[0]) == "gpipe K=4 R=1 M=8 remat");
-  CHECK(plan_label(by_stage[1]) == "gpipe K=4 R=2 M=8 remat by-stage");
+                             "placement": ["by_stage"], "weight_update": ["replicated"]})";
+  // One replica has nothing to place: auto's candidate.
+  CHECK(labels(plan_candidates(s, read_plan_space(file))) ==
+        std::vector<std::string>{"gpipe K=4 R=1 M=8 remat", "gpipe K=4 R=2 M=8 remat by-stage"});
+  // Interleaving: one_f_one_b with V = 2 where K divides M, and the space may name V.
+  std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "kinds": ["one_f_one_b"], "stages": [4],
+                             "replicas": [1], "microbatches": [8], "remat": [false], "tensor_parallel": [1],
+                             "virtual_stages": [1, 2]})";
+  CHECK(labels(plan_candidates(s, read_plan_space(file))) ==
+        std::vector<std::string>{"one_f_one_b K=4 R=1 M=8", "one_f_one_b K=4 R=1 M=8 V=2 cost-cut"});
   std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "kinds": ["mesh"], "model_axis_dims": [["seq"]],
              "meshes_3d": false})";
   const auto seq = plan_candidates(s, read_plan_space(file));

@@ -34,7 +34,7 @@ TEST_CASE("malformed axes are bad input", "[sweep]") {
   }
 }
 
-TEST_CASE("grid axes multiply, the first varying slowest; zip axes move together", "[sweep]") {
+TEST_CASE("grid axes multiply, the first varying slowest, zip axes move together", "[sweep]") {
   const auto points = enumerate_points({parse_axis("--grid", "a=1,2"), parse_axis("--grid", "b=x,y,z")},
                                        {parse_axis("--zip", "c=10,20"), parse_axis("--zip", "d=100,200")});
   REQUIRE(points.size() == 12);

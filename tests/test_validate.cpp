@@ -102,7 +102,7 @@ TEST_CASE("predicted values come from the command's own output", "[validate]") {
   CHECK_FALSE(predicted_value(c, Json{{"max_fitting", nullptr}}));
 }
 
-TEST_CASE("parameter memory and the run's own numbers are quantities too; a missing one is named",
+TEST_CASE("parameter memory and the run's own numbers are quantities too, a missing one is named",
           "[validate]") {
   Problems p("x");
   ValidationCase c = parse_validation_case(step_case(), "/v/demo.json", p);

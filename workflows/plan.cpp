@@ -7,6 +7,7 @@
 #include <csignal>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <mutex>
 
 #include "reports/plan_report.hpp"
@@ -43,7 +44,9 @@ struct Candidate {
   double floor_bytes = 0;
   double bound_s = 0;  ///< no step is shorter: the longest chain of work, or the busiest core's
   int cores_used = 0;
-  bool pruned = false;   ///< resident state over capacity
+  bool pruned = false;  ///< resident state over capacity
+  /// Interleaved, and not bounded: its plain twin does not fit (bound_from_twin).
+  bool pruned_by_twin = false;
   bool bounded = false;  ///< examined: validated and bounded (false when the search stopped first)
   bool simulated = false;
   Json result;        ///< the simulated result (null until simulated, or on failure)
@@ -305,6 +308,10 @@ void search(const PlanOptions& o, std::vector<Candidate>& all, Stopper& stop) {
 std::string why(const Candidate& c, const Candidate* best, double threshold) {
   if (!c.bounded) return "not examined: the search stopped before bounding it";
   if (!c.invalid.empty()) return "invalid: " + c.invalid;
+  if (c.pruned_by_twin)
+    return "not bounded: its uninterleaved twin does not fit (at least " +
+           reports::human_bytes(c.floor_bytes) +
+           " on a core), and interleaving keeps the same weights and more micro-batches in flight";
   if (c.pruned && c.resident_bytes >= c.floor_bytes)
     return "does not fit: resident state alone " + reports::human_bytes(c.resident_bytes) + " per core (" +
            reports::categories_text(c.resident_by) + ")";
@@ -372,13 +379,15 @@ Json plan_json(const PlanOptions& o, const std::vector<Candidate>& all) {
          {"best", nullptr},           {"top", Json::array()}, {"others", Json::array()},
          {"evaluated", all.size()}};
   std::size_t simulated = 0, pruned = 0, invalid = 0;
+  std::size_t by_twin = 0;
   for (const auto& c : all) {
     simulated += c.simulated;
     pruned += c.pruned;
+    by_twin += c.pruned_by_twin;
     invalid += !c.invalid.empty();
   }
   j["simulated"] = simulated;
-  j["pruned"] = {{"memory", pruned}, {"invalid", invalid}};
+  j["pruned"] = {{"memory", pruned}, {"invalid", invalid}, {"interleaved_by_twin", by_twin}};
   if (top > 0) {
     j["best"] = {{"plan", fit[0]->label}, {"schedule", fit[0]->schedule}, {"result", fit[0]->result}};
     if (!fit[0]->attention.empty()) j["best"]["attention"] = fit[0]->attention;
@@ -500,6 +509,47 @@ std::vector<Candidate> all_candidates(const PlanOptions& o, const std::vector<Mo
   return all;
 }
 
+/// A candidate's schedule with its interleaving and partition left out, and its model variant.
+std::string twin_key(const Candidate& c) {
+  Json plain = c.schedule;
+  plain.erase("virtual_stages");
+  plain.erase("partition");
+  return std::to_string(c.variant) + plain.dump();
+}
+
+/// The plain (uninterleaved) candidates bounded so far, by twin_key: the twins interleaved ones
+/// are bounded from.
+std::map<std::string, std::size_t> index_twins(const std::vector<Candidate>& all) {
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < all.size(); ++i)
+    if (!all[i].schedule.contains("virtual_stages") && all[i].bounded) index.emplace(twin_key(all[i]), i);
+  return index;
+}
+
+/// An interleaved candidate whose plain twin is invalid or over HBM takes its verdict, unbounded:
+/// interleaving holds the same weights on a stage and keeps more micro-batches in flight (the
+/// warm-up is longer), so a twin over HBM says it is very likely over too. A heuristic, said so
+/// (pruned_by_twin): its chunks spread the layers over the stages differently, and a twin cut for
+/// memory may differ from its cost-balanced cut. False when it must be bounded itself.
+bool bound_from_twin(std::vector<Candidate>& all, std::size_t i,
+                     const std::map<std::string, std::size_t>& twins) {
+  Candidate& c = all[i];
+  if (!c.schedule.contains("virtual_stages")) return false;
+  const auto it = twins.find(twin_key(c));
+  if (it == twins.end()) return false;
+  const Candidate& twin = all[it->second];
+  if (twin.invalid.empty() && !twin.pruned) return false;
+  c.invalid = twin.invalid;
+  c.pruned = twin.pruned;
+  c.pruned_by_twin = twin.pruned;
+  c.resident_bytes = twin.resident_bytes;
+  c.resident_by = twin.resident_by;
+  c.floor_bytes = twin.floor_bytes;
+  c.cores_used = twin.cores_used;
+  c.bounded = true;
+  return true;
+}
+
 /// Each candidate's graph built on its own (-j at a time) and bounded; results stay in
 /// candidate order.
 void bound_all(const PlanOptions& o, std::vector<ModelVariant>& variants, std::vector<Candidate>& all,
@@ -509,14 +559,26 @@ void bound_all(const PlanOptions& o, std::vector<ModelVariant>& variants, std::v
     std::mutex lock;
     int done = 0;
     for (auto& v : variants) v.costs = std::make_shared<LayerCostCache>();
-    parallel_for(all.size(), job_count(o.jobs), [&](std::size_t i) {
-      if (stop.bounding_over()) return;  // left unexamined: time to simulate what was bounded
-      const ModelVariant& v = variants[std::size_t(all[i].variant)];
-      bound(v.study, all[i], usable, v.costs);
-      if (all[i].invalid.empty() && !all[i].pruned) stop.simulable();
-      const std::lock_guard<std::mutex> guard(lock);
-      progress.update(++done, int(all.size()));
-    });
+    // Interleaved pipelines after the plain ones: one whose plain twin is invalid or over HBM is
+    // too (the same resident state, and at least as many activations in flight), unbuilt.
+    std::vector<std::size_t> plain, interleaved;
+    for (std::size_t i = 0; i < all.size(); ++i)
+      (all[i].schedule.contains("virtual_stages") ? interleaved : plain).push_back(i);
+    std::map<std::string, std::size_t> twins;
+    auto pass = [&](const std::vector<std::size_t>& which) {
+      parallel_for(which.size(), job_count(o.jobs), [&](std::size_t k) {
+        const std::size_t i = which[k];
+        if (stop.bounding_over()) return;  // left unexamined: time to simulate what was bounded
+        const ModelVariant& v = variants[std::size_t(all[i].variant)];
+        if (!bound_from_twin(all, i, twins)) bound(v.study, all[i], usable, v.costs);
+        if (all[i].invalid.empty() && !all[i].pruned) stop.simulable();
+        const std::lock_guard<std::mutex> guard(lock);
+        progress.update(++done, int(all.size()));
+      });
+    };
+    pass(plain);
+    twins = index_twins(all);
+    pass(interleaved);
   }
   std::size_t bounded = 0;
   for (const auto& c : all) bounded += c.bounded ? 1 : 0;

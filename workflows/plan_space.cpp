@@ -110,6 +110,19 @@ void data_parallel(const Study& study, const PlanSpace& space, std::vector<Json>
   }
 }
 
+/// Model chunks per stage a pipeline of K stages and M micro-batches is tried with: 1, and under
+/// one_f_one_b Megatron's interleaving, V = 2 and 4 where M is a multiple of K and the layers
+/// give every one of the K x V chunks one (or the space's list).
+std::vector<std::int64_t> virtual_stages(const Study& study, const PlanSpace& space, const std::string& kind,
+                                         std::int64_t k, std::int64_t m) {
+  std::vector<std::int64_t> out;
+  for (const std::int64_t v : {1, 2, 4})
+    if (allowed(space.virtual_stages, v) &&
+        (v == 1 || (kind == "one_f_one_b" && m % k == 0 && k * v <= std::int64_t(study.model.layers.size()))))
+      out.push_back(v);
+  return out;
+}
+
 /// The replicas and micro-batches of K stages of T cores each.
 void pipeline_shapes(const Study& study, const PlanSpace& space, const std::string& kind, std::int64_t k,
                      std::int64_t t, std::vector<Json>& out) {
@@ -128,16 +141,19 @@ void pipeline_shapes(const Study& study, const PlanSpace& space, const std::stri
           updates.push_back(update);
       for (const auto& update : updates)
         for (const Json& remat : {Json(true), Json(false), Json("save_dots")})
-          for (const auto& cut : space.partition.value_or(std::vector<std::string>{"memory_aware"}))
-            for (const auto& place : placements)
-              if (allowed(space.remat, remat)) {
-                Json s{{"kind", kind},      {"stages", k},    {"replicas", r},
-                       {"microbatches", m}, {"remat", remat}, {"partition", cut}};
-                if (t > 1) s["tensor_parallel"] = t;
-                if (place != "auto") s["placement"] = place;
-                if (update == "sharded") s["weight_update"] = "sharded";
-                out.push_back(std::move(s));
-              }
+          for (const std::int64_t v : virtual_stages(study, space, kind, k, m))
+            for (const auto& cut : v > 1 ? std::vector<std::string>{"balanced"}
+                                         : space.partition.value_or(std::vector<std::string>{"memory_aware"}))
+              for (const auto& place : placements)
+                if (allowed(space.remat, remat)) {
+                  Json s{{"kind", kind},      {"stages", k},    {"replicas", r},
+                         {"microbatches", m}, {"remat", remat}, {"partition", cut}};
+                  if (t > 1) s["tensor_parallel"] = t;
+                  if (v > 1) s["virtual_stages"] = v;
+                  if (place != "auto") s["placement"] = place;
+                  if (update == "sharded") s["weight_update"] = "sharded";
+                  out.push_back(std::move(s));
+                }
     }
   }
 }
@@ -253,6 +269,8 @@ PlanSpace read_plan_space(const std::string& file) {
         read_list<std::int64_t>(f, "model_axis", "an integer >= 1 (cores on the mesh's model axis)");
     s.tensor_parallel =
         read_list<std::int64_t>(f, "tensor_parallel", "an integer >= 1 (cores per pipeline stage)");
+    s.virtual_stages = read_list<std::int64_t>(
+        f, "virtual_stages", "an integer >= 1 (model chunks per one_f_one_b stage: 1, 2 or 4 are searched)");
     s.remat = read_list<Json>(f, "remat", "true, false or \"save_dots\"");
     s.weight_update = read_choices(f, "weight_update", {"replicated", "sharded", "fully_sharded"});
     s.gradient_dtype = read_choices(f, "gradient_dtype", {"fp32", "bf16"});
@@ -365,7 +383,8 @@ std::string plan_label(const Json& s) {
   }
   return kind + " K=" + s.at("stages").dump() + " R=" + s.value("replicas", Json(1)).dump() +
          " M=" + s.at("microbatches").dump() +
-         (s.contains("tensor_parallel") ? " T=" + s.at("tensor_parallel").dump() : "") + remat_label(s) +
+         (s.contains("tensor_parallel") ? " T=" + s.at("tensor_parallel").dump() : "") +
+         (s.contains("virtual_stages") ? " V=" + s.at("virtual_stages").dump() : "") + remat_label(s) +
          (s.value("partition", "memory_aware") == "balanced" ? " cost-cut" : "") +
          (s.value("placement", "auto") == "by_stage" ? " by-stage" : "") +
          (s.value("weight_update", "replicated") == "sharded" ? " sharded" : "");

@@ -21,6 +21,9 @@ struct PlanSpace {
   /// Cores per pipeline stage (tensor parallelism); absent, for a model with d_ff or heads
   /// dimensions (1 otherwise): 1, 2 and 4 (a group of at most two chips).
   std::optional<std::vector<std::int64_t>> tensor_parallel;
+  /// Model chunks per one_f_one_b stage (Megatron's interleaving); absent: 1, 2 and 4 where the
+  /// micro-batches are a multiple of the stages and the layers suffice.
+  std::optional<std::vector<std::int64_t>> virtual_stages;
   /// Re-materialization policies (false, true, "save_dots").
   std::optional<std::vector<Json>> remat;
   std::optional<std::vector<std::string>> weight_update, gradient_dtype;

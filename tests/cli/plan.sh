@@ -33,7 +33,7 @@ import json, sys
 plan, every, name = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
 assert plan["schema"] == "tpusim.plan/1"
 for k in ("best", "top", "evaluated", "simulated", "pruned"): assert k in plan, k
-assert set(plan["pruned"]) == {"memory", "invalid"}
+assert set(plan["pruned"]) == {"memory", "invalid", "interleaved_by_twin"}
 assert plan["evaluated"] == every["evaluated"] == len(plan["top"]) + len(plan["others"])
 valid = plan["evaluated"] - plan["pruned"]["memory"] - plan["pruned"]["invalid"]
 assert every["simulated"] == valid, (every["simulated"], valid)
