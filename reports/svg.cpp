@@ -124,9 +124,13 @@ void timeline_task_svg(std::ostringstream& s, const Timeline& tl, const sim::Tas
       << svg_number(w) << "\" height=\"" << svg_number(tl.row_h - tl.lane_h - 5) << "\" fill=\""
       << phase_colour(t.phase) << "\" stroke=\"#fff\" stroke-width=\"0.5\"><title>" << title
       << "</title></rect>\n";
-    if (t.micro_batch >= 0 && w > 12) {
+    // Its micro-batch, and an interleaved pipeline's chunk on the stage ("3c1").
+    const std::string label =
+        std::to_string(t.micro_batch) + (t.chunk >= 0 ? "c" + std::to_string(t.chunk) : std::string());
+    const double room = t.chunk >= 0 ? 6.0 * double(label.size()) : 12.0;
+    if (t.micro_batch >= 0 && w > room) {
       s << "<text x=\"" << svg_number(tl.x(t0) + w / 2) << "\" y=\"" << svg_number(y + 14)
-        << "\" fill=\"#fff\" text-anchor=\"middle\">" << t.micro_batch << "</text>\n";
+        << "\" fill=\"#fff\" text-anchor=\"middle\">" << label << "</text>\n";
     }
     return;
   }

@@ -102,6 +102,7 @@ struct Labels {
   int stage = -1;
   int micro_batch = -1;
   std::int64_t first_example = 0;  ///< the first of the task's examples in the global batch
+  int chunk = -1;                  ///< interleaved pipelines: the model chunk on its stage (0 .. V-1)
 };
 
 }  // namespace tpusim

@@ -546,7 +546,8 @@ class PipelinePlayer {
     const auto program = stage_program(order_, s, K_, M_, remat_ != Keep::All, V_);
     std::vector<GroupTask*> items;
     for (const Item& it : program) {
-      const Labels labels{s, it.micro_batch, (std::int64_t(r) * M_ + it.micro_batch) * b_};
+      const Labels labels{s, it.micro_batch, (std::int64_t(r) * M_ + it.micro_batch) * b_,
+                          V_ > 1 ? it.chunk / K_ : -1};
       const LayerRange range = ranges_[it.chunk];
       GroupTask& task = (it.kind == Item::Forward     ? F_
                          : it.kind == Item::Recompute ? Rc_

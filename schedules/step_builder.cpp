@@ -147,6 +147,7 @@ sim::Task StepBuilder::compute_task(const char* phase, int core, LayerRange laye
   t.layer = layers.size() == 1 ? layers.first : -1;
   t.stage = labels.stage;
   t.micro_batch = labels.micro_batch;
+  t.chunk = labels.chunk;
   t.name = std::string(phase) + " " + describe(layers) +
            (labels.micro_batch >= 0 ? " mb" + std::to_string(labels.micro_batch) : "") + " core " +
            std::to_string(core);

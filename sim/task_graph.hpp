@@ -55,6 +55,7 @@ struct Task {
   int layer = -1;
   int stage = -1;
   int micro_batch = -1;
+  int chunk = -1;  ///< an interleaved pipeline's model chunk on its stage (0 .. V-1)
   std::vector<MemoryEffect> memory;
   std::function<void()> host;  ///< functional mode: run when the task completes in simulated order
 

@@ -260,6 +260,7 @@ TEST_CASE("interleaved 1F1B program order: Megatron's, micro-batches in groups o
       int chunk = -1;
       for (int c = 0; c < 4; ++c)
         if (t.name.find(first_layers[std::size_t(c)] + "..") != std::string::npos) chunk = c;
+      CHECK(t.chunk == chunk / 2);  // the timeline's label: the chunk on its stage
       p += t.phase.substr(0, 1) + std::to_string(t.micro_batch) + "c" + std::to_string(chunk) + " ";
     }
     return p;
