@@ -75,10 +75,15 @@ Layer embedding(const std::string& name, const Dims& d, double act, bool owns_ta
   Layer l;
   l.name = name;
   if (owns_table) l.weights = {{d.vocab, d.d_model}};
+  if (d.learned_positions) l.weights.push_back({d.seq, d.d_model});
   l.named_ops = [name, d, owns_table](std::int64_t b) {
     const Dim B{"batch", b}, S{"seq", d.seq}, M{"d_model", d.d_model};
     std::vector<NamedOp> ops{
         gather(name, tpusim::act({B, S}), embedding_table(d, owns_table, false), tpusim::act({B, S, M}))};
+    if (d.learned_positions) {  // each position's row added, fused into the lookup
+      ops.push_back(elementwise(name + "_positions", tpusim::act({B, S, M}), 1, weight({S, M})));
+      ops.back().math = NamedOp::Math::Bias;
+    }
     if (d.dropout > 0) ops.push_back(dropout(name + "_dropout", tpusim::act({B, S, M})));
     return ops;
   };
@@ -374,6 +379,7 @@ Dims read_dims_impl(Fields& f, Problems& problems, const Dims* defaults) {
   d.predicted = f.integer_or("predicted_positions", 0, 1, d.seq > 0 ? d.seq : 1);
   d.causal = f.boolean_or("causal", true);  // decoder-only: causal; a decoder's self-attention too
   d.parallel = f.string_or("block", "sequential", {"sequential", "parallel"}) == "parallel";
+  d.learned_positions = f.string_or("positions", "none", {"none", "learned"}) == "learned";
   if (problems.empty() && d.parallel && d.encoder_layers > 0)
     problems.add(f.path_of("block"), Json("parallel"),
                  "\"sequential\" with encoder_layers > 0 (a parallel block has no cross-attention here)");

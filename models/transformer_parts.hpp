@@ -36,6 +36,10 @@ struct TransformerDims {
   bool causal = false;
   /// PaLM's parallel block: y = x + Attention(LN(x)) + MLP(LN(x)), one layer norm feeding both.
   bool parallel = false;
+  /// "positions": "learned": a position table [seq_len, d_model] added to the token embedding
+  /// (GPT-2 and GPT-3's); "none": positions cost no parameters (sinusoidal, as the 2018
+  /// Transformer; rotary, as PaLM and Llama, applied in attention at a vector cost not priced).
+  bool learned_positions = false;
   /// Positions per sequence the output layer predicts (BERT's masked-LM predicts a few of
   /// them); 0: every position.
   std::int64_t predicted = 0;

@@ -471,3 +471,12 @@ TEST_CASE("interleaved 1F1B with replicas and re-materialization matches one cor
   check_equivalent(kMlp, R"({"kind": "one_f_one_b", "stages": 2, "microbatches": 2, "virtual_stages": 2,
                             "replicas": 2, "remat": true})");
 }
+
+TEST_CASE("a learned position table split along d_model matches one core", "[functional][mesh]") {
+  const char* model =
+      R"({"kind": "transformer", "layers": 2, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16, "seq_len": 8,
+          "positions": "learned", "activation": "gelu"})";
+  check_equivalent(model, R"({"kind": "mesh", "mesh": [["batch", 2], ["model", 2]],
+                              "layout": {"batch": "batch", "d_model": "model"}})",
+                   "momentum", kFourCores);
+}

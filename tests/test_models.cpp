@@ -826,3 +826,20 @@ TEST_CASE(
       R"({"kind": "bert", "layers": 1, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 100, "seq_len": 512, "predicted_positions": 8})");
   for (const auto& op : bert.layers[1].named_ops(b)) CHECK(op.counted_fraction == 1.0);
 }
+
+TEST_CASE("a learned position table adds seq_len x d_model parameters to the embedding", "[models]") {
+  const std::string dims =
+      R"("layers": 2, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 100, "seq_len": 16)";
+  const Model none = build(R"({"kind": "transformer", )" + dims + "}");
+  const Model learned = build(R"({"kind": "transformer", "positions": "learned", )" + dims + "}");
+  CHECK(learned.params() - none.params() == 16 * 64);
+  CHECK(learned.layers.front().params() - none.layers.front().params() == 16 * 64);
+  // Added to the lookup's output in its fusion: no HBM pass of its own.
+  const auto ops = learned.layers.front().named_ops(2);
+  REQUIRE(ops.size() == 2);
+  CHECK(ops[1].b.weight);
+  CHECK(ops[1].b.elements() == 16 * 64);
+  Problems p("test");
+  build_model(Json::parse(R"({"kind": "transformer", "positions": "rotary", )" + dims + "}"), "model", p);
+  CHECK_THROWS_WITH(p.throw_if_any(), Catch::Contains("model.positions") && Catch::Contains("learned"));
+}
