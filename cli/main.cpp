@@ -24,6 +24,7 @@
 #include "workflows/describe.hpp"
 #include "workflows/fit.hpp"
 #include "workflows/plan.hpp"
+#include "workflows/plan_space.hpp"
 #include "workflows/run.hpp"
 #include "workflows/run_progress.hpp"
 #include "workflows/sweep.hpp"
@@ -175,10 +176,30 @@ std::string conversion_problem(const CLI::App& app, const std::string& what) {
   return name + ": found \"" + value + "\", expected " + expected;
 }
 
+/// --plan-label LABEL: the schedule (and the model's attention) a plan's label names; apply()
+/// turns it into --sets when the command runs (a bad label is bad input there, exit 2).
+struct PlanLabel {
+  std::string label;
+  void add(CLI::App* cmd) {
+    cmd->add_option("--plan-label", label,
+                    "run the schedule a plan's label names, as tpusim plan prints it (e.g. \"one_f_one_b "
+                    "K=4 R=16 M=64 V=4 cost-cut sharded flash\"): the study's schedule replaced, its "
+                    "attention set when the label ends in one");
+  }
+  void apply(std::vector<std::string>& sets) const {
+    if (label.empty()) return;
+    const workflows::LabeledPlan plan = workflows::schedule_of_plan_label(label);
+    sets.push_back("schedule=" + plan.schedule.dump());
+    if (!plan.attention.empty()) sets.push_back("model.attention=\"" + plan.attention + "\"");
+  }
+};
+
 void add_run(CLI::App& app, Commands& commands) {
   auto run = std::make_shared<workflows::RunOptions>();
   auto* cmd = app.add_subcommand("run", "simulate one training step of a study");
   add_study(cmd, run->study, run->sets);
+  auto label = std::make_shared<PlanLabel>();
+  label->add(cmd);
   cmd->add_option("--out", run->out,
                   "write result.json, report.md, timeline.svg, memory.svg (and trace.json) here");
   cmd->add_flag("--json", run->json, "print result.json to stdout instead of the summary");
@@ -197,9 +218,10 @@ void add_run(CLI::App& app, Commands& commands) {
   cmd->add_option("--max-host-memory", run->max_host_memory_bytes,
                   "bytes of host memory a run may use (the simulation's estimate, and functional mode's "
                   "real tensors); more is refused up front, exit 2 (default: half of this machine's)");
-  commands.emplace_back(cmd, [run] {
+  commands.emplace_back(cmd, [run, label] {
     if (run->trace && run->out.empty())
       throw ConfigError("--trace", "", "no --out directory", "--out DIR to write trace.json into");
+    label->apply(run->sets);
     return cmd_run(*run);
   });
 }
@@ -209,7 +231,12 @@ void add_check(CLI::App& app, Commands& commands) {
   auto sets = std::make_shared<std::vector<std::string>>();
   auto* cmd = app.add_subcommand("check", "validate a study without simulating");
   add_study(cmd, *file, *sets);
-  commands.emplace_back(cmd, [file, sets] { return cmd_check(*file, *sets); });
+  auto label = std::make_shared<PlanLabel>();
+  label->add(cmd);
+  commands.emplace_back(cmd, [file, sets, label] {
+    label->apply(*sets);
+    return cmd_check(*file, *sets);
+  });
 }
 
 void add_fit(CLI::App& app, Commands& commands) {

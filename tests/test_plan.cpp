@@ -220,3 +220,29 @@ TEST_CASE("the shipped everything.json space is the default search, written out"
     for (const char* remat : {"false", "true", "\"save_dots\""})
       CHECK(policies.count(std::string(kind) + " " + remat));
 }
+
+TEST_CASE("every plan label reads back into its schedule", "[plan]") {
+  // Data parallelism, 2D and 3D meshes, pipelines with tensor-parallel stages, interleaving,
+  // by-stage placement and both partitions.
+  const Study s = study(kTransformer, 64, "v3-8");
+  PlanSpace space;
+  space.placement = std::vector<std::string>{"auto", "by_stage"};
+  space.partition = std::vector<std::string>{"balanced", "memory_aware"};
+  int checked = 0;
+  for (const auto& c : plan_candidates(s, space)) {
+    INFO(plan_label(c));
+    const LabeledPlan back = schedule_of_plan_label(plan_label(c));
+    CHECK(back.schedule == c);
+    CHECK(back.attention.empty());
+    ++checked;
+  }
+  CHECK(checked > 1000);
+  const LabeledPlan flash = schedule_of_plan_label("one_f_one_b K=4 R=16 M=64 V=4 cost-cut sharded flash");
+  CHECK(flash.attention == "flash");
+  CHECK(flash.schedule ==
+        Json::parse(R"({"kind": "one_f_one_b", "stages": 4, "replicas": 16, "microbatches": 64,
+      "virtual_stages": 4, "remat": false, "partition": "balanced", "weight_update": "sharded"})"));
+  for (const char* bad : {"", "gpipe K=2", "pipeline K=2 R=1 M=4", "gpipe K=2 R=1 M=4 sideways",
+                          "mesh batch8 replicated", "data_parallel sharded"})
+    CHECK_THROWS_WITH(schedule_of_plan_label(bad), Catch::Contains("--plan-label"));
+}

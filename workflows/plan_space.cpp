@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <set>
 #include <type_traits>
 
@@ -388,6 +389,151 @@ std::string plan_label(const Json& s) {
          (s.value("partition", "memory_aware") == "balanced" ? " cost-cut" : "") +
          (s.value("placement", "auto") == "by_stage" ? " by-stage" : "") +
          (s.value("weight_update", "replicated") == "sharded" ? " sharded" : "");
+}
+
+}  // namespace tpusim::workflows
+
+namespace tpusim::workflows {
+
+namespace {
+
+/// The label's words, a parenthesized group (a mesh's model-axis dimensions) kept as one word.
+std::vector<std::string> label_words(const std::string& label) {
+  std::vector<std::string> words;
+  std::string word;
+  int depth = 0;
+  for (const char ch : label) {
+    depth += ch == '(' ? 1 : ch == ')' ? -1 : 0;
+    if (ch == ' ' && depth == 0) {
+      if (!word.empty()) words.push_back(word);
+      word.clear();
+    } else {
+      word += ch;
+    }
+  }
+  if (!word.empty()) words.push_back(word);
+  return words;
+}
+
+/// "K=4" -> 4 when `word` starts with `key`=; -1 otherwise.
+std::int64_t keyed(const std::string& word, const std::string& key) {
+  if (word.rfind(key + "=", 0) != 0) return -1;
+  try {
+    std::size_t used = 0;
+    const std::int64_t v = std::stoll(word.substr(key.size() + 1), &used);
+    return used == word.size() - key.size() - 1 && v >= 1 ? v : -1;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+/// A trailing remat word ("remat", "save_dots") into `s` (`fallback` when there is none).
+void read_remat_word(std::vector<std::string>& words, Json& s, const Json& fallback) {
+  if (!words.empty() && (words.front() == "remat" || words.front() == "save_dots")) {
+    s["remat"] = words.front() == "remat" ? Json(true) : Json("save_dots");
+    words.erase(words.begin());
+  } else if (!fallback.is_null()) {
+    s["remat"] = fallback;
+  }
+}
+
+Json data_parallel_of(std::vector<std::string> w) {
+  if (w.size() < 2) return nullptr;
+  Json s{{"kind", "data_parallel"}, {"weight_update", w[0]}, {"gradient_dtype", w[1]}};
+  w.erase(w.begin(), w.begin() + 2);
+  if (w.size() >= 3 && w[0] == "bucket" && w[2] == "MiB") {
+    s["gradient_bucket_bytes"] = std::max(1.0, std::round(std::stod(w[1]) * double(1 << 20)));
+    w.erase(w.begin(), w.begin() + 3);
+  }
+  read_remat_word(w, s, nullptr);
+  return w.empty() ? s : Json(nullptr);
+}
+
+Json mesh_of(std::vector<std::string> w) {
+  if (w.empty()) return nullptr;
+  Json s{{"kind", "mesh"}, {"mesh", Json::array()}, {"layout", {{"batch", "batch"}}}};
+  std::string axes = w.front() + "x";
+  for (std::size_t at; (at = axes.find('x')) != std::string::npos; axes.erase(0, at + 1)) {
+    const std::string axis = axes.substr(0, at);
+    const auto colon = axis.find(':');
+    if (colon == std::string::npos) return nullptr;
+    s["mesh"].push_back(Json::array({axis.substr(0, colon), std::stoll(axis.substr(colon + 1))}));
+  }
+  w.erase(w.begin());
+  if (!w.empty() && w.front().front() == '(') {
+    std::string dims = w.front().substr(1, w.front().size() - 2), on = "model";
+    const auto second = dims.find("; model2: ");
+    std::string model2 = second == std::string::npos ? "" : dims.substr(second + 10);
+    if (second != std::string::npos) dims.erase(second);
+    for (const auto& [list, axis] :
+         {std::pair{dims, std::string("model")}, std::pair{model2, std::string("model2")}})
+      for (std::string rest = list + "+"; rest.size() > 1;) {
+        const auto plus = rest.find('+');
+        s["layout"][rest.substr(0, plus)] = axis;
+        rest.erase(0, plus + 1);
+      }
+    w.erase(w.begin());
+  }
+  if (w.empty()) return nullptr;
+  s["weight_update"] = w.front();
+  w.erase(w.begin());
+  read_remat_word(w, s, nullptr);
+  return w.empty() ? s : Json(nullptr);
+}
+
+Json pipeline_of(const std::string& kind, std::vector<std::string> w) {
+  Json s{{"kind", kind}};
+  for (const auto& [key, field] :
+       {std::pair{"K", "stages"}, std::pair{"R", "replicas"}, std::pair{"M", "microbatches"}}) {
+    if (w.empty() || keyed(w.front(), key) < 1) return nullptr;
+    s[field] = keyed(w.front(), key);
+    w.erase(w.begin());
+  }
+  for (const auto& [key, field] : {std::pair{"T", "tensor_parallel"}, std::pair{"V", "virtual_stages"}})
+    if (!w.empty() && keyed(w.front(), key) >= 1) {
+      s[field] = keyed(w.front(), key);
+      w.erase(w.begin());
+    }
+  read_remat_word(w, s, false);
+  s["partition"] = "memory_aware";
+  const std::vector<std::pair<std::string, std::function<void()>>> flags = {
+      {"cost-cut", [&] { s["partition"] = "balanced"; }},
+      {"by-stage", [&] { s["placement"] = "by_stage"; }},
+      {"sharded", [&] { s["weight_update"] = "sharded"; }}};
+  for (const auto& [word, apply] : flags)
+    if (!w.empty() && w.front() == word) {
+      apply();
+      w.erase(w.begin());
+    }
+  return w.empty() ? s : Json(nullptr);
+}
+
+}  // namespace
+
+LabeledPlan schedule_of_plan_label(const std::string& label) {
+  std::vector<std::string> w = label_words(label);
+  LabeledPlan plan;
+  if (!w.empty() && (w.back() == "flash" || w.back() == "standard")) {
+    plan.attention = w.back();
+    w.pop_back();
+  }
+  Json s;
+  try {
+    const std::string kind = w.empty() ? "" : w.front();
+    const std::vector<std::string> rest(w.begin() + (w.empty() ? 0 : 1), w.end());
+    s = kind == "data_parallel"                    ? data_parallel_of(rest)
+        : kind == "mesh"                           ? mesh_of(rest)
+        : kind == "gpipe" || kind == "one_f_one_b" ? pipeline_of(kind, rest)
+                                                   : Json(nullptr);
+  } catch (const std::exception&) {
+    s = nullptr;
+  }
+  if (s.is_null())
+    throw ConfigError("command line", "--plan-label", "\"" + label + "\"",
+                      "a plan's label as tpusim plan prints it, e.g. \"one_f_one_b K=4 R=16 M=64 V=4 "
+                      "cost-cut sharded flash\" or \"data_parallel fully_sharded bf16 save_dots\"");
+  plan.schedule = std::move(s);
+  return plan;
 }
 
 }  // namespace tpusim::workflows

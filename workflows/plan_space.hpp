@@ -56,4 +56,14 @@ std::vector<Json> plan_candidates(const Study& study, const PlanSpace& space);
 /// A short, unique name of a candidate schedule ("gpipe K=2 R=16 M=16 remat").
 std::string plan_label(const Json& schedule);
 
+/// What a label names: the schedule (every setting the candidate had: plan_label's inverse) and
+/// the model's attention when the label ends in one ("flash", "standard"; "" otherwise).
+struct LabeledPlan {
+  Json schedule;
+  std::string attention;
+};
+/// A plan's label read back (as `tpusim plan` prints it, with or without the attention word).
+/// ConfigError naming --plan-label when it is not one.
+LabeledPlan schedule_of_plan_label(const std::string& label);
+
 }  // namespace tpusim::workflows

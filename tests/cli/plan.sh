@@ -82,6 +82,16 @@ import json, sys
 run, plan = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 assert run["step_time_s"] == plan["best"]["result"]["step_time_s"]
 PY
+# The best plan's label, read back by run --plan-label, is the same step as best.json (and every
+# top plan's label runs the step plan simulated for it).
+python3 - "$tpusim" "$work/t12_v3_8.json" "$work/j1.json" <<'PY'
+import json, subprocess, sys
+tpusim, study, plan = sys.argv[1], sys.argv[2], json.load(open(sys.argv[3]))
+for top in plan["top"][:3]:
+    run = json.loads(subprocess.run([tpusim, "run", study, "--json", "--plan-label", top["plan"]],
+                                    capture_output=True, text=True, check=True).stdout)
+    assert run["step_time_s"] == top["step_time_s"], (top["plan"], run["step_time_s"])
+PY
 bash "$here/chromium_dom.sh" "$work/out/plan.html" > "$work/dom.html"
 grep -q 'class="pareto"' "$work/dom.html" || { echo "FAIL: no Pareto chart in plan.html"; exit 1; }
 points=$(grep -o '<circle class="plan' "$work/dom.html" | wc -l)
