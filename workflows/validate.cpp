@@ -736,44 +736,81 @@ ValidationOutcome outcome_of(const ValidateOptions& o, Json report) {
 
 }  // namespace
 
+namespace {
+
+fs::path cases_dir(const ValidateOptions& o) {
+  return o.dir.empty() ? config_dir() / "validation" : fs::path(o.dir);
+}
+
+/// The cases `o` names with its hardware overrides applied, and their studies.
+std::pair<std::vector<ValidationCase>, std::vector<Study>> load_cases(const ValidateOptions& o) {
+  std::vector<ValidationCase> cases = load_validation_cases(cases_dir(o), o.ids);
+  const Json overrides = parse_hardware_overrides(o.hardware_overrides);
+  if (!overrides.empty())
+    for (auto& c : cases) c.sets.push_back(hardware_override_set(c, overrides));
+  std::vector<Study> studies;
+  for (const auto& c : cases) studies.push_back(case_study(c));
+  return {std::move(cases), std::move(studies)};
+}
+
+void finish_record(const ValidationCase& c, const Study& study, Json& record) {
+  mark_in_sample(c, study, record);
+  record["hardware"] = study.hardware.name;  // the summary's generations
+}
+
+}  // namespace
+
+std::vector<std::string> validation_case_ids(const ValidateOptions& o) {
+  std::vector<std::string> ids;
+  for (const auto& c : load_validation_cases(cases_dir(o), o.ids)) ids.push_back(c.id);
+  return ids;
+}
+
+Json validation_case_record(const ValidateOptions& o, const std::string& id) {
+  ValidateOptions one = o;
+  one.ids = {id};
+  const auto [cases, studies] = load_cases(one);
+  Json record = run_case(cases.front());
+  finish_record(cases.front(), studies.front(), record);
+  return record;
+}
+
+Json validation_report(const ValidateOptions& o, Json records) {
+  const auto [cases, studies] = load_cases(o);
+  const Json assumptions = assumed_figures(studies);
+  if (o.check) compare_with_recorded(cases_dir(o), records);
+  Json report{{"schema", "tpusim.validation/1"},
+              {"cases", records},
+              {"summary", validation_summary(records)},
+              {"assumption_knobs", assumptions.size()},
+              {"assumptions", assumptions},
+              {"hardware_overrides", parse_hardware_overrides(o.hardware_overrides)}};
+  if (o.intervals) {
+    report["intervals"] = interval_summary(records);
+    report["intervals"]["method"] = kIntervalMethod;
+  }
+  return report;
+}
+
 ValidationOutcome validate_cases(const ValidateOptions& o) {
-  const fs::path dir = o.dir.empty() ? config_dir() / "validation" : fs::path(o.dir);
   if ((o.check || o.record) && !o.hardware_overrides.empty())
     throw ConfigError(o.check ? "--check" : "--record", "", "with --hardware-override",
                       "the shipped hardware: recorded predictions are the unmodified ones");
   if (o.jobs < 0)
     throw ConfigError("-j", "", std::to_string(o.jobs),
                       "a number of parallel cases >= 1 (0: the number of cores)");
-  std::vector<ValidationCase> cases = load_validation_cases(dir, o.ids);
-  const Json overrides = parse_hardware_overrides(o.hardware_overrides);
-  if (!overrides.empty())
-    for (auto& c : cases) c.sets.push_back(hardware_override_set(c, overrides));
-  std::vector<Study> studies;
-  for (const auto& c : cases) studies.push_back(case_study(c));
-
+  const auto [cases, studies] = load_cases(o);
   const int jobs = job_count(o.jobs);
   std::vector<Json> records = run_cases(cases, jobs);
-
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    mark_in_sample(cases[i], studies[i], records[i]);
-    records[i]["hardware"] = studies[i].hardware.name;  // the summary's generations
-  }
-  const Json assumptions = assumed_figures(studies);
-  if (o.sensitivity) add_sensitivity(cases, studies, assumptions, records, jobs);
+  for (std::size_t i = 0; i < cases.size(); ++i) finish_record(cases[i], studies[i], records[i]);
+  if (o.sensitivity) add_sensitivity(cases, studies, assumed_figures(studies), records, jobs);
   if (o.intervals) add_intervals(cases, studies, records, jobs);
   Json all = Json::array();
   for (auto& r : records) all.push_back(std::move(r));
-  if (o.check) compare_with_recorded(dir, all);
-  Json report{{"schema", "tpusim.validation/1"},    {"cases", all},
-              {"summary", validation_summary(all)}, {"assumption_knobs", assumptions.size()},
-              {"assumptions", assumptions},         {"hardware_overrides", overrides}};
-  if (o.intervals) {
-    report["intervals"] = interval_summary(all);
-    report["intervals"]["method"] = kIntervalMethod;
-  }
+  const Json report = validation_report(o, std::move(all));
   if (!o.out.empty()) write_validation_outputs(o.out, report);
-  if (o.record) record_predictions(dir, report["cases"]);
-  return outcome_of(o, std::move(report));
+  if (o.record) record_predictions(cases_dir(o), report["cases"]);
+  return outcome_of(o, report);
 }
 
 }  // namespace tpusim::workflows

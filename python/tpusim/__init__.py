@@ -7,7 +7,7 @@ Bad input raises ConfigError (a ValueError) naming the JSON path; a failed simul
 RuntimeError; a step that does not fit is a result ("fits": false), not an exception.
 """
 
-from ._tpusim import (ConfigError, check, describe_hardware, fit, plan, run, validate)
+from ._tpusim import (ConfigError, check, describe_hardware, fit, plan, run)
 from . import _tpusim
 
 __all__ = ["ConfigError", "check", "describe_hardware", "fit", "plan", "run", "sweep", "to_dataframe",
@@ -41,6 +41,28 @@ def sweep(study, grid, set=None, jobs=1, out=None, client=None):
     futures = client.map(_point_record, [study] * n, [set] * n, specs, pure=False)
     records = client.gather(futures)
     return [_tpusim._sweep_summary(r) for r in records]
+
+
+def _case_record(case_id):
+    """One validation case's record, run where this is called: a Dask task."""
+    from tpusim import _tpusim as extension
+    return extension._validation_case_record(case_id)
+
+
+def validate(cases=None, jobs=1, client=None):
+    """Predictions against the measured TPU runs: the dict `tpusim validate --json` prints.
+
+    `cases`: case ids (default: every case of configs/validation). Without `client`, `jobs` cases
+    at a time on this machine. With `client` (a dask.distributed.Client), each case is a Dask task
+    on the cluster's workers (its simulations in children there), and the report is assembled
+    here from the records gathered in case order: the same dict as a local run.
+    """
+    cases = list(cases or [])
+    if client is None:
+        return _tpusim.validate(cases, jobs)
+    ids = _tpusim._validation_case_ids(cases)
+    records = client.gather(client.map(_case_record, ids, pure=False))
+    return _tpusim._validation_report(cases, records)
 
 
 def _flatten(value, prefix, row):

@@ -68,3 +68,13 @@ def test_a_worker_killed_mid_sweep_loses_no_point(client):
 def test_out_is_refused_with_a_client(client):
     with pytest.raises(tpusim.ConfigError, match="out:"):
         tpusim.sweep(TINY, {"batch": [8]}, client=client, out="/tmp/x")
+
+
+def test_validate_on_the_cluster_equals_the_local_one(client):
+    cases = ["mlperf05-resnet-v3-8", "gpipe-t1-transformer-p8", "memfit-bert-v4-128"]
+    local = tpusim.validate(cases, jobs=2)
+    remote = tpusim.validate(cases, client=client)
+    assert [c["id"] for c in remote["cases"]] == cases
+    assert remote == local
+    with pytest.raises(tpusim.ConfigError):
+        tpusim.validate(["no-such-case"], client=client)
