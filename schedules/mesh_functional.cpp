@@ -370,53 +370,62 @@ NamedOp MeshExecutor::local_op(const NamedOp& n, int core) const {
 void MeshExecutor::run_on_piece(int core, int f, MeshAction::What what) {
   // The kind's own whole-tensor math on this core's pieces: check_supported admits only ops whose
   // pieces are computed independently (element-wise ones; a split batch).
-  static const NoData no_data;
   const std::size_t c = std::size_t(core);
-  const Op& op = ops_[std::size_t(f)];
-  const NamedOp local = local_op(op.named, core);
-  const NamedOpKind& kind = op_kind(local);
-  const Tensor* weights =
-      op.params.empty() ? nullptr : &rt_.params(core, op.layer)[std::size_t(op.params[0])];
-  const Tensor* b = op.b >= 0 ? &value(core, op.b) : nullptr;
-  std::vector<Tensor>& extras = extras_[c][f];
-  Saved saved;
-  const Batch batch;
-  if (what == MeshAction::Forward) {
-    extras.assign(std::size_t(kind.saved_extras(local)), Tensor{});
-    double loss = 0;
-    HostForward in{value(core, op.a),
-                   b,
-                   op.skip >= 0 ? &value(core, op.skip) : nullptr,
-                   weights,
-                   extras.data(),
-                   saved,
-                   no_data,
-                   batch,
-                   loss};
-    out_[c][f] = kind.host_forward(local, in);
-    return;
-  }
+  const NamedOp local = local_op(ops_[std::size_t(f)].named, core);
+  if (what == MeshAction::Forward) return piece_forward(core, f, local);
   // The whole backward at the op's first backward action (a convolution's weight gradient comes
   // with its input gradient, or alone where it reads the model's input).
   const auto dy = dout_[c].find(f);
-  if (dy == dout_[c].end() || !backward_run_[c].insert(f).second) return;
-  Tensor* weight_grads = op.params.empty() ? nullptr : &rt_.grads(core, op.layer)[std::size_t(op.params[0])];
-  HostBackward g{value(core, op.a),
-                 b,
-                 out_[c].at(f),
-                 weights,
+  if (dy != dout_[c].end() && backward_run_[c].insert(f).second) piece_backward(core, f, local, dy->second);
+}
+
+void MeshExecutor::piece_forward(int core, int f, const NamedOp& local) {
+  static const NoData no_data;
+  static const Batch batch;
+  const Op& op = ops_[std::size_t(f)];
+  const NamedOpKind& kind = op_kind(local);
+  std::vector<Tensor>& extras = extras_[std::size_t(core)][f];
+  extras.assign(std::size_t(kind.saved_extras(local)), Tensor{});
+  Saved saved;
+  double loss = 0;
+  HostForward in{value(core, op.a),
+                 op.b >= 0 ? &value(core, op.b) : nullptr,
+                 op.skip >= 0 ? &value(core, op.skip) : nullptr,
+                 first_param(core, op, false),
                  extras.data(),
                  saved,
+                 no_data,
                  batch,
-                 dy->second,
-                 weight_grads,
+                 loss};
+  out_[std::size_t(core)][f] = kind.host_forward(local, in);
+}
+
+void MeshExecutor::piece_backward(int core, int f, const NamedOp& local, Tensor& dy) {
+  static const Batch batch;
+  const Op& op = ops_[std::size_t(f)];
+  Saved saved;
+  HostBackward g{value(core, op.a),
+                 op.b >= 0 ? &value(core, op.b) : nullptr,
+                 out_[std::size_t(core)].at(f),
+                 first_param(core, op, false),
+                 extras_[std::size_t(core)][f].data(),
+                 saved,
+                 batch,
+                 dy,
+                 first_param(core, op, true),
                  {},
                  {},
                  {}};
-  kind.host_backward(local, g);
+  op_kind(local).host_backward(local, g);
   if (!g.dskip.empty()) accumulate(core, op.skip, std::move(g.dskip));
   if (!g.da.empty()) accumulate(core, op.a, std::move(g.da));
   if (!g.db.empty()) accumulate(core, op.b, std::move(g.db));
+}
+
+Tensor* MeshExecutor::first_param(int core, const Op& op, bool gradient) {
+  if (op.params.empty()) return nullptr;
+  auto& held = gradient ? rt_.grads(core, op.layer) : rt_.params(core, op.layer);
+  return &held[std::size_t(op.params[0])];
 }
 
 void MeshExecutor::run_einsum(int core, int f, const MeshAction& action) {

@@ -129,6 +129,10 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
   /// Op f's kind's whole-tensor host math on `core`'s pieces of its tensors (element-wise ops,
   /// and convolutions, batch norms and pools over a split batch), its gradients accumulated.
   void run_on_piece(int core, int f, MeshAction::What what);
+  void piece_forward(int core, int f, const NamedOp& local);
+  void piece_backward(int core, int f, const NamedOp& local, Tensor& dy);
+  /// The op's first weight copy on `core` (its gradient with `gradient`; the copies follow), or null.
+  Tensor* first_param(int core, const Op& op, bool gradient);
   /// The op at `core`'s local sizes.
   NamedOp local_op(const NamedOp& n, int core) const;
   void run_causal_softmax(int core, int f, MeshAction::What what);
