@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "schedules/perturbations.hpp"
 #include "sim/collectives/collective_algorithm.hpp"
 
 namespace tpusim {
@@ -300,6 +301,8 @@ Study parse_study(const Json& json, const std::string& context, const std::files
   if (const Json* slice = top.value("slice"); slice && have_hardware) {
     study.slice = parse_slice(*slice, "slice", study.hardware, problems);
   }
+  if (const Json* p = top.optional("perturbations"); p && problems.empty())
+    study.network = read_perturbations(*p, Topology(study.slice), problems);
   if (const Json* model = top.value("model")) study.model = build_model(*model, "model", problems);
   if (have_hardware) study.model.pad_activations_to(study.hardware.core.activation_tile_lanes());
   study.batch = top.integer("batch", 1, std::int64_t(1) << 40);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hardware/hardware_spec.hpp"
+#include "hardware/network_state.hpp"
 #include "models/model.hpp"
 #include "schedules/optimizer.hpp"
 #include "sim/memory_tracker.hpp"
@@ -114,6 +115,8 @@ struct Study {
   /// device's usable HBM), added to the runtime's reserve so that every verdict (run, fit, plan,
   /// the compiler's re-materialization) leaves it; 0 by default.
   double hbm_margin_bytes = 0;
+  /// Study key "perturbations": slow chips and links (schedules/perturbations.hpp); uniform when absent.
+  NetworkState network;
   /// The hardware file's JSON that `hardware` was parsed from, the study's in-place overrides
   /// applied (what a changed copy of the study's hardware starts from).
   Json hardware_json;

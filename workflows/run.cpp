@@ -311,6 +311,7 @@ RunOutcome run_study(const RunOptions& o, const RunProgressCallback& progress) {
   engine.symmetric_collectives = !o.no_symmetry;
   engine.functional = o.functional;
   engine.progress = progress;
+  engine.network = study.network;
   spdlog::debug("simulating {} tasks on {} cores", step.graph.size(), step.graph.cores());
   const sim::SimResult result = sim::simulate(step.graph, study.hardware, study.slice, engine);
   Json j = reports::result_json(run_info(study, step), step.graph, result);

@@ -1,0 +1,20 @@
+// What-ifs of a non-uniform pod (study key "perturbations"): slow chips and slow links, read into
+// the NetworkState the engine applies (a chip's compute and HBM time divided by its scale, a
+// directed link's bandwidth times its scale). The symmetry proof and the cluster reduction refuse
+// a non-uniform network, so a perturbed step is simulated chip by chip.
+#pragma once
+
+#include "hardware/json_fields.hpp"
+#include "hardware/network_state.hpp"
+#include "hardware/topology.hpp"
+
+namespace tpusim {
+
+/// "perturbations": {"chips": [{"chip": [x, y(, z)], "compute_scale": s}],
+///                   "links": [{"chip": [...], "dimension": "x" | 0, "direction": "+" | "-",
+///                              "bandwidth_scale": s}]}
+/// A chip is its coordinates on the slice's torus; a scale is in (0, 1000]. Problems at their
+/// paths (a chip off the torus, a link with no neighbour, a failed link (0), a key not modelled).
+NetworkState read_perturbations(const Json& perturbations, const Topology& torus, Problems& problems);
+
+}  // namespace tpusim
