@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -56,7 +57,8 @@ double figure(const Json& result, const char* pointer, double fallback) {
 /// The axes as (path, values) for the charts.
 struct Axes {
   std::vector<std::string> paths;
-  std::string x, series, k, m;  // chosen paths ("" when absent)
+  std::string x, series, k, m;          // chosen paths ("" when absent)
+  std::vector<std::string> categories;  // x's values by name when x is not numbers
 };
 
 Axes choose_axes(const Json& meta) {
@@ -73,6 +75,13 @@ Axes choose_axes(const Json& meta) {
     if (p == "schedule.microbatches") a.m = p;
   }
   a.x = !a.m.empty() ? a.m : (numeric.empty() ? "" : numeric.back());
+  if (a.x.empty())  // no numeric axis: the first axis of names (e.g. slice) as categories
+    for (const auto& axis : meta["axes"])
+      if (axis["values"].size() > 1) {
+        a.x = axis["path"].get<std::string>();
+        for (const auto& v : axis["values"]) a.categories.push_back(value_text(v));
+        break;
+      }
   if (!a.k.empty() && a.k != a.x)
     a.series = a.k;
   else
@@ -150,6 +159,7 @@ struct ChartFrame {
         ymax = std::max(ymax, y);
         if (y > 0) ymin = std::min(ymin, y);
       }
+    if (!c.x_categories.empty()) x0 = -0.5, x1 = double(c.x_categories.size()) - 0.5;
     if (x0 > x1) x0 = 0, x1 = 1;
     if (x1 == x0) x1 = x0 + 1;
     log_y = ymin < 1e300 && ymax / ymin > 30;
@@ -187,9 +197,13 @@ void chart_axes_svg(std::ostringstream& s, const LineChart& c, const ChartFrame&
   std::set<double> xs;
   for (const auto& [name, pts] : c.series)
     for (const auto& [x, y] : pts) xs.insert(x);
+  if (!c.x_categories.empty()) {
+    xs.clear();
+    for (std::size_t i = 0; i < c.x_categories.size(); ++i) xs.insert(double(i));
+  }
   for (double x : xs)
     s << "<text x=\"" << svg_number(f.X(x)) << "\" y=\"" << top + h + 16 << "\" text-anchor=\"middle\">"
-      << short_num(x) << "</text>\n";
+      << xml_escape(c.x_categories.empty() ? short_num(x) : c.x_categories[std::size_t(x)]) << "</text>\n";
   s << "<line x1=\"" << left << "\" x2=\"" << left + w << "\" y1=\"" << top + h << "\" y2=\"" << top + h
     << "\" stroke=\"#333\"/>\n";
   s << "<text x=\"" << left + w / 2 << "\" y=\"" << top + h + 34 << "\" text-anchor=\"middle\">"
@@ -217,15 +231,24 @@ void chart_series_svg(std::ostringstream& s, const LineChart& c, const ChartFram
     for (const auto& [x, y] : pts) poly += svg_number(f.X(x)) + "," + svg_number(f.Y(y)) + " ";
     s << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"2\" points=\"" << poly
       << "\"/>\n";
-    for (const auto& [x, y] : pts)
-      s << "<circle cx=\"" << svg_number(f.X(x)) << "\" cy=\"" << svg_number(f.Y(y)) << "\" r=\"3\" fill=\""
-        << colour << "\"><title>" << xml_escape(name) << ": " << short_num(x) << " -> " << short_num(y)
-        << "</title></circle>\n";
+    for (const auto& [x, y] : pts) {
+      const bool filled = !c.not_fitting.count({name, x});
+      const std::string at = c.x_categories.empty() ? short_num(x) : c.x_categories[std::size_t(x)];
+      s << "<circle cx=\"" << svg_number(f.X(x)) << "\" cy=\"" << svg_number(f.Y(y))
+        << (filled ? "\" r=\"3\" fill=\"" + std::string(colour) + "\""
+                   : "\" r=\"5\" fill=\"#fff\" stroke-width=\"2\" stroke=\"" + std::string(colour) + "\"")
+        << "><title>" << xml_escape(name) << ": " << xml_escape(at) << " -> " << short_num(y)
+        << (filled ? "" : " (does not fit)") << "</title></circle>\n";
+    }
     s << "<rect x=\"" << f.left + f.w + 15 << "\" y=\"" << f.top + 16 * i
       << "\" width=\"10\" height=\"10\" fill=\"" << colour << "\"/><text x=\"" << f.left + f.w + 30
       << "\" y=\"" << f.top + 16 * i + 9 << "\">" << xml_escape(name) << "</text>\n";
     ++i;
   }
+  if (!c.not_fitting.empty())
+    s << "<circle cx=\"" << f.left + f.w + 20 << "\" cy=\"" << f.top + 16 * i + 5
+      << "\" r=\"5\" fill=\"#fff\" stroke=\"#333\" stroke-width=\"2\"/><text x=\"" << f.left + f.w + 30
+      << "\" y=\"" << f.top + 16 * i + 9 << "\">does not fit</text>\n";
 }
 
 }  // namespace
@@ -316,19 +339,41 @@ void add_series(LineChart& chart, const SeriesPoints& points) {
     chart.series.emplace_back(name.second, std::vector<std::pair<double, double>>(pts.begin(), pts.end()));
 }
 
-/// Examples/s against x, best over any other axes, one line per series.
+/// A recorded point's x on the chart: its value of axis `path`, or its category's index; none
+/// for a failed point or one without a usable value.
+std::optional<double> chart_x(const Axes& axes, const SeriesNamer& name, const std::string& path,
+                              const Json& r) {
+  if (!ok(r) || !r["point"].contains(path)) return std::nullopt;
+  if (path == axes.x && !axes.categories.empty()) return double(name.rank(path, r["point"][path]));
+  if (!r["point"][path].is_number()) return std::nullopt;
+  return r["point"][path].get<double>();
+}
+
+bool fits(const Json& r) { return r["result"].value("fits", true); }
+
+/// Examples/s against x, best over any other axes (the best that fits where one does; else the
+/// best, drawn hollow), one line per series.
 std::string throughput_chart(const Axes& axes, const SeriesNamer& name, const std::vector<Json>& records) {
-  LineChart chart{"Examples per second", axes.x, "examples/s", {}, false, -1, ""};
-  SeriesPoints best;
+  LineChart chart{"Examples per second", axes.x, "examples/s", {}, false, -1, "", {}, {}};
+  chart.x_categories = axes.categories;
+  std::map<std::pair<int, std::string>, std::map<double, std::pair<bool, double>>> best;
   bool positive = true;
   for (const auto& r : records) {
-    if (!ok(r) || !r["point"].contains(axes.x) || !r["point"][axes.x].is_number()) continue;
-    const double x = r["point"][axes.x].get<double>();
-    positive = positive && x > 0;
-    double& v = best[name(axes.series, r)][x];
-    v = std::max(v, r["result"]["examples_per_s"].get<double>());
+    const auto x = chart_x(axes, name, axes.x, r);
+    if (!x) continue;
+    positive = positive && *x > 0;
+    const auto key = name(axes.series, r);
+    const std::pair<bool, double> v{fits(r), r["result"]["examples_per_s"].get<double>()};
+    auto [at, fresh] = best[key].emplace(*x, v);
+    if (!fresh) at->second = std::max(at->second, v);
   }
-  add_series(chart, best);
+  SeriesPoints shown;
+  for (const auto& [key, pts] : best)
+    for (const auto& [x, v] : pts) {
+      shown[key][x] = v.second;
+      if (!v.first) chart.not_fitting.insert({key.second, x});
+    }
+  add_series(chart, shown);
   chart.log_x = positive && axes.x == axes.m;
   return chart.series.empty() ? "" : line_chart_svg(chart);
 }
@@ -372,16 +417,26 @@ std::string bubble_charts(const Json& meta, const Axes& axes, const std::vector<
 std::string memory_chart(const Axes& axes, const SeriesNamer& name, const std::vector<Json>& records) {
   const std::string mx = !axes.k.empty() ? axes.k : axes.x;
   const std::string ms = !axes.k.empty() ? axes.m : axes.series;
-  LineChart chart{"Peak HBM per core", mx, "GiB", {}, false, -1, ""};
-  SeriesPoints peak;
+  LineChart chart{"Peak HBM per core", mx, "GiB", {}, false, -1, "", {}, {}};
+  if (mx == axes.x) chart.x_categories = axes.categories;
+  std::map<std::pair<int, std::string>, std::map<double, std::pair<double, bool>>> peak;
   for (const auto& r : records) {
-    if (!ok(r) || !r["point"].contains(mx) || !r["point"][mx].is_number()) continue;
-    double& v = peak[name(ms, r)][r["point"][mx].get<double>()];
-    v = std::max(v, r["result"]["peak_hbm_bytes"].get<double>() / (1024.0 * 1024 * 1024));
+    const auto x = chart_x(axes, name, mx, r);
+    if (!x) continue;
+    const std::pair<double, bool> v{r["result"]["peak_hbm_bytes"].get<double>() / (1024.0 * 1024 * 1024),
+                                    fits(r)};
+    auto [at, fresh] = peak[name(ms, r)].emplace(*x, v);
+    if (!fresh && v.first > at->second.first) at->second = v;
     chart.reference = r["result"]["hbm_capacity_bytes"].get<double>() / (1024.0 * 1024 * 1024);
   }
   chart.reference_label = "HBM capacity";
-  add_series(chart, peak);
+  SeriesPoints shown;
+  for (const auto& [key, pts] : peak)
+    for (const auto& [x, v] : pts) {
+      shown[key][x] = v.first;
+      if (!v.second) chart.not_fitting.insert({key.second, x});
+    }
+  add_series(chart, shown);
   return chart.series.empty() ? "" : line_chart_svg(chart);
 }
 

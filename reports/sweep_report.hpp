@@ -1,12 +1,14 @@
 // Reports of a sweep (records as written to results.jsonl, meta as in sweep.json):
 // self-contained report.html (inline SVG and CSS, no network) and report.md with its charts
 // as SVG files. Charts follow the axes: examples/s against the micro-batch count (or the last
-// numeric axis) per partition count, measured and ideal bubble as K x M heatmaps, peak HBM
-// against K with the capacity line; then the best configurations that fit and the failures.
+// numeric axis, or else the first axis of names as categories) per partition count, measured
+// and ideal bubble as K x M heatmaps, peak HBM against K with the capacity line; points that do
+// not fit are drawn hollow; then the best configurations that fit and the failures.
 #pragma once
 
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,11 @@ struct LineChart {
   bool log_x = false;
   double reference = -1;  ///< < 0: none
   std::string reference_label;
+  /// Non-empty: x is a category's index into these names (a swept axis of names or layouts),
+  /// drawn evenly spaced and labelled by name.
+  std::vector<std::string> x_categories;
+  /// (series name, x) of points drawn hollow and marked "does not fit".
+  std::set<std::pair<std::string, double>> not_fitting;
 };
 std::string line_chart_svg(const LineChart& chart);
 

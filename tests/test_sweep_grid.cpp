@@ -196,6 +196,29 @@ TEST_CASE("sweep reports show a failed point on every kind of compared axis as f
   }
 }
 
+TEST_CASE("a sweep over names alone (slices) charts them as categories and marks what does not fit",
+          "[sweep][reports]") {
+  Json meta{{"study", "s.json"},
+            {"points", 3},
+            {"axes", Json::array({Json{{"path", "slice"}, {"values", {"v4-16", "v4-32", "v4-64"}}}})}};
+  std::vector<Json> records;
+  for (const char* slice : {"v4-16", "v4-32", "v4-64"})
+    records.push_back(fake_record(records.size(), Json{{"slice", slice}}, 0.5 / double(records.size() + 1)));
+  records[0]["result"]["fits"] = false;  // the smallest slice does not hold the model
+  const auto charts = tpusim::reports::sweep_charts(meta, records);
+  REQUIRE(charts.count("throughput") == 1);
+  REQUIRE(charts.count("memory") == 1);
+  for (const auto& [name, svg] : charts) {
+    INFO(name);
+    for (const char* slice : {">v4-16<", ">v4-32<", ">v4-64<"}) CHECK_THAT(svg, Catch::Contains(slice));
+    CHECK(count_of(svg, "(does not fit)</title>") == 1);       // only v4-16's point is hollow
+    CHECK_THAT(svg, Catch::Contains(">does not fit</text>"));  // the legend says what hollow means
+  }
+  CHECK_THAT(charts.at("throughput"), Catch::Contains("all: v4-16 -> 200 (does not fit)"));
+  CHECK_THAT(tpusim::reports::sweep_markdown(meta, records),
+             Catch::Contains("![throughput](sweep_throughput.svg)"));
+}
+
 TEST_CASE("a sweep record's summary keeps what the reports read and drops per-core figures",
           "[sweep][reports]") {
   const Json full = full_record(0, Json{{"batch", 64}}, 0.5, false);

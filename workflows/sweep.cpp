@@ -148,8 +148,13 @@ void write_outputs(const fs::path& dir, const Json& meta, std::vector<StoredReco
     summaries.push_back(records[i].summary);
   }
   write_output_file(dir / "results.csv", csv);
-  write_output_file(dir / "report.html", reports::sweep_html(meta, summaries));
-  write_output_file(dir / "report.md", reports::sweep_markdown(meta, summaries));
+  // The reports name the study relative to themselves: the folder can be moved with its study.
+  Json shown = meta;
+  const fs::path study = fs::path(meta["study"].get<std::string>());
+  const fs::path relative = study.lexically_relative(fs::absolute(dir).lexically_normal());
+  if (!relative.empty()) shown["study"] = relative.string();
+  write_output_file(dir / "report.html", reports::sweep_html(shown, summaries));
+  write_output_file(dir / "report.md", reports::sweep_markdown(shown, summaries));
   for (const auto& [name, svg] : reports::sweep_charts(meta, summaries))
     write_output_file(dir / ("sweep_" + name + ".svg"), svg);
 }

@@ -18,6 +18,10 @@ set -e
 [ "$(tail -n +2 "$work/full/results.csv" | wc -l)" -eq 48 ] || { echo "FAIL: expected 48 rows"; exit 1; }
 [ "$(grep -c 'multiple of replicas x microbatches' "$work/full/results.csv")" -eq 8 ] || { echo "FAIL: expected 8 recorded failures"; exit 1; }
 for f in report.html report.md sweep.json results.jsonl; do [ -s "$work/full/$f" ] || { echo "FAIL: no $f"; exit 1; }; done
+# The reports name the study relative to themselves (the folder moves with its study).
+rel=$(realpath --relative-to="$work/full" "$study")
+grep -qF "Study \`$rel\`" "$work/full/report.md" || { echo "FAIL: report.md does not name the study as $rel"; exit 1; }
+! grep -qF -e "\`$root" -e "<code>$root" "$work/full/report.md" "$work/full/report.html" || { echo "FAIL: a report embeds the absolute path $root"; exit 1; }
 passed=$((passed + 1))
 
 # 2. Same sweep with -j 1: byte-identical outputs whatever the completion order.
