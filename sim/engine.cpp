@@ -155,7 +155,10 @@ class Runner {
     result_.symmetric_collectives = symmetric;
     result_.symmetry = symmetric ? "representative rings" : proof.reason;
     plan_collectives(proof);
-    if (symmetric && !opt.record_flows) play_lone_flows_once();
+    if (symmetric && !opt.record_flows) {
+      play_lone_flows_once();
+      mark_repeating_rings();
+    }
     platform_.seal();
   }
 
@@ -183,13 +186,102 @@ class Runner {
     std::map<int, std::vector<int>> components;
     for (int id = 0; id < n; ++id)
       if (!links[std::size_t(id)].empty()) components[joined.root(id)].push_back(id);
-    std::set<int> chained;
     for (const auto& [r, members] : components)
-      if (g_.chain(members)) chained.insert(members.begin(), members.end());
+      if (g_.chain(members)) alone_.insert(members.begin(), members.end());
     for (int id : candidates)
-      if (chained.count(id))
+      if (alone_.count(id))
         for (Phase& phase : plans_[std::size_t(id)])
           for (auto& ring : phase.rings) ring.played = one_flow_per_shape(ring);
+  }
+
+  /// A collective ordered with every other collective and transfer whose links meet its own
+  /// (alone_) has its links to itself while it runs, so a ring's steps repeat its first exactly when no other
+  /// ring of its phase shares a link with it, or when the phase's flows are carried onto themselves by the
+  /// torus translations that take its first ring to each other one (every ring then moves in lockstep:
+  /// max-min sharing is unique, so translated flows get the same rates). Such rings play one step and wait
+  /// out the rest (tests/cli/symmetry.sh compares with the full simulation).
+  void mark_repeating_rings() {
+    std::map<std::vector<int>, std::vector<bool>> known;  // a phase's rings' cores -> verdicts
+    for (int id : alone_)
+      for (Phase& phase : plans_[std::size_t(id)]) {
+        std::vector<int> key;
+        for (const auto& ring : phase.rings) {
+          key.push_back(int(ring.cores.size()));
+          key.insert(key.end(), ring.cores.begin(), ring.cores.end());
+        }
+        auto [at, fresh] = known.emplace(std::move(key), std::vector<bool>());
+        if (fresh) at->second = repeating_rings(phase);
+        for (std::size_t r = 0; r < phase.rings.size(); ++r) phase.rings[r].repeats = at->second[r];
+      }
+  }
+
+  /// Per ring of `phase`, whether its steps repeat its first (see mark_repeating_rings).
+  std::vector<bool> repeating_rings(const Phase& phase) const {
+    const std::size_t n = phase.rings.size();
+    std::vector<std::set<long long>> links(n);
+    std::map<long long, int> users;  // link -> rings crossing it
+    for (std::size_t r = 0; r < n; ++r) {
+      for (std::size_t i = 0; i < phase.rings[r].cores.size(); ++i)
+        for (long long l : flow_links_of(phase.rings[r], i)) links[r].insert(l);
+      for (long long l : links[r]) ++users[l];
+    }
+    std::vector<bool> lone(n, true);
+    for (std::size_t r = 0; r < n; ++r)
+      for (long long l : links[r]) lone[r] = lone[r] && users[l] == 1;
+    if (std::find(lone.begin(), lone.end(), false) != lone.end() && translation_invariant(phase))
+      lone.assign(n, true);
+    return lone;
+  }
+
+  /// Whether every ring of `phase` is its first ring moved along the torus (up to where it starts),
+  /// with the same chunk, steps and flows played, and each such move carries the phase's flows
+  /// onto themselves. Moves only along wrapping dimensions (elsewhere a move is no symmetry).
+  bool translation_invariant(const Phase& phase) const {
+    const Topology& topo = platform_.topology();
+    const int cpc = platform_.cores_per_chip();
+    const PlannedRing& first = phase.rings.front();
+    auto flows_of = [](const std::vector<PlannedRing>& rings) {
+      std::vector<std::pair<int, int>> f;
+      for (const auto& ring : rings)
+        for (std::size_t i = 0; i < ring.cores.size(); ++i)
+          f.emplace_back(ring.cores[i], ring.cores[(i + 1) % ring.cores.size()]);
+      std::sort(f.begin(), f.end());
+      return f;
+    };
+    const auto flows = flows_of(phase.rings);
+    for (const auto& ring : phase.rings) {
+      if (ring.cores.size() != first.cores.size() || ring.steps != first.steps ||
+          ring.chunk_bytes != first.chunk_bytes || !ring.played.empty() || !first.played.empty())
+        return false;
+      bool found = false;
+      for (std::size_t j = 0; j < first.cores.size() && !found; ++j) {
+        std::vector<int> shift(std::size_t(topo.dims()));
+        bool moves = ring.cores.front() % cpc == first.cores[j] % cpc;
+        for (int d = 0; d < topo.dims() && moves; ++d) {
+          const int n = topo.size(d);
+          shift[std::size_t(d)] =
+              (topo.coord(ring.cores.front() / cpc, d) - topo.coord(first.cores[j] / cpc, d) + n) % n;
+          moves = shift[std::size_t(d)] == 0 || topo.wraps(d);
+        }
+        if (!moves) continue;
+        auto move = [&](int core) {
+          std::vector<int> c = topo.coord(core / cpc);
+          for (int d = 0; d < topo.dims(); ++d)
+            c[std::size_t(d)] = (c[std::size_t(d)] + shift[std::size_t(d)]) % topo.size(d);
+          return topo.rank(c) * cpc + core % cpc;
+        };
+        found = true;
+        for (std::size_t i = 0; i < ring.cores.size() && found; ++i)
+          found = move(first.cores[(i + j) % first.cores.size()]) == ring.cores[i];
+        if (!found) continue;
+        std::vector<std::pair<int, int>> moved;
+        for (const auto& [a, b] : flows) moved.emplace_back(move(a), move(b));
+        std::sort(moved.begin(), moved.end());
+        found = moved == flows;
+      }
+      if (!found) return false;
+    }
+    return true;
   }
 
   /// Whether no two flows of a phase share a link (and every flow crosses one); `links` gets the
@@ -424,6 +516,12 @@ class Runner {
     for (std::size_t i = 0; i < ring.cores.size(); ++i)
       if (plays(ring, i))
         flows.push_back({ring.cores[i], ring.cores[(i + 1) % ring.cores.size()], ring.chunk_bytes});
+    if (ring.repeats && ring.steps > 1) {
+      const double t0 = sg::Engine::get_clock();
+      play_step(flows, task);
+      sg::this_actor::sleep_for((sg::Engine::get_clock() - t0) * double(ring.steps - 1));
+      return;
+    }
     for (int s = 0; s < ring.steps; ++s) play_step(flows, task);
   }
 
@@ -498,6 +596,8 @@ class Runner {
   std::vector<int> waiting_;
   std::vector<sg::SemaphorePtr> semaphores_;
   std::vector<std::vector<Phase>> plans_;
+  /// Collectives ordered with every other collective whose links meet theirs (play_lone_flows_once).
+  std::set<int> alone_;
   SimResult result_;
   int done_ = 0;
   std::string error_;

@@ -29,6 +29,10 @@ struct PlannedRing {
   /// ring's flows of its route's shape when no flow running at once shares a link with them
   /// (empty: every flow).
   std::vector<int> played;
+  /// The engine's: every step takes as long as the first (nothing else shares the ring's links
+  /// while it runs, or its phase's flows are a translation-invariant family in lockstep), so it
+  /// plays one step and waits out the others.
+  bool repeats = false;
 };
 
 /// Rings that run at the same time; the next phase starts when all of them are done.

@@ -97,7 +97,7 @@ class RecursiveDoubling : public CollectiveAlgorithm {
       partner[digit] |= bit;
       bool first = true;
       for (std::size_t k = 1; k < digits.size(); ++k) first = first && (k == digit || digits[k] == 0);
-      phase.rings.push_back(PlannedRing{{core, h.core_at.at(partner)}, chunk, 1, first});
+      phase.rings.push_back(PlannedRing{{core, h.core_at.at(partner)}, chunk, 1, first, {}, false});
     }
     return phase;
   }

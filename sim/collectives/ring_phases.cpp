@@ -53,7 +53,7 @@ void add_onchip_phase(std::vector<Phase>& plan, Half half, const GroupShape& sha
   const double c = double(shape.cores_of_chip.begin()->second.size());
   bool first = true;
   for (const auto& [chip, cores] : shape.cores_of_chip) {
-    phase.rings.push_back(PlannedRing{cores, bytes / c, int(c) - 1, first});
+    phase.rings.push_back(PlannedRing{cores, bytes / c, int(c) - 1, first, {}, false});
     first = false;
   }
   plan.push_back(std::move(phase));

@@ -30,9 +30,10 @@ class SnakeRing : public CollectiveAlgorithm {
       for (int core : shape.cores_of_chip.at(chip)) order.push_back(core);
     const double p = double(order.size());
     if (op != CollectiveOp::AllGather)
-      plan.push_back(Phase{"reduce_scatter ring", {PlannedRing{order, bytes / p, int(p) - 1, true}}});
+      plan.push_back(
+          Phase{"reduce_scatter ring", {PlannedRing{order, bytes / p, int(p) - 1, true, {}, false}}});
     if (op != CollectiveOp::ReduceScatter)
-      plan.push_back(Phase{"all_gather ring", {PlannedRing{order, bytes / p, int(p) - 1, true}}});
+      plan.push_back(Phase{"all_gather ring", {PlannedRing{order, bytes / p, int(p) - 1, true, {}, false}}});
     return plan;
   }
 };

@@ -53,6 +53,15 @@ same "1F1B replicas with tensor-parallel stages (their partial sums)" "one of 16
 # 2.7B Transformer's line rings on v3-512: 4,148 flows instead of 32,776).
 same "lone flows of line rings" "congruent clusters of 1 cores; collectives: representative rings" \
   "$root/configs/studies/transformer-2.7b-v3-512.json" --set model.layers=4
+# A ring whose links no other ring of its phase crosses, or whose phase's rings are one ring moved
+# along the torus with the flows carried onto themselves (the model pairs of a model x batch mesh
+# on v4-128, sharing their links), plays one step and waits out the rest (2.7B: 340 flows).
+mesh_study='{"schema":"tpusim.study/1","hardware":"tpu-v4","slice":"v4-128","batch":256,"optimizer":{"kind":"adam"},"model":{"kind":"transformer","layers":2,"d_model":1024,"d_ff":4096,"heads":16,"vocab":1000,"seq_len":256,"activation":"gelu"},"schedule":{"kind":"mesh","layout":{"batch":"batch","d_ff":"model","heads":"model","vocab":"model"}}}'
+echo "$mesh_study" > "$work/mesh.json"
+for mesh in '[["model",2],["batch",32]]' '[["batch",16],["model",4]]'; do
+  same "translated rings in lockstep, mesh $mesh" "collectives: representative rings" "$work/mesh.json" \
+    --set "schedule.mesh=$mesh"
+done
 same "spatial groups (halo exchanges)" "one of 32 congruent clusters of 4 cores" "$root/configs/studies/resnet50-spatial-v3-32.json" \
   --set slice=v3-128 --set batch=64 --set 'schedule.mesh=[["batch",32],["spatial",4]]'
 # Where a proof fails the step is simulated in full, and the result says why: K = 4 stages over
