@@ -136,12 +136,26 @@ namespace {
 
 /// Throughput against x over the simulated plans (filled: fits), with the front of those that
 /// fit: no other fitting plan is faster at a smaller x.
+/// The Pareto front of the plans that fit, by x ascending: no other fitting plan is faster at a
+/// smaller x.
+std::vector<Point> pareto_front(const std::vector<Point>& pts) {
+  std::vector<Point> fit, front;
+  for (const auto& p : pts)
+    if (p.fits) fit.push_back(p);
+  std::stable_sort(fit.begin(), fit.end(), [](const Point& a, const Point& b) { return a.x < b.x; });
+  for (const auto& p : fit)
+    if (front.empty() || p.throughput > front.back().throughput) front.push_back(p);
+  return front;
+}
+
 std::string scatter_svg(const std::vector<Point>& pts, const char* cls, const std::string& title,
-                        const std::string& x_label) {
+                        const std::string& x_label, double capacity = -1) {
   const double w = 420, h = 300, left = 70, top = 30;
+  const std::vector<Point> on_front = pareto_front(pts);
   std::ostringstream s;
   s << "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"" << cls << "\" width=\"" << left + w + 20
-    << "\" height=\"" << top + h + 50 << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+    << "\" height=\"" << top + h + 50 + 14 * double(on_front.size())
+    << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
   s << "<text x=\"" << left << "\" y=\"18\" font-size=\"13\">" << xml_escape(title) << "</text>\n";
   if (pts.empty()) {
     s << "<text x=\"" << left << "\" y=\"" << top + 20 << "\">no simulated plans</text>\n</svg>\n";
@@ -149,6 +163,7 @@ std::string scatter_svg(const std::vector<Point>& pts, const char* cls, const st
   }
   double x1 = 0, y1 = 0;
   for (const auto& p : pts) x1 = std::max(x1, p.x), y1 = std::max(y1, p.throughput);
+  x1 = std::max(x1, capacity);
   x1 *= 1.1, y1 *= 1.1;
   auto X = [&](double v) { return left + v / x1 * w; };
   auto Y = [&](double v) { return top + h - v / y1 * h; };
@@ -163,20 +178,23 @@ std::string scatter_svg(const std::vector<Point>& pts, const char* cls, const st
   s << "<text x=\"" << left + w / 2 << "\" y=\"" << top + h + 32 << "\" text-anchor=\"middle\">"
     << xml_escape(x_label) << "</text>\n<text transform=\"translate(14," << top + h / 2
     << ") rotate(-90)\" text-anchor=\"middle\">examples/s</text>\n";
-  // The Pareto front of the plans that fit: no other fitting plan is faster with less memory.
-  std::vector<Point> fit;
-  for (const auto& p : pts)
-    if (p.fits) fit.push_back(p);
-  std::sort(fit.begin(), fit.end(), [](const Point& a, const Point& b) { return a.x < b.x; });
   std::string front;
-  double best = -1;
-  for (const auto& p : fit)
-    if (p.throughput > best) {
-      best = p.throughput;
-      front += svg_number(X(p.x)) + "," + svg_number(Y(p.throughput)) + " ";
-    }
+  for (const auto& p : on_front) front += svg_number(X(p.x)) + "," + svg_number(Y(p.throughput)) + " ";
   if (!front.empty())
     s << "<polyline class=\"front\" points=\"" << front << "\" fill=\"none\" stroke=\"#e15759\"/>\n";
+  if (capacity > 0)
+    s << "<line class=\"capacity\" x1=\"" << svg_number(X(capacity)) << "\" x2=\"" << svg_number(X(capacity))
+      << "\" y1=\"" << top << "\" y2=\"" << top + h
+      << "\" stroke=\"#d00\" stroke-dasharray=\"6 3\"/><text x=\"" << svg_number(X(capacity) - 4) << "\" y=\""
+      << top + 12 << "\" text-anchor=\"end\" fill=\"#d00\">HBM capacity</text>\n";
+  // The front's plans numbered beside their points and named under the chart (the rest in their
+  // tooltips).
+  for (std::size_t i = 0; i < on_front.size(); ++i)
+    s << "<text class=\"label\" x=\"" << svg_number(X(on_front[i].x) + 5) << "\" y=\""
+      << svg_number(Y(on_front[i].throughput) - 5) << "\" font-weight=\"bold\">" << i + 1 << "</text>\n";
+  for (std::size_t i = 0; i < on_front.size(); ++i)
+    s << "<text class=\"label\" x=\"" << left << "\" y=\"" << top + h + 50 + 14 * double(i) << "\">" << i + 1
+      << ": " << xml_escape(on_front[i].plan) << "</text>\n";
   for (const auto& p : pts)
     s << "<circle class=\"plan" << (p.fits ? " fits" : "") << "\" cx=\"" << svg_number(X(p.x)) << "\" cy=\""
       << svg_number(Y(p.throughput)) << "\" r=\"4\" fill=\"" << (p.fits ? "#4e79a7" : "none")
@@ -188,8 +206,9 @@ std::string scatter_svg(const std::vector<Point>& pts, const char* cls, const st
 }  // namespace
 
 std::string pareto_svg(const Json& plan) {
+  const double capacity = plan.value("hbm_capacity_bytes", -1.0);
   return scatter_svg(points(plan, false), "pareto", "throughput against peak HBM per core",
-                     "peak HBM per core (GiB)");
+                     "peak HBM per core (GiB)", capacity > 0 ? capacity / double(1 << 30) : -1);
 }
 
 std::string plan_html(const Json& plan) {

@@ -387,6 +387,11 @@ Json plan_json(const PlanOptions& o, const std::vector<Candidate>& all) {
     invalid += !c.invalid.empty();
   }
   j["simulated"] = simulated;
+  for (const auto& c : all)  // what a core may hold (the same for every candidate)
+    if (c.result.is_object() && c.result.contains("hbm_capacity_bytes")) {
+      j["hbm_capacity_bytes"] = c.result["hbm_capacity_bytes"];
+      break;
+    }
   j["pruned"] = {{"memory", pruned}, {"invalid", invalid}, {"interleaved_by_twin", by_twin}};
   if (top > 0) {
     j["best"] = {{"plan", fit[0]->label}, {"schedule", fit[0]->schedule}, {"result", fit[0]->result}};

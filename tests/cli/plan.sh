@@ -100,6 +100,11 @@ expected=$(python3 -c "
 import json; p = json.load(open('$work/j1.json'))
 print(sum(1 for x in p['top'] + p['others'] if isinstance(x.get('examples_per_s'), (int, float))))")
 [ "$points" -eq $((expected * charts)) ] || { echo "FAIL: $points points in $charts charts, expected $expected each"; exit 1; }
+# The Pareto chart draws the HBM capacity and names the plans on its front (the best among them).
+grep -q 'class="capacity"' "$work/dom.html" || { echo "FAIL: no HBM capacity line in the Pareto chart"; exit 1; }
+best=$(python3 -c "import json, html; print(html.escape(json.load(open('$work/j1.json'))['best']['plan'], quote=False))")
+grep -qF "class=\"label\"" "$work/dom.html" && grep -qF ": $best</text>" "$work/dom.html" ||
+  { echo "FAIL: the Pareto front does not name the best plan ($best)"; exit 1; }
 
 # Nothing fits: exit 1, and the closest plan is named.
 set +e
