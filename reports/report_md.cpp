@@ -39,6 +39,8 @@ void summary_section(std::ostringstream& md, const Json& j, double step) {
   md << "| fits | " << (j["fits"].get<bool>() ? "yes" : "**no**") << " |\n";
   if (j.contains("compiler_remat"))
     md << "| the compiler's re-materialization | " << compiler_remat_text(j["compiler_remat"]) << " |\n";
+  if (j.contains("perturbations"))
+    md << "| perturbed (what-if) | " << perturbations_text(j["perturbations"]) << " |\n";
   if (j.contains("intervals")) {
     // run --intervals: the spread over the ranges of the assumptions, one at a time.
     const Json& iv = j["intervals"];

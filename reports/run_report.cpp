@@ -494,6 +494,15 @@ std::string compiler_remat_text(const Json& c) {
          human_seconds(c["every_layer"]["step_time_s"].get<double>()) + ", the breakdown's and charts' run)";
 }
 
+std::string perturbations_text(const Json& p) {
+  std::string text = std::to_string(p["slow_chips"].size()) + " slow chips, " +
+                     std::to_string(p["slow_links"].size()) + " slow links";
+  if (!p.contains("uniform_step_time_s"))
+    return text + "; the uniform step could not be run: " + p["uniform"].value("failure", "");
+  return text + "; " + formatted("%.3fx", p["slowdown"].get<double>()) + " the uniform pod's step (" +
+         human_seconds(p["uniform_step_time_s"].get<double>()) + ")";
+}
+
 std::string summary_text(const Json& j) {
   std::ostringstream out;
   const auto& slice = j["slice"];
@@ -510,6 +519,8 @@ std::string summary_text(const Json& j) {
   out << model_error_text(j);
   if (j.contains("compiler_remat"))
     out << "  compiler remat    " << compiler_remat_text(j["compiler_remat"]) << "\n";
+  if (j.contains("perturbations"))
+    out << "  perturbed         " << perturbations_text(j["perturbations"]) << "\n";
   out << formatted("  examples/s        %.1f\n", j["examples_per_s"].get<double>());
   out << formatted("  MXU utilization   %.1f %%", 100.0 * j["mxu_utilization"].get<double>());
   if (j.contains("intervals") && j["intervals"].contains("mxu_utilization"))

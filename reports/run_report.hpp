@@ -56,6 +56,8 @@ std::string summary_text(const Json& result);
 /// What the compiler's re-materialization did to a step over HBM (result.json's
 /// "compiler_remat"), in one line.
 std::string compiler_remat_text(const Json& compiler_remat);
+/// A perturbed step (run --json "perturbations"): what is slow, and the slowdown against the uniform pod.
+std::string perturbations_text(const Json& perturbations);
 
 /// Chrome trace event format (chrome://tracing, ui.perfetto.dev): a process per chip with a
 /// track per core (compute) and per outgoing link (flows, when recorded; two per torus dimension,

@@ -22,8 +22,9 @@ Json sweep_summary(const Json& record) {
     s[k] = Json::object();
     for (const auto& [name, figure] : v.items())
       if (!figure.is_structured()) s[k][name] = figure;
-    for (const char* pointer : {"/breakdown/step_split_s/update", "/breakdown/exposed_communication_s",
-                                "/compiler_remat/share_of_layers_needed"}) {
+    for (const char* pointer :
+         {"/breakdown/step_split_s/update", "/breakdown/exposed_communication_s",
+          "/compiler_remat/share_of_layers_needed", "/perturbations/uniform_step_time_s"}) {
       const Json::json_pointer p(pointer);
       if (v.contains(p)) s[k][p] = v[p];
     }
@@ -70,6 +71,7 @@ Axes choose_axes(const Json& meta) {
     bool numbers = true;
     for (const auto& v : axis["values"]) numbers = numbers && v.is_number();
     if (!numbers) continue;  // e.g. a stage count swept beside a string: not a chart axis
+    if (p.size() >= 11 && p.compare(p.size() - 11, 11, "random.seed") == 0) continue;  // a distribution
     if (axis["values"].size() > 1) numeric.push_back(p);
     if (p == "schedule.stages") a.k = p;
     if (p == "schedule.microbatches") a.m = p;
@@ -442,8 +444,120 @@ std::string memory_chart(const Axes& axes, const SeriesNamer& name, const std::v
 
 }  // namespace
 
+namespace {
+
+/// A sweep over seeds of random perturbations (an axis whose path ends in "random.seed"): the
+/// step time's distribution across seeds for each setting of the other axes.
+struct Distribution {
+  std::string setting;        ///< the other axes' values ("all" without any)
+  std::vector<double> steps;  ///< step times of the points that ran, ascending
+  double uniform = -1;        ///< the uniform pod's step (perturbations.uniform_step_time_s), if known
+};
+
+std::string seed_axis(const Json& meta) {
+  const std::string suffix = "random.seed";
+  for (const auto& a : meta["axes"]) {
+    const std::string p = a["path"].get<std::string>();
+    if (p.size() >= suffix.size() && p.compare(p.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return p;
+  }
+  return "";
+}
+
+std::vector<Distribution> distributions(const Json& meta, const std::vector<Json>& records) {
+  const std::string seed = seed_axis(meta);
+  std::vector<Distribution> out;
+  if (seed.empty()) return out;
+  std::map<std::string, std::size_t> at;
+  for (const auto& r : records) {
+    std::string setting;
+    for (const auto& a : meta["axes"])
+      if (a["path"] != seed)
+        setting += (setting.empty() ? "" : ", ") + a["path"].get<std::string>() + "=" +
+                   value_text(r["point"].value(a["path"].get<std::string>(), Json(nullptr)));
+    if (setting.empty()) setting = "all";
+    auto [it, fresh] = at.emplace(setting, out.size());
+    if (fresh) out.push_back({setting, {}, -1});
+    if (!ok(r)) continue;
+    Distribution& d = out[it->second];
+    d.steps.push_back(r["result"]["step_time_s"].get<double>());
+    d.uniform = figure(r["result"], "/perturbations/uniform_step_time_s", d.uniform);
+  }
+  for (auto& d : out) std::sort(d.steps.begin(), d.steps.end());
+  return out;
+}
+
+/// The nearest-rank percentile `p` (0 < p <= 1) of ascending `v`.
+double percentile(const std::vector<double>& v, double p) {
+  const auto rank = std::size_t(std::ceil(p * double(v.size())));
+  return v[std::clamp<std::size_t>(rank, 1, v.size()) - 1];
+}
+
+const char* const kDistributionHeader[] = {"setting", "seeds", "min",         "p50",          "p90",
+                                           "p99",     "max",   "uniform pod", "p50 slowdown", "p99 slowdown"};
+
+std::vector<std::string> distribution_row(const Distribution& d) {
+  std::vector<std::string> row = {d.setting, std::to_string(d.steps.size())};
+  if (d.steps.empty()) {
+    row.resize(std::size(kDistributionHeader), "-");
+    return row;
+  }
+  row.push_back(human_seconds(d.steps.front()));
+  for (double p : {0.5, 0.9, 0.99}) row.push_back(human_seconds(percentile(d.steps, p)));
+  row.push_back(human_seconds(d.steps.back()));
+  row.push_back(d.uniform > 0 ? human_seconds(d.uniform) : "-");
+  for (double p : {0.5, 0.99})
+    row.push_back(d.uniform > 0 ? short_num(percentile(d.steps, p) / d.uniform) + "x" : "-");
+  return row;
+}
+
+/// A histogram of one setting's step times across seeds, with the uniform pod's step marked.
+std::string histogram_svg(const Distribution& d) {
+  const double left = 60, top = 36, w = 480, h = 200;
+  const int bins = std::clamp(int(std::ceil(std::sqrt(double(d.steps.size())))), 1, 30);
+  const double lo = std::min(d.steps.front(), d.uniform > 0 ? d.uniform : d.steps.front());
+  const double hi = d.steps.back() > lo ? d.steps.back() : lo * 1.01 + 1e-12;
+  std::vector<int> count(std::size_t(bins), 0);
+  for (double v : d.steps) ++count[std::size_t(std::min(bins - 1, int((v - lo) / (hi - lo) * bins)))];
+  const int most = *std::max_element(count.begin(), count.end());
+  auto X = [&](double v) { return left + w * (v - lo) / (hi - lo); };
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"distribution\" width=\"" << left + w + 50
+    << "\" height=\"" << top + h + 44 << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  s << "<text x=\"" << left << "\" y=\"18\" font-size=\"13\">Step time across " << d.steps.size()
+    << " seeds (" << xml_escape(d.setting) << ")</text>\n";
+  for (int b = 0; b < bins; ++b) {
+    const double bh = most > 0 ? h * count[std::size_t(b)] / most : 0;
+    s << "<rect class=\"bin\" x=\"" << svg_number(left + w * b / bins) << "\" y=\""
+      << svg_number(top + h - bh) << "\" width=\"" << svg_number(w / bins - 1) << "\" height=\""
+      << svg_number(bh) << "\" fill=\"#4e79a7\"><title>" << count[std::size_t(b)]
+      << " seeds: " << human_seconds(lo + (hi - lo) * b / bins) << " - "
+      << human_seconds(lo + (hi - lo) * (b + 1) / bins) << "</title></rect>\n";
+  }
+  s << "<line x1=\"" << left << "\" x2=\"" << left + w << "\" y1=\"" << top + h << "\" y2=\"" << top + h
+    << "\" stroke=\"#333\"/>\n";
+  for (double v : {lo, (lo + hi) / 2, hi})
+    s << "<text x=\"" << svg_number(X(v)) << "\" y=\"" << top + h + 14 << "\" text-anchor=\"middle\">"
+      << human_seconds(v) << "</text>\n";
+  s << "<text x=\"" << left + w / 2 << "\" y=\"" << top + h + 32
+    << "\" text-anchor=\"middle\">step time (bars: seeds per bin)</text>\n";
+  if (d.uniform > 0)
+    s << "<line class=\"uniform\" x1=\"" << svg_number(X(d.uniform)) << "\" x2=\"" << svg_number(X(d.uniform))
+      << "\" y1=\"" << top << "\" y2=\"" << top + h
+      << "\" stroke=\"#d00\" stroke-dasharray=\"6 3\"/><text x=\"" << svg_number(X(d.uniform) + 4)
+      << "\" y=\"" << top + 10 << "\" fill=\"#d00\">uniform pod</text>\n";
+  s << "</svg>\n";
+  return s.str();
+}
+
+}  // namespace
+
 std::map<std::string, std::string> sweep_charts(const Json& meta, const std::vector<Json>& records) {
   std::map<std::string, std::string> charts;
+  int drawn = 0;  // the first six settings' histograms
+  for (const auto& d : distributions(meta, records))
+    if (!d.steps.empty() && drawn < 6)
+      charts[drawn++ == 0 ? "distribution" : "distribution_" + std::to_string(drawn)] = histogram_svg(d);
   const Axes axes = choose_axes(meta);
   if (axes.x.empty()) return charts;
   const SeriesNamer name{meta};
@@ -559,6 +673,24 @@ Comparison compare(const Json& meta, const std::vector<Json>& records) {
 
 namespace {
 
+/// Over seeds of random perturbations: the step time's percentiles per setting, and histograms.
+void distribution_html(std::ostringstream& h, const Json& meta, const std::vector<Json>& records,
+                       const std::map<std::string, std::string>& charts) {
+  const auto ds = distributions(meta, records);
+  if (ds.empty()) return;
+  h << "<h2>Step time across seeds of <code>" << xml_escape(seed_axis(meta)) << "</code></h2>\n<table><tr>";
+  for (const char* c : kDistributionHeader) h << "<th>" << c << "</th>";
+  h << "</tr>\n";
+  for (const auto& d : ds) {
+    h << "<tr>";
+    for (const auto& c : distribution_row(d)) h << "<td>" << xml_escape(c) << "</td>";
+    h << "</tr>\n";
+  }
+  h << "</table>\n";
+  for (const auto& [name, svg] : charts)
+    if (name.rfind("distribution", 0) == 0) h << "<div>" << svg << "</div>\n";
+}
+
 /// The comparison by the axis that varies most, a row per value of the others.
 void comparison_html(std::ostringstream& h, const Comparison& cmp) {
   if (cmp.axis.empty()) return;
@@ -614,6 +746,7 @@ std::string sweep_html(const Json& meta, const std::vector<Json>& records) {
     auto it = charts.find(name);
     if (it != charts.end()) h << "<div>" << it->second << "</div>\n";
   }
+  distribution_html(h, meta, records, charts);
   comparison_html(h, compare(meta, records));
   auto table = [&](const std::vector<const Json*>& rows) { points_table_html(h, axes, rows); };
   h << "<h2>Best configurations that fit</h2>\n";
@@ -665,6 +798,13 @@ std::string sweep_markdown(const Json& meta, const std::vector<Json>& records) {
     for (const Json* r : rows) cells.push_back(table_row(axes, *r));
     markdown_table(md, table_header(axes), cells);
   };
+  if (const auto ds = distributions(meta, records); !ds.empty()) {
+    md << "## Step time across seeds of `" << seed_axis(meta) << "`\n\n";
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& d : ds) rows.push_back(distribution_row(d));
+    markdown_table(
+        md, std::vector<std::string>(std::begin(kDistributionHeader), std::end(kDistributionHeader)), rows);
+  }
   const Comparison cmp = compare(meta, records);
   if (!cmp.axis.empty()) {
     md << "## Comparison by `" << cmp.axis << "`\n\n";

@@ -1,5 +1,7 @@
 #include "schedules/perturbations.hpp"
 
+#include <cstdint>
+#include <random>
 #include <string>
 
 namespace tpusim {
@@ -26,8 +28,9 @@ int chip_at(Fields& f, const Topology& torus) {
 }
 
 /// A scale in (0, 1000]; a failed link (0) is not modelled (its routes would not avoid it).
-double scale_of(Fields& f, const std::string& key) {
-  const Json* v = f.value(key);
+/// Optional (1) unless `required`.
+double scale_of(Fields& f, const std::string& key, bool required = false) {
+  const Json* v = required ? f.value(key) : f.optional(key);
   if (!v) return 1.0;
   if (v->is_number() && v->get<double>() > 0 && v->get<double>() <= 1000) return v->get<double>();
   f.problems().add(f.path_of(key), *v,
@@ -52,7 +55,7 @@ int dimension_of(Fields& f, const Topology& torus) {
 
 void read_chip(Fields& f, const Topology& torus, NetworkState& state) {
   const int chip = chip_at(f, torus);
-  const double scale = scale_of(f, "compute_scale");
+  const double scale = scale_of(f, "compute_scale", true);
   if (f.has("hbm_bandwidth_scale"))
     f.problems().add(f.path_of("hbm_bandwidth_scale"), *f.value("hbm_bandwidth_scale"),
                      "no such key yet: compute_scale scales the chip's whole speed, compute and HBM alike");
@@ -62,7 +65,7 @@ void read_chip(Fields& f, const Topology& torus, NetworkState& state) {
 void read_link(Fields& f, const Topology& torus, NetworkState& state) {
   const int chip = chip_at(f, torus), dim = dimension_of(f, torus);
   const std::string direction = f.string("direction", {"+", "-"});
-  const double scale = scale_of(f, "bandwidth_scale");
+  const double scale = scale_of(f, "bandwidth_scale", true);
   if (chip < 0 || dim < 0 || direction.empty()) return;
   const LinkDirection d{dim, direction == "+"};
   if (!torus.link_exists(chip, d)) {
@@ -73,6 +76,29 @@ void read_link(Fields& f, const Topology& torus, NetworkState& state) {
   state.link_bandwidth_scale[std::size_t(torus.link_id(chip, d))] = scale;
 }
 
+/// A uniform draw in [0, 1) from the generator's raw output (53 bits), the same on every platform
+/// (the standard library's distributions are not).
+double uniform01(std::mt19937_64& g) { return double(g() >> 11) * 0x1.0p-53; }
+
+/// "random": {"seed", "slow_chip_fraction", "compute_scale", "slow_link_fraction",
+/// "link_bandwidth_scale"}: each chip (in rank order), then each existing directed link (in id
+/// order), is slow with its probability, from one seeded Mersenne Twister.
+void read_random(Fields& f, const Topology& torus, NetworkState& state) {
+  const auto seed = f.integer("seed", 0, std::numeric_limits<std::int64_t>::max());
+  const double chips = f.has("slow_chip_fraction") ? f.number("slow_chip_fraction", 0, 1) : 0.0;
+  const double links = f.has("slow_link_fraction") ? f.number("slow_link_fraction", 0, 1) : 0.0;
+  const double chip_scale = chips > 0 || f.has("compute_scale") ? scale_of(f, "compute_scale", true) : 1.0;
+  const double link_scale =
+      links > 0 || f.has("link_bandwidth_scale") ? scale_of(f, "link_bandwidth_scale", true) : 1.0;
+  std::mt19937_64 g(std::uint64_t(seed < 0 ? 0 : seed));
+  for (int chip = 0; chip < torus.chips(); ++chip)
+    if (uniform01(g) < chips) state.chip_speed_scale[std::size_t(chip)] = chip_scale;
+  for (int link = 0; link < torus.link_id_bound(); ++link) {
+    const bool exists = torus.link_exists(torus.link_source(link), torus.link_direction(link));
+    if (exists && uniform01(g) < links) state.link_bandwidth_scale[std::size_t(link)] = link_scale;
+  }
+}
+
 }  // namespace
 
 NetworkState read_perturbations(const Json& perturbations, const Topology& torus, Problems& problems) {
@@ -81,6 +107,13 @@ NetworkState read_perturbations(const Json& perturbations, const Topology& torus
   state.link_bandwidth_scale.assign(std::size_t(torus.link_id_bound()), 1.0);
   Fields top(perturbations, "perturbations", problems);
   if (!top.ok()) return state;
+  if (const Json* random = top.optional("random")) {  // drawn first: listed chips and links override
+    Fields r(*random, top.path_of("random"), problems);
+    if (r.ok()) {
+      read_random(r, torus, state);
+      r.finish();
+    }
+  }
   for (const char* key : {"chips", "links"}) {
     const Json* list = top.optional(key);
     if (!list) continue;

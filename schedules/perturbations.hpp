@@ -12,7 +12,12 @@ namespace tpusim {
 
 /// "perturbations": {"chips": [{"chip": [x, y(, z)], "compute_scale": s}],
 ///                   "links": [{"chip": [...], "dimension": "x" | 0, "direction": "+" | "-",
-///                              "bandwidth_scale": s}]}
+///                              "bandwidth_scale": s}],
+///                   "random": {"seed": n, "slow_chip_fraction": p, "compute_scale": s,
+///                              "slow_link_fraction": q, "link_bandwidth_scale": s}}
+/// `random` makes each chip slow with probability p and each directed link with probability q,
+/// drawn from the seed (the same seed, the same draw, on any machine); listed chips and links
+/// are applied after it.
 /// A chip is its coordinates on the slice's torus; a scale is in (0, 1000]. Problems at their
 /// paths (a chip off the torus, a link with no neighbour, a failed link (0), a key not modelled).
 NetworkState read_perturbations(const Json& perturbations, const Topology& torus, Problems& problems);

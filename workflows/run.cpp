@@ -295,6 +295,37 @@ Study given_study(const RunOptions& o) {
   return parse_study(with_overrides(o.study_json, o.sets), "study", fs::current_path());
 }
 
+/// The chips and links a perturbed study slows (their coordinates and scales), and the step
+/// against the same study on a uniform pod (a child run with no perturbations).
+Json perturbations_json(const Study& study, const RerunnableStudy& rerun, const Json& result) {
+  const Topology torus(study.slice);
+  const NetworkState& n = study.network;
+  Json p{{"slow_chips", Json::array()}, {"slow_links", Json::array()}};
+  for (int chip = 0; chip < torus.chips(); ++chip)
+    if (n.chip_scale(chip) != 1.0)
+      p["slow_chips"].push_back({{"chip", torus.coord(chip)}, {"compute_scale", n.chip_scale(chip)}});
+  for (int link = 0; link < torus.link_id_bound(); ++link)
+    if (n.link_scale(link) != 1.0) {
+      const LinkDirection d = torus.link_direction(link);
+      p["slow_links"].push_back({{"chip", torus.coord(torus.link_source(link))},
+                                 {"dimension", torus.dimension(d.dim).name},
+                                 {"direction", d.plus ? "+" : "-"},
+                                 {"bandwidth_scale", n.link_scale(link)}});
+    }
+  std::vector<std::string> args = {"run", rerun.file, "--json"};
+  for (const auto& s : rerun.sets) args.insert(args.end(), {"--set", s});
+  args.insert(args.end(), {"--set", "perturbations={}"});
+  const ChildResult child = run_self(args);
+  if (child.exit_code != 0 || child.out.empty()) {
+    p["uniform"] = {{"failure", failure_text(child)}};
+    return p;
+  }
+  const double uniform = Json::parse(child.out)["step_time_s"].get<double>();
+  p["uniform_step_time_s"] = uniform;
+  p["slowdown"] = result["step_time_s"].get<double>() / uniform;
+  return p;
+}
+
 }  // namespace
 
 RunOutcome run_study(const RunOptions& o, const RunProgressCallback& progress) {
@@ -321,6 +352,8 @@ RunOutcome run_study(const RunOptions& o, const RunProgressCallback& progress) {
     remat = compiler_rematerialized(study, Rerunnable(o).study, j, o.out, o.trace);
   const bool refitted = remat && (*remat)["compiler_remat"].value("fits", false);
   if (remat) j = std::move(*remat);
+  if (!study.network.uniform() && !functional)
+    j["perturbations"] = perturbations_json(study, Rerunnable(o).study, j);
   if (o.intervals) j["intervals"] = run_intervals(o, study, j);
   if (!o.out.empty()) {
     if (refitted)

@@ -37,4 +37,52 @@ bad 'perturbations.chips[0].hbm_bandwidth_scale' --set 'perturbations={"chips": 
 bad 'perturbations.links[0].bandwidth_scale: found 0' --set 'perturbations={"links": [{"chip": [0, 0], "dimension": "x", "direction": "+", "bandwidth_scale": 0}]}'
 bad 'perturbations.links[0].dimension: found "w"' --set 'perturbations={"links": [{"chip": [0, 0], "dimension": "w", "direction": "+", "bandwidth_scale": 0.5}]}'
 bad 'perturbations.chaos' --set 'perturbations={"chaos": 1}'
+bad 'perturbations.random.seed' --set 'perturbations={"random": {"slow_chip_fraction": 0.1, "compute_scale": 0.5}}'
+bad 'perturbations.random.slow_chip_fraction: found 2' --set 'perturbations={"random": {"seed": 1, "slow_chip_fraction": 2, "compute_scale": 0.5}}'
+bad 'perturbations.random.compute_scale' --set 'perturbations={"random": {"seed": 1, "slow_chip_fraction": 0.1}}'
+
+# Random stragglers: a seed draws the same chips and links every time (byte-identical results);
+# each chip is slow with its probability (1: all of them, 0: none); the result lists what was
+# drawn and the slowdown against the uniform pod, whose step is the uniform run's.
+rnd() { echo "perturbations={\"random\": {\"seed\": $1, \"slow_chip_fraction\": $2, \"compute_scale\": 0.5, \"slow_link_fraction\": $3, \"link_bandwidth_scale\": 0.25}}"; }
+"$tpusim" run "$study" --set "$(rnd 7 0.2 0.05)" --json > "$work/r7a.json"
+"$tpusim" run "$study" --set "$(rnd 7 0.2 0.05)" --json > "$work/r7b.json"
+"$tpusim" run "$study" --set "$(rnd 8 0.2 0.05)" --json > "$work/r8.json"
+"$tpusim" run "$study" --set "$(rnd 7 1 0)" --json > "$work/all.json"
+"$tpusim" run "$study" --set "$(rnd 7 0 0)" --json > "$work/none.json"
+cmp -s "$work/r7a.json" "$work/r7b.json" || { echo "FAIL: the same seed gave different results"; exit 1; }
+python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+u, a, b, every, none = (json.load(open(f"{w}/{x}.json")) for x in ("uniform", "r7a", "r8", "all", "none"))
+assert a["perturbations"]["slow_chips"] != b["perturbations"]["slow_chips"] or \
+    a["perturbations"]["slow_links"] != b["perturbations"]["slow_links"], "two seeds drew the same"
+assert len(every["perturbations"]["slow_chips"]) == 16, every["perturbations"]  # v3-32: 16 chips
+assert "perturbations" not in none and none["step_time_s"] == u["step_time_s"], "probability 0 slows nothing"
+for r in (a, b, every):
+    p = r["perturbations"]
+    assert p["uniform_step_time_s"] == u["step_time_s"], (p, u["step_time_s"])
+    assert abs(p["slowdown"] - r["step_time_s"] / u["step_time_s"]) < 1e-12 and p["slowdown"] >= 1, p
+PY
+"$tpusim" run "$study" --set "$(rnd 7 0.2 0.05)" | grep -q "perturbed .* slow chips, .* slow links; .*x the uniform pod's step" ||
+  { echo "FAIL: the summary does not say what was perturbed"; exit 1; }
+
+# Their distribution: a sweep over seeds reports the step time's percentiles (nearest rank) and a
+# histogram per setting, with the uniform pod's step.
+"$tpusim" sweep "$study" --set "$(rnd 0 0.1 0.02)" --grid perturbations.random.seed=1..10 -j 2 --out "$work/seeds" 2> /dev/null
+grep -q '^## Step time across seeds of `perturbations.random.seed`' "$work/seeds/report.md" || { echo "FAIL: no distribution in report.md"; exit 1; }
+python3 - "$work/seeds" <<'PY'
+import json, math, sys
+d = sys.argv[1]
+steps = sorted(json.loads(l)["result"]["step_time_s"] for l in open(f"{d}/results.jsonl"))
+row = [l for l in open(f"{d}/report.md") if l.startswith("| all | 10 |")]
+assert len(row) == 1, row
+cells = [c.strip() for c in row[0].split("|")[1:-1]]
+def human(s):  # the report's human_seconds
+    for unit, f in (("s", 1), ("ms", 1e3), ("us", 1e6)):
+        if s * f >= 1 or unit == "us": return f"{s * f:.3f} {unit}"
+p90 = steps[math.ceil(0.9 * len(steps)) - 1]
+assert cells[2] == human(steps[0]) and cells[6] == human(steps[-1]) and cells[4] == human(p90), (cells, steps)
+PY
+grep -q 'class="distribution"' "$work/seeds/sweep_distribution.svg" || { echo "FAIL: no histogram"; exit 1; }
 echo "perturbations: ok"
