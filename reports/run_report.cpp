@@ -302,6 +302,7 @@ Json slice_json(const RunInfo& info, int cores, std::size_t used) {
 /// How the engine simulated the step.
 Json engine_json(const sim::TaskGraph& graph, const sim::SimResult& r) {
   Json j{{"symmetric_collectives", r.symmetric_collectives}, {"flows_simulated", r.flows_simulated}};
+  if (r.routes_detoured > 0) j["routes_detoured"] = r.routes_detoured;  // round failed links
   j["collective_algorithms"] = collective_algorithm_counts(graph, r);
   j["simulation"] = r.simulation;
   j["tasks_simulated"] = r.tasks_simulated;

@@ -4,6 +4,8 @@
 #include <random>
 #include <string>
 
+#include "hardware/detours.hpp"
+
 namespace tpusim {
 
 namespace {
@@ -27,15 +29,16 @@ int chip_at(Fields& f, const Topology& torus) {
   return -1;
 }
 
-/// A scale in (0, 1000]; a failed link (0) is not modelled (its routes would not avoid it).
-/// Optional (1) unless `required`.
-double scale_of(Fields& f, const std::string& key, bool required = false) {
+/// A scale in (0, 1000], or [0, 1000] for a link (0: failed, routes go round it). Optional (1)
+/// unless `required`.
+double scale_of(Fields& f, const std::string& key, bool required = false, bool link = false) {
   const Json* v = required ? f.value(key) : f.optional(key);
   if (!v) return 1.0;
-  if (v->is_number() && v->get<double>() > 0 && v->get<double>() <= 1000) return v->get<double>();
+  if (v->is_number() && (v->get<double>() > 0 || (link && v->get<double>() == 0)) && v->get<double>() <= 1000)
+    return v->get<double>();
   f.problems().add(f.path_of(key), *v,
-                   "a scale in (0, 1000] (1: as specified; a failed link, 0, is not modelled yet: routes do "
-                   "not avoid it)");
+                   link ? "a scale in [0, 1000] (1: as specified; 0: the link has failed)"
+                        : "a scale in (0, 1000] (1: as specified)");
   return 1.0;
 }
 
@@ -65,7 +68,7 @@ void read_chip(Fields& f, const Topology& torus, NetworkState& state) {
 void read_link(Fields& f, const Topology& torus, NetworkState& state) {
   const int chip = chip_at(f, torus), dim = dimension_of(f, torus);
   const std::string direction = f.string("direction", {"+", "-"});
-  const double scale = scale_of(f, "bandwidth_scale", true);
+  const double scale = scale_of(f, "bandwidth_scale", true, true);
   if (chip < 0 || dim < 0 || direction.empty()) return;
   const LinkDirection d{dim, direction == "+"};
   if (!torus.link_exists(chip, d)) {
@@ -89,7 +92,7 @@ void read_random(Fields& f, const Topology& torus, NetworkState& state) {
   const double links = f.has("slow_link_fraction") ? f.number("slow_link_fraction", 0, 1) : 0.0;
   const double chip_scale = chips > 0 || f.has("compute_scale") ? scale_of(f, "compute_scale", true) : 1.0;
   const double link_scale =
-      links > 0 || f.has("link_bandwidth_scale") ? scale_of(f, "link_bandwidth_scale", true) : 1.0;
+      links > 0 || f.has("link_bandwidth_scale") ? scale_of(f, "link_bandwidth_scale", true, true) : 1.0;
   std::mt19937_64 g(std::uint64_t(seed < 0 ? 0 : seed));
   for (int chip = 0; chip < torus.chips(); ++chip)
     if (uniform01(g) < chips) state.chip_speed_scale[std::size_t(chip)] = chip_scale;
@@ -132,6 +135,16 @@ NetworkState read_perturbations(const Json& perturbations, const Topology& torus
     }
   }
   top.finish();
+  if (problems.empty()) {
+    const auto cut = Detours(torus, state).cut_off();
+    if (!cut.empty()) {
+      Json chips = Json::array();
+      for (std::size_t i = 0; i < cut.size() && i < 8; ++i) chips.push_back(torus.coord(cut[i]));
+      problems.add("perturbations", Json{{"cut_off_chips", chips}, {"count", cut.size()}},
+                   "failed links that leave every chip able to reach every other (a synchronous step "
+                   "cannot run on a slice cut in parts)");
+    }
+  }
   return state;
 }
 

@@ -18,8 +18,9 @@ namespace tpusim {
 /// `random` makes each chip slow with probability p and each directed link with probability q,
 /// drawn from the seed (the same seed, the same draw, on any machine); listed chips and links
 /// are applied after it.
-/// A chip is its coordinates on the slice's torus; a scale is in (0, 1000]. Problems at their
-/// paths (a chip off the torus, a link with no neighbour, a failed link (0), a key not modelled).
+/// A chip is its coordinates on the slice's torus; a scale is in (0, 1000], a link's in [0, 1000]
+/// (0: failed; routes go round it, hardware/detours.hpp). Problems at their paths (a chip off the
+/// torus, a link with no neighbour, failures that cut chips off, a key not modelled).
 NetworkState read_perturbations(const Json& perturbations, const Topology& torus, Problems& problems);
 
 }  // namespace tpusim

@@ -8,6 +8,7 @@
 #include <set>
 #include <simgrid/s4u.hpp>
 
+#include "hardware/detours.hpp"
 #include "hardware/errors.hpp"
 #include "hardware/topology.hpp"
 #include "sim/cluster_reduction.hpp"
@@ -49,7 +50,7 @@ std::unique_ptr<sg::Engine> make_engine() {
 class Platform {
  public:
   Platform(const HardwareSpec& hw, const SliceSpec& slice, const NetworkState& network)
-      : topology_(slice), cpc_(hw.chip.cores) {
+      : topology_(slice), cpc_(hw.chip.cores), detours_(topology_, network) {
     zone_ = sg::create_full_zone("ici");
     const int cores = topology_.chips() * cpc_;
     hosts_.resize(std::size_t(cores));
@@ -62,8 +63,10 @@ class Platform {
       if (!topology_.link_exists(r, d)) continue;
       links_[std::size_t(id)] =
           zone_
-              ->create_link("ici" + std::to_string(r) + "_" + std::to_string(id % topology_.links_per_chip()),
-                            hw.chip.ici_bandwidth_bytes_per_s * network.link_scale(id))
+              ->create_link(
+                  "ici" + std::to_string(r) + "_" + std::to_string(id % topology_.links_per_chip()),
+                  hw.chip.ici_bandwidth_bytes_per_s *
+                      (network.link_scale(id) > 0 ? network.link_scale(id) : 1.0))  // failed: unused
               ->set_latency(hw.chip.ici_latency_s)
               ->seal();
     }
@@ -89,11 +92,24 @@ class Platform {
     if (sc == dc) {
       route.emplace_back(onchip_[std::size_t(src) * std::size_t(cpc_) + std::size_t(dst % cpc_)]);
     } else {
-      for (int id : topology_.route(sc, dc)) route.emplace_back(links_[std::size_t(id)]);
+      for (int id : this->route(sc, dc)) route.emplace_back(links_[std::size_t(id)]);
     }
     zone_->add_route(hosts_[std::size_t(src)]->get_netpoint(), hosts_[std::size_t(dst)]->get_netpoint(),
                      nullptr, nullptr, route, false);
   }
+
+  /// The links between two chips: the dimension-order route, or a detour round failed links.
+  std::vector<int> route(int from_chip, int to_chip) {
+    bool detoured = false, reachable = true;
+    auto links = detours_.route(from_chip, to_chip, &detoured, &reachable);
+    if (!reachable)
+      throw SimulationError("no route from chip " + std::to_string(from_chip) + " to chip " +
+                            std::to_string(to_chip) + " avoids the failed links");
+    if (detoured && detoured_.insert({from_chip, to_chip}).second) ++detoured_routes_;
+    return links;
+  }
+  /// Routes between chips that go round a failed link.
+  long long detoured_routes() const { return detoured_routes_; }
 
   void seal() { zone_->seal(); }
   sg::Host* host(int core) const { return hosts_[std::size_t(core)]; }
@@ -108,6 +124,9 @@ class Platform {
   std::vector<sg::Link*> links_;
   std::vector<sg::Link*> onchip_;
   std::set<std::pair<int, int>> routed_;
+  Detours detours_;
+  std::set<std::pair<int, int>> detoured_;
+  long long detoured_routes_ = 0;
 };
 
 /// Memory mappings the kernel allows this process (vm.max_map_count; Linux's default when the
@@ -160,6 +179,7 @@ class Runner {
       mark_repeating_rings();
     }
     platform_.seal();
+    result_.routes_detoured = platform_.detoured_routes();
   }
 
   /// A collective whose rings' flows each have their links to themselves while it runs (within
@@ -546,7 +566,7 @@ class Runner {
       const FlowSpec& f = flows[index[k]];
       FlowRecord rec{task, f.src, f.dst, f.bytes, t0, sg::Engine::get_clock(), {}};
       const int cpc = platform_.cores_per_chip();
-      if (f.src / cpc != f.dst / cpc) rec.links = platform_.topology().route(f.src / cpc, f.dst / cpc);
+      if (f.src / cpc != f.dst / cpc) rec.links = platform_.route(f.src / cpc, f.dst / cpc);
       result_.flows.push_back(std::move(rec));
       comms.erase(comms.begin() + std::ptrdiff_t(k));
       index.erase(index.begin() + std::ptrdiff_t(k));

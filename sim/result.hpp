@@ -42,6 +42,7 @@ struct SimResult {
   Overflow worst_overflow;  ///< the one furthest over capacity
   bool fits = true;
   bool symmetric_collectives = false;  ///< collectives were simulated on representative rings
+  long long routes_detoured = 0;       ///< routes between chips that go round a failed link
   /// How the collectives were simulated: "representative rings", or "none: <why not>".
   std::string symmetry;
   /// How the step was simulated: its representative cluster of cores (and how many congruent

@@ -34,12 +34,38 @@ bad() {
 bad 'perturbations.chips[0].chip: found [9,0]' --set 'perturbations={"chips": [{"chip": [9, 0], "compute_scale": 0.5}]}'
 bad 'perturbations.chips[0].compute_scale: found 0' --set 'perturbations={"chips": [{"chip": [0, 0], "compute_scale": 0}]}'
 bad 'perturbations.chips[0].hbm_bandwidth_scale' --set 'perturbations={"chips": [{"chip": [0, 0], "compute_scale": 1, "hbm_bandwidth_scale": 0.5}]}'
-bad 'perturbations.links[0].bandwidth_scale: found 0' --set 'perturbations={"links": [{"chip": [0, 0], "dimension": "x", "direction": "+", "bandwidth_scale": 0}]}'
+bad 'perturbations.links[0].bandwidth_scale: found -1' --set 'perturbations={"links": [{"chip": [0, 0], "dimension": "x", "direction": "+", "bandwidth_scale": -1}]}'
+bad '"cut_off_chips":[[0,0]]' --set 'perturbations={"links": [{"chip": [0, 0], "dimension": "x", "direction": "+", "bandwidth_scale": 0}, {"chip": [0, 0], "dimension": "y", "direction": "+", "bandwidth_scale": 0}]}'
 bad 'perturbations.links[0].dimension: found "w"' --set 'perturbations={"links": [{"chip": [0, 0], "dimension": "w", "direction": "+", "bandwidth_scale": 0.5}]}'
 bad 'perturbations.chaos' --set 'perturbations={"chaos": 1}'
 bad 'perturbations.random.seed' --set 'perturbations={"random": {"slow_chip_fraction": 0.1, "compute_scale": 0.5}}'
 bad 'perturbations.random.slow_chip_fraction: found 2' --set 'perturbations={"random": {"seed": 1, "slow_chip_fraction": 2, "compute_scale": 0.5}}'
 bad 'perturbations.random.compute_scale' --set 'perturbations={"random": {"seed": 1, "slow_chip_fraction": 0.1}}'
+
+# A failed link (0): routes go round it (engine.routes_detoured), so the step still runs, slower than
+# the uniform pod and faster than with the link at a tenth of its bandwidth (the detour has the
+# whole bandwidth of its three links); the trace's flows never cross it.
+fail='perturbations={"links": [{"chip": [0, 0], "dimension": "x", "direction": "+", "bandwidth_scale": 0}]}'
+"$tpusim" run "$study" --set "$fail" --json > "$work/failed.json"
+"$tpusim" run "$study" --set "$fail" --out "$work/failed_out" --trace > /dev/null
+python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+u, f, slow = (json.load(open(f"{w}/{x}.json")) for x in ("uniform", "failed", "slow_link"))
+assert f["engine"]["routes_detoured"] >= 1, f["engine"]
+assert u["step_time_s"] < f["step_time_s"] < slow["step_time_s"], (u["step_time_s"], f["step_time_s"], slow["step_time_s"])
+assert "routes_detoured" not in u["engine"]
+PY
+"$tpusim" run "$study" --out "$work/uniform_out" --trace > /dev/null
+python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+def on_link(out):  # flows drawn on chip 0's +x link track (tid 100: the first link of the chip)
+    t = json.load(open(f"{w}/{out}/trace.json"))
+    return sum(1 for e in t["traceEvents"] if e.get("ph") == "X" and e["pid"] == 0 and e["tid"] == 100)
+assert on_link("uniform_out") > 0, "the uniform step uses chip 0's +x link"
+assert on_link("failed_out") == 0, "a flow crossed the failed link"
+PY
 
 # Random stragglers: a seed draws the same chips and links every time (byte-identical results);
 # each chip is slow with its probability (1: all of them, 0: none); the result lists what was
