@@ -59,7 +59,7 @@ struct Point {
   std::string plan;
 };
 
-/// Simulated plans with a result; x: their peak HBM per core (GiB) or the cores they use.
+/// Simulated plans with a result; x: their peak HBM per device (GiB) or the devices they use.
 std::vector<Point> points(const Json& plan, bool by_cores) {
   std::vector<Point> out;
   for (const char* list : {"top", "others"})
@@ -82,7 +82,7 @@ std::string plan_text(const Json& plan) {
   }
   char line[256];
   std::snprintf(line, sizeof line, "%-4s %-44s %12s %12s %12s %6s\n", "#", "plan", "step", "examples/s",
-                "peak HBM", "cores");
+                "peak HBM", "devices");
   s << line;
   int i = 0;
   for (const auto& p : plan["top"]) {
@@ -109,7 +109,8 @@ std::string plan_markdown(const Json& plan) {
     md << "No plan fits.\n";
   } else {
     md << "Best: **" << plan["best"]["plan"].get<std::string>() << "** (`best.json` runs it).\n\n";
-    md << "| # | plan | step | examples/s | peak HBM per core | cores |\n| ---: | --- | ---: | ---: | ---: | "
+    md << "| # | plan | step | examples/s | peak HBM per device | devices |\n| ---: | --- | ---: | ---: | "
+          "---: | "
           "---: |\n";
     int i = 0;
     for (const auto& p : plan["top"]) {
@@ -207,8 +208,8 @@ std::string scatter_svg(const std::vector<Point>& pts, const char* cls, const st
 
 std::string pareto_svg(const Json& plan) {
   const double capacity = plan.value("hbm_capacity_bytes", -1.0);
-  return scatter_svg(points(plan, false), "pareto", "throughput against peak HBM per core",
-                     "peak HBM per core (GiB)", capacity > 0 ? capacity / double(1 << 30) : -1);
+  return scatter_svg(points(plan, false), "pareto", "throughput against peak HBM per device",
+                     "peak HBM per device (GiB)", capacity > 0 ? capacity / double(1 << 30) : -1);
 }
 
 std::string plan_html(const Json& plan) {
@@ -220,11 +221,11 @@ std::string plan_html(const Json& plan) {
   const auto by_cores = points(plan, true);
   if (std::any_of(by_cores.begin(), by_cores.end(),
                   [&](const Point& p) { return p.x != by_cores.front().x; }))
-    h << scatter_svg(by_cores, "cores", "throughput against cores used", "cores used");
+    h << scatter_svg(by_cores, "cores", "throughput against devices used", "devices used");
   if (!plan["best"].is_null()) {
     h << "<h2>Best: " << xml_escape(plan["best"]["plan"].get<std::string>()) << "</h2>\n<table class=\"top\">"
       << "<tr><th>#</th><th>plan</th><th>step</th><th>examples/s</th><th>peak HBM per "
-         "core</th><th>cores</th></tr>\n";
+         "device</th><th>devices</th></tr>\n";
     int i = 0;
     for (const auto& p : plan["top"]) {
       const Row r = row(p);

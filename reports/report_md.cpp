@@ -34,7 +34,7 @@ void summary_section(std::ostringstream& md, const Json& j, double step) {
      << " cores used) | " << pct(j["mxu_utilization"].get<double>()) << " |\n";
   md << "| parameters | " << num(j["params"].get<double>() / 1e6, "%.2f") << " M |\n";
   md << "| batch | " << j["batch"].get<std::int64_t>() << " |\n";
-  md << "| peak HBM per core | " << human_bytes(j["peak_hbm_bytes"].get<double>()) << " of "
+  md << "| peak HBM per device | " << human_bytes(j["peak_hbm_bytes"].get<double>()) << " of "
      << human_bytes(j["hbm_capacity_bytes"].get<double>()) << " usable (the runtime's reserve excluded) |\n";
   md << "| fits | " << (j["fits"].get<bool>() ? "yes" : "**no**") << " |\n";
   if (j.contains("compiler_remat"))

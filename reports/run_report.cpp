@@ -437,7 +437,7 @@ void summary_intervals(std::ostringstream& out, const Json& j) {
 
 /// The peak HBM line (what the busiest core holds at its peak) and where the peak is.
 void summary_memory(std::ostringstream& out, const Json& j) {
-  out << "  peak HBM per core " << human_bytes(j["peak_hbm_bytes"].get<double>())
+  out << "  peak HBM/device   " << human_bytes(j["peak_hbm_bytes"].get<double>())
       << bytes_interval(j, "peak_hbm_bytes") << " of " << human_bytes(j["hbm_capacity_bytes"].get<double>())
       << " usable";
   const auto& peak_core = j["cores"][j["peak_hbm_core"].get<int>()];
@@ -509,8 +509,8 @@ std::string summary_text(const Json& j) {
   const auto& slice = j["slice"];
   out << "tpusim: " << j["model"]["name"].get<std::string>() << " on " << j["hardware"].get<std::string>()
       << " " << slice["name"].get<std::string>() << " (" << slice["cores"].get<int>()
-      << (slice.value("megacore", false) ? " megacore devices: a core is a chip" : " cores") << "), "
-      << j["schedule"]["kind"].get<std::string>() << "\n";
+      << (slice.value("megacore", false) ? " devices, megacore: a device is a chip" : " devices: TensorCores")
+      << "), " << j["schedule"]["kind"].get<std::string>() << "\n";
   out << formatted("  params            %.3f M\n", j["params"].get<double>() / 1e6);
   out << formatted("  batch             %lld examples per step\n", (long long)j["batch"].get<std::int64_t>());
   out << "  step time         " << human_seconds(j["step_time_s"].get<double>())

@@ -275,7 +275,11 @@ int describe_slice(std::ostream& out, const std::string& name, const std::string
   print_row(out, "chips", shape_text(s.shape, " x ") + " = " + std::to_string(s.chips()));
   print_row(out, "wrap-around", wrapping.empty() ? "none" : wrapping,
             hw.sources.count("slices") ? hw.sources.at("slices") : "");
-  print_row(out, "cores", std::to_string(cores));
+  print_row(out, "cores", std::to_string(cores) + " TensorCores");
+  if (hw.chip.megacore)
+    print_row(out, "devices",
+              std::to_string(s.chips()) + " with megacore (a device is a chip), " + std::to_string(cores) +
+                  " without (a device is a TensorCore)");
   print_row(out, "peak bf16", num(peak / 1e15, " PFLOP/s"));
   print_row(out, "HBM total", reports::human_bytes(cores * hw.core.hbm_bytes));
   print_row(out, "ICI links (directed)", std::to_string(topology.link_count()));

@@ -368,7 +368,9 @@ RunOutcome run_study(const RunOptions& o, const RunProgressCallback& progress) {
 std::string check_study(const std::string& file, const std::vector<std::string>& sets) {
   const Study study = load_study(file, sets);
   return "(" + study.model.name + ", " + std::to_string(study.model.params()) + " params, " +
-         study.hardware.name + " " + study.slice.name + ", " + std::to_string(study.cores()) + " cores, " +
+         study.hardware.name + " " + study.slice.name + ", " + std::to_string(study.cores()) +
+         (study.megacore ? " devices (megacore: a device is a chip), "
+                         : " devices (a device is a TensorCore), ") +
          study.schedule->resolved().value("kind", "") + ")";
 }
 

@@ -25,7 +25,7 @@ cat > "$work/pod.json" <<'EOF2'
  "model": {"kind": "mlp", "layers": 2, "width": 64, "input": 32, "classes": 8},
  "batch": 8192, "optimizer": {"kind": "sgd"}, "schedule": {"kind": "data_parallel"}}
 EOF2
-"$tpusim" check "$work/pod.json" | grep -q "8192 cores"
+"$tpusim" check "$work/pod.json" | grep -q "8192 devices"
 expect_bad() {  # what-to-find set...
   local want="$1"; shift
   set +e; "$tpusim" check "$work/pod.json" --set "$@" > /dev/null 2> "$work/err"; local rc=$?; set -e

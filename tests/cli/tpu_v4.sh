@@ -71,8 +71,10 @@ for slice in v4-128 v4-64 v4-256; do
 import json, sys
 a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 assert a["engine"]["symmetric_collectives"] and not b["engine"]["symmetric_collectives"]
-for key in ("step_time_s", "peak_hbm_bytes"):
-    assert abs(a[key] - b[key]) <= 1e-9 * abs(b[key]), (key, a[key], b[key])
+# Within SimGrid's own timing precision (1e-9 s per event): a ring whose steps repeat plays one
+# step and waits out the rest, where the full run resolves each step's events anew.
+assert abs(a["step_time_s"] - b["step_time_s"]) <= 1e-9 * abs(b["step_time_s"]) + 1e-9, (a["step_time_s"], b["step_time_s"])
+assert abs(a["peak_hbm_bytes"] - b["peak_hbm_bytes"]) <= 1e-9 * abs(b["peak_hbm_bytes"])
 PY
   done
 done
