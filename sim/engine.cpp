@@ -219,7 +219,8 @@ class Runner {
   /// ring of its phase shares a link with it, or when the phase's flows are carried onto themselves by the
   /// torus translations that take its first ring to each other one (every ring then moves in lockstep:
   /// max-min sharing is unique, so translated flows get the same rates). Such rings play one step and wait
-  /// out the rest (tests/cli/symmetry.sh compares with the full simulation).
+  /// out the rest: the same times to SimGrid's own timing precision (1e-9 s per event), where the
+  /// full run resolves each step's events anew (tests/cli/symmetry.sh and tpu_v4.sh compare).
   void mark_repeating_rings() {
     std::map<std::vector<int>, std::vector<bool>> known;  // a phase's rings' cores -> verdicts
     for (int id : alone_)
