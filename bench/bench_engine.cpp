@@ -25,7 +25,7 @@ void simulate_study(benchmark::State& state, const char* json) {
 
 Study transformer_dp(const std::string& slice, int batch, int layers) {
   Json j = Json::parse(R"({"hardware": "tpu-v3",
-    "model": {"kind": "transformer", "d_model": 1024, "d_ff": 4096, "heads": 16, "vocab": 32768, "seq_len": 512},
+    "model": {"kind": "transformer", "activation": "relu", "d_model": 1024, "d_ff": 4096, "heads": 16, "vocab": 32768, "seq_len": 512},
     "optimizer": {"kind": "adam"}, "schedule": {"kind": "data_parallel"}})");
   j["slice"] = slice;
   j["batch"] = batch;
@@ -36,7 +36,7 @@ Study transformer_dp(const std::string& slice, int batch, int layers) {
 /// A data-parallel 24-layer Transformer step on v3-2048 (2048 cores): study, graph, simulation.
 void BM_Engine_DataParallelTransformer24_v3_2048(benchmark::State& state) {
   simulate_study(state, R"({"hardware": "tpu-v3", "slice": "v3-2048", "batch": 4096,
-    "model": {"kind": "transformer", "layers": 24, "d_model": 1024, "d_ff": 4096, "heads": 16, "vocab": 32768, "seq_len": 512},
+    "model": {"kind": "transformer", "activation": "relu", "layers": 24, "d_model": 1024, "d_ff": 4096, "heads": 16, "vocab": 32768, "seq_len": 512},
     "optimizer": {"kind": "adam"}, "schedule": {"kind": "data_parallel"}})");
 }
 BENCHMARK(BM_Engine_DataParallelTransformer24_v3_2048)
@@ -79,7 +79,7 @@ BENCHMARK(BM_Engine_AllReduce1024Chips_Symmetric)
 /// study, partition, graph and simulation, in-process.
 void BM_Engine_GPipeTransformer48_K8_M32(benchmark::State& state) {
   simulate_study(state, R"({"hardware": "tpu-v3", "slice": "v3-8",
-      "model": {"kind": "transformer", "layers": 48, "d_model": 2048, "d_ff": 8192, "heads": 32, "vocab": 32000, "seq_len": 1024},
+      "model": {"kind": "transformer", "activation": "relu", "layers": 48, "d_model": 2048, "d_ff": 8192, "heads": 32, "vocab": 32000, "seq_len": 1024},
       "batch": 32, "optimizer": {"kind": "rmsprop"},
       "schedule": {"kind": "gpipe", "stages": 8, "microbatches": 32, "remat": true}})");
 }

@@ -383,6 +383,12 @@ Dims read_dims_impl(Fields& f, Problems& problems, const Dims* defaults) {
   if (problems.empty() && d.parallel && d.encoder_layers > 0)
     problems.add(f.path_of("block"), Json("parallel"),
                  "\"sequential\" with encoder_layers > 0 (a parallel block has no cross-attention here)");
+  // Required: the MLP's activation changes the FLOPs, the memory and the parameters (gated);
+  // mesh_lm's is the paper's (ReLU, Mesh-TensorFlow's default).
+  if (!f.has("activation") && !defaults)
+    problems.add(f.path_of("activation"), Json("missing"),
+                 "one of \"relu\" (the 2017 Transformer), \"gelu\" (BERT, GPT-2/3), \"swiglu\" (Llama, "
+                 "PaLM), \"geglu\": the MLP's activation");
   const std::string activation = f.string_or("activation", "relu", {"relu", "gelu", "swiglu", "geglu"});
   d.gelu = activation == "gelu" || activation == "geglu";
   d.gated = activation == "swiglu" || activation == "geglu";

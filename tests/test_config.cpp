@@ -306,7 +306,8 @@ TEST_CASE("a mesh size past 2^32 is refused, not wrapped to a small one", "[conf
 
 TEST_CASE("an unknown key's message lists the keys read only when present", "[config]") {
   Json study = minimal_study();
-  study["model"] = Json::parse(R"({"kind": "transformer", "layers": 2, "d_model": 64, "d_ff": 128, "heads": 2,
+  study["model"] = Json::parse(
+      R"({"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 64, "d_ff": 128, "heads": 2,
                                    "vocab": 100, "seq_len": 16, "dropot": 0.1})");
   CHECK_THROWS_WITH(parse_study(study, "test"), Catch::Contains("model.dropot") &&
                                                     Catch::Contains(" dropout ") &&

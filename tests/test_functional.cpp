@@ -13,7 +13,7 @@ namespace {
 
 const char* kMlp = R"({"kind": "mlp", "layers": 5, "width": 48, "input": 24, "classes": 6})";
 const char* kTransformer =
-    R"({"kind": "transformer", "layers": 3, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16, "seq_len": 8})";
+    R"({"kind": "transformer", "activation": "relu", "layers": 3, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16, "seq_len": 8})";
 
 struct Outcome {
   double max_rel_diff;
@@ -376,7 +376,7 @@ TEST_CASE("the Mesh-TF language model's layout with re-materialization matches o
 
 // Flash attention changes where the scores live, not what they are.
 const char* kFlashTransformer =
-    R"({"kind": "transformer", "layers": 3, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16, "seq_len": 8,
+    R"({"kind": "transformer", "activation": "relu", "layers": 3, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16, "seq_len": 8,
         "attention": "flash", "flash_block_rows": 8})";
 
 TEST_CASE("a flash-attention transformer's data parallelism with save_dots matches one core",

@@ -82,7 +82,7 @@ TEST_CASE("a host's work per step adds to its examples' preparation, with a rate
 TEST_CASE("a pipeline's first stage reads each replica's batch, a split stage's cores read the same examples",
           "[host_input]") {
   const Json model = Json::parse(
-      R"({"kind": "transformer", "layers": 4, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})");
+      R"({"kind": "transformer", "activation": "relu", "layers": 4, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})");
   const Study s =
       study("v3-8", 32, Json{{"kind", "gpipe"}, {"stages", 2}, {"microbatches", 4}, {"replicas", 2}}, model);
   const auto in = s.schedule->input(s);

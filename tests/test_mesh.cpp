@@ -46,7 +46,7 @@ double local_flops(const BuiltStep& step, const std::string& layer, const std::s
 /// A two-layer Transformer and a batch:8 x model:4 mesh splitting Megatron's dimensions.
 Json megatron_model() {
   return Json::parse(
-      R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 64})");
+      R"({"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 64})");
 }
 Json megatron_schedule() {
   return Json::parse(
@@ -75,7 +75,7 @@ TEST_CASE(
     "splitting d_ff k ways divides the feed-forward work and weights by k and adds the output all-reduce",
     "[mesh]") {
   const Json model = Json::parse(
-      R"({"kind": "transformer", "layers": 2, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 1024, "seq_len": 64})");
+      R"({"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 1024, "seq_len": 64})");
   const Study one = mesh_study(
       model, Json::parse(R"({"kind": "mesh", "mesh": {"batch": 32}, "layout": {"batch": "batch"}})"));
   for (int k : {2, 4, 8}) {
@@ -127,7 +127,7 @@ TEST_CASE("batch on rows, hidden on columns: feed-forward traffic per core follo
 
 TEST_CASE("illegal layouts are rejected naming the op and dimensions", "[mesh][config]") {
   const Json model = Json::parse(
-      R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 8, "vocab": 512, "seq_len": 32})");
+      R"({"kind": "transformer", "activation": "relu", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 8, "vocab": 512, "seq_len": 32})");
   CHECK_THROWS_WITH(
       mesh_study(
           model,
@@ -156,7 +156,7 @@ TEST_CASE("illegal layouts are rejected naming the op and dimensions", "[mesh][c
 TEST_CASE("a batch-only layout holds what data parallelism holds", "[mesh]") {
   for (
       const char* text :
-      {R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})",
+      {R"({"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})",
        R"({"kind": "resnet50", "image_size": 64, "classes": 10})",
        R"({"kind": "amoebanet_d", "normal_cells": 3, "filters": 64, "image_size": 64, "classes": 10})",
        R"({"kind": "ssd_resnet34", "image_size": 300, "classes": 11})"}) {
@@ -467,7 +467,7 @@ TEST_CASE("LARS under a mesh all-reduces each layer's norms over the mesh dimens
 
 TEST_CASE("a split sequence all-gathers the keys and values attention reads whole", "[mesh]") {
   const Json model = Json::parse(
-      R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "d_kv": 64, "vocab": 1024, "seq_len": 64})");
+      R"({"kind": "transformer", "activation": "relu", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "d_kv": 64, "vocab": 1024, "seq_len": 64})");
   const Study s = mesh_study(
       model,
       Json::parse(
@@ -536,7 +536,7 @@ TEST_CASE("the q k v projections' partial input gradients are added before one a
   // partial sum over heads; the three add up locally and the layer norm output's gradient is
   // all-reduced once.
   const Json model = Json::parse(
-      R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 64})");
+      R"({"kind": "transformer", "activation": "relu", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 64})");
   const Study s = mesh_study(
       model,
       Json::parse(
@@ -564,7 +564,7 @@ TEST_CASE("a batch-only layout computes forward and backward as long as data par
   // paying the per-op overhead, where the cost lowering fuses them.)
   for (
       const char* text :
-      {R"({"kind": "transformer", "layers": 2, "d_model": 1024, "d_ff": 4096, "heads": 8, "vocab": 8192, "seq_len": 256})",
+      {R"({"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 1024, "d_ff": 4096, "heads": 8, "vocab": 8192, "seq_len": 256})",
        R"({"kind": "resnet50", "image_size": 64, "classes": 10})"}) {
     INFO(text);
     const Json model = Json::parse(text);
@@ -588,7 +588,7 @@ TEST_CASE("a batch-only layout computes forward and backward as long as data par
 TEST_CASE("without overlap a mesh's weight-gradient reductions wait for the whole backward, combined",
           "[mesh]") {
   const Json model = Json::parse(
-      R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})");
+      R"({"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})");
   int per_op = 0;  // weight-gradient reductions with overlap: one per op
   for (bool overlap : {true, false}) {
     INFO("overlap " << overlap);
@@ -620,7 +620,7 @@ TEST_CASE("without overlap a mesh's weight-gradient reductions wait for the whol
 TEST_CASE("without overlap, sharded updates all-gather together what one combined reduce-scatter scattered",
           "[mesh][sharding]") {
   const Json model = Json::parse(
-      R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})");
+      R"({"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})");
   Study s = mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"batch": 8, "model": 4},
                                               "layout": {"batch": "batch", "d_ff": "model", "heads": "model"},
                                               "weight_update": "sharded"})"));

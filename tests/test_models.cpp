@@ -32,7 +32,7 @@ double total_flops(const Model& m, std::int64_t batch, bool backward) {
 TEST_CASE("transformer parameters: 12 d^2 L + 2 V d plus biases and norms, exactly", "[models]") {
   const std::int64_t L = 48, d = 2048, ff = 8192, V = 32000;
   const Model m = build(
-      R"({"kind": "transformer", "layers": 48, "d_model": 2048, "d_ff": 8192, "heads": 32, "vocab": 32000, "seq_len": 1024})");
+      R"({"kind": "transformer", "activation": "relu", "layers": 48, "d_model": 2048, "d_ff": 8192, "heads": 32, "vocab": 32000, "seq_len": 1024})");
   const std::int64_t block = 4 * d * d + 2 * d * ff + (3 * d + d + ff + d) + 4 * d;
   CHECK(m.params() == L * block + V * d + (V * d + 2 * d));
   CHECK(double(m.params()) == Approx(2.55e9).epsilon(0.01));  // MODELS.md check value for L = 48
@@ -42,7 +42,7 @@ TEST_CASE("transformer parameters: 12 d^2 L + 2 V d plus biases and norms, exact
 TEST_CASE("transformer forward FLOPs per token: 2 x matmul params + attention", "[models]") {
   const std::int64_t d = 512, ff = 2048, s = 128, V = 1000, L = 2;
   const Model m = build(
-      R"({"kind": "transformer", "layers": 2, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 1000, "seq_len": 128,
+      R"({"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 1000, "seq_len": 128,
           "causal": false})");  // every attention product counted (the causal half: below)
   const double matmul_params = double(L) * (4 * d * d + 2 * d * ff) + double(V) * d;
   const double per_token = 2 * matmul_params + double(L) * 4 * s * d;
@@ -58,7 +58,7 @@ TEST_CASE("mlp parameters and FLOPs", "[models]") {
 
 TEST_CASE("activation stash grows linearly with the batch", "[models]") {
   const Model m = build(
-      R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 64})");
+      R"({"kind": "transformer", "activation": "relu", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 64})");
   const auto& block = m.layers[1];
   CHECK(block.work(8).stash_bytes == Approx(2 * block.work(4).stash_bytes));
   CHECK(block.work(4).output_bytes == Approx(4.0 * 64 * 256 * 2));
@@ -68,14 +68,14 @@ TEST_CASE("model validation names the field", "[models]") {
   Problems problems("test");
   build_model(
       Json::parse(
-          R"({"kind": "transformer", "layers": 0, "d_model": 100, "d_ff": 1, "heads": 3, "vocab": 1, "seq_len": 1, "bogus": 1})"),
+          R"({"kind": "transformer", "activation": "relu", "layers": 0, "d_model": 100, "d_ff": 1, "heads": 3, "vocab": 1, "seq_len": 1, "bogus": 1})"),
       "model", problems);
   CHECK_THROWS_WITH(problems.throw_if_any(),
                     Catch::Contains("model.layers") && Catch::Contains("model.bogus"));
   Problems p2("test");
   build_model(
       Json::parse(
-          R"({"kind": "transformer", "layers": 1, "d_model": 100, "d_ff": 1, "heads": 3, "vocab": 1, "seq_len": 1})"),
+          R"({"kind": "transformer", "activation": "relu", "layers": 1, "d_model": 100, "d_ff": 1, "heads": 3, "vocab": 1, "seq_len": 1})"),
       "model", p2);
   CHECK_THROWS_WITH(p2.throw_if_any(), Catch::Contains("model.heads"));
   Problems p3("test");
@@ -97,7 +97,7 @@ TEST_CASE("every registered model kind builds", "[models][registry]") {
       {"sequential",
        R"({"kind": "sequential", "layers": [{"kind": "dense", "in": 8, "out": 16}, {"kind": "classifier", "in": 16, "classes": 4}]})"},
       {"transformer",
-       R"({"kind": "transformer", "layers": 1, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16, "seq_len": 8})"}};
+       R"({"kind": "transformer", "activation": "relu", "layers": 1, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16, "seq_len": 8})"}};
   CHECK(model_builders().size() == examples.size());
   for (const auto& [kind, builder] : model_builders()) CHECK(model_family(kind) != "unknown");
   for (const auto& [kind, text] : model_builders()) {
@@ -173,8 +173,8 @@ TEST_CASE("backward FLOPs split into input and weight gradients", "[models]") {
 }
 
 TEST_CASE("encoder-decoder transformer with shared embeddings", "[models]") {
-  const Model m =
-      build(R"({"kind": "transformer", "encoder_layers": 6, "layers": 6, "d_model": 1024, "d_ff": 4096,
+  const Model m = build(
+      R"({"kind": "transformer", "activation": "relu", "encoder_layers": 6, "layers": 6, "d_model": 1024, "d_ff": 4096,
                              "heads": 16, "vocab": 33708, "seq_len": 256, "shared_embeddings": true})");
   const std::int64_t d = 1024, ff = 4096, V = 33708;
   const std::int64_t enc = 4 * d * d + 2 * d * ff + (4 * d + ff + d) + 4 * d;
@@ -193,7 +193,7 @@ TEST_CASE("re-materialization keeps only the layer input", "[models]") {
   // A transformer block keeps far more than its input (attention probabilities alone are
   // heads x seq values per position against d_model).
   const Model t = build(
-      R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})");
+      R"({"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})");
   for (const auto& layer : t.layers)
     if (layer.name.rfind("block", 0) == 0)
       CHECK(layer.work(4).stash_bytes > 4 * layer.work(4).stash_remat_bytes());
@@ -296,7 +296,7 @@ TEST_CASE("what a layer reads from and hands to others is stored in whole lanes 
   // A transformer's last layer hands on one fp32 loss per position: [batch, seq] fills lanes
   // along seq (1024), so 8 sequences give 8 x 1024 x 4 bytes.
   Model t = build(
-      R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 1024})");
+      R"({"kind": "transformer", "activation": "relu", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 1024})");
   t.pad_activations_to(128);
   CHECK(t.layers.back().work(8).output_bytes == Approx(8 * 1024.0 * 4));
 }
@@ -305,8 +305,8 @@ TEST_CASE("what passes through a layer to later ones is part of its boundary", "
   // An encoder-decoder: the source embedding carries the target ids (int32, 256 per sequence) to
   // the decoder; the target embedding reads them and the encoder output (256 x 1024 bf16) and
   // hands on its embedding and the encoder output. For 2 sequences, logical sizes (no lanes).
-  const Model t =
-      build(R"({"kind": "transformer", "encoder_layers": 2, "layers": 2, "d_model": 1024, "d_ff": 4096,
+  const Model t = build(
+      R"({"kind": "transformer", "activation": "relu", "encoder_layers": 2, "layers": 2, "d_model": 1024, "d_ff": 4096,
                "heads": 16, "vocab": 1000, "seq_len": 256})");
   const double ids = 2 * 256.0 * 4, x = 2 * 256.0 * 1024 * 2;
   REQUIRE(t.layers[0].name == "source_embedding");
@@ -349,7 +349,7 @@ TEST_CASE("a backward holds the largest op's gradients in flight", "[models][mem
   // gradient overwrites the output gradient); output projection t(256 + 256); ffn_in and ffn_out
   // t(1024 + 256), the largest.
   const Model t = build(
-      R"({"kind": "transformer", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})");
+      R"({"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})");
   const Layer& block = t.layers[1];
   REQUIRE(block.name.rfind("block", 0) == 0);
   CHECK(block.work(4).backward_workspace_bytes == Approx(256.0 * (1024 + 256) * 2));
@@ -364,9 +364,9 @@ TEST_CASE("a masked LM computes logits only for its predicted positions", "[mode
   // BERT's masked-LM head: with P of S positions predicted, the output layer's logits cost
   // 2 x batch x P x d_model x vocab forward (and twice that backward), by hand.
   const Model all = build(
-      R"({"kind": "transformer", "layers": 1, "d_model": 64, "d_ff": 128, "heads": 4, "vocab": 1000, "seq_len": 128})");
+      R"({"kind": "transformer", "activation": "relu", "layers": 1, "d_model": 64, "d_ff": 128, "heads": 4, "vocab": 1000, "seq_len": 128})");
   const Model mlm = build(
-      R"({"kind": "transformer", "layers": 1, "d_model": 64, "d_ff": 128, "heads": 4, "vocab": 1000, "seq_len": 128, "predicted_positions": 20})");
+      R"({"kind": "transformer", "activation": "relu", "layers": 1, "d_model": 64, "d_ff": 128, "heads": 4, "vocab": 1000, "seq_len": 128, "predicted_positions": 20})");
   auto logits_flops = [](const Model& m) {
     double f = 0;
     for (const auto& op : m.layers.back().work(3).forward) f += op.model_flops();
@@ -414,9 +414,9 @@ TEST_CASE("dropout keeps its mask and GELU its input: exactly the tensors their 
   const std::int64_t b = 2, s = 64, d = 256, ff = 1024, h = 4;
   const std::string dims =
       R"("kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 64)";
-  const Model plain = build("{" + dims + "}");
-  const Model hidden = build("{" + dims + R"(, "dropout": 0.1})");
-  const Model attention = build("{" + dims + R"(, "attention_dropout": 0.1})");
+  const Model plain = build("{" + dims + R"(, "activation": "relu"})");
+  const Model hidden = build("{" + dims + R"(, "activation": "relu", "dropout": 0.1})");
+  const Model attention = build("{" + dims + R"(, "activation": "relu", "attention_dropout": 0.1})");
   const Model gelu = build("{" + dims + R"(, "activation": "gelu"})");
   const double act = 2;  // bf16
   auto stash = [&](const Model& m, std::size_t layer) { return m.layers[layer].work(b).stash_bytes; };
@@ -452,7 +452,7 @@ TEST_CASE("dropout rates and the activation are validated", "[models]") {
     build_model(
         Json::parse(
             std::string(
-                R"({"kind": "transformer", "layers": 1, "d_model": 8, "d_ff": 8, "heads": 2, "vocab": 4, "seq_len": 4, )") +
+                R"({"kind": "transformer", "activation": "relu", "layers": 1, "d_model": 8, "d_ff": 8, "heads": 2, "vocab": 4, "seq_len": 4, )") +
             bad + "}"),
         "model", problems);
     const std::string key = std::string(bad).substr(1, std::string(bad).find('"', 1) - 1);
@@ -466,12 +466,12 @@ TEST_CASE("a forward holds its largest unkept intermediate: attention scores bes
   // exist while the softmax writes the (kept) probabilities; every other unkept tensor is
   // smaller (d_model rows: 2 x 128 x 256) and the feed-forward's hidden is kept. bf16.
   const Model m = build(
-      R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 128})");
+      R"({"kind": "transformer", "activation": "relu", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 128})");
   CHECK(m.layers[1].work(2).workspace_bytes == Approx(2.0 * 4 * 128 * 128 * 2));
   // The output layer: the logits read the final layer norm's (recomputed, unkept) output; softmax
   // cross-entropy keeps the logits' gradient and writes a loss per row, not [batch, seq, vocab].
   const Model big_vocab = build(
-      R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 128})");
+      R"({"kind": "transformer", "activation": "relu", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 128})");
   CHECK(big_vocab.layers.back().work(2).workspace_bytes == Approx(2.0 * 128 * 256 * 2));
 }
 
@@ -527,7 +527,7 @@ TEST_CASE("a layer marked the same computation as an earlier one lowers exactly 
 
 TEST_CASE("a transformer's blocks are one computation, a ResNet stage's first block is not", "[models]") {
   const Model t = build(
-      R"({"kind": "transformer", "layers": 3, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16, "seq_len": 8})");
+      R"({"kind": "transformer", "activation": "relu", "layers": 3, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16, "seq_len": 8})");
   REQUIRE(t.layers.size() == 5);  // embedding, 3 blocks, output
   CHECK(t.layers[1].same_as == -1);
   CHECK(t.layers[2].same_as == 1);
@@ -684,7 +684,7 @@ TEST_CASE("save_dots keeps the projections' outputs and recomputes attention and
   // feed-forward's second matmul's output is read by nothing the backward needs, and the layer
   // norms' outputs are not kept in any policy (the backward recomputes them from their kept input).
   const Model m = build(
-      R"({"kind": "transformer", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 128, "biases": false})");
+      R"({"kind": "transformer", "activation": "relu", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 128, "biases": false})");
   const auto ops = m.layers[1].named_ops(2);
   const SaveDots plan = save_dots(ops, Sharding::whole(0), 2);
   const double row = 2.0 * 128 * 2;  // bytes per feature
@@ -706,8 +706,9 @@ TEST_CASE("flash attention: no scores or probabilities in HBM, the scores comput
   // One block, batch 2, sequence 128 (one block of queries), 4 heads of 64, bf16, unpadded.
   const std::string dims =
       R"("layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 128)";
-  const Model standard = build(R"({"kind": "transformer", )" + dims + "}");
-  const Model flash = build(R"({"kind": "transformer", "attention": "flash", )" + dims + "}");
+  const Model standard = build(R"({"kind": "transformer", "activation": "relu", )" + dims + "}");
+  const Model flash =
+      build(R"({"kind": "transformer", "activation": "relu", "attention": "flash", )" + dims + "}");
   const LayerWork a = standard.layers[1].work(2), b = flash.layers[1].work(2);
   const double probabilities = 2.0 * 4 * 128 * 128 * 2;  // [batch, heads, seq, seq_k] in bf16
   const double log_sum_exp = 2.0 * 4 * 128 * 4;          // a row's, fp32
@@ -737,9 +738,11 @@ TEST_CASE("flash attention: no scores or probabilities in HBM, the scores comput
   // A longer sequence reads the keys and values once per block of 128 queries.
   const std::string longer =
       R"("layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 512, "causal": false)";
-  const Model four = build(R"({"kind": "transformer", "attention": "flash", )" + longer + "}");
-  const Model one =
-      build(R"({"kind": "transformer", "attention": "flash", "flash_block_rows": 512, )" + longer + "}");
+  const Model four =
+      build(R"({"kind": "transformer", "activation": "relu", "attention": "flash", )" + longer + "}");
+  const Model one = build(
+      R"({"kind": "transformer", "activation": "relu", "attention": "flash", "flash_block_rows": 512, )" +
+      longer + "}");
   const double keys_and_values = 2 * (2.0 * 512 * 256 * 2);  // k and v, [batch, seq, heads x d_kv] bf16
   CHECK(bytes(four.layers[1].work(2).forward) - bytes(one.layers[1].work(2).forward) ==
         Approx(3 * keys_and_values));
@@ -750,12 +753,16 @@ TEST_CASE("flash attention is validated: not with attention dropout, a block siz
   const std::string dims =
       R"("layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 128)";
   CHECK_THROWS_WITH(
-      build(R"({"kind": "transformer", "attention": "flash", "attention_dropout": 0.1, )" + dims + "}"),
+      build(
+          R"({"kind": "transformer", "activation": "relu", "attention": "flash", "attention_dropout": 0.1, )" +
+          dims + "}"),
       Catch::Contains("model.attention"));
-  CHECK_THROWS_WITH(build(R"({"kind": "transformer", "flash_block_rows": 64, )" + dims + "}"),
-                    Catch::Contains("model.flash_block_rows"));
-  CHECK_THROWS_WITH(build(R"({"kind": "transformer", "attention": "fast", )" + dims + "}"),
-                    Catch::Contains("model.attention"));
+  CHECK_THROWS_WITH(
+      build(R"({"kind": "transformer", "activation": "relu", "flash_block_rows": 64, )" + dims + "}"),
+      Catch::Contains("model.flash_block_rows"));
+  CHECK_THROWS_WITH(
+      build(R"({"kind": "transformer", "activation": "relu", "attention": "fast", )" + dims + "}"),
+      Catch::Contains("model.attention"));
 }
 
 TEST_CASE("op kinds are registered by name, one file under models/ops/ and one registry line each",
@@ -773,8 +780,9 @@ TEST_CASE("a parallel block has one layer norm and adds attention and feed-forwa
           "[models]") {
   const std::string dims =
       R"("layers": 2, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 100, "seq_len": 16, "activation": "swiglu")";
-  const Model sequential = build(R"({"kind": "transformer", )" + dims + "}");
-  const Model parallel = build(R"({"kind": "transformer", "block": "parallel", )" + dims + "}");
+  const Model sequential = build(R"({"kind": "transformer", "activation": "relu", )" + dims + "}");
+  const Model parallel =
+      build(R"({"kind": "transformer", "activation": "relu", "block": "parallel", )" + dims + "}");
   // Exactly one layer norm (scale and shift, d_model each) fewer per block; the same FLOPs.
   CHECK(sequential.params() - parallel.params() == 2 * 2 * 64);
   CHECK(total_flops(parallel, 2, false) == Approx(total_flops(sequential, 2, false)).epsilon(1e-12));
@@ -789,7 +797,9 @@ TEST_CASE("a parallel block has one layer norm and adds attention and feed-forwa
   CHECK(ops.back().skip == "attention_sum");
   Problems p("test");
   build_model(
-      Json::parse(R"({"kind": "transformer", "block": "parallel", "encoder_layers": 1, )" + dims + "}"),
+      Json::parse(
+          R"({"kind": "transformer", "activation": "relu", "block": "parallel", "encoder_layers": 1, )" +
+          dims + "}"),
       "model", p);
   CHECK_THROWS_WITH(p.throw_if_any(), Catch::Contains("model.block"));
 }
@@ -801,8 +811,9 @@ TEST_CASE(
   const std::int64_t b = 2, s = 512, h = 4, k = 16, layers = 2;
   const std::string dims =
       R"("layers": 2, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 100, "seq_len": 512)";
-  const Model causal = build(R"({"kind": "transformer", )" + dims + "}");  // decoder-only: causal
-  const Model full = build(R"({"kind": "transformer", "causal": false, )" + dims + "}");
+  const Model causal =
+      build(R"({"kind": "transformer", "activation": "relu", )" + dims + "}");  // decoder-only: causal
+  const Model full = build(R"({"kind": "transformer", "activation": "relu", "causal": false, )" + dims + "}");
   // Scores and context: 2 x (2 b h s^2 k) forward, twice that backward; half of it not counted.
   const double attention = 2.0 * 2.0 * double(b * h * s * s * k) * double(layers);
   CHECK(total_flops(full, b, false) - total_flops(causal, b, false) == Approx(attention / 2));
@@ -816,9 +827,11 @@ TEST_CASE(
   };
   CHECK(hardware(causal, "self_scores") == hardware(full, "self_scores"));
   // Flash attention, blocks of 128 queries: 4 x 4 blocks, 10 of them at or below the diagonal.
-  const Model flash_causal = build(R"({"kind": "transformer", "attention": "flash", )" + dims + "}");
+  const Model flash_causal =
+      build(R"({"kind": "transformer", "activation": "relu", "attention": "flash", )" + dims + "}");
   const Model flash_full =
-      build(R"({"kind": "transformer", "attention": "flash", "causal": false, )" + dims + "}");
+      build(R"({"kind": "transformer", "activation": "relu", "attention": "flash", "causal": false, )" +
+            dims + "}");
   CHECK(hardware(flash_causal, "self_scores") == Approx(hardware(flash_full, "self_scores") * 10 / 16));
   CHECK(hardware(flash_causal, "self_context") == Approx(hardware(flash_full, "self_context") * 10 / 16));
   // An encoder attends both ways: BERT counts every product.
@@ -830,8 +843,9 @@ TEST_CASE(
 TEST_CASE("a learned position table adds seq_len x d_model parameters to the embedding", "[models]") {
   const std::string dims =
       R"("layers": 2, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 100, "seq_len": 16)";
-  const Model none = build(R"({"kind": "transformer", )" + dims + "}");
-  const Model learned = build(R"({"kind": "transformer", "positions": "learned", )" + dims + "}");
+  const Model none = build(R"({"kind": "transformer", "activation": "relu", )" + dims + "}");
+  const Model learned =
+      build(R"({"kind": "transformer", "activation": "relu", "positions": "learned", )" + dims + "}");
   CHECK(learned.params() - none.params() == 16 * 64);
   CHECK(learned.layers.front().params() - none.layers.front().params() == 16 * 64);
   // Added to the lookup's output in its fusion: no HBM pass of its own.
@@ -840,6 +854,8 @@ TEST_CASE("a learned position table adds seq_len x d_model parameters to the emb
   CHECK(ops[1].b.weight);
   CHECK(ops[1].b.elements() == 16 * 64);
   Problems p("test");
-  build_model(Json::parse(R"({"kind": "transformer", "positions": "rotary", )" + dims + "}"), "model", p);
+  build_model(
+      Json::parse(R"({"kind": "transformer", "activation": "relu", "positions": "rotary", )" + dims + "}"),
+      "model", p);
   CHECK_THROWS_WITH(p.throw_if_any(), Catch::Contains("model.positions") && Catch::Contains("learned"));
 }

@@ -40,7 +40,7 @@ double bottleneck(const std::vector<double>& costs, const std::vector<int>& size
 
 Study pipeline_study(const std::string& schedule, const std::string& slice = "v3-32", int batch = 64) {
   Json j = Json::parse(R"({"hardware": "tpu-v3",
-    "model": {"kind": "transformer", "layers": 14, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64},
+    "model": {"kind": "transformer", "activation": "relu", "layers": 14, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64},
     "optimizer": {"kind": "adam"}})");
   j["slice"] = slice;
   j["batch"] = batch;

@@ -22,7 +22,7 @@ Study study(const std::string& model, std::int64_t batch, const std::string& sli
 }
 
 const char* kTransformer =
-    R"({"kind": "transformer", "layers": 12, "d_model": 256, "d_ff": 1024, "heads": 8, "vocab": 1000, "seq_len": 64})";
+    R"({"kind": "transformer", "activation": "relu", "layers": 12, "d_model": 256, "d_ff": 1024, "heads": 8, "vocab": 1000, "seq_len": 64})";
 
 }  // namespace
 

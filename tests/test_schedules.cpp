@@ -16,7 +16,7 @@ namespace {
 Study study(const std::string& optimizer = "adam", int batch = 64, const std::string& slice = "v3-8") {
   Json j = Json::parse(R"({
     "hardware": "tpu-v3",
-    "model": {"kind": "transformer", "layers": 4, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64},
+    "model": {"kind": "transformer", "activation": "relu", "layers": 4, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64},
     "schedule": {"kind": "data_parallel", "gradient_bucket_bytes": 4000000}})");
   j["slice"] = slice;
   j["batch"] = batch;
@@ -201,7 +201,7 @@ TEST_CASE("every schedule reports the same model FLOPs for the same model and ba
   // convolutions) would mislabel its utilization.
   const std::vector<std::pair<const char*, bool>> models = {
       {R"({"kind": "mlp", "layers": 4, "width": 256, "input": 128, "classes": 16})", true},
-      {R"({"kind": "transformer", "layers": 4, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})",
+      {R"({"kind": "transformer", "activation": "relu", "layers": 4, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})",
        true},
       {R"({"kind": "resnet50", "image_size": 64, "classes": 10})", true},
       {R"({"kind": "amoebanet_d", "normal_cells": 3, "filters": 32, "image_size": 64, "classes": 10})",
@@ -335,7 +335,7 @@ namespace {
 Json small_transformer_study() {
   return Json::parse(R"({
     "hardware": "tpu-v3", "slice": "v3-8", "batch": 64, "optimizer": {"kind": "adam"},
-    "model": {"kind": "transformer", "layers": 4, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64},
+    "model": {"kind": "transformer", "activation": "relu", "layers": 4, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64},
     "schedule": {"kind": "data_parallel"}})");
 }
 

@@ -26,7 +26,7 @@ assert a4["breakdown"]["communication_by_phase_s"] == a1["breakdown"]["communica
 assert a4["step_time_s"] > a1["step_time_s"] * 0.99
 PY
 "$tpusim" run "$study" --set slice=v3-8 --set batch=32 --set schedule.accumulation_steps=2 \
-  --set 'model={"kind":"transformer","layers":2,"d_model":32,"d_ff":64,"heads":2,"vocab":16,"seq_len":8}' --functional --json |
+  --set 'model={"kind":"transformer","activation":"relu","layers":2,"d_model":32,"d_ff":64,"heads":2,"vocab":16,"seq_len":8}' --functional --json |
   python3 -c 'import json,sys; f=json.load(sys.stdin)["functional"]; assert f["gradient_max_rel_diff"] <= 1e-5 and f["max_rel_diff"] <= 1e-3 and f["replicas_identical"], f'
 for bad in 3 0; do
   status=0

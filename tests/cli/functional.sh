@@ -9,7 +9,7 @@
 set -euo pipefail
 tpusim="$1"; root="$2"
 mlp='{"kind":"mlp","layers":3,"width":40,"input":20,"classes":5}'
-tf='{"kind":"transformer","layers":2,"d_model":32,"d_ff":64,"heads":2,"vocab":16,"seq_len":8}'
+tf='{"kind":"transformer","activation":"relu","layers":2,"d_model":32,"d_ff":64,"heads":2,"vocab":16,"seq_len":8}'
 n=0
 fingerprint() {  # bound on max_rel_diff vs one core, then study settings
   local bound="$1"; shift

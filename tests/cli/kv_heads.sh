@@ -8,7 +8,7 @@ set -euo pipefail
 tpusim="$1"; root="$2"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 study="$root/configs/studies/default.json"
-tiny='{"kind":"transformer","layers":2,"d_model":32,"d_ff":64,"heads":4,"vocab":16,"seq_len":8KV}'
+tiny='{"kind":"transformer","activation":"relu","layers":2,"d_model":32,"d_ff":64,"heads":4,"vocab":16,"seq_len":8KV}'
 model() { echo "${tiny/KV/$1}"; }
 run() { "$tpusim" run "$study" --set slice=v3-8 --set batch=32 --set "model=$1" "${@:2}" --json; }
 run "$(model '')" > "$work/mha.json"

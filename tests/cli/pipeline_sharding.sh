@@ -26,7 +26,7 @@ assert "gradient_allreduce" in a["breakdown"]["communication_by_phase_s"]
 assert b["breakdown"]["compute_s"]["update"] < a["breakdown"]["compute_s"]["update"], "each core updates a quarter"
 PY
 # Functional mode: the sharded step computes one core's gradients and keeps the replicas identical.
-"$tpusim" run "$study" "${args[@]}" --set schedule.weight_update='"sharded"' --set 'model={"kind":"transformer","layers":2,"d_model":32,"d_ff":64,"heads":2,"vocab":16,"seq_len":8}' --set optimizer.kind=adam --functional --json |
+"$tpusim" run "$study" "${args[@]}" --set schedule.weight_update='"sharded"' --set 'model={"kind":"transformer","activation":"relu","layers":2,"d_model":32,"d_ff":64,"heads":2,"vocab":16,"seq_len":8}' --set optimizer.kind=adam --functional --json |
   python3 -c 'import json,sys; f=json.load(sys.stdin)["functional"]; assert f["gradient_max_rel_diff"] <= 1e-5 and f["max_rel_diff"] <= 1e-3 and f["replicas_identical"], f'
 # A bad value: exit 2 naming the key.
 status=0

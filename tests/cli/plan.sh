@@ -15,8 +15,8 @@ study() {  # name slice batch model-json
 EOF
 }
 study mlp v3-8 256 '{"kind": "mlp", "layers": 6, "width": 1024, "input": 512, "classes": 64}'
-study t12_v3_8 v3-8 64 '{"kind": "transformer", "layers": 12, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 8000, "seq_len": 256}'
-study t12_v3_32 v3-32 128 '{"kind": "transformer", "layers": 12, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 8000, "seq_len": 256}'
+study t12_v3_8 v3-8 64 '{"kind": "transformer", "activation": "relu", "layers": 12, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 8000, "seq_len": 256}'
+study t12_v3_32 v3-32 128 '{"kind": "transformer", "activation": "relu", "layers": 12, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 8000, "seq_len": 256}'
 
 # On v3-32 the exhaustive run simulates a narrower space (both runs search the same one): stages
 # of one or two cores, at most 8 micro-batches. The transformers' exhaustive runs keep their

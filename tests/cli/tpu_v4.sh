@@ -51,7 +51,7 @@ PY
 passed=$((passed + 1))
 
 # 3. Functional mode on v4, megacore and not: the same gradients as one device.
-tf='{"kind":"transformer","layers":2,"d_model":32,"d_ff":64,"heads":2,"vocab":16,"seq_len":8}'
+tf='{"kind":"transformer","activation":"relu","layers":2,"d_model":32,"d_ff":64,"heads":2,"vocab":16,"seq_len":8}'
 for mega in true false; do
   for sched in '{"kind":"data_parallel","weight_update":"sharded"}' '{"kind":"gpipe","stages":2,"microbatches":2,"replicas":2}'; do
     "$tpusim" run "$root/configs/studies/default.json" --set hardware=tpu-v4 --set slice=v4-8 --set megacore=$mega \
@@ -88,7 +88,7 @@ passed=$((passed + 1))
 [ "$(field max_fitting < "$work/fit.json")" != None ] || { echo "FAIL: fit on v4"; exit 1; }
 cat > "$work/lm.json" <<EOF
 {"schema": "tpusim.study/1", "hardware": "tpu-v4", "slice": "v4-64", "batch": 64,
- "model": {"kind": "transformer", "layers": 8, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 8192, "seq_len": 256},
+ "model": {"kind": "transformer", "activation": "relu", "layers": 8, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 8192, "seq_len": 256},
  "optimizer": {"kind": "adam"}, "schedule": {"kind": "data_parallel"}}
 EOF
 "$tpusim" plan "$work/lm.json" -j 2 --json > "$work/plan.json" 2> /dev/null

@@ -4,7 +4,7 @@
 # replicas and with the optimizer's cost.
 set -euo pipefail
 tpusim="$1"; root="$2"
-transformer='{"kind":"transformer","encoder_layers":6,"layers":6,"d_model":1024,"d_ff":4096,"heads":16,"vocab":33708,"seq_len":256,"shared_embeddings":true}'
+transformer='{"kind":"transformer","activation":"relu","encoder_layers":6,"layers":6,"d_model":1024,"d_ff":4096,"heads":16,"vocab":33708,"seq_len":256,"shared_embeddings":true}'
 step() {  # study-args... -> step time of replicated and sharded
   local a b
   a=$("$tpusim" run "$root/configs/studies/default.json" "$@" --set schedule.weight_update=replicated --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["step_time_s"])')
