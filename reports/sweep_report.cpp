@@ -353,12 +353,26 @@ std::optional<double> chart_x(const Axes& axes, const SeriesNamer& name, const s
 
 bool fits(const Json& r) { return r["result"].value("fits", true); }
 
+/// Per series and x: (whether the point shown fits, its value).
+using MarkedPoints = std::map<std::pair<int, std::string>, std::map<double, std::pair<bool, double>>>;
+
+/// The chart's lines from `points`, those that do not fit marked to be drawn hollow.
+void add_marked_series(LineChart& chart, const MarkedPoints& points) {
+  SeriesPoints shown;
+  for (const auto& [key, pts] : points)
+    for (const auto& [x, v] : pts) {
+      shown[key][x] = v.second;
+      if (!v.first) chart.not_fitting.insert({key.second, x});
+    }
+  add_series(chart, shown);
+}
+
 /// Examples/s against x, best over any other axes (the best that fits where one does; else the
 /// best, drawn hollow), one line per series.
 std::string throughput_chart(const Axes& axes, const SeriesNamer& name, const std::vector<Json>& records) {
   LineChart chart{"Examples per second", axes.x, "examples/s", {}, false, -1, "", {}, {}};
   chart.x_categories = axes.categories;
-  std::map<std::pair<int, std::string>, std::map<double, std::pair<bool, double>>> best;
+  MarkedPoints best;
   bool positive = true;
   for (const auto& r : records) {
     const auto x = chart_x(axes, name, axes.x, r);
@@ -369,13 +383,7 @@ std::string throughput_chart(const Axes& axes, const SeriesNamer& name, const st
     auto [at, fresh] = best[key].emplace(*x, v);
     if (!fresh) at->second = std::max(at->second, v);
   }
-  SeriesPoints shown;
-  for (const auto& [key, pts] : best)
-    for (const auto& [x, v] : pts) {
-      shown[key][x] = v.second;
-      if (!v.first) chart.not_fitting.insert({key.second, x});
-    }
-  add_series(chart, shown);
+  add_marked_series(chart, best);
   chart.log_x = positive && axes.x == axes.m;
   return chart.series.empty() ? "" : line_chart_svg(chart);
 }
@@ -421,24 +429,18 @@ std::string memory_chart(const Axes& axes, const SeriesNamer& name, const std::v
   const std::string ms = !axes.k.empty() ? axes.m : axes.series;
   LineChart chart{"Peak HBM per core", mx, "GiB", {}, false, -1, "", {}, {}};
   if (mx == axes.x) chart.x_categories = axes.categories;
-  std::map<std::pair<int, std::string>, std::map<double, std::pair<double, bool>>> peak;
+  MarkedPoints peak;
   for (const auto& r : records) {
     const auto x = chart_x(axes, name, mx, r);
     if (!x) continue;
-    const std::pair<double, bool> v{r["result"]["peak_hbm_bytes"].get<double>() / (1024.0 * 1024 * 1024),
-                                    fits(r)};
+    const std::pair<bool, double> v{fits(r),
+                                    r["result"]["peak_hbm_bytes"].get<double>() / (1024.0 * 1024 * 1024)};
     auto [at, fresh] = peak[name(ms, r)].emplace(*x, v);
-    if (!fresh && v.first > at->second.first) at->second = v;
+    if (!fresh && v.second > at->second.second) at->second = v;
     chart.reference = r["result"]["hbm_capacity_bytes"].get<double>() / (1024.0 * 1024 * 1024);
   }
   chart.reference_label = "HBM capacity";
-  SeriesPoints shown;
-  for (const auto& [key, pts] : peak)
-    for (const auto& [x, v] : pts) {
-      shown[key][x] = v.first;
-      if (!v.second) chart.not_fitting.insert({key.second, x});
-    }
-  add_series(chart, shown);
+  add_marked_series(chart, peak);
   return chart.series.empty() ? "" : line_chart_svg(chart);
 }
 
