@@ -361,6 +361,18 @@ Model assemble(const Dims& d, double act, const std::string& name) {
   return m;
 }
 
+/// "activation": required (it changes the FLOPs, the memory and, gated, the parameters), but for
+/// a preset (mesh_lm: the paper's ReLU, Mesh-TensorFlow's default).
+void read_activation(Fields& f, Problems& problems, Dims& d, bool preset) {
+  if (!f.has("activation") && !preset)
+    problems.add(f.path_of("activation"), Json("missing"),
+                 "one of \"relu\" (the 2017 Transformer), \"gelu\" (BERT, GPT-2/3), \"swiglu\" (Llama, "
+                 "PaLM), \"geglu\": the MLP's activation");
+  const std::string activation = f.string_or("activation", "relu", {"relu", "gelu", "swiglu", "geglu"});
+  d.gelu = activation == "gelu" || activation == "geglu";
+  d.gated = activation == "swiglu" || activation == "geglu";
+}
+
 /// Reads the dimensions; `defaults` (from mesh_lm's size) fill any that are absent.
 Dims read_dims_impl(Fields& f, Problems& problems, const Dims* defaults) {
   Dims d = defaults ? *defaults : Dims{};
@@ -383,15 +395,7 @@ Dims read_dims_impl(Fields& f, Problems& problems, const Dims* defaults) {
   if (problems.empty() && d.parallel && d.encoder_layers > 0)
     problems.add(f.path_of("block"), Json("parallel"),
                  "\"sequential\" with encoder_layers > 0 (a parallel block has no cross-attention here)");
-  // Required: the MLP's activation changes the FLOPs, the memory and the parameters (gated);
-  // mesh_lm's is the paper's (ReLU, Mesh-TensorFlow's default).
-  if (!f.has("activation") && !defaults)
-    problems.add(f.path_of("activation"), Json("missing"),
-                 "one of \"relu\" (the 2017 Transformer), \"gelu\" (BERT, GPT-2/3), \"swiglu\" (Llama, "
-                 "PaLM), \"geglu\": the MLP's activation");
-  const std::string activation = f.string_or("activation", "relu", {"relu", "gelu", "swiglu", "geglu"});
-  d.gelu = activation == "gelu" || activation == "geglu";
-  d.gated = activation == "swiglu" || activation == "geglu";
+  read_activation(f, problems, d, defaults != nullptr);
   // A rate of 1 would drop everything: at most 0.99.
   d.dropout = f.has("dropout") ? f.number("dropout", 0.0, 0.99) : 0.0;
   d.attention_dropout = f.has("attention_dropout") ? f.number("attention_dropout", 0.0, 0.99) : 0.0;

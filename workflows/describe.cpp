@@ -229,22 +229,20 @@ int describe_optimizers(std::ostream& out, bool as_json) {
   return 0;
 }
 
-int describe_slice(std::ostream& out, const std::string& name, const std::string& hardware, bool as_json) {
-  HardwareSpec hw;
-  bool found = false;
-  std::vector<std::string> candidates =
+/// The hardware (`hardware`, or the first shipped file) that names slice `name`.
+HardwareSpec hardware_with_slice(const std::string& name, const std::string& hardware) {
+  const std::vector<std::string> candidates =
       hardware.empty() ? shipped_hardware() : std::vector<std::string>{hardware};
   for (const auto& h : candidates) {
     HardwareSpec candidate = load_hardware(h);
-    if (candidate.slices.count(name)) {
-      hw = candidate;
-      found = true;
-      break;
-    }
+    if (candidate.slices.count(name)) return candidate;
   }
-  if (!found)
-    throw ConfigError("describe slice", "", "\"" + name + "\"",
-                      "a slice named in a hardware file (e.g. v3-32, v2-512)");
+  throw ConfigError("describe slice", "", "\"" + name + "\"",
+                    "a slice named in a hardware file (e.g. v3-32, v2-512)");
+}
+
+int describe_slice(std::ostream& out, const std::string& name, const std::string& hardware, bool as_json) {
+  const HardwareSpec hw = hardware_with_slice(name, hardware);
   const SliceSpec& s = hw.slices.at(name);
   const Topology topology(s);
   const int cores = s.chips() * hw.chip.cores;

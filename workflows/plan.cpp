@@ -371,6 +371,14 @@ Json summary(const Candidate& c) {
   return j;
 }
 
+/// What a device may hold (the same for every candidate), from any simulated one; null if none ran.
+Json hbm_capacity(const std::vector<Candidate>& all) {
+  for (const auto& c : all)
+    if (c.result.is_object() && c.result.contains("hbm_capacity_bytes"))
+      return c.result["hbm_capacity_bytes"];
+  return nullptr;
+}
+
 Json plan_json(const PlanOptions& o, const std::vector<Candidate>& all) {
   const auto fit = ranked_fitting(all);
   const std::size_t top = std::min<std::size_t>(std::size_t(o.top), fit.size());
@@ -387,11 +395,7 @@ Json plan_json(const PlanOptions& o, const std::vector<Candidate>& all) {
     invalid += !c.invalid.empty();
   }
   j["simulated"] = simulated;
-  for (const auto& c : all)  // what a core may hold (the same for every candidate)
-    if (c.result.is_object() && c.result.contains("hbm_capacity_bytes")) {
-      j["hbm_capacity_bytes"] = c.result["hbm_capacity_bytes"];
-      break;
-    }
+  if (const Json capacity = hbm_capacity(all); !capacity.is_null()) j["hbm_capacity_bytes"] = capacity;
   j["pruned"] = {{"memory", pruned}, {"invalid", invalid}, {"interleaved_by_twin", by_twin}};
   if (top > 0) {
     j["best"] = {{"plan", fit[0]->label}, {"schedule", fit[0]->schedule}, {"result", fit[0]->result}};
