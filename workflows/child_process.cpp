@@ -1,5 +1,6 @@
 #include "workflows/child_process.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -27,15 +28,20 @@ namespace {
 /// Starts the tpusim executable (child_executable()) with `args`, its stdout and stderr on pipes; returns its
 /// pid and the pipes' read ends.
 pid_t spawn_self(const std::vector<std::string>& args, int& out_fd, int& err_fd) {
+  // Close-on-exec: a child started by another thread at the same time must not inherit these
+  // (holding a write end, it would keep this child's reader from its end of file until it exits).
   int out_pipe[2], err_pipe[2];
-  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0)
-    throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  if (pipe2(out_pipe, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  if (pipe2(err_pipe, O_CLOEXEC) != 0) {
+    const int e = errno;
+    close(out_pipe[0]);
+    close(out_pipe[1]);
+    throw std::runtime_error(std::string("pipe: ") + std::strerror(e));
+  }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);  // dup2 clears close-on-exec
   posix_spawn_file_actions_adddup2(&actions, err_pipe[1], STDERR_FILENO);
-  posix_spawn_file_actions_addclose(&actions, out_pipe[0]);
-  posix_spawn_file_actions_addclose(&actions, err_pipe[0]);
 
   const std::string exe = child_executable();
   std::vector<std::string> argv_storage = {exe};
