@@ -145,6 +145,7 @@ class SourcedReader {
     }
     return out;
   }
+  bool has(const std::string& key) { return fields_.has(key); }
   bool flag(const std::string& key) {
     const Json* v = fields_.value(key);
     if (!v) return false;
@@ -298,6 +299,7 @@ void read_core(const Json& core, HardwareSpec& hw, Problems& problems) {
   c.pad_activations_to_lanes = r.flag("pad_activations_to_lanes");
   c.allreduce_combine_threshold_bytes = r.number("allreduce_combine_threshold_bytes", 1, 1e12);
   c.gradient_collectives_overlap_backward = r.flag("gradient_collectives_overlap_backward");
+  if (r.has("flash_attention_kernel")) c.flash_attention_kernel = r.flag("flash_attention_kernel");
   auto multipass = [&](const std::string& name) {
     MultiPassKernels m;
     m.kernels = r.kernels(name + "_kernels");

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,9 @@ struct CoreSpec {
   /// the backward (true), or only once the whole backward has finished (false: the compiler
   /// combines them into all-reduces scheduled at its end).
   bool gradient_collectives_overlap_backward = true;
+  /// Optional "flash_attention_kernel": whether the generation's software had a fused attention
+  /// kernel (flash attention); false makes such a study a what-if and says so. Absent: not known.
+  std::optional<bool> flash_attention_kernel;
   /// Vector operations to draw one random number (dropout's mask), per element.
   double random_number_vpu_ops = 0;
   MultiPassKernels normalization_forward;   ///< batch / layer norm: statistics, then normalize

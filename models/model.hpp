@@ -81,6 +81,8 @@ struct Model {
   std::string name;             ///< human-readable, e.g. "transformer L=24 d=1024"
   double activation_bytes = 2;  ///< bytes per activation element (bf16 = 2)
   std::vector<Layer> layers;
+  /// Runs attention as one fused kernel (flash attention): a kernel the hardware may not have had.
+  bool flash_attention = false;
 
   /// Appends `layer`. `call` names the builder call that made it (the factory and every argument
   /// but the name; empty: not worth comparing): a layer made by the same call as an earlier one

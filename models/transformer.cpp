@@ -336,6 +336,7 @@ Model assemble(const Dims& d, double act, const std::string& name) {
   Model m;
   m.activation_bytes = act;
   m.name = name;
+  m.flash_attention = d.flash;
   const bool encdec = d.encoder_layers > 0;
   // Per example: the target token ids (int32) ride along the encoder half of the pipeline.
   const auto target_ids = boundary_tensor({{"batch", 1}, {"seq", d.seq}}, 4);

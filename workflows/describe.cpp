@@ -151,6 +151,9 @@ void print_software_figures(std::ostream& out, const HardwareSpec& hw, const Sou
   print_row(out, "per-op overhead", num(hw.core.op_overhead_s * 1e6, " us"), src("core.op_overhead_s"));
   print_row(out, "element-wise fusion", hw.core.fuse_elementwise ? "yes" : "no",
             src("core.fuse_elementwise"));
+  if (hw.core.flash_attention_kernel)
+    print_row(out, "flash attention kernel", *hw.core.flash_attention_kernel ? "yes" : "no (a what-if)",
+              src("core.flash_attention_kernel"));
   print_row(out, "activation lane padding",
             hw.core.pad_activations_to_lanes ? "to " + std::to_string(hw.core.vpu_lanes) + " lanes" : "no",
             src("core.pad_activations_to_lanes"));

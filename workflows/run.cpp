@@ -91,6 +91,13 @@ std::vector<std::string> step_notes(const Study& study, const BuiltStep& step) {
     notes.push_back("a margin of " + reports::human_bytes(study.hbm_margin_bytes) +
                     " of HBM is kept free on every device (hbm_margin): the capacity shown is the usable HBM "
                     "less it");
+  if (study.model.flash_attention && study.hardware.core.flash_attention_kernel == false) {
+    const auto source = study.hardware.sources.find("core.flash_attention_kernel");
+    notes.push_back("flash attention on " + study.hardware.name + " is a what-if: " +
+                    (source != study.hardware.sources.end()
+                         ? source->second
+                         : "the hardware file says it had no such kernel"));
+  }
   if (step.details.contains("padded"))
     for (const auto& [dim, p] : step.details["padded"].items())
       notes.push_back(dim + " padded from " + std::to_string(p["size"].get<std::int64_t>()) + " to " +
