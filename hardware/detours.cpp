@@ -49,6 +49,10 @@ void unreached(const Graph& g, std::size_t start, std::vector<int>& missed) {
 
 }  // namespace
 
+struct Detours::WorkingLinks {
+  ChipGraph graph;
+};
+
 Detours::Detours(const Topology& topology, const NetworkState& network) : topology_(topology) {
   failed_.assign(std::size_t(topology.link_id_bound()), false);
   for (int link = 0; link < topology.link_id_bound(); ++link)
@@ -56,6 +60,7 @@ Detours::Detours(const Topology& topology, const NetworkState& network) : topolo
       failed_[std::size_t(link)] = true;
       ++failed_count_;
     }
+  if (any()) working_ = std::make_shared<const WorkingLinks>(WorkingLinks{working_links(topology, failed_)});
 }
 
 std::vector<int> Detours::route(int from, int to, bool* detoured, bool* reachable) const {
@@ -64,7 +69,7 @@ std::vector<int> Detours::route(int from, int to, bool* detoured, bool* reachabl
   std::vector<int> direct = topology_.route(from, to);
   if (std::none_of(direct.begin(), direct.end(), [&](int l) { return failed_[std::size_t(l)]; }))
     return direct;
-  const ChipGraph g = working_links(topology_, failed_);
+  const ChipGraph& g = working_->graph;
   std::vector<int> arrival(std::size_t(topology_.chips()), -1);
   boost::breadth_first_search(g, std::size_t(from), boost::visitor(ArrivalRecorder<ChipGraph>(arrival)));
   if (arrival[std::size_t(to)] < 0) {
@@ -82,7 +87,7 @@ std::vector<int> Detours::route(int from, int to, bool* detoured, bool* reachabl
 std::vector<int> Detours::cut_off() const {
   std::vector<int> missed;
   if (!any()) return missed;
-  const ChipGraph g = working_links(topology_, failed_);
+  const ChipGraph& g = working_->graph;
   unreached(g, 0, missed);
   unreached(boost::make_reverse_graph(g), 0, missed);
   std::sort(missed.begin(), missed.end());

@@ -4,6 +4,7 @@
 // detours). Pure (no SimGrid): the engine's platform and the perturbation checks use it.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "hardware/network_state.hpp"
@@ -25,9 +26,11 @@ class Detours {
   std::vector<int> cut_off() const;
 
  private:
+  struct WorkingLinks;  // the chips and the links left, as a Boost graph (built once, when any failed)
   const Topology& topology_;
   std::vector<bool> failed_;
   int failed_count_ = 0;
+  std::shared_ptr<const WorkingLinks> working_;
 };
 
 }  // namespace tpusim

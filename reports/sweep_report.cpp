@@ -55,6 +55,14 @@ double figure(const Json& result, const char* pointer, double fallback) {
   return result.contains(p) && result[p].is_number() ? result[p].get<double>() : fallback;
 }
 
+/// Whether a swept path is the seed of random perturbations ("...random.seed"): its points make a
+/// distribution.
+bool is_seed_axis(const std::string& path) {
+  const std::string suffix = "random.seed";
+  return path.size() >= suffix.size() &&
+         path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 /// The axes as (path, values) for the charts.
 struct Axes {
   std::vector<std::string> paths;
@@ -70,8 +78,8 @@ Axes choose_axes(const Json& meta) {
     a.paths.push_back(p);
     bool numbers = true;
     for (const auto& v : axis["values"]) numbers = numbers && v.is_number();
-    if (!numbers) continue;  // e.g. a stage count swept beside a string: not a chart axis
-    if (p.size() >= 11 && p.compare(p.size() - 11, 11, "random.seed") == 0) continue;  // a distribution
+    if (!numbers) continue;         // e.g. a stage count swept beside a string: not a chart axis
+    if (is_seed_axis(p)) continue;  // a distribution, not a chart axis
     if (axis["values"].size() > 1) numeric.push_back(p);
     if (p == "schedule.stages") a.k = p;
     if (p == "schedule.microbatches") a.m = p;
@@ -457,12 +465,8 @@ struct Distribution {
 };
 
 std::string seed_axis(const Json& meta) {
-  const std::string suffix = "random.seed";
-  for (const auto& a : meta["axes"]) {
-    const std::string p = a["path"].get<std::string>();
-    if (p.size() >= suffix.size() && p.compare(p.size() - suffix.size(), suffix.size(), suffix) == 0)
-      return p;
-  }
+  for (const auto& a : meta["axes"])
+    if (is_seed_axis(a["path"].get<std::string>())) return a["path"].get<std::string>();
   return "";
 }
 

@@ -93,7 +93,7 @@ void read_random(Fields& f, const Topology& torus, NetworkState& state) {
   const double chip_scale = chips > 0 || f.has("compute_scale") ? scale_of(f, "compute_scale", true) : 1.0;
   const double link_scale =
       links > 0 || f.has("link_bandwidth_scale") ? scale_of(f, "link_bandwidth_scale", true, true) : 1.0;
-  std::mt19937_64 g(std::uint64_t(seed < 0 ? 0 : seed));
+  std::mt19937_64 g{std::uint64_t(seed)};  // seed >= 0: read as such
   for (int chip = 0; chip < torus.chips(); ++chip)
     if (uniform01(g) < chips) state.chip_speed_scale[std::size_t(chip)] = chip_scale;
   for (int link = 0; link < torus.link_id_bound(); ++link) {

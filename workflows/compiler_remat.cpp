@@ -22,9 +22,7 @@ namespace {
 /// The study run again under `policy`, the compiler's own re-materialization off (it is what is
 /// being modelled): its result, or a message saying why it gave none.
 Json run_with_policy(const RerunnableStudy& rerun, const Json& policy, const std::string& out, bool trace) {
-  std::vector<std::string> args = {"run", rerun.file, "--json"};
-  for (const auto& s : rerun.sets) args.insert(args.end(), {"--set", s});
-  args.insert(args.end(), {"--set", "schedule.remat=" + policy.dump(), "--set", "compiler_remat=false"});
+  std::vector<std::string> args = rerun.run_args({"schedule.remat=" + policy.dump(), "compiler_remat=false"});
   if (!out.empty()) args.insert(args.end(), {"--out", out});
   if (trace) args.push_back("--trace");
   const ChildResult child = run_self(args);

@@ -28,6 +28,13 @@ std::vector<Json> stronger_remat_policies(const Json& policy);
 struct RerunnableStudy {
   std::string file;
   std::vector<std::string> sets;
+  /// A child's `run FILE --json --set ...` arguments, then `extra_sets` after the study's own.
+  std::vector<std::string> run_args(const std::vector<std::string>& extra_sets = {}) const {
+    std::vector<std::string> args = {"run", file, "--json"};
+    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+    for (const auto& s : extra_sets) args.insert(args.end(), {"--set", s});
+    return args;
+  }
 };
 
 /// The compiler's answer for a step over HBM (`naive`: its result, fits false): the first

@@ -319,10 +319,7 @@ Json perturbations_json(const Study& study, const RerunnableStudy& rerun, const 
                                  {"direction", d.plus ? "+" : "-"},
                                  {"bandwidth_scale", n.link_scale(link)}});
     }
-  std::vector<std::string> args = {"run", rerun.file, "--json"};
-  for (const auto& s : rerun.sets) args.insert(args.end(), {"--set", s});
-  args.insert(args.end(), {"--set", "perturbations={}"});
-  const ChildResult child = run_self(args);
+  const ChildResult child = run_self(rerun.run_args({"perturbations={}"}));
   if (child.exit_code != 0 || child.out.empty()) {
     p["uniform"] = {{"failure", failure_text(child)}};
     return p;
