@@ -1,5 +1,6 @@
 """A 48-point sweep through a 2-worker Dask LocalCluster against `tpusim sweep -j 2` on this
-machine: wall times and their ratio (the sweep call with the cluster up, and with its start-up).
+machine: wall times and their ratio (the sweep call with the cluster up, and with its start-up),
+and the command's `sweep --dask` on the same cluster.
 
     PYTHONPATH=build/python python3 bench/dask_sweep.py build/cli/tpusim
 """
@@ -31,9 +32,14 @@ def main():
         up = time.monotonic()
         records = tpusim.sweep(STUDY, {"model.layers": LAYERS}, client=client)
         swept = time.monotonic()
+        with tempfile.TemporaryDirectory() as out:
+            subprocess.run([cli, "sweep", STUDY, "--grid", "model.layers=" + ",".join(map(str, LAYERS)), "--dask",
+                            cluster.scheduler_address, "--out", out], check=True, capture_output=True)
+        command = time.monotonic() - swept
     assert len(records) == 48 and all(r["error"] is None for r in records)
     print(f"sweep -j 2: {local:.2f} s; Dask, 2 workers: {swept - up:.2f} s ({(swept - up) / local:.2f}x), "
-          f"{swept - start:.2f} s with the cluster's start-up ({(swept - start) / local:.2f}x)")
+          f"{swept - start:.2f} s with the cluster's start-up ({(swept - start) / local:.2f}x); "
+          f"sweep --dask: {command:.2f} s ({command / local:.2f}x)")
 
 
 if __name__ == "__main__":

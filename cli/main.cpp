@@ -21,6 +21,7 @@
 #include "reports/plan_report.hpp"
 #include "reports/run_report.hpp"
 #include "reports/validation_report.hpp"
+#include "workflows/dask_runner.hpp"
 #include "workflows/describe.hpp"
 #include "workflows/fit.hpp"
 #include "workflows/plan.hpp"
@@ -264,6 +265,22 @@ void add_fit(CLI::App& app, Commands& commands) {
   commands.emplace_back(cmd, [fit] { return cmd_fit(*fit, fit->json); });
 }
 
+/// `--dask ADDRESS`: the command's simulations run as tasks on that Dask cluster.
+void add_dask(CLI::App* cmd, std::string& address) {
+  cmd->add_option("--dask", address,
+                  "run the simulations as tasks on the Dask scheduler at ADDRESS (e.g. tcp://host:8786; the "
+                  "study readable at the same path on its workers); -j defaults to its worker threads");
+}
+
+/// Runs `action`, its children on the Dask cluster at `address` when one is given (`jobs` 0 then
+/// becomes the cluster's worker threads).
+int on_cluster(const std::string& address, int& jobs, const std::function<int()>& action) {
+  if (address.empty()) return action();
+  workflows::DaskRunner cluster(address);
+  if (jobs == 0) jobs = cluster.threads();
+  return action();
+}
+
 void add_sweep_and_merge(CLI::App& app, Commands& commands) {
   auto sweep = std::make_shared<workflows::SweepOptions>();
   auto* cmd =
@@ -281,7 +298,10 @@ void add_sweep_and_merge(CLI::App& app, Commands& commands) {
   cmd->add_option(
       "--point-timeout", sweep->point_timeout_s,
       "seconds after which a point still running is killed and recorded as failed (default: none)");
-  commands.emplace_back(cmd, [sweep] { return cmd_sweep(*sweep); });
+  auto dask = std::make_shared<std::string>();
+  add_dask(cmd, *dask);
+  commands.emplace_back(
+      cmd, [sweep, dask] { return on_cluster(*dask, sweep->jobs, [&] { return cmd_sweep(*sweep); }); });
 
   auto dirs = std::make_shared<std::vector<std::string>>();
   auto out = std::make_shared<std::string>();
@@ -313,7 +333,11 @@ void add_validate(CLI::App& app, Commands& commands) {
   cmd->add_flag("--sensitivity", validate->sensitivity,
                 "also show how much each prediction moves when each assumed hardware figure moves up by 10 % "
                 "(a flag: turned over)");
-  commands.emplace_back(cmd, [validate] { return cmd_validate(*validate); });
+  auto dask = std::make_shared<std::string>();
+  add_dask(cmd, *dask);
+  commands.emplace_back(cmd, [validate, dask] {
+    return on_cluster(*dask, validate->jobs, [&] { return cmd_validate(*validate); });
+  });
 }
 
 void add_plan(CLI::App& app, Commands& commands) {
@@ -333,7 +357,10 @@ void add_plan(CLI::App& app, Commands& commands) {
   cmd->add_option("--time-limit", plan->time_limit_s,
                   "answer with the best plan found within this many seconds, marked incomplete (SIGINT and "
                   "SIGTERM do the same)");
-  commands.emplace_back(cmd, [plan] { return cmd_plan(*plan); });
+  auto dask = std::make_shared<std::string>();
+  add_dask(cmd, *dask);
+  commands.emplace_back(
+      cmd, [plan, dask] { return on_cluster(*dask, plan->jobs, [&] { return cmd_plan(*plan); }); });
 }
 
 void add_describe(CLI::App& app, Commands& commands) {

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "hardware/errors.hpp"
 #include "hardware/json_fields.hpp"
 #include "workflows/child_process.hpp"
+#include "workflows/dask_runner.hpp"
 #include "workflows/describe.hpp"
 #include "workflows/fit.hpp"
 #include "workflows/plan.hpp"
@@ -251,7 +253,7 @@ py::object sweep_summary(const py::object& record) {
 }
 
 py::object plan(const std::string& study, const py::object& set, const std::string& space, int jobs, int top,
-                double time_limit) {
+                double time_limit, const std::string& dask) {
   tpusim::workflows::PlanOptions o;
   o.study = study;
   o.sets = sets_of(set);
@@ -259,7 +261,14 @@ py::object plan(const std::string& study, const py::object& set, const std::stri
   o.jobs = jobs;
   o.top = top;
   o.time_limit_s = time_limit;
-  return in_child([o] { return tpusim::workflows::plan_study(o).plan; });
+  return in_child([o, dask]() mutable {
+    std::optional<tpusim::workflows::DaskRunner> cluster;  // the candidates' simulations on its workers
+    if (!dask.empty()) {
+      cluster.emplace(dask);
+      if (o.jobs == 0) o.jobs = cluster->threads();
+    }
+    return tpusim::workflows::plan_study(o).plan;
+  });
 }
 
 py::object describe_hardware(const std::string& name) {
@@ -299,8 +308,12 @@ PYBIND11_MODULE(_tpusim, m) {
   m.def("_sweep_point", &sweep_point, py::arg("study"), py::arg("set"), py::arg("spec"));
   m.def("_sweep_summary", &sweep_summary, py::arg("record"));
   m.def("plan", &plan, py::arg("study"), py::arg("set") = py::none(), py::arg("space") = "",
-        py::arg("jobs") = 1, py::arg("top") = 5, py::arg("time_limit") = 0.0,
-        "The fastest schedule that fits: the dict `tpusim plan --json` prints (`best` None: none fits).");
+        py::arg("jobs") = 1, py::arg("top") = 5, py::arg("time_limit") = 0.0, py::arg("dask") = "",
+        "The fastest schedule that fits: the dict `tpusim plan --json` prints (`best` None: none fits); "
+        "`dask` a scheduler's address runs its simulations as tasks there.");
+  m.def(
+      "_command", [] { return std::string(TPUSIM_CLI); },
+      "The tpusim command this module runs children with.");
   m.def("describe_hardware", &describe_hardware, py::arg("name"),
         "A hardware generation's figures: the dict `tpusim describe hardware NAME --json` prints.");
 }

@@ -29,6 +29,15 @@ const std::string& child_executable();
 ChildResult run_self(const std::vector<std::string>& args, double timeout_s = 0,
                      const std::function<bool()>& cancel = {});
 
+/// Where run_self's children run when not here: given a child's arguments, time limit and cancel
+/// question, its result (as run_self gives it). The Dask runner (dask_runner.hpp) is one.
+using ChildRunner = std::function<ChildResult(const std::vector<std::string>& args, double timeout_s,
+                                              const std::function<bool()>& cancel)>;
+
+/// Makes run_self hand every child to `runner` (empty: start them here again); returns the runner
+/// it replaces. Set it before the children start, not while they run.
+ChildRunner set_child_runner(ChildRunner runner);
+
 /// A child's time limit beyond which it is no limit: no run is that long, and a deadline this far
 /// ahead would overflow the clock (1e18 s killed every child at once).
 inline constexpr double kLongestTimeoutS = 1e9;

@@ -7,7 +7,7 @@ Bad input raises ConfigError (a ValueError) naming the JSON path; a failed simul
 RuntimeError; a step that does not fit is a result ("fits": false), not an exception.
 """
 
-from ._tpusim import (ConfigError, check, describe_hardware, fit, plan, run)
+from ._tpusim import (ConfigError, check, describe_hardware, fit, run)
 from . import _tpusim
 
 __all__ = ["ConfigError", "check", "describe_hardware", "fit", "plan", "run", "sweep", "to_dataframe",
@@ -63,6 +63,21 @@ def validate(cases=None, jobs=1, client=None):
     ids = _tpusim._validation_case_ids(cases)
     records = client.gather(client.map(_case_record, ids, pure=False))
     return _tpusim._validation_report(cases, records)
+
+
+def plan(study, set=None, space="", jobs=None, top=5, time_limit=0.0, client=None):
+    """The fastest schedule that fits: the dict `tpusim plan --json` prints (`best` None: none fits).
+
+    Without `client`, `jobs` simulations at a time on this machine (default 1). With `client` (a
+    dask.distributed.Client), each candidate's simulation is a Dask task on the cluster's workers
+    (default: as many at once as it has worker threads); the study file must be readable on the
+    workers at the same path. The same dict as a local plan.
+    """
+    if client is None:
+        return _tpusim.plan(study, set=set, space=space, jobs=1 if jobs is None else jobs, top=top,
+                            time_limit=time_limit)
+    return _tpusim.plan(study, set=set, space=space, jobs=0 if jobs is None else jobs, top=top,
+                        time_limit=time_limit, dask=client.scheduler.address)
 
 
 def _flatten(value, prefix, row):

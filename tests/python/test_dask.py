@@ -2,7 +2,9 @@
 records, record for record; a failed point stays a failed record; a worker killed mid-sweep loses
 no point (Dask reschedules it); to_dataframe makes one row per point."""
 
+import json
 import os
+import subprocess
 import signal
 import threading
 import time
@@ -78,3 +80,52 @@ def test_validate_on_the_cluster_equals_the_local_one(client):
     assert remote == local
     with pytest.raises(tpusim.ConfigError):
         tpusim.validate(["no-such-case"], client=client)
+
+
+# The command's --dask: its children run as tasks on the cluster (workflows/dask_runner.cpp and
+# tpusim/_dask_runner.py); the outputs are the ones without it.
+TPUSIM = os.environ.get("TPUSIM", os.path.join(ROOT, "build", "cli", "tpusim"))
+
+
+def command(*args, cwd=ROOT):
+    return subprocess.run([TPUSIM, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def test_sweep_dask_writes_the_local_sweeps_files(client, tmp_path):
+    study = os.path.relpath(TINY, ROOT)  # relative: the tasks run in the caller's folder
+    grid = ["--grid", "batch=8,16,0", "--grid", "model.layers=1,2"]
+    remote = command("sweep", study, *grid, "--out", str(tmp_path / "remote"), "--dask",
+                     client.scheduler.address)
+    local = command("sweep", study, *grid, "--out", str(tmp_path / "local"), "-j", "2")
+    assert remote.returncode == local.returncode == 1, remote.stderr  # the batch=0 points fail
+    for name in ["results.jsonl", "results.csv", "report.md", "report.html"]:
+        assert (tmp_path / "remote" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
+
+
+def test_a_point_timeout_kills_the_task_as_it_kills_a_local_point(client, tmp_path):
+    remote = command("sweep", DEFAULT, "--grid", "model.layers=3000", "--point-timeout", "0.05", "--out",
+                     str(tmp_path / "remote"), "--dask", client.scheduler.address)
+    assert remote.returncode == 1
+    record = json.loads((tmp_path / "remote" / "results.jsonl").read_text().splitlines()[0])
+    assert record["error"] == "timed out after 0.05 s (killed)"
+
+
+def test_plan_dask_and_plan_with_a_client_equal_the_local_plan(client):
+    local = command("plan", TINY, "--json", "-j", "2")
+    remote = command("plan", TINY, "--json", "--dask", client.scheduler.address)
+    assert local.returncode == remote.returncode == 0, remote.stderr
+    assert remote.stdout == local.stdout
+    assert tpusim.plan(TINY, client=client) == json.loads(local.stdout)
+
+
+def test_validate_dask_equals_the_local_validate(client):
+    cases = ["mlperf05-resnet-v3-8", "gpipe-t1-transformer-p8"]
+    local = command("validate", *cases, "--json", "-j", "2")
+    remote = command("validate", *cases, "--json", "--dask", client.scheduler.address)
+    assert remote.returncode == local.returncode and remote.stdout == local.stdout
+
+
+def test_an_address_that_is_no_scheduler_is_exit_2_naming_dask():
+    done = command("sweep", TINY, "--grid", "batch=8", "--out", "/tmp/never", "--dask", "nonsense")
+    assert done.returncode == 2
+    assert "--dask" in done.stderr and "nonsense" in done.stderr and "cannot connect" in done.stderr
