@@ -168,36 +168,24 @@ py::object fit(const std::string& study, const std::string& maximize, const py::
   });
 }
 
-py::object validate(const std::vector<std::string>& cases, int jobs) {
+py::object validate(const std::vector<std::string>& cases, int jobs, bool intervals, bool sensitivity,
+                    const std::vector<std::string>& hardware_override, const std::string& cases_dir,
+                    const std::string& dask) {
   tpusim::workflows::ValidateOptions o;
   o.ids = cases;
   o.jobs = jobs;
-  return in_child([o] { return tpusim::workflows::validate_cases(o).report; });
-}
-
-tpusim::workflows::ValidateOptions validate_options(const std::vector<std::string>& cases) {
-  tpusim::workflows::ValidateOptions o;
-  o.ids = cases;
-  return o;
-}
-
-/// The case ids validate(cases) runs, for spreading them over a cluster.
-py::object validation_case_ids(const std::vector<std::string>& cases) {
-  const auto o = validate_options(cases);
-  return in_child([o] { return Json(tpusim::workflows::validation_case_ids(o)); });
-}
-
-/// One case's record (a cluster task): its runs in children, as validate's own.
-py::object validation_case_record(const std::string& id) {
-  const auto o = validate_options({});
-  return in_child([o, id] { return tpusim::workflows::validation_case_record(o, id); });
-}
-
-/// validate's report of records gathered from a cluster, in case order.
-py::object validation_report(const std::vector<std::string>& cases, const py::object& records) {
-  const auto o = validate_options(cases);
-  const Json all = to_json(records);
-  return in_child([o, all] { return tpusim::workflows::validation_report(o, all); });
+  o.intervals = intervals;
+  o.sensitivity = sensitivity;
+  o.hardware_overrides = hardware_override;
+  o.dir = cases_dir;
+  return in_child([o, dask]() mutable {
+    std::optional<tpusim::workflows::DaskRunner> cluster;  // the cases' simulations on its workers
+    if (!dask.empty()) {
+      cluster.emplace(dask);
+      if (o.jobs == 0) o.jobs = cluster->threads();
+    }
+    return tpusim::workflows::validate_cases(o).report;
+  });
 }
 
 /// The sweep's options for `study`, `grid` and `set`, as sweep() builds them.
@@ -295,15 +283,16 @@ PYBIND11_MODULE(_tpusim, m) {
         py::arg("min") = py::none(), py::arg("max") = py::none(), py::arg("step") = py::none(),
         "The largest value of a numeric field that fits: the dict `tpusim fit --json` prints.");
   m.def("validate", &validate, py::arg("cases") = std::vector<std::string>{}, py::arg("jobs") = 1,
-        "Predictions against the measured TPU runs: the dict `tpusim validate --json` prints.");
+        py::arg("intervals") = false, py::arg("sensitivity") = false,
+        py::arg("hardware_override") = std::vector<std::string>{}, py::arg("cases_dir") = "",
+        py::arg("dask") = "",
+        "Predictions against the measured TPU runs: the dict `tpusim validate --json` prints (the options "
+        "as validate's); `dask` a scheduler's address runs its simulations as tasks there.");
   m.def("sweep", &sweep, py::arg("study"), py::arg("grid"), py::arg("set") = py::none(), py::arg("jobs") = 1,
         py::arg("out") = py::none(),
         "Runs a study over the cartesian product of `grid` ({dotted path: [values]}), each point in its own "
         "process: every point's record summary ({index, key, point, result, error}), in point order; `out` "
         "keeps sweep's files (results.jsonl, results.csv, reports).");
-  m.def("_validation_case_ids", &validation_case_ids, py::arg("cases") = std::vector<std::string>{});
-  m.def("_validation_case_record", &validation_case_record, py::arg("id"));
-  m.def("_validation_report", &validation_report, py::arg("cases"), py::arg("records"));
   m.def("_sweep_points", &sweep_points, py::arg("study"), py::arg("grid"), py::arg("set") = py::none());
   m.def("_sweep_point", &sweep_point, py::arg("study"), py::arg("set"), py::arg("spec"));
   m.def("_sweep_summary", &sweep_summary, py::arg("record"));

@@ -760,21 +760,6 @@ void finish_record(const ValidationCase& c, const Study& study, Json& record) {
 
 }  // namespace
 
-std::vector<std::string> validation_case_ids(const ValidateOptions& o) {
-  std::vector<std::string> ids;
-  for (const auto& c : load_validation_cases(cases_dir(o), o.ids)) ids.push_back(c.id);
-  return ids;
-}
-
-Json validation_case_record(const ValidateOptions& o, const std::string& id) {
-  ValidateOptions one = o;
-  one.ids = {id};
-  const auto [cases, studies] = load_cases(one);
-  Json record = run_case(cases.front());
-  finish_record(cases.front(), studies.front(), record);
-  return record;
-}
-
 Json validation_report(const ValidateOptions& o, Json records) {
   const auto [cases, studies] = load_cases(o);
   const Json assumptions = assumed_figures(studies);

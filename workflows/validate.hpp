@@ -130,11 +130,6 @@ Json recorded_predictions(const std::filesystem::path& cases_dir);
 /// chip.collective_algorithms); none for a figure that is none of these (or absent).
 std::optional<Json> scaled_hardware(const Json& hardware, const std::string& figure, double factor);
 
-/// The ids of the cases `o` names (all of its folder's when it names none), in case order.
-std::vector<std::string> validation_case_ids(const ValidateOptions& o);
-/// Case `id` run on its own (its record as validate's report lists it): one task of a
-/// validation spread over a cluster.
-Json validation_case_record(const ValidateOptions& o, const std::string& id);
 /// The tpusim.validation/1 report of `records` (the cases `o` names, in order): the summary, the
 /// assumed figures and, with `o.check`, the comparison with the recorded predictions.
 Json validation_report(const ValidateOptions& o, Json records);

@@ -43,26 +43,23 @@ def sweep(study, grid, set=None, jobs=1, out=None, client=None):
     return [_tpusim._sweep_summary(r) for r in records]
 
 
-def _case_record(case_id):
-    """One validation case's record, run where this is called: a Dask task."""
-    from tpusim import _tpusim as extension
-    return extension._validation_case_record(case_id)
-
-
-def validate(cases=None, jobs=1, client=None):
+def validate(cases=None, jobs=None, intervals=False, sensitivity=False, hardware_override=None, cases_dir="",
+             client=None):
     """Predictions against the measured TPU runs: the dict `tpusim validate --json` prints.
 
-    `cases`: case ids (default: every case of configs/validation). Without `client`, `jobs` cases
-    at a time on this machine. With `client` (a dask.distributed.Client), each case is a Dask task
-    on the cluster's workers (its simulations in children there), and the report is assembled
-    here from the records gathered in case order: the same dict as a local run.
+    `cases`: case ids (default: every case of configs/validation); `intervals`, `sensitivity`,
+    `hardware_override` (a list of "figure=value") and `cases_dir` as validate's --intervals,
+    --sensitivity, --hardware-override and --cases-dir. Without `client`, `jobs` simulations at a
+    time on this machine (default 1). With `client` (a dask.distributed.Client), each simulation
+    is a Dask task on the cluster's workers (default: as many at once as it has worker threads):
+    the same dict as a local run.
     """
-    cases = list(cases or [])
+    common = dict(intervals=intervals, sensitivity=sensitivity, hardware_override=list(hardware_override or []),
+                  cases_dir=cases_dir)
     if client is None:
-        return _tpusim.validate(cases, jobs)
-    ids = _tpusim._validation_case_ids(cases)
-    records = client.gather(client.map(_case_record, ids, pure=False))
-    return _tpusim._validation_report(cases, records)
+        return _tpusim.validate(list(cases or []), 1 if jobs is None else jobs, **common)
+    return _tpusim.validate(list(cases or []), 0 if jobs is None else jobs, dask=client.scheduler.address,
+                            **common)
 
 
 def plan(study, set=None, space="", jobs=None, top=5, time_limit=0.0, client=None):

@@ -82,6 +82,12 @@ def test_validate_on_the_cluster_equals_the_local_one(client):
         tpusim.validate(["no-such-case"], client=client)
 
 
+def test_validate_intervals_spread_over_the_cluster_equal_the_local_ones(client):
+    local = tpusim.validate(["gpipe-t1-transformer-p8"], jobs=2, intervals=True)
+    remote = tpusim.validate(["gpipe-t1-transformer-p8"], intervals=True, client=client)
+    assert "interval" in remote["cases"][0] and remote == local
+
+
 # The command's --dask: its children run as tasks on the cluster (workflows/dask_runner.cpp and
 # tpusim/_dask_runner.py); the outputs are the ones without it.
 TPUSIM = os.environ.get("TPUSIM", os.path.join(ROOT, "build", "cli", "tpusim"))
