@@ -82,19 +82,21 @@ TaskGraph::TaskGraph(int cores) : cores_(cores) {
 
 TaskGraph::TaskGraph(const TaskGraph& other)
     : cores_(other.cores_),
-      graph_(std::make_unique<Graph>(*other.graph_)),
-      order_(std::make_unique<Order>(*other.order_)),
+      dependencies_(other.dependencies_),
+      adjacency_(other.adjacency_),
       tasks_(other.tasks_),
       programs_(other.programs_),
       resident_(other.resident_) {}
 
 TaskGraph::TaskGraph(TaskGraph&& other)
     : cores_(other.cores_),
-      graph_(std::exchange(other.graph_, std::make_unique<Graph>())),
-      order_(std::exchange(other.order_, std::make_unique<Order>())),
+      dependencies_(std::move(other.dependencies_)),
+      adjacency_(std::move(other.adjacency_)),
       tasks_(std::move(other.tasks_)),
       programs_(std::move(other.programs_)),
       resident_(std::move(other.resident_)) {
+  other.dependencies_.clear();
+  other.adjacency_.reset();
   other.tasks_.clear();
   other.programs_.assign(std::size_t(other.cores_), {});
   other.resident_.assign(std::size_t(other.cores_), {});
@@ -102,8 +104,8 @@ TaskGraph::TaskGraph(TaskGraph&& other)
 
 TaskGraph& TaskGraph::operator=(TaskGraph&& other) {
   std::swap(cores_, other.cores_);
-  graph_.swap(other.graph_);
-  order_.swap(other.order_);
+  dependencies_.swap(other.dependencies_);
+  adjacency_.swap(other.adjacency_);
   tasks_.swap(other.tasks_);
   programs_.swap(other.programs_);
   resident_.swap(other.resident_);
@@ -118,26 +120,42 @@ TaskGraph& TaskGraph::operator=(const TaskGraph& other) {
 int TaskGraph::add(Task task) {
   // Checked every 16,384 tasks: a graph that keeps growing stops at the budget, not past it.
   if (tasks_.size() % 16384 == 16383) check_host_memory(cores_, double(tasks_.size()), false);
-  const int id = int(boost::add_vertex(*graph_));
-  boost::add_vertex(*order_);
-  if (task.kind == TaskKind::Compute && task.core >= 0 && task.core < cores_) {
-    auto& program = programs_[std::size_t(task.core)];
-    if (!program.empty()) boost::add_edge(std::size_t(program.back()), std::size_t(id), *order_);
-    program.push_back(id);
-  }
+  const int id = size();
+  adjacency_.reset();
+  if (task.kind == TaskKind::Compute && task.core >= 0 && task.core < cores_)
+    programs_[std::size_t(task.core)].push_back(id);
   tasks_.push_back(std::move(task));
   return id;
 }
 
 void TaskGraph::depend(int before, int after) {
-  boost::add_edge(before, after, *graph_);
-  boost::add_edge(std::size_t(before), std::size_t(after), *order_);
+  if (before < 0 || before >= size() || after < 0 || after >= size())
+    throw SimulationError("invalid task graph: a dependency " + std::to_string(before) + " -> " +
+                          std::to_string(after) + " names a task that does not exist (" +
+                          std::to_string(size()) + " tasks)");
+  adjacency_.reset();
+  dependencies_.emplace_back(Vertex(before), Vertex(after));
+}
+
+const TaskGraph::Adjacency& TaskGraph::adjacency() const {
+  if (adjacency_) return *adjacency_;
+  auto built = std::make_shared<Adjacency>();
+  const auto n = Vertex(tasks_.size());
+  built->dependencies =
+      Dependencies(boost::edges_are_unsorted_multi_pass, dependencies_.begin(), dependencies_.end(), n);
+  std::vector<std::pair<Vertex, Vertex>> order = dependencies_;
+  for (const auto& program : programs_)
+    for (std::size_t k = 1; k < program.size(); ++k)
+      order.emplace_back(Vertex(program[k - 1]), Vertex(program[k]));
+  built->order = Order(boost::edges_are_unsorted_multi_pass, order.begin(), order.end(), n);
+  adjacency_ = std::move(built);
+  return *adjacency_;
 }
 
 std::vector<std::size_t> TaskGraph::topological_order() const {
   std::vector<std::size_t> reversed;  // boost writes the last task first
   try {
-    boost::topological_sort(*order_, std::back_inserter(reversed));
+    boost::topological_sort(adjacency().order, std::back_inserter(reversed));
   } catch (const boost::not_a_dag&) {
     return {};
   }
@@ -150,17 +168,20 @@ void TaskGraph::resident(int core, MemoryCategory category, double bytes) {
 
 std::vector<int> TaskGraph::successors(int id) const {
   std::vector<int> out;
-  for (auto [it, end] = boost::adjacent_vertices(id, *graph_); it != end; ++it) out.push_back(int(*it));
+  for (auto [it, end] = boost::adjacent_vertices(Vertex(id), adjacency().dependencies); it != end; ++it)
+    out.push_back(int(*it));
   return out;
 }
 
 std::vector<int> TaskGraph::predecessors(int id) const {
   std::vector<int> out;
-  for (auto [it, end] = boost::inv_adjacent_vertices(id, *graph_); it != end; ++it) out.push_back(int(*it));
+  const auto& g = adjacency().dependencies;
+  for (auto [it, end] = boost::in_edges(Vertex(id), g); it != end; ++it)
+    out.push_back(int(boost::source(*it, g)));
   return out;
 }
 
-int TaskGraph::in_degree(int id) const { return int(boost::in_degree(id, *graph_)); }
+int TaskGraph::in_degree(int id) const { return int(boost::in_degree(Vertex(id), adjacency().dependencies)); }
 
 namespace {
 
@@ -279,7 +300,7 @@ double TaskGraph::critical_path(const std::vector<double>& seconds) const {
   for (std::size_t v : topological_order()) {
     const double end = start[v] + seconds[v];
     longest = std::max(longest, end);
-    for (auto [it, stop] = boost::adjacent_vertices(v, *order_); it != stop; ++it)
+    for (auto [it, stop] = boost::adjacent_vertices(Vertex(v), adjacency().order); it != stop; ++it)
       start[*it] = std::max(start[*it], end);
   }
   return longest;
@@ -295,11 +316,11 @@ bool TaskGraph::chain(const std::vector<int>& tasks) const {
     if (rank[v] == 0) rank[v] = next++;
   // Per task, the latest member among its ancestors: a member's must be the one just before it.
   std::vector<int> latest(std::size_t(size()), -1);
-  const auto& g = *order_;
+  const auto& g = adjacency().order;
   for (std::size_t v : topological) {
     if (rank[v] > 0 && latest[v] != rank[v] - 1) return false;
     const int passed = rank[v] >= 0 ? rank[v] : latest[v];
-    for (auto [it, end] = boost::adjacent_vertices(v, g); it != end; ++it)
+    for (auto [it, end] = boost::adjacent_vertices(Vertex(v), g); it != end; ++it)
       latest[*it] = std::max(latest[*it], passed);
   }
   return true;
@@ -309,7 +330,7 @@ bool TaskGraph::ordered(const std::vector<int>& a, const std::vector<int>& b, do
   const std::size_t n = std::size_t(size());
   const std::size_t words_a = (a.size() + 63) / 64, words_b = (b.size() + 63) / 64;
   if (double(n) * double(words_a + words_b) * 8.0 > max_bytes) return false;
-  const auto& g = *order_;
+  const auto& g = adjacency().order;
   const std::vector<std::size_t> topological = topological_order();
   // Per task, a bit per member of `set` among its ancestors, carried forward in topological order.
   auto ancestors_in = [&](const std::vector<int>& set, std::size_t words) {
@@ -318,8 +339,8 @@ bool TaskGraph::ordered(const std::vector<int>& a, const std::vector<int>& b, do
     for (std::size_t k = 0; k < set.size(); ++k) index[std::size_t(set[k])] = int(k);
     for (std::size_t v : topological) {
       const std::uint64_t* from = &bits[v * words];
-      for (auto [it, end] = boost::adjacent_vertices(v, g); it != end; ++it) {
-        std::uint64_t* to = &bits[*it * words];
+      for (auto [it, end] = boost::adjacent_vertices(Vertex(v), g); it != end; ++it) {
+        std::uint64_t* to = &bits[std::size_t(*it) * words];
         for (std::size_t w = 0; w < words; ++w) to[w] |= from[w];
         if (const int k = index[v]; k >= 0) to[std::size_t(k) / 64] |= std::uint64_t(1) << (k % 64);
       }

@@ -5,10 +5,13 @@
 #pragma once
 
 #include <array>
-#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/compressed_sparse_row_graph.hpp>
+#include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tpusim::sim {
@@ -69,12 +72,15 @@ struct Task {
 
 /// Host memory a simulation needs, estimated from its size: SimGrid's full routing table (a
 /// pointer per ordered pair of hosts), per-core platform and actor state, and per-task graph and
-/// engine state. Figures of this program measured on this machine (run -v, /usr/bin/time): a
-/// GPipe study grows by 0.85 KB per task (155,656 -> 622,600 tasks: 170 -> 568 MB), an 8,192-core
-/// data-parallel step takes 706 MB of which 537 MB is the routing table.
+/// engine state. Figures of this program measured on this machine (run -v, /usr/bin/time), since
+/// the dependencies are kept in compressed sparse rows: a GPipe study grows by 0.60 KB per task
+/// (155,656 -> 622,600 tasks: 129 -> 407 MB); a 175B Transformer's batch:512 x model:8 mesh on
+/// v4-8192 (8.7 M tasks, 4,096 devices) peaks at 6.5 GB, 0.72 KB per task once its routing table
+/// is taken off; an 8,192-core data-parallel step takes 706 MB of which 537 MB is the routing
+/// table. kBytesPerTask is the larger per-task figure, rounded up.
 struct HostFootprint {
   static constexpr double kBaseBytes = 40e6;
-  static constexpr double kBytesPerTask = 1024;
+  static constexpr double kBytesPerTask = 768;
   static constexpr double kBytesPerCore = 20e3;
   static double bytes(double cores, double tasks) {
     return kBaseBytes + 8 * cores * cores + kBytesPerCore * cores + kBytesPerTask * tasks;
@@ -117,7 +123,8 @@ class TaskGraph {
   /// Calls `f(successor)` for each successor of `id` (no allocation: for passes over every task).
   template <class F>
   void for_each_successor(int id, F&& f) const {
-    for (auto [it, end] = boost::adjacent_vertices(std::size_t(id), *graph_); it != end; ++it) f(int(*it));
+    for (auto [it, end] = boost::adjacent_vertices(Vertex(id), adjacency().dependencies); it != end; ++it)
+      f(int(*it));
   }
   std::vector<int> predecessors(int id) const;
   int in_degree(int id) const;
@@ -152,19 +159,33 @@ class TaskGraph {
   void validate() const;
 
  private:
-  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS>;
-  /// The dependencies and every core's program order together: what orders tasks in any run.
-  using Order = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
+  using Vertex = std::uint32_t;
+  /// A graph in compressed sparse row form (Boost.Graph): 4 bytes per edge, built once from the
+  /// edges as they were added (each task's edges in the order they were added).
+  using Dependencies =
+      boost::compressed_sparse_row_graph<boost::bidirectionalS, boost::no_property, boost::no_property,
+                                         boost::no_property, Vertex, Vertex>;
+  using Order = boost::compressed_sparse_row_graph<boost::directedS, boost::no_property, boost::no_property,
+                                                   boost::no_property, Vertex, Vertex>;
+  /// What the queries walk, built on the first query after the last add or depend: the
+  /// dependencies (successors and predecessors), and the dependencies with every core's program
+  /// order together (what orders tasks in any run).
+  struct Adjacency {
+    Dependencies dependencies;
+    Order order;
+  };
+  const Adjacency& adjacency() const;
   /// Tasks in an order every dependency and program order respects (empty: there is a cycle).
   std::vector<std::size_t> topological_order() const;
   void validate_task(const Task& t) const;  ///< its cores, duration and sizes
   void validate_acyclic() const;            ///< dependencies plus program order form a DAG
   void validate_memory_balance() const;     ///< each core's memory effects sum to zero
   int cores_;
-  // Held by pointer: Boost's adjacency_list has no move, and its swap copies.
-  std::unique_ptr<Graph> graph_ = std::make_unique<Graph>();
-  std::unique_ptr<Order> order_ = std::make_unique<Order>();
-  std::vector<Task> tasks_;
+  /// The dependencies (before, after) as added: 8 bytes each while the graph is built (a step of
+  /// millions of tasks is built once and then only read).
+  std::vector<std::pair<Vertex, Vertex>> dependencies_;
+  mutable std::shared_ptr<const Adjacency> adjacency_;  ///< null until queried, and after a change
+  std::deque<Task> tasks_;  ///< a deque: a graph of millions of tasks grows without copying itself
   std::vector<std::vector<int>> programs_;
   std::vector<std::array<double, kMemoryCategories>> resident_;
 };
