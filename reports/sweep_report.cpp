@@ -68,10 +68,12 @@ struct Axes {
   std::vector<std::string> paths;
   std::string x, series, k, m;          // chosen paths ("" when absent)
   std::vector<std::string> categories;  // x's values by name when x is not numbers
+  bool planned = false;                 // each point re-planned (sweep --plan): a column names its plan
 };
 
 Axes choose_axes(const Json& meta) {
   Axes a;
+  a.planned = meta.contains("plan");
   std::vector<std::string> numeric;
   for (const auto& axis : meta["axes"]) {
     const std::string p = axis["path"].get<std::string>();
@@ -119,6 +121,7 @@ std::vector<std::string> table_header(const Axes& axes) {
   std::vector<std::string> h = axes.paths;
   for (const char* c : {"examples/s", "step time", "bubble (ideal)", "MXU util", "peak HBM", "fits"})
     h.push_back(c);
+  if (axes.planned) h.push_back("plan");
   return h;
 }
 
@@ -145,6 +148,9 @@ std::vector<std::string> table_row(const Axes& axes, const Json& r) {
   row.push_back(buf);
   row.push_back(human_bytes(j["peak_hbm_bytes"].get<double>()));
   row.push_back(j["fits"].get<bool>() ? "yes" : "no");
+  if (axes.planned)
+    row.push_back(j.value("plan", std::string()) +
+                  (j.value("plan_complete", true) ? "" : " (search cut short)"));
   return row;
 }
 

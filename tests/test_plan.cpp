@@ -51,9 +51,27 @@ TEST_CASE("plan proposes every pipeline shape that divides the slice and the bat
     CHECK(t <= 4);
     CHECK((64 / r) % m == 0);
   }
-  // (replicated / sharded x buckets of 8, 32 and 128 MiB, or fully sharded) x fp32 / bf16 x remat
+  // (replicated / sharded x buckets of 8, 32 and 128 MiB x 1, 2, 4 or 8 accumulation steps (the
+  // replica's 8 examples), or fully sharded, which does not accumulate) x fp32 / bf16 x remat
   // false, true or save_dots
-  CHECK(dp == 42);
+  CHECK(dp == 2 * 2 * 3 * 3 * 4 + 2 * 3);
+  for (const auto& c : all)
+    if (c.contains("accumulation_steps")) {
+      CHECK(c["weight_update"] != "fully_sharded");
+      CHECK(8 % c["accumulation_steps"].get<int>() == 0);
+      CHECK(plan_label(c).find(" accum " + c["accumulation_steps"].dump()) != std::string::npos);
+    }
+  // A replica of 2 examples accumulates over 1 or 2 micro-batches only; a space may ask for fewer.
+  int small = 0;
+  for (const auto& c : plan_candidates(study(kTransformer, 16, "v3-8"), PlanSpace{}))
+    if (c["kind"] == "data_parallel") {
+      CHECK(c.value("accumulation_steps", 1) <= 2);
+      ++small;
+    }
+  CHECK(small == 2 * 2 * 3 * 3 * 2 + 2 * 3);
+  PlanSpace no_accumulation;
+  no_accumulation.accumulation_steps = std::vector<std::int64_t>{1};
+  for (const auto& c : plan_candidates(s, no_accumulation)) CHECK(!c.contains("accumulation_steps"));
   CHECK(meshes == 3 * 3 * 3 * 3);  // model axis 2, 4, 8 x 3 layouts x 3 updates x 3 remat
   CHECK(on_model == std::set<std::string>{
                         R"({"batch":"batch","d_ff":"model","heads":"model","vocab":"model"})",
@@ -193,7 +211,8 @@ TEST_CASE("plan keeps the study's batch-norm groups, leaving out what cannot hon
     for (const auto& axis : c["mesh"])
       if (axis[0] == "batch") CHECK(axis[1].get<int>() % 4 == 0);
   }
-  // replicated or sharded x three buckets x fp32 or bf16 (no remat, not fully sharded)
+  // replicated or sharded x three buckets x fp32 or bf16 (no remat, not fully sharded, no
+  // accumulation)
   CHECK(data_parallel == 12);
   CHECK(meshes > 0);
   CHECK(meshes < plain_meshes);  // batch:2 x spatial:16 cannot group 4 replicas
@@ -242,7 +261,11 @@ TEST_CASE("every plan label reads back into its schedule", "[plan]") {
   CHECK(flash.schedule ==
         Json::parse(R"({"kind": "one_f_one_b", "stages": 4, "replicas": 16, "microbatches": 64,
       "virtual_stages": 4, "remat": false, "partition": "balanced", "weight_update": "sharded"})"));
+  CHECK(schedule_of_plan_label("data_parallel sharded bf16 bucket 32 MiB accum 4 save_dots").schedule ==
+        Json::parse(R"({"kind": "data_parallel", "weight_update": "sharded", "gradient_dtype": "bf16",
+      "gradient_bucket_bytes": 33554432, "accumulation_steps": 4, "remat": "save_dots"})"));
   for (const char* bad : {"", "gpipe K=2", "pipeline K=2 R=1 M=4", "gpipe K=2 R=1 M=4 sideways",
-                          "mesh batch8 replicated", "data_parallel sharded"})
+                          "mesh batch8 replicated", "data_parallel sharded",
+                          "data_parallel sharded bf16 accum 1", "data_parallel sharded bf16 accum two"})
     CHECK_THROWS_WITH(schedule_of_plan_label(bad), Catch::Contains("--plan-label"));
 }

@@ -14,6 +14,7 @@
 #include "schedules/study.hpp"
 #include "workflows/child_process.hpp"
 #include "workflows/intervals.hpp"
+#include "workflows/plan_space.hpp"
 
 namespace tpusim::workflows {
 
@@ -167,6 +168,19 @@ void check_grid(const FitSearch& search, const Json& current, const std::string&
       throw ConfigError(option, "", value_text(v), "a whole number: " + path + " is an integer field");
 }
 
+/// --plan's options: only with --plan, a time limit in range, a readable plan space, and not
+/// with --intervals (a search per end of each range would re-plan at every probe of each).
+void check_plan_options(const FitOptions& o) {
+  if (!o.plan && o.plan_time_limit_s != 0)
+    throw ConfigError("--plan-time-limit", "", Json(o.plan_time_limit_s).dump(), "--plan as well");
+  if (!o.plan && !o.plan_space.empty()) throw ConfigError("--plan-space", "", o.plan_space, "--plan as well");
+  if (o.plan && o.intervals)
+    throw ConfigError("--intervals", "", "with --plan",
+                      "one of the two (intervals over re-planned searches: not yet)");
+  check_timeout("--plan-time-limit", o.plan_time_limit_s);
+  if (!o.plan_space.empty()) read_plan_space(o.plan_space);
+}
+
 }  // namespace
 
 namespace {
@@ -179,6 +193,7 @@ FitSearch search_grid(const FitOptions& o) {
   search.max = o.max;
   search.step = o.step.value_or(1);
   check_timeout("--probe-timeout", o.probe_timeout_s);
+  check_plan_options(o);
   if (!(search.step > 0)) throw ConfigError("--step", "", value_text(search.step), "a number > 0");
   if (o.max && *o.max < search.min)
     throw ConfigError("--max", "", value_text(*o.max), "a value >= --min (" + value_text(search.min) + ")");
@@ -199,9 +214,43 @@ FitSearch search_grid(const FitOptions& o) {
   return search;
 }
 
-/// One probe: `tpusim run --require-fit` at `v` in a child. A value whose resident state alone
-/// overflows answers at once (exit 1, a small result with "simulated": false).
+/// One probe with --plan: `tpusim plan` at `v` in a child. Its best plan's run is the result
+/// ("plan" its label); no plan fitting is "does not fit", with the usable HBM and, as the peak,
+/// nothing (no candidate ran within it).
+Probe plan_probe(const FitOptions& o, double v) {
+  std::vector<std::string> args = {"plan", o.study, "--json", "-j", std::to_string(job_count(o.jobs))};
+  if (o.plan_time_limit_s > 0) args.insert(args.end(), {"--time-limit", Json(o.plan_time_limit_s).dump()});
+  if (!o.plan_space.empty()) args.insert(args.end(), {"--space", o.plan_space});
+  for (const auto& s : o.sets) args.insert(args.end(), {"--set", s});
+  args.insert(args.end(), {"--set", o.path + "=" + value_text(v)});
+  const ChildResult child = run_self(args, o.probe_timeout_s);
+  Probe p;
+  p.value = v;
+  if (child.exit_code == 2) {
+    p.error = failure_text(child);  // invalid at this value: an answer
+    return p;
+  }
+  Json plan;
+  if ((child.exit_code == 0 || child.exit_code == 1) && !child.out.empty())
+    plan = Json::parse(child.out, nullptr, false);
+  if (!plan.is_object()) throw ProbeFailed(o.path + " = " + value_text(v) + ": " + failure_text(child));
+  if (plan.value("best", Json(nullptr)).is_null()) {
+    p.result = Json{{"fits", false},
+                    {"plan", nullptr},
+                    {"hbm_capacity_bytes", plan.value("hbm_capacity_bytes", Json(nullptr))}};
+    return p;
+  }
+  p.result = plan["best"]["result"];
+  p.result["plan"] = plan["best"]["plan"];
+  p.fits = p.result["fits"].get<bool>();
+  return p;
+}
+
+/// One probe: `tpusim run --require-fit` at `v` in a child (with --plan, a plan search). A value
+/// whose resident state alone overflows answers at once (exit 1, a small result with
+/// "simulated": false).
 Probe run_probe(const FitOptions& o, double v) {
+  if (o.plan) return plan_probe(o, v);
   std::vector<std::string> args = {"run", o.study, "--json", "--require-fit"};
   for (const auto& s : o.sets) args.insert(args.end(), {"--set", s});
   args.insert(args.end(), {"--set", o.path + "=" + value_text(v)});
@@ -229,6 +278,27 @@ Probe run_probe(const FitOptions& o, double v) {
   return p;
 }
 
+/// " of <usable HBM>" after a peak (", usable ..." after a plan probe with none); nothing when
+/// the answer does not say.
+std::string capacity_text(const Probe& p) {
+  const Json capacity = p.result.value("hbm_capacity_bytes", Json(nullptr));
+  if (!capacity.is_number()) return "";
+  return (p.result.contains("peak_hbm_bytes") ? " of " : ", usable ") +
+         reports::human_bytes(capacity.get<double>());
+}
+
+/// A probe's verdict in words: fits or not, with its peak (and plan, with --plan).
+std::string verdict_text(const Probe& p) {
+  std::string text = p.fits ? "fits" : "does not fit";
+  if (p.result.contains("plan"))
+    return text + (p.result["plan"].is_null()
+                       ? " (no plan runs in HBM)"
+                       : ", with " + p.result["plan"].get<std::string>() + ", peak " +
+                             reports::human_bytes(p.result["peak_hbm_bytes"].get<double>()));
+  return text + ", " + (p.result.value("simulated", true) ? "peak " : "resident state alone ") +
+         reports::human_bytes(p.result["peak_hbm_bytes"].get<double>());
+}
+
 /// Each probe as it finishes, on stderr: a line updated in place on a terminal, a line each
 /// otherwise (a search of a large study takes minutes and must not look stuck).
 class ProbeProgress {
@@ -238,10 +308,7 @@ class ProbeProgress {
     if (tty_ && done_ > 0) std::cerr << "\n";
   }
   void report(const Probe& p) {
-    const std::string verdict = !p.error.empty()
-                                    ? std::string("invalid at this value")
-                                    : std::string(p.fits ? "fits" : "does not fit") + ", peak " +
-                                          reports::human_bytes(p.result["peak_hbm_bytes"].get<double>());
+    const std::string verdict = !p.error.empty() ? std::string("invalid at this value") : verdict_text(p);
     char line[512];
     std::snprintf(
         line, sizeof line, "%stpusim fit: probe %d: %s = %s: %s (%.0f s elapsed)%s", tty_ ? "\r\033[K" : "",
@@ -312,7 +379,8 @@ Json fit_json(const FitOptions& o, const FitResult& r) {
     if (!p.error.empty())
       row["error"] = p.error;
     else
-      row["peak_hbm_bytes"] = p.result["peak_hbm_bytes"];
+      row["peak_hbm_bytes"] = p.result.value("peak_hbm_bytes", Json(nullptr));
+    if (o.plan && p.error.empty()) row["plan"] = p.result["plan"];
     probes.push_back(row);
     if (r.outcome.max_fitting && p.value == *r.outcome.max_fitting) best = p.result;
   }
@@ -333,10 +401,7 @@ std::string fit_text(const FitOptions& o, const FitResult& r) {
     if (!p.error.empty())
       out << "invalid or failed (" << p.error.substr(0, p.error.find('\n', p.error.find('\n') + 1)) << ")\n";
     else
-      out << (p.fits ? "fits" : "does not fit") << ", "
-          << (p.result.value("simulated", true) ? "peak " : "resident state alone ")
-          << reports::human_bytes(p.result["peak_hbm_bytes"].get<double>()) << " of "
-          << reports::human_bytes(p.result["hbm_capacity_bytes"].get<double>()) << "\n";
+      out << verdict_text(p) << capacity_text(p) << "\n";
   }
   const Json& spread = r.intervals;
   if (r.outcome.max_fitting)

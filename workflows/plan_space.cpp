@@ -84,10 +84,23 @@ const std::vector<Json>& remat_policies() {
 /// A candidate's re-materialization: anything but false.
 bool rematerialized(const Json& c) { return c.contains("remat") && c.at("remat") != false; }
 
+/// The gradient accumulation steps data parallelism is tried with: 1, 2, 4 and 8 (or the
+/// space's list) where they divide the examples each replica takes; 1 alone for fully sharded
+/// weights (gathered per micro-batch: not modelled).
+std::vector<std::int64_t> accumulation_steps(const Study& study, const PlanSpace& space,
+                                             const std::string& update) {
+  const std::int64_t per_replica = study.batch / std::max(1, study.cores());
+  std::vector<std::int64_t> out;
+  for (const std::int64_t a : space.accumulation_steps.value_or(std::vector<std::int64_t>{1, 2, 4, 8}))
+    if (a == 1 || (update != "fully_sharded" && per_replica % a == 0)) out.push_back(a);
+  return out;
+}
+
 /// Data parallelism: the update replicated, sharded or fully sharded, fp32 or bf16 gradients,
 /// gradient buckets of a quarter, one and four times the hardware's all-reduce combine threshold
-/// (fully sharded: one layer each), and each layer's activations kept, re-materialized or
-/// re-materialized but for the matmuls' outputs.
+/// (fully sharded: one layer each), each layer's activations kept, re-materialized or
+/// re-materialized but for the matmuls' outputs, and the replica's batch in one micro-batch or
+/// accumulated over several.
 void data_parallel(const Study& study, const PlanSpace& space, std::vector<Json>& out) {
   const double combine = study.hardware.core.allreduce_combine_threshold_bytes;
   for (const std::string update : {"replicated", "sharded", "fully_sharded"}) {
@@ -100,12 +113,14 @@ void data_parallel(const Study& study, const PlanSpace& space, std::vector<Json>
         const std::vector<double> buckets = update == "fully_sharded"
                                                 ? std::vector<double>{combine}
                                                 : std::vector<double>{combine / 4, combine, combine * 4};
-        for (double bucket : buckets) {
-          Json c{{"kind", "data_parallel"}, {"weight_update", update}, {"gradient_dtype", dtype}};
-          if (update != "fully_sharded") c["gradient_bucket_bytes"] = std::max(1.0, std::round(bucket));
-          if (remat != false) c["remat"] = remat;
-          out.push_back(std::move(c));
-        }
+        for (double bucket : buckets)
+          for (const std::int64_t accumulate : accumulation_steps(study, space, update)) {
+            Json c{{"kind", "data_parallel"}, {"weight_update", update}, {"gradient_dtype", dtype}};
+            if (update != "fully_sharded") c["gradient_bucket_bytes"] = std::max(1.0, std::round(bucket));
+            if (remat != false) c["remat"] = remat;
+            if (accumulate > 1) c["accumulation_steps"] = accumulate;
+            out.push_back(std::move(c));
+          }
       }
     }
   }
@@ -273,6 +288,8 @@ PlanSpace read_plan_space(const std::string& file) {
     s.virtual_stages = read_list<std::int64_t>(
         f, "virtual_stages", "an integer >= 1 (model chunks per one_f_one_b stage: 1, 2 or 4 are searched)");
     s.remat = read_list<Json>(f, "remat", "true, false or \"save_dots\"");
+    s.accumulation_steps = read_list<std::int64_t>(
+        f, "accumulation_steps", "an integer >= 1 (data parallelism's micro-batches per replica)");
     s.weight_update = read_choices(f, "weight_update", {"replicated", "sharded", "fully_sharded"});
     s.gradient_dtype = read_choices(f, "gradient_dtype", {"fp32", "bf16"});
     s.attention = read_choices(f, "attention", {"standard", "flash"});
@@ -319,8 +336,8 @@ std::int64_t batch_norm_group(const Study& study) {
 
 /// Keeps the study's batch-norm groups in every candidate: a training setting, not a way to
 /// split the work. Candidates that cannot honour them are left out: pipelines (each stage keeps
-/// its micro-batches' statistics), re-materialized data parallelism and layouts whose batch
-/// replicas they do not divide.
+/// its micro-batches' statistics), re-materialized or accumulating data parallelism and layouts
+/// whose batch replicas they do not divide.
 std::vector<Json> with_batch_norm_group(std::vector<Json> candidates, std::int64_t group) {
   if (group <= 1) return candidates;
   std::vector<Json> out;
@@ -333,7 +350,7 @@ std::vector<Json> with_batch_norm_group(std::vector<Json> candidates, std::int64
           replicas = axis[1].get<std::int64_t>();
       if (replicas % group != 0) continue;
     } else if (kind != "data_parallel" || rematerialized(c) ||
-               c.value("weight_update", "") == "fully_sharded") {
+               c.value("weight_update", "") == "fully_sharded" || c.contains("accumulation_steps")) {
       continue;  // not modelled with cross-replica batch norm
     }
     c["batch_norm_group"] = group;
@@ -366,9 +383,10 @@ std::string plan_label(const Json& s) {
     const double bucket = s.value("gradient_bucket_bytes", 0.0);
     char mib[32];
     std::snprintf(mib, sizeof mib, "%g", bucket / (1 << 20));
+    const std::int64_t accumulate = s.value("accumulation_steps", std::int64_t(1));
     return "data_parallel " + s.value("weight_update", "replicated") + " " +
            s.value("gradient_dtype", "fp32") + (bucket > 0 ? std::string(" bucket ") + mib + " MiB" : "") +
-           remat_label(s);
+           (accumulate > 1 ? " accum " + std::to_string(accumulate) : "") + remat_label(s);
   }
   if (kind == "mesh") {
     std::string mesh, on_model, on_second;
@@ -444,6 +462,13 @@ Json data_parallel_of(std::vector<std::string> w) {
   if (w.size() >= 3 && w[0] == "bucket" && w[2] == "MiB") {
     s["gradient_bucket_bytes"] = std::max(1.0, std::round(std::stod(w[1]) * double(1 << 20)));
     w.erase(w.begin(), w.begin() + 3);
+  }
+  if (w.size() >= 2 && w[0] == "accum") {
+    std::size_t used = 0;
+    const long long a = std::stoll(w[1], &used);
+    if (used != w[1].size() || a < 2) return nullptr;
+    s["accumulation_steps"] = a;
+    w.erase(w.begin(), w.begin() + 2);
   }
   read_remat_word(w, s, nullptr);
   return w.empty() ? s : Json(nullptr);

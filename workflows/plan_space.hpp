@@ -24,6 +24,9 @@ struct PlanSpace {
   /// Model chunks per one_f_one_b stage (Megatron's interleaving); absent: 1, 2 and 4 where the
   /// micro-batches are a multiple of the stages and the layers suffice.
   std::optional<std::vector<std::int64_t>> virtual_stages;
+  /// Data parallelism's micro-batches per replica whose gradients are accumulated; absent: 1, 2,
+  /// 4 and 8 where they divide the examples each replica takes (not with fully sharded weights).
+  std::optional<std::vector<std::int64_t>> accumulation_steps;
   /// Re-materialization policies (false, true, "save_dots").
   std::optional<std::vector<Json>> remat;
   std::optional<std::vector<std::string>> weight_update, gradient_dtype;

@@ -20,6 +20,7 @@
 #include "schedules/study.hpp"
 #include "workflows/child_process.hpp"
 #include "workflows/output_file.hpp"
+#include "workflows/plan_space.hpp"
 #include "workflows/sweep_grid.hpp"
 
 namespace fs = std::filesystem;
@@ -47,25 +48,35 @@ std::string csv_field(const Json& v) {
   return s;
 }
 
-std::string csv_header(const std::vector<std::string>& paths) {
+/// results.csv's columns: the swept paths, the figures, the plan's label in a sweep that re-plans
+/// each point, and the error.
+struct Columns {
+  std::vector<std::string> paths;
+  bool planned = false;
+};
+
+std::string csv_header(const Columns& columns) {
   std::string line;
-  for (const auto& p : paths) line += csv_field(Json(p)) + ",";
+  for (const auto& p : columns.paths) line += csv_field(Json(p)) + ",";
   for (const char* m : kMetrics) line += std::string(m) + ",";
-  return line + "error\n";
+  return line + (columns.planned ? "plan," : "") + "error\n";
 }
 
-std::string csv_row(const std::vector<std::string>& paths, const Json& record) {
+std::string csv_row(const Columns& columns, const Json& record) {
   std::string line;
-  for (const auto& p : paths) line += csv_field(record["point"].value(p, Json(nullptr))) + ",";
+  for (const auto& p : columns.paths) line += csv_field(record["point"].value(p, Json(nullptr))) + ",";
+  const Json& result = record["result"];
   for (const char* m : kMetrics)
-    line += (record["result"].is_null() ? "" : csv_field(record["result"].value(m, Json(nullptr)))) + ",";
+    line += (result.is_null() ? "" : csv_field(result.value(m, Json(nullptr)))) + ",";
+  if (columns.planned) line += (result.is_null() ? "" : csv_field(result.value("plan", Json(nullptr)))) + ",";
   return line + csv_field(record["error"]) + "\n";
 }
 
-std::vector<std::string> swept_paths(const Json& meta) {
-  std::vector<std::string> paths;
-  for (const auto& a : meta["axes"]) paths.push_back(a["path"].get<std::string>());
-  return paths;
+Columns swept_paths(const Json& meta) {
+  Columns columns;
+  for (const auto& a : meta["axes"]) columns.paths.push_back(a["path"].get<std::string>());
+  columns.planned = meta.contains("plan");
+  return columns;
 }
 
 /// A sweep record as the sweep keeps it: its summary (reports::sweep_summary: the point, its
@@ -268,9 +279,9 @@ std::vector<StoredRecord> resumed_records(const SweepOptions& o, const fs::path&
                       "another sweep)");
   }
   if (!old.is_object() || old["study"] != meta["study"] || old["axes"] != meta["axes"] ||
-      old["sets"] != meta["sets"]) {
+      old["sets"] != meta["sets"] || old.value("plan", Json()) != meta.value("plan", Json())) {
     throw ConfigError("--resume", "", "a different sweep in " + dir.string(),
-                      "the same study, --set and axes as the sweep being resumed");
+                      "the same study, --set, axes and --plan options as the sweep being resumed");
   }
   if (old["shard"] != meta["shard"]) {
     throw ConfigError("--shard", "",
@@ -288,12 +299,37 @@ std::vector<StoredRecord> resumed_records(const SweepOptions& o, const fs::path&
   return records;
 }
 
-/// One point as a `tpusim run` child: its record, with the result or the error. Whatever goes
-/// wrong with it (the child, its output, its text) is that point's error: the sweep goes on.
-Json run_point(const SweepOptions& o, const Point& p) {
-  std::vector<std::string> args = {"run", o.study, "--json"};
+/// The child's arguments for point `p`: `tpusim run`, or with --plan `tpusim plan` (one job: the
+/// sweep runs its points side by side).
+std::vector<std::string> point_arguments(const SweepOptions& o, const Point& p) {
+  std::vector<std::string> args = {o.plan ? "plan" : "run", o.study, "--json"};
+  if (o.plan) args.insert(args.end(), {"-j", "1"});
+  if (o.plan && o.plan_time_limit_s > 0)
+    args.insert(args.end(), {"--time-limit", Json(o.plan_time_limit_s).dump()});
+  if (o.plan && !o.plan_space.empty()) args.insert(args.end(), {"--space", o.plan_space});
   for (const auto& s : o.sets) args.insert(args.end(), {"--set", s});
   for (auto& a : p.set_arguments()) args.push_back(a);
+  return args;
+}
+
+/// A `tpusim plan` child's answer as a point's result: the best plan's run, with its label
+/// ("plan") and whether the search finished ("plan_complete"); none fits: the point's error.
+void take_plan(const ChildResult& child, Json& record) {
+  const Json plan = Json::parse(child.out);
+  if (plan.value("best", Json(nullptr)).is_null()) {
+    record["error"] = one_line(child.err.empty() ? "no plan fits" : child.err);
+    return;
+  }
+  Json result = plan["best"]["result"];
+  result["plan"] = plan["best"]["plan"];
+  result["plan_complete"] = plan.value("complete", true);
+  record["result"] = std::move(result);
+}
+
+/// One point as a `tpusim run` child (with --plan, a `tpusim plan` child): its record, with the
+/// result or the error. Whatever goes wrong with it (the child, its output, its text) is that
+/// point's error: the sweep goes on.
+Json run_point(const SweepOptions& o, const Point& p) {
   Json record{{"index", p.index},
               {"key", p.key()},
               {"point", Json::object()},
@@ -301,8 +337,10 @@ Json run_point(const SweepOptions& o, const Point& p) {
               {"error", nullptr}};
   for (const auto& [path, value] : p.settings) record["point"][path] = value;
   try {
-    const ChildResult child = run_self(args, o.point_timeout_s);
-    if (child.exit_code == 0)
+    const ChildResult child = run_self(point_arguments(o, p), o.point_timeout_s);
+    if (o.plan && (child.exit_code == 0 || child.exit_code == 1) && !child.out.empty())
+      take_plan(child, record);
+    else if (child.exit_code == 0)
       record["result"] = Json::parse(child.out);
     else
       record["error"] =
@@ -407,7 +445,17 @@ Json sweep_point_record(const SweepOptions& o, const Json& spec) {
 
 Json sweep_record_summary(const Json& record) { return reports::sweep_summary(record); }
 
+/// --plan's options: only with --plan, a time limit in range, a readable plan space.
+void check_plan_options(const SweepOptions& o) {
+  if (!o.plan && o.plan_time_limit_s != 0)
+    throw ConfigError("--plan-time-limit", "", Json(o.plan_time_limit_s).dump(), "--plan as well");
+  if (!o.plan && !o.plan_space.empty()) throw ConfigError("--plan-space", "", o.plan_space, "--plan as well");
+  check_timeout("--plan-time-limit", o.plan_time_limit_s);
+  if (!o.plan_space.empty()) read_plan_space(o.plan_space);
+}
+
 SweepOutcome sweep_study(const SweepOptions& o) {
+  check_plan_options(o);
   const auto [grid, zip] = sweep_axes(o);
   const auto all = enumerate_points(grid, zip);
   load_study(o.study, o.sets);  // the study itself must be valid; points may still fail
@@ -423,6 +471,9 @@ SweepOutcome sweep_study(const SweepOptions& o) {
   for (const auto* axes : {&grid, &zip})
     for (const auto& a : *axes)
       meta["axes"].push_back(Json{{"path", a.path}, {"values", a.values}, {"zip", axes == &zip}});
+  if (o.plan)
+    meta["plan"] = Json{{"time_limit_s", o.plan_time_limit_s},
+                        {"space", o.plan_space.empty() ? Json(nullptr) : Json(o.plan_space)}};
 
   const fs::path dir = o.out.empty() ? fs::path("out/sweep") : fs::path(o.out);
   make_output_directory(dir);
@@ -444,7 +495,8 @@ SweepOutcome merge_sweeps(const std::vector<std::string>& dirs, const std::strin
     Json m = read_json_file(fs::path(d) / "sweep.json");
     if (meta.is_null()) {
       meta = m;
-    } else if (m["study"] != meta["study"] || m["axes"] != meta["axes"] || m["sets"] != meta["sets"]) {
+    } else if (m["study"] != meta["study"] || m["axes"] != meta["axes"] || m["sets"] != meta["sets"] ||
+               m.value("plan", Json()) != meta.value("plan", Json())) {
       throw ConfigError("merge", "", d,
                         "a shard of the same sweep as " + dirs.front() + " (same study, --set and axes)");
     }

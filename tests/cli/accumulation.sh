@@ -33,4 +33,25 @@ for bad in 3 0; do
   "$tpusim" run "$study" "${args[@]}" --set schedule.accumulation_steps=$bad > /dev/null 2> "$work/err" || status=$?
   test "$status" -eq 2 && grep -q "schedule.accumulation_steps: found $bad" "$work/err"
 done
+# plan searches it: where one micro-batch per replica is over HBM (2048 examples on v3-8, the
+# compiler's own re-materialization off) and data parallelism may not re-materialize, the best
+# plan accumulates, fits, and its label reads back into that schedule.
+cat > "$work/space.json" <<'EOF2'
+{"schema": "tpusim.plan_space/1", "kinds": ["data_parallel"], "remat": [false], "weight_update": ["replicated"],
+ "gradient_dtype": ["fp32"], "attention": ["standard"]}
+EOF2
+"$tpusim" plan "$study" --set slice=v3-8 --set batch=2048 --set model.layers=4 --set compiler_remat=false \
+  --space "$work/space.json" -j 2 --json --out "$work/plan" > "$work/plan.json" 2> /dev/null
+python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+plan = json.load(open(f"{w}/plan.json"))
+best = plan["best"]
+assert best["result"]["fits"] and best["schedule"].get("accumulation_steps", 1) > 1, best["plan"]
+assert f" accum {best['schedule']['accumulation_steps']}" in best["plan"], best["plan"]
+assert json.load(open(f"{w}/plan/best.json"))["schedule"]["accumulation_steps"] == best["schedule"]["accumulation_steps"]
+PY
+"$tpusim" run "$study" --set slice=v3-8 --set batch=2048 --set model.layers=4 --set compiler_remat=false \
+  --plan-label "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["best"]["plan"])' "$work/plan.json")" \
+  --require-fit > /dev/null
 echo "gradient accumulation: passed"
