@@ -284,10 +284,7 @@ void add_dask(CLI::App* cmd, std::string& address) {
 /// Runs `action`, its children on the Dask cluster at `address` when one is given (`jobs` 0 then
 /// becomes the cluster's worker threads).
 int on_cluster(const std::string& address, int& jobs, const std::function<int()>& action) {
-  if (address.empty()) return action();
-  workflows::DaskRunner cluster(address);
-  if (jobs == 0) jobs = cluster.threads();
-  return action();
+  return workflows::with_cluster(address, jobs, action);
 }
 
 void add_sweep_and_merge(CLI::App& app, Commands& commands) {

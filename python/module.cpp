@@ -178,13 +178,9 @@ py::object validate(const std::vector<std::string>& cases, int jobs, bool interv
   o.sensitivity = sensitivity;
   o.hardware_overrides = hardware_override;
   o.dir = cases_dir;
-  return in_child([o, dask]() mutable {
-    std::optional<tpusim::workflows::DaskRunner> cluster;  // the cases' simulations on its workers
-    if (!dask.empty()) {
-      cluster.emplace(dask);
-      if (o.jobs == 0) o.jobs = cluster->threads();
-    }
-    return tpusim::workflows::validate_cases(o).report;
+  return in_child([o, dask]() mutable {  // the cases' simulations on the cluster's workers, if any
+    return tpusim::workflows::with_cluster(dask, o.jobs,
+                                           [&] { return tpusim::workflows::validate_cases(o).report; });
   });
 }
 
@@ -249,13 +245,9 @@ py::object plan(const std::string& study, const py::object& set, const std::stri
   o.jobs = jobs;
   o.top = top;
   o.time_limit_s = time_limit;
-  return in_child([o, dask]() mutable {
-    std::optional<tpusim::workflows::DaskRunner> cluster;  // the candidates' simulations on its workers
-    if (!dask.empty()) {
-      cluster.emplace(dask);
-      if (o.jobs == 0) o.jobs = cluster->threads();
-    }
-    return tpusim::workflows::plan_study(o).plan;
+  return in_child([o, dask]() mutable {  // the candidates' simulations on the cluster's workers, if any
+    return tpusim::workflows::with_cluster(dask, o.jobs,
+                                           [&] { return tpusim::workflows::plan_study(o).plan; });
   });
 }
 

@@ -54,4 +54,16 @@ class DaskRunner {
   ChildRunner previous_;
 };
 
+/// Runs `work` with every child it starts on the Dask cluster at `address` (empty: here); `jobs`
+/// 0 becomes the cluster's worker threads.
+template <class Work>
+auto with_cluster(const std::string& address, int& jobs, Work&& work) {
+  std::optional<DaskRunner> cluster;
+  if (!address.empty()) {
+    cluster.emplace(address);
+    if (jobs == 0) jobs = cluster->threads();
+  }
+  return work();
+}
+
 }  // namespace tpusim::workflows
