@@ -1,8 +1,8 @@
 // The state of a slice's network and chips beyond what the hardware file says of every link and
 // chip: a bandwidth scale per directed ICI link and a speed scale per chip (1 = as specified).
 // Uniform by default; a degraded link, a failed one or a slow chip is a network state. The
-// engine's platform applies it, and the symmetry proof refuses representative simulation
-// unless it is uniform.
+// engine's platform applies it; the symmetry proof refuses representative rings unless its links
+// are uniform, and the cluster reduction simulates one cluster of each kind of chip speeds.
 #pragma once
 
 #include <vector>
@@ -23,6 +23,12 @@ struct NetworkState {
     for (double s : link_bandwidth_scale)
       if (s != 1.0) return false;
     for (double s : chip_speed_scale)
+      if (s != 1.0) return false;
+    return true;
+  }
+  /// Every link as specified (chips may differ in speed: collectives' flows do not compute).
+  bool links_uniform() const {
+    for (double s : link_bandwidth_scale)
       if (s != 1.0) return false;
     return true;
   }

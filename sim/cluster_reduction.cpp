@@ -30,7 +30,8 @@ ClusterReduction none(std::string why) {
 /// The reduction's bookkeeping while it checks congruence.
 class Reducer {
  public:
-  Reducer(const TaskGraph& g, const CollectivePlanner& planner) : g_(g), planner_(planner) {}
+  Reducer(const TaskGraph& g, const CollectivePlanner& planner, const NetworkState& network)
+      : g_(g), planner_(planner), network_(network) {}
 
   ClusterReduction run() {
     for (int id = 0; id < g_.size(); ++id)
@@ -38,6 +39,7 @@ class Reducer {
     if (std::string why = find_clusters(); !why.empty()) return none(why);
     if (std::string why = pair_tasks(); !why.empty()) return none(why);
     if (std::string why = check_congruence(); !why.empty()) return none(why);
+    sort_into_kinds();
     ClusterReduction r = build();
     if (std::string why = check_collectives_against_transfers(r); !why.empty()) return none(why);
     r.applied = true;
@@ -294,8 +296,37 @@ class Reducer {
     return check_dependencies();
   }
 
-  /// The task a step's task runs as: itself for a collective or the first cluster's, its image.
+  /// The task a step's task stands for in the first cluster: itself for a shared collective.
   int mapped(int id) const { return image_[std::size_t(id)] < 0 ? id : image_[std::size_t(id)]; }
+
+  /// The clusters by the speeds of their chips (by core, in cluster order): congruent clusters of
+  /// one kind run alike; the first cluster of each kind is simulated for all of its kind.
+  void sort_into_kinds() {
+    const int cpc = planner_.cores_per_chip();
+    std::map<std::vector<double>, int> first_of_kind;
+    representative_.assign(clusters_.size(), 0);
+    for (std::size_t k = 0; k < clusters_.size(); ++k) {
+      std::vector<double> speeds;
+      for (int core : clusters_[k]) speeds.push_back(network_.chip_scale(core / cpc));
+      representative_[k] = first_of_kind.emplace(speeds, int(k)).first->second;
+    }
+    kinds_ = int(first_of_kind.size());
+    counterpart_.assign(clusters_.size(), {});
+    for (int id = 0; id < g_.size(); ++id)
+      if (anchor(id) >= 0) {
+        const int k = cluster_of_[std::size_t(anchor(id))];
+        if (representative_[std::size_t(k)] == k) counterpart_[std::size_t(k)][mapped(id)] = id;
+      }
+  }
+
+  /// The task a step's task runs as: itself for a shared collective, else its counterpart in the
+  /// simulated cluster of its cluster's kind.
+  int simulated_as(int id) const {
+    if (image_[std::size_t(id)] < 0) return id;
+    const int k = representative_[std::size_t(cluster_of_[std::size_t(anchor(id))])];
+    return k == 0 ? image_[std::size_t(id)] : counterpart_[std::size_t(k)].at(mapped(id));
+  }
+  bool simulated_cluster(int k) const { return k >= 0 && representative_[std::size_t(k)] == k; }
 
   std::string check_dependencies() const {
     std::unordered_set<std::uint64_t> kept;
@@ -319,32 +350,40 @@ class Reducer {
   ClusterReduction build() const {
     ClusterReduction r;
     r.clusters = int(clusters_.size());
+    r.kinds = kinds_;
     r.cores_per_cluster = int(clusters_.front().size());
     r.graph = TaskGraph(g_.cores());
     r.simulated_task.assign(std::size_t(g_.size()), -1);
     r.simulated_core.resize(std::size_t(g_.cores()));
+    r.cluster_of_core = cluster_of_;
     for (int c = 0; c < g_.cores(); ++c) {
       const int k = cluster_of_[std::size_t(c)];
-      r.simulated_core[std::size_t(c)] = k < 0 ? c : clusters_[0][std::size_t(local_[std::size_t(c)])];
-      if (k > 0) continue;
+      r.simulated_core[std::size_t(c)] =
+          k < 0
+              ? c
+              : clusters_[std::size_t(representative_[std::size_t(k)])][std::size_t(local_[std::size_t(c)])];
+      if (k >= 0 && !simulated_cluster(k)) continue;
       for (int cat = 0; cat < kMemoryCategories; ++cat)
         r.graph.resident(c, MemoryCategory(cat), g_.resident()[std::size_t(c)][std::size_t(cat)]);
     }
     for (int id = 0; id < g_.size(); ++id) {
-      if (mapped(id) != id) continue;
+      if (simulated_as(id) != id) continue;
       Task t = g_.task(id);
       // Memory effects on the other clusters' cores are theirs to mirror.
-      std::erase_if(t.memory, [&](const MemoryEffect& m) { return cluster_of_[std::size_t(m.core)] > 0; });
+      std::erase_if(t.memory, [&](const MemoryEffect& m) {
+        const int k = cluster_of_[std::size_t(m.core)];
+        return k >= 0 && !simulated_cluster(k);
+      });
       r.simulated_task[std::size_t(id)] = r.graph.add(std::move(t));
       r.step_task.push_back(id);
     }
     for (int id = 0; id < g_.size(); ++id)
       if (r.simulated_task[std::size_t(id)] < 0)
-        r.simulated_task[std::size_t(id)] = r.simulated_task[std::size_t(mapped(id))];
+        r.simulated_task[std::size_t(id)] = r.simulated_task[std::size_t(simulated_as(id))];
     for (int u = 0; u < g_.size(); ++u) {
-      if (mapped(u) != u) continue;
+      if (simulated_as(u) != u) continue;
       for (int v : g_.successors(u))
-        if (mapped(v) == v)
+        if (simulated_as(v) == v)
           r.graph.depend(r.simulated_task[std::size_t(u)], r.simulated_task[std::size_t(v)]);
     }
     r.orbit.resize(std::size_t(r.graph.size()));
@@ -354,7 +393,7 @@ class Reducer {
         orbit = {id};
         continue;
       }
-      orbit.resize(clusters_.size(), -1);  // each cluster's counterpart, by cluster
+      orbit.resize(clusters_.size(), -1);  // each cluster's counterpart of its kind, by cluster
       orbit[std::size_t(cluster_of_[std::size_t(anchor(id))])] = id;
     }
     for (int id = 0; id < g_.size(); ++id)
@@ -398,20 +437,25 @@ class Reducer {
 
   const TaskGraph& g_;
   const CollectivePlanner& planner_;
+  const NetworkState& network_;
   std::vector<std::vector<long long>> links_;  ///< by transfer or local collective: the links it crosses
   std::vector<std::vector<int>> clusters_;     ///< cores of each cluster, ascending; clusters by first core
   std::vector<int> cluster_of_, local_;        ///< by core: its cluster (-1: idle) and index in it
   std::vector<int> image_;  ///< by task: the first cluster's counterpart (-1: a shared collective)
   std::vector<std::vector<int>> comms_of_;  ///< by cluster: its transfers and local collectives
   std::vector<bool> local_collective_;      ///< by task: a collective among one cluster's cores
+  std::vector<int> representative_;         ///< by cluster: the simulated cluster of its kind (chip speeds)
+  int kinds_ = 1;
+  /// By simulated cluster (other than the first): the first cluster's task -> this cluster's.
+  std::vector<std::map<int, int>> counterpart_;
 };
 
 }  // namespace
 
 ClusterReduction reduce_to_one_cluster(const TaskGraph& graph, const CollectivePlanner& planner,
                                        const NetworkState& network) {
-  if (!network.uniform()) return none("the links or chips are not uniform");
-  return Reducer(graph, planner).run();
+  if (!network.links_uniform()) return none("the links are not uniform");
+  return Reducer(graph, planner, network).run();
 }
 
 }  // namespace tpusim::sim

@@ -5,13 +5,15 @@
 //
 // Clusters are the cores joined by point-to-point transfers, by dependencies between their
 // tasks, or by transfers whose routes share a link; idle cores (no task) are left out. The
-// reduction applies when the network is uniform, every cluster is congruent with the first one
+// reduction applies when the links are uniform, every cluster is congruent with the first one
 // (the k-th core of each, by core id, runs the same program: the same durations, memory effects
 // and resident state, the same transfers with the same bytes, route lengths and link sharing, and
 // every dependency maps onto one of the first cluster's or of a collective), and every transfer
 // that shares a link with a collective (anywhere: the collective's every group, every cluster's
 // transfers) is ordered with it. The collectives themselves stay whole tasks; the rings proof
-// (sim/symmetry.hpp) then decides how their rings are simulated.
+// (sim/symmetry.hpp) then decides how their rings are simulated. Chips of other speeds (a slow
+// chip) sort the clusters into kinds by their cores' speeds: the first cluster of each kind is
+// simulated, for every cluster of its kind, and a shared collective waits for them all.
 #pragma once
 
 #include <map>
@@ -34,15 +36,18 @@ struct ClusterReduction {
   /// Why not, when not: "none: ...".
   std::string reason;
   int clusters = 1;           ///< congruent clusters of the step
+  int kinds = 1;              ///< kinds of clusters by their chips' speeds: one of each is simulated
   int cores_per_cluster = 0;  ///< cores in each
-  /// The graph to simulate: the first cluster's tasks and every collective (same core numbering).
+  /// The graph to simulate: the simulated clusters' tasks (the first cluster of each kind) and
+  /// every shared collective (same core numbering).
   TaskGraph graph{0};
   std::vector<int> simulated_task;  ///< by task of the step: the simulated task it runs as
   std::vector<int> step_task;       ///< by simulated task: its task in the step
-  /// By simulated task: the step's tasks it stands for, one per cluster in cluster order (a
-  /// collective stands for itself).
+  /// By simulated task: the step's tasks it stands for, by cluster (-1 for a cluster of another
+  /// kind; a shared collective stands for itself).
   std::vector<std::vector<int>> orbit;
-  std::vector<int> simulated_core;  ///< by core: the first cluster's core it runs as (itself if idle)
+  std::vector<int> simulated_core;   ///< by core: the simulated cluster's core it runs as (itself if idle)
+  std::vector<int> cluster_of_core;  ///< by core: its cluster (-1: idle)
   /// By simulated transfer: the links every transfer of its orbit crosses (the rings proof checks
   /// them against the collectives).
   std::map<int, std::set<long long>> orbit_links;

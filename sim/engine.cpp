@@ -663,18 +663,12 @@ SimResult expand(const ClusterReduction& r, const TaskGraph& step, SimResult sim
     algorithms[std::size_t(id)] = out.collective_algorithms[std::size_t(s)];
   }
   // A core's peak task is the one of its own cluster that the simulated core's peak task stands for.
-  std::vector<int> cluster(std::size_t(step.cores()), -1);
-  std::vector<int> seen(std::size_t(step.cores()), 0);
-  for (int c = 0; c < step.cores(); ++c) {
-    const int first = r.simulated_core[std::size_t(c)];
-    if (first != c || !step.program(c).empty()) cluster[std::size_t(c)] = seen[std::size_t(first)]++;
-  }
   std::vector<CoreStats> cores(std::size_t(step.cores()));
   for (int c = 0; c < step.cores(); ++c) {
     CoreStats stats = out.cores[std::size_t(r.simulated_core[std::size_t(c)])];
     if (stats.peak_task >= 0) {
       const auto& orbit = r.orbit[std::size_t(stats.peak_task)];
-      const int k = cluster[std::size_t(c)];
+      const int k = r.cluster_of_core[std::size_t(c)];
       stats.peak_task =
           orbit.size() == 1 || k < 0 ? r.step_task[std::size_t(stats.peak_task)] : orbit[std::size_t(k)];
     }
@@ -686,8 +680,11 @@ SimResult expand(const ClusterReduction& r, const TaskGraph& step, SimResult sim
   out.tasks = std::move(tasks);
   out.collective_algorithms = std::move(algorithms);
   out.cores = std::move(cores);
-  out.simulation = "one of " + std::to_string(r.clusters) + " congruent clusters of " +
-                   std::to_string(r.cores_per_cluster) + " cores; collectives: " + out.symmetry;
+  out.simulation = (r.kinds == 1 ? "one of " + std::to_string(r.clusters)
+                                 : "one of each of " + std::to_string(r.kinds) +
+                                       " kinds (by chip speed) of " + std::to_string(r.clusters)) +
+                   " congruent clusters of " + std::to_string(r.cores_per_cluster) +
+                   " cores; collectives: " + out.symmetry;
   return out;
 }
 

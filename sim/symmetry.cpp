@@ -170,7 +170,7 @@ std::map<long long, std::vector<int>> transfers_by_link(
 SymmetryProof prove_symmetry(const TaskGraph& g, const CollectivePlanner& planner,
                              const NetworkState& network,
                              const std::map<int, std::set<long long>>* transfer_links) {
-  if (!network.uniform()) return none("the links or chips are not uniform");
+  if (!network.links_uniform()) return none("the links are not uniform");
   const auto transfers_on = transfers_by_link(g, planner, transfer_links);
   std::map<Family, std::vector<int>> family_tasks;
   for (int id = 0; id < g.size(); ++id)

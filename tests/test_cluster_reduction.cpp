@@ -77,14 +77,43 @@ TEST_CASE("pipeline replicas reduce to one replica with its stage transfers", "[
   CHECK(r.orbit_links.begin()->second.size() == 16);
 }
 
+TEST_CASE("a replica on a slow chip is a kind of its own, simulated beside the first", "[reduction]") {
+  const Topology t({4, 4}, {true, true});
+  const sim::CollectivePlanner planner(t, 2, kAlgorithms);
+  const auto g = pipeline_replicas(16);
+  NetworkState slow;
+  slow.chip_speed_scale.assign(16, 1.0);
+  slow.chip_speed_scale[5] = 0.9;  // chip 5: replica 5's two cores, 10 and 11
+  const auto r = sim::reduce_to_one_cluster(g, planner, slow);
+  REQUIRE(r.applied);
+  CHECK(r.clusters == 16);
+  CHECK(r.kinds == 2);
+  CHECK(r.graph.size() == 2 * 6 + 2);  // replica 0's and replica 5's tasks, and the two all-reduces
+  CHECK(r.simulated_core[10] == 10);
+  CHECK(r.simulated_core[11] == 11);
+  CHECK(r.simulated_core[14] == 0);
+  CHECK(r.simulated_core[15] == 1);
+  // Replica 5's tasks run as themselves, replica 7's as replica 0's; each orbit lists its kind's.
+  const int first_of_5 = 6 * 5, first_of_7 = 6 * 7;
+  CHECK(r.step_task[std::size_t(r.simulated_task[std::size_t(first_of_5)])] == first_of_5);
+  CHECK(r.simulated_task[std::size_t(first_of_7)] == r.simulated_task[0]);
+  const auto& orbit = r.orbit[std::size_t(r.simulated_task[0])];
+  CHECK(orbit[5] == -1);
+  CHECK(orbit[7] == first_of_7);
+  CHECK(r.orbit[std::size_t(r.simulated_task[std::size_t(first_of_5)])][5] == first_of_5);
+  // Every all-reduce waits for both simulated replicas.
+  const int ar = r.graph.size() - 2;
+  CHECK(r.graph.predecessors(ar).size() == 2);
+}
+
 TEST_CASE("a replica that differs, a slow link or functional mode refuses the reduction", "[reduction]") {
   const Topology t({4, 4}, {true, true});
   const sim::CollectivePlanner planner(t, 2, kAlgorithms);
   CHECK_THAT(sim::reduce_to_one_cluster(pipeline_replicas(16, 5e-3), planner, NetworkState{}).reason,
              Catch::Contains("differs from its counterpart"));
   NetworkState slow;
-  slow.chip_speed_scale.assign(16, 1.0);
-  slow.chip_speed_scale[5] = 0.9;
+  slow.link_bandwidth_scale.assign(std::size_t(t.link_id_bound()), 1.0);
+  slow.link_bandwidth_scale[3] = 0.5;
   CHECK_THAT(sim::reduce_to_one_cluster(pipeline_replicas(16), planner, slow).reason,
              Catch::Contains("not uniform"));
   auto g = pipeline_replicas(16);

@@ -212,7 +212,7 @@ TEST_CASE("a degraded link makes the symmetry proof answer none, and the full si
   const int all = g.add(collective(CollectiveOp::AllReduce, every_core(hw, s), kS));
   const auto r = sim::simulate(g, hw, s, o);
   CHECK_FALSE(r.symmetric_collectives);
-  CHECK_THAT(r.symmetry, Catch::StartsWith("none: the links or chips are not uniform"));
+  CHECK_THAT(r.symmetry, Catch::StartsWith("none: the links are not uniform"));
   const double a = hw.chip.ici_latency_s, B = hw.chip.ici_bandwidth_bytes_per_s;
   CHECK(r.tasks[std::size_t(all)].end_s > 1.2 * allreduce_per_dimension({4, 4, 4}, kS, a, B));
 }
@@ -229,6 +229,41 @@ TEST_CASE("a chip at half speed takes twice as long over its compute", "[engine]
   CHECK(r.tasks[std::size_t(normal)].end_s == Approx(1e-3).epsilon(1e-12));
   CHECK(r.tasks[std::size_t(slow)].end_s == Approx(2e-3).epsilon(1e-12));
   CHECK(r.cores[1].busy_s == Approx(2e-3).epsilon(1e-12));
+}
+
+TEST_CASE("a slow chip among data-parallel replicas: one replica of each kind simulated",
+          "[engine][network][state]") {
+  // A replica per device of a 4x4x2 torus of v4 chips, each a forward and a backward, then the
+  // gradients all-reduced over all; chip 9 at 0.7 of the speed. A normal
+  // replica and one of chip 9's are simulated; every replica's times follow its kind's, and the
+  // all-reduce waits for the slow chip (tests/cli/perturbations.sh compares with the full
+  // simulation of a study end to end).
+  const auto hw = v4({"hierarchical_rings", "snake_ring"});
+  const auto s = slice({4, 4, 2}, {true, true, false});
+  sim::TaskGraph g(sim::slice_cores(hw, s));
+  std::vector<int> last, all;
+  for (int c = 0; c < g.cores(); ++c) {
+    const int f = g.add(compute(c, 1e-3));
+    const int b = g.add(compute(c, 2e-3));
+    g.depend(f, b);
+    last.push_back(b);
+    all.push_back(c);
+  }
+  const int ar = g.add(collective(CollectiveOp::AllReduce, all, 8e6));
+  for (int b : last) g.depend(b, ar);
+  sim::EngineOptions o;
+  o.network.chip_speed_scale.assign(32, 1.0);
+  o.network.chip_speed_scale[9] = 0.7;
+  const auto r = sim::simulate(g, hw, s, o);
+  CHECK_THAT(r.simulation, Catch::StartsWith("one of each of 2 kinds (by chip speed) of " +
+                                             std::to_string(g.cores()) + " congruent clusters of 1 cores"));
+  CHECK(r.tasks_simulated == 2 * 2 + 1);
+  for (int c = 0; c < g.cores(); ++c) {
+    const double speed = c / hw.chip.cores == 9 ? 0.7 : 1.0;
+    CHECK(r.tasks[std::size_t(last[std::size_t(c)])].end_s == Approx(3e-3 / speed).epsilon(1e-12));
+    CHECK(r.cores[std::size_t(c)].busy_s == Approx(3e-3 / speed).epsilon(1e-12));
+  }
+  CHECK(r.tasks[std::size_t(ar)].start_s == Approx(3e-3 / 0.7).epsilon(1e-12));
 }
 
 TEST_CASE("a tiny all-reduce over 64 chips costs its latency-optimal formula", "[engine][oracle][network]") {

@@ -69,7 +69,8 @@ TEST_CASE("families sharing links may not overlap in time", "[symmetry]") {
   CHECK(sim::prove_symmetry(g, planner, NetworkState{}).exact);
 }
 
-TEST_CASE("the proof answers none when a link or a chip is not uniform", "[symmetry]") {
+TEST_CASE("the proof answers none when a link is not uniform, and a slow chip leaves the rings alone",
+          "[symmetry]") {
   const Topology t({4, 4, 4}, {true, true, true});
   const sim::CollectivePlanner planner(t, 1, kAlgorithms);
   sim::TaskGraph g(64);
@@ -82,7 +83,7 @@ TEST_CASE("the proof answers none when a link or a chip is not uniform", "[symme
   NetworkState slow_chip;
   slow_chip.chip_speed_scale.assign(64, 1.0);
   slow_chip.chip_speed_scale[3] = 0.8;
-  CHECK_FALSE(sim::prove_symmetry(g, planner, slow_chip).exact);
+  CHECK(sim::prove_symmetry(g, planner, slow_chip).exact);  // the flows do not compute
 }
 
 TEST_CASE("transfers beside a collective on its links make the proof answer none", "[symmetry]") {

@@ -356,8 +356,12 @@ RunOutcome run_study(const RunOptions& o, const RunProgressCallback& progress) {
     remat = compiler_rematerialized(study, Rerunnable(o).study, j, o.out, o.trace);
   const bool refitted = remat && (*remat)["compiler_remat"].value("fits", false);
   if (remat) j = std::move(*remat);
-  if (!study.network.uniform() && !functional)
+  if (!study.network.uniform() && !functional) {
     j["perturbations"] = perturbations_json(study, Rerunnable(o).study, j);
+    // The chip whose work gated the step: the critical core's, by its torus coordinates.
+    j["breakdown"]["critical_chip"] =
+        Topology(study.slice).coord(j["breakdown"]["critical_core"].get<int>() / study.hardware.chip.cores);
+  }
   if (o.intervals) j["intervals"] = run_intervals(o, study, j);
   if (!o.out.empty()) {
     if (refitted)

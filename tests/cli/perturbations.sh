@@ -2,8 +2,9 @@
 # Faults and stragglers as what-ifs (issue 44, first step): study key "perturbations" with slow
 # chips and slow links. A synchronous data-parallel step waits for its slowest chip: one chip at
 # half speed adds exactly its own compute once more (the oracle below); a slow link stretches the
-# all-reduce whose rings cross it; the reductions (symmetry proof, one cluster) are refused, so
-# the step is simulated chip by chip; bad perturbations are exit 2 naming the path.
+# all-reduce whose rings cross it, and the reductions are refused (every link and chip simulated);
+# a slow chip keeps them: one replica of each kind of chip speeds is simulated, with the same
+# result as the full simulation (--no-symmetry); bad perturbations are exit 2 naming the path.
 set -euo pipefail
 tpusim="$1"; root="$2"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
@@ -24,7 +25,34 @@ compute = split["forward"] + split["backward"] + split["update"]
 grown = c["step_time_s"] - u["step_time_s"]
 assert abs(grown - compute) <= 1e-6 * u["step_time_s"], (grown, compute)
 assert c["breakdown"]["step_split_s"]["idle"] > 0  # the others wait for it
+assert c["breakdown"]["critical_chip"] == [1, 2], c["breakdown"]  # the slow chip gated the step
+assert "critical_chip" not in u["breakdown"]
 assert l["step_time_s"] > u["step_time_s"] * 1.5, (l["step_time_s"], u["step_time_s"])
+PY
+# A slow chip: the reduced simulation (a normal replica and the slow chip's) is the full one.
+"$tpusim" run "$study" --set 'perturbations={"chips": [{"chip": [1, 2], "compute_scale": 0.5}]}' --json \
+  --no-symmetry > "$work/slow_chip_full.json"
+python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+reduced, full = (json.load(open(f"{w}/{x}.json")) for x in ("slow_chip", "slow_chip_full"))
+assert reduced["engine"]["simulation"].startswith("one of each of 2 kinds (by chip speed)"), reduced["engine"]
+assert full["engine"]["simulation"].startswith("every core"), full["engine"]
+def same(a, b, path=""):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            if k not in ("engine", "perturbations") or path:
+                same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            same(x, y, f"{path}[{i}]")
+    elif isinstance(a, float):
+        assert abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1e-12), (path, a, b)
+    else:
+        assert a == b, (path, a, b)
+same(reduced, full)
 PY
 bad() {
   local expect="$1"; shift
