@@ -54,6 +54,21 @@ def same(a, b, path=""):
         assert a == b, (path, a, b)
 same(reduced, full)
 PY
+# plan ranks plans under the study's perturbations: every simulated plan runs with the slow chip
+# (its result says so, and the slow chip gates it).
+cat > "$work/space.json" <<'EOF2'
+{"schema": "tpusim.plan_space/1", "kinds": ["data_parallel"], "remat": [false], "accumulation_steps": [1]}
+EOF2
+"$tpusim" plan "$study" --set 'perturbations={"chips": [{"chip": [1, 2], "compute_scale": 0.5}]}' \
+  --space "$work/space.json" -j 2 --json > "$work/plan.json" 2> /dev/null
+python3 - "$work" <<'PY'
+import json, sys
+plan = json.load(open(f"{sys.argv[1]}/plan.json"))
+for p in [plan["best"]] + [t for t in plan["top"] if "result" in t]:
+    r = p["result"]
+    assert r["perturbations"]["slow_chips"] == [{"chip": [1, 2], "compute_scale": 0.5}], p["plan"]
+    assert r["breakdown"]["critical_chip"] == [1, 2] and r["perturbations"]["slowdown"] > 1, p["plan"]
+PY
 bad() {
   local expect="$1"; shift
   if "$tpusim" run "$study" "$@" > "$work/out" 2> "$work/err"; then echo "FAIL: accepted $*"; exit 1; fi
