@@ -386,6 +386,12 @@ class Reducer {
         if (simulated_as(v) == v)
           r.graph.depend(r.simulated_task[std::size_t(u)], r.simulated_task[std::size_t(v)]);
     }
+    add_orbits(r);
+    return r;
+  }
+
+  /// By simulated task, the step's tasks it stands for (by cluster) and the links they cross.
+  void add_orbits(ClusterReduction& r) const {
     r.orbit.resize(std::size_t(r.graph.size()));
     for (int id = 0; id < g_.size(); ++id) {
       auto& orbit = r.orbit[std::size_t(r.simulated_task[std::size_t(id)])];
@@ -401,7 +407,6 @@ class Reducer {
         auto& links = r.orbit_links[r.simulated_task[std::size_t(id)]];
         links.insert(links_[std::size_t(id)].begin(), links_[std::size_t(id)].end());
       }
-    return r;
   }
 
   /// Every transfer sharing a link with a collective (the collective's every group; every
