@@ -61,6 +61,7 @@ int cmd_run(const workflows::RunOptions& o) {
     if (!o.out.empty())
       std::cout << "  wrote             " << o.out
                 << "/: result.json report.md report.html timeline.svg memory.svg"
+                << (run.result.contains("perturbations") ? " chips.svg" : "")
                 << (o.trace ? " trace.json" : "") << "\n";
   }
   if (o.require_fit && !run.fits) {

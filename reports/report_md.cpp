@@ -293,6 +293,16 @@ void memory_section(std::ostringstream& md, const Json& j) {
   }
 }
 
+/// A perturbed run: where its slow chips and links are, and who waited.
+void chips_section(std::ostringstream& md, const Json& j) {
+  md << "## Chips\n\n![chips](chips.svg)\n\n";
+  const auto& p = j["perturbations"];
+  md << p["slow_chips"].size() << " slow chips and " << p["slow_links"].size()
+     << " slow or failed links (outlined and marked on the map; each cell's shade is its busiest core's busy "
+        "share of the step). The chip whose work gated the step: "
+     << j["breakdown"].value("critical_chip", Json(nullptr)).dump() << ".\n\n";
+}
+
 }  // namespace
 
 std::string report_markdown(const Json& j) {
@@ -307,6 +317,7 @@ std::string report_markdown(const Json& j) {
   ops_section(md, details);
   input_section(md, j);
   memory_section(md, j);
+  if (j.contains("perturbations")) chips_section(md, j);
   return md.str();
 }
 

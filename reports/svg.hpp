@@ -18,6 +18,10 @@ std::string timeline_svg(const sim::TaskGraph& graph, const sim::SimResult& resu
 /// the capacity as a line. Reads result.json.
 std::string memory_svg(const Json& result, int max_bars = 64);
 
+/// A perturbed run's chips on the slice's torus (result.json with "perturbations"): each chip's
+/// busy share of the step, slow chips outlined, slow and failed links marked (reports/chips_svg.cpp).
+std::string chips_svg(const Json& result);
+
 /// Colour used for a task phase or memory category (shared with the HTML reports).
 const char* phase_colour(const std::string& phase);
 

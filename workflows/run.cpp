@@ -231,18 +231,25 @@ Json functional_json(const RunOptions& o, const Study& study, FunctionalRuntime&
               {"replicas_identical", functional.replicas_identical()}};
 }
 
+/// A run report's images: the timeline, the memory chart and, for a perturbed run, the map of
+/// its chips.
+std::map<std::string, std::string> report_images(const Json& j, std::string timeline) {
+  std::map<std::string, std::string> images{{"timeline.svg", std::move(timeline)},
+                                            {"memory.svg", reports::memory_svg(j)}};
+  if (j.contains("perturbations")) images["chips.svg"] = reports::chips_svg(j);
+  return images;
+}
+
 /// --out: result.json, report.md and report.html, the timeline and memory charts, and with --trace the trace.
 void write_run_outputs(const RunOptions& o, const Study& study, const BuiltStep& step,
                        const sim::SimResult& result, const Json& j) {
   make_output_directory(o.out);
-  const std::string md = reports::report_markdown(j), timeline = reports::timeline_svg(step.graph, result),
-                    memory = reports::memory_svg(j);
+  const std::string md = reports::report_markdown(j);
+  const auto images = report_images(j, reports::timeline_svg(step.graph, result));
   write_file(fs::path(o.out) / "result.json", j.dump(2) + "\n");
   write_file(fs::path(o.out) / "report.md", md);
-  write_file(fs::path(o.out) / "report.html",
-             reports::report_html(md, {{"timeline.svg", timeline}, {"memory.svg", memory}}, "tpusim run"));
-  write_file(fs::path(o.out) / "timeline.svg", timeline);
-  write_file(fs::path(o.out) / "memory.svg", memory);
+  write_file(fs::path(o.out) / "report.html", reports::report_html(md, images, "tpusim run"));
+  for (const auto& [name, svg] : images) write_file(fs::path(o.out) / name, svg);
   if (o.trace)
     write_file(
         fs::path(o.out) / "trace.json",
@@ -254,13 +261,13 @@ void write_run_outputs(const RunOptions& o, const Study& study, const BuiltStep&
 /// --out after the compiler's re-materialization: its run wrote the charts (and trace) of the
 /// step that fits; the result and the reports say what the re-materialization cost.
 void write_refitted_outputs(const RunOptions& o, const Json& j) {
-  const std::string md = reports::report_markdown(j), memory = reports::memory_svg(j);
+  const std::string md = reports::report_markdown(j);
   std::ifstream in(fs::path(o.out) / "timeline.svg");
   const std::string timeline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   write_file(fs::path(o.out) / "result.json", j.dump(2) + "\n");
   write_file(fs::path(o.out) / "report.md", md);
   write_file(fs::path(o.out) / "report.html",
-             reports::report_html(md, {{"timeline.svg", timeline}, {"memory.svg", memory}}, "tpusim run"));
+             reports::report_html(md, report_images(j, timeline), "tpusim run"));
 }
 
 /// The study as a child can run it again: its file and overrides, or a study given as JSON

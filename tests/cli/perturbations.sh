@@ -29,6 +29,15 @@ assert c["breakdown"]["critical_chip"] == [1, 2], c["breakdown"]  # the slow chi
 assert "critical_chip" not in u["breakdown"]
 assert l["step_time_s"] > u["step_time_s"] * 1.5, (l["step_time_s"], u["step_time_s"])
 PY
+# The report of a perturbed run maps its chips: the slow one outlined, the failed link marked.
+"$tpusim" run "$study" --set 'perturbations={"chips": [{"chip": [1, 2], "compute_scale": 0.5}], "links": [{"chip": [0, 0], "dimension": "x", "direction": "+", "bandwidth_scale": 0}]}' \
+  --out "$work/map" > "$work/map.txt"
+grep -q "chips.svg" "$work/map.txt" && grep -q "^## Chips" "$work/map/report.md" && grep -q "<svg" "$work/map/chips.svg"
+grep -q 'stroke="#e15759" stroke-width="2.5"><title>chip \[1,2\]: busy [0-9.]* %, speed 0.50' "$work/map/chips.svg"
+grep -q 'stroke="#000000" stroke-width="3"><title>link \[0,0\] x+ at 0.00' "$work/map/chips.svg"
+[ "$(grep -c "<svg" "$work/map/report.html")" -ge 3 ]  # timeline, memory and the chips, inline
+"$tpusim" run "$study" --out "$work/plain" > /dev/null
+[ ! -e "$work/plain/chips.svg" ] && ! grep -q "## Chips" "$work/plain/report.md"
 # A slow chip: the reduced simulation (a normal replica and the slow chip's) is the full one.
 "$tpusim" run "$study" --set 'perturbations={"chips": [{"chip": [1, 2], "compute_scale": 0.5}]}' --json \
   --no-symmetry > "$work/slow_chip_full.json"
