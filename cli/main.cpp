@@ -264,13 +264,13 @@ void add_fit(CLI::App& app, Commands& commands) {
   cmd->add_option("-j,--jobs", fit->jobs,
                   "with --intervals: searches at once (default: the number of cores)");
   cmd->add_flag(
-      "--plan", fit->plan,
+      "--plan", fit->plan.on,
       "each probe a plan search: the largest value some plan (tpusim plan's best) runs in HBM; -j its "
       "simulations at once");
   cmd->add_option(
-      "--plan-time-limit", fit->plan_time_limit_s,
+      "--plan-time-limit", fit->plan.time_limit_s,
       "with --plan: each probe's search answers with the best plan found within this many seconds");
-  cmd->add_option("--plan-space", fit->plan_space,
+  cmd->add_option("--plan-space", fit->plan.space,
                   "with --plan: a tpusim.plan_space/1 file narrowing every probe's search");
   commands.emplace_back(cmd, [fit] { return cmd_fit(*fit, fit->json); });
 }
@@ -306,13 +306,13 @@ void add_sweep_and_merge(CLI::App& app, Commands& commands) {
       "--point-timeout", sweep->point_timeout_s,
       "seconds after which a point still running is killed and recorded as failed (default: none)");
   cmd->add_flag(
-      "--plan", sweep->plan,
+      "--plan", sweep->plan.on,
       "re-plan each point: its result is tpusim plan's best (the plan's label in results.csv and the "
       "report; no plan fitting is the point's error)");
   cmd->add_option(
-      "--plan-time-limit", sweep->plan_time_limit_s,
+      "--plan-time-limit", sweep->plan.time_limit_s,
       "with --plan: each point's search answers with the best plan found within this many seconds");
-  cmd->add_option("--plan-space", sweep->plan_space,
+  cmd->add_option("--plan-space", sweep->plan.space,
                   "with --plan: a tpusim.plan_space/1 file narrowing every point's search");
   auto dask = std::make_shared<std::string>();
   add_dask(cmd, *dask);

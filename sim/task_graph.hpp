@@ -184,7 +184,9 @@ class TaskGraph {
   /// The dependencies (before, after) as added: 8 bytes each while the graph is built (a step of
   /// millions of tasks is built once and then only read).
   std::vector<std::pair<Vertex, Vertex>> dependencies_;
-  mutable std::shared_ptr<const Adjacency> adjacency_;  ///< null until queried, and after a change
+  /// Null until queried, and after a change. Built on the first query: a graph is built by one
+  /// thread and may then be read by several only once it has been queried once.
+  mutable std::shared_ptr<const Adjacency> adjacency_;
   std::deque<Task> tasks_;  ///< a deque: a graph of millions of tasks grows without copying itself
   std::vector<std::vector<int>> programs_;
   std::vector<std::array<double, kMemoryCategories>> resident_;

@@ -14,7 +14,6 @@
 #include "schedules/study.hpp"
 #include "workflows/child_process.hpp"
 #include "workflows/intervals.hpp"
-#include "workflows/plan_space.hpp"
 
 namespace tpusim::workflows {
 
@@ -168,19 +167,6 @@ void check_grid(const FitSearch& search, const Json& current, const std::string&
       throw ConfigError(option, "", value_text(v), "a whole number: " + path + " is an integer field");
 }
 
-/// --plan's options: only with --plan, a time limit in range, a readable plan space, and not
-/// with --intervals (a search per end of each range would re-plan at every probe of each).
-void check_plan_options(const FitOptions& o) {
-  if (!o.plan && o.plan_time_limit_s != 0)
-    throw ConfigError("--plan-time-limit", "", Json(o.plan_time_limit_s).dump(), "--plan as well");
-  if (!o.plan && !o.plan_space.empty()) throw ConfigError("--plan-space", "", o.plan_space, "--plan as well");
-  if (o.plan && o.intervals)
-    throw ConfigError("--intervals", "", "with --plan",
-                      "one of the two (intervals over re-planned searches: not yet)");
-  check_timeout("--plan-time-limit", o.plan_time_limit_s);
-  if (!o.plan_space.empty()) read_plan_space(o.plan_space);
-}
-
 }  // namespace
 
 namespace {
@@ -193,7 +179,10 @@ FitSearch search_grid(const FitOptions& o) {
   search.max = o.max;
   search.step = o.step.value_or(1);
   check_timeout("--probe-timeout", o.probe_timeout_s);
-  check_plan_options(o);
+  o.plan.check();
+  if (o.plan.on && o.intervals)
+    throw ConfigError("--intervals", "", "with --plan",
+                      "one of the two (intervals over re-planned searches: not yet)");
   if (!(search.step > 0)) throw ConfigError("--step", "", value_text(search.step), "a number > 0");
   if (o.max && *o.max < search.min)
     throw ConfigError("--max", "", value_text(*o.max), "a value >= --min (" + value_text(search.min) + ")");
@@ -218,9 +207,7 @@ FitSearch search_grid(const FitOptions& o) {
 /// ("plan" its label); no plan fitting is "does not fit", with the usable HBM and, as the peak,
 /// nothing (no candidate ran within it).
 Probe plan_probe(const FitOptions& o, double v) {
-  std::vector<std::string> args = {"plan", o.study, "--json", "-j", std::to_string(job_count(o.jobs))};
-  if (o.plan_time_limit_s > 0) args.insert(args.end(), {"--time-limit", Json(o.plan_time_limit_s).dump()});
-  if (!o.plan_space.empty()) args.insert(args.end(), {"--space", o.plan_space});
+  std::vector<std::string> args = o.plan.arguments(o.study, job_count(o.jobs));
   for (const auto& s : o.sets) args.insert(args.end(), {"--set", s});
   args.insert(args.end(), {"--set", o.path + "=" + value_text(v)});
   const ChildResult child = run_self(args, o.probe_timeout_s);
@@ -234,14 +221,13 @@ Probe plan_probe(const FitOptions& o, double v) {
   if ((child.exit_code == 0 || child.exit_code == 1) && !child.out.empty())
     plan = Json::parse(child.out, nullptr, false);
   if (!plan.is_object()) throw ProbeFailed(o.path + " = " + value_text(v) + ": " + failure_text(child));
-  if (plan.value("best", Json(nullptr)).is_null()) {
+  p.result = best_plan_run(plan);
+  if (p.result.is_null()) {
     p.result = Json{{"fits", false},
                     {"plan", nullptr},
                     {"hbm_capacity_bytes", plan.value("hbm_capacity_bytes", Json(nullptr))}};
     return p;
   }
-  p.result = plan["best"]["result"];
-  p.result["plan"] = plan["best"]["plan"];
   p.fits = p.result["fits"].get<bool>();
   return p;
 }
@@ -250,7 +236,7 @@ Probe plan_probe(const FitOptions& o, double v) {
 /// whose resident state alone overflows answers at once (exit 1, a small result with
 /// "simulated": false).
 Probe run_probe(const FitOptions& o, double v) {
-  if (o.plan) return plan_probe(o, v);
+  if (o.plan.on) return plan_probe(o, v);
   std::vector<std::string> args = {"run", o.study, "--json", "--require-fit"};
   for (const auto& s : o.sets) args.insert(args.end(), {"--set", s});
   args.insert(args.end(), {"--set", o.path + "=" + value_text(v)});
@@ -380,7 +366,7 @@ Json fit_json(const FitOptions& o, const FitResult& r) {
       row["error"] = p.error;
     else
       row["peak_hbm_bytes"] = p.result.value("peak_hbm_bytes", Json(nullptr));
-    if (o.plan && p.error.empty()) row["plan"] = p.result["plan"];
+    if (o.plan.on && p.error.empty()) row["plan"] = p.result["plan"];
     probes.push_back(row);
     if (r.outcome.max_fitting && p.value == *r.outcome.max_fitting) best = p.result;
   }

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "workflows/plan.hpp"
+
 namespace tpusim::workflows {
 
 /// What one probe found.
@@ -66,9 +68,7 @@ struct FitOptions {
   int jobs = 0;
   /// Each probe a `tpusim plan` search instead of one run: the largest value some plan runs in
   /// HBM (the probe's result is that plan's run, "plan" its label).
-  bool plan = false;
-  double plan_time_limit_s = 0;  ///< > 0: each probe's search answers with its best after this long
-  std::string plan_space;        ///< a tpusim.plan_space/1 file for every probe's search
+  PlanPerPoint plan;
 };
 
 /// What a fit gave: the grid searched, the probes and the answer, the spread with `intervals`,

@@ -639,4 +639,26 @@ PlanOutcome plan_study(const PlanOptions& o) {
   return outcome;
 }
 
+void PlanPerPoint::check() const {
+  if (!on && time_limit_s != 0)
+    throw ConfigError("--plan-time-limit", "", Json(time_limit_s).dump(), "--plan as well");
+  if (!on && !space.empty()) throw ConfigError("--plan-space", "", space, "--plan as well");
+  check_timeout("--plan-time-limit", time_limit_s);
+  if (!space.empty()) read_plan_space(space);
+}
+
+std::vector<std::string> PlanPerPoint::arguments(const std::string& study, int jobs) const {
+  std::vector<std::string> args = {"plan", study, "--json", "-j", std::to_string(jobs)};
+  if (time_limit_s > 0) args.insert(args.end(), {"--time-limit", Json(time_limit_s).dump()});
+  if (!space.empty()) args.insert(args.end(), {"--space", space});
+  return args;
+}
+
+Json best_plan_run(const Json& plan) {
+  if (plan.value("best", Json(nullptr)).is_null()) return nullptr;
+  Json result = plan["best"]["result"];
+  result["plan"] = plan["best"]["plan"];
+  return result;
+}
+
 }  // namespace tpusim::workflows

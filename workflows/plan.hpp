@@ -38,6 +38,23 @@ struct PlanOutcome {
   std::string closest;      ///< with no plan fitting: the candidate that overflowed least, and by how much
 };
 
+/// sweep --plan and fit --plan: each point (or probe) a `tpusim plan` search in a child.
+struct PlanPerPoint {
+  bool on = false;
+  double time_limit_s = 0;  ///< > 0: each search answers with the best plan found after this long
+  std::string space;        ///< a tpusim.plan_space/1 file narrowing every search
+  /// ConfigError unless --plan-time-limit and --plan-space come with --plan, the time limit is in
+  /// range and the space file reads.
+  void check() const;
+  /// The child's arguments before the point's own --set: plan STUDY --json -j JOBS, and the
+  /// time limit and space when given.
+  std::vector<std::string> arguments(const std::string& study, int jobs) const;
+};
+
+/// A plan child's answer (tpusim.plan/1) as a point's result: the best plan's run with its label
+/// as "plan"; null when no plan fits.
+nlohmann::json best_plan_run(const nlohmann::json& plan);
+
 /// The search, and --out's files (plan.json, plan.md, plan.html, best.json) when `options.out`
 /// is set; progress on stderr. Throws ConfigError for bad input. The CLI prints the result and
 /// exits 0 (a plan fits), 1 (none does), or 128 + the signal that stopped the search.

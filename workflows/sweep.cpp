@@ -20,7 +20,6 @@
 #include "schedules/study.hpp"
 #include "workflows/child_process.hpp"
 #include "workflows/output_file.hpp"
-#include "workflows/plan_space.hpp"
 #include "workflows/sweep_grid.hpp"
 
 namespace fs = std::filesystem;
@@ -302,11 +301,8 @@ std::vector<StoredRecord> resumed_records(const SweepOptions& o, const fs::path&
 /// The child's arguments for point `p`: `tpusim run`, or with --plan `tpusim plan` (one job: the
 /// sweep runs its points side by side).
 std::vector<std::string> point_arguments(const SweepOptions& o, const Point& p) {
-  std::vector<std::string> args = {o.plan ? "plan" : "run", o.study, "--json"};
-  if (o.plan) args.insert(args.end(), {"-j", "1"});
-  if (o.plan && o.plan_time_limit_s > 0)
-    args.insert(args.end(), {"--time-limit", Json(o.plan_time_limit_s).dump()});
-  if (o.plan && !o.plan_space.empty()) args.insert(args.end(), {"--space", o.plan_space});
+  std::vector<std::string> args =
+      o.plan.on ? o.plan.arguments(o.study, 1) : std::vector<std::string>{"run", o.study, "--json"};
   for (const auto& s : o.sets) args.insert(args.end(), {"--set", s});
   for (auto& a : p.set_arguments()) args.push_back(a);
   return args;
@@ -316,12 +312,11 @@ std::vector<std::string> point_arguments(const SweepOptions& o, const Point& p) 
 /// ("plan") and whether the search finished ("plan_complete"); none fits: the point's error.
 void take_plan(const ChildResult& child, Json& record) {
   const Json plan = Json::parse(child.out);
-  if (plan.value("best", Json(nullptr)).is_null()) {
+  Json result = best_plan_run(plan);
+  if (result.is_null()) {
     record["error"] = one_line(child.err.empty() ? "no plan fits" : child.err);
     return;
   }
-  Json result = plan["best"]["result"];
-  result["plan"] = plan["best"]["plan"];
   result["plan_complete"] = plan.value("complete", true);
   record["result"] = std::move(result);
 }
@@ -338,7 +333,7 @@ Json run_point(const SweepOptions& o, const Point& p) {
   for (const auto& [path, value] : p.settings) record["point"][path] = value;
   try {
     const ChildResult child = run_self(point_arguments(o, p), o.point_timeout_s);
-    if (o.plan && (child.exit_code == 0 || child.exit_code == 1) && !child.out.empty())
+    if (o.plan.on && (child.exit_code == 0 || child.exit_code == 1) && !child.out.empty())
       take_plan(child, record);
     else if (child.exit_code == 0)
       record["result"] = Json::parse(child.out);
@@ -445,17 +440,8 @@ Json sweep_point_record(const SweepOptions& o, const Json& spec) {
 
 Json sweep_record_summary(const Json& record) { return reports::sweep_summary(record); }
 
-/// --plan's options: only with --plan, a time limit in range, a readable plan space.
-void check_plan_options(const SweepOptions& o) {
-  if (!o.plan && o.plan_time_limit_s != 0)
-    throw ConfigError("--plan-time-limit", "", Json(o.plan_time_limit_s).dump(), "--plan as well");
-  if (!o.plan && !o.plan_space.empty()) throw ConfigError("--plan-space", "", o.plan_space, "--plan as well");
-  check_timeout("--plan-time-limit", o.plan_time_limit_s);
-  if (!o.plan_space.empty()) read_plan_space(o.plan_space);
-}
-
 SweepOutcome sweep_study(const SweepOptions& o) {
-  check_plan_options(o);
+  o.plan.check();
   const auto [grid, zip] = sweep_axes(o);
   const auto all = enumerate_points(grid, zip);
   load_study(o.study, o.sets);  // the study itself must be valid; points may still fail
@@ -471,9 +457,9 @@ SweepOutcome sweep_study(const SweepOptions& o) {
   for (const auto* axes : {&grid, &zip})
     for (const auto& a : *axes)
       meta["axes"].push_back(Json{{"path", a.path}, {"values", a.values}, {"zip", axes == &zip}});
-  if (o.plan)
-    meta["plan"] = Json{{"time_limit_s", o.plan_time_limit_s},
-                        {"space", o.plan_space.empty() ? Json(nullptr) : Json(o.plan_space)}};
+  if (o.plan.on)
+    meta["plan"] = Json{{"time_limit_s", o.plan.time_limit_s},
+                        {"space", o.plan.space.empty() ? Json(nullptr) : Json(o.plan.space)}};
 
   const fs::path dir = o.out.empty() ? fs::path("out/sweep") : fs::path(o.out);
   make_output_directory(dir);

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "workflows/plan.hpp"
+
 namespace tpusim::workflows {
 
 struct SweepOptions {
@@ -24,9 +26,7 @@ struct SweepOptions {
       0;  ///< > 0: a point still running after this long is killed and recorded as failed
   /// Re-plan each point: its result is `tpusim plan`'s best (its run, "plan" its label), its
   /// error "no plan fits" when none does.
-  bool plan = false;
-  double plan_time_limit_s = 0;  ///< > 0: each point's search answers with its best after this long
-  std::string plan_space;        ///< a tpusim.plan_space/1 file for every point's search
+  PlanPerPoint plan;
 };
 
 /// What a sweep (or a merge) wrote.
