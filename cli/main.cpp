@@ -241,6 +241,18 @@ void add_check(CLI::App& app, Commands& commands) {
   });
 }
 
+/// --plan, --plan-time-limit and --plan-space: each `what` (a sweep point, a fit probe) a plan search.
+void add_plan_per_point(CLI::App* cmd, workflows::PlanPerPoint& plan, const std::string& what,
+                        const std::string& about) {
+  cmd->add_flag("--plan", plan.on, about);
+  cmd->add_option("--plan-time-limit", plan.time_limit_s,
+                  "with --plan: each " + what +
+                      "'s search answers with the best plan found within this many "
+                      "seconds");
+  cmd->add_option("--plan-space", plan.space,
+                  "with --plan: a tpusim.plan_space/1 file narrowing every " + what + "'s search");
+}
+
 void add_fit(CLI::App& app, Commands& commands) {
   struct FitCliOptions : workflows::FitOptions {
     bool json = false;
@@ -263,15 +275,10 @@ void add_fit(CLI::App& app, Commands& commands) {
       "also the answer's spread over the ranges of the study's assumptions (a search per range end)");
   cmd->add_option("-j,--jobs", fit->jobs,
                   "with --intervals: searches at once (default: the number of cores)");
-  cmd->add_flag(
-      "--plan", fit->plan.on,
-      "each probe a plan search: the largest value some plan (tpusim plan's best) runs in HBM; -j its "
-      "simulations at once");
-  cmd->add_option(
-      "--plan-time-limit", fit->plan.time_limit_s,
-      "with --plan: each probe's search answers with the best plan found within this many seconds");
-  cmd->add_option("--plan-space", fit->plan.space,
-                  "with --plan: a tpusim.plan_space/1 file narrowing every probe's search");
+  add_plan_per_point(
+      cmd, fit->plan, "probe",
+      "each probe a plan search: the largest value some plan (tpusim plan's best) runs in HBM; -j "
+      "its simulations at once");
   commands.emplace_back(cmd, [fit] { return cmd_fit(*fit, fit->json); });
 }
 
@@ -305,15 +312,10 @@ void add_sweep_and_merge(CLI::App& app, Commands& commands) {
   cmd->add_option(
       "--point-timeout", sweep->point_timeout_s,
       "seconds after which a point still running is killed and recorded as failed (default: none)");
-  cmd->add_flag(
-      "--plan", sweep->plan.on,
-      "re-plan each point: its result is tpusim plan's best (the plan's label in results.csv and the "
-      "report; no plan fitting is the point's error)");
-  cmd->add_option(
-      "--plan-time-limit", sweep->plan.time_limit_s,
-      "with --plan: each point's search answers with the best plan found within this many seconds");
-  cmd->add_option("--plan-space", sweep->plan.space,
-                  "with --plan: a tpusim.plan_space/1 file narrowing every point's search");
+  add_plan_per_point(
+      cmd, sweep->plan, "point",
+      "re-plan each point: its result is tpusim plan's best (the plan's label in results.csv and "
+      "the report; no plan fitting is the point's error)");
   auto dask = std::make_shared<std::string>();
   add_dask(cmd, *dask);
   commands.emplace_back(
