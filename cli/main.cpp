@@ -209,6 +209,10 @@ void add_run(CLI::App& app, Commands& commands) {
   cmd->add_flag("--require-fit", run->require_fit, "exit 1 if the step does not fit in HBM");
   cmd->add_flag("--no-symmetry", run->no_symmetry,
                 "simulate every ring of every collective (slower; same result)");
+  cmd->add_flag("--approximate-sharing", run->approximate_sharing,
+                "where collectives sharing links may run at once (no exact reduction), simulate "
+                "representative rings anyway, leaving out their contention with the rest (seconds "
+                "instead of minutes on a pod; the result says so); --intervals' runs always do");
   cmd->add_flag("--functional", run->functional,
                 "also run the real math on the host and compare with one core");
   cmd->add_option("--steps", run->steps, "functional mode: training steps (default 3)");

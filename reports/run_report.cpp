@@ -302,6 +302,7 @@ Json slice_json(const RunInfo& info, int cores, std::size_t used) {
 /// How the engine simulated the step.
 Json engine_json(const sim::TaskGraph& graph, const sim::SimResult& r) {
   Json j{{"symmetric_collectives", r.symmetric_collectives}, {"flows_simulated", r.flows_simulated}};
+  if (r.approximate_collectives) j["approximate"] = true;  // contention left out (--approximate-sharing)
   if (r.routes_detoured > 0) j["routes_detoured"] = r.routes_detoured;  // round failed links
   j["collective_algorithms"] = collective_algorithm_counts(graph, r);
   j["simulation"] = r.simulation;
@@ -432,6 +433,12 @@ void summary_intervals(std::ostringstream& out, const Json& j) {
   if (!iv["assumed_without_range"].empty())
     out << "; " << iv["assumed_without_range"].size() << " assumed figures without a range move nothing";
   if (failed) out << "; " << failed << " runs at a range end failed (see result.json)";
+  if (iv.contains("approximate_ends"))
+    out << "; " << iv["approximate_ends"].size()
+        << " range ends simulated approximately (collectives sharing links at once, contention between "
+           "them left out: "
+        << iv["approximate_ends"][0].get<std::string>() << (iv["approximate_ends"].size() > 1 ? ", ..." : "")
+        << ")";
   out << "\n";
 }
 

@@ -167,12 +167,13 @@ class Runner {
 
     SymmetryProof proof;
     if (opt.symmetric_collectives)
-      proof = prove_symmetry(g, planner_, opt.network, transfer_links);
+      proof = prove_symmetry(g, planner_, opt.network, transfer_links, opt.approximate_sharing);
     else
       proof.reason = "none: asked for the full simulation";
-    const bool symmetric = proof.exact;
+    const bool symmetric = proof.exact || proof.approximate;
     result_.symmetric_collectives = symmetric;
-    result_.symmetry = symmetric ? "representative rings" : proof.reason;
+    result_.approximate_collectives = proof.approximate;
+    result_.symmetry = proof.exact ? "representative rings" : proof.reason;
     plan_collectives(proof);
     if (symmetric && !opt.record_flows) {
       play_lone_flows_once();
@@ -350,7 +351,7 @@ class Runner {
   /// Each collective's phases and rings, its groups merged phase by phase (a symmetric step:
   /// only the representative groups' and rings'), and the routes its flows take.
   void plan_collectives(const SymmetryProof& proof) {
-    const bool symmetric = proof.exact;
+    const bool symmetric = proof.exact || proof.approximate;
     const int n = g_.size();
     plans_.resize(std::size_t(n));
     result_.collective_algorithms.assign(std::size_t(n), std::string());

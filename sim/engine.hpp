@@ -19,6 +19,12 @@ struct EngineOptions {
   /// Simulate collectives on one representative line (or cluster) of each phase where
   /// prove_symmetry (sim/symmetry.hpp) shows that is exact; tests compare with the full run.
   bool symmetric_collectives = true;
+  /// Where collectives sharing links may run at once and no exact reduction holds (a pod-wide
+  /// gradient reduction overlapping the backward's batch-norm statistics), simulate each one's
+  /// representative rings all the same, leaving out contention with the rings not simulated:
+  /// seconds instead of every flow of the pod, and the result says it is approximate
+  /// (SimResult::approximate_collectives). Off: such a step is simulated in full.
+  bool approximate_sharing = false;
   /// Per-link bandwidth and per-chip speed scales (uniform by default).
   NetworkState network;
   /// Record every flow (for trace link tracks). Costs memory and time on big slices.

@@ -169,7 +169,8 @@ std::map<long long, std::vector<int>> transfers_by_link(
 
 SymmetryProof prove_symmetry(const TaskGraph& g, const CollectivePlanner& planner,
                              const NetworkState& network,
-                             const std::map<int, std::set<long long>>* transfer_links) {
+                             const std::map<int, std::set<long long>>* transfer_links,
+                             bool approximate_sharing) {
   if (!network.links_uniform()) return none("the links are not uniform");
   const auto transfers_on = transfers_by_link(g, planner, transfer_links);
   std::map<Family, std::vector<int>> family_tasks;
@@ -202,7 +203,14 @@ SymmetryProof prove_symmetry(const TaskGraph& g, const CollectivePlanner& planne
   if (!sharing_families_never_overlap(g, sharing)) {
     // Collectives sharing links may run at once: exact all the same when their rings fall into
     // congruent clusters (every group's representative rings kept).
-    if (!ring_clusters_congruent(g, planner)) return none("collectives sharing links may run at once");
+    if (!ring_clusters_congruent(g, planner)) {
+      if (!approximate_sharing) return none("collectives sharing links may run at once");
+      proof.approximate = true;
+      proof.reason =
+          "representative rings, approximate: collectives sharing links may run at once, and contention "
+          "with the rings not simulated is left out";
+      return proof;
+    }
     for (auto& [groups, kept] : proof.representatives) {
       kept.resize(groups.size());
       for (std::size_t gi = 0; gi < groups.size(); ++gi) kept[gi] = gi;

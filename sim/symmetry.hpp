@@ -23,6 +23,10 @@ struct SymmetryProof {
   /// Simulating each phase's representative rings, on each family's first cluster of groups,
   /// gives the full simulation's times exactly.
   bool exact = false;
+  /// Asked for (`approximate_sharing`) and taken: collectives sharing links may run at once and
+  /// no exact reduction holds, so each family's representative rings are simulated all the same;
+  /// contention with the rings left out is not counted (`exact` is then false).
+  bool approximate = false;
   /// Why not, when not: "none: ..." naming the first condition that fails.
   std::string reason;
   /// Per family, the indices of the groups of its first cluster: those simulated.
@@ -38,8 +42,12 @@ struct SymmetryProof {
 /// running). A collective is one task: all its rings start together. `transfer_links`, when
 /// given, are the links each transfer stands for (the representative-cluster reduction's
 /// transfers stand for every cluster's); otherwise a transfer's own route.
+/// With `approximate_sharing`, the one condition that fails on a step overlapping collectives
+/// that share links (a pod-wide gradient reduction beside batch-norm statistics) is waived:
+/// every other condition still holds, and the answer is `approximate` instead of `exact`.
 SymmetryProof prove_symmetry(const TaskGraph& graph, const CollectivePlanner& planner,
                              const NetworkState& network,
-                             const std::map<int, std::set<long long>>* transfer_links = nullptr);
+                             const std::map<int, std::set<long long>>* transfer_links = nullptr,
+                             bool approximate_sharing = false);
 
 }  // namespace tpusim::sim

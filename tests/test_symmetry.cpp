@@ -69,6 +69,28 @@ TEST_CASE("families sharing links may not overlap in time", "[symmetry]") {
   CHECK(sim::prove_symmetry(g, planner, NetworkState{}).exact);
 }
 
+TEST_CASE("asked to approximate, overlapping families keep their representatives but are not exact",
+          "[symmetry]") {
+  const Topology t({4, 4, 4}, {true, true, true});
+  const sim::CollectivePlanner planner(t, 1, kAlgorithms);
+  sim::TaskGraph g(64);
+  g.add(collective(CollectiveOp::AllReduce, every(64), 1e6));
+  const sim::Task lines = lines_along(t, 0);
+  g.add(lines);
+  const auto proof = sim::prove_symmetry(g, planner, NetworkState{}, nullptr, /*approximate_sharing=*/true);
+  CHECK_FALSE(proof.exact);
+  CHECK(proof.approximate);
+  CHECK_THAT(proof.reason, Catch::Contains("approximate") && Catch::Contains("contention"));
+  CHECK(proof.representatives.at(lines.groups) == std::vector<std::size_t>{0});
+  // Any other failure stays a failure: a non-uniform link is not waived.
+  NetworkState slow_link;
+  slow_link.link_bandwidth_scale.assign(std::size_t(t.link_id_bound()), 1.0);
+  slow_link.link_bandwidth_scale[7] = 0.5;
+  const auto slow = sim::prove_symmetry(g, planner, slow_link, nullptr, true);
+  CHECK_FALSE(slow.exact);
+  CHECK_FALSE(slow.approximate);
+}
+
 TEST_CASE("the proof answers none when a link is not uniform, and a slow chip leaves the rings alone",
           "[symmetry]") {
   const Topology t({4, 4, 4}, {true, true, true});

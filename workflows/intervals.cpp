@@ -71,7 +71,9 @@ std::vector<std::array<EndResult, 2>> run_variants(const std::vector<std::string
         r.failure = failure_text(child);
         return;
       }
-      r.values = extract(Json::parse(child.out));
+      const Json out = Json::parse(child.out);
+      r.values = extract(out);
+      r.approximate = out.contains("engine") && out["engine"].value("approximate", false);
     } catch (const std::exception& e) {
       r.failure = e.what();
     }
@@ -120,9 +122,11 @@ Json intervals_json(const std::map<std::string, double>& point, const std::vecto
     const auto iv = interval_of(p, at);
     j[q] = Json::array({iv[0], iv[1]});
   }
-  Json list = Json::array();
+  Json list = Json::array(), approximate = Json::array();
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     const auto& r = ranges[i];
+    for (int e = 0; e < 2; ++e)
+      if (ends[i][std::size_t(e)].approximate) approximate.push_back(r.name + (e == 0 ? " at low" : " at high"));
     Json a{{"name", r.name},
            {"kind", r.kind},
            {"value", r.value},
@@ -142,6 +146,7 @@ Json intervals_json(const std::map<std::string, double>& point, const std::vecto
   }
   j["assumptions"] = list;
   j["assumed_without_range"] = unranged;
+  if (!approximate.empty()) j["approximate_ends"] = approximate;
   return j;
 }
 

@@ -49,6 +49,9 @@ std::vector<std::string> variant_args(const Study& study, const AssumedRange& r,
 struct EndResult {
   std::map<std::string, double> values;
   std::string failure;
+  /// Its step was simulated with contention between collectives sharing links left out
+  /// (engine.approximate in the child's result).
+  bool approximate = false;
 };
 
 /// Quantities of a child's JSON output (those it lacks are left out).

@@ -28,6 +28,10 @@ struct RunOptions {
   bool trace = false;        ///< with out: trace.json (the flows recorded)
   bool require_fit = false;  ///< a resident state over HBM answers without simulating the step
   bool no_symmetry = false;
+  /// Collectives sharing links that may run at once, with no exact reduction: simulated on
+  /// representative rings all the same, contention with the others left out
+  /// (sim::EngineOptions::approximate_sharing). --intervals' children always ask for it.
+  bool approximate_sharing = false;
   bool functional = false;
   int steps = 3;
   std::uint64_t seed = 1;
