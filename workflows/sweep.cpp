@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -413,12 +414,35 @@ std::pair<std::vector<Axis>, std::vector<Axis>> sweep_axes(const SweepOptions& o
   return {grid, zip};
 }
 
+/// The study must be valid with the sweep's --set, or failing that with its first point's
+/// settings too (a sweep over `slice` whose --set changes the hardware: the study's own slice is
+/// of the other generation, every point's is right). Otherwise its error is the sweep's (exit 2);
+/// points may still fail on their own.
+void check_study(const SweepOptions& o, const std::vector<Point>& points) {
+  std::exception_ptr study_error;
+  try {
+    load_study(o.study, o.sets);
+    return;
+  } catch (const ConfigError&) {
+    if (points.empty()) throw;
+    study_error = std::current_exception();
+  }
+  std::vector<std::string> sets = o.sets;
+  const auto args = points.front().set_arguments();
+  for (std::size_t i = 1; i < args.size(); i += 2) sets.push_back(args[i]);
+  try {
+    load_study(o.study, sets);
+  } catch (const ConfigError&) {
+    std::rethrow_exception(study_error);  // the study's own error, not the point's
+  }
+}
+
 }  // namespace
 
 std::vector<Json> sweep_point_specs(const SweepOptions& o) {
   const auto [grid, zip] = sweep_axes(o);
   const auto all = enumerate_points(grid, zip);
-  load_study(o.study, o.sets);
+  check_study(o, all);
   std::vector<Json> specs;
   for (const auto& p : all) {
     Json spec{{"index", p.index}, {"key", p.key()}, {"point", Json::object()}, {"settings", Json::array()}};
@@ -444,7 +468,7 @@ SweepOutcome sweep_study(const SweepOptions& o) {
   o.plan.check();
   const auto [grid, zip] = sweep_axes(o);
   const auto all = enumerate_points(grid, zip);
-  load_study(o.study, o.sets);  // the study itself must be valid; points may still fail
+  check_study(o, all);
   const std::pair<int, int> shard = shard_of(o);
   const auto points = shard_points(all, shard.first, shard.second);
 

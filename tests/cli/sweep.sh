@@ -134,4 +134,19 @@ grep -q "4 of 4 points recorded, 2 failed." "$work/remat/report.md" || { echo "F
 grep -q "^| 64 | failed | failed |" "$work/remat/report.md" || { echo "FAIL: no failed comparison row"; exit 1; }
 passed=$((passed + 1))
 
+# A sweep over slices whose --set moves the study to another generation: the study's own slice
+# (v3-32) is not a v4 slice, every point's is, so the sweep runs (each point checked on its own);
+# a --set that no point mends is still the sweep's error, the study's own message (exit 2).
+"$tpusim" sweep "$root/configs/studies/default.json" --set 'hardware="tpu-v4"' --set megacore=true \
+  --set model.layers=2 --set batch=64 --grid slice=v4-16,v4-32 --out "$work/generations" > /dev/null 2>&1
+[ "$(tail -n +2 "$work/generations/results.csv" | grep -c ',true,')" -eq 2 ] || { echo "FAIL: v4 slice sweep"; exit 1; }
+set +e
+"$tpusim" sweep "$root/configs/studies/default.json" --set 'hardware="tpu-v4"' --grid batch=64,128 \
+  --out "$work/wrong" > /dev/null 2> "$work/wrong.err"
+rc=$?
+set -e
+[ "$rc" -eq 2 ] && grep -q 'slice: found "v3-32", expected a slice of tpu-v4' "$work/wrong.err" \
+  || { echo "FAIL: exit $rc for a study no point mends"; cat "$work/wrong.err"; exit 1; }
+passed=$((passed + 1))
+
 echo "$passed passed, 0 failed"
