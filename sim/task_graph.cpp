@@ -25,6 +25,8 @@ const char* to_string(CollectiveOp op) {
       return "reduce_scatter";
     case CollectiveOp::AllGather:
       return "all_gather";
+    case CollectiveOp::AllToAll:
+      return "all_to_all";
   }
   return "?";
 }

@@ -17,7 +17,8 @@
 namespace tpusim::sim {
 
 enum class TaskKind { Compute, Transfer, Collective };
-enum class CollectiveOp { AllReduce, ReduceScatter, AllGather };
+/// AllToAll: each member's buffer holds a piece for every member (mixture-of-experts dispatch).
+enum class CollectiveOp { AllReduce, ReduceScatter, AllGather, AllToAll };
 
 /// HBM categories tracked per core.
 enum class MemoryCategory { Weights = 0, Optimizer, Gradients, Activations, Workspace };

@@ -30,8 +30,8 @@ TEST_CASE("every collective algorithm is registered under its name", "[collectiv
     CHECK_FALSE(a->description().empty());
     names.push_back(name);
   }
-  CHECK(names ==
-        std::vector<std::string>{"hierarchical_rings", "parallel_rings", "recursive_doubling", "snake_ring"});
+  CHECK(names == std::vector<std::string>{"all_to_all_by_dimension", "hierarchical_rings", "parallel_rings",
+                                          "recursive_doubling", "snake_ring"});
   CHECK(find_collective_algorithm("ring_of_rings") == nullptr);
 }
 
@@ -41,6 +41,40 @@ TEST_CASE("a hardware's list of algorithms must name registered ones and cover e
   CHECK(collective_algorithms_problem({"parallel_rings", "hierarchical_rings", "snake_ring"}).empty());
   CHECK_THAT(collective_algorithms_problem({"hierarchical_rings", "tree"}), Catch::Contains("\"tree\""));
   CHECK_THAT(collective_algorithms_problem({"hierarchical_rings"}), Catch::Contains("snake_ring"));
+}
+
+TEST_CASE("all-to-all: only the exchange runs it, on-chip then a dimension at a time", "[collectives]") {
+  const Topology t({4, 4}, {true, true});
+  // The hardware's lists hold reductions and gathers; an all-to-all runs the registered exchange.
+  for (const char* name : {"hierarchical_rings", "parallel_rings", "recursive_doubling", "snake_ring"})
+    CHECK_FALSE(find_collective_algorithm(name)->supports(t, 2, CollectiveOp::AllToAll, all_cores(32)));
+  CHECK(collective_algorithm_for(kV3, t, 2, CollectiveOp::AllToAll, all_cores(32)).name() ==
+        "all_to_all_by_dimension");
+  const double S = 32e6;
+  const auto phases = plan("all_to_all_by_dimension", t, 2, CollectiveOp::AllToAll, all_cores(32), S);
+  REQUIRE(phases.size() == 3);
+  CHECK(phases[0].name == "all_to_all on-chip");
+  CHECK(phases[1].name == "all_to_all x");
+  CHECK(phases[2].name == "all_to_all y");
+  // On-chip: 16 chips, one shift each; along x: 4 lines x 2 cores, shifts 1 and 3 one ring of 4
+  // each, shift 2 two rings of 2; one step each, S/p per destination.
+  CHECK(phases[0].rings.size() == 16);
+  CHECK(phases[1].rings.size() == 8 * 4);
+  for (const auto& ring : phases[1].rings) {
+    CHECK(ring.steps == 1);
+    CHECK(ring.chunk_bytes == Approx(S / 4));
+  }
+  // Each member sends (p - 1)/p of its buffer per phase: every byte leaves once per dimension.
+  double x_bytes = 0;
+  for (const auto& ring : phases[1].rings) x_bytes += ring.chunk_bytes * double(ring.cores.size());
+  CHECK(x_bytes == Approx(32 * S * 3 / 4));
+  int representative = 0;
+  for (const auto& ring : phases[1].rings) representative += ring.representative;
+  CHECK(representative == 8);  // the first line's, of both core indices (they share its links)
+  // A group that is not a sub-grid exchanges in one phase among all its members.
+  const auto odd = plan("all_to_all_by_dimension", t, 2, CollectiveOp::AllToAll, {0, 2, 10}, S);
+  REQUIRE(odd.size() == 1);
+  CHECK(odd[0].rings.size() == 2);  // shifts 1 and 2 of 3 members: one cycle each
 }
 
 TEST_CASE("2D all-reduce over every core: on-chip, x, y, y, x, on-chip", "[collectives]") {

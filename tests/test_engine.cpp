@@ -180,6 +180,43 @@ TEST_CASE("reduce-scatter then all-gather costs what the all-reduce costs", "[en
   CHECK(r.tasks[rs].end_s == Approx(oracle / 2).epsilon(0.01));
 }
 
+/// An all-to-all along a wrapping line of p chips (p even), each member sending S/p to every
+/// other at once by the shortest route: the busiest link direction carries shifts 1 .. p/2, so
+/// (p/2)(p/2 + 1)/2 flows of S/p share it, after at most p/2 hops' latency.
+double all_to_all_ring(int p, double bytes, double a, double B) {
+  const double half = p / 2.0;
+  return half * a + half * (half + 1) / 2 * bytes / (p * B);
+}
+
+TEST_CASE("all-to-all along a wrapped row matches its oracle", "[engine][oracle][all_to_all]") {
+  const auto hw = v3();
+  const auto s = slice(8, 8, true, true);
+  std::vector<int> row;
+  for (int x = 0; x < 8; ++x) row.push_back(x * 2);  // chips (x, 0), core 0
+  const double t = run_single(hw, s, collective(CollectiveOp::AllToAll, row, kS));
+  const double a = hw.chip.ici_latency_s, B = hw.chip.ici_bandwidth_bytes_per_s;
+  CHECK(t == Approx(all_to_all_ring(8, kS, a, B)).epsilon(0.01));
+  // Above the bound of its sends alone: each member sends 7/8 of its buffer over its two links of
+  // the row (the multi-hop routes load each link more than that).
+  CHECK(t > kS * 7 / 8 / (2 * B));
+}
+
+TEST_CASE("all-to-all over every core: on-chip, then one torus dimension at a time",
+          "[engine][oracle][all_to_all]") {
+  // 4x4 chips of 2 cores: the chip's two cores exchange S/2 over the on-chip link, then along x
+  // and along y each core's line exchanges (the lines of both cores of a chip share its links:
+  // twice the flows of one line).
+  const auto hw = v3();
+  const auto s = slice(4, 4, true, true);
+  std::vector<int> all(32);
+  for (int c = 0; c < 32; ++c) all[c] = c;
+  const double t = run_single(hw, s, collective(CollectiveOp::AllToAll, all, kS));
+  const double a = hw.chip.ici_latency_s, B = hw.chip.ici_bandwidth_bytes_per_s;
+  const double onchip = hw.chip.onchip_latency_s + (kS / 2) / hw.chip.onchip_bandwidth_bytes_per_s;
+  const double per_dimension = 2 * a + 2 * 3 * kS / (4 * B);
+  CHECK(t == Approx(onchip + 2 * per_dimension).epsilon(0.02));
+}
+
 TEST_CASE("compute runs in program order, one task at a time per core", "[engine]") {
   const auto hw = v3();
   const auto s = slice(2, 2, false, false);

@@ -21,9 +21,9 @@ class HierarchicalRings : public CollectiveAlgorithm {
            "order on the shrinking shard, then the all-gathers in reverse: sum over dimensions of "
            "(p_d - 1)(a + S_d/(2 p_d B)) per half on whole wrapping dimensions";
   }
-  bool supports(const Topology& topology, int cores_per_chip, CollectiveOp,
+  bool supports(const Topology& topology, int cores_per_chip, CollectiveOp op,
                 const std::vector<int>& group) const override {
-    return rings::grid_group(topology, cores_per_chip, group);
+    return op != CollectiveOp::AllToAll && rings::grid_group(topology, cores_per_chip, group);
   }
   std::vector<Phase> plan(const Topology& topology, int cores_per_chip, CollectiveOp op,
                           const std::vector<int>& group, double bytes) const override {

@@ -19,9 +19,9 @@ class ParallelRings : public CollectiveAlgorithm {
            "dimension order rotated by i, so every dimension's rings run at once: per phase the "
            "slowest part's (p - 1)(a + S_ij/(2 p B))";
   }
-  bool supports(const Topology& topology, int cores_per_chip, CollectiveOp,
+  bool supports(const Topology& topology, int cores_per_chip, CollectiveOp op,
                 const std::vector<int>& group) const override {
-    return rings::grid_group(topology, cores_per_chip, group);
+    return op != CollectiveOp::AllToAll && rings::grid_group(topology, cores_per_chip, group);
   }
   std::vector<Phase> plan(const Topology& topology, int cores_per_chip, CollectiveOp op,
                           const std::vector<int>& group, double bytes) const override {

@@ -59,8 +59,9 @@ class RecursiveDoubling : public CollectiveAlgorithm {
            "... apart along each dimension): an all-reduce costs the sum over steps of (h_s a + S/B)";
   }
   bool latency_optimal() const override { return true; }
-  bool supports(const Topology& topology, int cores_per_chip, CollectiveOp,
+  bool supports(const Topology& topology, int cores_per_chip, CollectiveOp op,
                 const std::vector<int>& group) const override {
+    if (op == CollectiveOp::AllToAll) return false;
     const GroupShape shape = group_shape(topology, cores_per_chip, group);
     if (!shape.grid || !power_of_two(shape.cores_of_chip.begin()->second.size())) return false;
     for (int d : shape.spanned)

@@ -16,7 +16,10 @@ class SnakeRing : public CollectiveAlgorithm {
     return "one unidirectional ring through every core, chips in snake order, multi-hop where "
            "chips are not neighbours: (p - 1)(a + S/(p B)) per half on neighbouring chips";
   }
-  bool supports(const Topology&, int, CollectiveOp, const std::vector<int>&) const override { return true; }
+  /// Every group, for the reductions and gathers (an all-to-all is not a ring's).
+  bool supports(const Topology&, int, CollectiveOp op, const std::vector<int>&) const override {
+    return op != CollectiveOp::AllToAll;
+  }
   bool supports_any_group() const override { return true; }
   std::vector<Phase> plan(const Topology& topology, int cores_per_chip, CollectiveOp op,
                           const std::vector<int>& group, double bytes) const override {
