@@ -83,6 +83,8 @@ struct Model {
   std::vector<Layer> layers;
   /// Runs attention as one fused kernel (flash attention): a kernel the hardware may not have had.
   bool flash_attention = false;
+  /// Has mixture-of-experts layers (a transformer's "moe"): a mesh layout may split "experts".
+  bool mixture_of_experts = false;
 
   /// Appends `layer`. `call` names the builder call that made it (the factory and every argument
   /// but the name; empty: not worth comparing): a layer made by the same call as an earlier one

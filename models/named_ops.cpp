@@ -14,6 +14,12 @@ NamedTensor weight(std::vector<Dim> dims, int copies) {
   return NamedTensor{std::move(dims), true, false, copies};
 }
 
+NamedOp dispatch(std::string name, NamedTensor a, NamedTensor out) {
+  NamedOp op = einsum(std::move(name), std::move(a), NamedTensor{}, std::move(out));
+  op.kind = "dispatch";
+  return op;
+}
+
 NamedOp einsum(std::string name, NamedTensor a, NamedTensor b, NamedTensor out) {
   NamedOp op;
   op.kind = "einsum";
@@ -72,7 +78,8 @@ NamedOp gather(std::string name, NamedTensor ids, NamedTensor table, NamedTensor
 
 const std::vector<std::string>& named_dims() {
   static const std::vector<std::string> dims = {"batch", "seq",   "d_model", "d_ff",  "heads",
-                                                "d_kv",  "vocab", "height",  "width", "kv_heads"};
+                                                "d_kv",  "vocab", "height",  "width", "kv_heads",
+                                                "experts"};
   return dims;
 }
 

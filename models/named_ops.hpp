@@ -65,6 +65,9 @@ struct NamedOp {
   ///                  batch and the image (b: scale and shift)
   ///   "pool"         a -> out, a `window` x `window` pooling with `stride`; a window covering
   ///                  the whole image is a global pool
+  ///   "dispatch"     a -> out, the same values rearranged between tokens [batch, seq, d_model]
+  ///                  and expert slots [experts, capacity, d_model] (mixture-of-experts routing;
+  ///                  an all-to-all where a layout splits the experts)
   /// What an element-wise op, a reduction or a pool computes, which its kind's host math runs in
   /// functional mode; Unspecified where only the cost is known.
   enum class Math {
@@ -140,6 +143,8 @@ NamedOp relu(std::string name, NamedTensor a);
 /// select and a scale per element forward; the gradient multiplies by the mask.
 NamedOp dropout(std::string name, NamedTensor a);
 NamedOp gather(std::string name, NamedTensor ids, NamedTensor table, NamedTensor out);
+/// Tokens routed to expert slots, or back (a mixture of experts' dispatch and combine).
+NamedOp dispatch(std::string name, NamedTensor a, NamedTensor out);
 /// An activation [batch, height, width, channels].
 NamedTensor image(std::int64_t batch, std::int64_t size, std::int64_t channels, bool keep = false);
 /// Image ops over [batch, height, width, channels] (height and width may be split: spatial

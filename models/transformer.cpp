@@ -25,6 +25,19 @@ void add_dense_weights(Layer& l, const Dims& d, std::int64_t k, std::int64_t n) 
 
 std::vector<NamedOp> block_named_ops(const Dims& d, std::int64_t b, bool cross);
 
+/// A mixture-of-experts feed-forward's weights: the router (d_model x experts, no bias) and each
+/// expert's projections (gate and up when gated), with their biases when the model has them.
+void add_expert_weights(Layer& l, const Dims& d) {
+  const auto& e = d.moe;
+  l.weights.push_back({d.d_model, e.experts});
+  for (int p = 0; p < (d.gated ? 2 : 1); ++p) {
+    l.weights.push_back({e.experts, d.d_model, e.d_ff});
+    if (d.biases) l.weights.push_back({e.experts, e.d_ff});
+  }
+  l.weights.push_back({e.experts, e.d_ff, d.d_model});
+  if (d.biases) l.weights.push_back({e.experts, d.d_model});
+}
+
 Layer block(const std::string& name, const Dims& d, double act, bool decoder_with_encoder) {
   Layer l;
   l.name = name;
@@ -44,9 +57,13 @@ Layer block(const std::string& name, const Dims& d, double act, bool decoder_wit
     l.weights.push_back({d.d_model});
     l.weights.push_back({d.d_model});
   }
-  add_dense_weights(l, d, d.d_model, d.d_ff);
-  if (d.gated) add_dense_weights(l, d, d.d_model, d.d_ff);  // the gate's and the up projection
-  add_dense_weights(l, d, d.d_ff, d.d_model);
+  if (d.moe_layer) {
+    add_expert_weights(l, d);
+  } else {
+    add_dense_weights(l, d, d.d_model, d.d_ff);
+    if (d.gated) add_dense_weights(l, d, d.d_model, d.d_ff);  // the gate's and the up projection
+    add_dense_weights(l, d, d.d_ff, d.d_model);
+  }
   l.named_ops = [d, decoder_with_encoder](std::int64_t b) {
     return block_named_ops(d, b, decoder_with_encoder);
   };
@@ -260,22 +277,69 @@ struct BlockOps {
     mlp("ffn_h", "ffn_in");
   }
 
-  /// The feed-forward's projections over the normalized input `h`, its residual sum with `in`.
+  /// The feed-forward's projections over the normalized input `h`, its residual sum with `in`
+  /// (a mixture of experts in an expert block).
   void mlp(const std::string& h, const std::string& in) {
+    if (d.moe_layer) return experts(h, in);
     if (d.gated) return gated_feed_forward(h, in);
     ops.push_back(einsum("ffn_in", named(act({B, S, M}), h), weight({M, F}), act({B, S, F})));
+    activation("ffn", {B, S}, {}, F);
+    ops.push_back(einsum("ffn_out", act({B, S, F}, true), weight({F, M}), act({B, S, M})));
+    residual("ffn", in);
+  }
+
+  /// The feed-forward's activation over rows `rows` of width `f` (`wprefix`: the dimensions its
+  /// bias has before the width, an expert's).
+  void activation(const std::string& p, const std::vector<Dim>& rows, const std::vector<Dim>& wprefix,
+                  const Dim& f) {
     if (d.gelu) {
       // gelu(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), BERT's form: with the bias, 10
       // operations per element (tanh one); its gradient recomputes tanh from the kept input and
       // takes 17. Unlike ReLU's, it needs its input as well as its output (ffn_out's input).
-      ops.push_back(elementwise("ffn_gelu", act({B, S, F}, true), 10, bias({F})));
+      ops.push_back(elementwise(p + "_gelu", act(cat(rows, {f}), true), 10, bias(cat(wprefix, {f}))));
       ops.back().math = NamedOp::Math::BiasGelu;
       ops.back().backward_ops = 17;
     } else {
-      ops.push_back(elementwise("ffn_relu", act({B, S, F}), 2, bias({F})));
+      ops.push_back(elementwise(p + "_relu", act(cat(rows, {f})), 2, bias(cat(wprefix, {f}))));
       ops.back().math = NamedOp::Math::BiasRelu;
     }
-    ops.push_back(einsum("ffn_out", act({B, S, F}, true), weight({F, M}), act({B, S, M})));
+  }
+
+  /// A mixture of experts (GShard's MoE layer): a router over the normalized input `h` (logits
+  /// for every expert, their softmax), the tokens dispatched to their experts' slots [experts,
+  /// capacity, d_model], each expert's feed-forward on its slots (batched over the experts), the
+  /// results combined back to the tokens and weighted by their gates, then the residual sum.
+  /// Under a layout splitting "experts", dispatch and combine are all-to-alls (models/ops/dispatch.cpp).
+  void experts(const std::string& h, const std::string& in) {
+    const Dim E{"experts", d.moe.experts}, C{"capacity", d.expert_capacity(B.size)}, Fe{"d_ff", d.moe.d_ff};
+    const Dim R{"router", d.moe.experts};  // the router's logits: not split with the experts
+    ops.push_back(einsum("moe_router", named(act({B, S, M}), h), weight({M, R}), act({B, S, R})));
+    ops.push_back(reduction("moe_gates", act({B, S, R}), "router"));  // a softmax over the experts
+    ops.back().out.id = "moe_gates";
+    ops.push_back(dispatch("moe_dispatch", named(act({B, S, M}), h), act({E, C, M})));
+    ops.back().out.id = "moe_slots";
+    if (d.gated) {
+      // Gate and up read the slots, kept once (by the gate) for both weight gradients.
+      for (const char* x : {"gate", "up"})
+        ops.push_back(einsum(std::string("moe_") + x, named(act({E, C, M}, x[0] == 'g'), "moe_slots"),
+                             weight({E, M, Fe}), named(act({E, C, Fe}), std::string("moe_") + x)));
+      ops.push_back(elementwise(d.gelu ? "moe_geglu" : "moe_swiglu", named(act({E, C, Fe}, true), "moe_gate"),
+                                d.gelu ? 11 : 6, named(act({E, C, Fe}, true), "moe_up")));
+      ops.back().math = d.gelu ? NamedOp::Math::GatedGelu : NamedOp::Math::GatedSilu;
+      ops.back().backward_ops = d.gelu ? 19 : 12;
+    } else {
+      ops.push_back(einsum("moe_in", act({E, C, M}, true), weight({E, M, Fe}), act({E, C, Fe})));
+      activation("moe", {E, C}, {E}, Fe);
+    }
+    ops.push_back(einsum("moe_out", act({E, C, Fe}, true), weight({E, Fe, M}), act({E, C, M})));
+    if (d.biases) {
+      ops.push_back(elementwise("moe_out_bias", act({E, C, M}), 1, bias({E, M})));
+      ops.back().math = NamedOp::Math::Bias;
+    }
+    ops.push_back(dispatch("moe_combine", act({E, C, M}), act({B, S, M})));
+    // Each token's expert outputs weighted by their gates and summed.
+    ops.push_back(elementwise("moe_weighting", act({B, S, M}), 2 * double(d.moe.top_k),
+                              named(act({B, S, R}, true), "moe_gates")));
     residual("ffn", in);
   }
 
@@ -352,14 +416,41 @@ Model assemble(const Dims& d, double act, const std::string& name) {
         embedding("target_embedding", d, act, !d.shared_embeddings,
                   boundary_tensor({{"batch", 1}, {"seq", d.seq}, {"d_model", d.d_model}}, act)));
   }
-  for (std::int64_t i = 0; i < d.layers; ++i)
-    m.add(block((encdec ? "decoder" : "block") + std::to_string(i), d, act, encdec),
-          encdec ? "decoder_block" : "block");
+  for (std::int64_t i = 0; i < d.layers; ++i) {
+    Dims b = d;  // every `every`-th block's feed-forward is the experts
+    b.moe_layer = d.moe.experts > 0 && (i + 1) % d.moe.every == 0;
+    m.add(block((encdec ? "decoder" : "block") + std::to_string(i), b, act, encdec),
+          encdec ? "decoder_block" : b.moe_layer ? "expert_block" : "block");
+  }
+  m.mixture_of_experts = d.moe.experts > 0;
   m.layers.push_back(output(d, act, !d.shared_embeddings));
   // Functional mode runs the named ops on the host wherever it has their math (the decoder-only
   // model with its own input and output tables and without dropout).
   attach_functions(m, lm_data(d.seq, d.vocab));
   return m;
+}
+
+/// "moe": {"experts", "every", "top_k", "capacity_factor", "d_ff"} (a decoder-only model's
+/// mixture of experts; see TransformerDims::Experts).
+void read_experts(Fields& f, Problems& problems, Dims& d) {
+  const Json* j = f.optional("moe");
+  if (!j) return;
+  Fields e(*j, f.path_of("moe"), problems);
+  if (!e.ok()) return;
+  auto& m = d.moe;
+  m.experts = e.integer("experts", 1, 1 << 20);
+  m.every = e.integer_or("every", 1, 1, 100000);
+  m.top_k = e.integer_or("top_k", 1, 1, 2);
+  m.capacity_factor = e.has("capacity_factor") ? e.number("capacity_factor", 1e-6, 1000.0) : 1.0;
+  m.d_ff = e.integer_or("d_ff", d.d_ff, 1, 1 << 24);
+  e.finish();
+  if (problems.empty() && m.top_k > m.experts)
+    problems.add(e.path_of("top_k"), Json(m.top_k),
+                 "at most experts (" + std::to_string(m.experts) + "): each token goes to top_k distinct experts");
+  if (problems.empty() && d.encoder_layers > 0)
+    problems.add(f.path_of("moe"), *j, "no moe with encoder_layers > 0 (experts in a decoder-only model)");
+  if (problems.empty() && d.parallel)
+    problems.add(f.path_of("moe"), *j, "no moe with block \"parallel\" (experts in sequential blocks)");
 }
 
 /// "activation": required (it changes the FLOPs, the memory and, gated, the parameters), but for
@@ -401,6 +492,7 @@ Dims read_dims_impl(Fields& f, Problems& problems, const Dims* defaults) {
   d.dropout = f.has("dropout") ? f.number("dropout", 0.0, 0.99) : 0.0;
   d.attention_dropout = f.has("attention_dropout") ? f.number("attention_dropout", 0.0, 0.99) : 0.0;
   read_attention(f, problems, d);
+  read_experts(f, problems, d);
   d.kv_heads = f.integer_or("kv_heads", d.heads, 1, 1 << 16);
   if (problems.empty() && d.heads % d.kv_heads != 0)
     problems.add(f.path_of("kv_heads"), Json(d.kv_heads),
@@ -460,6 +552,11 @@ Model build_mesh_lm(Fields& f, Problems& problems) {
 }  // namespace tpusim
 
 namespace tpusim {
+
+std::int64_t TransformerDims::expert_capacity(std::int64_t batch) const {
+  const double slots = moe.capacity_factor * double(moe.top_k) * double(batch) * double(seq) / double(moe.experts);
+  return std::max<std::int64_t>(1, std::int64_t(std::ceil(slots - 1e-9)));
+}
 
 void read_attention(Fields& f, Problems& problems, Dims& d) {
   d.flash = f.string_or("attention", "standard", {"standard", "flash"}) == "flash";

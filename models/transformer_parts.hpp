@@ -43,6 +43,19 @@ struct TransformerDims {
   /// Positions per sequence the output layer predicts (BERT's masked-LM predicts a few of
   /// them); 0: every position.
   std::int64_t predicted = 0;
+  /// Mixture-of-experts ("moe"; GShard, Switch): every `every`-th block's feed-forward is
+  /// `experts` feed-forwards of width `d_ff` behind a router; each token goes to `top_k` of them,
+  /// each expert taking capacity_factor x top_k x tokens / experts of the step's tokens (slots
+  /// computed whether filled or not). experts 0: none.
+  struct Experts {
+    std::int64_t experts = 0, every = 1, top_k = 1, d_ff = 0;
+    double capacity_factor = 1;
+  } moe;
+  /// This block's feed-forward is the experts (set per block from `moe`).
+  bool moe_layer = false;
+  /// Expert slots per expert for `batch` sequences: capacity_factor x top_k x tokens / experts,
+  /// rounded up.
+  std::int64_t expert_capacity(std::int64_t batch) const;
   std::int64_t inner() const { return heads * d_kv; }
   std::int64_t predicted_positions() const { return predicted > 0 ? predicted : seq; }
 };

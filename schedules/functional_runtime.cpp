@@ -39,6 +39,11 @@ bool FunctionalRuntime::has_batch_norm(const Model& model) {
 
 void FunctionalRuntime::check_supported(const Study& study) {
   const auto& layers = study.model.layers;
+  // The routing (top-k gates, slots, dropped tokens) is priced and held, not computed.
+  if (study.model.mixture_of_experts)
+    throw ConfigError(study.file, "model.moe", "mixture-of-experts layers",
+                      "a model without \"moe\" in functional mode (its routing is modelled for time and "
+                      "memory, not computed)");
   if (std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return !l.function; }))
     throw ConfigError(study.file, "model.kind",
                       "\"" + study.model.kind + "\" (layer " + unsupported_layer(study.model) + ")",

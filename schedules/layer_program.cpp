@@ -24,6 +24,8 @@ std::optional<GroupCollective> group_collective(const mesh::Event& ev) {
       return GroupCollective{sim::CollectiveOp::AllGather, ev.bytes};
     case E::BlockingReduceScatter:
       return GroupCollective{sim::CollectiveOp::ReduceScatter, ev.bytes};
+    case E::BlockingAllToAll:
+      return GroupCollective{sim::CollectiveOp::AllToAll, ev.bytes};
     case E::Halo:  // excluded by tensor_parallel_dims(): no image is split
       throw SimulationError("tensor parallelism: a halo exchange in " + ev.name);
     default:

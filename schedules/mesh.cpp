@@ -42,8 +42,34 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
         "a multiple of the " + std::to_string(split("batch")) + " cores the layout splits the batch over");
     return;
   }
+  if (!read_experts_layout(study, f.path_of("layout"), problems)) return;
   // Every op of every layer must have a legal, evenly divisible layout.
   check_layout(study, layout_, sizes, f.path_of("layout"), *f.value("layout"), problems);
+}
+
+bool MeshSchedule::read_experts_layout(const Study& study, const std::string& path, Problems& problems) {
+  const auto experts = layout_.find("experts"), batch = layout_.find("batch");
+  if (experts == layout_.end()) {
+    // Each core routes its own tokens to its own copy of every expert: the expert slots are
+    // split as the tokens are.
+    if (study.model.mixture_of_experts && batch != layout_.end()) layout_["capacity"] = batch->second;
+    return true;
+  }
+  if (!study.model.mixture_of_experts) {
+    problems.add(path + ".experts", Json(experts->second),
+                 "no \"experts\" in the layout of a model without experts (a transformer's model.moe)");
+    return false;
+  }
+  // Each core holds its experts' slots for every core's tokens: the tokens travel along the mesh
+  // dimension that splits them (an all-to-all), so the experts are split by the batch's.
+  if (batch == layout_.end() || batch->second != experts->second) {
+    problems.add(path + ".experts", Json(experts->second),
+                 "the mesh dimension that splits batch (" +
+                     (batch == layout_.end() ? std::string("none does") : "\"" + batch->second + "\"") +
+                     "): the experts' cores exchange the tokens the batch's split spreads");
+    return false;
+  }
+  return true;
 }
 
 void MeshSchedule::read_mesh(const Json& mesh, const std::string& path, const Study& study,
@@ -293,9 +319,11 @@ Json MeshSchedule::resolved() const {
       for (const auto& part : axes_[m])
         order[mesh_[m].first].push_back(Json::array({axis_names_[std::size_t(part.axis)], part.size}));
   }
+  Json layout = layout_;
+  layout.erase("capacity");  // derived from the batch's (read_experts_layout), not a setting
   return Json{{"kind", "mesh"},
               {"mesh", mesh},
-              {"layout", layout_},
+              {"layout", layout},
               {"placement", order},
               {"weight_update", weight_update_},
               {"batch_norm_group", batch_norm_group_},
@@ -395,7 +423,8 @@ class MeshStepPlayer {
                                      const std::vector<std::string>& mesh_dims,
                                      std::vector<std::vector<int>> family, const std::string& phase,
                                      int layer, double bytes) {
-    static const char* const words[] = {"all-reduce", "reduce-scatter", "all-gather"};  // CollectiveOp order
+    static const char* const words[] = {"all-reduce", "reduce-scatter", "all-gather",
+                                        "all-to-all"};  // CollectiveOp order
     sim::Task t;
     t.kind = sim::TaskKind::Collective;
     t.op = op;
@@ -511,6 +540,7 @@ class MeshStepPlayer {
     using C = sim::CollectiveOp;
     const auto op = ev.kind == Event::BlockingAllGather       ? C::AllGather
                     : ev.kind == Event::BlockingReduceScatter ? C::ReduceScatter
+                    : ev.kind == Event::BlockingAllToAll      ? C::AllToAll
                                                               : C::AllReduce;
     const int id = g_.add(family_collective(op, ev.name + " (recompute)", ev.mesh_dims, schedule_.groups(ev),
                                             "recompute_collective", l, ev.bytes));
@@ -628,6 +658,7 @@ class MeshStepPlayer {
     const auto [op, phase] =
         ev.kind == Event::BlockingAllGather       ? std::pair{C::AllGather, "activation_allgather"}
         : ev.kind == Event::BlockingReduceScatter ? std::pair{C::ReduceScatter, "activation_reduce_scatter"}
+        : ev.kind == Event::BlockingAllToAll      ? std::pair{C::AllToAll, "expert_all_to_all"}
         : scatter_gradient                    ? std::pair{C::ReduceScatter, "weight_gradient_reduce_scatter"}
         : ev.kind == Event::GradientAllReduce ? std::pair{C::AllReduce, "weight_gradient_allreduce"}
                                               : std::pair{C::AllReduce, "activation_allreduce"};

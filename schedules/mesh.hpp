@@ -91,6 +91,9 @@ class MeshSchedule : public Schedule {
   std::vector<int> axis_sizes_;                ///< cores per chip, then chips along each dimension
   std::vector<std::string> axis_names_;        ///< "core", then the torus dimensions' names
   std::map<std::string, std::string> layout_;  ///< tensor dimension -> mesh dimension
+  /// A mixture of experts' layout: "experts" on the batch's mesh dimension, or (not split) the
+  /// expert slots split as the tokens are ("capacity"). False after adding a problem.
+  bool read_experts_layout(const Study& study, const std::string& path, Problems& problems);
   std::string weight_update_ = "replicated";
   /// "remat": what a layer's forward keeps; the rest is recomputed just before its backward.
   Keep remat_ = Keep::All;

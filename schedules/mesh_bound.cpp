@@ -53,6 +53,7 @@ double program_bound(const Study& s, const MeshSchedule& mesh,
         if (gradient && overlap) continue;
         const auto op = ev.kind == E::BlockingAllGather       ? sim::CollectiveOp::AllGather
                         : ev.kind == E::BlockingReduceScatter ? sim::CollectiveOp::ReduceScatter
+                        : ev.kind == E::BlockingAllToAll      ? sim::CollectiveOp::AllToAll
                         : gradient                            ? sim::CollectiveOp::ReduceScatter
                         : ev.kind == E::BlockingAllReduce     ? sim::CollectiveOp::AllReduce
                                                               : sim::CollectiveOp(-1);

@@ -34,6 +34,8 @@ struct MeshAction {
     CombineGradientStatistics,  ///< all-reduce the row sums of its gradient
     GatherOperand,              ///< all-gather an operand split along seq that the op reads whole (seq_k)
     ScatterOperandGradient,     ///< reduce-scatter that operand's gradient back to its pieces
+    Exchange,                   ///< all-to-all of a mixture-of-experts' tokens (timing only: refused
+                                ///< in functional mode)
   } what = Forward;
   int operand = 0;  ///< GatherOperand, ScatterOperandGradient: 0 the op's first operand, 1 its second
   /// Backward, WeightGradient of an activation: the result is a partial sum, added to the

@@ -93,9 +93,10 @@ class LayerLowering : public MeshLoweringSink {
              {"bytes", bytes},
              {"blocking", kind != Event::GradientAllReduce},
              {"task", collective_task_name(layer_ + "/" + name, mesh,
-                                           kind == Event::BlockingAllGather ? "all-gather"
-                                           : scatter                        ? "reduce-scatter"
-                                                                            : "all-reduce")}});
+                                           kind == Event::BlockingAllGather  ? "all-gather"
+                                           : kind == Event::BlockingAllToAll ? "all-to-all"
+                                           : scatter                         ? "reduce-scatter"
+                                                                             : "all-reduce")}});
     if (sharded_ && kind == Event::GradientAllReduce) {
       double members = 1;
       for (const auto& m : mesh) members *= s_.sizes.at(m);
@@ -201,6 +202,9 @@ class LayerLowering : public MeshLoweringSink {
   void sum_output(const std::string& what, const std::vector<std::string>& mesh, double bytes) override {
     collective(p_.forward, Event::BlockingAllReduce, ops_[i_].name + " " + what, mesh, bytes, row(),
                A::SumOutput);
+  }
+  void exchange(const std::string& what, const std::vector<std::string>& mesh, double bytes) override {
+    collective(events(), Event::BlockingAllToAll, ops_[i_].name + " " + what, mesh, bytes, row(), A::Exchange);
   }
   void combine_statistics(const NamedOp& op) override {
     collective(events(), Event::BlockingAllReduce,

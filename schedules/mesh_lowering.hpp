@@ -33,7 +33,8 @@ struct Event {
     GradientAllReduce,
     Halo,
     BlockingAllGather,
-    BlockingReduceScatter
+    BlockingReduceScatter,
+    BlockingAllToAll
   } kind;
   std::string name;
   double seconds = 0, model_flops = 0, hardware_flops = 0;

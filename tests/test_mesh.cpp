@@ -772,3 +772,34 @@ TEST_CASE("fully sharded under a mesh: pieces resident, each layer gathered befo
       if (m.core == 5 && m.category == sim::MemoryCategory::Weights && m.bytes > 0) added += m.bytes;
   CHECK(added == Approx(2 * (ra[int(sim::MemoryCategory::Weights)] - rb[int(sim::MemoryCategory::Weights)])));
 }
+
+TEST_CASE("experts split over the batch's mesh dimension exchange their slots by all-to-all", "[mesh][moe]") {
+  // 32 experts, one per core of v3-32; top-2, capacity factor 2: C = 2 x 2 x 64 x 128 / 32 = 1024
+  // slots per expert. Each core's buffer: its expert's slots [1, 1024, d_model 256] in bf16.
+  const Json model = Json::parse(
+      R"({"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 128, "moe": {"experts": 32, "every": 2, "top_k": 2, "capacity_factor": 2}})");
+  const Study s = mesh_study(model,
+                             Json::parse(R"({"kind": "mesh", "mesh": [["batch", 32]], "layout": {"batch": "batch", "experts": "batch"}})"),
+                             "v3-32", 64);
+  const BuiltStep step = s.schedule->build(s);
+  const double slots = 1.0 * 1024 * 256 * 2;
+  for (const char* op : {"moe_dispatch", "moe_combine"}) {
+    const Json c = collectives_of(step, "block1", op);
+    REQUIRE(c.size() == 2);  // forward, and its gradient back
+    for (const auto& col : c) {
+      CHECK(col["bytes"].get<double>() == Approx(slots));
+      CHECK(col["task"].get<std::string>().rfind("all-to-all", 0) == 0);
+      CHECK(col["blocking"] == true);
+    }
+  }
+  // The experts' weights are each core's own: no gradient reduction for them; the router's is.
+  CHECK(collectives_of(step, "block1", "moe_in").empty());
+  CHECK(collectives_of(step, "block1", "moe_router").size() == 1);
+  // The same model data-parallel: each core routes its own tokens to its own copy of every expert.
+  const Study dp = mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": [["batch", 32]], "layout": {"batch": "batch"}})"), "v3-32", 64);
+  const BuiltStep replicated = dp.schedule->build(dp);
+  CHECK(collectives_of(replicated, "block1", "moe_dispatch").empty());
+  CHECK(collectives_of(replicated, "block1", "moe_in").size() == 1);  // its gradient all-reduced
+  // ... holding all 32 experts' weights where the split mesh holds one.
+  CHECK(replicated.graph.resident_bytes(0) > step.graph.resident_bytes(0) * 5);
+}

@@ -768,8 +768,8 @@ TEST_CASE("flash attention is validated: not with attention dropout, a block siz
 TEST_CASE("op kinds are registered by name, one file under models/ops/ and one registry line each",
           "[models]") {
   // The names NamedOp::kind holds; adding a kind adds its name here.
-  CHECK(op_kind_names() == std::vector<std::string>{"batch_norm", "conv", "einsum", "elementwise", "gather",
-                                                    "pool", "reduction"});
+  CHECK(op_kind_names() == std::vector<std::string>{"batch_norm", "conv", "dispatch", "einsum", "elementwise",
+                                                    "gather", "pool", "reduction"});
   // Every model's ops name one ("every registered model kind builds"); an unknown one is a bug.
   NamedOp unknown = einsum("x", act({{"batch", 2}}), weight({{"batch", 2}}), act({{"batch", 2}}));
   unknown.kind = "fft";
@@ -858,4 +858,39 @@ TEST_CASE("a learned position table adds seq_len x d_model parameters to the emb
       Json::parse(R"({"kind": "transformer", "activation": "relu", "positions": "rotary", )" + dims + "}"),
       "model", p);
   CHECK_THROWS_WITH(p.throw_if_any(), Catch::Contains("model.positions") && Catch::Contains("learned"));
+}
+
+TEST_CASE("a mixture of experts: exact parameters, expert FLOPs over its slots, the dense blocks untouched",
+          "[models][moe]") {
+  // 4 blocks, experts on every second (blocks 1 and 3): E = 8, top-2, capacity factor 1.5,
+  // expert width 512; GELU with biases.
+  const std::string dims =
+      R"("activation": "gelu", "layers": 4, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 100, "seq_len": 16)";
+  const Model dense = build(R"({"kind": "transformer", )" + dims + "}");
+  const Model moe = build(R"({"kind": "transformer", )" + dims +
+                          R"(, "moe": {"experts": 8, "every": 2, "top_k": 2, "capacity_factor": 1.5, "d_ff": 512}})");
+  CHECK(moe.mixture_of_experts);
+  const std::int64_t M = 64, F = 256, E = 8, Fe = 512;
+  // A dense feed-forward: M F + F + F M + M. An expert block's: the router M E, then E experts of
+  // M Fe + Fe + Fe M + M each.
+  const std::int64_t dense_ffn = M * F + F + F * M + M, experts = M * E + E * (M * Fe + Fe + Fe * M + M);
+  CHECK(moe.params() - dense.params() == 2 * (experts - dense_ffn));
+  CHECK(moe.layers[1].params() == dense.layers[1].params());                         // block0: dense
+  CHECK(moe.layers[2].params() == dense.layers[2].params() + experts - dense_ffn);  // block1: experts
+  CHECK(moe.layers[4].params() == dense.layers[4].params() + experts - dense_ffn);  // block3: experts
+  // FLOPs at 4 sequences: the router's 2 T M E and the experts' 2 x 2 E C M Fe (C = capacity:
+  // 1.5 x 2 x 64 tokens / 8 = 24 slots each) replace the dense 2 x 2 T M F.
+  const double T = 4 * 16, C = 24;
+  double forward_moe = 0, forward_dense = 0;
+  for (const auto& op : moe.layers[2].work(4).forward) forward_moe += op.model_flops();
+  for (const auto& op : dense.layers[2].work(4).forward) forward_dense += op.model_flops();
+  CHECK(forward_moe - forward_dense == Approx(2 * T * M * E + 4 * E * C * M * Fe - 4 * T * M * F));
+  // Routing is data movement: two dispatch ops (to the slots and back), no matmul.
+  int dispatches = 0;
+  for (const auto& op : moe.layers[2].named_ops(4)) dispatches += op.kind == "dispatch" ? 1 : 0;
+  CHECK(dispatches == 2);
+  // Gated experts have a gate and an up projection each.
+  const Model gated = build(R"({"kind": "transformer", "activation": "swiglu", "layers": 2, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 100, "seq_len": 16, "biases": false, "moe": {"experts": 4, "d_ff": 128}})");
+  CHECK(gated.layers[1].params() - build(R"({"kind": "transformer", "activation": "swiglu", "layers": 2, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 100, "seq_len": 16, "biases": false})").layers[1].params() ==
+        (64 * 4 + 4 * 3 * 64 * 128) - 3 * 64 * 256);
 }

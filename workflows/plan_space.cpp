@@ -209,8 +209,10 @@ std::vector<std::vector<std::string>> model_axis_layouts(const std::set<std::str
   return out;
 }
 
-/// A mesh with each weight update and re-materialization policy.
-void push_mesh(const PlanSpace& space, Json mesh, const Json& layout, std::vector<Json>& out) {
+/// A mesh with each weight update and re-materialization policy (a mixture of experts' split over
+/// the batch's axis: expert parallelism, the experts' tokens exchanged by all-to-all).
+void push_mesh(const Study& study, const PlanSpace& space, Json mesh, Json layout, std::vector<Json>& out) {
+  if (study.model.mixture_of_experts) layout["experts"] = "batch";
   for (const std::string update : {"replicated", "sharded", "fully_sharded"}) {
     for (const Json& remat : remat_policies())
       if (allowed(space.weight_update, update) && allowed(space.remat, remat)) {
@@ -236,7 +238,7 @@ void meshes_3d(const Study& study, const PlanSpace& space, const std::set<std::s
       if (!allowed(space.model_axis, m)) continue;
       for (std::int64_t m2 : powers_of_two(2, cores / m))
         if (study.batch % (cores / (m * m2)) == 0)
-          push_mesh(space,
+          push_mesh(study, space,
                     Json::array({Json::array({"batch", cores / (m * m2)}), Json::array({"model2", m2}),
                                  Json::array({"model", m})}),
                     layout, out);
@@ -250,6 +252,9 @@ void meshes_3d(const Study& study, const PlanSpace& space, const std::set<std::s
 void meshes(const Study& study, const PlanSpace& space, std::vector<Json>& out) {
   const auto dims = named_dimensions(study.model);
   const std::int64_t cores = study.cores();
+  // Experts need a mesh to split them: the batch over every core, the experts with it.
+  if (study.model.mixture_of_experts && study.batch % cores == 0 && allowed(space.model_axis, std::int64_t(1)))
+    push_mesh(study, space, Json::array({Json::array({"batch", cores})}), Json{{"batch", "batch"}}, out);
   if (space.meshes_3d) meshes_3d(study, space, dims, out);
   for (const auto& on_model : space.model_axis_dims.value_or(model_axis_layouts(dims))) {
     Json layout{{"batch", "batch"}};
@@ -261,7 +266,7 @@ void meshes(const Study& study, const PlanSpace& space, std::vector<Json>& out) 
     if (!present || on_model.empty()) continue;
     for (std::int64_t m : powers_of_two(2, cores))
       if (allowed(space.model_axis, m) && study.batch % (cores / m) == 0)
-        push_mesh(space, Json::array({Json::array({"batch", cores / m}), Json::array({"model", m})}), layout,
+        push_mesh(study, space, Json::array({Json::array({"batch", cores / m}), Json::array({"model", m})}), layout,
                   out);
   }
 }
@@ -397,7 +402,8 @@ std::string plan_label(const Json& s) {
       if (it.value() == "model2") on_second += (on_second.empty() ? "" : "+") + it.key();
     }
     if (!on_second.empty()) on_model += "; model2: " + on_second;
-    return "mesh " + mesh + (on_model.empty() ? "" : " (" + on_model + ")") + " " +
+    const bool experts = s.at("layout").value("experts", "") == "batch";
+    return "mesh " + mesh + (on_model.empty() ? "" : " (" + on_model + ")") + (experts ? " experts" : "") + " " +
            s.value("weight_update", "replicated") + remat_label(s);
   }
   return kind + " K=" + s.at("stages").dump() + " R=" + s.value("replicas", Json(1)).dump() +
@@ -497,6 +503,10 @@ Json mesh_of(std::vector<std::string> w) {
         s["layout"][rest.substr(0, plus)] = axis;
         rest.erase(0, plus + 1);
       }
+    w.erase(w.begin());
+  }
+  if (!w.empty() && w.front() == "experts") {  // expert parallelism over the batch's axis
+    s["layout"]["experts"] = "batch";
     w.erase(w.begin());
   }
   if (w.empty()) return nullptr;

@@ -34,6 +34,10 @@ class MeshLoweringSink {
   /// a global pool over a split image), all-reduced before the next op reads them; `what` names
   /// the collective after the op ("partial sums", "rows").
   virtual void sum_output(const std::string& what, const std::vector<std::string>& mesh, double bytes) = 0;
+  /// The op's tensor exchanged among the cores of `mesh` dimensions (an all-to-all, blocking: a
+  /// mixture-of-experts' tokens to and from the experts' cores), `bytes` the buffer each holds;
+  /// `what` names it after the op. Nothing when `mesh` is empty.
+  virtual void exchange(const std::string& what, const std::vector<std::string>& mesh, double bytes) = 0;
   /// The mesh dimensions splitting the image (a global pool's partial sums).
   virtual std::vector<std::string> spatial_mesh() const = 0;
   /// An einsum under the layout: its operands gathered along a split sequence, its forward and its
@@ -163,6 +167,7 @@ std::unique_ptr<const NamedOpKind> make_gather_kind();
 std::unique_ptr<const NamedOpKind> make_conv_kind();
 std::unique_ptr<const NamedOpKind> make_batch_norm_kind();
 std::unique_ptr<const NamedOpKind> make_pool_kind();
+std::unique_ptr<const NamedOpKind> make_dispatch_kind();
 
 // Shared by the kinds.
 /// x . y -> z as a (batched) matmul of local sizes: batch dims in all three, m in x and z, k in

@@ -17,6 +17,7 @@ const std::map<std::string, std::unique_ptr<const NamedOpKind>>& registry() {
     k.emplace("conv", make_conv_kind());
     k.emplace("batch_norm", make_batch_norm_kind());
     k.emplace("pool", make_pool_kind());
+    k.emplace("dispatch", make_dispatch_kind());
     return k;
   }();
   return kinds;
