@@ -77,9 +77,8 @@ NamedOp gather(std::string name, NamedTensor ids, NamedTensor table, NamedTensor
 }
 
 const std::vector<std::string>& named_dims() {
-  static const std::vector<std::string> dims = {"batch", "seq",   "d_model", "d_ff",  "heads",
-                                                "d_kv",  "vocab", "height",  "width", "kv_heads",
-                                                "experts"};
+  static const std::vector<std::string> dims = {"batch", "seq",    "d_model", "d_ff",     "heads",  "d_kv",
+                                                "vocab", "height", "width",   "kv_heads", "experts"};
   return dims;
 }
 

@@ -419,8 +419,10 @@ Model assemble(const Dims& d, double act, const std::string& name) {
   for (std::int64_t i = 0; i < d.layers; ++i) {
     Dims b = d;  // every `every`-th block's feed-forward is the experts
     b.moe_layer = d.moe.experts > 0 && (i + 1) % d.moe.every == 0;
-    m.add(block((encdec ? "decoder" : "block") + std::to_string(i), b, act, encdec),
-          encdec ? "decoder_block" : b.moe_layer ? "expert_block" : "block");
+    m.add(block((encdec ? "decoder" : "block") + std::to_string(i), b, act, encdec), encdec ? "decoder_block"
+                                                                                     : b.moe_layer
+                                                                                         ? "expert_block"
+                                                                                         : "block");
   }
   m.mixture_of_experts = d.moe.experts > 0;
   m.layers.push_back(output(d, act, !d.shared_embeddings));
@@ -445,8 +447,9 @@ void read_experts(Fields& f, Problems& problems, Dims& d) {
   m.d_ff = e.integer_or("d_ff", d.d_ff, 1, 1 << 24);
   e.finish();
   if (problems.empty() && m.top_k > m.experts)
-    problems.add(e.path_of("top_k"), Json(m.top_k),
-                 "at most experts (" + std::to_string(m.experts) + "): each token goes to top_k distinct experts");
+    problems.add(
+        e.path_of("top_k"), Json(m.top_k),
+        "at most experts (" + std::to_string(m.experts) + "): each token goes to top_k distinct experts");
   if (problems.empty() && d.encoder_layers > 0)
     problems.add(f.path_of("moe"), *j, "no moe with encoder_layers > 0 (experts in a decoder-only model)");
   if (problems.empty() && d.parallel)
@@ -554,7 +557,8 @@ Model build_mesh_lm(Fields& f, Problems& problems) {
 namespace tpusim {
 
 std::int64_t TransformerDims::expert_capacity(std::int64_t batch) const {
-  const double slots = moe.capacity_factor * double(moe.top_k) * double(batch) * double(seq) / double(moe.experts);
+  const double slots =
+      moe.capacity_factor * double(moe.top_k) * double(batch) * double(seq) / double(moe.experts);
   return std::max<std::int64_t>(1, std::int64_t(std::ceil(slots - 1e-9)));
 }
 

@@ -611,15 +611,26 @@ void append_memory_counters(const sim::TaskGraph& graph, const sim::SimResult& r
 
 namespace {
 
+/// " (compute x0.5)", " (bandwidth x0.25)", " (failed)": a perturbed chip's or link's scale in
+/// its track's name; "" as specified.
+std::string scale_note(double scale, const char* what) {
+  if (scale == 1.0) return "";
+  if (scale == 0.0) return " (failed)";
+  return formatted(" (%s x%g)", what, scale);
+}
+
 /// The trace's tracks: a process per chip (a thread per core and per outgoing link), and one
-/// for the collectives and transfers.
+/// for the collectives and transfers; perturbed chips and links say so in their names.
 void trace_tracks(Json& events, int chips, int cores_per_chip,
-                  const std::vector<std::string>& dimension_names) {
+                  const std::vector<std::string>& dimension_names, const NetworkState& network) {
+  const int links_per_chip = 2 * int(dimension_names.size());
   for (int chip = 0; chip < chips; ++chip) {
-    events.push_back(Json{{"ph", "M"},
-                          {"pid", chip},
-                          {"name", "process_name"},
-                          {"args", {{"name", "chip " + std::to_string(chip)}}}});
+    events.push_back(
+        Json{{"ph", "M"},
+             {"pid", chip},
+             {"name", "process_name"},
+             {"args",
+              {{"name", "chip " + std::to_string(chip) + scale_note(network.chip_scale(chip), "compute")}}}});
     for (int i = 0; i < cores_per_chip; ++i)
       events.push_back(Json{{"ph", "M"},
                             {"pid", chip},
@@ -632,7 +643,9 @@ void trace_tracks(Json& events, int chips, int cores_per_chip,
           {"pid", chip},
           {"tid", 100 + int(d)},
           {"name", "thread_name"},
-          {"args", {{"name", std::string("link ") + (d % 2 == 0 ? "+" : "-") + dimension_names[d / 2]}}}});
+          {"args",
+           {{"name", std::string("link ") + (d % 2 == 0 ? "+" : "-") + dimension_names[d / 2] +
+                         scale_note(network.link_scale(chip * links_per_chip + int(d)), "bandwidth")}}}});
   }
   events.push_back(Json{{"ph", "M"},
                         {"pid", chips},
@@ -669,10 +682,10 @@ void trace_tasks(Json& events, const sim::TaskGraph& graph, const sim::SimResult
 }  // namespace
 
 Json chrome_trace(const sim::TaskGraph& graph, const sim::SimResult& r, int cores_per_chip,
-                  const std::vector<std::string>& dimension_names) {
+                  const std::vector<std::string>& dimension_names, const NetworkState& network) {
   Json events = Json::array();
   const int chips = graph.cores() / cores_per_chip;
-  trace_tracks(events, chips, cores_per_chip, dimension_names);
+  trace_tracks(events, chips, cores_per_chip, dimension_names, network);
   trace_tasks(events, graph, r, cores_per_chip, chips);
   append_memory_counters(graph, r, cores_per_chip, events);
   const int links_per_chip = 2 * int(dimension_names.size());

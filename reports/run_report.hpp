@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "hardware/network_state.hpp"
 #include "sim/result.hpp"
 #include "sim/task_graph.hpp"
 
@@ -61,9 +62,10 @@ std::string perturbations_text(const Json& perturbations);
 
 /// Chrome trace event format (chrome://tracing, ui.perfetto.dev): a process per chip with a
 /// track per core (compute) and per outgoing link (flows, when recorded; two per torus dimension,
-/// named from `dimension_names`), and a process for collectives and transfers.
+/// named from `dimension_names`), and a process for collectives and transfers. A perturbed
+/// `network` names its slow chips ("chip 5 (compute x0.5)") and its slow or failed links.
 Json chrome_trace(const sim::TaskGraph& graph, const sim::SimResult& result, int cores_per_chip,
-                  const std::vector<std::string>& dimension_names);
+                  const std::vector<std::string>& dimension_names, const NetworkState& network = {});
 
 /// "1.50 GiB", "12.3 MiB" ...
 std::string human_bytes(double bytes);

@@ -204,7 +204,8 @@ class LayerLowering : public MeshLoweringSink {
                A::SumOutput);
   }
   void exchange(const std::string& what, const std::vector<std::string>& mesh, double bytes) override {
-    collective(events(), Event::BlockingAllToAll, ops_[i_].name + " " + what, mesh, bytes, row(), A::Exchange);
+    collective(events(), Event::BlockingAllToAll, ops_[i_].name + " " + what, mesh, bytes, row(),
+               A::Exchange);
   }
   void combine_statistics(const NamedOp& op) override {
     collective(events(), Event::BlockingAllReduce,

@@ -44,7 +44,7 @@ struct SimResult {
   bool symmetric_collectives = false;  ///< collectives were simulated on representative rings
   /// ...by EngineOptions::approximate_sharing's approximation, not an exact reduction.
   bool approximate_collectives = false;
-  long long routes_detoured = 0;       ///< routes between chips that go round a failed link
+  long long routes_detoured = 0;  ///< routes between chips that go round a failed link
   /// How the collectives were simulated: "representative rings", or "none: <why not>".
   std::string symmetry;
   /// How the step was simulated: its representative cluster of cores (and how many congruent

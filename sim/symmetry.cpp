@@ -85,6 +85,16 @@ SymmetryProof none(std::string why) {
   return p;
 }
 
+/// `proof`'s representatives simulated all the same where collectives sharing links may run at
+/// once (EngineOptions::approximate_sharing): not exact, and said so.
+SymmetryProof approximate(SymmetryProof proof) {
+  proof.approximate = true;
+  proof.reason =
+      "representative rings, approximate: collectives sharing links may run at once, and contention with the "
+      "rings not simulated is left out";
+  return proof;
+}
+
 /// The rings of every collective of `g` (every group, every phase), joined by shared links into
 /// clusters: whether the representative rings (each phase's first line, in every group) make
 /// up whole clusters and every other cluster is congruent with one of theirs (the same
@@ -203,14 +213,9 @@ SymmetryProof prove_symmetry(const TaskGraph& g, const CollectivePlanner& planne
   if (!sharing_families_never_overlap(g, sharing)) {
     // Collectives sharing links may run at once: exact all the same when their rings fall into
     // congruent clusters (every group's representative rings kept).
-    if (!ring_clusters_congruent(g, planner)) {
-      if (!approximate_sharing) return none("collectives sharing links may run at once");
-      proof.approximate = true;
-      proof.reason =
-          "representative rings, approximate: collectives sharing links may run at once, and contention "
-          "with the rings not simulated is left out";
-      return proof;
-    }
+    if (!ring_clusters_congruent(g, planner))
+      return approximate_sharing ? approximate(std::move(proof))
+                                 : none("collectives sharing links may run at once");
     for (auto& [groups, kept] : proof.representatives) {
       kept.resize(groups.size());
       for (std::size_t gi = 0; gi < groups.size(); ++gi) kept[gi] = gi;

@@ -778,9 +778,11 @@ TEST_CASE("experts split over the batch's mesh dimension exchange their slots by
   // slots per expert. Each core's buffer: its expert's slots [1, 1024, d_model 256] in bf16.
   const Json model = Json::parse(
       R"({"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 128, "moe": {"experts": 32, "every": 2, "top_k": 2, "capacity_factor": 2}})");
-  const Study s = mesh_study(model,
-                             Json::parse(R"({"kind": "mesh", "mesh": [["batch", 32]], "layout": {"batch": "batch", "experts": "batch"}})"),
-                             "v3-32", 64);
+  const Study s = mesh_study(
+      model,
+      Json::parse(
+          R"({"kind": "mesh", "mesh": [["batch", 32]], "layout": {"batch": "batch", "experts": "batch"}})"),
+      "v3-32", 64);
   const BuiltStep step = s.schedule->build(s);
   const double slots = 1.0 * 1024 * 256 * 2;
   for (const char* op : {"moe_dispatch", "moe_combine"}) {
@@ -796,7 +798,9 @@ TEST_CASE("experts split over the batch's mesh dimension exchange their slots by
   CHECK(collectives_of(step, "block1", "moe_in").empty());
   CHECK(collectives_of(step, "block1", "moe_router").size() == 1);
   // The same model data-parallel: each core routes its own tokens to its own copy of every expert.
-  const Study dp = mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": [["batch", 32]], "layout": {"batch": "batch"}})"), "v3-32", 64);
+  const Study dp = mesh_study(
+      model, Json::parse(R"({"kind": "mesh", "mesh": [["batch", 32]], "layout": {"batch": "batch"}})"),
+      "v3-32", 64);
   const BuiltStep replicated = dp.schedule->build(dp);
   CHECK(collectives_of(replicated, "block1", "moe_dispatch").empty());
   CHECK(collectives_of(replicated, "block1", "moe_in").size() == 1);  // its gradient all-reduced

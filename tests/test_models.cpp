@@ -867,15 +867,16 @@ TEST_CASE("a mixture of experts: exact parameters, expert FLOPs over its slots, 
   const std::string dims =
       R"("activation": "gelu", "layers": 4, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 100, "seq_len": 16)";
   const Model dense = build(R"({"kind": "transformer", )" + dims + "}");
-  const Model moe = build(R"({"kind": "transformer", )" + dims +
-                          R"(, "moe": {"experts": 8, "every": 2, "top_k": 2, "capacity_factor": 1.5, "d_ff": 512}})");
+  const Model moe =
+      build(R"({"kind": "transformer", )" + dims +
+            R"(, "moe": {"experts": 8, "every": 2, "top_k": 2, "capacity_factor": 1.5, "d_ff": 512}})");
   CHECK(moe.mixture_of_experts);
   const std::int64_t M = 64, F = 256, E = 8, Fe = 512;
   // A dense feed-forward: M F + F + F M + M. An expert block's: the router M E, then E experts of
   // M Fe + Fe + Fe M + M each.
   const std::int64_t dense_ffn = M * F + F + F * M + M, experts = M * E + E * (M * Fe + Fe + Fe * M + M);
   CHECK(moe.params() - dense.params() == 2 * (experts - dense_ffn));
-  CHECK(moe.layers[1].params() == dense.layers[1].params());                         // block0: dense
+  CHECK(moe.layers[1].params() == dense.layers[1].params());                        // block0: dense
   CHECK(moe.layers[2].params() == dense.layers[2].params() + experts - dense_ffn);  // block1: experts
   CHECK(moe.layers[4].params() == dense.layers[4].params() + experts - dense_ffn);  // block3: experts
   // FLOPs at 4 sequences: the router's 2 T M E and the experts' 2 x 2 E C M Fe (C = capacity:
@@ -890,7 +891,13 @@ TEST_CASE("a mixture of experts: exact parameters, expert FLOPs over its slots, 
   for (const auto& op : moe.layers[2].named_ops(4)) dispatches += op.kind == "dispatch" ? 1 : 0;
   CHECK(dispatches == 2);
   // Gated experts have a gate and an up projection each.
-  const Model gated = build(R"({"kind": "transformer", "activation": "swiglu", "layers": 2, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 100, "seq_len": 16, "biases": false, "moe": {"experts": 4, "d_ff": 128}})");
-  CHECK(gated.layers[1].params() - build(R"({"kind": "transformer", "activation": "swiglu", "layers": 2, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 100, "seq_len": 16, "biases": false})").layers[1].params() ==
-        (64 * 4 + 4 * 3 * 64 * 128) - 3 * 64 * 256);
+  const Model gated = build(
+      R"({"kind": "transformer", "activation": "swiglu", "layers": 2, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 100, "seq_len": 16, "biases": false, "moe": {"experts": 4, "d_ff": 128}})");
+  CHECK(
+      gated.layers[1].params() -
+          build(
+              R"({"kind": "transformer", "activation": "swiglu", "layers": 2, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 100, "seq_len": 16, "biases": false})")
+              .layers[1]
+              .params() ==
+      (64 * 4 + 4 * 3 * 64 * 128) - 3 * 64 * 256);
 }

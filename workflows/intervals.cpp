@@ -126,7 +126,8 @@ Json intervals_json(const std::map<std::string, double>& point, const std::vecto
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     const auto& r = ranges[i];
     for (int e = 0; e < 2; ++e)
-      if (ends[i][std::size_t(e)].approximate) approximate.push_back(r.name + (e == 0 ? " at low" : " at high"));
+      if (ends[i][std::size_t(e)].approximate)
+        approximate.push_back(r.name + (e == 0 ? " at low" : " at high"));
     Json a{{"name", r.name},
            {"kind", r.kind},
            {"value", r.value},

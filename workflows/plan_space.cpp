@@ -253,7 +253,8 @@ void meshes(const Study& study, const PlanSpace& space, std::vector<Json>& out) 
   const auto dims = named_dimensions(study.model);
   const std::int64_t cores = study.cores();
   // Experts need a mesh to split them: the batch over every core, the experts with it.
-  if (study.model.mixture_of_experts && study.batch % cores == 0 && allowed(space.model_axis, std::int64_t(1)))
+  if (study.model.mixture_of_experts && study.batch % cores == 0 &&
+      allowed(space.model_axis, std::int64_t(1)))
     push_mesh(study, space, Json::array({Json::array({"batch", cores})}), Json{{"batch", "batch"}}, out);
   if (space.meshes_3d) meshes_3d(study, space, dims, out);
   for (const auto& on_model : space.model_axis_dims.value_or(model_axis_layouts(dims))) {
@@ -266,8 +267,8 @@ void meshes(const Study& study, const PlanSpace& space, std::vector<Json>& out) 
     if (!present || on_model.empty()) continue;
     for (std::int64_t m : powers_of_two(2, cores))
       if (allowed(space.model_axis, m) && study.batch % (cores / m) == 0)
-        push_mesh(study, space, Json::array({Json::array({"batch", cores / m}), Json::array({"model", m})}), layout,
-                  out);
+        push_mesh(study, space, Json::array({Json::array({"batch", cores / m}), Json::array({"model", m})}),
+                  layout, out);
   }
 }
 
@@ -403,8 +404,8 @@ std::string plan_label(const Json& s) {
     }
     if (!on_second.empty()) on_model += "; model2: " + on_second;
     const bool experts = s.at("layout").value("experts", "") == "batch";
-    return "mesh " + mesh + (on_model.empty() ? "" : " (" + on_model + ")") + (experts ? " experts" : "") + " " +
-           s.value("weight_update", "replicated") + remat_label(s);
+    return "mesh " + mesh + (on_model.empty() ? "" : " (" + on_model + ")") + (experts ? " experts" : "") +
+           " " + s.value("weight_update", "replicated") + remat_label(s);
   }
   return kind + " K=" + s.at("stages").dump() + " R=" + s.value("replicas", Json(1)).dump() +
          " M=" + s.at("microbatches").dump() +

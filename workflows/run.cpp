@@ -253,11 +253,11 @@ void write_run_outputs(const RunOptions& o, const Study& study, const BuiltStep&
   write_file(fs::path(o.out) / "report.html", reports::report_html(md, images, "tpusim run"));
   for (const auto& [name, svg] : images) write_file(fs::path(o.out) / name, svg);
   if (o.trace)
-    write_file(
-        fs::path(o.out) / "trace.json",
-        reports::chrome_trace(step.graph, result, study.hardware.chip.cores, dimension_names(study.slice))
-                .dump() +
-            "\n");
+    write_file(fs::path(o.out) / "trace.json",
+               reports::chrome_trace(step.graph, result, study.hardware.chip.cores,
+                                     dimension_names(study.slice), study.network)
+                       .dump() +
+                   "\n");
 }
 
 /// --out after the compiler's re-materialization: its run wrote the charts (and trace) of the

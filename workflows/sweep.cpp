@@ -6,9 +6,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <exception>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iostream>

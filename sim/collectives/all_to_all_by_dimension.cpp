@@ -24,7 +24,8 @@ void add_exchange(Phase& phase, const std::vector<int>& members, double chunk, b
     const int cycles = std::gcd(p, k);
     for (int r = 0; r < cycles; ++r) {
       PlannedRing ring;
-      for (int i = r, n = 0; n < p / cycles; i = (i + k) % p, ++n) ring.cores.push_back(members[std::size_t(i)]);
+      for (int i = r, n = 0; n < p / cycles; i = (i + k) % p, ++n)
+        ring.cores.push_back(members[std::size_t(i)]);
       ring.chunk_bytes = chunk;
       ring.steps = 1;
       ring.representative = representative;

@@ -117,7 +117,14 @@ def on_link(out):  # flows drawn on chip 0's +x link track (tid 100: the first l
     return sum(1 for e in t["traceEvents"] if e.get("ph") == "X" and e["pid"] == 0 and e["tid"] == 100)
 assert on_link("uniform_out") > 0, "the uniform step uses chip 0's +x link"
 assert on_link("failed_out") == 0, "a flow crossed the failed link"
+# The trace names the failed link's track (and no track of the uniform run says it is perturbed).
+names = lambda out: [e["args"]["name"] for e in json.load(open(f"{w}/{out}/trace.json"))["traceEvents"] if e.get("ph") == "M"]
+assert "link +x (failed)" in names("failed_out"), [n for n in names("failed_out") if n.startswith("link")][:4]
+assert not any("(" in n for n in names("uniform_out"))
 PY
+# A slow chip's track says its speed.
+"$tpusim" run "$study" --set 'perturbations={"chips": [{"chip": [1, 1], "compute_scale": 0.5}]}' --out "$work/slow_out" --trace > /dev/null
+grep -q '"chip [0-9]* (compute x0.5)"' "$work/slow_out/trace.json" || { echo "FAIL: the trace does not mark the slow chip"; exit 1; }
 
 # Random stragglers: a seed draws the same chips and links every time (byte-identical results);
 # each chip is slow with its probability (1: all of them, 0: none); the result lists what was
