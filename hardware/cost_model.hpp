@@ -90,6 +90,9 @@ struct OpCost {
   double model_flops = 0;          ///< the math (unpadded)
   double hardware_flops = 0;       ///< what the MXU really executes (padded)
   const char* bound = "overhead";  ///< "mxu", "vpu", "hbm", "overhead" or "fused"
+  /// The part of `seconds` HBM's bandwidth sets (its HBM time when HBM binds it, else 0): what a
+  /// chip with slower HBM stretches.
+  double hbm_bound_s() const { return bound[0] == 'h' ? hbm_s : 0.0; }
 };
 
 /// Times ops on one core of a hardware generation. Behind one interface so the model

@@ -17,6 +17,9 @@ struct NetworkState {
   std::vector<double> link_bandwidth_scale;
   /// By chip rank: compute on the chip's cores takes its time divided by this. Empty: every chip 1.
   std::vector<double> chip_speed_scale;
+  /// By chip rank: the part of a task its HBM traffic sets (Task::hbm_s) takes its time divided by
+  /// this instead. Empty: every chip's is its speed scale (a chip throttled as a whole).
+  std::vector<double> chip_hbm_scale;
 
   /// Every link and chip as specified.
   bool uniform() const {
@@ -24,6 +27,8 @@ struct NetworkState {
       if (s != 1.0) return false;
     for (double s : chip_speed_scale)
       if (s != 1.0) return false;
+    for (std::size_t c = 0; c < chip_hbm_scale.size(); ++c)
+      if (chip_hbm_scale[c] != chip_scale(int(c))) return false;
     return true;
   }
   /// Every link as specified (chips may differ in speed: collectives' flows do not compute).
@@ -37,6 +42,9 @@ struct NetworkState {
   }
   double chip_scale(int chip) const {
     return std::size_t(chip) < chip_speed_scale.size() ? chip_speed_scale[std::size_t(chip)] : 1.0;
+  }
+  double hbm_scale(int chip) const {
+    return std::size_t(chip) < chip_hbm_scale.size() ? chip_hbm_scale[std::size_t(chip)] : chip_scale(chip);
   }
 };
 

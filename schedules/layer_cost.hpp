@@ -44,6 +44,8 @@ struct GroupCollective {
 /// A layer's cost for one batch size on one core.
 struct LayerCost {
   double forward_s = 0, backward_s = 0;
+  /// The parts of forward_s and backward_s HBM's bandwidth sets (OpCost::hbm_bound_s).
+  double forward_hbm_s = 0, backward_hbm_s = 0;
   double forward_flops = 0, backward_flops = 0;                    ///< model FLOPs
   double forward_hardware_flops = 0, backward_hardware_flops = 0;  ///< padded MXU FLOPs
   double stash_bytes = 0, input_bytes = 0, output_bytes = 0;
@@ -64,7 +66,7 @@ struct LayerCost {
   double weight_fraction = 1;
   /// "save_dots": the matmuls' outputs the forward keeps, and the recompute of the other ops.
   double dot_output_bytes = 0;
-  double non_dot_forward_s = 0, non_dot_forward_hardware_flops = 0;
+  double non_dot_forward_s = 0, non_dot_forward_hardware_flops = 0, non_dot_forward_hbm_s = 0;
   std::vector<GroupCollective> non_dot_forward_collectives;
 
   /// What a forward keeping `keep` holds for the backward.
@@ -82,6 +84,9 @@ struct LayerCost {
   /// The recompute's time: none, the whole forward, or its ops other than matmuls.
   double recompute_s(Keep keep) const {
     return keep == Keep::All ? 0.0 : keep == Keep::Input ? forward_s : non_dot_forward_s;
+  }
+  double recompute_hbm_s(Keep keep) const {
+    return keep == Keep::All ? 0.0 : keep == Keep::Input ? forward_hbm_s : non_dot_forward_hbm_s;
   }
   double recompute_hardware_flops(Keep keep) const {
     return keep == Keep::All     ? 0.0

@@ -36,11 +36,12 @@ std::optional<GroupCollective> group_collective(const mesh::Event& ev) {
 /// The blocking collectives of a program, in order, and its compute summed (a core runs its
 /// pieces and the collectives between them one after another, so their order within a stage's
 /// task does not change its length).
-void add_events(const std::vector<mesh::Event>& events, double& seconds, double& flops,
+void add_events(const std::vector<mesh::Event>& events, double& seconds, double& hbm_seconds, double& flops,
                 double& hardware_flops, std::vector<GroupCollective>& collectives, double& gradient_bytes) {
   for (const auto& ev : events) {
     if (ev.kind == mesh::Event::Compute) {
       seconds += ev.seconds;
+      hbm_seconds += ev.hbm_seconds;
       flops += ev.model_flops;
       hardware_flops += ev.hardware_flops;
     } else if (ev.kind == mesh::Event::GradientAllReduce) {
@@ -61,14 +62,15 @@ LayerCost layer_program_cost(const Layer& layer, std::int64_t batch, const Stage
       mesh::lower_layer(layer.named_ops(batch), sharding, cost, act, layer.name, layer.model_input, false);
   const LayerBoundary boundary = layer.boundary(batch);
   LayerCost c;
-  add_events(p.forward, c.forward_s, c.forward_flops, c.forward_hardware_flops, c.forward_collectives,
-             c.group_gradient_bytes);
-  add_events(p.backward, c.backward_s, c.backward_flops, c.backward_hardware_flops, c.backward_collectives,
-             c.group_gradient_bytes);
+  add_events(p.forward, c.forward_s, c.forward_hbm_s, c.forward_flops, c.forward_hardware_flops,
+             c.forward_collectives, c.group_gradient_bytes);
+  add_events(p.backward, c.backward_s, c.backward_hbm_s, c.backward_flops, c.backward_hardware_flops,
+             c.backward_collectives, c.group_gradient_bytes);
   // "save_dots": the recompute runs the forward ops it needs, and their collectives (not a kept
   // matmul's partial sums).
   for (const auto& ev : p.forward) {
     c.non_dot_forward_s += ev.non_dot_seconds;
+    c.non_dot_forward_hbm_s += ev.non_dot_hbm_seconds;
     c.non_dot_forward_hardware_flops += ev.non_dot_hardware_flops;
     if (const auto g = group_collective(ev); g && !ev.kept_by_save_dots)
       c.non_dot_forward_collectives.push_back(*g);

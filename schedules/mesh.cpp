@@ -511,6 +511,7 @@ class MeshStepPlayer {
         continue;
       }
       const double seconds = remat_ == Keep::Dots ? ev.non_dot_seconds : ev.seconds;
+      const double hbm = remat_ == Keep::Dots ? ev.non_dot_hbm_seconds : ev.hbm_seconds;
       const double flops = remat_ == Keep::Dots ? ev.non_dot_hardware_flops : ev.hardware_flops;
       for (int c = 0; c < cores_; ++c) {
         sim::Task t;
@@ -520,6 +521,7 @@ class MeshStepPlayer {
         t.core = c;
         t.layer = l;
         t.seconds = seconds;
+        t.hbm_s = hbm;
         t.hardware_flops = flops;
         if (first) t.memory.push_back({c, sim::MemoryCategory::Activations, recomputed(p), When::Start});
         if (p.workspace_bytes > 0) {
@@ -594,6 +596,7 @@ class MeshStepPlayer {
       t.core = c;
       t.layer = l;
       t.seconds = ev.seconds;
+      t.hbm_s = ev.hbm_seconds;
       t.model_flops = ev.model_flops;
       t.hardware_flops = ev.hardware_flops;
       // A layer's kept activations live from its first forward piece to its last backward piece
@@ -797,8 +800,10 @@ class MeshStepPlayer {
         t.phase = "update";
         t.core = c;
         t.layer = l;
-        t.seconds =
-            cost.cost(study_.optimizer.update_op(study_.model.layers[std::size_t(l)], fraction)).seconds;
+        const OpCost update =
+            cost.cost(study_.optimizer.update_op(study_.model.layers[std::size_t(l)], fraction));
+        t.seconds = update.seconds;
+        t.hbm_s = update.hbm_bound_s();
         // What is left of the gradients (pieces of the reduce-scattered ones, the others whole).
         t.memory.push_back({c, sim::MemoryCategory::Gradients, -kWeightBytes * p.update_elements, When::End});
         if (exec_) {

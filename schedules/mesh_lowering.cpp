@@ -69,10 +69,12 @@ class LayerLowering : public MeshLoweringSink {
       into.push_back(Event{Event::Compute, layer_, 0, 0, 0, {}, 0, {}, {}, 0});
     into.back().actions.push_back(MeshAction{at_, what, 0, partial});
     into.back().seconds += c.seconds;
+    into.back().hbm_seconds += c.hbm_bound_s();
     into.back().model_flops += c.model_flops;
     into.back().hardware_flops += c.hardware_flops;
     if (!backward_ && dots_.recomputed[i_]) {
       into.back().non_dot_seconds += c.seconds;
+      into.back().non_dot_hbm_seconds += c.hbm_bound_s();
       into.back().non_dot_hardware_flops += c.hardware_flops;
     }
     return c;

@@ -51,6 +51,8 @@ struct Event {
   /// so not run again.
   double non_dot_seconds = 0, non_dot_hardware_flops = 0;
   bool kept_by_save_dots = false;
+  /// Compute: the part of `seconds` (and of `non_dot_seconds`) HBM's bandwidth sets.
+  double hbm_seconds = 0, non_dot_hbm_seconds = 0;
 };
 
 struct LayerProgram {

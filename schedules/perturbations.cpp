@@ -59,10 +59,12 @@ int dimension_of(Fields& f, const Topology& torus) {
 void read_chip(Fields& f, const Topology& torus, NetworkState& state) {
   const int chip = chip_at(f, torus);
   const double scale = scale_of(f, "compute_scale", true);
-  if (f.has("hbm_bandwidth_scale"))
-    f.problems().add(f.path_of("hbm_bandwidth_scale"), *f.value("hbm_bandwidth_scale"),
-                     "no such key yet: compute_scale scales the chip's whole speed, compute and HBM alike");
-  if (chip >= 0) state.chip_speed_scale[std::size_t(chip)] = scale;
+  // HBM's bandwidth apart from the compute rates; absent: the chip throttled as a whole.
+  const double hbm = f.has("hbm_bandwidth_scale") ? scale_of(f, "hbm_bandwidth_scale", true) : scale;
+  if (chip < 0) return;
+  state.chip_speed_scale[std::size_t(chip)] = scale;
+  if (hbm != scale && state.chip_hbm_scale.empty()) state.chip_hbm_scale = state.chip_speed_scale;
+  if (!state.chip_hbm_scale.empty()) state.chip_hbm_scale[std::size_t(chip)] = hbm;
 }
 
 void read_link(Fields& f, const Topology& torus, NetworkState& state) {

@@ -27,8 +27,11 @@ StepBuilder::StepBuilder(const Study& study, int cores, FunctionalRuntime* funct
       cost_model_(study.hardware.core),
       graph_(cores),
       costs_(study.layer_costs ? study.layer_costs : std::make_shared<LayerCostCache>()) {
-  for (const auto& layer : study.model.layers)
-    update_s_.push_back(cost_model_.cost(study.optimizer.update_op(layer)).seconds);
+  for (const auto& layer : study.model.layers) {
+    const OpCost update = cost_model_.cost(study.optimizer.update_op(layer));
+    update_s_.push_back(update.seconds);
+    update_hbm_s_.push_back(update.hbm_bound_s());
+  }
   weight_fraction_.assign(study.model.layers.size(), 1.0);
 }
 
@@ -64,6 +67,9 @@ LayerCost StepBuilder::cost(LayerRange layers, std::int64_t batch) {
     const LayerCost& c = cost(l, batch);
     sum.forward_s += c.forward_s;
     sum.backward_s += c.backward_s;
+    sum.forward_hbm_s += c.forward_hbm_s;
+    sum.backward_hbm_s += c.backward_hbm_s;
+    sum.non_dot_forward_hbm_s += c.non_dot_forward_hbm_s;
     sum.forward_flops += c.forward_flops;
     sum.backward_flops += c.backward_flops;
     sum.forward_hardware_flops += c.forward_hardware_flops;
@@ -159,6 +165,7 @@ int StepBuilder::forward(int core, LayerRange layers, std::int64_t batch, int pr
   const LayerCost c = cost(layers, batch);
   sim::Task t = compute_task("forward", core, layers, labels);
   t.seconds = c.forward_s;
+  t.hbm_s = c.forward_hbm_s;
   t.model_flops = c.forward_flops;
   t.hardware_flops = c.forward_hardware_flops;
   // Keeping everything: the activations pile up as the layers run. Keeping only the input (and
@@ -184,6 +191,7 @@ int StepBuilder::recompute(int core, LayerRange layers, std::int64_t batch, int 
   const LayerCost c = cost(layers, batch);
   sim::Task t = compute_task("recompute", core, layers, labels);
   t.seconds = c.recompute_s(keep);
+  t.hbm_s = c.recompute_hbm_s(keep);
   t.hardware_flops = c.recompute_hardware_flops(keep);
   t.memory = {{core, MemoryCategory::Activations, c.recomputed_bytes(keep), When::Start},
               {core, MemoryCategory::Workspace, c.workspace_bytes, When::Start},
@@ -200,6 +208,7 @@ int StepBuilder::backward(int core, LayerRange layers, std::int64_t batch, int p
   const LayerCost c = cost(layers, batch);
   sim::Task t = compute_task("backward", core, layers, labels);
   t.seconds = c.backward_s;
+  t.hbm_s = c.backward_hbm_s;
   t.model_flops = c.backward_flops;
   t.hardware_flops = c.backward_hardware_flops;
   const double freed = c.kept_bytes(kept) + c.recomputed_bytes(kept);
@@ -273,6 +282,7 @@ int StepBuilder::update(int core, LayerRange layers, double fraction, Labels lab
     // The update's duration scales with the shard; the fixed per-op overhead does not.
     const double overhead = study_.hardware.core.op_overhead_s;
     t.seconds += (update_s_[l] - overhead) * fraction * weight_fraction_[std::size_t(l)] + overhead;
+    t.hbm_s += update_hbm_s_[std::size_t(l)] * fraction * weight_fraction_[std::size_t(l)];
   }
   // The gradients it consumes: the whole buffer, or the shard a reduce-scatter left.
   t.memory.push_back({core, MemoryCategory::Gradients, -gradient_bytes(layers) * fraction, When::End});

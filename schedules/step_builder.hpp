@@ -108,6 +108,7 @@ class StepBuilder {
   std::string sharding_key_;               // the split the costs are for ("" unsplit)
   std::map<std::pair<int, std::int64_t>, const LayerCost*> cache_;  // this builder's lookups
   std::vector<double> update_s_;                                    // per layer, full update on one core
+  std::vector<double> update_hbm_s_;                                // ... the part HBM's bandwidth sets
   const StageSharding* sharding_ = nullptr;
   std::vector<double> weight_fraction_;  // per layer, a core's share of its weights
   double hardware_flops_ = 0;

@@ -307,7 +307,10 @@ class Reducer {
     representative_.assign(clusters_.size(), 0);
     for (std::size_t k = 0; k < clusters_.size(); ++k) {
       std::vector<double> speeds;
-      for (int core : clusters_[k]) speeds.push_back(network_.chip_scale(core / cpc));
+      for (int core : clusters_[k]) {
+        speeds.push_back(network_.chip_scale(core / cpc));
+        speeds.push_back(network_.hbm_scale(core / cpc));
+      }
       representative_[k] = first_of_kind.emplace(speeds, int(k)).first->second;
     }
     kinds_ = int(first_of_kind.size());

@@ -163,7 +163,11 @@ class Runner {
     result_.cores.assign(std::size_t(g.cores()), CoreStats{});
     for (int c = 0; c < g.cores(); ++c) memory_.set_resident(c, g.resident()[std::size_t(c)]);
     speed_.resize(std::size_t(g.cores()));
-    for (int c = 0; c < g.cores(); ++c) speed_[std::size_t(c)] = opt.network.chip_scale(c / hw.chip.cores);
+    hbm_speed_.resize(std::size_t(g.cores()));
+    for (int c = 0; c < g.cores(); ++c) {
+      speed_[std::size_t(c)] = opt.network.chip_scale(c / hw.chip.cores);
+      hbm_speed_[std::size_t(c)] = opt.network.hbm_scale(c / hw.chip.cores);
+    }
 
     SymmetryProof proof;
     if (opt.symmetric_collectives)
@@ -478,7 +482,9 @@ class Runner {
       }
       begin(id);
       const Task& t = g_.task(id);
-      const double seconds = t.seconds / speed_[std::size_t(core)];
+      // A chip whose HBM is scaled apart from its compute stretches each part by its own scale.
+      const double s = speed_[std::size_t(core)], h = hbm_speed_[std::size_t(core)];
+      const double seconds = h == s ? t.seconds / s : (t.seconds - t.hbm_s) / s + t.hbm_s / h;
       if (seconds > 0) sg::this_actor::sleep_for(seconds);
       result_.cores[std::size_t(core)].busy_s += seconds;
       end(id);
@@ -613,7 +619,8 @@ class Runner {
   Platform platform_;
   CollectivePlanner planner_;
   MemoryTracker memory_;
-  std::vector<double> speed_;  ///< per core: its chip's speed scale
+  std::vector<double> speed_;      ///< per core: its chip's speed scale
+  std::vector<double> hbm_speed_;  ///< per core: its chip's HBM scale (Task::hbm_s)
   std::vector<int> remaining_;
   std::vector<int> waiting_;
   std::vector<sg::SemaphorePtr> semaphores_;

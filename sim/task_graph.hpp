@@ -43,6 +43,7 @@ struct Task {
   // Compute
   int core = -1;
   double seconds = 0;         ///< duration on its core, from the cost model
+  double hbm_s = 0;           ///< the part of `seconds` HBM bandwidth sets (a slower HBM stretches it)
   double model_flops = 0;     ///< the math it performs
   double hardware_flops = 0;  ///< what the MXU executes (padding, recomputation)
   // Transfer: src_core -> dst_core, `bytes`.  Collective: `op` over `group`, `bytes` = the

@@ -231,6 +231,30 @@ TEST_CASE("a chip at half speed takes twice as long over its compute", "[engine]
   CHECK(r.cores[1].busy_s == Approx(2e-3).epsilon(1e-12));
 }
 
+TEST_CASE("a chip's HBM scaled apart from its compute stretches only the part HBM binds",
+          "[engine][network][state]") {
+  // Each task 1 ms, 0.6 ms of it HBM-bound. Chip 1: compute at 0.5, HBM as specified; chip 2:
+  // compute as specified, HBM at 0.25; chip 3: both at 0.5 (the whole task, as a throttled chip).
+  const auto hw = v4({"hierarchical_rings", "snake_ring"});
+  const auto s = slice({2, 2, 1}, {false, false, false});
+  sim::EngineOptions o;
+  o.network.chip_speed_scale = {1.0, 0.5, 1.0, 0.5};
+  o.network.chip_hbm_scale = {1.0, 1.0, 0.25, 0.5};
+  CHECK_FALSE(o.network.uniform());
+  sim::TaskGraph g(sim::slice_cores(hw, s));
+  std::vector<int> ids;
+  for (int core = 0; core < 4; ++core) {  // a core per chip
+    sim::Task t = compute(core, 1e-3);
+    t.hbm_s = 0.6e-3;
+    ids.push_back(g.add(std::move(t)));
+  }
+  const auto r = sim::simulate(g, hw, s, o);
+  CHECK(r.tasks[std::size_t(ids[0])].end_s == Approx(1e-3).epsilon(1e-12));
+  CHECK(r.tasks[std::size_t(ids[1])].end_s == Approx(0.4e-3 / 0.5 + 0.6e-3).epsilon(1e-12));
+  CHECK(r.tasks[std::size_t(ids[2])].end_s == Approx(0.4e-3 + 0.6e-3 / 0.25).epsilon(1e-12));
+  CHECK(r.tasks[std::size_t(ids[3])].end_s == Approx(2e-3).epsilon(1e-12));
+}
+
 TEST_CASE("a slow chip among data-parallel replicas: one replica of each kind simulated",
           "[engine][network][state]") {
   // A replica per device of a 4x4x2 torus of v4 chips, each a forward and a backward, then the

@@ -318,8 +318,12 @@ Json perturbations_json(const Study& study, const RerunnableStudy& rerun, const 
   const NetworkState& n = study.network;
   Json p{{"slow_chips", Json::array()}, {"slow_links", Json::array()}};
   for (int chip = 0; chip < torus.chips(); ++chip)
-    if (n.chip_scale(chip) != 1.0)
+    if (n.chip_scale(chip) != 1.0 || n.hbm_scale(chip) != 1.0) {
       p["slow_chips"].push_back({{"chip", torus.coord(chip)}, {"compute_scale", n.chip_scale(chip)}});
+      // Listed when it is not the compute's (the chip throttled as a whole).
+      if (n.hbm_scale(chip) != n.chip_scale(chip))
+        p["slow_chips"].back()["hbm_bandwidth_scale"] = n.hbm_scale(chip);
+    }
   for (int link = 0; link < torus.link_id_bound(); ++link)
     if (n.link_scale(link) != 1.0) {
       const LinkDirection d = torus.link_direction(link);

@@ -78,6 +78,24 @@ for p in [plan["best"]] + [t for t in plan["top"] if "result" in t]:
     assert r["perturbations"]["slow_chips"] == [{"chip": [1, 2], "compute_scale": 0.5}], p["plan"]
     assert r["breakdown"]["critical_chip"] == [1, 2] and r["perturbations"]["slowdown"] > 1, p["plan"]
 PY
+# HBM apart from compute: each scale stretches its own part of the slow chip's compute, so the two
+# slowdowns add up to the chip throttled as a whole (every task's time is its HBM-bound part
+# plus the rest); the result lists the HBM scale where it is not the compute's.
+chip() { echo "perturbations={\"chips\": [{\"chip\": [1, 2], \"compute_scale\": $1, \"hbm_bandwidth_scale\": $2}]}"; }
+"$tpusim" run "$study" --set "$(chip 0.5 1)" --json > "$work/compute_only.json"
+"$tpusim" run "$study" --set "$(chip 1 0.5)" --json > "$work/hbm_only.json"
+"$tpusim" run "$study" --set "$(chip 0.5 0.5)" --json > "$work/both.json"
+python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+u, c, h, b, whole = (json.load(open(f"{w}/{x}.json")) for x in ("uniform", "compute_only", "hbm_only", "both", "slow_chip"))
+assert b["step_time_s"] == whole["step_time_s"], "both scales at 0.5 is the chip at half speed"
+grown = lambda r: r["step_time_s"] - u["step_time_s"]
+assert grown(c) > 0 and grown(h) > 0, (grown(c), grown(h))
+assert abs(grown(c) + grown(h) - grown(b)) <= 1e-6 * u["step_time_s"], (grown(c), grown(h), grown(b))
+assert h["perturbations"]["slow_chips"] == [{"chip": [1, 2], "compute_scale": 1.0, "hbm_bandwidth_scale": 0.5}], h["perturbations"]
+assert "hbm_bandwidth_scale" not in b["perturbations"]["slow_chips"][0]
+PY
 bad() {
   local expect="$1"; shift
   if "$tpusim" run "$study" "$@" > "$work/out" 2> "$work/err"; then echo "FAIL: accepted $*"; exit 1; fi
@@ -85,7 +103,7 @@ bad() {
 }
 bad 'perturbations.chips[0].chip: found [9,0]' --set 'perturbations={"chips": [{"chip": [9, 0], "compute_scale": 0.5}]}'
 bad 'perturbations.chips[0].compute_scale: found 0' --set 'perturbations={"chips": [{"chip": [0, 0], "compute_scale": 0}]}'
-bad 'perturbations.chips[0].hbm_bandwidth_scale' --set 'perturbations={"chips": [{"chip": [0, 0], "compute_scale": 1, "hbm_bandwidth_scale": 0.5}]}'
+bad 'perturbations.chips[0].hbm_bandwidth_scale: found -0.5' --set 'perturbations={"chips": [{"chip": [0, 0], "compute_scale": 1, "hbm_bandwidth_scale": -0.5}]}'
 bad 'perturbations.links[0].bandwidth_scale: found -1' --set 'perturbations={"links": [{"chip": [0, 0], "dimension": "x", "direction": "+", "bandwidth_scale": -1}]}'
 bad '"cut_off_chips":[[0,0]]' --set 'perturbations={"links": [{"chip": [0, 0], "dimension": "x", "direction": "+", "bandwidth_scale": 0}, {"chip": [0, 0], "dimension": "y", "direction": "+", "bandwidth_scale": 0}]}'
 bad 'perturbations.links[0].dimension: found "w"' --set 'perturbations={"links": [{"chip": [0, 0], "dimension": "w", "direction": "+", "bandwidth_scale": 0.5}]}'
