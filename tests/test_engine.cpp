@@ -28,6 +28,13 @@ double allreduce_2d(int px, int py, bool wx, bool wy, double bytes, double a, do
   return 2 * ring_half(px, wx, bytes, a, B) + 2 * ring_half(py, wy, bytes / px, a, B);
 }
 
+/// Core 0 of chips (0, 0) .. (n - 1, 0): a row of a v3 torus.
+std::vector<int> first_row(int n) {
+  std::vector<int> row;
+  for (int x = 0; x < n; ++x) row.push_back(x * 2);
+  return row;
+}
+
 /// Core 0 of every chip.
 std::vector<int> chip_leaders(const SliceSpec& s, int cpc) {
   std::vector<int> g;
@@ -133,9 +140,7 @@ ALLREDUCE_2D_CASE(8, 8, true, false)
 TEST_CASE("1D ring all-reduce along a wrapped row matches the oracle", "[engine][oracle]") {
   const auto hw = v3();
   const auto s = slice(8, 8, true, true);
-  std::vector<int> row;
-  for (int x = 0; x < 8; ++x) row.push_back(x * 2);  // chips (x, 0), core 0
-  const double t = run_single(hw, s, collective(CollectiveOp::AllReduce, row, kS));
+  const double t = run_single(hw, s, collective(CollectiveOp::AllReduce, first_row(8), kS));
   const double a = hw.chip.ici_latency_s, B = hw.chip.ici_bandwidth_bytes_per_s;
   CHECK(t == Approx(2 * 7 * (a + kS / (2 * 8 * B))).epsilon(0.01));
 }
@@ -143,9 +148,7 @@ TEST_CASE("1D ring all-reduce along a wrapped row matches the oracle", "[engine]
 TEST_CASE("1D ring all-reduce along a line costs about twice the ring", "[engine][oracle]") {
   const auto hw = v3();
   const auto s = slice(8, 8, false, false);
-  std::vector<int> row;
-  for (int x = 0; x < 8; ++x) row.push_back(x * 2);
-  const double t = run_single(hw, s, collective(CollectiveOp::AllReduce, row, kS));
+  const double t = run_single(hw, s, collective(CollectiveOp::AllReduce, first_row(8), kS));
   const double a = hw.chip.ici_latency_s, B = hw.chip.ici_bandwidth_bytes_per_s;
   const double line = 2 * 7 * (2 * a + kS / (8 * B));
   const double ring = 2 * 7 * (a + kS / (2 * 8 * B));
@@ -191,9 +194,7 @@ double all_to_all_ring(int p, double bytes, double a, double B) {
 TEST_CASE("all-to-all along a wrapped row matches its oracle", "[engine][oracle][all_to_all]") {
   const auto hw = v3();
   const auto s = slice(8, 8, true, true);
-  std::vector<int> row;
-  for (int x = 0; x < 8; ++x) row.push_back(x * 2);  // chips (x, 0), core 0
-  const double t = run_single(hw, s, collective(CollectiveOp::AllToAll, row, kS));
+  const double t = run_single(hw, s, collective(CollectiveOp::AllToAll, first_row(8), kS));
   const double a = hw.chip.ici_latency_s, B = hw.chip.ici_bandwidth_bytes_per_s;
   CHECK(t == Approx(all_to_all_ring(8, kS, a, B)).epsilon(0.01));
   // Above the bound of its sends alone: each member sends 7/8 of its buffer over its two links of
