@@ -16,21 +16,10 @@ namespace {
 /// A blocking collective of a program over the group (none for compute or a weight-gradient
 /// reduction).
 std::optional<GroupCollective> group_collective(const mesh::Event& ev) {
-  using E = mesh::Event;
-  switch (ev.kind) {
-    case E::BlockingAllReduce:
-      return GroupCollective{sim::CollectiveOp::AllReduce, ev.bytes};
-    case E::BlockingAllGather:
-      return GroupCollective{sim::CollectiveOp::AllGather, ev.bytes};
-    case E::BlockingReduceScatter:
-      return GroupCollective{sim::CollectiveOp::ReduceScatter, ev.bytes};
-    case E::BlockingAllToAll:
-      return GroupCollective{sim::CollectiveOp::AllToAll, ev.bytes};
-    case E::Halo:  // excluded by tensor_parallel_dims(): no image is split
-      throw SimulationError("tensor parallelism: a halo exchange in " + ev.name);
-    default:
-      return std::nullopt;
-  }
+  if (ev.kind == mesh::Event::Halo)  // excluded by tensor_parallel_dims(): no image is split
+    throw SimulationError("tensor parallelism: a halo exchange in " + ev.name);
+  if (const auto b = mesh::blocking_collective(ev.kind)) return GroupCollective{b->op, ev.bytes};
+  return std::nullopt;
 }
 
 /// The blocking collectives of a program, in order, and its compute summed (a core runs its

@@ -540,10 +540,8 @@ class MeshStepPlayer {
   /// A forward collective again (re-materialization), blocking the recompute's next piece.
   void replay_collective(const Event& ev, int l) {
     using C = sim::CollectiveOp;
-    const auto op = ev.kind == Event::BlockingAllGather       ? C::AllGather
-                    : ev.kind == Event::BlockingReduceScatter ? C::ReduceScatter
-                    : ev.kind == Event::BlockingAllToAll      ? C::AllToAll
-                                                              : C::AllReduce;
+    const auto blocking = blocking_collective(ev.kind);
+    const auto op = blocking ? blocking->op : C::AllReduce;
     const int id = g_.add(family_collective(op, ev.name + " (recompute)", ev.mesh_dims, schedule_.groups(ev),
                                             "recompute_collective", l, ev.bytes));
     for (int c = 0; c < cores_; ++c)
@@ -658,13 +656,11 @@ class MeshStepPlayer {
     }
     using C = sim::CollectiveOp;
     const bool scatter_gradient = ev.kind == Event::GradientAllReduce && sharded_;
-    const auto [op, phase] =
-        ev.kind == Event::BlockingAllGather       ? std::pair{C::AllGather, "activation_allgather"}
-        : ev.kind == Event::BlockingReduceScatter ? std::pair{C::ReduceScatter, "activation_reduce_scatter"}
-        : ev.kind == Event::BlockingAllToAll      ? std::pair{C::AllToAll, "expert_all_to_all"}
-        : scatter_gradient                    ? std::pair{C::ReduceScatter, "weight_gradient_reduce_scatter"}
-        : ev.kind == Event::GradientAllReduce ? std::pair{C::AllReduce, "weight_gradient_allreduce"}
-                                              : std::pair{C::AllReduce, "activation_allreduce"};
+    const auto blocking = blocking_collective(ev.kind);
+    const auto [op, phase] = blocking ? std::pair{blocking->op, blocking->phase}
+                             : scatter_gradient
+                                 ? std::pair{C::ReduceScatter, "weight_gradient_reduce_scatter"}
+                                 : std::pair{C::AllReduce, "weight_gradient_allreduce"};
     sim::Task t = family_collective(op, ev.name, ev.mesh_dims, schedule_.groups(ev), phase, l, ev.bytes);
     if (scatter_gradient) {
       // Each core keeps only its piece of the reduced gradient, updates it, and the updated

@@ -51,14 +51,9 @@ double program_bound(const Study& s, const MeshSchedule& mesh,
         }
         const bool gradient = ev.kind == E::GradientAllReduce;
         if (gradient && overlap) continue;
-        const auto op = ev.kind == E::BlockingAllGather       ? sim::CollectiveOp::AllGather
-                        : ev.kind == E::BlockingReduceScatter ? sim::CollectiveOp::ReduceScatter
-                        : ev.kind == E::BlockingAllToAll      ? sim::CollectiveOp::AllToAll
-                        : gradient                            ? sim::CollectiveOp::ReduceScatter
-                        : ev.kind == E::BlockingAllReduce     ? sim::CollectiveOp::AllReduce
-                                                              : sim::CollectiveOp(-1);
-        if (int(op) < 0) continue;
-        add_floor(op, ev, ev.bytes, !gradient);
+        const auto blocking = mesh::blocking_collective(ev.kind);
+        if (!blocking && !gradient) continue;  // a halo
+        add_floor(blocking ? blocking->op : sim::CollectiveOp::ReduceScatter, ev, ev.bytes, !gradient);
       }
   }
   return bound;

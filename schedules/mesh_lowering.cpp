@@ -12,6 +12,22 @@ std::string collective_task_name(const std::string& event, const std::vector<std
   return std::string(op) + " " + event + " over " + dims;
 }
 
+std::optional<BlockingCollective> blocking_collective(Event::Kind kind) {
+  using C = sim::CollectiveOp;
+  switch (kind) {
+    case Event::BlockingAllReduce:
+      return BlockingCollective{C::AllReduce, "activation_allreduce"};
+    case Event::BlockingAllGather:
+      return BlockingCollective{C::AllGather, "activation_allgather"};
+    case Event::BlockingReduceScatter:
+      return BlockingCollective{C::ReduceScatter, "activation_reduce_scatter"};
+    case Event::BlockingAllToAll:
+      return BlockingCollective{C::AllToAll, "expert_all_to_all"};
+    default:
+      return std::nullopt;
+  }
+}
+
 double piece_elements(double elements, double count) { return std::ceil(elements / count); }
 
 double update_fraction(const LayerProgram& p) {

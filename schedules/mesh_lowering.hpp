@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <set>
 
 #include "hardware/cost_model.hpp"
@@ -54,6 +55,15 @@ struct Event {
   /// Compute: the part of `seconds` (and of `non_dot_seconds`) HBM's bandwidth sets.
   double hbm_seconds = 0, non_dot_hbm_seconds = 0;
 };
+
+/// What a blocking event runs: its collective and the phase it counts as in breakdowns. None for
+/// compute, halos and weight-gradient reductions (how those run is the schedule's choice). The one
+/// map from event kinds to collectives, for the players, the bound and tensor-parallel stages.
+struct BlockingCollective {
+  sim::CollectiveOp op;
+  const char* phase;
+};
+std::optional<BlockingCollective> blocking_collective(Event::Kind kind);
 
 struct LayerProgram {
   std::vector<Event> forward, backward;
