@@ -446,6 +446,10 @@ void read_experts(Fields& f, Problems& problems, Dims& d) {
   m.capacity_factor = e.has("capacity_factor") ? e.number("capacity_factor", 1e-6, 1000.0) : 1.0;
   m.d_ff = e.integer_or("d_ff", d.d_ff, 1, 1 << 24);
   e.finish();
+  if (problems.empty() && m.every > d.layers)
+    problems.add(e.path_of("every"), Json(m.every),
+                 "at most layers (" + std::to_string(d.layers) +
+                     "): every every-th block's feed-forward is the experts");
   if (problems.empty() && m.top_k > m.experts)
     problems.add(
         e.path_of("top_k"), Json(m.top_k),

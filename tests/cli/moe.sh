@@ -34,6 +34,7 @@ bad "schedule.layout.experts: found \"batch\", expected no \"experts\" in the la
   check "$root/configs/studies/default.json" --set 'schedule={"kind": "mesh", "mesh": [["batch", 32]], "layout": {"batch": "batch", "experts": "batch"}}'
 bad "model.moe: found mixture-of-experts layers" run "$work/moe.json" --functional --set 'schedule={"kind": "data_parallel"}'
 bad "model.moe: found" check "$work/moe.json" --set model.encoder_layers=2
+bad "model.moe.every: found 5, expected at most layers (4)" check "$work/moe.json" --set 'model.moe={"experts": 32, "every": 5}'
 
 # Expert parallelism against data parallelism on the same model.
 "$tpusim" run "$work/moe.json" --json > "$work/ep.json"
