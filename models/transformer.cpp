@@ -449,7 +449,7 @@ void read_experts(Fields& f, Problems& problems, Dims& d) {
   if (problems.empty() && m.every > d.layers)
     problems.add(e.path_of("every"), Json(m.every),
                  "at most layers (" + std::to_string(d.layers) +
-                     "): every every-th block's feed-forward is the experts");
+                     "): the experts replace every k-th block's feed-forward, a larger k none");
   if (problems.empty() && m.top_k > m.experts)
     problems.add(
         e.path_of("top_k"), Json(m.top_k),
