@@ -185,14 +185,12 @@ struct PlanLabel {
   void add(CLI::App* cmd) {
     cmd->add_option("--plan-label", label,
                     "run the schedule a plan's label names, as tpusim plan prints it (e.g. \"one_f_one_b "
-                    "K=4 R=16 M=64 V=4 cost-cut sharded flash\"): the study's schedule replaced, its "
-                    "attention set when the label ends in one");
+                    "K=4 R=16 M=64 V=4 cost-cut sharded flash\"): the study's schedule replaced (its "
+                    "batch_norm_group kept, as plan keeps it), its attention set when the label ends in one");
   }
-  void apply(std::vector<std::string>& sets) const {
+  void apply(const std::string& study, std::vector<std::string>& sets) const {
     if (label.empty()) return;
-    const workflows::LabeledPlan plan = workflows::schedule_of_plan_label(label);
-    sets.push_back("schedule=" + plan.schedule.dump());
-    if (!plan.attention.empty()) sets.push_back("model.attention=\"" + plan.attention + "\"");
+    for (auto& s : workflows::plan_label_sets(label, study, sets)) sets.push_back(std::move(s));
   }
 };
 
@@ -227,7 +225,7 @@ void add_run(CLI::App& app, Commands& commands) {
   commands.emplace_back(cmd, [run, label] {
     if (run->trace && run->out.empty())
       throw ConfigError("--trace", "", "no --out directory", "--out DIR to write trace.json into");
-    label->apply(run->sets);
+    label->apply(run->study, run->sets);
     return cmd_run(*run);
   });
 }
@@ -240,7 +238,7 @@ void add_check(CLI::App& app, Commands& commands) {
   auto label = std::make_shared<PlanLabel>();
   label->add(cmd);
   commands.emplace_back(cmd, [file, sets, label] {
-    label->apply(*sets);
+    label->apply(*file, *sets);
     return cmd_check(*file, *sets);
   });
 }

@@ -546,6 +546,20 @@ Json pipeline_of(const std::string& kind, std::vector<std::string> w) {
 
 }  // namespace
 
+std::vector<std::string> plan_label_sets(const std::string& label, const std::string& study,
+                                         const std::vector<std::string>& sets) {
+  LabeledPlan plan = schedule_of_plan_label(label);
+  Json base = read_json_file(study);
+  for (const auto& s : sets) apply_override(base, s);
+  const Json* schedule = base.is_object() && base.contains("schedule") ? &base["schedule"] : nullptr;
+  if (schedule && schedule->is_object() && schedule->contains("batch_norm_group") &&
+      !plan.schedule.contains("batch_norm_group"))
+    plan.schedule["batch_norm_group"] = (*schedule)["batch_norm_group"];
+  std::vector<std::string> out = {"schedule=" + plan.schedule.dump()};
+  if (!plan.attention.empty()) out.push_back("model.attention=\"" + plan.attention + "\"");
+  return out;
+}
+
 LabeledPlan schedule_of_plan_label(const std::string& label) {
   std::vector<std::string> w = label_words(label);
   LabeledPlan plan;

@@ -69,4 +69,10 @@ struct LabeledPlan {
 /// ConfigError naming --plan-label when it is not one.
 LabeledPlan schedule_of_plan_label(const std::string& label);
 
+/// The --set assignments that run a plan's label on `study` (a file, with `sets` applied): its
+/// schedule in place of the study's, the study's batch_norm_group kept (a training setting plan
+/// keeps in every candidate), and the model's attention when the label names one.
+std::vector<std::string> plan_label_sets(const std::string& label, const std::string& study,
+                                         const std::vector<std::string>& sets);
+
 }  // namespace tpusim::workflows

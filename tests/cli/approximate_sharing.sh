@@ -49,4 +49,23 @@ import json, sys
 iv = json.load(open(sys.argv[1]))["intervals"]
 assert iv["approximate_ends"] == ["core.gradient_collectives_overlap_backward at high"], iv.get("approximate_ends")
 PY
+# plan's search runs take the approximation, and confirms its top plans exactly: none of the top
+# is approximate, and the best's step is what an exact run of its label gives.
+cat > "$work/space.json" <<'JSON'
+{"schema": "tpusim.plan_space/1", "kinds": ["data_parallel"], "weight_update": ["sharded"],
+ "gradient_dtype": ["fp32"], "accumulation_steps": [1], "remat": [false]}
+JSON
+overlap=(--set "hardware=\"$work/overlap.json\"" --set 'slice="v4-128"' --set batch=8192)
+"$tpusim" plan "$study" "${overlap[@]}" --space "$work/space.json" -j 2 --json > "$work/plan.json" 2> "$work/plan.err"
+grep -q "confirming .* without the approximation" "$work/plan.err" || { echo "FAIL: nothing confirmed"; exit 1; }
+label=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["best"]["plan"])' "$work/plan.json")
+"$tpusim" run "$study" "${overlap[@]}" --plan-label "$label" --json > "$work/exact.json"
+python3 - "$work/plan.json" "$work/exact.json" <<'PY'
+import json, sys
+plan, exact = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+for c in [plan["best"]] + plan["top"]:
+    assert "approximate" not in c, c["plan"]
+assert "approximate" not in plan["best"]["result"]["engine"], plan["best"]["result"]["engine"]
+assert plan["best"]["result"]["step_time_s"] == exact["step_time_s"], (plan["best"]["result"]["step_time_s"], exact["step_time_s"])
+PY
 echo "approximate sharing: ok"
