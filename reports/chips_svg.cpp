@@ -94,9 +94,12 @@ std::string chips_svg(const Json& result) {
   const ChipGrid g = grid_of(shape);
   const int chips = g.nx * g.ny * g.nz;
   const auto busy = chip_busy(result, chips);
-  std::map<std::vector<int>, double> slow;
+  std::map<std::vector<int>, std::string> slow;  // chip -> its speed, as the tooltip says it
   for (const auto& c : result["perturbations"]["slow_chips"])
-    slow[c["chip"].get<std::vector<int>>()] = c["compute_scale"].get<double>();
+    slow[c["chip"].get<std::vector<int>>()] =
+        ", speed " + svg_number(c["compute_scale"].get<double>()) +
+        (c.contains("hbm_bandwidth_scale") ? ", HBM " + svg_number(c["hbm_bandwidth_scale"].get<double>())
+                                           : "");
   std::ostringstream s;
   s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << svg_number(g.width()) << "\" height=\""
     << svg_number(g.height()) << "\" font-family=\"sans-serif\" font-size=\"11\">\n"
@@ -122,7 +125,7 @@ std::string chips_svg(const Json& result) {
           << (it != slow.end() ? "#e15759\" stroke-width=\"2.5" : "#ffffff\" stroke-width=\"0.5")
           << "\"><title>chip " << xml_escape(Json(coords).dump()) << ": busy "
           << svg_number(100 * busy[std::size_t(rank)]) << " %"
-          << (it != slow.end() ? ", speed " + svg_number(it->second) : std::string()) << "</title></rect>\n";
+          << (it != slow.end() ? it->second : std::string()) << "</title></rect>\n";
       }
   }
   slow_links(s, g, result["perturbations"]["slow_links"]);

@@ -423,12 +423,10 @@ class MeshStepPlayer {
                                      const std::vector<std::string>& mesh_dims,
                                      std::vector<std::vector<int>> family, const std::string& phase,
                                      int layer, double bytes) {
-    static const char* const words[] = {"all-reduce", "reduce-scatter", "all-gather",
-                                        "all-to-all"};  // CollectiveOp order
     sim::Task t;
     t.kind = sim::TaskKind::Collective;
     t.op = op;
-    t.name = collective_task_name(what, mesh_dims, words[int(op)]);
+    t.name = collective_task_name(what, mesh_dims, op);
     t.phase = phase;
     t.layer = layer;
     t.bytes = bytes;

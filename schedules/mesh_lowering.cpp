@@ -6,10 +6,12 @@
 namespace tpusim::mesh {
 
 std::string collective_task_name(const std::string& event, const std::vector<std::string>& mesh_dims,
-                                 const char* op) {
+                                 sim::CollectiveOp op) {
   std::string dims;
   for (const auto& d : mesh_dims) dims += (dims.empty() ? "" : "+") + d;
-  return std::string(op) + " " + event + " over " + dims;
+  std::string word = sim::to_string(op);
+  std::replace(word.begin(), word.end(), '_', '-');
+  return word + " " + event + " over " + dims;
 }
 
 std::optional<BlockingCollective> blocking_collective(Event::Kind kind) {
@@ -103,25 +105,23 @@ class LayerLowering : public MeshLoweringSink {
     into.push_back(
         Event{kind, layer_ + "/" + name, 0, 0, 0, mesh, bytes, {MeshAction{at_, what, operand}}, {}, 0});
     into.back().kept_by_save_dots = !backward_ && !dots_.recomputed[i_];
-    const bool scatter =
-        (sharded_ && kind == Event::GradientAllReduce) || kind == Event::BlockingReduceScatter;
-    row["collectives"].push_back(
-        Json{{"what", name},
-             {"mesh_dims", mesh},
-             {"bytes", bytes},
-             {"blocking", kind != Event::GradientAllReduce},
-             {"task", collective_task_name(layer_ + "/" + name, mesh,
-                                           kind == Event::BlockingAllGather  ? "all-gather"
-                                           : kind == Event::BlockingAllToAll ? "all-to-all"
-                                           : scatter                         ? "reduce-scatter"
-                                                                             : "all-reduce")}});
+    using C = sim::CollectiveOp;
+    const auto blocking = blocking_collective(kind);
+    const C op = blocking                                       ? blocking->op
+                 : sharded_ && kind == Event::GradientAllReduce ? C::ReduceScatter
+                                                                : C::AllReduce;
+    row["collectives"].push_back(Json{{"what", name},
+                                      {"mesh_dims", mesh},
+                                      {"bytes", bytes},
+                                      {"blocking", kind != Event::GradientAllReduce},
+                                      {"task", collective_task_name(layer_ + "/" + name, mesh, op)}});
     if (sharded_ && kind == Event::GradientAllReduce) {
       double members = 1;
       for (const auto& m : mesh) members *= s_.sizes.at(m);
       const double local = bytes / kWeightBytes;
       unshared_update_ += local - piece_elements(local, members);
       row["collectives"].back()["allgather_task"] =
-          collective_task_name(layer_ + "/" + name, mesh, "all-gather");
+          collective_task_name(layer_ + "/" + name, mesh, sim::CollectiveOp::AllGather);
     }
   }
   /// A weight's gradient reduced over the mesh dimensions splitting the dimensions of `from` it lacks.

@@ -18,9 +18,10 @@
 
 namespace tpusim::mesh {
 
-/// The name of the collective task an event becomes (the per-op table refers to it).
+/// The name of the collective task an event becomes (the per-op table refers to it): "all-reduce
+/// EVENT over DIMS" and so on, the op's name (sim::to_string) with hyphens.
 std::string collective_task_name(const std::string& event, const std::vector<std::string>& mesh_dims,
-                                 const char* op = "all-reduce");
+                                 sim::CollectiveOp op = sim::CollectiveOp::AllReduce);
 
 /// Elements of a core's piece when `elements` are split into `count` equal pieces (padded).
 double piece_elements(double elements, double count);

@@ -316,13 +316,14 @@ void search(const PlanOptions& o, std::vector<Candidate>& all, Stopper& stop) {
 /// approximation (its result replaced), and the ranking taken anew, until none is left.
 void confirm_top(const PlanOptions& o, std::vector<Candidate>& all, Stopper& stop) {
   for (;;) {
-    Candidate* again = nullptr;
     const auto fit = ranked_fitting(all);
-    for (std::size_t i = 0; i < fit.size() && i < std::size_t(std::max(o.top, 1)) && !again; ++i)
-      if (fit[i]->approximate()) again = const_cast<Candidate*>(fit[i]);
-    if (!again || stop.requested()) return;
-    std::cerr << "tpusim plan: confirming " << again->label << " without the approximation\n";
-    simulate(o, *again, stop, true);
+    const std::size_t top = std::min(fit.size(), std::size_t(std::max(o.top, 1)));
+    const auto first =
+        std::find_if(fit.begin(), fit.begin() + top, [](const Candidate* c) { return c->approximate(); });
+    if (first == fit.begin() + top || stop.requested()) return;
+    Candidate& again = all[std::size_t(*first - all.data())];
+    std::cerr << "tpusim plan: confirming " << again.label << " without the approximation\n";
+    simulate(o, again, stop, true);
   }
 }
 

@@ -45,6 +45,7 @@ class AllToAllByDimension : public CollectiveAlgorithm {
   bool supports(const Topology&, int, CollectiveOp op, const std::vector<int>&) const override {
     return op == CollectiveOp::AllToAll;
   }
+  bool outside_lists() const override { return true; }
   std::vector<Phase> plan(const Topology& topology, int cores_per_chip, CollectiveOp,
                           const std::vector<int>& group, double bytes) const override {
     std::vector<Phase> plan;

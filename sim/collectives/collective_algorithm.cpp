@@ -60,9 +60,10 @@ const CollectiveAlgorithm& collective_algorithm_for(const std::vector<std::strin
         a->supports(topology, cores_per_chip, op, group))
       return *a;
   }
-  // An all-to-all is no reduction: the hardware's list (of reductions and gathers) holds none;
-  // the registered exchange runs it.
-  if (op == CollectiveOp::AllToAll) return *find_collective_algorithm("all_to_all_by_dimension");
+  // An op the hardware's list does not choose among (an all-to-all: its list names reductions
+  // and gathers) runs the registered algorithm made for it.
+  for (const auto& [name, a] : collective_algorithms())
+    if (a->outside_lists() && a->supports(topology, cores_per_chip, op, group)) return *a;
   std::string listed;
   for (const auto& n : preference) listed += (listed.empty() ? "" : ", ") + n;
   throw SimulationError("no collective algorithm of chip.collective_algorithms (" + listed + ") supports a " +

@@ -69,6 +69,9 @@ class CollectiveAlgorithm {
   /// True for a latency-optimal algorithm: chosen only for buffers up to the hardware's
   /// chip.latency_collective_max_bytes (few steps over long routes: bandwidth it spends freely).
   virtual bool latency_optimal() const { return false; }
+  /// True for an algorithm of an op the hardware's lists do not choose among (an all-to-all):
+  /// run whenever no listed algorithm supports the op.
+  virtual bool outside_lists() const { return false; }
   /// The phases of `op` over `group` for a buffer of `bytes` (see Task::bytes); none for a group
   /// of one core or an empty buffer. Only called where supports() holds.
   virtual std::vector<Phase> plan(const Topology& topology, int cores_per_chip, CollectiveOp op,
@@ -86,7 +89,8 @@ const CollectiveAlgorithm* find_collective_algorithm(const std::string& name);
 std::string collective_algorithms_problem(const std::vector<std::string>& names);
 
 /// The first algorithm of `preference` that supports `op` over `group` (a latency-optimal one
-/// only when `bytes` <= `latency_max_bytes`). Throws SimulationError when none does
+/// only when `bytes` <= `latency_max_bytes`); when none does, a registered one made for ops
+/// outside the lists (an all-to-all) that does. Throws SimulationError when none
 /// (collective_algorithms_problem rules that out for a checked list).
 const CollectiveAlgorithm& collective_algorithm_for(const std::vector<std::string>& preference,
                                                     const Topology& topology, int cores_per_chip,
