@@ -336,6 +336,16 @@ void read_chip(const Json& chip, HardwareSpec& hw, Problems& problems) {
   f.finish();
 }
 
+/// The data-center network's figures (`dcn`): what joins several slices.
+void read_dcn(const Json& dcn, HardwareSpec& hw, Problems& problems) {
+  Fields f(dcn, "dcn", problems);
+  SourcedReader r(f, hw);
+  hw.dcn.present = true;
+  hw.dcn.nic_bandwidth_bytes_per_s = r.number("nic_bandwidth_bytes_per_s_per_host_per_direction", 1e6, 1e13);
+  hw.dcn.latency_s = r.number("latency_s", 1e-9, 1.0);
+  f.finish();
+}
+
 /// The pod's shape (`pod`) and the named slices (`slices`).
 void read_pod(const Json& pod, HardwareSpec& hw, Problems& problems) {
   Fields f(pod, "pod", problems);
@@ -436,6 +446,7 @@ HardwareSpec parse_hardware(const Json& json, const std::string& context) {
   if (const Json* core = top.value("core")) read_core(*core, hw, problems);
   if (const Json* chip = top.value("chip")) read_chip(*chip, hw, problems);
   if (const Json* pod = top.value("pod")) read_pod(*pod, hw, problems);
+  if (const Json* dcn = top.optional("dcn")) read_dcn(*dcn, hw, problems);
   if (const Json* slices = top.value("slices")) read_slices(*slices, hw, problems);
   top.finish();
   problems.throw_if_any();

@@ -150,12 +150,22 @@ struct FigureRange {
 };
 
 /// A TPU generation.
+/// The data-center network (DCN) that joins slices (hardware key `dcn`, optional): each host
+/// (chip.host_board_chips chips) reaches it through its network card, any host reaching any other
+/// through a switch fabric that is not the bottleneck.
+struct DcnSpec {
+  bool present = false;                  ///< the hardware file describes it (several slices need it)
+  double nic_bandwidth_bytes_per_s = 0;  ///< per host, each way
+  double latency_s = 0;                  ///< one message from a host to a host of another slice
+};
+
 struct HardwareSpec {
   std::string name;
   std::string description;
   std::string file;  ///< where it was loaded from
   CoreSpec core;
   ChipSpec chip;
+  DcnSpec dcn;
   SliceSpec pod;
   /// Where the pod is built of blocks of chips joined by optical circuit switches (TPU-v4: 4x4x4
   /// cubes), the block's shape: a slice is then any box of whole blocks, at most the pod's

@@ -15,6 +15,34 @@ Topology::Topology(std::vector<int> sizes, std::vector<bool> wraparound) {
   }
 }
 
+void Topology::join_slices(int slices, std::vector<int> host_of_chip) {
+  slices_ = slices;
+  hosts_ = std::move(host_of_chip);
+}
+
+int host_of_chip(const SliceSpec& slice, const ChipSpec& chip, int index) {
+  int host = 0, hosts_below = 1;
+  for (int d = 0; d < slice.dims(); ++d) {
+    const int size = slice.shape[std::size_t(d)], board = chip.host_board_chips[std::size_t(d)];
+    host += (index % size) / board * hosts_below;
+    index /= size;
+    hosts_below *= (size + board - 1) / board;
+  }
+  return host;
+}
+
+std::vector<int> hosts_of_chips(const SliceSpec& slice, const ChipSpec& chip) {
+  std::vector<int> hosts;
+  for (int r = 0; r < slice.chips(); ++r) hosts.push_back(host_of_chip(slice, chip, r));
+  return hosts;
+}
+
+Topology slices_topology(const SliceSpec& slice, const ChipSpec& chip, int slices) {
+  Topology t(slice);
+  if (slices > 1) t.join_slices(slices, hosts_of_chips(slice, chip));
+  return t;
+}
+
 std::string Topology::dimension_name(int dim) {
   static const char* const names[] = {"x", "y", "z"};
   return dim < 3 ? names[dim] : "d" + std::to_string(dim);

@@ -105,10 +105,30 @@ class Topology {
   /// chips of a cross-section of the longest dimension, twice where that dimension wraps.
   int bisection_links() const;
 
+  /// Several identical slices joined by the data-center network (DCN): `slices` of them, each
+  /// chip's host by rank (host_of_chip). The torus stays one slice's: every slice runs the same
+  /// program, so a flow to the next slice leaves through the host's network card and the
+  /// mirror flow from the previous slice arrives through it (sim/collectives/dcn_rings.cpp).
+  void join_slices(int slices, std::vector<int> host_of_chip);
+  /// Slices joined by DCN (1: this slice alone).
+  int slices() const { return slices_; }
+  /// The host a chip hangs off (0 without join_slices).
+  int host(int rank) const { return hosts_.empty() ? 0 : hosts_[std::size_t(rank)]; }
+
  private:
   std::vector<TorusDimension> dims_;
   std::vector<int> stride_;  ///< rank stride of each dimension
   int chips_ = 1;
+  int slices_ = 1;
+  std::vector<int> hosts_;  ///< by chip rank, with several slices
 };
+
+/// The host of chip `index` of `slice`: hosts feed boxes of chip.host_board_chips chips, numbered
+/// dimension 0 fastest, as the chips are.
+int host_of_chip(const SliceSpec& slice, const ChipSpec& chip, int index);
+/// Every chip's host, by rank.
+std::vector<int> hosts_of_chips(const SliceSpec& slice, const ChipSpec& chip);
+/// `slice`'s torus, joined by the data-center network to `slices` - 1 identical others.
+Topology slices_topology(const SliceSpec& slice, const ChipSpec& chip, int slices);
 
 }  // namespace tpusim

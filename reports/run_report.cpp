@@ -4,7 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <sstream>
+
+#include "sim/collectives/collective_algorithm.hpp"  // DCN endpoints
 
 namespace tpusim::reports {
 
@@ -131,6 +134,8 @@ Activity activity(const sim::TaskGraph& graph, const sim::SimResult& r) {
     if (critical < 0 || r.cores[c].busy_s > r.cores[critical].busy_s) critical = c;
   }
   a.critical = critical < 0 ? 0 : critical;
+  // Reductions across slices: their phases over the data-center network apart as well.
+  for (const auto& p : r.dcn_phases) a.comm_by_phase["across_slices_dcn"].push_back({p.start_s, p.end_s});
   return a;
 }
 
@@ -289,6 +294,17 @@ std::pair<double, int> highest_peak(const sim::TaskGraph& graph, const sim::SimR
   return {peak, peak_core};
 }
 
+/// Several slices: how many, the cores and batch of each, and the phase of the reductions over
+/// the data-center network (its time, and what of it no compute hides on the busiest core).
+Json slices_json(const RunInfo& info, const Activity& a) {
+  const auto dcn = a.comm_by_phase.find("across_slices_dcn");
+  const auto u = dcn == a.comm_by_phase.end() ? std::vector<Interval>{} : merge(dcn->second);
+  return Json{{"count", info.slices},
+              {"batch_per_slice", info.batch / info.slices},
+              {"dcn_s", length(u)},
+              {"exposed_dcn_s", uncovered(u, merge(a.busy[a.critical]))}};
+}
+
 Json slice_json(const RunInfo& info, int cores, std::size_t used) {
   Json j{{"name", info.slice},
          {"chips", info.chips},
@@ -325,7 +341,7 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
   Json details = measured_details(info, graph, r, a);
 
   const double n_used = std::max<double>(1.0, double(a.used.size()));
-  const double peak_flops = info.peak_flops_per_core * n_used * step;
+  const double peak_flops = info.peak_flops_per_core * n_used * step;  // one slice's, as the flops
   Json out;
   out["schema"] = "tpusim.result/1";
   out["fits"] = r.fits;
@@ -333,8 +349,8 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
   out["examples_per_s"] = step > 0 ? double(info.batch) / step : 0.0;
   out["mxu_utilization"] = step > 0 ? info.model_flops / peak_flops : 0.0;
   out["hardware_flops_utilization"] = step > 0 ? info.hardware_flops / peak_flops : 0.0;
-  out["model_flops_per_step"] = info.model_flops;
-  out["hardware_flops_per_step"] = info.hardware_flops;
+  out["model_flops_per_step"] = info.model_flops * info.slices;
+  out["hardware_flops_per_step"] = info.hardware_flops * info.slices;
   out["bubble_fraction"] = bubble;
   out["bubble_fraction_ideal"] =
       details.contains("bubble_fraction_ideal") ? details["bubble_fraction_ideal"] : Json(nullptr);
@@ -350,6 +366,7 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
   if (!info.notes.empty()) out["notes"] = info.notes;
   out["hardware"] = info.hardware;
   out["slice"] = slice_json(info, graph.cores(), a.used.size());
+  if (info.slices > 1) out["slices"] = slices_json(info, a);
   out["model"] = Json{
       {"kind", info.model_kind}, {"name", info.model_name}, {"params", info.params}, {"layers", info.layers}};
   out["schedule"] = Json{{"kind", info.schedule}, {"details", details}};
@@ -518,6 +535,10 @@ std::string summary_text(const Json& j) {
       << " " << slice["name"].get<std::string>() << " (" << slice["cores"].get<int>()
       << (slice.value("megacore", false) ? " devices, megacore: a device is a chip" : " devices: TensorCores")
       << "), " << j["schedule"]["kind"].get<std::string>() << "\n";
+  if (j.contains("slices"))
+    out << formatted("  slices            %d of them over the data-center network (%lld examples each)\n",
+                     j["slices"]["count"].get<int>(),
+                     (long long)j["slices"]["batch_per_slice"].get<std::int64_t>());
   out << formatted("  params            %.3f M\n", j["params"].get<double>() / 1e6);
   out << formatted("  batch             %lld examples per step\n", (long long)j["batch"].get<std::int64_t>());
   out << "  step time         " << human_seconds(j["step_time_s"].get<double>())
@@ -542,6 +563,10 @@ std::string summary_text(const Json& j) {
   const auto& b = j["breakdown"];
   out << "  communication     " << human_seconds(b["communication_s"].get<double>()) << " ("
       << human_seconds(b["exposed_communication_s"].get<double>()) << " exposed)\n";
+  if (j.contains("slices"))
+    out << "  across slices     " << human_seconds(j["slices"]["dcn_s"].get<double>())
+        << " on the data-center network (" << human_seconds(j["slices"]["exposed_dcn_s"].get<double>())
+        << " exposed)\n";
   if (j.contains("input")) summary_input(out, j["input"]);
   summary_memory(out, j);
   if (j.contains("functional")) {
@@ -679,6 +704,35 @@ void trace_tasks(Json& events, const sim::TaskGraph& graph, const sim::SimResult
   }
 }
 
+/// Flows over the data-center network (several slices) on a track per host's network card and
+/// direction, in a process of their own (`pid`).
+void trace_dcn_flows(Json& events, const sim::TaskGraph& graph, const sim::SimResult& r, int pid) {
+  std::set<int> tracks;
+  for (const auto& f : r.flows) {
+    if (!sim::is_dcn_endpoint(f.src_core) && !sim::is_dcn_endpoint(f.dst_core)) continue;
+    const bool out = sim::is_dcn_endpoint(f.dst_core);
+    const int host = sim::dcn_endpoint_host(out ? f.dst_core : f.src_core), tid = 2 * host + (out ? 0 : 1);
+    if (tracks.empty())
+      events.push_back(Json{
+          {"ph", "M"}, {"pid", pid}, {"name", "process_name"}, {"args", {{"name", "data-center network"}}}});
+    if (tracks.insert(tid).second)
+      events.push_back(
+          Json{{"ph", "M"},
+               {"pid", pid},
+               {"tid", tid},
+               {"name", "thread_name"},
+               {"args", {{"name", "host " + std::to_string(host) + (out ? " card out" : " card in")}}}});
+    events.push_back(Json{{"ph", "X"},
+                          {"name", graph.task(f.task).name},
+                          {"cat", "dcn_flow"},
+                          {"pid", pid},
+                          {"tid", tid},
+                          {"ts", f.start_s * 1e6},
+                          {"dur", (f.end_s - f.start_s) * 1e6},
+                          {"args", {{"bytes", f.bytes}, {"core", out ? f.src_core : f.dst_core}}}});
+  }
+}
+
 }  // namespace
 
 Json chrome_trace(const sim::TaskGraph& graph, const sim::SimResult& r, int cores_per_chip,
@@ -689,6 +743,7 @@ Json chrome_trace(const sim::TaskGraph& graph, const sim::SimResult& r, int core
   trace_tasks(events, graph, r, cores_per_chip, chips);
   append_memory_counters(graph, r, cores_per_chip, events);
   const int links_per_chip = 2 * int(dimension_names.size());
+  trace_dcn_flows(events, graph, r, chips + 1);
   for (const auto& f : r.flows) {
     for (int link : f.links) {
       events.push_back(

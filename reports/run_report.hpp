@@ -28,11 +28,14 @@ struct RunInfo {
   std::string model_kind, model_name;
   std::int64_t params = 0;
   std::int64_t layers = 0;
-  std::int64_t batch = 0;
+  std::int64_t batch = 0;  ///< examples per step, every slice's
+  /// Identical slices the step spans (data parallelism across them over the data-center
+  /// network); the graph and the cores are one slice's.
+  int slices = 1;
   std::string schedule;
   Json schedule_details;
   double peak_flops_per_core = 0;
-  double model_flops = 0;  ///< per step, all cores
+  double model_flops = 0;  ///< per step, all cores of one slice
   double hardware_flops = 0;
   /// The hosts' side of the step (result.json's `input`): their infeed and preparation of the
   /// examples; `input_bound_s`, the shortest step they allow (a longer one than the TPUs' makes

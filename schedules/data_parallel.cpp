@@ -325,6 +325,7 @@ class DataParallelPlayer {
     const std::string range = "layer " + std::to_string(l);
     const int reduce = b_.collective(sim::CollectiveOp::ReduceScatter, "gradient_reduce_scatter",
                                      "reduce-scatter " + range, group_, params * s_.gradient_wire_bytes, r);
+    g_.task(reduce).across_slices = true;
     for (int c = 0; c < s_.cores; ++c) g_.depend(bwd_[c][l], reduce);
     if (reduce_before >= 0) g_.depend(reduce_before, reduce);
     reduce_before = reduce;
@@ -348,6 +349,7 @@ class DataParallelPlayer {
         s_.sharded ? sim::CollectiveOp::ReduceScatter : sim::CollectiveOp::AllReduce,
         s_.sharded ? "gradient_reduce_scatter" : "gradient_allreduce",
         (s_.sharded ? "reduce-scatter " : "all-reduce ") + range, group_, params * s_.gradient_wire_bytes, r);
+    g_.task(reduce).across_slices = true;
     // As soon as the bucket's gradients exist, or (the software stack's choice) once the whole
     // backward has finished, the combined buckets one after another.
     const bool overlap = study_.hardware.core.gradient_collectives_overlap_backward;

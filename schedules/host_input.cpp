@@ -4,17 +4,6 @@
 
 namespace tpusim {
 
-int host_of_chip(const SliceSpec& slice, const ChipSpec& chip, int index) {
-  int host = 0, hosts_below = 1;
-  for (int d = 0; d < slice.dims(); ++d) {
-    const int size = slice.shape[std::size_t(d)], board = chip.host_board_chips[std::size_t(d)];
-    host += (index % size) / board * hosts_below;
-    index /= size;
-    hosts_below *= (size + board - 1) / board;
-  }
-  return host;
-}
-
 HostInput host_input(const Study& study, const std::vector<CoreInput>& input, double bytes_per_example) {
   const ChipSpec& chip = study.hardware.chip;
   HostInput h;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "hardware/topology.hpp"  // host_of_chip
 #include "schedules/study.hpp"
 
 namespace tpusim {
@@ -31,10 +32,6 @@ struct HostInput {
   /// The shortest step the hosts' input allows (it runs ahead of the TPUs).
   double bound_s() const { return std::max(infeed_s, preparation_s); }
 };
-
-/// The host feeding chip `index` (chips numbered dimension 0 fastest): hosts own blocks of
-/// chip.host_board_chips chips, numbered dimension 0 fastest too.
-int host_of_chip(const SliceSpec& slice, const ChipSpec& chip, int index);
 
 /// The hosts' work per step for `input` (Schedule::input: what each core reads), with
 /// `bytes_per_example` of input per example.

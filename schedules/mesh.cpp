@@ -404,6 +404,12 @@ class MeshStepPlayer {
   };
 
   double update_fraction(int l) const { return mesh::update_fraction(programs_[std::size_t(l)]); }
+  /// Whether a weight-gradient reduction over `dims` sums over the data-parallel replicas (the
+  /// batch's mesh dimension): it then continues across slices.
+  bool over_replicas(const std::vector<std::string>& dims) const {
+    const std::string batch = schedule_.mesh_dim_of("batch");
+    return !batch.empty() && std::find(dims.begin(), dims.end(), batch) != dims.end();
+  }
 
   /// Resident shards of weights (fully sharded: the pieces the core updates) and optimizer slots.
   void resident_shards() {
@@ -660,6 +666,7 @@ class MeshStepPlayer {
                                  ? std::pair{C::ReduceScatter, "weight_gradient_reduce_scatter"}
                                  : std::pair{C::AllReduce, "weight_gradient_allreduce"};
     sim::Task t = family_collective(op, ev.name, ev.mesh_dims, schedule_.groups(ev), phase, l, ev.bytes);
+    t.across_slices = ev.kind == Event::GradientAllReduce && over_replicas(ev.mesh_dims);
     if (scatter_gradient) {
       // Each core keeps only its piece of the reduced gradient, updates it, and the updated
       // pieces are all-gathered (after the layer's updates).
@@ -716,6 +723,7 @@ class MeshStepPlayer {
                                     dims, schedule_.groups(dims),
                                     sharded_ ? "weight_gradient_reduce_scatter" : "weight_gradient_allreduce",
                                     -1, bytes);
+    t.across_slices = over_replicas(dims);
     const double members = double(t.groups.front().size());
     const int chunk = chunks_++;
     std::vector<FunctionalRuntime::Closure> parts;

@@ -46,6 +46,11 @@ class MeshSchedule : public Schedule {
 
   /// The mesh size a tensor dimension is split by (1 when the layout does not split it).
   int split(const std::string& dim) const;
+  /// The mesh dimension a tensor dimension is split over ("" when the layout does not split it).
+  std::string mesh_dim_of(const std::string& dim) const {
+    const auto it = layout_.find(dim);
+    return it == layout_.end() ? "" : it->second;
+  }
   /// The mesh coordinates of a core (in mesh order: placement order, innermost last, unless the
   /// placement is given per torus axis).
   std::vector<int> coords(int core) const;

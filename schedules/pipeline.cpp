@@ -602,7 +602,7 @@ class PipelinePlayer {
     auto& g = builder_.graph();
     const bool split = cores_[0][s].size() > 1;
     int allreduce = -1;
-    if (R_ > 1) {
+    if (R_ > 1 || study_.slices > 1) {  // across slices even a lone replica reduces
       std::vector<int> group;
       for (int r = 0; r < R_; ++r) group.push_back(cores_[r][s][t]);
       allreduce =
@@ -610,6 +610,7 @@ class PipelinePlayer {
                               "allreduce " + stage_name(c) + (split ? " shard " + std::to_string(t) : ""),
                               group, builder_.gradient_bytes(ranges_[c]), ranges_[c]);
       g.task(allreduce).stage = s;
+      g.task(allreduce).across_slices = true;
       for (int r = 0; r < built_; ++r) g.depend(after[r][t], allreduce);
     }
     for (int r = 0; r < built_; ++r) {
@@ -633,6 +634,7 @@ class PipelinePlayer {
     const int reduce = builder_.collective(sim::CollectiveOp::ReduceScatter, "gradient_reduce_scatter",
                                            "reduce-scatter " + name, group, gradients, range);
     g.task(reduce).stage = s;
+    g.task(reduce).across_slices = true;
     for (int r = 0; r < built_; ++r) g.depend(after[r][t], reduce);
     const std::vector<int> built(group.begin(), group.begin() + built_);
     const int ready = builder_.keep_gradient_shard(reduce, built, group, range, fraction, name);

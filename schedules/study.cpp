@@ -283,6 +283,22 @@ void parse_assumptions(const Json& list, const Json& json, const std::filesystem
   }
 }
 
+/// "slices": identical slices over the data-center network, each taking batch / slices examples.
+void read_slices(Fields& top, Study& study, Problems& problems) {
+  study.slices = int(top.integer_or("slices", 1, 1, 4096));
+  if (study.slices == 1 || !problems.empty()) return;
+  if (!study.hardware.dcn.present)
+    problems.add("slices", Json(study.slices),
+                 "1: hardware " + study.hardware.name +
+                     " describes no data-center network (its file has no \"dcn\" figures) to join slices");
+  else if (study.batch % study.slices != 0)
+    problems.add("batch", Json(study.batch),
+                 "a multiple of the " + std::to_string(study.slices) +
+                     " slices (each slice takes an equal share of the batch)");
+  else
+    study.batch /= study.slices;
+}
+
 }  // namespace
 
 Study parse_study(const Json& json, const std::string& context, const std::filesystem::path& base_dir) {
@@ -306,6 +322,7 @@ Study parse_study(const Json& json, const std::string& context, const std::files
   if (const Json* model = top.value("model")) study.model = build_model(*model, "model", problems);
   if (have_hardware) study.model.pad_activations_to(study.hardware.core.activation_tile_lanes());
   study.batch = top.integer("batch", 1, std::int64_t(1) << 40);
+  read_slices(top, study, problems);
   if (const Json* opt = top.value("optimizer"))
     study.optimizer = parse_optimizer(*opt, "optimizer", problems);
   parse_host_settings(top, study, problems);

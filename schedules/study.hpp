@@ -122,7 +122,15 @@ struct Study {
   Json hardware_json;
   SliceSpec slice;
   Model model;
-  std::int64_t batch = 0;  ///< global examples per step
+  /// Examples per step on each slice: the study's "batch" (the global batch) over `slices`.
+  std::int64_t batch = 0;
+  /// Study key "slices" (default 1): identical slices joined by the data-center network, data
+  /// parallelism across them the outermost dimension of every schedule. The schedule plays one
+  /// slice with `batch` examples; its reductions over data-parallel replicas continue across the
+  /// slices (sim::Task::across_slices).
+  int slices = 1;
+  /// The examples of one step over every slice (the study's "batch").
+  std::int64_t global_batch() const { return batch * slices; }
   Optimizer optimizer;
   /// What-if (study key input_pipeline.examples_per_s_per_host): how many examples a host's input
   /// pipeline prepares per second; 0: not given, the hosts keep up.

@@ -11,10 +11,17 @@ namespace tpusim::sim {
 
 std::vector<long long> flow_links(const Topology& topology, int cores_per_chip, int a, int b) {
   const int cpc = cores_per_chip;
+  if (is_dcn_endpoint(b)) return {dcn_link(dcn_endpoint_host(b), true)};
+  if (is_dcn_endpoint(a)) return {dcn_link(dcn_endpoint_host(a), false)};
   if (a / cpc == b / cpc) return {-1 - (long long)(a)*cpc - b % cpc};
   std::vector<long long> links;
   for (int l : topology.route(a / cpc, b / cpc)) links.push_back(l);
   return links;
+}
+
+int flow_hops(const Topology& topology, int cores_per_chip, int a, int b) {
+  if (is_dcn_endpoint(a) || is_dcn_endpoint(b)) return 0;
+  return int(topology.route(a / cores_per_chip, b / cores_per_chip).size());
 }
 
 namespace {
@@ -65,7 +72,7 @@ class Reducer {
     std::set<long long> links;
     const int cpc = planner_.cores_per_chip();
     for (const auto& group : t.collective_groups())
-      for (const auto& phase : planner_.plan(t.op, group, t.bytes))
+      for (const auto& phase : planner_.plan(t, group))
         for (const auto& ring : phase.rings)
           for (std::size_t i = 0; i < ring.cores.size(); ++i)
             for (long long l :
@@ -430,7 +437,7 @@ class Reducer {
       const Task& t = r.graph.task(tasks.front());
       std::set<int> meeting;
       for (const auto& group : groups)
-        for (const auto& phase : planner_.plan(t.op, group, t.bytes))
+        for (const auto& phase : planner_.plan(t, group))
           for (const auto& ring : phase.rings)
             for (std::size_t i = 0; i < ring.cores.size(); ++i)
               for (long long l : flow_links(planner_.topology(), cpc, ring.cores[i],

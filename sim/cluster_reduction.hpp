@@ -29,7 +29,13 @@ namespace tpusim::sim {
 
 /// The links a flow from core `a` to core `b` crosses: torus link ids (Topology::link_id), and
 /// an on-chip hop as a negative id of its own.
+/// A flow to or from a DCN endpoint (dcn_endpoint) crosses its host's network card, out or in.
 std::vector<long long> flow_links(const Topology& topology, int cores_per_chip, int a, int b);
+/// The id of host `host`'s network card, out to the data-center network or in from it (above
+/// every torus link id).
+constexpr long long dcn_link(int host, bool out) { return (1LL << 40) + 2LL * host + (out ? 0 : 1); }
+/// ICI hops of a flow (0 on-chip or to the data-center network).
+int flow_hops(const Topology& topology, int cores_per_chip, int a, int b);
 
 struct ClusterReduction {
   bool applied = false;

@@ -49,8 +49,10 @@ std::unique_ptr<sg::Engine> make_engine() {
 /// that will talk.
 class Platform {
  public:
-  Platform(const HardwareSpec& hw, const SliceSpec& slice, const NetworkState& network)
-      : topology_(slice), cpc_(hw.chip.cores), detours_(topology_, network) {
+  Platform(const HardwareSpec& hw, const SliceSpec& slice, const NetworkState& network, int slices)
+      : topology_(slices_topology(slice, hw.chip, slices)),
+        cpc_(hw.chip.cores),
+        detours_(topology_, network) {
     zone_ = sg::create_full_zone("ici");
     const int cores = topology_.chips() * cpc_;
     hosts_.resize(std::size_t(cores));
@@ -83,19 +85,38 @@ class Platform {
                     ->set_latency(hw.chip.onchip_latency_s)
                     ->seal();
           }
+    if (slices > 1) add_dcn(hw.dcn);
+  }
+
+  /// Each host's network card to the data-center network (out and in, latency on the way out)
+  /// and its DCN endpoint: the same host of the neighbouring slices (dcn_endpoint).
+  void add_dcn(const DcnSpec& dcn) {
+    int hosts = 0;
+    for (int r = 0; r < topology_.chips(); ++r) hosts = std::max(hosts, topology_.host(r) + 1);
+    for (int h = 0; h < hosts; ++h) {
+      const std::string name = "host" + std::to_string(h);
+      dcn_hosts_.push_back(zone_->create_host(name + "_dcn", 1e12)->seal());
+      nic_out_.push_back(zone_->create_link(name + "_nic_out", dcn.nic_bandwidth_bytes_per_s)
+                             ->set_latency(dcn.latency_s)
+                             ->seal());
+      nic_in_.push_back(zone_->create_link(name + "_nic_in", dcn.nic_bandwidth_bytes_per_s)->seal());
+    }
   }
 
   void add_route(int src, int dst) {
     if (src == dst || !routed_.insert({src, dst}).second) return;
     std::vector<sg::LinkInRoute> route;
     const int sc = src / cpc_, dc = dst / cpc_;
-    if (sc == dc) {
+    if (is_dcn_endpoint(dst)) {
+      route.emplace_back(nic_out_[std::size_t(dcn_endpoint_host(dst))]);
+    } else if (is_dcn_endpoint(src)) {
+      route.emplace_back(nic_in_[std::size_t(dcn_endpoint_host(src))]);
+    } else if (sc == dc) {
       route.emplace_back(onchip_[std::size_t(src) * std::size_t(cpc_) + std::size_t(dst % cpc_)]);
     } else {
       for (int id : this->route(sc, dc)) route.emplace_back(links_[std::size_t(id)]);
     }
-    zone_->add_route(hosts_[std::size_t(src)]->get_netpoint(), hosts_[std::size_t(dst)]->get_netpoint(),
-                     nullptr, nullptr, route, false);
+    zone_->add_route(host(src)->get_netpoint(), host(dst)->get_netpoint(), nullptr, nullptr, route, false);
   }
 
   /// The links between two chips: the dimension-order route, or a detour round failed links.
@@ -112,7 +133,11 @@ class Platform {
   long long detoured_routes() const { return detoured_routes_; }
 
   void seal() { zone_->seal(); }
-  sg::Host* host(int core) const { return hosts_[std::size_t(core)]; }
+  /// The host of a core, or of a DCN endpoint.
+  sg::Host* host(int core) const {
+    return is_dcn_endpoint(core) ? dcn_hosts_[std::size_t(dcn_endpoint_host(core))]
+                                 : hosts_[std::size_t(core)];
+  }
   const Topology& topology() const { return topology_; }
   int cores_per_chip() const { return cpc_; }
 
@@ -123,6 +148,8 @@ class Platform {
   std::vector<sg::Host*> hosts_;
   std::vector<sg::Link*> links_;
   std::vector<sg::Link*> onchip_;
+  std::vector<sg::Host*> dcn_hosts_;  ///< per host: its DCN endpoint
+  std::vector<sg::Link*> nic_out_, nic_in_;
   std::set<std::pair<int, int>> routed_;
   Detours detours_;
   std::set<std::pair<int, int>> detoured_;
@@ -147,7 +174,7 @@ class Runner {
          const std::map<int, std::set<long long>>* transfer_links)
       : g_(g),
         opt_(opt),
-        platform_(hw, slice, opt.network),
+        platform_(hw, slice, opt.network, opt.slices),
         planner_(platform_.topology(), hw.chip.cores, hw.chip.collective_algorithms,
                  hw.chip.latency_collective_max_bytes),
         memory_(g.cores(), hw.core.usable_hbm_bytes()) {
@@ -275,6 +302,9 @@ class Runner {
       return f;
     };
     const auto flows = flows_of(phase.rings);
+    if (std::any_of(flows.begin(), flows.end(),
+                    [](auto f) { return is_dcn_endpoint(f.first) || is_dcn_endpoint(f.second); }))
+      return false;  // a network card is no torus translation's
     for (const auto& ring : phase.rings) {
       if (ring.cores.size() != first.cores.size() || ring.steps != first.steps ||
           ring.chunk_bytes != first.chunk_bytes || !ring.played.empty() || !first.played.empty())
@@ -347,7 +377,12 @@ class Runner {
       const auto crossed = flow_links_of(ring, i);
       const int onchip =
           int(std::count_if(crossed.begin(), crossed.end(), [](long long l) { return l < 0; }));
-      if (shapes.insert({int(crossed.size()) - onchip, onchip}).second) played.push_back(int(i));
+      // A flow out through a host's card (its latency on it) or in: shapes of their own.
+      const int dcn = is_dcn_endpoint(ring.cores[(i + 1) % ring.cores.size()]) ? 1
+                      : is_dcn_endpoint(ring.cores[i])                         ? 2
+                                                                               : 0;
+      if (shapes.insert({int(crossed.size()) - onchip - (dcn > 0), onchip + 1000 * dcn}).second)
+        played.push_back(int(i));
     }
     return played;
   }
@@ -372,10 +407,13 @@ class Runner {
       }
       auto& plan = plans_[std::size_t(id)];
       for (const auto& group : groups) {
-        const CollectiveAlgorithm& algorithm = planner_.algorithm(t.op, group, t.bytes);
-        add_algorithm_name(result_.collective_algorithms[std::size_t(id)], algorithm.name());
-        auto group_plan =
-            algorithm.plan(platform_.topology(), platform_.cores_per_chip(), t.op, group, t.bytes);
+        const std::string names = planner_.algorithm_names(t, group);
+        for (std::size_t at = 0; at <= names.size();) {
+          const std::size_t end = std::min(names.find('+', at), names.size());
+          add_algorithm_name(result_.collective_algorithms[std::size_t(id)], names.substr(at, end - at));
+          at = end + 1;
+        }
+        auto group_plan = planner_.plan(t, group);
         if (plan.size() < group_plan.size()) plan.resize(group_plan.size());
         for (std::size_t p = 0; p < group_plan.size(); ++p) {
           if (plan[p].name.empty()) plan[p].name = group_plan[p].name;
@@ -503,35 +541,42 @@ class Runner {
     if (t.kind == TaskKind::Transfer) {
       if (t.src_core != t.dst_core && t.bytes > 0) play_step({{t.src_core, t.dst_core, t.bytes}}, id);
     } else {
-      // Each ring of a phase runs at its own pace in its own actor (a SimGrid actor handles
-      // thousands of simultaneous comms poorly); the next phase waits for every ring. A phase of
-      // one ring, or of rings of one step, plays here: an actor's stack costs more than a small
-      // collective's flows.
+      // Phase after phase, the next waiting for every ring of the last; the one over the
+      // data-center network (a reduction across slices) is timed apart for the breakdown.
       for (const Phase& phase : plans_[id]) {
-        if (phase.rings.size() == 1) {
-          play_ring(phase.rings.front(), id);
-          continue;
-        }
-        if (std::all_of(phase.rings.begin(), phase.rings.end(),
-                        [](const PlannedRing& r) { return r.steps == 1; })) {
-          // One step each (the on-chip rings of two cores): every flow at once, as the rings would.
-          std::vector<FlowSpec> flows;
-          for (const auto& ring : phase.rings)
-            for (std::size_t i = 0; i < ring.cores.size(); ++i)
-              if (plays(ring, i))
-                flows.push_back({ring.cores[i], ring.cores[(i + 1) % ring.cores.size()], ring.chunk_bytes});
-          play_step(flows, id);
-          continue;
-        }
-        std::vector<sg::ActorPtr> rings;
-        for (const auto& ring : phase.rings) {
-          rings.push_back(
-              spawn(t.name, platform_.host(ring.cores.front()), [this, id, &ring] { play_ring(ring, id); }));
-        }
-        for (auto& actor : rings) actor->join();
+        const bool dcn = !phase.rings.empty() && is_dcn_endpoint(phase.rings.front().cores.back());
+        const double start = sg::Engine::get_clock();
+        play_phase(phase, id);
+        if (dcn) result_.dcn_phases.push_back({id, start, sg::Engine::get_clock()});
       }
     }
     end(id);
+  }
+
+  /// The rings of one phase of collective `id`. Each ring runs at its own pace in its own actor (a
+  /// SimGrid actor handles thousands of simultaneous comms poorly); a phase of one ring, or of
+  /// rings of one step, plays here: an actor's stack costs more than a small collective's flows.
+  void play_phase(const Phase& phase, int id) {
+    if (phase.rings.size() == 1) {
+      play_ring(phase.rings.front(), id);
+      return;
+    }
+    if (std::all_of(phase.rings.begin(), phase.rings.end(),
+                    [](const PlannedRing& r) { return r.steps == 1; })) {
+      // One step each (the on-chip rings of two cores): every flow at once, as the rings would.
+      std::vector<FlowSpec> flows;
+      for (const auto& ring : phase.rings)
+        for (std::size_t i = 0; i < ring.cores.size(); ++i)
+          if (plays(ring, i))
+            flows.push_back({ring.cores[i], ring.cores[(i + 1) % ring.cores.size()], ring.chunk_bytes});
+      play_step(flows, id);
+      return;
+    }
+    std::vector<sg::ActorPtr> rings;
+    for (const auto& ring : phase.rings)
+      rings.push_back(spawn(g_.task(id).name, platform_.host(ring.cores.front()),
+                            [this, id, &ring] { play_ring(ring, id); }));
+    for (auto& actor : rings) actor->join();
   }
 
   struct FlowSpec {
@@ -574,7 +619,8 @@ class Runner {
       const FlowSpec& f = flows[index[k]];
       FlowRecord rec{task, f.src, f.dst, f.bytes, t0, sg::Engine::get_clock(), {}};
       const int cpc = platform_.cores_per_chip();
-      if (f.src / cpc != f.dst / cpc) rec.links = platform_.route(f.src / cpc, f.dst / cpc);
+      if (!is_dcn_endpoint(f.src) && !is_dcn_endpoint(f.dst) && f.src / cpc != f.dst / cpc)
+        rec.links = platform_.route(f.src / cpc, f.dst / cpc);
       result_.flows.push_back(std::move(rec));
       comms.erase(comms.begin() + std::ptrdiff_t(k));
       index.erase(index.begin() + std::ptrdiff_t(k));
@@ -685,6 +731,7 @@ SimResult expand(const ClusterReduction& r, const TaskGraph& step, SimResult sim
   for (Overflow* o : {&out.overflow, &out.worst_overflow})
     if (o->happened && o->task >= 0) o->task = r.step_task[std::size_t(o->task)];
   for (auto& f : out.flows) f.task = r.step_task[std::size_t(f.task)];
+  for (auto& p : out.dcn_phases) p.task = r.step_task[std::size_t(p.task)];
   out.tasks = std::move(tasks);
   out.collective_algorithms = std::move(algorithms);
   out.cores = std::move(cores);
@@ -710,8 +757,8 @@ SimResult simulate(const TaskGraph& graph, const HardwareSpec& hw, const SliceSp
   ClusterReduction reduction;
   reduction.reason = "none: asked for the full simulation";
   if (options.symmetric_collectives && !options.functional && !options.record_flows) {
-    const CollectivePlanner planner(Topology(slice), hw.chip.cores, hw.chip.collective_algorithms,
-                                    hw.chip.latency_collective_max_bytes);
+    const CollectivePlanner planner(slices_topology(slice, hw.chip, options.slices), hw.chip.cores,
+                                    hw.chip.collective_algorithms, hw.chip.latency_collective_max_bytes);
     reduction = reduce_to_one_cluster(graph, planner, options.network);
   }
   const TaskGraph& simulated = reduction.applied ? reduction.graph : graph;
@@ -730,7 +777,7 @@ SimResult simulate(const TaskGraph& graph, const HardwareSpec& hw, const SliceSp
 std::vector<int> simgrid_route_hops(const HardwareSpec& hw, const SliceSpec& slice,
                                     const std::vector<std::pair<int, int>>& core_pairs) {
   auto engine = make_engine();
-  Platform platform(hw, slice, NetworkState{});
+  Platform platform(hw, slice, NetworkState{}, 1);
   for (const auto& [a, b] : core_pairs) platform.add_route(a, b);
   platform.seal();
   std::vector<int> hops;

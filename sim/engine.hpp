@@ -27,6 +27,10 @@ struct EngineOptions {
   bool approximate_sharing = false;
   /// Per-link bandwidth and per-chip speed scales (uniform by default).
   NetworkState network;
+  /// Identical slices joined by the data-center network (the study's "slices"): the graph is one
+  /// slice's, and its reductions across slices (Task::across_slices) reach the others through
+  /// each host's network card (hw.dcn).
+  int slices = 1;
   /// Record every flow (for trace link tracks). Costs memory and time on big slices.
   bool record_flows = false;
   /// Run the tasks' host closures (functional mode) as they complete in simulated order.

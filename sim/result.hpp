@@ -14,6 +14,12 @@ struct TaskTiming {
   double end_s = -1;
 };
 
+/// A reduction across slices: when its phase over the data-center network ran.
+struct DcnPhase {
+  int task = -1;
+  double start_s = 0, end_s = 0;
+};
+
 struct CoreStats {
   double busy_s = 0;  ///< time running compute tasks
   double peak_hbm_bytes = 0;
@@ -56,6 +62,7 @@ struct SimResult {
   long long flows_simulated = 0;
   long long tasks_simulated = 0;      ///< tasks of the graph the engine played (the reduced one, if reduced)
   std::vector<FlowRecord> flows;      ///< filled when EngineOptions::record_flows
+  std::vector<DcnPhase> dcn_phases;   ///< of every reduction across slices, in completion order
   std::vector<int> completion_order;  ///< task ids in the order they completed (functional mode)
 };
 

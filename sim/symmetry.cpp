@@ -21,13 +21,13 @@ Footprints footprints(const Task& t, const Family& groups, const CollectivePlann
   Footprints f{std::vector<std::set<long long>>(groups.size()),
                std::vector<std::vector<double>>(groups.size())};
   for (std::size_t gi = 0; gi < groups.size(); ++gi)
-    for (const auto& phase : planner.plan(t.op, groups[gi], t.bytes))
+    for (const auto& phase : planner.plan(t, groups[gi]))
       for (const auto& ring : phase.rings) {
         f.shapes[gi].insert(f.shapes[gi].end(),
                             {double(ring.cores.size()), ring.chunk_bytes, double(ring.steps)});
         for (std::size_t i = 0; i < ring.cores.size(); ++i) {
           const int a = ring.cores[i], b = ring.cores[(i + 1) % ring.cores.size()];
-          f.shapes[gi].push_back(double(topology.route(a / cpc, b / cpc).size()));
+          f.shapes[gi].push_back(double(flow_hops(topology, cpc, a, b)));
           for (long long l : flow_links(topology, cpc, a, b)) f.links[gi].insert(l);
         }
       }
@@ -117,7 +117,7 @@ bool ring_clusters_congruent(const TaskGraph& g, const CollectivePlanner& planne
     const Task& t = g.task(id);
     if (t.kind != TaskKind::Collective) continue;
     for (const auto& group : t.collective_groups()) {
-      const auto plan = planner.plan(t.op, group, t.bytes);
+      const auto plan = planner.plan(t, group);
       for (std::size_t p = 0; p < plan.size(); ++p)
         for (const auto& ring : plan[p].rings) {
           const std::size_t r = signature.size();
@@ -127,7 +127,7 @@ bool ring_clusters_congruent(const TaskGraph& g, const CollectivePlanner& planne
               {double(id), double(p), double(ring.cores.size()), ring.chunk_bytes, double(ring.steps)});
           for (std::size_t i = 0; i < ring.cores.size(); ++i) {
             const int a = ring.cores[i], b = ring.cores[(i + 1) % ring.cores.size()];
-            signature[r].push_back(double(topology.route(a / cpc, b / cpc).size()));
+            signature[r].push_back(double(flow_hops(topology, cpc, a, b)));
             for (long long l : flow_links(topology, cpc, a, b)) {
               auto [it, fresh] = owner.emplace(l, r);
               if (!fresh) parent[root(r)] = root(it->second);

@@ -56,6 +56,12 @@ struct Task {
   /// same time (an SPMD collective over the sub-groups of a mesh dimension).
   std::vector<std::vector<int>> groups;
   double bytes = 0;
+  /// A reduction of gradients over data-parallel replicas: when the study spans several slices
+  /// (Topology::slices), the same group in every other slice holds replicas too, and the
+  /// reduction continues across the slices over the data-center network (a reduce-scatter inside
+  /// the slice, an all-reduce of each piece across slices, then for an all-reduce the all-gather
+  /// inside the slice: CollectivePlanner::plan).
+  bool across_slices = false;
   // Labels for reports (-1 when not applicable).
   int layer = -1;
   int stage = -1;

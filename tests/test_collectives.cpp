@@ -30,8 +30,8 @@ TEST_CASE("every collective algorithm is registered under its name", "[collectiv
     CHECK_FALSE(a->description().empty());
     names.push_back(name);
   }
-  CHECK(names == std::vector<std::string>{"all_to_all_by_dimension", "hierarchical_rings", "parallel_rings",
-                                          "recursive_doubling", "snake_ring"});
+  CHECK(names == std::vector<std::string>{"all_to_all_by_dimension", "dcn_rings", "hierarchical_rings",
+                                          "parallel_rings", "recursive_doubling", "snake_ring"});
   CHECK(find_collective_algorithm("ring_of_rings") == nullptr);
 }
 
@@ -229,4 +229,54 @@ TEST_CASE("recursive doubling takes power-of-two grids and only buffers up to th
   // A latency-optimal algorithm does not stand in for the list's general one.
   CHECK_THAT(collective_algorithms_problem({"recursive_doubling", "hierarchical_rings"}),
              Catch::Contains("snake_ring"));
+}
+
+TEST_CASE("across slices a reduction continues over the data-center network, and only then",
+          "[collectives]") {
+  // 4x4 chips of 2 cores, hosts of 2x2 chips: 4 hosts of 8 cores.
+  const SliceSpec s{"4x4", {4, 4}, {true, true}};
+  ChipSpec chip;
+  chip.host_board_chips = {2, 2};
+  Topology t = slices_topology(s, chip, 3);
+  REQUIRE(t.slices() == 3);
+  CHECK(t.host(0) == 0);
+  CHECK(t.host(5) == 0);   // (1, 1)
+  CHECK(t.host(2) == 1);   // (2, 0)
+  CHECK(t.host(15) == 3);  // (3, 3)
+  const CollectivePlanner planner(t, 2, kV3);
+  sim::Task task;
+  task.kind = sim::TaskKind::Collective;
+  task.op = CollectiveOp::AllReduce;
+  task.group = all_cores(32);
+  task.bytes = 32e6;
+  // Not a reduction over replicas: the slice's plan alone.
+  const auto inside = planner.plan(task, task.group);
+  CHECK(inside.size() == planner.plan(CollectiveOp::AllReduce, task.group, task.bytes).size());
+  task.across_slices = true;
+  const auto rs = planner.plan(CollectiveOp::ReduceScatter, task.group, task.bytes);
+  const auto ag = planner.plan(CollectiveOp::AllGather, task.group, task.bytes);
+  const auto across = planner.plan(task, task.group);
+  REQUIRE(across.size() == rs.size() + 1 + ag.size());
+  CHECK(planner.algorithm_names(task, task.group) == "hierarchical_rings+dcn_rings");
+  const Phase& dcn = across[rs.size()];
+  CHECK(dcn.name == "all_reduce dcn");
+  REQUIRE(dcn.rings.size() == 32);  // one per core: it and its host's endpoint
+  int representative = 0;
+  for (const auto& ring : dcn.rings) {
+    REQUIRE(ring.cores.size() == 2);
+    CHECK(ring.cores[1] == sim::dcn_endpoint(t.host(ring.cores[0] / 2)));
+    CHECK(ring.steps == 4);                            // 2 (S - 1)
+    CHECK(ring.chunk_bytes == Approx(32e6 / 32 / 3));  // each core's piece over the 3 slices
+    representative += ring.representative ? 1 : 0;
+  }
+  CHECK(representative == 8);  // the first host's cores
+  // A reduce-scatter ends with the DCN rings; an all-gather never crosses.
+  task.op = CollectiveOp::ReduceScatter;
+  CHECK(planner.plan(task, task.group).size() == rs.size() + 1);
+  task.op = CollectiveOp::AllGather;
+  CHECK(planner.plan(task, task.group).size() == ag.size());
+  // One slice: nothing crosses.
+  const CollectivePlanner alone(Topology(s), 2, kV3);
+  task.op = CollectiveOp::AllReduce;
+  CHECK(alone.plan(task, task.group).size() == alone.plan(CollectiveOp::AllReduce, task.group, 32e6).size());
 }

@@ -320,3 +320,57 @@ TEST_CASE("a large all-reduce is unchanged by recursive doubling in the list", "
         Approx(allreduce_parallel({4, 4, 4}, kS, hw.chip.ici_latency_s, hw.chip.ici_bandwidth_bytes_per_s))
             .epsilon(0.01));
 }
+
+namespace {
+
+/// Across slices (Topology::join_slices): the ring over S slices of each core's piece, 2 (S - 1)
+/// steps of piece / S, k cores sharing their host's network card.
+double dcn_oracle(int slices, double piece, int k, const DcnSpec& dcn) {
+  return 2.0 * (slices - 1) * (dcn.latency_s + k * piece / (slices * dcn.nic_bandwidth_bytes_per_s));
+}
+
+struct Timed {
+  sim::TaskTiming task;
+  sim::DcnPhase dcn;
+};
+
+/// One reduction across `slices` slices of a 4x4x4 cube of v4 (64 chips, a host per 2x2x1 chips),
+/// simulated: its task's times and its phase over the data-center network.
+Timed across_slices(CollectiveOp op, int slices, bool symmetric) {
+  const auto hw = v4({"parallel_rings", "hierarchical_rings", "snake_ring"});
+  const auto s = slice({4, 4, 4}, {true, true, true});
+  sim::TaskGraph g(sim::slice_cores(hw, s));
+  sim::Task t = collective(op, every_core(hw, s), kS);
+  t.across_slices = true;
+  const int id = g.add(std::move(t));
+  sim::EngineOptions o;
+  o.slices = slices;
+  o.symmetric_collectives = symmetric;
+  const auto r = sim::simulate(g, hw, s, o);
+  CHECK(r.collective_algorithms[std::size_t(id)] == "parallel_rings+dcn_rings");
+  REQUIRE(r.dcn_phases.size() == 1);
+  CHECK(r.dcn_phases[0].task == id);
+  return {r.tasks[std::size_t(id)], r.dcn_phases[0]};
+}
+
+}  // namespace
+
+TEST_CASE("across 2 slices an all-reduce adds the DCN rings' formula to its rings",
+          "[engine][oracle][network]") {
+  const auto hw = v4({"parallel_rings"});
+  const auto [t, phase] = across_slices(CollectiveOp::AllReduce, 2, true);
+  const double dcn = dcn_oracle(2, kS / 64, 4, hw.dcn);
+  CHECK(phase.end_s - phase.start_s == Approx(dcn).epsilon(0.05));
+  // Reduce-scatter inside the slice, the DCN phase, all-gather inside: the slice's all-reduce plus it.
+  const double ici =
+      allreduce_parallel({4, 4, 4}, kS, hw.chip.ici_latency_s, hw.chip.ici_bandwidth_bytes_per_s);
+  CHECK(t.end_s - t.start_s == Approx(ici + dcn).epsilon(0.05));
+}
+
+TEST_CASE("across 4 slices a reduce-scatter ends with the DCN rings, flow by flow as represented",
+          "[engine][oracle][network]") {
+  const auto hw = v4({"parallel_rings"});
+  const auto [t, phase] = across_slices(CollectiveOp::ReduceScatter, 4, false);
+  CHECK(phase.end_s - phase.start_s == Approx(dcn_oracle(4, kS / 64, 4, hw.dcn)).epsilon(0.05));
+  CHECK(phase.end_s == Approx(t.end_s).epsilon(1e-12));  // no all-gather after it
+}

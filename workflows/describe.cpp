@@ -142,6 +142,13 @@ void print_link_figures(std::ostream& out, const HardwareSpec& hw, const SourceO
   print_row(out, "collective algorithms", algorithms, src("chip.collective_algorithms"));
   print_row(out, "latency-optimal up to", reports::human_bytes(hw.chip.latency_collective_max_bytes),
             src("chip.latency_collective_max_bytes"));
+  if (!hw.dcn.present) {
+    print_row(out, "data-center network", "not described (a study of this hardware spans one slice)", "");
+    return;
+  }
+  print_row(out, "DCN per host per direction", num(hw.dcn.nic_bandwidth_bytes_per_s / 1e9, " GB/s"),
+            src("dcn.nic_bandwidth_bytes_per_s_per_host_per_direction"));
+  print_row(out, "DCN latency", num(hw.dcn.latency_s * 1e6, " us"), src("dcn.latency_s"));
 }
 
 /// How the software runs ops: padding, overheads, fusion, combining, multi-pass kernels.

@@ -124,7 +124,8 @@ reports::RunInfo run_info(const Study& study, const BuiltStep& step) {
   info.model_name = study.model.name;
   info.params = study.model.params();
   info.layers = std::int64_t(study.model.layers.size());
-  info.batch = study.batch;
+  info.batch = study.global_batch();
+  info.slices = study.slices;
   info.schedule = study.schedule->resolved().value("kind", "");
   info.schedule_details = step.details;
   info.peak_flops_per_core = study.hardware.core.peak_matmul_flops_per_s();
@@ -345,6 +346,17 @@ Json perturbations_json(const Study& study, const RerunnableStudy& rerun, const 
 
 }  // namespace
 
+namespace {
+
+/// Whether a step has a reduction over data-parallel replicas to continue across slices.
+bool reduces_across_slices(const sim::TaskGraph& g) {
+  for (int id = 0; id < g.size(); ++id)
+    if (g.task(id).across_slices) return true;
+  return false;
+}
+
+}  // namespace
+
 RunOutcome run_study(const RunOptions& o, const RunProgressCallback& progress) {
   if (!(o.max_host_memory_bytes > 0))
     throw ConfigError("--max-host-memory", "", std::to_string(o.max_host_memory_bytes), "bytes > 0");
@@ -361,6 +373,12 @@ RunOutcome run_study(const RunOptions& o, const RunProgressCallback& progress) {
   engine.functional = o.functional;
   engine.progress = progress;
   engine.network = study.network;
+  engine.slices = study.slices;
+  if (study.slices > 1 && !reduces_across_slices(step.graph))
+    throw ConfigError(
+        study.file, "slices", std::to_string(study.slices),
+        "1 for this schedule: no reduction of its gradients spans data-parallel replicas within "
+        "the slice (split the batch inside each slice), so there is none to continue across slices");
   spdlog::debug("simulating {} tasks on {} cores", step.graph.size(), step.graph.cores());
   const sim::SimResult result = sim::simulate(step.graph, study.hardware, study.slice, engine);
   Json j = reports::result_json(run_info(study, step), step.graph, result);

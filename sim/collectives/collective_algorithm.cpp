@@ -70,6 +70,30 @@ const CollectiveAlgorithm& collective_algorithm_for(const std::vector<std::strin
                         to_string(op) + " over a group of " + std::to_string(group.size()) + " cores");
 }
 
+std::vector<Phase> CollectivePlanner::plan(const Task& t, const std::vector<int>& group) const {
+  if (!across_slices(t)) return plan(t.op, group, t.bytes);
+  using C = CollectiveOp;
+  std::vector<Phase> phases = plan(C::ReduceScatter, group, t.bytes);
+  const CollectiveAlgorithm& dcn = *find_collective_algorithm("dcn_rings");
+  for (auto& phase :
+       dcn.plan(topology_, cores_per_chip_, C::AllReduce, group, t.bytes / double(group.size())))
+    phases.push_back(std::move(phase));
+  if (t.op == C::AllReduce)
+    for (auto& phase : plan(C::AllGather, group, t.bytes)) phases.push_back(std::move(phase));
+  return phases;
+}
+
+std::string CollectivePlanner::algorithm_names(const Task& t, const std::vector<int>& group) const {
+  if (!across_slices(t)) return algorithm(t.op, group, t.bytes).name();
+  if (group.size() <= 1) return "dcn_rings";  // a lone replica in each slice
+  std::string names = algorithm(CollectiveOp::ReduceScatter, group, t.bytes).name() + "+dcn_rings";
+  if (t.op == CollectiveOp::AllReduce) {
+    const std::string gather = algorithm(CollectiveOp::AllGather, group, t.bytes).name();
+    if (names.rfind(gather + "+", 0) != 0) names += "+" + gather;
+  }
+  return names;
+}
+
 double plan_wire_bytes(const std::vector<Phase>& plan) {
   double total = 0;
   for (const auto& phase : plan)

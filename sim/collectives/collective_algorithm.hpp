@@ -16,6 +16,14 @@
 
 namespace tpusim::sim {
 
+/// A ring member standing for the data-center network at host `host` (a negative id): a flow to
+/// it leaves this slice through the host's network card (for the same core of the next slice),
+/// a flow from it arrives through the card (from the same core of the previous slice). Every
+/// slice runs the same program, so these two flows are each core's whole DCN traffic.
+constexpr int dcn_endpoint(int host) { return -1 - host; }
+constexpr bool is_dcn_endpoint(int member) { return member < 0; }
+constexpr int dcn_endpoint_host(int member) { return -1 - member; }
+
 /// One ring of a phase: for `steps` steps, every member cores[i] sends `chunk_bytes` to
 /// cores[i+1] (the last to the first), and a step ends when all of them have arrived.
 struct PlannedRing {
@@ -117,6 +125,17 @@ class CollectivePlanner {
   std::vector<Phase> plan(CollectiveOp op, const std::vector<int>& group, double bytes) const {
     return algorithm(op, group, bytes).plan(topology_, cores_per_chip_, op, group, bytes);
   }
+  /// Whether collective task `t` continues across the slices (Task::across_slices, several slices).
+  bool across_slices(const Task& t) const {
+    return t.across_slices && topology_.slices() > 1 &&
+           (t.op == CollectiveOp::AllReduce || t.op == CollectiveOp::ReduceScatter);
+  }
+  /// The phases of collective task `t` over `group`: plan(t.op, ...), or across slices the
+  /// hierarchical reduction: the reduce-scatter inside the slice, each piece all-reduced across
+  /// the slices ("dcn_rings"), then for an all-reduce the all-gather inside the slice.
+  std::vector<Phase> plan(const Task& t, const std::vector<int>& group) const;
+  /// The names of the algorithms collective task `t` runs over `group` ("a+b").
+  std::string algorithm_names(const Task& t, const std::vector<int>& group) const;
   const Topology& topology() const { return topology_; }
   int cores_per_chip() const { return cores_per_chip_; }
 

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Training across slices (issue 43): "slices": N joins N identical slices over the data-center
+# network, data parallelism across them. One slice is exactly the study without the key; two
+# slices keep each core's memory and compute, double the examples per second less the exposed
+# DCN phase, and report that phase apart (result, summary, report, trace); every schedule kind
+# (data parallel, a mesh, a pipeline) reduces across them; a sweep over slices shows the scaling;
+# bad slice counts and DCN figures are exit 2 naming the path.
+set -euo pipefail
+tpusim="$1"; root="$2"
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+study="$root/configs/studies/llama-7b-gqa-v4-128.json"
+small=(--set slice=v4-32 --set model.layers=2)
+"$tpusim" run "$study" "${small[@]}" --set batch=64 --json > "$work/none.json"
+"$tpusim" run "$study" "${small[@]}" --set batch=64 --set slices=1 --json > "$work/one.json"
+"$tpusim" run "$study" "${small[@]}" --set batch=128 --set slices=2 --out "$work/two" --trace > "$work/two.txt"
+for kind in mesh gpipe; do
+  case $kind in
+    mesh) sch='{"kind":"mesh","mesh":{"batch":8,"model":2},"layout":{"batch":"batch","d_ff":"model","heads":"model"}}' ;;
+    gpipe) sch='{"kind":"gpipe","stages":16,"microbatches":4}' ;;
+  esac
+  for n in 1 2; do
+    "$tpusim" run "$study" "${small[@]}" --set model.layers=16 --set "schedule=$sch" --set slices=$n \
+      --set batch=$((64 * n)) --json > "$work/$kind$n.json"
+  done
+done
+python3 - "$work" "$root" <<'PY'
+import json, sys
+w = sys.argv[1]
+none, one = (json.load(open(f"{w}/{x}.json")) for x in ("none", "one"))
+none.pop("study"); one.pop("study")
+assert none == one, "slices 1 is the study without the key"
+two = json.load(open(f"{w}/two/result.json"))
+s = two["slices"]
+assert s["count"] == 2 and s["batch_per_slice"] == 64 and two["batch"] == 128, s
+assert two["peak_hbm_bytes"] == one["peak_hbm_bytes"], "memory per core does not depend on the slice count"
+assert two["breakdown"]["compute_s"] == one["breakdown"]["compute_s"]
+assert two["engine"]["collective_algorithms"].get("parallel_rings+dcn_rings", 0) > 0, two["engine"]
+assert s["dcn_s"] > 0 and 0 <= s["exposed_dcn_s"] <= s["dcn_s"] + 1e-12, s
+assert abs(two["step_time_s"] - one["step_time_s"] - s["exposed_dcn_s"]) <= 0.05 * two["step_time_s"], (two["step_time_s"], one["step_time_s"], s)
+assert abs(two["model_flops_per_step"] - 2 * one["model_flops_per_step"]) <= 1e-9 * two["model_flops_per_step"]
+assert abs(two["examples_per_s"] / one["examples_per_s"] - 2 * one["step_time_s"] / two["step_time_s"]) < 1e-9
+assert abs(two["mxu_utilization"] - one["mxu_utilization"] * one["step_time_s"] / two["step_time_s"]) < 1e-9
+assert two["breakdown"]["communication_by_phase_s"]["across_slices_dcn"] == s["dcn_s"]
+# The oracle: each layer's reduce-scatter continues as a ring over the 2 slices, 2 (S - 1) steps
+# of its piece / S, the 4 chips of a host sharing its card: alpha-beta within 5 %.
+hw = json.load(open(f"{sys.argv[2]}/configs/hardware/tpu-v4.json"))["dcn"]
+B, a = hw["nic_bandwidth_bytes_per_s_per_host_per_direction"]["value"], hw["latency_s"]["value"]
+S, cores, k = 2, two["slice"]["cores"], 4
+oracle = sum(2 * (S - 1) * (a + k * (b["gradient_bytes_on_wire"] / cores) / (S * B))
+             for b in two["schedule"]["details"]["gradient_buckets"])
+assert abs(s["dcn_s"] / oracle - 1) < 0.05, (s["dcn_s"], oracle)
+trace = json.load(open(f"{w}/two/trace.json"))["traceEvents"]
+assert any(e.get("cat") == "dcn_flow" for e in trace), "the trace has DCN tracks"
+assert any(e.get("args", {}).get("name") == "data-center network" for e in trace)
+for kind in ("mesh", "gpipe"):
+    a, b = (json.load(open(f"{w}/{kind}{n}.json")) for n in (1, 2))
+    assert "slices" not in a and b["slices"]["dcn_s"] > 0, (kind, b.get("slices"))
+    assert b["step_time_s"] > a["step_time_s"] and b["peak_hbm_bytes"] == a["peak_hbm_bytes"], kind
+    assert any("dcn_rings" in k for k in b["engine"]["collective_algorithms"]), b["engine"]
+PY
+grep -q "across slices .* on the data-center network" "$work/two.txt"
+grep -q "slices (data parallelism over the data-center network)" "$work/two/report.md"
+# A sweep over the slice count, the batch growing with it.
+"$tpusim" sweep "$study" "${small[@]}" --zip slices=1,2,4 --zip batch=64,128,256 -j 2 --out "$work/sweep" 2> /dev/null
+python3 - "$work/sweep/results.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 3 and all(r.get("error") is None for r in rows), [r.get("error") for r in rows]
+steps = [r["result"]["step_time_s"] for r in rows]
+rates = [r["result"]["examples_per_s"] for r in rows]
+assert steps[0] < steps[1] < steps[2] and rates[0] < rates[1] < rates[2], (steps, rates)
+PY
+expect_bad() {  # what-to-find set...
+  local want="$1"; shift
+  set +e; "$tpusim" run "$study" "${small[@]}" --set "$@" > /dev/null 2> "$work/err"; local rc=$?; set -e
+  [ "$rc" -eq 2 ] || { echo "FAIL: exit $rc for $*"; cat "$work/err"; exit 1; }
+  grep -qF -- "$want" "$work/err" || { echo "FAIL: '$want' not in the message"; cat "$work/err"; exit 1; }
+}
+expect_bad "slices: found 0" slices=0
+expect_bad "slices: found -2" slices=-2
+expect_bad "slices: found 1.5" slices=1.5
+expect_bad 'slices: found "two"' slices=two
+expect_bad "batch: found 64, expected a multiple of the 3 slices" slices=3 --set batch=64
+expect_bad "describes no data-center network" slices=2 --set batch=128 --set hardware=tpu-v3 --set slice=v3-32 --set megacore=false
+expect_bad "dcn.latency_s.value: found 0" slices=2 --set batch=128 --set 'hardware={"base": "tpu-v4", "override": {"dcn.latency_s": 0}}'
+expect_bad "dcn.nic_bandwidth_bytes_per_s_per_host_per_direction.value: found -1" slices=2 --set batch=128 \
+  --set 'hardware={"base": "tpu-v4", "override": {"dcn.nic_bandwidth_bytes_per_s_per_host_per_direction": -1}}'
+expect_bad "no reduction of its gradients spans data-parallel replicas" slices=2 --set batch=128 \
+  --set 'schedule={"kind":"mesh","mesh":{"model":16},"layout":{"d_ff":"model","vocab":"model"}}'
+echo "slices: ok"
