@@ -131,6 +131,9 @@ struct Study {
   int slices = 1;
   /// The examples of one step over every slice (the study's "batch").
   std::int64_t global_batch() const { return batch * slices; }
+  /// Whether a hardware figure (its dotted path) can matter to this study: the data-center
+  /// network's only to a study of several slices.
+  bool reads_figure(const std::string& path) const { return slices > 1 || path.rfind("dcn.", 0) != 0; }
   Optimizer optimizer;
   /// What-if (study key input_pipeline.examples_per_s_per_host): how many examples a host's input
   /// pipeline prepares per second; 0: not given, the hosts keep up.

@@ -21,13 +21,16 @@ const char* const kIntervalMethod =
 std::vector<AssumedRange> assumed_ranges(const Study& study, std::vector<std::string>* unranged) {
   std::vector<AssumedRange> out;
   for (const auto& [path, range] : study.hardware.ranges) {
+    if (!study.reads_figure(path)) continue;
     const Json* node = json_at(study.hardware_json, path);
     if (!node || !node->is_object() || !node->contains("value")) continue;
     out.push_back({path, "hardware", (*node)["value"], range.low, range.high, range.source});
   }
   if (unranged)
     for (const auto& [path, source] : study.hardware.sources)
-      if (source.rfind("assumption", 0) == 0 && !study.hardware.ranges.count(path)) unranged->push_back(path);
+      if (source.rfind("assumption", 0) == 0 && !study.hardware.ranges.count(path) &&
+          study.reads_figure(path))
+        unranged->push_back(path);
   for (const auto& a : study.assumptions) out.push_back({a.key, "study", a.value, a.low, a.high, a.source});
   return out;
 }

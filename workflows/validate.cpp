@@ -406,7 +406,7 @@ Json assumed_figures(const std::vector<Study>& studies) {
   std::map<std::pair<std::string, std::string>, std::string> seen, own;
   for (const auto& s : studies) {
     for (const auto& [path, source] : s.hardware.sources)
-      if (source.rfind("assumption", 0) == 0) seen[{s.hardware.name, path}] = source;
+      if (source.rfind("assumption", 0) == 0 && s.reads_figure(path)) seen[{s.hardware.name, path}] = source;
     for (const auto& a : s.assumptions) own[{fs::path(s.file).filename().string(), a.key}] = a.source;
   }
   Json list = Json::array();
