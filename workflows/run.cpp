@@ -204,6 +204,10 @@ std::optional<Json> resident_overflow(const Study& study, const sim::TaskGraph& 
 /// Functional mode's runtime for the study, its budget and step count checked (null without it).
 std::unique_ptr<FunctionalRuntime> functional_runtime(const RunOptions& o, const Study& study) {
   if (!o.functional) return nullptr;
+  if (study.slices > 1)
+    throw ConfigError(study.file, "slices", std::to_string(study.slices),
+                      "1 in functional mode (it runs one slice's math; the reduction across slices is timed, "
+                      "not computed)");
   FunctionalRuntime::check_supported(study);
   if (o.steps < 1) throw ConfigError("--steps", "", std::to_string(o.steps), "at least 1 step");
   const double need = FunctionalRuntime::host_bytes_needed(study, study.cores());

@@ -87,4 +87,6 @@ expect_bad "dcn.nic_bandwidth_bytes_per_s_per_host_per_direction.value: found -1
   --set 'hardware={"base": "tpu-v4", "override": {"dcn.nic_bandwidth_bytes_per_s_per_host_per_direction": -1}}'
 expect_bad "no reduction of its gradients spans data-parallel replicas" slices=2 --set batch=128 \
   --set 'schedule={"kind":"mesh","mesh":{"model":16},"layout":{"d_ff":"model","vocab":"model"}}'
+expect_bad "1 with a mixture of experts" slices=2 --set batch=128 --set 'model.moe={"experts":16,"every":2}'
+expect_bad "1 in functional mode" slices=2 --set batch=128 --functional
 echo "slices: ok"
