@@ -245,9 +245,11 @@ class DataParallelPlayer {
   /// optimizer slots. A layer's weights are all-gathered before its forward and again before its
   /// backward (the gather of the next layer overlapping this one's compute: at most two layers
   /// gathered at once), freed after use; its gradients are reduce-scattered as soon as its
-  /// backward ends on every core (as FSDP does, whatever the hardware's overlap setting) and its
-  /// shard updated. No all-gather at the end of the step: the next step's gathers read the
-  /// updated shards.
+  /// backward ends on every core (as FSDP does, whatever the hardware's overlap setting), running
+  /// behind the rest of the backward (a layer's backward waits for the reduce-scatter two layers
+  /// back: at most two layers' whole gradients in flight), and each core updates its shards once
+  /// its backward is done (the optimizer's step follows the gradients). No all-gather at the end
+  /// of the step: the next step's gathers read the updated shards.
   void fully_sharded_step(Json& buckets) {
     bwd_.assign(std::size_t(s_.cores), std::vector<int>(std::size_t(layers_)));
     std::vector<std::vector<int>> fwd(std::size_t(s_.cores), std::vector<int>(std::size_t(layers_)));
@@ -266,6 +268,7 @@ class DataParallelPlayer {
       gather_before = gather >= 0 ? gather : gather_before;
     }
     int reduce_before = -1;
+    std::vector<int> reduce_of(std::size_t(layers_), -1);  // per layer: its reduce-scatter
     for (int l = layers_ - 1; l >= 0; --l) {
       const int gather = gather_layer(l, "backward", gather_before);
       for (int c = 0; c < s_.cores && gather >= 0; ++c)
@@ -279,11 +282,24 @@ class DataParallelPlayer {
         bwd_[c][l] = p =
             b_.backward(c, {l, l + 1}, local_batch_, p, keep, /*allocate_gradients=*/true, examples(c));
         use_gathered(gather, p, c, l);
+        // At most two layers' whole gradients wait for their reduce-scatters, as at most two
+        // layers are gathered: a backward starts once the one two layers back is scattered.
+        if (l + 2 < layers_ && reduce_of[std::size_t(l + 2)] >= 0)
+          g_.depend(reduce_of[std::size_t(l + 2)], p);
       }
       gather_before = gather >= 0 ? gather : gather_before;
-      if (params_of({l, l + 1}) > 0) buckets.push_back(scatter_and_update(l, reduce_before));
+      if (params_of({l, l + 1}) > 0) {
+        buckets.push_back(scatter_and_update(l, reduce_before));
+        reduce_of[std::size_t(l)] = reduce_before;
+      }
     }
     last_bwd_ = prev;
+    // Each core updates its shards once its backward is done (the optimizer's step follows the
+    // gradients, as FSDP and XLA run it), each layer's as soon as its reduce-scatter has ended:
+    // the reduce-scatters run behind the rest of the backward.
+    for (const auto& u : pending_updates_)
+      for (int c = 0; c < s_.cores; ++c)
+        g_.depend(u.ready, b_.update(c, u.layers, u.fraction, {}, c, s_.cores));
   }
 
   /// The all-gather of layer `l`'s weights (-1 for a layer without any), after `before`; every
@@ -329,8 +345,7 @@ class DataParallelPlayer {
     for (int c = 0; c < s_.cores; ++c) g_.depend(bwd_[c][l], reduce);
     if (reduce_before >= 0) g_.depend(reduce_before, reduce);
     reduce_before = reduce;
-    const int ready = keep_shard(r, reduce, range, fraction, params);
-    for (int c = 0; c < s_.cores; ++c) g_.depend(ready, b_.update(c, r, fraction, {}, c, s_.cores));
+    pending_updates_.push_back({r, keep_shard(r, reduce, range, fraction, params), fraction});
     return Json{{"layers", {l, l}},
                 {"params", params},
                 {"gradient_bytes_on_wire", params * s_.gradient_wire_bytes},
@@ -402,6 +417,13 @@ class DataParallelPlayer {
   std::vector<int> last_bwd_;          ///< per core: its last backward (or batch-norm statistics) task
   int previous_reduce_ = -1;
   double padding_params_ = 0;
+  /// Fully sharded: each layer's update, once its reduce-scatter (`ready`) and the backward are done.
+  struct PendingUpdate {
+    LayerRange layers;
+    int ready;
+    double fraction;
+  };
+  std::vector<PendingUpdate> pending_updates_;
 };
 
 }  // namespace
