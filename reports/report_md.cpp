@@ -23,6 +23,15 @@ std::string num(double v, const char* format = "%.3g") {
   return buf;
 }
 
+/// Several slices: how many, and the reductions' time on the data-center network.
+void slices_rows(std::ostringstream& md, const Json& sl) {
+  md << "| slices (data parallelism over the data-center network) | " << sl["count"].get<int>() << ", "
+     << sl["batch_per_slice"].get<std::int64_t>() << " examples each |\n";
+  md << "| reductions across slices, on the data-center network | "
+     << human_seconds(sl["dcn_s"].get<double>()) << " (" << human_seconds(sl["exposed_dcn_s"].get<double>())
+     << " exposed) |\n";
+}
+
 /// The title and the table of headline figures.
 void summary_section(std::ostringstream& md, const Json& j, double step) {
   md << "# " << j["model"]["name"].get<std::string>() << " on " << j["hardware"].get<std::string>() << " "
@@ -34,14 +43,7 @@ void summary_section(std::ostringstream& md, const Json& j, double step) {
      << " cores used) | " << pct(j["mxu_utilization"].get<double>()) << " |\n";
   md << "| parameters | " << num(j["params"].get<double>() / 1e6, "%.2f") << " M |\n";
   md << "| batch | " << j["batch"].get<std::int64_t>() << " |\n";
-  if (j.contains("slices")) {
-    const Json& sl = j["slices"];
-    md << "| slices (data parallelism over the data-center network) | " << sl["count"].get<int>() << ", "
-       << sl["batch_per_slice"].get<std::int64_t>() << " examples each |\n";
-    md << "| reductions across slices, on the data-center network | "
-       << human_seconds(sl["dcn_s"].get<double>()) << " (" << human_seconds(sl["exposed_dcn_s"].get<double>())
-       << " exposed) |\n";
-  }
+  if (j.contains("slices")) slices_rows(md, j["slices"]);
   md << "| peak HBM per device | " << human_bytes(j["peak_hbm_bytes"].get<double>()) << " of "
      << human_bytes(j["hbm_capacity_bytes"].get<double>()) << " usable (the runtime's reserve excluded) |\n";
   md << "| fits | " << (j["fits"].get<bool>() ? "yes" : "**no**") << " |\n";

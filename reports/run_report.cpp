@@ -528,6 +528,16 @@ std::string perturbations_text(const Json& p) {
          human_seconds(p["uniform_step_time_s"].get<double>()) + ")";
 }
 
+/// Several slices: how many, and the reductions' time on the data-center network.
+void summary_slices(std::ostringstream& out, const Json& j) {
+  if (!j.contains("slices")) return;
+  const Json& sl = j["slices"];
+  out << formatted("  slices            %d over the data-center network, %lld examples each; ",
+                   sl["count"].get<int>(), (long long)sl["batch_per_slice"].get<std::int64_t>())
+      << human_seconds(sl["dcn_s"].get<double>()) << " of reductions on it ("
+      << human_seconds(sl["exposed_dcn_s"].get<double>()) << " exposed)\n";
+}
+
 std::string summary_text(const Json& j) {
   std::ostringstream out;
   const auto& slice = j["slice"];
@@ -535,10 +545,7 @@ std::string summary_text(const Json& j) {
       << " " << slice["name"].get<std::string>() << " (" << slice["cores"].get<int>()
       << (slice.value("megacore", false) ? " devices, megacore: a device is a chip" : " devices: TensorCores")
       << "), " << j["schedule"]["kind"].get<std::string>() << "\n";
-  if (j.contains("slices"))
-    out << formatted("  slices            %d of them over the data-center network (%lld examples each)\n",
-                     j["slices"]["count"].get<int>(),
-                     (long long)j["slices"]["batch_per_slice"].get<std::int64_t>());
+  summary_slices(out, j);
   out << formatted("  params            %.3f M\n", j["params"].get<double>() / 1e6);
   out << formatted("  batch             %lld examples per step\n", (long long)j["batch"].get<std::int64_t>());
   out << "  step time         " << human_seconds(j["step_time_s"].get<double>())
@@ -563,10 +570,6 @@ std::string summary_text(const Json& j) {
   const auto& b = j["breakdown"];
   out << "  communication     " << human_seconds(b["communication_s"].get<double>()) << " ("
       << human_seconds(b["exposed_communication_s"].get<double>()) << " exposed)\n";
-  if (j.contains("slices"))
-    out << "  across slices     " << human_seconds(j["slices"]["dcn_s"].get<double>())
-        << " on the data-center network (" << human_seconds(j["slices"]["exposed_dcn_s"].get<double>())
-        << " exposed)\n";
   if (j.contains("input")) summary_input(out, j["input"]);
   summary_memory(out, j);
   if (j.contains("functional")) {

@@ -294,9 +294,13 @@ class DataParallelPlayer {
       }
     }
     last_bwd_ = prev;
-    // Each core updates its shards once its backward is done (the optimizer's step follows the
-    // gradients, as FSDP and XLA run it), each layer's as soon as its reduce-scatter has ended:
-    // the reduce-scatters run behind the rest of the backward.
+    updates_after_backward();
+  }
+
+  /// Each core updates its shards once its backward is done (the optimizer's step follows the
+  /// gradients, as FSDP and XLA run it), each layer's as soon as its reduce-scatter has ended:
+  /// the reduce-scatters run behind the rest of the backward.
+  void updates_after_backward() {
     for (const auto& u : pending_updates_)
       for (int c = 0; c < s_.cores; ++c)
         g_.depend(u.ready, b_.update(c, u.layers, u.fraction, {}, c, s_.cores));

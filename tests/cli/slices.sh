@@ -58,7 +58,7 @@ for kind in ("mesh", "gpipe"):
     assert b["step_time_s"] > a["step_time_s"] and b["peak_hbm_bytes"] == a["peak_hbm_bytes"], kind
     assert any("dcn_rings" in k for k in b["engine"]["collective_algorithms"]), b["engine"]
 PY
-grep -q "across slices .* on the data-center network" "$work/two.txt"
+grep -q "slices            2 over the data-center network, 64 examples each; .* of reductions on it" "$work/two.txt"
 grep -q "slices (data parallelism over the data-center network)" "$work/two/report.md"
 # A sweep over the slice count, the batch growing with it.
 "$tpusim" sweep "$study" "${small[@]}" --zip slices=1,2,4 --zip batch=64,128,256 -j 2 --out "$work/sweep" 2> /dev/null
