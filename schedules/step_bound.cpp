@@ -18,22 +18,38 @@ double shortest_latency(const Study& s) {
 }  // namespace
 
 sim::CollectivePlanner collective_planner(const Study& s) {
-  return sim::CollectivePlanner(Topology(s.slice), s.hardware.chip.cores,
+  return sim::CollectivePlanner(slices_topology(s.slice, s.hardware.chip, s.slices), s.hardware.chip.cores,
                                 s.hardware.chip.collective_algorithms,
                                 s.hardware.chip.latency_collective_max_bytes);
 }
 
-double collective_floor(const Study& s, const sim::CollectivePlanner& planner, sim::CollectiveOp op,
-                        const std::vector<int>& group, double bytes, bool latency) {
+namespace {
+
+/// The floor of a collective's phases: each ring's steps at the fastest link and shortest hop (a
+/// step over the data-center network at a host card's rate and latency, the card to itself).
+double phases_floor(const Study& s, const std::vector<sim::Phase>& phases, bool latency) {
   const double bandwidth = fastest_bandwidth(s), hop = latency ? shortest_latency(s) : 0.0;
+  const DcnSpec& dcn = s.hardware.dcn;
   double floor = 0;
-  for (const auto& phase : planner.plan(op, group, bytes)) {
+  for (const auto& phase : phases) {
     double slowest = 0;
-    for (const auto& ring : phase.rings)
-      slowest = std::max(slowest, ring.steps * (ring.chunk_bytes / bandwidth + hop));
+    for (const auto& ring : phase.rings) {
+      const bool across = !ring.cores.empty() && sim::is_dcn_endpoint(ring.cores.back());
+      const double step =
+          across ? ring.chunk_bytes / dcn.nic_bandwidth_bytes_per_s + (latency ? dcn.latency_s : 0.0)
+                 : ring.chunk_bytes / bandwidth + hop;
+      slowest = std::max(slowest, ring.steps * step);
+    }
     floor += slowest;
   }
   return floor;
+}
+
+}  // namespace
+
+double collective_floor(const Study& s, const sim::CollectivePlanner& planner, sim::CollectiveOp op,
+                        const std::vector<int>& group, double bytes, bool latency) {
+  return phases_floor(s, planner.plan(op, group, bytes), latency);
 }
 
 namespace {
@@ -44,7 +60,7 @@ double task_floor(const Study& s, const sim::CollectivePlanner& planner, const s
   if (t.kind == sim::TaskKind::Compute) return t.seconds;
   if (t.kind == sim::TaskKind::Transfer)
     return t.bytes > 0 ? t.bytes / fastest_bandwidth(s) + shortest_latency(s) : 0.0;
-  return collective_floor(s, planner, t.op, t.collective_groups().front(), t.bytes);
+  return phases_floor(s, planner.plan(t, t.collective_groups().front()), true);
 }
 
 }  // namespace
@@ -55,14 +71,14 @@ StepBound graph_bound(const Study& s, const BuiltStep& step) {
   const sim::CollectivePlanner planner = collective_planner(s);
   std::vector<double> floors;
   // A step repeats its collectives (every micro-batch's, every layer's): each planned once.
-  std::map<std::tuple<sim::CollectiveOp, std::vector<int>, double>, double> collective_floors;
+  std::map<std::tuple<sim::CollectiveOp, std::vector<int>, double, bool>, double> collective_floors;
   for (int id = 0; id < graph.size(); ++id) {
     const sim::Task& t = graph.task(id);
     if (t.kind != sim::TaskKind::Collective) {
       floors.push_back(task_floor(s, planner, t));
       continue;
     }
-    const auto key = std::make_tuple(t.op, t.collective_groups().front(), t.bytes);
+    const auto key = std::make_tuple(t.op, t.collective_groups().front(), t.bytes, t.across_slices);
     auto it = collective_floors.find(key);
     if (it == collective_floors.end()) it = collective_floors.emplace(key, task_floor(s, planner, t)).first;
     floors.push_back(it->second);

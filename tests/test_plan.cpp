@@ -269,3 +269,20 @@ TEST_CASE("every plan label reads back into its schedule", "[plan]") {
                           "data_parallel sharded bf16 accum 1", "data_parallel sharded bf16 accum two"})
     CHECK_THROWS_WITH(schedule_of_plan_label(bad), Catch::Contains("--plan-label"));
 }
+
+TEST_CASE("a bound across slices adds the data-center network's floor, one slice's is unchanged", "[plan]") {
+  Json j = Json::parse(
+      R"({"hardware": "tpu-v4", "slice": "v4-32", "megacore": true, "optimizer": {"kind": "adam"},
+          "schedule": {"kind": "data_parallel"}})");
+  j["model"] = Json::parse(kTransformer);
+  j["batch"] = 64;
+  const StepBound one = parse_study(j, "test").schedule->bound(parse_study(j, "test"));
+  j["slices"] = 2;
+  j["batch"] = 128;
+  const Study two = parse_study(j, "test");
+  const StepBound b = two.schedule->bound(two);
+  // The DCN phase of each gradient bucket: at least 2 (S - 1) steps of its piece / S at a card's rate.
+  CHECK(b.seconds > one.seconds);
+  CHECK(b.floor_bytes == one.floor_bytes);
+  CHECK(b.cores_used == one.cores_used);
+}
