@@ -97,6 +97,7 @@ void MeshSchedule::read_mesh(const Json& mesh, const std::string& path, const St
   } else {
     problems.add(path, mesh, "an object of mesh dimension sizes, e.g. {\"batch\": 16, \"model\": 32}");
   }
+  read_dcn_dimension(path, study, problems);
   if (problems.empty()) {
     std::int64_t product = 1;
     for (const auto& [name, size] : mesh_) product *= size;
@@ -105,6 +106,18 @@ void MeshSchedule::read_mesh(const Json& mesh, const std::string& path, const St
                    "mesh sizes multiplying to the " + std::to_string(study.cores()) + " cores of slice " +
                        study.slice.name);
   }
+}
+
+void MeshSchedule::read_dcn_dimension(const std::string& path, const Study& study, Problems& problems) {
+  const auto dcn = std::find_if(mesh_.begin(), mesh_.end(), [](const auto& d) { return d.first == "dcn"; });
+  if (dcn == mesh_.end()) return;
+  if (dcn->second != study.slices)
+    problems.add(path + ".dcn", Json(dcn->second),
+                 "the study's slices (" + std::to_string(study.slices) +
+                     "): the \"dcn\" dimension is data parallelism across the slices the data-center network "
+                     "joins");
+  dcn_ = dcn->second;
+  mesh_.erase(dcn);
 }
 
 void MeshSchedule::read_placement(const Json& placement, const std::string& path, const Study& study,
@@ -144,6 +157,10 @@ void MeshSchedule::read_layout(const Json& layout, const std::string& path,
         std::string names;
         for (const auto& d : dims) names += (names.empty() ? "" : ", ") + d;
         problems.add(l.path_of(it.key()), std::string("an unknown tensor dimension"), "one of " + names);
+      } else if (it.value() == "dcn") {
+        problems.add(
+            l.path_of(it.key()), it.value(),
+            "a mesh dimension inside the slice (the batch is split across the slices, \"dcn\", already)");
       } else if (!it.value().is_string() || !sizes.count(it.value().get<std::string>())) {
         problems.add(l.path_of(it.key()), it.value(), "the name of a mesh dimension");
       } else {
@@ -309,6 +326,7 @@ std::vector<CoreInput> MeshSchedule::input(const Study& study) const {
 
 Json MeshSchedule::resolved() const {
   Json mesh = Json::array(), order = Json::array();
+  if (dcn_ > 0) mesh.push_back(Json::array({"dcn", dcn_}));  // as given: outermost, across slices
   for (const auto& [name, size] : mesh_) {
     mesh.push_back(Json::array({name, size}));
     order.push_back(name);

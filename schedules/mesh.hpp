@@ -82,6 +82,11 @@ class MeshSchedule : public Schedule {
                                                 const std::string& expected, Problems& problems);
   /// "mesh": [[name, size], ...] or {name: size}; the sizes must multiply to the slice's cores.
   void read_mesh(const Json& mesh, const std::string& path, const Study& study, Problems& problems);
+  /// A mesh dimension named "dcn" names data parallelism across the study's slices explicitly
+  /// (MaxText's dcn_data_parallelism): its size must be the study's `slices`; it is outermost and
+  /// implicit otherwise, so the per-slice mesh is the rest.
+  void read_dcn_dimension(const std::string& path, const Study& study, Problems& problems);
+  int dcn_ = 0;  ///< the "dcn" dimension's size as given (0: not named)
   /// "placement": "auto", the mesh dimensions outermost first, or torus axes per dimension.
   void read_placement(const Json& placement, const std::string& path, const Study& study, Problems& problems);
   /// "layout": tensor dimension -> mesh dimension (of `sizes`).

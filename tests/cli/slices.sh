@@ -87,6 +87,21 @@ expect_bad "dcn.nic_bandwidth_bytes_per_s_per_host_per_direction.value: found -1
   --set 'hardware={"base": "tpu-v4", "override": {"dcn.nic_bandwidth_bytes_per_s_per_host_per_direction": -1}}'
 expect_bad "no reduction of its gradients spans data-parallel replicas" slices=2 --set batch=128 \
   --set 'schedule={"kind":"mesh","mesh":{"model":16},"layout":{"d_ff":"model","vocab":"model"}}'
+# A mesh may name the data-center network's dimension: the same step, its size the slice count.
+mesh='{"kind":"mesh","mesh":[["batch",8],["model",2]],"layout":{"batch":"batch","d_ff":"model","heads":"model"}}'
+named='{"kind":"mesh","mesh":[["dcn",2],["batch",8],["model",2]],"layout":{"batch":"batch","d_ff":"model","heads":"model"}}'
+"$tpusim" run "$study" "${small[@]}" --set slices=2 --set batch=128 --set "schedule=$mesh" --json > "$work/m.json"
+"$tpusim" run "$study" "${small[@]}" --set slices=2 --set batch=128 --set "schedule=$named" --json > "$work/n.json"
+python3 - "$work" <<'PY'
+import json, sys
+m, n = (json.load(open(f"{sys.argv[1]}/{x}.json")) for x in ("m", "n"))
+assert n["study"]["schedule"]["mesh"][0] == ["dcn", 2], n["study"]["schedule"]
+m.pop("study"); n.pop("study")
+assert m == n, "naming the dcn dimension changes nothing but the echo"
+PY
+expect_bad "schedule.mesh.dcn: found 2, expected the study's slices (4)" slices=4 --set batch=256 --set "schedule=$named"
+expect_bad 'schedule.layout.batch: found "dcn"' slices=2 --set batch=128 \
+  --set 'schedule={"kind":"mesh","mesh":[["dcn",2],["batch",8],["model",2]],"layout":{"batch":"dcn"}}'
 expect_bad "1 with a mixture of experts" slices=2 --set batch=128 --set 'model.moe={"experts":16,"every":2}'
 expect_bad "1 in functional mode" slices=2 --set batch=128 --functional
 echo "slices: ok"
