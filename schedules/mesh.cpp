@@ -393,6 +393,7 @@ class MeshStepPlayer {
           l + 2 < layers_ ? backward_end[std::size_t(l + 2)] : forward_end[std::size_t(layers_ - 1)]);
       if (remat_ != Keep::All) recompute(l);
       play(programs_[std::size_t(l)].backward, l, false);
+      reduce_rest_across_slices(l);
       backward_end[std::size_t(l)] = last_;
     }
     combined_gradient_reductions();
@@ -427,6 +428,29 @@ class MeshStepPlayer {
   bool over_replicas(const std::vector<std::string>& dims) const {
     const std::string batch = schedule_.mesh_dim_of("batch");
     return !batch.empty() && std::find(dims.begin(), dims.end(), batch) != dims.end();
+  }
+
+  /// Several slices: a layer's weight gradients that no reduction over the replicas covers (an
+  /// expert split over the batch's mesh dimension, each core holding its own) are all-reduced
+  /// across the slices alone, each core with its counterparts (dcn_rings), before the update.
+  void reduce_rest_across_slices(int l) {
+    if (study_.slices <= 1) return;
+    const auto& p = programs_[std::size_t(l)];
+    double covered = 0;
+    for (const Event& ev : p.backward)
+      if (ev.kind == Event::GradientAllReduce && over_replicas(ev.mesh_dims)) covered += ev.bytes;
+    const double all = kWeightBytes * p.weight_elements, rest = all - covered;
+    if (rest <= 1e-9 * all) return;
+    const std::string& layer = study_.model.layers[std::size_t(l)].name;
+    sim::Task t =
+        family_collective(sim::CollectiveOp::AllReduce, layer, {},
+                          schedule_.groups(std::vector<std::string>{}), "weight_gradient_allreduce", l, rest);
+    t.name = "all-reduce " + layer + " weight gradients across slices";
+    t.across_slices = true;
+    const int id = g_.add(std::move(t));
+    for (int c = 0; c < cores_; ++c)
+      if (last_[std::size_t(c)] >= 0) g_.depend(last_[std::size_t(c)], id);
+    gradient_reductions_[std::size_t(l)].push_back(id);
   }
 
   /// Resident shards of weights (fully sharded: the pieces the core updates) and optimizer slots.

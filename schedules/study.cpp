@@ -291,9 +291,6 @@ void read_slices(Fields& top, Study& study, Problems& problems) {
     problems.add("slices", Json(study.slices),
                  "1: hardware " + study.hardware.name +
                      " describes no data-center network (its file has no \"dcn\" figures) to join slices");
-  else if (study.model.mixture_of_experts)
-    problems.add("slices", Json(study.slices),
-                 "1 with a mixture of experts (the experts' gradients across slices are not modelled yet)");
   else if (study.batch % study.slices != 0)
     problems.add("batch", Json(study.batch),
                  "a multiple of the " + std::to_string(study.slices) +

@@ -86,7 +86,11 @@ expect_bad "dcn.latency_s.value: found 0" slices=2 --set batch=128 --set 'hardwa
 expect_bad "dcn.nic_bandwidth_bytes_per_s_per_host_per_direction.value: found -1" slices=2 --set batch=128 \
   --set 'hardware={"base": "tpu-v4", "override": {"dcn.nic_bandwidth_bytes_per_s_per_host_per_direction": -1}}'
 expect_bad "no reduction of its gradients spans data-parallel replicas" slices=2 --set batch=128 \
-  --set 'schedule={"kind":"mesh","mesh":{"model":16},"layout":{"d_ff":"model","vocab":"model"}}'
+  --set 'schedule={"kind":"data_parallel","replicas":1}'
+# A mesh that splits no batch inside the slice: every weight's gradient reduced across slices alone.
+"$tpusim" run "$study" "${small[@]}" --set slices=2 --set batch=128 \
+  --set 'schedule={"kind":"mesh","mesh":{"model":16},"layout":{"d_ff":"model","vocab":"model"}}' --json |
+  python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["engine"]["collective_algorithms"].get("dcn_rings", 0) > 0, j["engine"]'
 # A mesh may name the data-center network's dimension: the same step, its size the slice count.
 mesh='{"kind":"mesh","mesh":[["batch",8],["model",2]],"layout":{"batch":"batch","d_ff":"model","heads":"model"}}'
 named='{"kind":"mesh","mesh":[["dcn",2],["batch",8],["model",2]],"layout":{"batch":"batch","d_ff":"model","heads":"model"}}'
@@ -102,6 +106,18 @@ PY
 expect_bad "schedule.mesh.dcn: found 2, expected the study's slices (4)" slices=4 --set batch=256 --set "schedule=$named"
 expect_bad 'schedule.layout.batch: found "dcn"' slices=2 --set batch=128 \
   --set 'schedule={"kind":"mesh","mesh":[["dcn",2],["batch",8],["model",2]],"layout":{"batch":"dcn"}}'
-expect_bad "1 with a mixture of experts" slices=2 --set batch=128 --set 'model.moe={"experts":16,"every":2}'
+# Experts split over the batch's mesh dimension: no reduction over the replicas covers their
+# gradients, so each core's are all-reduced across the slices alone (one per expert layer).
+moe=(--set 'model.moe={"experts":16,"every":2}' --set model.layers=4
+     --set 'schedule={"kind":"mesh","mesh":{"batch":16},"layout":{"batch":"batch","experts":"batch"}}')
+"$tpusim" run "$study" "${small[@]}" "${moe[@]}" --set batch=64 --json > "$work/e1.json"
+"$tpusim" run "$study" "${small[@]}" "${moe[@]}" --set slices=2 --set batch=128 --json > "$work/e2.json"
+python3 - "$work" <<'PY'
+import json, sys
+a, b = (json.load(open(f"{sys.argv[1]}/{x}.json")) for x in ("e1", "e2"))
+assert b["engine"]["collective_algorithms"].get("dcn_rings") == 2, b["engine"]["collective_algorithms"]
+assert "dcn_rings" not in json.dumps(a["engine"]), a["engine"]
+assert b["peak_hbm_bytes"] == a["peak_hbm_bytes"] and b["step_time_s"] > a["step_time_s"]
+PY
 expect_bad "1 in functional mode" slices=2 --set batch=128 --functional
 echo "slices: ok"
