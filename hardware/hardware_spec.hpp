@@ -149,7 +149,6 @@ struct FigureRange {
   std::string source;
 };
 
-/// A TPU generation.
 /// The data-center network (DCN) that joins slices (hardware key `dcn`, optional): each host
 /// (chip.host_board_chips chips) reaches it through its network card, any host reaching any other
 /// through a switch fabric that is not the bottleneck.
@@ -159,6 +158,7 @@ struct DcnSpec {
   double latency_s = 0;                  ///< one message from a host to a host of another slice
 };
 
+/// A TPU generation.
 struct HardwareSpec {
   std::string name;
   std::string description;

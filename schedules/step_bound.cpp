@@ -34,10 +34,9 @@ double phases_floor(const Study& s, const std::vector<sim::Phase>& phases, bool 
   for (const auto& phase : phases) {
     double slowest = 0;
     for (const auto& ring : phase.rings) {
-      const bool across = !ring.cores.empty() && sim::is_dcn_endpoint(ring.cores.back());
-      const double step =
-          across ? ring.chunk_bytes / dcn.nic_bandwidth_bytes_per_s + (latency ? dcn.latency_s : 0.0)
-                 : ring.chunk_bytes / bandwidth + hop;
+      const double step = sim::crosses_slices(ring) ? ring.chunk_bytes / dcn.nic_bandwidth_bytes_per_s +
+                                                          (latency ? dcn.latency_s : 0.0)
+                                                    : ring.chunk_bytes / bandwidth + hop;
       slowest = std::max(slowest, ring.steps * step);
     }
     floor += slowest;

@@ -7,6 +7,7 @@
 #include <memory>
 #include <set>
 #include <simgrid/s4u.hpp>
+#include <tuple>
 
 #include "hardware/detours.hpp"
 #include "hardware/errors.hpp"
@@ -371,7 +372,7 @@ class Runner {
 
   /// The first flow of each route shape (torus links, on-chip links) of a ring.
   std::vector<int> one_flow_per_shape(const PlannedRing& ring) const {
-    std::set<std::pair<int, int>> shapes;
+    std::set<std::tuple<int, int, int>> shapes;  // torus links, on-chip links, over the DCN (out 1, in 2)
     std::vector<int> played;
     for (std::size_t i = 0; i < ring.cores.size(); ++i) {
       const auto crossed = flow_links_of(ring, i);
@@ -381,7 +382,7 @@ class Runner {
       const int dcn = is_dcn_endpoint(ring.cores[(i + 1) % ring.cores.size()]) ? 1
                       : is_dcn_endpoint(ring.cores[i])                         ? 2
                                                                                : 0;
-      if (shapes.insert({int(crossed.size()) - onchip - (dcn > 0), onchip + 1000 * dcn}).second)
+      if (shapes.insert({int(crossed.size()) - onchip - (dcn > 0), onchip, dcn}).second)
         played.push_back(int(i));
     }
     return played;
@@ -407,12 +408,8 @@ class Runner {
       }
       auto& plan = plans_[std::size_t(id)];
       for (const auto& group : groups) {
-        const std::string names = planner_.algorithm_names(t, group);
-        for (std::size_t at = 0; at <= names.size();) {
-          const std::size_t end = std::min(names.find('+', at), names.size());
-          add_algorithm_name(result_.collective_algorithms[std::size_t(id)], names.substr(at, end - at));
-          at = end + 1;
-        }
+        add_algorithm_names(result_.collective_algorithms[std::size_t(id)],
+                            planner_.algorithm_names(t, group));
         auto group_plan = planner_.plan(t, group);
         if (plan.size() < group_plan.size()) plan.resize(group_plan.size());
         for (std::size_t p = 0; p < group_plan.size(); ++p) {
@@ -429,15 +426,24 @@ class Runner {
     }
   }
 
-  /// Adds `name` to a task's "a+b" list of the algorithms its groups ran, once.
-  static void add_algorithm_name(std::string& names, const std::string& name) {
-    std::size_t at = 0;
-    while (at <= names.size()) {
-      const std::size_t end = std::min(names.find('+', at), names.size());
-      if (names.compare(at, end - at, name) == 0 && end - at == name.size()) return;
-      at = end + 1;
-    }
-    names += (names.empty() ? "" : "+") + name;
+  /// Adds each name of `added` ("a+b": a group's algorithms) to a task's "a+b" list of the
+  /// algorithms its groups ran, once.
+  static void add_algorithm_names(std::string& names, const std::string& added) {
+    auto split = [](const std::string& list) {
+      std::vector<std::string> parts;
+      for (std::size_t at = 0; at <= list.size() && !list.empty();) {
+        const std::size_t end = std::min(list.find('+', at), list.size());
+        parts.push_back(list.substr(at, end - at));
+        at = end + 1;
+      }
+      return parts;
+    };
+    auto listed = split(names);
+    for (const auto& name : split(added))
+      if (std::find(listed.begin(), listed.end(), name) == listed.end()) {
+        names += (names.empty() ? "" : "+") + name;
+        listed.push_back(name);
+      }
   }
 
   void start_actors() {
@@ -544,7 +550,7 @@ class Runner {
       // Phase after phase, the next waiting for every ring of the last; the one over the
       // data-center network (a reduction across slices) is timed apart for the breakdown.
       for (const Phase& phase : plans_[id]) {
-        const bool dcn = !phase.rings.empty() && is_dcn_endpoint(phase.rings.front().cores.back());
+        const bool dcn = !phase.rings.empty() && crosses_slices(phase.rings.front());
         const double start = sg::Engine::get_clock();
         play_phase(phase, id);
         if (dcn) result_.dcn_phases.push_back({id, start, sg::Engine::get_clock()});

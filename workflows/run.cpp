@@ -348,10 +348,6 @@ Json perturbations_json(const Study& study, const RerunnableStudy& rerun, const 
   return p;
 }
 
-}  // namespace
-
-namespace {
-
 /// Whether a step has a reduction over data-parallel replicas to continue across slices.
 bool reduces_across_slices(const sim::TaskGraph& g) {
   for (int id = 0; id < g.size(); ++id)

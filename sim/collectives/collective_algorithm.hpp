@@ -43,6 +43,11 @@ struct PlannedRing {
   bool repeats = false;
 };
 
+/// Whether a ring runs over the data-center network (a member and its host's DCN endpoint).
+inline bool crosses_slices(const PlannedRing& ring) {
+  return !ring.cores.empty() && is_dcn_endpoint(ring.cores.back());
+}
+
 /// Rings that run at the same time; the next phase starts when all of them are done.
 struct Phase {
   std::string name;  ///< e.g. "reduce_scatter x", "all_gather on-chip"
