@@ -272,9 +272,8 @@ Json input_json(const RunInfo& info, double device_step) {
 /// How many collective tasks ran each algorithm (sim/collectives), by name.
 Json collective_algorithm_counts(const sim::TaskGraph& graph, const sim::SimResult& r) {
   std::map<std::string, int> counts;
-  for (int id = 0; id < graph.size(); ++id)
-    if (std::size_t(id) < r.collective_algorithms.size() && !r.collective_algorithms[std::size_t(id)].empty())
-      ++counts[r.collective_algorithms[std::size_t(id)]];
+  for (const auto& [id, names] : r.collective_algorithms)
+    if (id < graph.size() && !names.empty()) ++counts[names];
   return counts.empty() ? Json::object() : Json(counts);
 }
 
@@ -699,9 +698,8 @@ void trace_tasks(Json& events, const sim::TaskGraph& graph, const sim::SimResult
       e["pid"] = comm_pid;
       e["tid"] = id;
       e["args"] = Json{{"bytes", t.bytes}, {"kind", sim::to_string(t.kind)}};
-      if (std::size_t(id) < r.collective_algorithms.size() &&
-          !r.collective_algorithms[std::size_t(id)].empty())
-        e["args"]["algorithm"] = r.collective_algorithms[std::size_t(id)];
+      if (auto a = r.collective_algorithms.find(id); a != r.collective_algorithms.end() && !a->second.empty())
+        e["args"]["algorithm"] = a->second;
     }
     events.push_back(std::move(e));
   }

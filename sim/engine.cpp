@@ -394,7 +394,7 @@ class Runner {
     const bool symmetric = proof.exact || proof.approximate;
     const int n = g_.size();
     plans_.resize(std::size_t(n));
-    result_.collective_algorithms.assign(std::size_t(n), std::string());
+    result_.collective_algorithms.clear();
     for (int id = 0; id < n; ++id) {
       const Task& t = g_.task(id);
       if (t.kind == TaskKind::Transfer) platform_.add_route(t.src_core, t.dst_core);
@@ -408,17 +408,18 @@ class Runner {
       }
       auto& plan = plans_[std::size_t(id)];
       for (const auto& group : groups) {
-        add_algorithm_names(result_.collective_algorithms[std::size_t(id)],
-                            planner_.algorithm_names(t, group));
+        add_algorithm_names(result_.collective_algorithms[id], planner_.algorithm_names(t, group));
         auto group_plan = planner_.plan(t, group);
         if (plan.size() < group_plan.size()) plan.resize(group_plan.size());
         for (std::size_t p = 0; p < group_plan.size(); ++p) {
           if (plan[p].name.empty()) plan[p].name = group_plan[p].name;
-          for (auto& ring : group_plan[p].rings) plan[p].rings.push_back(std::move(ring));
+          // Only the representative rings are simulated: the others are never kept (a pod's
+          // family of groups would hold gigabytes of rings it then drops).
+          for (auto& ring : group_plan[p].rings)
+            if (!symmetric || ring.representative) plan[p].rings.push_back(std::move(ring));
         }
       }
       for (auto& phase : plan) {
-        if (symmetric) std::erase_if(phase.rings, [](const PlannedRing& r) { return !r.representative; });
         for (const auto& ring : phase.rings)
           for (std::size_t i = 0; i < ring.cores.size(); ++i)
             platform_.add_route(ring.cores[i], ring.cores[(i + 1) % ring.cores.size()]);
@@ -716,11 +717,12 @@ namespace {
 SimResult expand(const ClusterReduction& r, const TaskGraph& step, SimResult sim) {
   SimResult out = std::move(sim);
   std::vector<TaskTiming> tasks(std::size_t(step.size()));
-  std::vector<std::string> algorithms(std::size_t(step.size()));
+  std::map<int, std::string> algorithms;
   for (int id = 0; id < step.size(); ++id) {
     const int s = r.simulated_task[std::size_t(id)];
     tasks[std::size_t(id)] = out.tasks[std::size_t(s)];
-    algorithms[std::size_t(id)] = out.collective_algorithms[std::size_t(s)];
+    if (auto a = out.collective_algorithms.find(s); a != out.collective_algorithms.end())
+      algorithms.emplace(id, a->second);
   }
   // A core's peak task is the one of its own cluster that the simulated core's peak task stands for.
   std::vector<CoreStats> cores(std::size_t(step.cores()));
@@ -767,6 +769,8 @@ SimResult simulate(const TaskGraph& graph, const HardwareSpec& hw, const SliceSp
                                     hw.chip.collective_algorithms, hw.chip.latency_collective_max_bytes);
     reduction = reduce_to_one_cluster(graph, planner, options.network);
   }
+  // The step's own adjacency was for the checks and the reduction; only its tasks are read after.
+  if (reduction.applied) graph.release_queries();
   const TaskGraph& simulated = reduction.applied ? reduction.graph : graph;
   check_host_resources(simulated);
   auto engine = make_engine();

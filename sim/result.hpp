@@ -2,6 +2,7 @@
 // and HBM occupancy, whether it fits, and the traffic each link carried (for traces).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -56,9 +57,9 @@ struct SimResult {
   /// How the step was simulated: its representative cluster of cores (and how many congruent
   /// clusters it stands for) or every core (and why), then the collectives.
   std::string simulation;
-  /// By task id: the collective algorithm(s) a collective's groups ran ("a+b" when they
-  /// differ); empty for other tasks.
-  std::vector<std::string> collective_algorithms;
+  /// By collective task id: the collective algorithm(s) its groups ran ("a+b" when they
+  /// differ). Sparse: a pod's step has millions of other tasks.
+  std::map<int, std::string> collective_algorithms;
   long long flows_simulated = 0;
   long long tasks_simulated = 0;      ///< tasks of the graph the engine played (the reduced one, if reduced)
   std::vector<FlowRecord> flows;      ///< filled when EngineOptions::record_flows

@@ -5,6 +5,7 @@
 #include <boost/graph/topological_sort.hpp>
 #include <cmath>
 #include <cstdio>
+#include <mutex>
 #include <set>
 #include <utility>
 
@@ -48,6 +49,16 @@ std::vector<int> Task::members() const {
   std::vector<int> all;
   for (const auto& g : collective_groups()) all.insert(all.end(), g.begin(), g.end());
   return all;
+}
+
+const std::string& PhaseName::intern(std::string_view s) {
+  // A set's elements never move; the lock lets graphs be built on several threads.
+  static std::mutex lock;
+  static std::set<std::string, std::less<>> names;
+  const std::scoped_lock hold(lock);
+  auto it = names.find(s);
+  if (it == names.end()) it = names.emplace(s).first;
+  return *it;
 }
 
 namespace {
@@ -145,7 +156,13 @@ const TaskGraph::Adjacency& TaskGraph::adjacency() const {
   const auto n = Vertex(tasks_.size());
   built->dependencies =
       Dependencies(boost::edges_are_unsorted_multi_pass, dependencies_.begin(), dependencies_.end(), n);
-  std::vector<std::pair<Vertex, Vertex>> order = dependencies_;
+  // Sized once: a pod's step has tens of millions of edges, and growing a copy would hold three
+  // times their bytes at once.
+  std::size_t program_edges = 0;
+  for (const auto& program : programs_) program_edges += program.empty() ? 0 : program.size() - 1;
+  std::vector<std::pair<Vertex, Vertex>> order;
+  order.reserve(dependencies_.size() + program_edges);
+  order.assign(dependencies_.begin(), dependencies_.end());
   for (const auto& program : programs_)
     for (std::size_t k = 1; k < program.size(); ++k)
       order.emplace_back(Vertex(program[k - 1]), Vertex(program[k]));

@@ -6,11 +6,14 @@
 
 #include <array>
 #include <boost/graph/compressed_sparse_row_graph.hpp>
+#include <concepts>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -21,7 +24,7 @@ enum class TaskKind { Compute, Transfer, Collective };
 enum class CollectiveOp { AllReduce, ReduceScatter, AllGather, AllToAll };
 
 /// HBM categories tracked per core.
-enum class MemoryCategory { Weights = 0, Optimizer, Gradients, Activations, Workspace };
+enum class MemoryCategory : std::uint8_t { Weights = 0, Optimizer, Gradients, Activations, Workspace };
 inline constexpr int kMemoryCategories = 5;
 const char* to_string(MemoryCategory c);
 const char* to_string(CollectiveOp op);
@@ -29,33 +32,69 @@ const char* to_string(TaskKind k);
 
 /// Allocate (bytes > 0) or free (bytes < 0) HBM on a core when a task starts or ends.
 struct MemoryEffect {
-  enum class When { Start, End };
+  enum class When : std::uint8_t { Start, End };
+  MemoryEffect() = default;
+  MemoryEffect(int core, MemoryCategory category, double bytes, When when = When::Start)
+      : bytes(bytes), core(core), category(category), when(when) {}
+  double bytes = 0;
   int core = 0;
   MemoryCategory category = MemoryCategory::Workspace;
-  double bytes = 0;
   When when = When::Start;
 };
 
+/// A name from a small set, such as a task's phase ("forward", "update", ...): a pointer to
+/// its one interned copy, as a pod's step holds millions of them.
+class PhaseName {
+ public:
+  PhaseName() : s_(&intern({})) {}
+  PhaseName(const char* s) : s_(&intern(s)) {}
+  PhaseName(const std::string& s) : s_(&intern(s)) {}
+  PhaseName(std::string_view s) : s_(&intern(s)) {}
+  operator const std::string&() const { return *s_; }
+  const std::string& str() const { return *s_; }
+  bool empty() const { return s_->empty(); }
+  friend bool operator==(const PhaseName& a, const PhaseName& b) { return a.s_ == b.s_; }
+  friend bool operator==(const PhaseName& a, std::string_view b) { return *a.s_ == b; }
+  friend bool operator==(const PhaseName& a, const char* b) { return *a.s_ == b; }
+  friend bool operator==(const PhaseName& a, const std::string& b) { return *a.s_ == b; }
+  friend bool operator<(const PhaseName& a, const PhaseName& b) { return *a.s_ < *b.s_; }
+
+ private:
+  static const std::string& intern(std::string_view s);
+  const std::string* s_;
+};
+
+/// Functional mode's host work for a task (the real math, run when the task completes): behind
+/// a pointer, as a step of millions of tasks carries none.
+class HostWork {
+ public:
+  HostWork() = default;
+  template <class F>
+  requires(!std::same_as<std::decay_t<F>, HostWork>) HostWork(F f)
+      : f_(std::make_unique<std::function<void()>>(std::move(f))) {}
+  HostWork(const HostWork& o) : f_(o.f_ ? std::make_unique<std::function<void()>>(*o.f_) : nullptr) {}
+  HostWork(HostWork&&) noexcept = default;
+  HostWork& operator=(const HostWork& o) { return *this = HostWork(o); }
+  HostWork& operator=(HostWork&&) noexcept = default;
+  ~HostWork() = default;
+  explicit operator bool() const { return f_ && *f_; }
+  void operator()() const { (*f_)(); }
+
+ private:
+  std::unique_ptr<std::function<void()>> f_;
+};
+
+/// A task of the step. Its fields are ordered to pack it (a pod's step holds millions).
 struct Task {
   TaskKind kind = TaskKind::Compute;
-  std::string name;   ///< unique-ish, for traces and messages ("fwd L3 core 5")
-  std::string phase;  ///< what it counts as in breakdowns: forward, backward, update, allreduce, ...
-  // Compute
+  /// Collective: its operation over `group` (or `groups`).
+  CollectiveOp op = CollectiveOp::AllReduce;
+  std::string name;  ///< unique-ish, for traces and messages ("fwd L3 core 5")
+  PhaseName phase;   ///< what it counts as in breakdowns: forward, backward, update, allreduce, ...
+  // Compute: on `core`, `seconds` long.  Transfer: src_core -> dst_core, `bytes`.
   int core = -1;
-  double seconds = 0;         ///< duration on its core, from the cost model
-  double hbm_s = 0;           ///< the part of `seconds` HBM bandwidth sets (a slower HBM stretches it)
-  double model_flops = 0;     ///< the math it performs
-  double hardware_flops = 0;  ///< what the MXU executes (padding, recomputation)
-  // Transfer: src_core -> dst_core, `bytes`.  Collective: `op` over `group`, `bytes` = the
-  // full buffer each member holds before an all-reduce / reduce-scatter, after an all-gather.
   int src_core = -1;
   int dst_core = -1;
-  CollectiveOp op = CollectiveOp::AllReduce;
-  std::vector<int> group;
-  /// Instead of `group`: a family of disjoint groups each running the same collective at the
-  /// same time (an SPMD collective over the sub-groups of a mesh dimension).
-  std::vector<std::vector<int>> groups;
-  double bytes = 0;
   /// A reduction of gradients over data-parallel replicas: when the study spans several slices
   /// (Topology::slices), the same group in every other slice holds replicas too, and the
   /// reduction continues across the slices over the data-center network (a reduce-scatter inside
@@ -66,9 +105,20 @@ struct Task {
   int layer = -1;
   int stage = -1;
   int micro_batch = -1;
-  int chunk = -1;  ///< an interleaved pipeline's model chunk on its stage (0 .. V-1)
+  int chunk = -1;             ///< an interleaved pipeline's model chunk on its stage (0 .. V-1)
+  double seconds = 0;         ///< duration on its core, from the cost model
+  double hbm_s = 0;           ///< the part of `seconds` HBM bandwidth sets (a slower HBM stretches it)
+  double model_flops = 0;     ///< the math it performs
+  double hardware_flops = 0;  ///< what the MXU executes (padding, recomputation)
+  /// Transfer: its bytes.  Collective: the full buffer each member holds before an all-reduce /
+  /// reduce-scatter, after an all-gather.
+  double bytes = 0;
+  std::vector<int> group;
+  /// Instead of `group`: a family of disjoint groups each running the same collective at the
+  /// same time (an SPMD collective over the sub-groups of a mesh dimension).
+  std::vector<std::vector<int>> groups;
   std::vector<MemoryEffect> memory;
-  std::function<void()> host;  ///< functional mode: run when the task completes in simulated order
+  HostWork host;  ///< functional mode: run when the task completes in simulated order
 
   /// The groups of a collective (`groups`, or `group` alone).
   std::vector<std::vector<int>> collective_groups() const {
@@ -81,14 +131,15 @@ struct Task {
 /// Host memory a simulation needs, estimated from its size: SimGrid's full routing table (a
 /// pointer per ordered pair of hosts), per-core platform and actor state, and per-task graph and
 /// engine state. Figures of this program measured on this machine (run -v, /usr/bin/time), since
-/// the dependencies are kept in compressed sparse rows: a GPipe study grows by 0.60 KB per task
-/// (155,656 -> 622,600 tasks: 129 -> 407 MB); a 175B Transformer's batch:512 x model:8 mesh on
-/// v4-8192 (8.7 M tasks, 4,096 devices) peaks at 6.5 GB, 0.72 KB per task once its routing table
-/// is taken off; an 8,192-core data-parallel step takes 706 MB of which 537 MB is the routing
-/// table. kBytesPerTask is the larger per-task figure, rounded up.
+/// tasks are packed (200 bytes, phases interned, functional closures behind a pointer) and the
+/// collective plans keep only the rings simulated: a 175B Transformer's batch:512 x model:8 mesh
+/// on v4-8192 (4,096 devices) peaks at 2.01 GB with 48 layers (4.37 M tasks) and 3.82 GB with 96
+/// (8.70 M tasks), 426 bytes per task; a GPipe step grows by less (172 bytes per task: 78,344 ->
+/// 311,816 tasks on v3-512, 163 -> 203 MB); an 8,192-core data-parallel step takes 706 MB of
+/// which 537 MB is the routing table. kBytesPerTask is the larger per-task figure, rounded up.
 struct HostFootprint {
   static constexpr double kBaseBytes = 40e6;
-  static constexpr double kBytesPerTask = 768;
+  static constexpr double kBytesPerTask = 448;
   static constexpr double kBytesPerCore = 20e3;
   static double bytes(double cores, double tasks) {
     return kBaseBytes + 8 * cores * cores + kBytesPerCore * cores + kBytesPerTask * tasks;
@@ -146,6 +197,10 @@ class TaskGraph {
   /// time, and only they change those categories on it; gradients are left out). Where another
   /// task changes them on a core, its resident state alone.
   std::vector<double> memory_floors() const;
+
+  /// Drops what the queries below walk (rebuilt on the next query): a pod's step frees hundreds
+  /// of MB once it has been checked and reduced.
+  void release_queries() const { adjacency_.reset(); }
 
   /// The longest chain of task durations (`seconds`, one per task) through the dependencies and
   /// every core's program order: no run of the graph ends sooner, whatever its contention.

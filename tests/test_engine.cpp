@@ -365,7 +365,7 @@ TEST_CASE("cross-replica batch norm adds each normalization's all-reduce to the 
       expected += 2 * (c.onchip_latency_s + 8.0 * double(channels) / c.onchip_bandwidth_bytes_per_s);
   int collectives = 0;
   for (int id = 0; id < step.graph.size(); ++id)
-    if (step.graph.task(id).phase.rfind("batch_norm", 0) == 0) {
+    if (step.graph.task(id).phase.str().rfind("batch_norm", 0) == 0) {
       phase += r.tasks[id].end_s - r.tasks[id].start_s;
       ++collectives;
     }

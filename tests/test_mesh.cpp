@@ -600,7 +600,7 @@ TEST_CASE("without overlap a mesh's weight-gradient reductions wait for the whol
     int gradient = 0, after = 0;  // weight-gradient reductions, and those waiting for the whole backward
     for (int id = 0; id < step.graph.size(); ++id) {
       const auto& t = step.graph.task(id);
-      if (t.kind != sim::TaskKind::Collective || t.phase.rfind("weight_gradient", 0) != 0) continue;
+      if (t.kind != sim::TaskKind::Collective || t.phase.str().rfind("weight_gradient", 0) != 0) continue;
       ++gradient;
       after += test::waits_for_whole_backward(step.graph, id) ? 1 : 0;
     }

@@ -301,7 +301,7 @@ TEST_CASE("a tiny all-reduce over 64 chips costs its latency-optimal formula", "
   sim::TaskGraph g(sim::slice_cores(hw, s));
   const int id = g.add(collective(CollectiveOp::AllReduce, every_core(hw, s), tiny));
   const auto r = sim::simulate(g, hw, s, {});
-  CHECK(r.collective_algorithms[std::size_t(id)] == "recursive_doubling");
+  CHECK(r.collective_algorithms.at(id) == "recursive_doubling");
   const double t = r.tasks[std::size_t(id)].end_s - r.tasks[std::size_t(id)].start_s;
   CHECK(t == Approx(9 * a + 6 * tiny / B).epsilon(0.1));
   CHECK(t < 0.6 * allreduce_parallel({4, 4, 4}, tiny, a, B));  // the rings: 2 x 3 x 3 hop latencies
@@ -314,7 +314,7 @@ TEST_CASE("a large all-reduce is unchanged by recursive doubling in the list", "
   sim::TaskGraph g(sim::slice_cores(hw, s));
   const int id = g.add(collective(CollectiveOp::AllReduce, every_core(hw, s), kS));
   const auto r = sim::simulate(g, hw, s, {});
-  CHECK(r.collective_algorithms[std::size_t(id)] == "parallel_rings");
+  CHECK(r.collective_algorithms.at(id) == "parallel_rings");
   const double t = r.tasks[std::size_t(id)].end_s - r.tasks[std::size_t(id)].start_s;
   CHECK(t ==
         Approx(allreduce_parallel({4, 4, 4}, kS, hw.chip.ici_latency_s, hw.chip.ici_bandwidth_bytes_per_s))
@@ -347,7 +347,7 @@ Timed across_slices(CollectiveOp op, int slices, bool symmetric) {
   o.slices = slices;
   o.symmetric_collectives = symmetric;
   const auto r = sim::simulate(g, hw, s, o);
-  CHECK(r.collective_algorithms[std::size_t(id)] == "parallel_rings+dcn_rings");
+  CHECK(r.collective_algorithms.at(id) == "parallel_rings+dcn_rings");
   REQUIRE(r.dcn_phases.size() == 1);
   CHECK(r.dcn_phases[0].task == id);
   return {r.tasks[std::size_t(id)], r.dcn_phases[0]};

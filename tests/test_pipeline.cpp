@@ -220,7 +220,7 @@ TEST_CASE("GPipe program order: all forwards, then backwards last micro-batch fi
   std::vector<std::string> program;
   for (int id : step.graph.program(0)) {
     const auto& t = step.graph.task(id);
-    program.push_back(t.phase.substr(0, 1) + std::to_string(t.micro_batch));
+    program.push_back(t.phase.str().substr(0, 1) + std::to_string(t.micro_batch));
   }
   CHECK(program == std::vector<std::string>{"f0", "f1", "f2", "r2", "b2", "r1", "b1", "r0", "b0", "u-1"});
 }
@@ -234,7 +234,7 @@ TEST_CASE("1F1B program order: warm-up, one forward one backward, drain", "[pipe
     std::string p;
     for (int id : step.graph.program(core)) {
       const auto& t = step.graph.task(id);
-      if (t.phase != "update") p += t.phase.substr(0, 1) + std::to_string(t.micro_batch) + " ";
+      if (t.phase != "update") p += t.phase.str().substr(0, 1) + std::to_string(t.micro_batch) + " ";
     }
     return p;
   };
@@ -261,7 +261,7 @@ TEST_CASE("interleaved 1F1B program order: Megatron's, micro-batches in groups o
       for (int c = 0; c < 4; ++c)
         if (t.name.find(first_layers[std::size_t(c)] + "..") != std::string::npos) chunk = c;
       CHECK(t.chunk == chunk / 2);  // the timeline's label: the chunk on its stage
-      p += t.phase.substr(0, 1) + std::to_string(t.micro_batch) + "c" + std::to_string(chunk) + " ";
+      p += t.phase.str().substr(0, 1) + std::to_string(t.micro_batch) + "c" + std::to_string(chunk) + " ";
     }
     return p;
   };
