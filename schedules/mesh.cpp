@@ -45,6 +45,51 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
   if (!read_experts_layout(study, f.path_of("layout"), problems)) return;
   // Every op of every layer must have a legal, evenly divisible layout.
   check_layout(study, layout_, sizes, f.path_of("layout"), *f.value("layout"), problems);
+  read_layer_input_split(f, study, problems);
+}
+
+void MeshSchedule::read_layer_input_split(Fields& f, const Study& study, Problems& problems) {
+  const Json* given = f.optional("layer_input_split");
+  if (!given) return;
+  const std::string path = f.path_of("layer_input_split");
+  std::string names;
+  for (const auto& [name, size] : mesh_) names += (names.empty() ? "\"" : ", \"") + name + "\"";
+  const auto dim = given->is_string()
+                       ? std::find_if(mesh_.begin(), mesh_.end(),
+                                      [&](const auto& d) { return d.first == given->get<std::string>(); })
+                       : mesh_.end();
+  if (dim == mesh_.end()) {
+    problems.add(path, *given, "the name of a mesh dimension (one of " + names + ")");
+    return;
+  }
+  if (remat_ == Keep::All) {
+    problems.add(path, *given,
+                 "no layer_input_split without re-materialization (schedule.remat true or \"save_dots\"): "
+                 "without it a layer keeps every activation, not only its input");
+    return;
+  }
+  // The layer's input must be whole along it: a dimension already split over it leaves nothing
+  // more to split.
+  for (const auto& layer : study.model.layers) {
+    if (!layer.named_ops) continue;
+    const auto ops = layer.named_ops(1);
+    if (ops.empty()) continue;
+    for (const auto& d : ops.front().a.dims)
+      if (mesh_dim_of(d.name) == dim->first) {
+        problems.add(path, *given,
+                     "a mesh dimension that does not already split a layer's input (layer " + layer.name +
+                         "'s input " + mesh::dims_text(ops.front().a) + " is split along " + d.name +
+                         " over \"" + dim->first + "\")");
+        return;
+      }
+  }
+  layer_input_split_ = dim->first;
+}
+
+int MeshSchedule::input_split_cores() const {
+  for (const auto& [name, size] : mesh_)
+    if (name == layer_input_split_) return size;
+  return 1;
 }
 
 bool MeshSchedule::read_experts_layout(const Study& study, const std::string& path, Problems& problems) {
@@ -339,13 +384,15 @@ Json MeshSchedule::resolved() const {
   }
   Json layout = layout_;
   layout.erase("capacity");  // derived from the batch's (read_experts_layout), not a setting
-  return Json{{"kind", "mesh"},
-              {"mesh", mesh},
-              {"layout", layout},
-              {"placement", order},
-              {"weight_update", weight_update_},
-              {"batch_norm_group", batch_norm_group_},
-              {"remat", remat_json(remat_)}};
+  Json out{{"kind", "mesh"},
+           {"mesh", mesh},
+           {"layout", layout},
+           {"placement", order},
+           {"weight_update", weight_update_},
+           {"batch_norm_group", batch_norm_group_},
+           {"remat", remat_json(remat_)}};
+  if (!layer_input_split_.empty()) out["layer_input_split"] = layer_input_split_;
+  return out;
 }
 
 namespace {
@@ -391,6 +438,7 @@ class MeshStepPlayer {
       gather_weights(
           l, false,
           l + 2 < layers_ ? backward_end[std::size_t(l + 2)] : forward_end[std::size_t(layers_ - 1)]);
+      gather_layer_input(l);
       if (remat_ != Keep::All) recompute(l);
       play(programs_[std::size_t(l)].backward, l, false);
       reduce_rest_across_slices(l);
@@ -581,6 +629,22 @@ class MeshStepPlayer {
       }
       first = false;
     }
+  }
+
+  /// layer_input_split: each core kept its piece of layer `l`'s input; the recompute reads it
+  /// whole, so the pieces are all-gathered over that mesh dimension first.
+  void gather_layer_input(int l) {
+    const std::string& dim = schedule_.layer_input_split();
+    const auto& p = programs_[std::size_t(l)];
+    if (dim.empty() || p.input_bytes <= 0) return;
+    const std::string what = study_.model.layers[std::size_t(l)].name + " input";
+    const int id =
+        g_.add(family_collective(sim::CollectiveOp::AllGather, what, {dim}, schedule_.groups({dim}),
+                                 "layer_input_allgather", l, p.input_bytes));
+    for (int c = 0; c < cores_; ++c)
+      if (last_[std::size_t(c)] >= 0) g_.depend(last_[std::size_t(c)], id);
+    receive(what, false,
+            std::vector<std::vector<int>>(static_cast<std::size_t>(cores_), std::vector<int>{id}));
   }
 
   /// A forward collective again (re-materialization), blocking the recompute's next piece.

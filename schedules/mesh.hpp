@@ -39,10 +39,18 @@ class MeshSchedule : public Schedule {
   /// weight_update "fully_sharded": each core holds pieces of its weight shards.
   bool fully_sharded() const { return weight_update_ == "fully_sharded"; }
   Keep remat() const { return remat_; }
-  /// What a layer's forward keeps on a core under the schedule's re-materialization policy.
+  /// What a layer's forward keeps on a core under the schedule's re-materialization policy
+  /// (its input split by layer_input_split, when given).
   double kept_in_forward(const mesh::LayerProgram& p) const {
-    return remat_kept_bytes(remat_, p.kept_bytes, p.input_bytes, p.dot_output_bytes);
+    return remat_kept_bytes(remat_, p.kept_bytes, p.input_bytes / input_split_cores(), p.dot_output_bytes);
   }
+  /// "layer_input_split": the mesh dimension over which each core keeps only its piece of a
+  /// re-materialized layer's input between its forward and its backward, all-gathered again
+  /// before the recompute (MaxText shards the residual stream's embedding over its tensor axis;
+  /// Megatron's sequence parallelism splits its sequence). "" when not given.
+  const std::string& layer_input_split() const { return layer_input_split_; }
+  /// The cores along layer_input_split (1 when not given).
+  int input_split_cores() const;
 
   /// The mesh size a tensor dimension is split by (1 when the layout does not split it).
   int split(const std::string& dim) const;
@@ -108,6 +116,10 @@ class MeshSchedule : public Schedule {
   /// "remat": what a layer's forward keeps; the rest is recomputed just before its backward.
   Keep remat_ = Keep::All;
   int batch_norm_group_ = 1;  ///< replicas along the batch's mesh dimension sharing batch-norm statistics
+  std::string layer_input_split_;
+  /// "layer_input_split": a mesh dimension that does not split any layer's input, with
+  /// re-materialization (without it a layer keeps every activation, not only its input).
+  void read_layer_input_split(Fields& f, const Study& study, Problems& problems);
 };
 
 }  // namespace tpusim

@@ -34,7 +34,12 @@ double program_bound(const Study& s, const MeshSchedule& mesh,
       f = floors.emplace(key, collective_floor(s, planner, op, g->second, bytes, blocking)).first;
     bound += f->second;
   };
+  mesh::Event input_gather{};
+  input_gather.mesh_dims = {mesh.layer_input_split()};
   for (const auto& program : programs) {
+    // layer_input_split: the kept pieces of the layer's input gathered before its recompute.
+    if (!mesh.layer_input_split().empty() && program.input_bytes > 0)
+      add_floor(sim::CollectiveOp::AllGather, input_gather, program.input_bytes, true);
     // Re-materialized: the forward's compute (or save_dots' part of it) runs again.
     for (const auto& ev : program.forward)
       if (ev.kind == E::Compute && remat != Keep::All)

@@ -410,6 +410,18 @@ TEST_CASE("a SwiGLU transformer's mesh layout matches one core", "[functional][m
                    "momentum", kFourCores);
 }
 
+// PaLM's block (parallel attention and SwiGLU MLP, one key/value head) with its layer inputs
+// kept split over the model axis: the all-gather before each recompute moves storage only.
+TEST_CASE("a parallel multi-query block with its kept inputs split matches one core", "[functional][mesh]") {
+  check_equivalent(
+      R"({"kind": "transformer", "layers": 2, "d_model": 32, "d_ff": 64, "heads": 2, "kv_heads": 1,
+                       "vocab": 16, "seq_len": 8, "activation": "swiglu", "block": "parallel"})",
+      R"({"kind": "mesh", "mesh": [["batch", 2], ["model", 2]], "remat": true,
+                       "layer_input_split": "model",
+                       "layout": {"batch": "batch", "d_ff": "model", "heads": "model"}})",
+      "momentum", kFourCores);
+}
+
 TEST_CASE("a GEGLU transformer's mesh layout over d_model matches one core", "[functional][mesh]") {
   check_equivalent(R"({"kind": "transformer", "layers": 2, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16,
                        "seq_len": 8, "activation": "geglu"})",

@@ -726,6 +726,80 @@ TEST_CASE("re-materialization under a mesh: each layer keeps its input and repla
   CHECK(dots_replayed < replayed);
 }
 
+TEST_CASE("layer_input_split: each core keeps its piece of a layer's input, gathered before the recompute",
+          "[mesh][remat]") {
+  const Json model = megatron_model();
+  Json schedule = megatron_schedule();
+  schedule["remat"] = true;
+  const Study whole_study = mesh_study(model, schedule);
+  schedule["layer_input_split"] = "model";
+  const Study split_study = mesh_study(model, schedule);
+  const auto& mesh = dynamic_cast<const MeshSchedule&>(*split_study.schedule);
+  CHECK(mesh.input_split_cores() == 4);
+  CHECK(split_study.schedule->resolved()["layer_input_split"] == "model");
+  CHECK_FALSE(whole_study.schedule->resolved().contains("layer_input_split"));
+  const auto programs = mesh.programs(split_study);
+  const BuiltStep whole = whole_study.schedule->build(whole_study);
+  const BuiltStep split = split_study.schedule->build(split_study);
+  REQUIRE_NOTHROW(split.graph.validate());
+  double inputs = 0;
+  for (const auto& p : programs) inputs += p.input_bytes;
+  // What core 0's forward keeps: a quarter of each layer's input instead of all of it.
+  auto kept = [](const BuiltStep& s) {
+    double total = 0;
+    for (int id = 0; id < s.graph.size(); ++id)
+      for (const auto& m : s.graph.task(id).memory)
+        if (s.graph.task(id).phase == "forward" && m.core == 0 &&
+            m.category == sim::MemoryCategory::Activations)
+          total += m.bytes;
+    return total;
+  };
+  CHECK(kept(whole) == Approx(inputs));
+  CHECK(kept(split) == Approx(inputs / 4));
+  // One all-gather per layer over "model", of the layer's whole input, before its recompute.
+  std::vector<int> gathers;
+  for (int id = 0; id < split.graph.size(); ++id) {
+    const auto& t = split.graph.task(id);
+    if (t.phase != "layer_input_allgather") continue;
+    gathers.push_back(id);
+    CHECK(t.op == sim::CollectiveOp::AllGather);
+    CHECK(t.bytes == Approx(programs[std::size_t(t.layer)].input_bytes));
+    REQUIRE(t.groups.size() == 8);  // the batch's 8 groups of 4 model cores
+    CHECK(t.groups.front().size() == 4);
+    bool before_recompute = false;
+    for (int r : split.graph.successors(id))
+      for (int u : split.graph.successors(r))
+        before_recompute = before_recompute || split.graph.task(u).phase == "recompute";
+    CHECK(before_recompute);
+  }
+  CHECK(gathers.size() == programs.size());
+  // Otherwise the same step: compute and the other collectives unchanged.
+  CHECK(split.hardware_flops == Approx(whole.hardware_flops));
+  CHECK(split.graph.size() == whole.graph.size() + int(programs.size()) * (1 + split_study.cores()));
+  // The bound prices the gathers; the memory floor keeps the pieces.
+  CHECK(split_study.schedule->bound(split_study).seconds > whole_study.schedule->bound(whole_study).seconds);
+  CHECK(split_study.schedule->bound(split_study).floor_bytes ==
+        Approx(whole_study.schedule->bound(whole_study).floor_bytes - inputs * 3 / 4));
+}
+
+TEST_CASE("layer_input_split names a mesh dimension that does not split the input, with re-materialization",
+          "[mesh][remat][config]") {
+  const Json model = megatron_model();
+  auto with = [&](const Json& split, const Json& remat) {
+    Json schedule = megatron_schedule();
+    schedule["remat"] = remat;
+    schedule["layer_input_split"] = split;
+    return schedule;
+  };
+  CHECK_THROWS_WITH(
+      mesh_study(model, with("batch", true)),
+      Catch::Contains("schedule.layer_input_split") && Catch::Contains("split along batch over \"batch\""));
+  CHECK_THROWS_WITH(mesh_study(model, with("rows", true)), Catch::Contains("one of \"batch\", \"model\""));
+  CHECK_THROWS_WITH(mesh_study(model, with(4, true)), Catch::Contains("the name of a mesh dimension"));
+  CHECK_THROWS_WITH(mesh_study(model, with("model", false)), Catch::Contains("without re-materialization"));
+  CHECK_NOTHROW(mesh_study(model, with("model", "save_dots")));
+}
+
 TEST_CASE("fully sharded under a mesh: pieces resident, each layer gathered before forward and backward",
           "[mesh][sharding]") {
   const Json model = megatron_model();
