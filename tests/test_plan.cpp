@@ -286,3 +286,45 @@ TEST_CASE("a bound across slices adds the data-center network's floor, one slice
   CHECK(b.floor_bytes == one.floor_bytes);
   CHECK(b.cores_used == one.cores_used);
 }
+
+TEST_CASE("a space may ask for meshes keeping the layers' inputs split over the model axis", "[plan]") {
+  const Study s = study(kTransformer, 64, "v3-8");
+  const auto plain = plan_candidates(s, PlanSpace{});
+  for (const auto& c : plain) CHECK_FALSE(c.contains("layer_input_split"));  // not unless asked
+  PlanSpace both;
+  both.layer_input_split = std::vector<bool>{false, true};
+  const auto all = plan_candidates(s, both);
+  PlanSpace only;
+  only.layer_input_split = std::vector<bool>{true};
+  const auto split = plan_candidates(s, only);
+  std::size_t with = 0;
+  for (const auto& c : all) {
+    if (!c.contains("layer_input_split")) continue;
+    ++with;
+    INFO(plan_label(c));
+    CHECK(c["layer_input_split"] == "model");
+    CHECK(c.value("remat", Json(false)) != false);  // only what re-materialization keeps is split
+    // Only a model axis that leaves a layer's input [batch, seq, d_model] whole.
+    for (const char* dim : {"seq", "d_model"}) CHECK(c["layout"].value(dim, "") != "model");
+    CHECK(plan_label(c).find(" split-inputs") != std::string::npos);
+    CHECK(schedule_of_plan_label(plan_label(c)).schedule == c);
+    // The study's schedule check accepts it.
+    Json j = s.json;
+    j["schedule"] = c;
+    CHECK_NOTHROW(parse_study(j, "test"));
+  }
+  CHECK(with > 0);
+  CHECK(all.size() == plain.size() + with);
+  // Asked for alone: the meshes with split inputs and every other kind, none of their twins.
+  std::size_t meshes = 0;
+  for (const auto& c : split) meshes += c["kind"] == "mesh" ? 1 : 0;
+  CHECK(meshes == with);
+  REQUIRE_THROWS_WITH(
+      [] {
+        const std::string file =
+            (std::filesystem::temp_directory_path() / "tpusim_split_space.json").string();
+        std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "layer_input_split": ["yes"]})";
+        read_plan_space(file);
+      }(),
+      Catch::Contains("layer_input_split[0]") && Catch::Contains("true or false"));
+}

@@ -209,16 +209,39 @@ std::vector<std::vector<std::string>> model_axis_layouts(const std::set<std::str
   return out;
 }
 
+/// Whether a layout's model axis leaves every layer's input whole, so that re-materialization may
+/// keep it split over that axis (schedule.layer_input_split).
+bool inputs_whole_on_model(const Study& study, const Json& layout) {
+  for (const auto& layer : study.model.layers) {
+    if (!layer.named_ops) return false;
+    const auto ops = layer.named_ops(1);
+    for (const auto& d : ops.empty() ? std::vector<Dim>{} : ops.front().a.dims)
+      if (layout.value(d.name, std::string()) == "model") return false;
+  }
+  return true;
+}
+
 /// A mesh with each weight update and re-materialization policy (a mixture of experts' split over
-/// the batch's axis: expert parallelism, the experts' tokens exchanged by all-to-all).
+/// the batch's axis: expert parallelism, the experts' tokens exchanged by all-to-all), and where
+/// the space asks, re-materialized with the layers' inputs split over the model axis.
 void push_mesh(const Study& study, const PlanSpace& space, Json mesh, Json layout, std::vector<Json>& out) {
   if (study.model.mixture_of_experts) layout["experts"] = "batch";
+  const auto& splits = space.layer_input_split;
+  const bool whole = !splits || std::find(splits->begin(), splits->end(), false) != splits->end();
+  const bool on_model =
+      std::any_of(layout.begin(), layout.end(), [](const Json& axis) { return axis == "model"; });
+  const bool split = splits && std::find(splits->begin(), splits->end(), true) != splits->end() && on_model &&
+                     inputs_whole_on_model(study, layout);
   for (const std::string update : {"replicated", "sharded", "fully_sharded"}) {
-    for (const Json& remat : remat_policies())
-      if (allowed(space.weight_update, update) && allowed(space.remat, remat)) {
+    for (const Json& remat : remat_policies()) {
+      if (!allowed(space.weight_update, update) || !allowed(space.remat, remat)) continue;
+      for (const bool split_inputs : {false, true}) {
+        if (split_inputs ? !split || remat == false : !whole) continue;
         out.push_back({{"kind", "mesh"}, {"mesh", mesh}, {"layout", layout}, {"weight_update", update}});
         if (remat != false) out.back()["remat"] = remat;
+        if (split_inputs) out.back()["layer_input_split"] = "model";
       }
+    }
   }
 }
 
@@ -324,6 +347,7 @@ PlanSpace read_plan_space(const std::string& file) {
           s.model_axis_dims->push_back(dims);
       }
     }
+    s.layer_input_split = read_list<bool>(f, "layer_input_split", "true or false");
     s.max_microbatches = f.integer_or("max_microbatches", s.max_microbatches, 1, 1 << 20);
     s.meshes_3d = f.boolean_or("meshes_3d", true);
     if (const Json* d = f.optional("description"); d && !d->is_string())
@@ -405,7 +429,8 @@ std::string plan_label(const Json& s) {
     if (!on_second.empty()) on_model += "; model2: " + on_second;
     const bool experts = s.at("layout").value("experts", "") == "batch";
     return "mesh " + mesh + (on_model.empty() ? "" : " (" + on_model + ")") + (experts ? " experts" : "") +
-           " " + s.value("weight_update", "replicated") + remat_label(s);
+           " " + s.value("weight_update", "replicated") + remat_label(s) +
+           (s.contains("layer_input_split") ? " split-inputs" : "");
   }
   return kind + " K=" + s.at("stages").dump() + " R=" + s.value("replicas", Json(1)).dump() +
          " M=" + s.at("microbatches").dump() +
@@ -514,6 +539,10 @@ Json mesh_of(std::vector<std::string> w) {
   s["weight_update"] = w.front();
   w.erase(w.begin());
   read_remat_word(w, s, nullptr);
+  if (!w.empty() && w.front() == "split-inputs") {
+    s["layer_input_split"] = "model";
+    w.erase(w.begin());
+  }
   return w.empty() ? s : Json(nullptr);
 }
 

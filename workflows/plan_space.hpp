@@ -44,6 +44,10 @@ struct PlanSpace {
   /// transformer, Megatron's {d_ff, heads, vocab}, {d_model} and {seq} (sequence parallelism);
   /// for a convolutional net, {height}.
   std::optional<std::vector<std::vector<std::string>>> model_axis_dims;
+  /// Meshes keeping each layer's input split over the model axis under re-materialization
+  /// (schedule.layer_input_split): true, false; absent: false alone (a gather per layer that
+  /// only pays where memory is short, so a space asks for it).
+  std::optional<std::vector<bool>> layer_input_split;
   std::int64_t max_microbatches = 64;  ///< M never above this (or the examples per replica)
   /// Three-dimensional meshes (batch x model2 x model) too; on by default (a space file may turn
   /// them off: on a large slice they add a fifth to the candidates to bound).
