@@ -74,3 +74,5 @@ timed_run "data-parallel ResNet-50 v4-8192" configs/studies/resnet50-lars-v4-819
 # The largest mesh: a 175B Transformer as batch:512 x model:8 on v4-8192 (issue 39: 6.7 GB and 48 s
 # before the tasks were packed and the collective plans kept only their simulated rings).
 timed_run "mesh 175B batch:512 x model:8 v4-8192" bench/studies/transformer-175b-mesh-v4-8192.json
+# PaLM 540B on two 3072-chip pods (12-way model x 256-way fully sharded, layers' inputs split).
+timed_run "PaLM 540B 2 x 3072 chips" configs/studies/palm-540b-v4-6144.json
