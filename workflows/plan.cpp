@@ -477,6 +477,19 @@ Json runnable_study(Json study, const std::string& file, const Json& best, const
 }
 
 /// With nothing fitting: the candidate that overflowed least, and by how much.
+/// With no plan fitting: what a space could still ask for that might fit (meshes keeping each
+/// layer's input split over the model axis, searched only when asked), or "".
+std::string not_searched_hint(const Study& study, const PlanSpace& space) {
+  if (space.layer_input_split) return "";
+  PlanSpace split = space;
+  split.layer_input_split = std::vector<bool>{true};
+  const auto more = plan_candidates(study, split);
+  if (std::none_of(more.begin(), more.end(), [](const Json& c) { return c.contains("layer_input_split"); }))
+    return "";
+  return "; not searched: meshes keeping each layer's input split over the model axis (a --space with "
+         "\"layer_input_split\": [false, true])";
+}
+
 std::string closest(const std::vector<Candidate>& all) {
   const Candidate* best = nullptr;
   double over = kInf;
@@ -659,7 +672,7 @@ PlanOutcome plan_study(const PlanOptions& o) {
   PlanOutcome outcome;
   outcome.stop_reason = plan["complete"].get<bool>() ? std::string() : stop.reason();
   outcome.signal = stop_signal();
-  if (plan["best"].is_null()) outcome.closest = closest(all);
+  if (plan["best"].is_null()) outcome.closest = closest(all) + not_searched_hint(study, space);
   outcome.plan = std::move(plan);
   return outcome;
 }

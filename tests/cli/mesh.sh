@@ -77,4 +77,27 @@ first=$(functional)
 second=$(functional)
 [ "$first" = "$second" ] || { echo "FAIL: functional mesh run not deterministic"; exit 1; }
 n=$((n + 1))
+# A model whose re-materialized inputs alone overflow a Megatron mesh (a 48-layer, 8192-wide
+# parallel block on v4-128): plan says no plan fits and that split inputs were not searched; a
+# space asking for them finds one, keeping each layer's input split over the model axis.
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+cat > "$work/wide.json" <<'EOF2'
+{"schema": "tpusim.study/1", "hardware": "tpu-v4", "slice": "v4-128",
+ "model": {"kind": "transformer", "layers": 48, "d_model": 8192, "d_ff": 32768, "heads": 64, "vocab": 32768,
+           "seq_len": 2048, "activation": "swiglu", "block": "parallel", "biases": false, "kv_heads": 1},
+ "batch": 256, "optimizer": {"kind": "adam"}, "schedule": {"kind": "data_parallel"}}
+EOF2
+space='"schema": "tpusim.plan_space/1", "kinds": ["mesh"], "model_axis": [8], "remat": [true], "weight_update": ["fully_sharded"], "meshes_3d": false, "model_axis_dims": [["d_ff", "heads", "vocab"]], "attention": ["standard"]'
+echo "{$space}" > "$work/whole.json"
+echo "{$space, \"layer_input_split\": [false, true]}" > "$work/split.json"
+set +e; "$tpusim" plan "$work/wide.json" --space "$work/whole.json" -j 2 > /dev/null 2> "$work/err"; rc=$?; set -e
+[ "$rc" -eq 1 ] && grep -q 'not searched: meshes keeping each layer.s input split' "$work/err" ||
+  { echo "FAIL: plan without split inputs gave exit $rc"; cat "$work/err"; exit 1; }
+"$tpusim" plan "$work/wide.json" --space "$work/split.json" -j 2 --json 2> /dev/null | python3 -c '
+import json, sys
+p = json.load(sys.stdin)
+assert p["best"] and p["best"]["plan"].endswith("remat split-inputs"), p["best"]
+r = p["best"]["result"]
+assert r["fits"] and r["breakdown"]["communication_by_phase_s"]["layer_input_allgather"] > 0, r["fits"]'
+n=$((n + 1))
 echo "$n passed, 0 failed"
