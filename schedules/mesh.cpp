@@ -70,18 +70,10 @@ void MeshSchedule::read_layer_input_split(Fields& f, const Study& study, Problem
   }
   // The layer's input must be whole along it: a dimension already split over it leaves nothing
   // more to split.
-  for (const auto& layer : study.model.layers) {
-    if (!layer.named_ops) continue;
-    const auto ops = layer.named_ops(1);
-    if (ops.empty()) continue;
-    for (const auto& d : ops.front().a.dims)
-      if (mesh_dim_of(d.name) == dim->first) {
-        problems.add(path, *given,
-                     "a mesh dimension that does not already split a layer's input (layer " + layer.name +
-                         "'s input " + mesh::dims_text(ops.front().a) + " is split along " + d.name +
-                         " over \"" + dim->first + "\")");
-        return;
-      }
+  if (const std::string split = input_split_over(study, layout_, dim->first); !split.empty()) {
+    problems.add(path, *given,
+                 "a mesh dimension that does not already split a layer's input (" + split + ")");
+    return;
   }
   layer_input_split_ = dim->first;
 }
@@ -495,10 +487,7 @@ class MeshStepPlayer {
                           schedule_.groups(std::vector<std::string>{}), "weight_gradient_allreduce", l, rest);
     t.name = "all-reduce " + layer + " weight gradients across slices";
     t.across_slices = true;
-    const int id = g_.add(std::move(t));
-    for (int c = 0; c < cores_; ++c)
-      if (last_[std::size_t(c)] >= 0) g_.depend(last_[std::size_t(c)], id);
-    gradient_reductions_[std::size_t(l)].push_back(id);
+    gradient_reductions_[std::size_t(l)].push_back(after_every_core(std::move(t)));
   }
 
   /// Resident shards of weights (fully sharded: the pieces the core updates) and optimizer slots.
@@ -638,13 +627,9 @@ class MeshStepPlayer {
     const auto& p = programs_[std::size_t(l)];
     if (dim.empty() || p.input_bytes <= 0) return;
     const std::string what = study_.model.layers[std::size_t(l)].name + " input";
-    const int id =
-        g_.add(family_collective(sim::CollectiveOp::AllGather, what, {dim}, schedule_.groups({dim}),
-                                 "layer_input_allgather", l, p.input_bytes));
-    for (int c = 0; c < cores_; ++c)
-      if (last_[std::size_t(c)] >= 0) g_.depend(last_[std::size_t(c)], id);
-    receive(what, false,
-            std::vector<std::vector<int>>(static_cast<std::size_t>(cores_), std::vector<int>{id}));
+    every_core_waits(family_collective(sim::CollectiveOp::AllGather, what, {dim}, schedule_.groups({dim}),
+                                       "layer_input_allgather", l, p.input_bytes),
+                     what, false);
   }
 
   /// A forward collective again (re-materialization), blocking the recompute's next piece.
@@ -652,11 +637,22 @@ class MeshStepPlayer {
     using C = sim::CollectiveOp;
     const auto blocking = blocking_collective(ev.kind);
     const auto op = blocking ? blocking->op : C::AllReduce;
-    const int id = g_.add(family_collective(op, ev.name + " (recompute)", ev.mesh_dims, schedule_.groups(ev),
-                                            "recompute_collective", l, ev.bytes));
+    every_core_waits(family_collective(op, ev.name + " (recompute)", ev.mesh_dims, schedule_.groups(ev),
+                                       "recompute_collective", l, ev.bytes),
+                     ev.name, false);
+  }
+
+  /// Adds `t` after the last task of every core's program so far; returns its id.
+  int after_every_core(sim::Task t) {
+    const int id = g_.add(std::move(t));
     for (int c = 0; c < cores_; ++c)
       if (last_[std::size_t(c)] >= 0) g_.depend(last_[std::size_t(c)], id);
-    receive(ev.name, false,
+    return id;
+  }
+  /// A collective every core waits for: after each core's last task, before its next.
+  void every_core_waits(sim::Task t, const std::string& what, bool forward) {
+    const int id = after_every_core(std::move(t));
+    receive(what, forward,
             std::vector<std::vector<int>>(static_cast<std::size_t>(cores_), std::vector<int>{id}));
   }
 
@@ -784,9 +780,7 @@ class MeshStepPlayer {
           {{ev.actions.front().op, t.groups}, ev.name, ev.mesh_dims, ev.bytes, chunks_++});
     }
     if (exec_) t.host = exec_->collective(t.groups, l, ev.actions.front());
-    const int id = g_.add(std::move(t));
-    for (int c = 0; c < cores_; ++c)
-      if (last_[std::size_t(c)] >= 0) g_.depend(last_[std::size_t(c)], id);
+    const int id = after_every_core(std::move(t));
     if (ev.kind == Event::GradientAllReduce) gradient_reductions_[std::size_t(l)].push_back(id);
     // Fully sharded without overlap: each layer's reduce-scatter in program order, the backward
     // waiting for it.

@@ -396,6 +396,20 @@ Json padded_dimensions(const Study& study, const std::map<std::string, std::stri
   return padded;
 }
 
+std::string input_split_over(const Study& study, const std::map<std::string, std::string>& layout,
+                             const std::string& mesh_dim) {
+  for (const auto& layer : study.model.layers) {
+    if (!layer.named_ops) continue;
+    const auto ops = layer.named_ops(1);
+    if (ops.empty()) continue;
+    for (const auto& d : ops.front().a.dims)
+      if (auto it = layout.find(d.name); it != layout.end() && it->second == mesh_dim)
+        return "layer " + layer.name + "'s input " + dims_text(ops.front().a) + " is split along " + d.name +
+               " over \"" + mesh_dim + "\"";
+  }
+  return "";
+}
+
 void check_layout(const Study& study, const std::map<std::string, std::string>& layout,
                   const std::map<std::string, int>& sizes, const std::string& path, const Json& layout_json,
                   Problems& problems) {

@@ -107,6 +107,13 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
 /// "[batch, seq, d_model]"
 std::string dims_text(const NamedTensor& t);
 
+/// Whether `layout` already splits some layer's input (its first op's first operand) over mesh
+/// dimension `mesh_dim`: "layer L's input [dims] is split along D over \"M\"" for the first such
+/// layer, "" when every layer's input is whole along it (layer_input_split may split it there).
+/// Layers without named ops are passed over.
+std::string input_split_over(const Study& study, const std::map<std::string, std::string>& layout,
+                             const std::string& mesh_dim);
+
 /// Adds a problem (at `path`, the layout's JSON path) unless every op of every layer of the
 /// study's model has a legal layout: described over named dimensions, no tensor mapping two of
 /// its dimensions to one mesh dimension, every split dimension but an image's or a vocabulary's

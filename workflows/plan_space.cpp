@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "hardware/json_fields.hpp"
+#include "schedules/mesh_lowering.hpp"
 
 namespace tpusim::workflows {
 
@@ -212,13 +213,9 @@ std::vector<std::vector<std::string>> model_axis_layouts(const std::set<std::str
 /// Whether a layout's model axis leaves every layer's input whole, so that re-materialization may
 /// keep it split over that axis (schedule.layer_input_split).
 bool inputs_whole_on_model(const Study& study, const Json& layout) {
-  for (const auto& layer : study.model.layers) {
-    if (!layer.named_ops) return false;
-    const auto ops = layer.named_ops(1);
-    for (const auto& d : ops.empty() ? std::vector<Dim>{} : ops.front().a.dims)
-      if (layout.value(d.name, std::string()) == "model") return false;
-  }
-  return true;
+  return std::all_of(study.model.layers.begin(), study.model.layers.end(),
+                     [](const Layer& l) { return bool(l.named_ops); }) &&
+         mesh::input_split_over(study, layout.get<std::map<std::string, std::string>>(), "model").empty();
 }
 
 /// A mesh with each weight update and re-materialization policy (a mixture of experts' split over
