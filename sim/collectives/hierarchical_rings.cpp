@@ -13,7 +13,7 @@
 namespace tpusim::sim {
 namespace {
 
-class HierarchicalRings : public CollectiveAlgorithm {
+class HierarchicalRings : public rings::GridRings {
  public:
   std::string name() const override { return "hierarchical_rings"; }
   std::string description() const override {
@@ -21,36 +21,29 @@ class HierarchicalRings : public CollectiveAlgorithm {
            "order on the shrinking shard, then the all-gathers in reverse: sum over dimensions of "
            "(p_d - 1)(a + S_d/(2 p_d B)) per half on whole wrapping dimensions";
   }
-  bool supports(const Topology& topology, int cores_per_chip, CollectiveOp op,
-                const std::vector<int>& group) const override {
-    return op != CollectiveOp::AllToAll && rings::grid_group(topology, cores_per_chip, group);
-  }
-  std::vector<Phase> plan(const Topology& topology, int cores_per_chip, CollectiveOp op,
-                          const std::vector<int>& group, double bytes) const override {
-    using rings::Half;
-    return rings::hierarchical_plan(
-        topology, cores_per_chip, op, group, bytes,
-        [&](Half half, const GroupShape& shape, std::vector<Phase>& plan) {
-          // The payload each dimension's rings move: the whole chip buffer along the first, then
-          // the shard left by the dimensions before; the all-gathers in reverse order.
-          std::vector<double> payload;
-          double shard = bytes;
-          for (int d : shape.spanned) {
-            payload.push_back(shard);
-            shard /= double(shape.coordinates[std::size_t(d)].size());
-          }
-          auto dimension_phase = [&](std::size_t k) {
-            const int d = shape.spanned[k];
-            Phase phase{rings::half_name(half) + " " + topology.dimension(d).name, {}};
-            rings::add_line_rings(phase, topology, cores_per_chip, rings::lines_along(topology, shape, d), d,
-                                  payload[k]);
-            plan.push_back(std::move(phase));
-          };
-          if (half == Half::ReduceScatter)
-            for (std::size_t k = 0; k < shape.spanned.size(); ++k) dimension_phase(k);
-          else
-            for (std::size_t k = shape.spanned.size(); k-- > 0;) dimension_phase(k);
-        });
+
+ protected:
+  void torus_phases(const Topology& topology, int cores_per_chip, rings::Half half, const GroupShape& shape,
+                    double bytes, std::vector<Phase>& plan) const override {
+    // The payload each dimension's rings move: the whole chip buffer along the first, then the
+    // shard left by the dimensions before; the all-gathers in reverse order.
+    std::vector<double> payload;
+    double shard = bytes;
+    for (int d : shape.spanned) {
+      payload.push_back(shard);
+      shard /= double(shape.coordinates[std::size_t(d)].size());
+    }
+    auto dimension_phase = [&](std::size_t k) {
+      const int d = shape.spanned[k];
+      Phase phase{rings::half_name(half) + " " + topology.dimension(d).name, {}};
+      rings::add_line_rings(phase, topology, cores_per_chip, rings::lines_along(topology, shape, d), d,
+                            payload[k]);
+      plan.push_back(std::move(phase));
+    };
+    if (half == rings::Half::ReduceScatter)
+      for (std::size_t k = 0; k < shape.spanned.size(); ++k) dimension_phase(k);
+    else
+      for (std::size_t k = shape.spanned.size(); k-- > 0;) dimension_phase(k);
   }
 };
 

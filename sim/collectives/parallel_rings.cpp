@@ -11,7 +11,7 @@
 namespace tpusim::sim {
 namespace {
 
-class ParallelRings : public CollectiveAlgorithm {
+class ParallelRings : public rings::GridRings {
  public:
   std::string name() const override { return "parallel_rings"; }
   std::string description() const override {
@@ -19,44 +19,35 @@ class ParallelRings : public CollectiveAlgorithm {
            "dimension order rotated by i, so every dimension's rings run at once: per phase the "
            "slowest part's (p - 1)(a + S_ij/(2 p B))";
   }
-  bool supports(const Topology& topology, int cores_per_chip, CollectiveOp op,
-                const std::vector<int>& group) const override {
-    return op != CollectiveOp::AllToAll && rings::grid_group(topology, cores_per_chip, group);
-  }
-  std::vector<Phase> plan(const Topology& topology, int cores_per_chip, CollectiveOp op,
-                          const std::vector<int>& group, double bytes) const override {
-    using rings::Half;
-    return rings::hierarchical_plan(
-        topology, cores_per_chip, op, group, bytes,
-        [&](Half half, const GroupShape& shape, std::vector<Phase>& plan) {
-          const std::size_t k = shape.spanned.size();
-          // payload[j][i]: what part i moves in step j, along dimension spanned[(i + j) % k].
-          std::vector<std::vector<double>> payload(k, std::vector<double>(k));
-          for (std::size_t i = 0; i < k; ++i) {
-            double part = bytes / double(k);
-            for (std::size_t j = 0; j < k; ++j) {
-              payload[j][i] = part;
-              part /= double(shape.coordinates[std::size_t(shape.spanned[(i + j) % k])].size());
-            }
-          }
-          std::vector<std::vector<std::vector<int>>> lines;  // per spanned dimension
-          for (int d : shape.spanned) lines.push_back(rings::lines_along(topology, shape, d));
-          auto step = [&](std::size_t j) {
-            Phase phase{rings::half_name(half) + " every dimension " + std::to_string(j + 1) + "/" +
-                            std::to_string(k),
-                        {}};
-            for (std::size_t i = 0; i < k; ++i) {
-              const std::size_t s = (i + j) % k;
-              rings::add_line_rings(phase, topology, cores_per_chip, lines[s], shape.spanned[s],
-                                    payload[j][i]);
-            }
-            plan.push_back(std::move(phase));
-          };
-          if (half == Half::ReduceScatter)
-            for (std::size_t j = 0; j < k; ++j) step(j);
-          else
-            for (std::size_t j = k; j-- > 0;) step(j);
-        });
+
+ protected:
+  void torus_phases(const Topology& topology, int cores_per_chip, rings::Half half, const GroupShape& shape,
+                    double bytes, std::vector<Phase>& plan) const override {
+    const std::size_t k = shape.spanned.size();
+    // payload[j][i]: what part i moves in step j, along dimension spanned[(i + j) % k].
+    std::vector<std::vector<double>> payload(k, std::vector<double>(k));
+    for (std::size_t i = 0; i < k; ++i) {
+      double part = bytes / double(k);
+      for (std::size_t j = 0; j < k; ++j) {
+        payload[j][i] = part;
+        part /= double(shape.coordinates[std::size_t(shape.spanned[(i + j) % k])].size());
+      }
+    }
+    std::vector<std::vector<std::vector<int>>> lines;  // per spanned dimension
+    for (int d : shape.spanned) lines.push_back(rings::lines_along(topology, shape, d));
+    auto step = [&](std::size_t j) {
+      Phase phase{
+          rings::half_name(half) + " every dimension " + std::to_string(j + 1) + "/" + std::to_string(k), {}};
+      for (std::size_t i = 0; i < k; ++i) {
+        const std::size_t s = (i + j) % k;
+        rings::add_line_rings(phase, topology, cores_per_chip, lines[s], shape.spanned[s], payload[j][i]);
+      }
+      plan.push_back(std::move(phase));
+    };
+    if (half == rings::Half::ReduceScatter)
+      for (std::size_t j = 0; j < k; ++j) step(j);
+    else
+      for (std::size_t j = k; j-- > 0;) step(j);
   }
 };
 

@@ -63,18 +63,22 @@ bool grid_group(const Topology& topology, int cores_per_chip, const std::vector<
   return group_shape(topology, cores_per_chip, group).grid;
 }
 
-std::vector<Phase> hierarchical_plan(
-    const Topology& topology, int cores_per_chip, CollectiveOp op, const std::vector<int>& group,
-    double bytes, const std::function<void(Half, const GroupShape&, std::vector<Phase>&)>& dimensions) {
+bool GridRings::supports(const Topology& topology, int cores_per_chip, CollectiveOp op,
+                         const std::vector<int>& group) const {
+  return op != CollectiveOp::AllToAll && grid_group(topology, cores_per_chip, group);
+}
+
+std::vector<Phase> GridRings::plan(const Topology& topology, int cores_per_chip, CollectiveOp op,
+                                   const std::vector<int>& group, double bytes) const {
   std::vector<Phase> plan;
   if (group.size() < 2 || bytes <= 0) return plan;
   const GroupShape shape = group_shape(topology, cores_per_chip, group);
   if (op != CollectiveOp::AllGather) {
     add_onchip_phase(plan, Half::ReduceScatter, shape, bytes);
-    dimensions(Half::ReduceScatter, shape, plan);
+    torus_phases(topology, cores_per_chip, Half::ReduceScatter, shape, bytes, plan);
   }
   if (op != CollectiveOp::ReduceScatter) {
-    dimensions(Half::AllGather, shape, plan);
+    torus_phases(topology, cores_per_chip, Half::AllGather, shape, bytes, plan);
     add_onchip_phase(plan, Half::AllGather, shape, bytes);
   }
   return plan;

@@ -3,7 +3,6 @@
 // dimension, folded on a line), and the on-chip ring among the group cores of each chip.
 #pragma once
 
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -34,12 +33,22 @@ void add_onchip_phase(std::vector<Phase>& plan, Half half, const GroupShape& sha
 /// holding as many of its cores.
 bool grid_group(const Topology& topology, int cores_per_chip, const std::vector<int>& group);
 
-/// The plan of a hierarchical ring algorithm for `op` over `group`: the on-chip reduce-scatter,
-/// `dimensions(ReduceScatter, shape, plan)` appending the torus phases, then
-/// `dimensions(AllGather, ...)` and the on-chip all-gather, each half as `op` needs it; none for
-/// a group of one core or an empty buffer.
-std::vector<Phase> hierarchical_plan(
-    const Topology& topology, int cores_per_chip, CollectiveOp op, const std::vector<int>& group,
-    double bytes, const std::function<void(Half, const GroupShape&, std::vector<Phase>&)>& dimensions);
+/// A hierarchical ring algorithm over a group whose chips form a sub-grid (grid_group): the
+/// on-chip reduce-scatter, the torus phases of the reduce-scatter (`torus_phases`), then those
+/// of the all-gather and the on-chip all-gather, each half as the collective needs it; no phase
+/// for a group of one core or an empty buffer. A derived algorithm says only how the chip
+/// buffer moves along the spanned torus dimensions.
+class GridRings : public CollectiveAlgorithm {
+ public:
+  bool supports(const Topology& topology, int cores_per_chip, CollectiveOp op,
+                const std::vector<int>& group) const final;
+  std::vector<Phase> plan(const Topology& topology, int cores_per_chip, CollectiveOp op,
+                          const std::vector<int>& group, double bytes) const final;
+
+ protected:
+  /// Appends to `plan` the torus phases of one half, moving the chip buffer of `bytes`.
+  virtual void torus_phases(const Topology& topology, int cores_per_chip, Half half, const GroupShape& shape,
+                            double bytes, std::vector<Phase>& plan) const = 0;
+};
 
 }  // namespace tpusim::sim::rings
