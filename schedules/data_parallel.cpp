@@ -4,6 +4,7 @@
 
 #include "models/ops/op_kind.hpp"
 #include "schedules/functional_runtime.hpp"
+#include "schedules/gradient_buckets.hpp"
 #include "schedules/step_builder.hpp"
 
 namespace tpusim {
@@ -169,15 +170,8 @@ class DataParallelPlayer {
       for (int l = layers_ - 1; l >= 0; --l) buckets_.push_back({l, l + 1});
       return;
     }
-    for (int l = layers_ - 1; l >= 0;) {
-      double bytes = 0;
-      const int last = l + 1;
-      do {
-        bytes += b_.gradient_bytes(l);
-        --l;
-      } while (l >= 0 && bytes + b_.gradient_bytes(l) <= s_.bucket_bytes);
-      buckets_.push_back({l + 1, last});
-    }
+    buckets_ = gradient_buckets(
+        {0, layers_}, [&](int l) { return b_.gradient_bytes(l); }, s_.bucket_bytes);
   }
   double params_of(LayerRange r) const {
     double p = 0;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "hardware/topology.hpp"
+#include "schedules/gradient_buckets.hpp"
 #include "schedules/mesh_lowering.hpp"
 #include "sim/collectives/collective_algorithm.hpp"
 
@@ -801,16 +802,15 @@ class MeshStepPlayer {
     const double threshold = study_.hardware.core.allreduce_combine_threshold_bytes;
     for (const auto& [dims, events] : by_dims) {
       int previous = -1;
-      for (std::size_t first = 0; first < events.size();) {
-        std::size_t last = first;
-        double bytes = events[first].first->bytes;
-        while (last + 1 < events.size() && bytes + events[last + 1].first->bytes <= threshold)
-          bytes += events[++last].first->bytes;
+      std::vector<double> bytes;
+      for (const auto& e : events) bytes.push_back(e.first->bytes);
+      for (const auto& [first, last] : combine_in_order(bytes, threshold)) {
+        double combined = 0;
+        for (std::size_t k = first; k < last; ++k) combined += bytes[k];
         const int id = combined_reduction(
-            dims, {events.begin() + std::ptrdiff_t(first), events.begin() + std::ptrdiff_t(last) + 1}, bytes);
+            dims, {events.begin() + std::ptrdiff_t(first), events.begin() + std::ptrdiff_t(last)}, combined);
         if (previous >= 0) g_.depend(previous, id);
         previous = id;
-        first = last + 1;
       }
     }
   }

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "hardware/topology.hpp"
+#include "schedules/gradient_buckets.hpp"
 #include "schedules/mesh_lowering.hpp"
 #include "schedules/partitioner.hpp"
 
@@ -596,55 +597,83 @@ class PipelinePlayer {
     return after;
   }
 
+  /// The chunk's layers combined for their reductions across the replicas as XLA's all-reduce
+  /// combiner does (gradient_buckets, last layers first), and a bucket's name: "stage s", with
+  /// its layers when the chunk has several buckets, and the core's shard of a split stage.
+  std::vector<LayerRange> buckets_of(int c) {
+    return gradient_buckets(
+        ranges_[c], [&](int l) { return builder_.gradient_bytes(l); },
+        study_.hardware.core.allreduce_combine_threshold_bytes);
+  }
+  std::string bucket_name(int c, int t, LayerRange b, std::size_t buckets) const {
+    return stage_name(c) +
+           (buckets > 1 ? " layers " + std::to_string(b.first) + "-" + std::to_string(b.last - 1) : "") +
+           (cores_[0][std::size_t(c % K_)].size() > 1 ? " shard " + std::to_string(t) : "");
+  }
+  std::vector<int> replica_group(int s, int t) const {
+    std::vector<int> group;
+    for (int r = 0; r < R_; ++r) group.push_back(cores_[r][s][t]);
+    return group;
+  }
+
+  /// Each bucket all-reduced across the replicas (one after another, after the stage's last
+  /// backward), each replica's update of the bucket once it is reduced. Alone (one replica, one
+  /// slice): the chunk's one update after its backward.
   void update_shard(int c, int t, const std::vector<std::vector<int>>& after) {
     if (sharded_) return sharded_update(c, t, after);
     const int s = c % K_;
     auto& g = builder_.graph();
-    const bool split = cores_[0][s].size() > 1;
-    int allreduce = -1;
-    if (R_ > 1 || study_.slices > 1) {  // across slices even a lone replica reduces
-      std::vector<int> group;
-      for (int r = 0; r < R_; ++r) group.push_back(cores_[r][s][t]);
-      allreduce =
-          builder_.collective(sim::CollectiveOp::AllReduce, "gradient_allreduce",
-                              "allreduce " + stage_name(c) + (split ? " shard " + std::to_string(t) : ""),
-                              group, builder_.gradient_bytes(ranges_[c]), ranges_[c]);
+    if (R_ == 1 && study_.slices == 1) {
+      g.depend(after[0][t], builder_.update(cores_[0][s][t], ranges_[c], 1.0, Labels{s, -1}));
+      return;
+    }
+    const auto buckets = buckets_of(c);
+    int previous = -1;
+    for (const LayerRange& b : buckets) {  // across slices even a lone replica reduces
+      const int allreduce = builder_.collective(sim::CollectiveOp::AllReduce, "gradient_allreduce",
+                                                "allreduce " + bucket_name(c, t, b, buckets.size()),
+                                                replica_group(s, t), builder_.gradient_bytes(b), b);
       g.task(allreduce).stage = s;
       g.task(allreduce).across_slices = true;
       for (int r = 0; r < built_; ++r) g.depend(after[r][t], allreduce);
-    }
-    for (int r = 0; r < built_; ++r) {
-      const int upd = builder_.update(cores_[r][s][t], ranges_[c], 1.0, Labels{s, -1});
-      g.depend(allreduce >= 0 ? allreduce : after[r][t], upd);
+      if (previous >= 0) g.depend(previous, allreduce);
+      previous = allreduce;
+      for (int r = 0; r < built_; ++r)
+        g.depend(allreduce, builder_.update(cores_[r][s][t], b, 1.0, Labels{s, -1}));
     }
   }
 
-  /// Weight-update sharding across the replicas: the stage's gradients reduce-scattered over
-  /// the replicas (each keeps its piece; the optimizer's per-layer norms all-reduced when it has
-  /// any), each replica updates its piece, and the updated pieces are all-gathered.
+  /// Weight-update sharding across the replicas, bucket by bucket: the bucket's gradients
+  /// reduce-scattered over the replicas (each keeps its piece; the optimizer's per-layer norms
+  /// all-reduced when it has any), each replica updates its piece, and the updated pieces are
+  /// all-gathered.
   void sharded_update(int c, int t, const std::vector<std::vector<int>>& after) {
     const int s = c % K_;
-    const LayerRange range = ranges_[c];
     auto& g = builder_.graph();
-    const std::string name = stage_name(c) + (cores_[0][s].size() > 1 ? " shard " + std::to_string(t) : "");
-    std::vector<int> group;
-    for (int r = 0; r < R_; ++r) group.push_back(cores_[r][s][t]);
-    const double gradients = builder_.gradient_bytes(range), params = gradients / kWeightBytes;
-    const double fraction = params > 0 ? std::ceil(params / R_) / params : 1.0;
-    const int reduce = builder_.collective(sim::CollectiveOp::ReduceScatter, "gradient_reduce_scatter",
-                                           "reduce-scatter " + name, group, gradients, range);
-    g.task(reduce).stage = s;
-    g.task(reduce).across_slices = true;
-    for (int r = 0; r < built_; ++r) g.depend(after[r][t], reduce);
+    const std::vector<int> group = replica_group(s, t);
     const std::vector<int> built(group.begin(), group.begin() + built_);
-    const int ready = builder_.keep_gradient_shard(reduce, built, group, range, fraction, name);
-    const int gather = builder_.collective(sim::CollectiveOp::AllGather, "weight_allgather",
-                                           "all-gather weights " + name, group, gradients, range);
-    g.task(gather).stage = s;
-    for (int r = 0; r < built_; ++r) {
-      const int upd = builder_.update(group[std::size_t(r)], range, fraction, Labels{s, -1}, r, R_);
-      g.depend(ready, upd);
-      g.depend(upd, gather);
+    const auto buckets = buckets_of(c);
+    int previous = -1;
+    for (const LayerRange& range : buckets) {
+      const std::string name = bucket_name(c, t, range, buckets.size());
+      const double gradients = builder_.gradient_bytes(range), params = gradients / kWeightBytes;
+      const double fraction = params > 0 ? std::ceil(params / R_) / params : 1.0;
+      const int reduce = builder_.collective(sim::CollectiveOp::ReduceScatter, "gradient_reduce_scatter",
+                                             "reduce-scatter " + name, group, gradients, range);
+      g.task(reduce).stage = s;
+      g.task(reduce).across_slices = true;
+      for (int r = 0; r < built_; ++r) g.depend(after[r][t], reduce);
+      if (previous >= 0) g.depend(previous, reduce);
+      previous = reduce;
+      const int ready = builder_.keep_gradient_shard(reduce, built, group, range, fraction, name);
+      const int gather = builder_.collective(sim::CollectiveOp::AllGather, "weight_allgather",
+                                             "all-gather weights " + name, group, gradients, range);
+      g.task(gather).stage = s;
+      for (int r = 0; r < built_; ++r) {
+        const int upd = builder_.update(group[std::size_t(r)], range, fraction, Labels{s, -1}, r, R_);
+        g.depend(ready, upd);
+        g.depend(upd, gather);
+      }
     }
   }
 

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "hardware/topology.hpp"
+#include "schedules/gradient_buckets.hpp"
 #include "schedules/step_builder.hpp"
 #include "schedules/study.hpp"
 #include "sim/collectives/collective_algorithm.hpp"
@@ -482,4 +483,18 @@ TEST_CASE("save_dots keeps the inputs and the matmuls' outputs, and recomputes t
   j["schedule"]["remat"] = "dots";
   CHECK_THROWS_WITH(parse_study(j, "test"),
                     Catch::Contains("schedule.remat") && Catch::Contains("save_dots"));
+}
+
+TEST_CASE("gradient reductions combine in order up to the threshold, a larger one alone", "[schedules][buckets]") {
+  using Spans = std::vector<std::pair<std::size_t, std::size_t>>;
+  CHECK(combine_in_order({}, 10).empty());
+  CHECK(combine_in_order({4, 4, 2, 3}, 10) == Spans{{0, 3}, {3, 4}});  // 4 + 4 + 2 = 10 fits exactly
+  CHECK(combine_in_order({12, 3, 3, 12}, 10) == Spans{{0, 1}, {1, 3}, {3, 4}});
+  // Layers [2, 6) in backward order (5 first): bytes 5, 5, 5, 20 for layers 5, 4, 3, 2.
+  const std::vector<double> bytes{0, 0, 20, 5, 5, 5};
+  const auto buckets = gradient_buckets({2, 6}, [&](int l) { return bytes[std::size_t(l)]; }, 10);
+  REQUIRE(buckets.size() == 3);
+  CHECK((buckets[0].first == 4 && buckets[0].last == 6));
+  CHECK((buckets[1].first == 3 && buckets[1].last == 4));
+  CHECK((buckets[2].first == 2 && buckets[2].last == 3));
 }
