@@ -13,17 +13,6 @@ namespace tpusim {
 namespace {
 
 using named::add_into;
-using named::einsum;
-using Names = std::vector<std::string>;
-constexpr float kLayerNormEpsilon = 1e-5f;  // the layer functions' (kernels::layernorm_forward's default)
-
-bool has(const Names& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
-
-Names names_of(const NamedTensor& t) {
-  Names n;
-  for (const auto& d : t.dims) n.push_back(d.name);
-  return n;
-}
 
 /// Calls f(local flat index, whole flat index) for every element of the box (row-major).
 template <class F>
@@ -42,14 +31,6 @@ void for_each_element(const MeshExecutor::Box& b, F&& f) {
   }
 }
 
-/// What a kind's whole-tensor math is handed for data: the ops run on shards through it
-/// (element-wise ops, convolutions, batch norms, pools) read none; lookups and the loss are the
-/// executor's own.
-class NoData : public DataSource {
- public:
-  std::vector<std::int32_t> targets(const Batch&) const override { return {}; }
-};
-
 /// Sums `pieces` element-wise (in double, in group order) and gives every one the sum.
 void sum_all(const std::vector<Tensor*>& pieces) {
   std::vector<double> sum(pieces.front()->size(), 0.0);
@@ -60,12 +41,6 @@ void sum_all(const std::vector<Tensor*>& pieces) {
 }
 
 }  // namespace
-
-std::int64_t MeshExecutor::Box::elements() const {
-  std::int64_t n = 1;
-  for (auto l : local) n *= l;
-  return n;
-}
 
 MeshExecutor::MeshExecutor(const Study& study, FunctionalRuntime& runtime,
                            std::vector<std::pair<std::string, int>> mesh,
@@ -84,8 +59,7 @@ MeshExecutor::MeshExecutor(const Study& study, FunctionalRuntime& runtime,
   stats_.resize(cores);
   extras_.resize(cores);
   backward_run_.resize(cores);
-  targets_.resize(cores);
-  tokens_.resize(cores);
+  ids_.resize(cores);
   input_.resize(cores);
   int last_of_previous = -1;
   for (int l = 0; l < int(study.model.layers.size()); ++l) {
@@ -93,7 +67,7 @@ MeshExecutor::MeshExecutor(const Study& study, FunctionalRuntime& runtime,
     last_of_previous = int(ops_.size()) - 1;
     match_params(l);
   }
-  if (ops_.empty() || ops_.back().named.math != NamedOp::Math::SoftmaxXent)
+  if (ops_.empty() || !op_kind(ops_.back().named).is_loss(ops_.back().named))
     throw ConfigError(study.file, "model.kind", "\"" + study.model.kind + "\"",
                       "a model ending in softmax cross-entropy for functional mesh layouts");
 }
@@ -157,7 +131,7 @@ void MeshExecutor::add_layer_ops(int l, int last_of_previous) {
       }
     }
     if (!n.skip.empty()) op.skip = source(n.out, n.skip, ignored);
-    if ((op.gather[0] || op.gather[1] || ignored) && n.kind != "einsum")
+    if ((op.gather[0] || op.gather[1] || ignored) && !op_kind(n).reads_split_sequence_whole())
       throw unsupported(l, n, "only einsums read a split sequence whole");
     check_supported(l, op, f);
     if (!n.out.id.empty()) produced[n.out.id] = f;
@@ -167,43 +141,13 @@ void MeshExecutor::add_layer_ops(int l, int last_of_previous) {
 
 void MeshExecutor::check_supported(int l, const Op& op, int f) const {
   const NamedOp& n = op.named;
+  const NamedOpKind& kind = op_kind(n);
   if (const std::string why = missing_host_math(n); !why.empty()) throw unsupported(l, n, why);
-  // What shards add: a bias over the trailing dimensions, every einsum dimension from an operand,
-  // a causal softmax whole along what it normalizes, the lookup first.
-  auto suffix_bias = [&] {
-    if (n.b.dims.size() > n.a.dims.size()) return false;
-    for (std::size_t j = 0; j < n.b.dims.size(); ++j)
-      if (n.b.dims[j].name != n.a.dims[n.a.dims.size() - n.b.dims.size() + j].name) return false;
-    return true;
-  };
-  using M = NamedOp::Math;
-  if (n.kind == "einsum") {
-    const Names an = names_of(n.a), bn = names_of(n.b), on = names_of(n.out);
-    for (const auto& d : an)
-      if (!has(bn, d) && !has(on, d)) throw unsupported(l, n, "a dimension summed out of one operand alone");
-    for (const auto& d : on)
-      if (!has(an, d) && !has(bn, d)) throw unsupported(l, n, "an output dimension from no operand");
-    if (op.b == -1 && !n.b.weight) throw unsupported(l, n, "no second operand");
-  } else if (n.kind == "elementwise") {
-    const bool gated = n.math == M::GatedSilu || n.math == M::GatedGelu;
-    if ((!gated && !suffix_bias()) || ((n.math == M::Residual || n.math == M::ResidualRelu) && op.skip < 0))
-      throw unsupported(l, n, "a bias over other than the trailing dimensions, or a residual of nothing");
-  } else if (n.kind == "reduction") {
-    if (n.math == M::CausalSoftmax && (split(n.reduce_dim) || n.a.dims.size() < 2))
-      throw unsupported(l, n, "a causal softmax split along the positions it normalizes");
-  } else if (n.kind == "gather") {
-    if (f != 0 || n.a.dims.size() != 2 || n.out.dims.size() != 3)
-      throw unsupported(l, n, "a lookup other than the model's token embedding");
-  } else {
-    // Convolutions, batch norms and pools run their whole-tensor math on a core's examples: the
-    // batch may be split (each replica's batch norm over its own examples, as in data
-    // parallelism), not the image or the channels (halos and split statistics have no host math).
-    for (const NamedTensor* t : {&n.a, &n.b, &n.out})
-      for (const auto& d : t->dims)
-        if (d.name != "batch" && split(d.name))
-          throw unsupported(l, n, "a " + n.kind + " with " + d.name + " split: no host math on such shards");
-  }
-  if (f > 0 && ops_.back().named.math == M::SoftmaxXent) throw unsupported(l, n, "it follows the loss");
+  const ShardSupport support{[this](const std::string& d) { return split(d); }, op.b >= 0, op.skip >= 0,
+                             f == 0};
+  if (const std::string why = kind.missing_shard_math(n, support); !why.empty()) throw unsupported(l, n, why);
+  if (f > 0 && op_kind(ops_.back().named).is_loss(ops_.back().named))
+    throw unsupported(l, n, "it follows the loss");
 }
 
 void MeshExecutor::match_params(int l) {
@@ -337,6 +281,62 @@ void MeshExecutor::accumulate(int core, int producer, Tensor g) {
     add_into(it->second, g);
 }
 
+int MeshExecutor::producer(int f, int which) const {
+  const Op& op = ops_[std::size_t(f)];
+  return which == 0 ? op.a : which == 1 ? op.b : op.skip;
+}
+
+/// Core `core`'s view of op f, through which the op's kind runs its shard math.
+class MeshExecutor::CoreView : public ShardHost {
+ public:
+  CoreView(MeshExecutor& e, int core, int f) : e_(e), core_(core), f_(f), c_(std::size_t(core)) {}
+
+  Box box(const NamedTensor& t) const override { return e_.box(t, core_); }
+  bool split(const std::string& dim) const override { return e_.split(dim); }
+  const Tensor& operand(int which) override { return e_.operand(core_, f_, which); }
+  bool reads_gathered(int which) const override { return op().gather[which]; }
+  bool produced(int which) const override { return e_.producer(f_, which) >= 0; }
+  const Tensor* skip() override { return op().skip >= 0 ? &e_.value(core_, op().skip) : nullptr; }
+  Tensor* weight(int k, bool gradient) override {
+    if (std::size_t(k) >= op().params.size()) return nullptr;
+    auto& held = gradient ? e_.rt_.grads(core_, op().layer) : e_.rt_.params(core_, op().layer);
+    return &held[std::size_t(op().params[std::size_t(k)])];
+  }
+  Tensor& output() override { return e_.out_[c_][f_]; }
+  Tensor& output_gradient() override { return e_.dout_[c_].at(f_); }
+  bool has_output_gradient() const override { return e_.dout_[c_].count(f_) > 0; }
+  void add_gradient(int which, Tensor g, Part part) override {
+    if (part == Part::OfGathered)
+      e_.partial_[c_][2 * f_ + which] = std::move(g);
+    else if (part == Part::Pending)
+      e_.add_pending(core_, e_.producer(f_, which), std::move(g));
+    else
+      e_.accumulate(core_, e_.producer(f_, which), std::move(g));
+  }
+  std::vector<double>& statistics(int slot) override { return e_.stats_[c_][2 * f_ + slot]; }
+  std::vector<Tensor>& extras() override { return e_.extras_[c_][f_]; }
+  std::vector<std::int32_t>& ids() override { return e_.ids_[c_][f_]; }
+  bool first_backward() override { return e_.backward_run_[c_].insert(f_).second; }
+  std::vector<std::int32_t> targets_per_row(const NamedTensor& rows) override {
+    const Box b = box(rows);
+    return e_.per_row(core_, rows, e_.rt_.fn(op().layer).targets(e_.rt_.batch(b.offset[0], b.local[0])));
+  }
+  std::vector<std::int32_t> tokens_per_row(const NamedTensor& rows) override {
+    const Box b = box(rows);
+    return e_.per_row(core_, rows, e_.rt_.fn(op().layer).tokens(e_.rt_.batch(b.offset[0], b.local[0])));
+  }
+  bool first_replica(const std::vector<std::string>& dims) const override {
+    return e_.first_replica(core_, dims);
+  }
+  void add_loss(double loss) override { e_.rt_.add_loss(loss); }
+
+ private:
+  const Op& op() const { return e_.ops_[std::size_t(f_)]; }
+  MeshExecutor& e_;
+  int core_, f_;
+  std::size_t c_;
+};
+
 void MeshExecutor::run(int core, int f, const MeshAction& action) {
   if (f == 0 && action.what == MeshAction::Forward) {
     // A new step: the model's input and every gradient start afresh.
@@ -350,282 +350,23 @@ void MeshExecutor::run(int core, int f, const MeshAction& action) {
     backward_run_[c].clear();
   }
   const NamedOp& n = ops_[std::size_t(f)].named;
-  if (n.kind == "einsum") return run_einsum(core, f, action);
-  if (n.kind == "gather") return run_gather(core, f, action.what);
-  if (n.kind != "reduction") return run_on_piece(core, f, action.what);
-  if (n.math == NamedOp::Math::CausalSoftmax) return run_causal_softmax(core, f, action.what);
-  if (n.math == NamedOp::Math::LayerNorm) return run_layer_norm(core, f, action.what);
-  return run_softmax_xent(core, f, action.what);
-}
-
-NamedOp MeshExecutor::local_op(const NamedOp& n, int core) const {
-  NamedOp local = n;
-  for (NamedTensor* t : {&local.a, &local.b, &local.out}) {
-    const Box b = box(*t, core);
-    for (std::size_t d = 0; d < t->dims.size(); ++d) t->dims[d].size = b.local[d];
-  }
-  return local;
-}
-
-void MeshExecutor::run_on_piece(int core, int f, MeshAction::What what) {
-  // The kind's own whole-tensor math on this core's pieces: check_supported admits only ops whose
-  // pieces are computed independently (element-wise ones; a split batch).
-  const std::size_t c = std::size_t(core);
-  const NamedOp local = local_op(ops_[std::size_t(f)].named, core);
-  if (what == MeshAction::Forward) return piece_forward(core, f, local);
-  // The whole backward at the op's first backward action (a convolution's weight gradient comes
-  // with its input gradient, or alone where it reads the model's input).
-  const auto dy = dout_[c].find(f);
-  if (dy != dout_[c].end() && backward_run_[c].insert(f).second) piece_backward(core, f, local, dy->second);
-}
-
-void MeshExecutor::piece_forward(int core, int f, const NamedOp& local) {
-  static const NoData no_data;
-  static const Batch batch;
-  const Op& op = ops_[std::size_t(f)];
-  const NamedOpKind& kind = op_kind(local);
-  std::vector<Tensor>& extras = extras_[std::size_t(core)][f];
-  extras.assign(std::size_t(kind.saved_extras(local)), Tensor{});
-  Saved saved;
-  double loss = 0;
-  HostForward in{value(core, op.a),
-                 op.b >= 0 ? &value(core, op.b) : nullptr,
-                 op.skip >= 0 ? &value(core, op.skip) : nullptr,
-                 first_param(core, op, false),
-                 extras.data(),
-                 saved,
-                 no_data,
-                 batch,
-                 loss};
-  out_[std::size_t(core)][f] = kind.host_forward(local, in);
-}
-
-void MeshExecutor::piece_backward(int core, int f, const NamedOp& local, Tensor& dy) {
-  static const Batch batch;
-  const Op& op = ops_[std::size_t(f)];
-  Saved saved;
-  HostBackward g{value(core, op.a),
-                 op.b >= 0 ? &value(core, op.b) : nullptr,
-                 out_[std::size_t(core)].at(f),
-                 first_param(core, op, false),
-                 extras_[std::size_t(core)][f].data(),
-                 saved,
-                 batch,
-                 dy,
-                 first_param(core, op, true),
-                 {},
-                 {},
-                 {}};
-  op_kind(local).host_backward(local, g);
-  if (!g.dskip.empty()) accumulate(core, op.skip, std::move(g.dskip));
-  if (!g.da.empty()) accumulate(core, op.a, std::move(g.da));
-  if (!g.db.empty()) accumulate(core, op.b, std::move(g.db));
-}
-
-Tensor* MeshExecutor::first_param(int core, const Op& op, bool gradient) {
-  if (op.params.empty()) return nullptr;
-  auto& held = gradient ? rt_.grads(core, op.layer) : rt_.params(core, op.layer);
-  return &held[std::size_t(op.params[0])];
-}
-
-void MeshExecutor::run_einsum(int core, int f, const MeshAction& action) {
-  const std::size_t c = std::size_t(core);
-  const Op& op = ops_[std::size_t(f)];
-  const NamedOp& n = op.named;
-  std::map<std::string, std::int64_t> size;
-  for (const NamedTensor* t : {&n.a, &n.b, &n.out}) {
-    const Box b = box(*t, core);
-    for (std::size_t i = 0; i < t->dims.size(); ++i) size[t->dims[i].name] = b.local[i];
-  }
-  const Names an = names_of(n.a), bn = names_of(n.b), on = names_of(n.out);
-  const Tensor& B = n.b.weight ? rt_.params(core, op.layer)[std::size_t(op.params[0])] : operand(core, f, 1);
-  if (action.what == MeshAction::Forward) {
-    out_[c][f] = einsum(operand(core, f, 0), an, B, bn, on, size);
-  } else if (action.what == MeshAction::Backward) {
-    if (op.a < 0) return;  // the model's input needs no gradient
-    Tensor da = einsum(dout_[c].at(f), on, B, bn, an, size);
-    if (op.gather[0])
-      partial_[c][2 * f] = std::move(da);
-    else if (action.partial)
-      add_pending(core, op.a, std::move(da));
-    else
-      accumulate(core, op.a, std::move(da));
-  } else {
-    Tensor db = einsum(operand(core, f, 0), an, dout_[c].at(f), on, bn, size);
-    if (n.b.weight)
-      add_into(rt_.grads(core, op.layer)[std::size_t(op.params[0])], db);
-    else if (op.gather[1])
-      partial_[c][2 * f + 1] = std::move(db);
-    else if (action.partial)
-      add_pending(core, op.b, std::move(db));
-    else
-      accumulate(core, op.b, std::move(db));
-  }
-}
-
-void MeshExecutor::run_causal_softmax(int core, int f, MeshAction::What what) {
-  // Rows: [..., query position, positions attended to]; the query's position in the sequence.
-  const Op& op = ops_[std::size_t(f)];
-  const Box in = box(op.named.a, core);
-  const kernels::I cols = in.local.back(), rows = in.elements() / cols;
-  const Tensor& x = value(core, op.a);
-  Tensor y(x.size());
-  if (what == MeshAction::Forward) {
-    kernels::softmax_forward(x.data(), y.data(), rows, cols, op.named.scale, in.local[in.local.size() - 2],
-                             in.offset[in.offset.size() - 2]);
-    out_[std::size_t(core)][f] = std::move(y);
-  } else {
-    kernels::softmax_backward(out_[std::size_t(core)].at(f).data(), dout_[std::size_t(core)].at(f).data(),
-                              y.data(), rows, cols, op.named.scale);
-    accumulate(core, op.a, std::move(y));
-  }
-}
-
-void MeshExecutor::run_layer_norm(int core, int f, MeshAction::What what) {
-  // Per row, the sums over this core's part of the row; the rows' statistics when the row is
-  // whole here, otherwise after the all-reduce of the sums over the split.
-  const std::size_t c = std::size_t(core);
-  const Op& op = ops_[std::size_t(f)];
-  const Box in = box(op.named.a, core);
-  const kernels::I cols = in.local.back(), rows = in.elements() / cols;
-  const Tensor& x = value(core, op.a);
-  std::vector<double> sums(std::size_t(2 * rows));
-  if (what == MeshAction::Forward) {
-    kernels::layernorm_sums(x.data(), sums.data(), rows, cols);
-    stats_[c][2 * f] = std::move(sums);
-    if (!split(op.named.reduce_dim)) finish_layer_norm(core, f);
-  } else {
-    auto& grads = rt_.grads(core, op.layer);
-    kernels::layernorm_gradient_sums(x.data(), rt_.params(core, op.layer)[std::size_t(op.params[0])].data(),
-                                     stats_[c].at(2 * f).data(), dout_[c].at(f).data(),
-                                     grads[std::size_t(op.params[0])].data(),
-                                     grads[std::size_t(op.params[1])].data(), sums.data(), rows, cols);
-    stats_[c][2 * f + 1] = std::move(sums);
-    if (!split(op.named.reduce_dim)) finish_layer_norm_gradient(core, f);
-  }
-}
-
-void MeshExecutor::run_softmax_xent(int core, int f, MeshAction::What what) {
-  const std::size_t c = std::size_t(core);
-  const Op& op = ops_[std::size_t(f)];
-  const NamedOp& n = op.named;
-  const Box in = box(n.a, core);
-  const kernels::I cols = in.local.back(), rows = in.elements() / cols;
-  const Tensor& x = value(core, op.a);
-  if (what == MeshAction::Forward) {
-    // Per row, (max, sum of exponentials) over this core's part of the row.
-    std::vector<double> s(std::size_t(2 * rows));
-    kernels::softmax_row_statistics(x.data(), s.data(), rows, cols);
-    stats_[c][2 * f] = std::move(s);
-    NamedTensor row_dims = n.a;
-    row_dims.dims.pop_back();
-    targets_[c] = per_row(core, row_dims, rt_.fn(op.layer).targets(rt_.batch(in.offset[0], in.local[0])));
-    if (!split(n.reduce_dim)) finish_softmax_xent(core, f);
-    return;
-  }
-  // d logits = (softmax - one-hot(target)) / rows of the whole batch.
-  const auto& lse = stats_[c].at(2 * f);
-  const auto& t = targets_[c];
-  double whole_rows = 1;
-  for (std::size_t d = 0; d + 1 < in.whole.size(); ++d) whole_rows *= double(in.whole[d]);
-  Tensor dx(x.size());
-  kernels::softmax_xent_gradient(x.data(), lse.data(), t.data(), dx.data(), rows, cols, in.offset.back(),
-                                 1.0 / whole_rows);
-  accumulate(core, op.a, std::move(dx));
-}
-
-void MeshExecutor::run_gather(int core, int f, MeshAction::What what) {
-  // Token embedding: each core looks up the rows of the table it holds (zeros for the others;
-  // the all-reduce over a split vocabulary sums them).
-  using kernels::I;
-  const std::size_t c = std::size_t(core);
-  const Op& op = ops_[std::size_t(f)];
-  const NamedOp& n = op.named;
-  const Box in = box(n.a, core), table = box(n.b, core);
-  const I width = table.local[1], first_row = table.offset[0], held_rows = table.local[0];
-  if (what == MeshAction::Forward)
-    tokens_[c] = per_row(core, n.a, rt_.fn(op.layer).tokens(rt_.batch(in.offset[0], in.local[0])));
-  const auto& ids = tokens_[c];
-  if (what == MeshAction::Forward) {
-    const Tensor& t = rt_.params(core, op.layer)[std::size_t(op.params[0])];
-    Tensor y(ids.size() * std::size_t(width), 0.0f);
-    for (std::size_t r = 0; r < ids.size(); ++r) {
-      const I row = ids[r] - first_row;
-      if (row >= 0 && row < held_rows)
-        std::copy_n(t.begin() + row * width, width, y.begin() + std::int64_t(r) * width);
-    }
-    out_[c][f] = std::move(y);
-  } else {
-    const Tensor& dy = dout_[c].at(f);
-    Tensor& dt = rt_.grads(core, op.layer)[std::size_t(op.params[0])];
-    for (std::size_t r = 0; r < ids.size(); ++r) {
-      const I row = ids[r] - first_row;
-      if (row >= 0 && row < held_rows)
-        for (I j = 0; j < width; ++j)
-          dt[std::size_t(row * width + j)] += dy[r * std::size_t(width) + std::size_t(j)];
-    }
-  }
-}
-
-void MeshExecutor::finish_layer_norm(int core, int f) {
-  const Op& op = ops_[std::size_t(f)];
-  const auto& params = rt_.params(core, op.layer);
-  const Tensor& x = value(core, op.a);
-  const Box in = box(op.named.a, core);
-  const std::int64_t cols = in.local.back(), rows = in.elements() / cols;
-  auto& stats = stats_[std::size_t(core)].at(2 * f);
-  kernels::layernorm_statistics(stats.data(), rows, double(in.whole.back()), kLayerNormEpsilon);
-  Tensor y(x.size());
-  kernels::layernorm_apply(x.data(), params[std::size_t(op.params[0])].data(),
-                           params[std::size_t(op.params[1])].data(), stats.data(), y.data(), rows, cols);
-  out_[std::size_t(core)][f] = std::move(y);
-}
-
-void MeshExecutor::finish_layer_norm_gradient(int core, int f) {
-  const Op& op = ops_[std::size_t(f)];
-  const Tensor& x = value(core, op.a);
-  const Box in = box(op.named.a, core);
-  const std::int64_t cols = in.local.back(), rows = in.elements() / cols;
-  Tensor dx(x.size());
-  kernels::layernorm_gradient_apply(
-      x.data(), rt_.params(core, op.layer)[std::size_t(op.params[0])].data(),
-      stats_[std::size_t(core)].at(2 * f).data(), dout_[std::size_t(core)].at(f).data(),
-      stats_[std::size_t(core)].at(2 * f + 1).data(), dx.data(), rows, cols, double(in.whole.back()));
-  accumulate(core, op.a, std::move(dx));
-}
-
-void MeshExecutor::finish_softmax_xent(int core, int f) {
-  // Rows' log-sum-exp; this core's share of the loss: each row's log-sum-exp once per piece of
-  // rows, each target logit once, on the core holding it.
-  const NamedOp& n = ops_[std::size_t(f)].named;
-  const Box in = box(n.a, core);
-  const std::int64_t cols = in.local.back(), rows = in.elements() / cols;
-  const Tensor& x = value(core, ops_[std::size_t(f)].a);
-  const auto& t = targets_[std::size_t(core)];
-  auto& s = stats_[std::size_t(core)].at(2 * f);
-  std::vector<double> lse = kernels::softmax_log_sum_exp(s.data(), rows);
-  Names row_dims = names_of(n.a);
-  row_dims.pop_back();
-  const bool count_rows = first_replica(core, row_dims);
-  row_dims.push_back(n.reduce_dim);
-  const bool count_targets = first_replica(core, row_dims);
-  double loss = 0, whole_rows = 1;
-  for (std::size_t d = 0; d + 1 < in.whole.size(); ++d) whole_rows *= double(in.whole[d]);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    if (count_rows) loss += lse[std::size_t(r)];
-    const std::int64_t j = t[std::size_t(r)] - in.offset.back();
-    if (count_targets && j >= 0 && j < cols) loss -= double(x[std::size_t(r * cols + j)]);
-  }
-  s = std::move(lse);
-  rt_.add_loss(loss / whole_rows);
+  const ShardStep step = action.what == MeshAction::Forward    ? ShardStep::Forward
+                         : action.what == MeshAction::Backward ? ShardStep::Backward
+                                                               : ShardStep::WeightGradient;
+  CoreView view(*this, core, f);
+  op_kind(n).shard_step(n, step, action.partial, view);
 }
 
 void MeshExecutor::reduce(const std::vector<int>& group, int f, MeshAction::What what, int which) {
   const Op& op = ops_[std::size_t(f)];
-  const bool layer_norm = op.named.math == NamedOp::Math::LayerNorm;
-  if (what == MeshAction::CombineStatistics && !layer_norm) return combine_softmax_statistics(group, f);
-  if (what == MeshAction::CombineStatistics || what == MeshAction::CombineGradientStatistics)
-    return combine_layer_norm_sums(group, f, what == MeshAction::CombineGradientStatistics);
+  if (what == MeshAction::CombineStatistics || what == MeshAction::CombineGradientStatistics) {
+    std::vector<CoreView> views;
+    views.reserve(group.size());
+    for (int c : group) views.emplace_back(*this, c, f);
+    std::vector<ShardHost*> hosts;
+    for (auto& v : views) hosts.push_back(&v);
+    return op_kind(op.named).shard_combine(op.named, what == MeshAction::CombineGradientStatistics, hosts);
+  }
   std::vector<Tensor*> pieces;
   if (what == MeshAction::SumWeightGradient && op.named.b.weight) {
     for (int p : op.params) {
@@ -661,33 +402,6 @@ void MeshExecutor::reduce(const std::vector<int>& group, int f, MeshAction::What
   sum_all(pieces);
   // Then the reduce-scatter over the sequence, unless this is it.
   if (what == MeshAction::ScatterOperandGradient) scatter_operand_gradient(group, f, which);
-}
-
-void MeshExecutor::combine_softmax_statistics(const std::vector<int>& group, int f) {
-  // (max, sum of exponentials) pairs combine exactly.
-  std::vector<double*> pieces;
-  for (int c : group) pieces.push_back(stats_[std::size_t(c)].at(2 * f).data());
-  kernels::softmax_combine_statistics(pieces,
-                                      kernels::I(stats_[std::size_t(group.front())].at(2 * f).size() / 2));
-  for (int c : group) finish_softmax_xent(c, f);
-}
-
-void MeshExecutor::combine_layer_norm_sums(const std::vector<int>& group, int f, bool gradient) {
-  // Row sums add up.
-  const int key = 2 * f + (gradient ? 1 : 0);
-  std::vector<std::vector<double>*> s;
-  for (int c : group) s.push_back(&stats_[std::size_t(c)].at(key));
-  for (std::size_t i = 0; i < s.front()->size(); ++i) {
-    double sum = 0;
-    for (auto* v : s) sum += (*v)[i];
-    for (auto* v : s) (*v)[i] = sum;
-  }
-  for (int c : group) {
-    if (gradient)
-      finish_layer_norm_gradient(c, f);
-    else
-      finish_layer_norm(c, f);
-  }
 }
 
 void MeshExecutor::gather_operand(const std::vector<int>& group, int f, int which) {

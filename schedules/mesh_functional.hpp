@@ -4,18 +4,22 @@
 // follow the mesh schedule's own events, so a collective the schedule forgot, or one over the
 // wrong mesh dimensions, shows up as a difference from one core.
 //
-// The executor interprets the layers' named ops, following the activations they read (ids):
-// einsums of any two tensors (projections, attention scores and context, feed-forward,
-// logits), layer norm, causal softmax, softmax cross-entropy and embedding lookups with their
-// own shard math; element-wise ops (bias, ReLU, GELU, residual adds, gated activations), and
-// convolutions, batch norms and pools over a split batch, by their kind's whole-tensor math on a
-// core's pieces: mlp, the decoder-only transformer (SwiGLU, GEGLU), conv nets and ResNet-50.
+// The executor interprets the layers' named ops, following the activations they read (ids), and
+// hands each step of an op to its kind (NamedOpKind::shard_step, with the core's view of it:
+// ShardHost): einsums of any two tensors (projections, attention scores and context, feed-forward,
+// logits), layer norm, causal softmax, softmax cross-entropy and embedding lookups have shard
+// math of their own; element-wise ops (bias, ReLU, GELU, residual adds, gated activations), and
+// convolutions, batch norms and pools over a split batch, run their whole-tensor math on a core's
+// pieces: mlp, the decoder-only transformer (SwiGLU, GEGLU), conv nets and ResNet-50. The
+// executor owns what is the same for every kind: where values and gradients live, and the
+// collectives' sums, gathers and scatters.
 #pragma once
 
 #include <map>
 #include <memory>
 #include <set>
 
+#include "models/ops/op_kind.hpp"
 #include "schedules/functional_runtime.hpp"
 
 namespace tpusim {
@@ -73,10 +77,7 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
              std::vector<Tensor>& whole) const override;
 
   /// A core's piece of a tensor: the whole tensor's sizes, where the piece starts, its sizes.
-  struct Box {
-    std::vector<std::int64_t> whole, offset, local;
-    std::int64_t elements() const;
-  };
+  using Box = ShardHost::Box;
   Box box(const NamedTensor& t, int core) const;
 
  private:
@@ -126,34 +127,17 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
   /// Per row of the whole batch: the examples' targets (or tokens) this core's rows need.
   std::vector<std::int32_t> per_row(int core, const NamedTensor& rows,
                                     const std::vector<std::int32_t>& whole_rows_of_examples) const;
+  /// A step of op f on `core`: its kind's shard math (ShardHost: the core's view, CoreView).
   void run(int core, int f, const MeshAction& action);
-  void run_einsum(int core, int f, const MeshAction& action);
-  /// Op f's kind's whole-tensor host math on `core`'s pieces of its tensors (element-wise ops,
-  /// and convolutions, batch norms and pools over a split batch), its gradients accumulated.
-  void run_on_piece(int core, int f, MeshAction::What what);
-  void piece_forward(int core, int f, const NamedOp& local);
-  void piece_backward(int core, int f, const NamedOp& local, Tensor& dy);
-  /// The op's first weight copy on `core` (its gradient with `gradient`; the copies follow), or null.
-  Tensor* first_param(int core, const Op& op, bool gradient);
-  /// The op at `core`'s local sizes.
-  NamedOp local_op(const NamedOp& n, int core) const;
-  void run_causal_softmax(int core, int f, MeshAction::What what);
-  void run_layer_norm(int core, int f, MeshAction::What what);
-  void run_softmax_xent(int core, int f, MeshAction::What what);
-  void run_gather(int core, int f, MeshAction::What what);
+  class CoreView;
+  /// The producer of op f's operand `which` (0 a, 1 b, 2 its residual; -1: the model's input or none).
+  int producer(int f, int which) const;
   /// `which`: the operand (GatherOperand, ScatterOperandGradient).
   void reduce(const std::vector<int>& group, int f, MeshAction::What what, int which);
-  /// A split softmax's (max, sum of exponentials) row statistics, combined over the group.
-  void combine_softmax_statistics(const std::vector<int>& group, int f);
-  /// A split layer norm's row sums (of its input, or of its gradient), summed over the group.
-  void combine_layer_norm_sums(const std::vector<int>& group, int f, bool gradient);
   /// Op f's operand `which`, split along the sequence, gathered whole on every member.
   void gather_operand(const std::vector<int>& group, int f, int which);
   /// The summed gradient of an operand read whole, each member keeping its piece.
   void scatter_operand_gradient(const std::vector<int>& group, int f, int which);
-  void finish_softmax_xent(int core, int f);
-  void finish_layer_norm(int core, int f);
-  void finish_layer_norm_gradient(int core, int f);
 
   const Study& study_;
   FunctionalRuntime& rt_;
@@ -169,9 +153,9 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
   std::vector<std::map<int, Tensor>>
       pending_;  // per core: producing op -> partial sums of its gradient awaiting an all-reduce
   std::vector<std::map<int, std::vector<double>>> stats_;
-  std::vector<std::map<int, std::vector<Tensor>>> extras_;  // per core: op -> what its forward saved
-  std::vector<std::set<int>> backward_run_;                 // per core: ops run_on_piece ran backward
-  std::vector<std::vector<std::int32_t>> targets_, tokens_;
+  std::vector<std::map<int, std::vector<Tensor>>> extras_;     // per core: op -> what its forward saved
+  std::vector<std::set<int>> backward_run_;                    // per core: ops whose backward ran this step
+  std::vector<std::map<int, std::vector<std::int32_t>>> ids_;  // per core: op -> its rows' ids
   std::vector<Tensor> input_;
 };
 

@@ -8,6 +8,7 @@
 #include "hardware/hardware_spec.hpp"
 #include "models/model.hpp"
 #include "models/op_lowering.hpp"
+#include "models/ops/op_kind.hpp"
 
 using namespace tpusim;
 
@@ -774,6 +775,32 @@ TEST_CASE("op kinds are registered by name, one file under models/ops/ and one r
   NamedOp unknown = einsum("x", act({{"batch", 2}}), weight({{"batch", 2}}), act({{"batch", 2}}));
   unknown.kind = "fft";
   CHECK_THROWS_AS(op_kind(unknown), SimulationError);
+}
+
+TEST_CASE("a kind says whether it runs on the pieces a mesh layout gives a core", "[models][shards]") {
+  // By default (convolutions, batch norms, pools) a split batch only, named by the kind; an
+  // element-wise op on any split; an einsum reads an operand whole along a split sequence.
+  const Model resnet = build(R"({"kind": "resnet50"})");
+  const auto ops = resnet.layers[0].named_ops(8);
+  const NamedOp& conv = ops.front();
+  REQUIRE(conv.kind == "conv");
+  auto splitting = [](std::set<std::string> dims) {
+    return ShardSupport{[dims](const std::string& d) { return dims.count(d) > 0; }, false, false, true};
+  };
+  CHECK(op_kind(conv).missing_shard_math(conv, splitting({"batch"})).empty());
+  const std::string why = op_kind(conv).missing_shard_math(conv, splitting({"batch", "height"}));
+  CHECK(why == "a conv with height split: no host math on such shards");
+  NamedOp relu = conv;
+  relu.kind = "elementwise";
+  relu.math = NamedOp::Math::BiasRelu;
+  relu.b = NamedTensor{};
+  CHECK(op_kind(relu).missing_shard_math(relu, splitting({"batch", "height"})).empty());
+  CHECK(op_kind(relu).missing_shard_math(relu, splitting({})).empty());
+  CHECK(op_kind(relu).reads_split_sequence_whole() == false);
+  NamedOp matmul =
+      einsum("x", act({{"batch", 2}, {"d", 4}}), weight({{"d", 4}, {"f", 8}}), act({{"batch", 2}, {"f", 8}}));
+  CHECK(op_kind(matmul).missing_shard_math(matmul, splitting({"d"})).empty());
+  CHECK(op_kind(matmul).reads_split_sequence_whole());
 }
 
 TEST_CASE("a parallel block has one layer norm and adds attention and feed-forward to its input",

@@ -1,5 +1,7 @@
 // Einsum: a . b -> out over named dimensions (contracted: those of the inputs absent from the
 // output), a (batched) matmul on the MXU; its backward is two more (da, db).
+#include <algorithm>
+
 #include "models/named_math.hpp"
 #include "models/ops/op_kind.hpp"
 
@@ -74,6 +76,49 @@ class Einsum : public NamedOpKind {
       named::add_into(*g.weight_grads, db);
     else
       g.db = std::move(db);
+  }
+
+  // On a mesh's shards: the local einsum of the core's pieces. A split contraction leaves partial
+  // sums (the all-reduces after it complete them); an operand read whole along a split sequence
+  // was all-gathered, and its gradient is reduce-scattered back to the pieces.
+  std::string missing_shard_math(const NamedOp& op, const ShardSupport& s) const override {
+    const auto an = names_of(op.a), bn = names_of(op.b), on = names_of(op.out);
+    auto has = [](const named::Names& v, const std::string& x) {
+      return std::find(v.begin(), v.end(), x) != v.end();
+    };
+    for (const auto& d : an)
+      if (!has(bn, d) && !has(on, d)) return "a dimension summed out of one operand alone";
+    for (const auto& d : on)
+      if (!has(an, d) && !has(bn, d)) return "an output dimension from no operand";
+    if (!s.second_operand && !op.b.weight) return "no second operand";
+    return "";
+  }
+  bool reads_split_sequence_whole() const override { return true; }
+  void shard_step(const NamedOp& op, ShardStep step, bool partial, ShardHost& h) const override {
+    named::Sizes size;
+    for (const NamedTensor* t : {&op.a, &op.b, &op.out}) {
+      const ShardHost::Box b = h.box(*t);
+      for (std::size_t i = 0; i < t->dims.size(); ++i) size[t->dims[i].name] = b.local[i];
+    }
+    const auto an = names_of(op.a), bn = names_of(op.b), on = names_of(op.out);
+    const Tensor& B = op.b.weight ? *h.weight(0, false) : h.operand(1);
+    auto part = [&](int which) {
+      return h.reads_gathered(which) ? ShardHost::Part::OfGathered
+             : partial               ? ShardHost::Part::Pending
+                                     : ShardHost::Part::Whole;
+    };
+    if (step == ShardStep::Forward) {
+      h.output() = named::einsum(h.operand(0), an, B, bn, on, size);
+    } else if (step == ShardStep::Backward) {
+      if (!h.produced(0)) return;  // the model's input needs no gradient
+      h.add_gradient(0, named::einsum(h.output_gradient(), on, B, bn, an, size), part(0));
+    } else {
+      Tensor db = named::einsum(h.operand(0), an, h.output_gradient(), on, bn, size);
+      if (op.b.weight)
+        named::add_into(*h.weight(0, true), db);
+      else
+        h.add_gradient(1, std::move(db), part(1));
+    }
   }
 };
 

@@ -120,6 +120,18 @@ class Elementwise : public NamedOpKind {
     if (!op.skip.empty()) g.dskip = dz;
     g.da = std::move(dz);
   }
+
+  // On a mesh's shards: any split, each core's pieces through the whole-tensor math, as long as a
+  // bias runs over the trailing dimensions (its piece lines up with the activation's).
+  std::string missing_shard_math(const NamedOp& op, const ShardSupport& s) const override {
+    bool suffix_bias = op.b.dims.size() <= op.a.dims.size();
+    for (std::size_t j = 0; suffix_bias && j < op.b.dims.size(); ++j)
+      suffix_bias = op.b.dims[j].name == op.a.dims[op.a.dims.size() - op.b.dims.size() + j].name;
+    if ((!gated(op) && !suffix_bias) ||
+        ((op.math == M::Residual || op.math == M::ResidualRelu) && !s.residual))
+      return "a bias over other than the trailing dimensions, or a residual of nothing";
+    return "";
+  }
 };
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Gather: rows of table b picked by ids a (an embedding lookup; b an activation: rows of it, as
 // a masked LM picks its predicted positions). Memory-bound; its backward scatter-adds the rows'
 // gradients into a dense gradient of the whole table.
+#include <algorithm>
+
 #include "models/kernels/kernels.hpp"
 #include "models/ops/op_kind.hpp"
 
@@ -66,6 +68,40 @@ class Gather : public NamedOpKind {
   void host_backward(const NamedOp& op, HostBackward& g) const override {
     kernels::embedding_backward(g.saved.ids.data(), g.dy.data(), g.weight_grads->data(),
                                 kernels::I(g.saved.ids.size()), op.b.dims[1].size);
+  }
+
+  // On a mesh's shards: each core looks up the rows of the table it holds (zeros for the others;
+  // the all-reduce over a split vocabulary sums them).
+  std::string missing_shard_math(const NamedOp& op, const ShardSupport& s) const override {
+    return s.first_op && op.a.dims.size() == 2 && op.out.dims.size() == 3
+               ? ""
+               : "a lookup other than the model's token embedding";
+  }
+  void shard_step(const NamedOp& op, ShardStep step, bool, ShardHost& h) const override {
+    using kernels::I;
+    const ShardHost::Box table = h.box(op.b);
+    const I width = table.local[1], first_row = table.offset[0], held_rows = table.local[0];
+    if (step == ShardStep::Forward) h.ids() = h.tokens_per_row(op.a);
+    const auto& ids = h.ids();
+    if (step == ShardStep::Forward) {
+      const Tensor& t = *h.weight(0, false);
+      Tensor y(ids.size() * std::size_t(width), 0.0f);
+      for (std::size_t r = 0; r < ids.size(); ++r) {
+        const I row = ids[r] - first_row;
+        if (row >= 0 && row < held_rows)
+          std::copy_n(t.begin() + row * width, width, y.begin() + std::int64_t(r) * width);
+      }
+      h.output() = std::move(y);
+      return;
+    }
+    const Tensor& dy = h.output_gradient();
+    Tensor& dt = *h.weight(0, true);
+    for (std::size_t r = 0; r < ids.size(); ++r) {
+      const I row = ids[r] - first_row;
+      if (row >= 0 && row < held_rows)
+        for (I j = 0; j < width; ++j)
+          dt[std::size_t(row * width + j)] += dy[r * std::size_t(width) + std::size_t(j)];
+    }
   }
 };
 

@@ -73,4 +73,79 @@ void NamedOpKind::host_backward(const NamedOp& op, HostBackward&) const {
   throw std::logic_error("op " + op.name + " has no host math: " + missing_host_math(op));
 }
 
+std::int64_t ShardHost::Box::elements() const {
+  std::int64_t n = 1;
+  for (auto l : local) n *= l;
+  return n;
+}
+
+namespace {
+
+/// What a kind's whole-tensor math is handed for data on shards: the kinds run there through it
+/// read none (lookups and the loss have their own shard math).
+class NoData : public DataSource {
+ public:
+  std::vector<std::int32_t> targets(const Batch&) const override { return {}; }
+};
+
+/// The op at a core's local sizes.
+NamedOp local_op(const NamedOp& op, const ShardHost& h) {
+  NamedOp local = op;
+  for (NamedTensor* t : {&local.a, &local.b, &local.out}) {
+    const ShardHost::Box b = h.box(*t);
+    for (std::size_t d = 0; d < t->dims.size(); ++d) t->dims[d].size = b.local[d];
+  }
+  return local;
+}
+
+}  // namespace
+
+std::string NamedOpKind::missing_shard_math(const NamedOp& op, const ShardSupport& s) const {
+  for (const NamedTensor* t : {&op.a, &op.b, &op.out})
+    for (const auto& d : t->dims)
+      if (d.name != "batch" && s.split(d.name))
+        return "a " + op.kind + " with " + d.name + " split: no host math on such shards";
+  return "";
+}
+
+void NamedOpKind::shard_step(const NamedOp& op, ShardStep step, bool, ShardHost& h) const {
+  static const NoData no_data;
+  static const Batch batch;
+  const NamedOp local = local_op(op, h);
+  Saved saved;
+  if (step == ShardStep::Forward) {
+    std::vector<Tensor>& extras = h.extras();
+    extras.assign(std::size_t(saved_extras(local)), Tensor{});
+    double loss = 0;
+    HostForward in{h.operand(0),  h.produced(1) ? &h.operand(1) : nullptr,
+                   h.skip(),      h.weight(0, false),
+                   extras.data(), saved,
+                   no_data,       batch,
+                   loss};
+    h.output() = host_forward(local, in);
+    return;
+  }
+  if (!h.has_output_gradient() || !h.first_backward()) return;
+  HostBackward g{h.operand(0),
+                 h.produced(1) ? &h.operand(1) : nullptr,
+                 h.output(),
+                 h.weight(0, false),
+                 h.extras().data(),
+                 saved,
+                 batch,
+                 h.output_gradient(),
+                 h.weight(0, true),
+                 {},
+                 {},
+                 {}};
+  host_backward(local, g);
+  if (!g.dskip.empty()) h.add_gradient(2, std::move(g.dskip), ShardHost::Part::Whole);
+  if (!g.da.empty()) h.add_gradient(0, std::move(g.da), ShardHost::Part::Whole);
+  if (!g.db.empty()) h.add_gradient(1, std::move(g.db), ShardHost::Part::Whole);
+}
+
+void NamedOpKind::shard_combine(const NamedOp& op, bool, const std::vector<ShardHost*>&) const {
+  throw std::logic_error("op " + op.name + " (" + op.kind + ") has no row statistics to combine");
+}
+
 }  // namespace tpusim

@@ -2,12 +2,14 @@
 // models/ops/ (einsum, elementwise, reduction, gather, conv, batch_norm, pool). A kind owns the
 // hardware ops of a core's shard of it, forward and backward (the cost model prices them), what
 // its backward needs held (the gradients in flight besides the kept tensors), how a mesh layout
-// splitting its dimensions adds collectives around it, and its host math for functional mode.
-// The lowerings and interpreters (op_lowering, the mesh lowering, the whole-tensor interpreter)
-// walk a layer's ops and ask each op's kind; none switches on kinds. A new kind of op is one file
-// plus one registry line (registry.cpp).
+// splitting its dimensions adds collectives around it, and its host math for functional mode, on
+// whole tensors and on a mesh's shards.
+// The lowerings and interpreters (op_lowering, the mesh lowering, the whole-tensor interpreter,
+// the mesh executor) walk a layer's ops and ask each op's kind; none switches on kinds. A new
+// kind of op is one file plus one registry line (registry.cpp).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -87,6 +89,75 @@ struct HostBackward {
   Tensor da, db, dskip;            ///< its operands' gradients (empty: none)
 };
 
+/// One core's view of an op on a mesh's shards, as functional mode's mesh executor offers it to
+/// the op's kind (schedules/mesh_functional.cpp): where the core's pieces of the op's tensors lie
+/// in the whole ones, the values it reads and writes, where its operands' gradients go, and what
+/// it keeps between its steps (row statistics, per-row ids).
+class ShardHost {
+ public:
+  /// A core's piece of a tensor: the whole tensor's sizes, where the piece starts, its sizes.
+  struct Box {
+    std::vector<std::int64_t> whole, offset, local;
+    std::int64_t elements() const;
+  };
+  /// Where an operand's gradient goes: complete on this core; a partial sum added to its
+  /// producer's pending sum, which a later all-reduce completes; or, for an operand read whole
+  /// along a sequence its producer splits, kept for the reduce-scatter back to the pieces.
+  enum class Part { Whole, Pending, OfGathered };
+
+  virtual ~ShardHost() = default;
+  /// This core's piece of a tensor of the op.
+  virtual Box box(const NamedTensor& t) const = 0;
+  /// Whether the layout splits tensor dimension `dim`.
+  virtual bool split(const std::string& dim) const = 0;
+  /// Operand 0 (a) or 1 (b) as the op reads it (its all-gathered copy where it reads whole a
+  /// sequence its producer splits), or the model's input.
+  virtual const Tensor& operand(int which) = 0;
+  /// Whether operand `which` is read whole along a sequence its producer splits.
+  virtual bool reads_gathered(int which) const = 0;
+  /// Whether operand `which` (0, 1; 2 the residual) is an activation some op of the step produced
+  /// (not the model's input, not a weight, not absent).
+  virtual bool produced(int which) const = 0;
+  /// The residual an op adds, or null.
+  virtual const Tensor* skip() = 0;
+  /// Copy `k` of the op's weight on this core (its gradient with `gradient`), or null without one.
+  virtual Tensor* weight(int k, bool gradient) = 0;
+  /// The op's output on this core (a forward step writes it).
+  virtual Tensor& output() = 0;
+  /// The gradient of its output (has_output_gradient: whether one has arrived).
+  virtual Tensor& output_gradient() = 0;
+  virtual bool has_output_gradient() const = 0;
+  /// Adds `g` to the gradient of operand `which` (0, 1; 2 the residual).
+  virtual void add_gradient(int which, Tensor g, Part part) = 0;
+  /// What the op keeps between steps on this core: row statistics (`slot` 0: the forward's, 1:
+  /// its gradient's), the tensors its whole-tensor forward saves, per-row ids.
+  virtual std::vector<double>& statistics(int slot) = 0;
+  virtual std::vector<Tensor>& extras() = 0;
+  virtual std::vector<std::int32_t>& ids() = 0;
+  /// True the first time this step's backward of the op reaches it on this core.
+  virtual bool first_backward() = 0;
+  /// Per row of this core's piece of `rows`: the target (the loss's) or token (a lookup's) of
+  /// the examples the rows belong to.
+  virtual std::vector<std::int32_t> targets_per_row(const NamedTensor& rows) = 0;
+  virtual std::vector<std::int32_t> tokens_per_row(const NamedTensor& rows) = 0;
+  /// Whether this core is the first of those holding the same piece of a tensor over `dims`.
+  virtual bool first_replica(const std::vector<std::string>& dims) const = 0;
+  /// Adds this core's share of the loss.
+  virtual void add_loss(double loss) = 0;
+};
+
+/// What a layout gives an op on the shards, for the check of whether its kind can run there.
+struct ShardSupport {
+  std::function<bool(const std::string&)> split;  ///< whether the layout splits a tensor dimension
+  bool second_operand = false;                    ///< its second operand is an activation
+  bool residual = false;                          ///< it adds a residual
+  bool first_op = false;                          ///< the model's first op
+};
+
+/// A step of an op on a core's shards: its forward, its input gradient (the whole backward of an
+/// op other than an einsum), an einsum's gradient of its second operand.
+enum class ShardStep { Forward, Backward, WeightGradient };
+
 class NamedOpKind {
  public:
   virtual ~NamedOpKind() = default;
@@ -151,6 +222,22 @@ class NamedOpKind {
   virtual Tensor host_forward(const NamedOp& op, HostForward& f) const;
   /// Its backward on whole tensors: fills da (and db, dskip, the weight gradients).
   virtual void host_backward(const NamedOp& op, HostBackward& b) const;
+
+  // --- Host math on a mesh's shards (functional mode) --------------------------------------------
+  /// Why it cannot run on the pieces a layout gives a core ("" when it can). By default a split
+  /// batch only: each core's examples through the whole-tensor math (convolutions, batch norms
+  /// over a replica's own examples, pools); halos and split statistics have no host math.
+  virtual std::string missing_shard_math(const NamedOp& op, const ShardSupport& s) const;
+  /// It reads an operand whole along a sequence its producer splits (an einsum's keys and values).
+  virtual bool reads_split_sequence_whole() const { return false; }
+  /// One step of it on a core's pieces (`partial`: an einsum's gradient of an activation is a
+  /// partial sum). By default its whole-tensor math on the pieces at their local sizes, the whole
+  /// backward at the first backward step (a convolution's weight gradient comes with its input
+  /// gradient).
+  virtual void shard_step(const NamedOp& op, ShardStep step, bool partial, ShardHost& h) const;
+  /// After a layout splitting what it normalizes: its row statistics (or, with `gradient`, its
+  /// gradient's row sums) combined over `group`, each member's step finished.
+  virtual void shard_combine(const NamedOp& op, bool gradient, const std::vector<ShardHost*>& group) const;
 };
 
 /// The kind of `op`: the registered kind named `op.kind` (SimulationError if none: a model

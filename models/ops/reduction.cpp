@@ -24,6 +24,125 @@ double xent_scale(I rows, const Batch& batch) {
   return double(batch.count) / (double(rows) * double(batch.global));
 }
 
+// --- On a mesh's shards ---------------------------------------------------------------------------
+// Per row, statistics over the core's part of the row; where the layout splits what a row
+// normalizes, they are combined over the group (shard_combine) before the row is finished.
+constexpr float kLayerNormEpsilon = 1e-5f;  // the layer functions' (kernels::layernorm_forward's default)
+
+/// A core's piece of the op's input as rows (its local last dimension) and the piece's box.
+struct PieceRows {
+  ShardHost::Box box;
+  I rows, cols;
+};
+PieceRows piece_rows(const NamedOp& op, const ShardHost& h) {
+  ShardHost::Box b = h.box(op.a);
+  const I cols = b.local.back();
+  const I rows = b.elements() / cols;
+  return {std::move(b), rows, cols};
+}
+
+void causal_softmax_step(const NamedOp& op, ShardStep step, ShardHost& h) {
+  // Rows: [..., query position, positions attended to]; the query's position in the sequence.
+  const auto [in, rows, cols] = piece_rows(op, h);
+  const Tensor& x = h.operand(0);
+  Tensor y(x.size());
+  if (step == ShardStep::Forward) {
+    kernels::softmax_forward(x.data(), y.data(), rows, cols, op.scale, in.local[in.local.size() - 2],
+                             in.offset[in.offset.size() - 2]);
+    h.output() = std::move(y);
+  } else {
+    kernels::softmax_backward(h.output().data(), h.output_gradient().data(), y.data(), rows, cols, op.scale);
+    h.add_gradient(0, std::move(y), ShardHost::Part::Whole);
+  }
+}
+
+void finish_layer_norm(const NamedOp& op, ShardHost& h) {
+  const auto [in, rows, cols] = piece_rows(op, h);
+  const Tensor& x = h.operand(0);
+  auto& stats = h.statistics(0);
+  kernels::layernorm_statistics(stats.data(), rows, double(in.whole.back()), kLayerNormEpsilon);
+  Tensor y(x.size());
+  kernels::layernorm_apply(x.data(), h.weight(0, false)->data(), h.weight(1, false)->data(), stats.data(),
+                           y.data(), rows, cols);
+  h.output() = std::move(y);
+}
+
+void finish_layer_norm_gradient(const NamedOp& op, ShardHost& h) {
+  const auto [in, rows, cols] = piece_rows(op, h);
+  const Tensor& x = h.operand(0);
+  Tensor dx(x.size());
+  kernels::layernorm_gradient_apply(x.data(), h.weight(0, false)->data(), h.statistics(0).data(),
+                                    h.output_gradient().data(), h.statistics(1).data(), dx.data(), rows, cols,
+                                    double(in.whole.back()));
+  h.add_gradient(0, std::move(dx), ShardHost::Part::Whole);
+}
+
+void layer_norm_step(const NamedOp& op, ShardStep step, ShardHost& h) {
+  const auto [in, rows, cols] = piece_rows(op, h);
+  const Tensor& x = h.operand(0);
+  std::vector<double> sums(std::size_t(2 * rows));
+  const bool whole = !h.split(op.reduce_dim);
+  if (step == ShardStep::Forward) {
+    kernels::layernorm_sums(x.data(), sums.data(), rows, cols);
+    h.statistics(0) = std::move(sums);
+    if (whole) finish_layer_norm(op, h);
+  } else {
+    kernels::layernorm_gradient_sums(x.data(), h.weight(0, false)->data(), h.statistics(0).data(),
+                                     h.output_gradient().data(), h.weight(0, true)->data(),
+                                     h.weight(1, true)->data(), sums.data(), rows, cols);
+    h.statistics(1) = std::move(sums);
+    if (whole) finish_layer_norm_gradient(op, h);
+  }
+}
+
+/// The rows' log-sum-exp; this core's share of the loss: each row's log-sum-exp once per piece of
+/// rows, each target logit once, on the core holding it.
+void finish_softmax_xent(const NamedOp& op, ShardHost& h) {
+  const auto [in, rows, cols] = piece_rows(op, h);
+  const Tensor& x = h.operand(0);
+  const auto& t = h.ids();
+  auto& s = h.statistics(0);
+  std::vector<double> lse = kernels::softmax_log_sum_exp(s.data(), rows);
+  std::vector<std::string> row_dims;
+  for (const auto& d : op.a.dims) row_dims.push_back(d.name);
+  row_dims.pop_back();
+  const bool count_rows = h.first_replica(row_dims);
+  row_dims.push_back(op.reduce_dim);
+  const bool count_targets = h.first_replica(row_dims);
+  double loss = 0, whole_rows = 1;
+  for (std::size_t d = 0; d + 1 < in.whole.size(); ++d) whole_rows *= double(in.whole[d]);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    if (count_rows) loss += lse[std::size_t(r)];
+    const std::int64_t j = t[std::size_t(r)] - in.offset.back();
+    if (count_targets && j >= 0 && j < cols) loss -= double(x[std::size_t(r * cols + j)]);
+  }
+  s = std::move(lse);
+  h.add_loss(loss / whole_rows);
+}
+
+void softmax_xent_step(const NamedOp& op, ShardStep step, ShardHost& h) {
+  const auto [in, rows, cols] = piece_rows(op, h);
+  const Tensor& x = h.operand(0);
+  if (step == ShardStep::Forward) {
+    // Per row, (max, sum of exponentials) over this core's part of the row.
+    std::vector<double> s(std::size_t(2 * rows));
+    kernels::softmax_row_statistics(x.data(), s.data(), rows, cols);
+    h.statistics(0) = std::move(s);
+    NamedTensor row_dims = op.a;
+    row_dims.dims.pop_back();
+    h.ids() = h.targets_per_row(row_dims);
+    if (!h.split(op.reduce_dim)) finish_softmax_xent(op, h);
+    return;
+  }
+  // d logits = (softmax - one-hot(target)) / rows of the whole batch.
+  double whole_rows = 1;
+  for (std::size_t d = 0; d + 1 < in.whole.size(); ++d) whole_rows *= double(in.whole[d]);
+  Tensor dx(x.size());
+  kernels::softmax_xent_gradient(x.data(), h.statistics(0).data(), h.ids().data(), dx.data(), rows, cols,
+                                 in.offset.back(), 1.0 / whole_rows);
+  h.add_gradient(0, std::move(dx), ShardHost::Part::Whole);
+}
+
 class Reduction : public NamedOpKind {
  public:
   Op forward(const NamedOp& op, const Sharding& s, double act) const override {
@@ -120,6 +239,36 @@ class Reduction : public NamedOpKind {
                                   g.weight_grads[1].data(), rows, cols);
     else
       kernels::softmax_backward(g.y.data(), g.dy.data(), g.da.data(), rows, cols, op.scale);
+  }
+
+  std::string missing_shard_math(const NamedOp& op, const ShardSupport& s) const override {
+    if (op.math == M::CausalSoftmax && (s.split(op.reduce_dim) || op.a.dims.size() < 2))
+      return "a causal softmax split along the positions it normalizes";
+    return "";
+  }
+  void shard_step(const NamedOp& op, ShardStep step, bool, ShardHost& h) const override {
+    if (op.math == M::CausalSoftmax) return causal_softmax_step(op, step, h);
+    if (op.math == M::LayerNorm) return layer_norm_step(op, step, h);
+    softmax_xent_step(op, step, h);
+  }
+  void shard_combine(const NamedOp& op, bool gradient, const std::vector<ShardHost*>& group) const override {
+    if (op.math == M::LayerNorm) {  // row sums add up
+      const int slot = gradient ? 1 : 0;
+      std::vector<std::vector<double>*> s;
+      for (ShardHost* h : group) s.push_back(&h->statistics(slot));
+      for (std::size_t i = 0; i < s.front()->size(); ++i) {
+        double sum = 0;
+        for (auto* v : s) sum += (*v)[i];
+        for (auto* v : s) (*v)[i] = sum;
+      }
+      for (ShardHost* h : group) gradient ? finish_layer_norm_gradient(op, *h) : finish_layer_norm(op, *h);
+      return;
+    }
+    // A split softmax's (max, sum of exponentials) pairs combine exactly.
+    std::vector<double*> pieces;
+    for (ShardHost* h : group) pieces.push_back(h->statistics(0).data());
+    kernels::softmax_combine_statistics(pieces, I(group.front()->statistics(0).size() / 2));
+    for (ShardHost* h : group) finish_softmax_xent(op, *h);
   }
 };
 
