@@ -337,6 +337,9 @@ class LayerLowering : public MeshLoweringSink {
     }
     const auto over = s_.split_missing({&op.a, &op.out}, op.b);
     compute(p_.backward, operand_gradient, A::WeightGradient, !op.b.weight && !over.empty());
+    // A weight of another layer (a tied embedding table): its gradient joins the owner's, which
+    // the owner's weight-gradient reduction reduces once with the rest.
+    if (op.b.tied) return;
     collective(p_.backward, op.b.weight ? Event::GradientAllReduce : Event::BlockingAllReduce,
                op.name + (op.b.weight ? " weight gradient" : " input gradient"),
                gb ? without_seq(over) : over, s_.local_elements(op.b) * (op.b.weight ? kWeightBytes : act_),

@@ -881,3 +881,23 @@ TEST_CASE("experts split over the batch's mesh dimension exchange their slots by
   // ... holding all 32 experts' weights where the split mesh holds one.
   CHECK(replicated.graph.resident_bytes(0) > step.graph.resident_bytes(0) * 5);
 }
+
+TEST_CASE("a tied embedding's gradient is reduced once, with its owner's weight gradients", "[mesh]") {
+  // The output layer reads the embedding table (shared_embeddings): its gradient of the table
+  // adds to the embedding layer's, which that layer's weight-gradient reduction over the batch
+  // reduces; the output layer reduces only its input gradient's partial sums over the split
+  // vocabulary (it once all-reduced the table's gradient over the batch as well, blocking).
+  Json model = megatron_model();
+  model["shared_embeddings"] = true;
+  const Study s = mesh_study(model, megatron_schedule());
+  const BuiltStep step = s.schedule->build(s);
+  const Json logits = collectives_of(step, "output", "logits");
+  REQUIRE(logits.size() == 1);
+  CHECK(logits[0]["mesh_dims"] == Json::array({"model"}));
+  CHECK(logits[0]["what"] == "logits input gradient");
+  bool owner_reduces = false;
+  for (const auto& c : collectives_of(step, "embedding", "embedding"))
+    owner_reduces |= c["what"] == "embedding weight gradient" && c["mesh_dims"] == Json::array({"batch"}) &&
+                     c["bytes"].get<double>() == Approx(1024.0 / 4 * 256 * 4);  // fp32, vocab split 4 ways
+  CHECK(owner_reduces);
+}
