@@ -27,7 +27,6 @@ double xent_scale(I rows, const Batch& batch) {
 // --- On a mesh's shards ---------------------------------------------------------------------------
 // Per row, statistics over the core's part of the row; where the layout splits what a row
 // normalizes, they are combined over the group (shard_combine) before the row is finished.
-constexpr float kLayerNormEpsilon = 1e-5f;  // the layer functions' (kernels::layernorm_forward's default)
 
 /// A core's piece of the op's input as rows (its local last dimension) and the piece's box.
 struct PieceRows {
@@ -60,7 +59,7 @@ void finish_layer_norm(const NamedOp& op, ShardHost& h) {
   const auto [in, rows, cols] = piece_rows(op, h);
   const Tensor& x = h.operand(0);
   auto& stats = h.statistics(0);
-  kernels::layernorm_statistics(stats.data(), rows, double(in.whole.back()), kLayerNormEpsilon);
+  kernels::layernorm_statistics(stats.data(), rows, double(in.whole.back()));  // the layer functions' epsilon
   Tensor y(x.size());
   kernels::layernorm_apply(x.data(), h.weight(0, false)->data(), h.weight(1, false)->data(), stats.data(),
                            y.data(), rows, cols);
