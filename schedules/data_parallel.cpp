@@ -15,14 +15,7 @@ DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
       f.string_or("weight_update", "replicated", {"replicated", "sharded", "fully_sharded"});
   fully_sharded_ = update == "fully_sharded";
   sharded_ = update != "replicated";
-  gradient_wire_bytes_ =
-      f.string_or("gradient_dtype", "fp32", {"fp32", "bf16"}) == "bf16" ? 2.0 : kWeightBytes;
-  gathered_weight_bytes_ =
-      f.string_or("gathered_weight_dtype", "fp32", {"fp32", "bf16"}) == "bf16" ? 2.0 : kWeightBytes;
-  if (problems.empty() && !fully_sharded_ && f.has("gathered_weight_dtype"))
-    problems.add(f.path_of("gathered_weight_dtype"), Json(gathered_weight_bytes_ == 2.0 ? "bf16" : "fp32"),
-                 "no gathered_weight_dtype unless weight_update is \"fully_sharded\" (only then are weights "
-                 "gathered per layer)");
+  wire_ = read_wire_dtypes(f, fully_sharded_);
   bucket_bytes_ =
       f.positive_or("gradient_bucket_bytes", study.hardware.core.allreduce_combine_threshold_bytes);
   batch_norm_group_ = int(f.integer_or("batch_norm_group", 1, 1, study.cores()));
@@ -82,11 +75,10 @@ Json DataParallel::resolved() const {
          {"weight_update", fully_sharded_ ? "fully_sharded"
                            : sharded_     ? "sharded"
                                           : "replicated"},
-         {"gradient_dtype", gradient_wire_bytes_ == 2.0 ? "bf16" : "fp32"},
          {"gradient_bucket_bytes", bucket_bytes_},
          {"batch_norm_group", batch_norm_group_},
          {"remat", remat_json(remat_)}};
-  if (fully_sharded_) j["gathered_weight_dtype"] = gathered_weight_bytes_ == 2.0 ? "bf16" : "fp32";
+  add_wire_dtypes(j, wire_, fully_sharded_);
   if (accumulation_steps_ > 1) j["accumulation_steps"] = accumulation_steps_;
   return j;
 }
@@ -100,15 +92,11 @@ class DataParallelPlayer {
   struct Settings {
     int cores = 1;
     bool sharded = false;
-    double gradient_wire_bytes = 4;
     double bucket_bytes = 0;
     int batch_norm_group = 1;
     Keep remat = Keep::All;      ///< what the forward keeps; the rest is recomputed before the backward
     bool fully_sharded = false;  ///< weights too 1/N per core, gathered per layer (implies sharded)
-    /// Fully sharded: bytes per element of the gathered weights (fp32: the master copy, each core's
-    /// own piece in place; bf16: the copy the matmuls read, converted on the shard before the
-    /// gather, held whole).
-    double gathered_weight_bytes = 4;
+    WireDtypes wire;             ///< what the reductions and (fully sharded) the gathers carry
     /// Gradient accumulation: each replica's batch run as this many micro-batches, one after
     /// another, their gradients summed before the step's reduction.
     int accumulation_steps = 1;
@@ -307,7 +295,7 @@ class DataParallelPlayer {
     if (params <= 0) return -1;
     const int gather = b_.collective(sim::CollectiveOp::AllGather, "weight_allgather",
                                      "all-gather weights of layer " + std::to_string(l) + " for its " + when,
-                                     group_, s_.gathered_weight_bytes * params, {l, l + 1});
+                                     group_, s_.wire.gathered_weight_bytes * params, {l, l + 1});
     if (before >= 0) g_.depend(before, gather);
     const double rest = gathered_bytes(l);
     for (int c = 0; c < s_.cores; ++c)
@@ -319,7 +307,7 @@ class DataParallelPlayer {
   /// What a core holds of layer `l`'s weights beyond its own shard once they are gathered.
   double gathered_bytes(int l) const {
     const double params = params_of({l, l + 1});
-    if (s_.gathered_weight_bytes < kWeightBytes) return s_.gathered_weight_bytes * params;
+    if (s_.wire.gathers_copy()) return s_.wire.gathered_weight_bytes * params;
     return kWeightBytes * params * (1.0 - shard_fraction({l, l + 1}));
   }
 
@@ -338,7 +326,7 @@ class DataParallelPlayer {
     const double params = params_of(r), fraction = shard_fraction(r);
     const std::string range = "layer " + std::to_string(l);
     const int reduce = b_.collective(sim::CollectiveOp::ReduceScatter, "gradient_reduce_scatter",
-                                     "reduce-scatter " + range, group_, params * s_.gradient_wire_bytes, r);
+                                     "reduce-scatter " + range, group_, params * s_.wire.gradient_bytes, r);
     g_.task(reduce).across_slices = true;
     for (int c = 0; c < s_.cores; ++c) g_.depend(bwd_[c][l], reduce);
     if (reduce_before >= 0) g_.depend(reduce_before, reduce);
@@ -346,9 +334,9 @@ class DataParallelPlayer {
     pending_updates_.push_back({r, keep_shard(r, reduce, range, fraction, params), fraction});
     return Json{{"layers", {l, l}},
                 {"params", params},
-                {"gradient_bytes_on_wire", params * s_.gradient_wire_bytes},
+                {"gradient_bytes_on_wire", params * s_.wire.gradient_bytes},
                 {"shard_params", std::ceil(params / s_.cores)},
-                {"weight_bytes_gathered", 2.0 * s_.gathered_weight_bytes * params}};
+                {"weight_bytes_gathered", 2.0 * s_.wire.gathered_weight_bytes * params}};
   }
 
   /// A bucket's gradient reduction (all-reduce, or reduce-scatter with sharding, then the
@@ -361,7 +349,7 @@ class DataParallelPlayer {
     const int reduce = b_.collective(
         s_.sharded ? sim::CollectiveOp::ReduceScatter : sim::CollectiveOp::AllReduce,
         s_.sharded ? "gradient_reduce_scatter" : "gradient_allreduce",
-        (s_.sharded ? "reduce-scatter " : "all-reduce ") + range, group_, params * s_.gradient_wire_bytes, r);
+        (s_.sharded ? "reduce-scatter " : "all-reduce ") + range, group_, params * s_.wire.gradient_bytes, r);
     g_.task(reduce).across_slices = true;
     // As soon as the bucket's gradients exist, or (the software stack's choice) once the whole
     // backward has finished, the combined buckets one after another.
@@ -384,7 +372,7 @@ class DataParallelPlayer {
     }
     Json bj{{"layers", {r.first, r.last - 1}},
             {"params", params},
-            {"gradient_bytes_on_wire", params * s_.gradient_wire_bytes}};
+            {"gradient_bytes_on_wire", params * s_.wire.gradient_bytes}};
     if (s_.sharded) {
       const int gather = b_.collective(sim::CollectiveOp::AllGather, "weight_allgather",
                                        "all-gather weights " + range, group_, kWeightBytes * params, r);
@@ -428,8 +416,8 @@ class DataParallelPlayer {
 
 BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional) const {
   DataParallelPlayer player(study, functional,
-                            {replicas_, sharded_, gradient_wire_bytes_, bucket_bytes_, batch_norm_group_,
-                             remat_, fully_sharded_, gathered_weight_bytes_, accumulation_steps_},
+                            {replicas_, sharded_, bucket_bytes_, batch_norm_group_, remat_, fully_sharded_,
+                             wire_, accumulation_steps_},
                             layer_batch(study));
   return player.play();
 }

@@ -33,17 +33,16 @@ class DataParallel : public Schedule {
  private:
   int replicas_ = 1;  ///< cores used: the first `replicas_` of the slice
   bool sharded_ = false;
-  double gradient_wire_bytes_ = 4;  ///< bytes per gradient element on the wire
-  double bucket_bytes_ = 0;         ///< default: the hardware's all-reduce combine threshold
-  int batch_norm_group_ = 1;        ///< replicas whose batch-norm statistics are combined
+  WireDtypes wire_;           ///< "gradient_dtype", "gathered_weight_dtype"
+  double bucket_bytes_ = 0;   ///< default: the hardware's all-reduce combine threshold
+  int batch_norm_group_ = 1;  ///< replicas whose batch-norm statistics are combined
   /// "remat": true, each layer keeps only its input in the forward and runs its forward again
   /// just before its backward (activation re-materialization, as the pipelines do per stage);
   /// "save_dots": it keeps its matmuls' outputs too and recomputes only its other ops
   Keep remat_ = Keep::All;
   /// weight_update "fully_sharded" (ZeRO-3, FSDP): weights too 1/N per core, gathered per layer
   bool fully_sharded_ = false;
-  double gathered_weight_bytes_ = 4;  ///< fully sharded: bytes per gathered weight element
-  int accumulation_steps_ = 1;        ///< micro-batches per replica whose gradients are summed
+  int accumulation_steps_ = 1;  ///< micro-batches per replica whose gradients are summed
   void read_accumulation(Fields& f, const Study& study, Problems& problems);
 };
 

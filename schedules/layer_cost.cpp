@@ -13,6 +13,26 @@ Keep read_remat(Fields& f, Keep fallback) {
   return fallback;
 }
 
+WireDtypes read_wire_dtypes(Fields& f, bool fully_sharded) {
+  WireDtypes d;
+  auto bytes = [&](const char* key) {
+    return f.string_or(key, "fp32", {"fp32", "bf16"}) == "bf16" ? 2.0 : 4.0;
+  };
+  d.gradient_bytes = bytes("gradient_dtype");
+  d.gathered_weight_bytes = bytes("gathered_weight_dtype");
+  if (f.problems().empty() && !fully_sharded && f.has("gathered_weight_dtype"))
+    f.problems().add(
+        f.path_of("gathered_weight_dtype"), Json(d.gathered_weight_bytes == 2.0 ? "bf16" : "fp32"),
+        "no gathered_weight_dtype unless weight_update is \"fully_sharded\" (only then are weights "
+        "gathered per layer)");
+  return d;
+}
+
+void add_wire_dtypes(Json& resolved, const WireDtypes& d, bool fully_sharded) {
+  resolved["gradient_dtype"] = d.gradient_bytes == 2.0 ? "bf16" : "fp32";
+  if (fully_sharded) resolved["gathered_weight_dtype"] = d.gathered_weight_bytes == 2.0 ? "bf16" : "fp32";
+}
+
 Json remat_json(Keep keep) {
   return keep == Keep::All ? Json(false) : keep == Keep::Input ? Json(true) : Json("save_dots");
 }

@@ -25,6 +25,24 @@ Keep read_remat(Fields& f, Keep fallback);
 /// The key's value for a policy (false, true or "save_dots"), as resolved() reports it.
 Json remat_json(Keep keep);
 
+/// What a step's weight-gradient reductions and its gathers of fully sharded weights carry per
+/// element on the wire: schedule keys "gradient_dtype" (bf16 halves the reductions' bytes; the
+/// gradients are kept and summed in fp32) and "gathered_weight_dtype" (fully sharded weights
+/// only: bf16 gathers the copy the matmuls read, converted on each core's piece before the gather
+/// and held whole while the layer runs; fp32 gathers the master copy, each core's own piece in
+/// place). Both "fp32" or "bf16", fp32 by default.
+struct WireDtypes {
+  double gradient_bytes = 4;
+  double gathered_weight_bytes = 4;
+  /// Whether a gather brings a converted copy, held whole (bf16), rather than the other cores'
+  /// pieces of the master copy (fp32).
+  bool gathers_copy() const { return gathered_weight_bytes < 4; }
+};
+/// Reads both keys; "gathered_weight_dtype" without `fully_sharded` is a problem at its path.
+WireDtypes read_wire_dtypes(Fields& f, bool fully_sharded);
+/// The keys as resolved() reports them ("gathered_weight_dtype" only when fully sharded).
+void add_wire_dtypes(Json& resolved, const WireDtypes& d, bool fully_sharded);
+
 /// The one memory rule of the policies, for a layer (or range) that keeps `stash` bytes for its
 /// backward, reads `input` and outputs `dots` from matmuls against weights: what its forward
 /// keeps, and what the recompute before its backward adds (the rest of the stash).

@@ -25,6 +25,8 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
   if (const Json* placement = f.optional("placement"))
     read_placement(*placement, f.path_of("placement"), study, problems);
   weight_update_ = f.string_or("weight_update", "replicated", {"replicated", "sharded", "fully_sharded"});
+  wire_ = read_wire_dtypes(f, fully_sharded());
+  read_weight_gathers(f, study, problems);
   remat_ = read_remat(f, Keep::All);
   std::map<std::string, int> sizes;
   for (const auto& [name, size] : mesh_) sizes[name] = size;
@@ -77,6 +79,17 @@ void MeshSchedule::read_layer_input_split(Fields& f, const Study& study, Problem
     return;
   }
   layer_input_split_ = dim->first;
+}
+
+void MeshSchedule::read_weight_gathers(Fields& f, const Study& study, Problems& problems) {
+  const bool overlap = study.hardware.core.gradient_collectives_overlap_backward;
+  prefetch_gathers_ = f.string_or("weight_gathers", overlap ? "prefetched" : "in_program_order",
+                                  {"prefetched", "in_program_order"}) == "prefetched";
+  if (problems.empty() && !fully_sharded() && f.has("weight_gathers"))
+    problems.add(
+        f.path_of("weight_gathers"), Json(prefetch_gathers_ ? "prefetched" : "in_program_order"),
+        "no weight_gathers unless weight_update is \"fully_sharded\" (only then are weights gathered "
+        "per layer)");
 }
 
 int MeshSchedule::input_split_cores() const {
@@ -384,6 +397,8 @@ Json MeshSchedule::resolved() const {
            {"weight_update", weight_update_},
            {"batch_norm_group", batch_norm_group_},
            {"remat", remat_json(remat_)}};
+  add_wire_dtypes(out, wire_, fully_sharded());
+  if (fully_sharded()) out["weight_gathers"] = prefetch_gathers_ ? "prefetched" : "in_program_order";
   if (!layer_input_split_.empty()) out["layer_input_split"] = layer_input_split_;
   return out;
 }
@@ -405,7 +420,8 @@ class MeshStepPlayer {
         programs_(std::move(programs)),
         sharded_(sharded || fully),
         fully_(fully),
-        overlap_(study.hardware.core.gradient_collectives_overlap_backward),
+        prefetch_(fully && schedule.prefetches_gathers()),
+        wire_(schedule.wire()),
         remat_(remat),
         exec_(std::move(exec)),
         cores_(study.cores()),
@@ -433,6 +449,7 @@ class MeshStepPlayer {
           l + 2 < layers_ ? backward_end[std::size_t(l + 2)] : forward_end[std::size_t(layers_ - 1)]);
       gather_layer_input(l);
       if (remat_ != Keep::All) recompute(l);
+      if (prefetch_ && l + 2 < layers_) wait_for_gradients_scattered(l + 2);
       play(programs_[std::size_t(l)].backward, l, false);
       reduce_rest_across_slices(l);
       backward_end[std::size_t(l)] = last_;
@@ -463,6 +480,8 @@ class MeshStepPlayer {
     int chunk = 0;
   };
 
+  /// What a weight-gradient reduction of `bytes` (fp32) carries on the wire (gradient_dtype).
+  double on_wire(double bytes) const { return bytes * wire_.gradient_bytes / kWeightBytes; }
   double update_fraction(int l) const { return mesh::update_fraction(programs_[std::size_t(l)]); }
   /// Whether a weight-gradient reduction over `dims` sums over the data-parallel replicas (the
   /// batch's mesh dimension): it then continues across slices.
@@ -483,12 +502,21 @@ class MeshStepPlayer {
     const double all = kWeightBytes * p.weight_elements, rest = all - covered;
     if (rest <= 1e-9 * all) return;
     const std::string& layer = study_.model.layers[std::size_t(l)].name;
-    sim::Task t =
-        family_collective(sim::CollectiveOp::AllReduce, layer, {},
-                          schedule_.groups(std::vector<std::string>{}), "weight_gradient_allreduce", l, rest);
+    sim::Task t = family_collective(sim::CollectiveOp::AllReduce, layer, {},
+                                    schedule_.groups(std::vector<std::string>{}), "weight_gradient_allreduce",
+                                    l, on_wire(rest));
     t.name = "all-reduce " + layer + " weight gradients across slices";
     t.across_slices = true;
     gradient_reductions_[std::size_t(l)].push_back(after_every_core(std::move(t)));
+  }
+
+  /// Prefetched fully sharded weights: the next backward waits until layer `l`'s gradients are
+  /// reduce-scattered (at most two layers' whole gradients in flight, as at most two are gathered).
+  void wait_for_gradients_scattered(int l) {
+    const auto& scatters = gradient_reductions_[std::size_t(l)];
+    if (scatters.empty()) return;
+    receive(study_.model.layers[std::size_t(l)].name + " gradients scattered", false,
+            std::vector<std::vector<int>>(static_cast<std::size_t>(cores_), scatters));
   }
 
   /// Resident shards of weights (fully sharded: the pieces the core updates) and optimizer slots.
@@ -532,7 +560,9 @@ class MeshStepPlayer {
   double gathered_extra(int l) const {
     double extra = 0;
     for (const Event& ev : programs_[std::size_t(l)].backward)
-      if (ev.kind == Event::GradientAllReduce) {
+      if (ev.kind == Event::GradientAllReduce && wire_.gathers_copy()) {
+        extra += ev.bytes * wire_.gathered_weight_bytes / kWeightBytes;
+      } else if (ev.kind == Event::GradientAllReduce) {
         double members = 1;
         for (const auto& dim : ev.mesh_dims)
           for (const auto& [name, size] : mesh_) members *= name == dim ? size : 1;
@@ -543,26 +573,27 @@ class MeshStepPlayer {
 
   /// Fully sharded: layer `l`'s weights all-gathered before its forward (`forward`) or its
   /// backward, over each family's groups; the core's next piece waits for them. Held until its
-  /// last piece of the pass (play_compute). When the software stack overlaps collectives with
-  /// compute (core.gradient_collectives_overlap_backward), the gather starts once
-  /// `prefetch_after` has run (each core's task that frees the layer before the one before: at
-  /// most two layers gathered at once); otherwise when every core reaches it, as XLA runs a
-  /// synchronous collective in program order.
+  /// last piece of the pass (play_compute). Prefetched (MeshSchedule::prefetches_gathers), the
+  /// gather starts once `prefetch_after` has run (each core's task that frees the layer before
+  /// the one before: at most two layers gathered at once) and the previous gather has ended;
+  /// otherwise when every core reaches it, as XLA runs a synchronous collective in program order.
   void gather_weights(int l, bool forward, const std::vector<int>& prefetch_after) {
     if (!fully_) return;
-    const std::vector<int> after = overlap_ ? prefetch_after : last_;
+    const std::vector<int> after = prefetch_ ? prefetch_after : last_;
     std::vector<std::vector<int>> arrivals(static_cast<std::size_t>(cores_));
     bool first = true;
     for (const auto& [dims, bytes] : gathered_bytes(l)) {
-      sim::Task t = family_collective(sim::CollectiveOp::AllGather,
-                                      study_.model.layers[std::size_t(l)].name + " weights", dims,
-                                      schedule_.groups(dims), "weight_allgather", l, bytes);
+      sim::Task t = family_collective(
+          sim::CollectiveOp::AllGather, study_.model.layers[std::size_t(l)].name + " weights", dims,
+          schedule_.groups(dims), "weight_allgather", l, bytes * wire_.gathered_weight_bytes / kWeightBytes);
       for (int c = 0; c < cores_ && first; ++c)
         t.memory.push_back({c, sim::MemoryCategory::Weights, extra_[std::size_t(l)], When::Start});
       first = false;
       const int id = g_.add(std::move(t));
       for (int x : after)
         if (x >= 0) g_.depend(x, id);
+      if (prefetch_ && last_gather_ >= 0) g_.depend(last_gather_, id);
+      if (prefetch_) last_gather_ = id;
       for (auto& a : arrivals) a.push_back(id);
     }
     if (!first) receive(study_.model.layers[std::size_t(l)].name + " weights", forward, arrivals);
@@ -768,8 +799,10 @@ class MeshStepPlayer {
                              : scatter_gradient
                                  ? std::pair{C::ReduceScatter, "weight_gradient_reduce_scatter"}
                                  : std::pair{C::AllReduce, "weight_gradient_allreduce"};
-    sim::Task t = family_collective(op, ev.name, ev.mesh_dims, schedule_.groups(ev), phase, l, ev.bytes);
-    t.across_slices = ev.kind == Event::GradientAllReduce && over_replicas(ev.mesh_dims);
+    const bool gradient = ev.kind == Event::GradientAllReduce;
+    sim::Task t = family_collective(op, ev.name, ev.mesh_dims, schedule_.groups(ev), phase, l,
+                                    gradient ? on_wire(ev.bytes) : ev.bytes);
+    t.across_slices = gradient && over_replicas(ev.mesh_dims);
     if (scatter_gradient) {
       // Each core keeps only its piece of the reduced gradient, updates it, and the updated
       // pieces are all-gathered (after the layer's updates).
@@ -782,10 +815,12 @@ class MeshStepPlayer {
     }
     if (exec_) t.host = exec_->collective(t.groups, l, ev.actions.front());
     const int id = after_every_core(std::move(t));
-    if (ev.kind == Event::GradientAllReduce) gradient_reductions_[std::size_t(l)].push_back(id);
-    // Fully sharded without overlap: each layer's reduce-scatter in program order, the backward
-    // waiting for it.
-    if (ev.kind != Event::GradientAllReduce || (fully_ && !overlap_))
+    if (gradient) gradient_reductions_[std::size_t(l)].push_back(id);
+    if (gradient && prefetch_ && last_scatter_ >= 0) g_.depend(last_scatter_, id);
+    if (gradient && prefetch_) last_scatter_ = id;
+    // Fully sharded, in program order: each layer's reduce-scatter where the program has it, the
+    // backward waiting for it.
+    if (!gradient || (fully_ && !prefetch_))
       receive(ev.name, forward,
               std::vector<std::vector<int>>(static_cast<std::size_t>(cores_), std::vector<int>{id}));
   }
@@ -822,7 +857,7 @@ class MeshStepPlayer {
     sim::Task t = family_collective(sharded_ ? C::ReduceScatter : C::AllReduce, "weight gradients (combined)",
                                     dims, schedule_.groups(dims),
                                     sharded_ ? "weight_gradient_reduce_scatter" : "weight_gradient_allreduce",
-                                    -1, bytes);
+                                    -1, on_wire(bytes));
     t.across_slices = over_replicas(dims);
     const double members = double(t.groups.front().size());
     const int chunk = chunks_++;
@@ -981,9 +1016,11 @@ class MeshStepPlayer {
   const std::vector<std::pair<std::string, int>>& mesh_;
   std::vector<LayerProgram> programs_;
   bool sharded_;
-  bool fully_;                 ///< fully sharded: weights gathered before use, never after the update
-  bool overlap_;               ///< the software stack overlaps collectives with compute
-  std::vector<double> extra_;  ///< per layer: what its gathered weights add (gathered_extra)
+  bool fully_;     ///< fully sharded: weights gathered before use, never after the update
+  bool prefetch_;  ///< fully sharded: gathers prefetched, reduce-scatters behind (weight_gathers)
+  WireDtypes wire_;
+  int last_gather_ = -1, last_scatter_ = -1;  ///< prefetched: each kind's collectives one after another
+  std::vector<double> extra_;                 ///< per layer: what its gathered weights add (gathered_extra)
   Keep remat_;
   std::shared_ptr<MeshExecutor> exec_;
   int cores_, layers_;

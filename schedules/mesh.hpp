@@ -38,6 +38,17 @@ class MeshSchedule : public Schedule {
   StepBound bound(const Study& study) const override;
   /// weight_update "fully_sharded": each core holds pieces of its weight shards.
   bool fully_sharded() const { return weight_update_ == "fully_sharded"; }
+  /// "gradient_dtype" and "gathered_weight_dtype": what the weight-gradient reductions and the
+  /// fully sharded gathers carry per element.
+  const WireDtypes& wire() const { return wire_; }
+  /// "weight_gathers" (fully sharded): "prefetched" starts a layer's gathers once the layer two
+  /// back has run (at most two layers gathered, the gathers one after another) and runs its
+  /// reduce-scatters behind the rest of the backward (a layer's backward waits for the one two
+  /// layers back: at most two layers' gradients in flight), as FSDP and data parallelism's fully
+  /// sharded step do; "in_program_order" runs both where the program has them, every core
+  /// waiting, as XLA runs synchronous collectives. Default: "prefetched" when the hardware's
+  /// software stack overlaps collectives with compute (core.gradient_collectives_overlap_backward).
+  bool prefetches_gathers() const { return prefetch_gathers_; }
   Keep remat() const { return remat_; }
   /// What a layer's forward keeps on a core under the schedule's re-materialization policy
   /// (its input split by layer_input_split, when given).
@@ -113,6 +124,9 @@ class MeshSchedule : public Schedule {
   /// expert slots split as the tokens are ("capacity"). False after adding a problem.
   bool read_experts_layout(const Study& study, const std::string& path, Problems& problems);
   std::string weight_update_ = "replicated";
+  WireDtypes wire_;
+  bool prefetch_gathers_ = false;
+  void read_weight_gathers(Fields& f, const Study& study, Problems& problems);
   /// "remat": what a layer's forward keeps; the rest is recomputed just before its backward.
   Keep remat_ = Keep::All;
   int batch_norm_group_ = 1;  ///< replicas along the batch's mesh dimension sharing batch-norm statistics

@@ -23,6 +23,10 @@ double program_bound(const Study& s, const MeshSchedule& mesh,
   double bound = 0;
   const Keep remat = mesh.remat();
   const bool overlap = s.hardware.core.gradient_collectives_overlap_backward;
+  // Prefetched fully sharded weights: gathers and reduce-scatters behind the compute.
+  const bool behind = mesh.fully_sharded() && mesh.prefetches_gathers();
+  const double gradient_wire = mesh.wire().gradient_bytes / kWeightBytes;
+  const double gathered_wire = mesh.wire().gathered_weight_bytes / kWeightBytes;
   auto add_floor = [&](sim::CollectiveOp op, const mesh::Event& ev, double bytes, bool blocking) {
     auto g = groups.find({ev.mesh_dims, ev.block_dim, ev.block});
     if (g == groups.end())
@@ -44,10 +48,11 @@ double program_bound(const Study& s, const MeshSchedule& mesh,
     for (const auto& ev : program.forward)
       if (ev.kind == E::Compute && remat != Keep::All)
         bound += remat == Keep::Input ? ev.seconds : ev.non_dot_seconds;
-    // Fully sharded without overlap: the layer's weights gathered in program order, twice.
+    // Fully sharded in program order: the layer's weights gathered, twice.
     for (const auto& ev : program.backward)
-      if (ev.kind == E::GradientAllReduce && mesh.fully_sharded() && !overlap)
-        for (int pass = 0; pass < 2; ++pass) add_floor(sim::CollectiveOp::AllGather, ev, ev.bytes, true);
+      if (ev.kind == E::GradientAllReduce && mesh.fully_sharded() && !behind)
+        for (int pass = 0; pass < 2; ++pass)
+          add_floor(sim::CollectiveOp::AllGather, ev, ev.bytes * gathered_wire, true);
     for (const auto* events : {&program.forward, &program.backward})
       for (const auto& ev : *events) {
         if (ev.kind == E::Compute) {
@@ -55,10 +60,11 @@ double program_bound(const Study& s, const MeshSchedule& mesh,
           continue;
         }
         const bool gradient = ev.kind == E::GradientAllReduce;
-        if (gradient && overlap) continue;
+        if (gradient && (overlap || behind)) continue;
         const auto blocking = mesh::blocking_collective(ev.kind);
         if (!blocking && !gradient) continue;  // a halo
-        add_floor(blocking ? blocking->op : sim::CollectiveOp::ReduceScatter, ev, ev.bytes, !gradient);
+        add_floor(blocking ? blocking->op : sim::CollectiveOp::ReduceScatter, ev,
+                  gradient ? ev.bytes * gradient_wire : ev.bytes, !gradient);
       }
   }
   return bound;

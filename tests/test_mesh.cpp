@@ -847,6 +847,105 @@ TEST_CASE("fully sharded under a mesh: pieces resident, each layer gathered befo
   CHECK(added == Approx(2 * (ra[int(sim::MemoryCategory::Weights)] - rb[int(sim::MemoryCategory::Weights)])));
 }
 
+namespace {
+
+/// Sums over a step's tasks: the bytes of the collectives of `phase`, and the memory effects of
+/// `category` on core 5 (those adding to it when `added`, else all).
+double phase_bytes(const BuiltStep& step, const std::string& phase) {
+  double bytes = 0;
+  for (int id = 0; id < step.graph.size(); ++id)
+    if (step.graph.task(id).phase == phase) bytes += step.graph.task(id).bytes;
+  return bytes;
+}
+double memory_effects(const BuiltStep& step, sim::MemoryCategory category, bool added) {
+  double bytes = 0;
+  for (int id = 0; id < step.graph.size(); ++id)
+    for (const auto& m : step.graph.task(id).memory)
+      if (m.core == 5 && m.category == category && (!added || m.bytes > 0)) bytes += m.bytes;
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a mesh's bf16 gradients and gathers halve the bytes on the wire; a bf16 gathered copy is held whole",
+    "[mesh][sharding]") {
+  Json sched = megatron_schedule();
+  const Study replicated = mesh_study(megatron_model(), sched);
+  sched["weight_update"] = "fully_sharded";
+  const Study fp32 = mesh_study(megatron_model(), sched);
+  sched["gradient_dtype"] = "bf16";
+  sched["gathered_weight_dtype"] = "bf16";
+  const Study bf16 = mesh_study(megatron_model(), sched);
+  CHECK(bf16.schedule->resolved()["gradient_dtype"] == "bf16");
+  CHECK(bf16.schedule->resolved()["gathered_weight_dtype"] == "bf16");
+  const BuiltStep r = replicated.schedule->build(replicated), a = fp32.schedule->build(fp32),
+                  b = bf16.schedule->build(bf16);
+  REQUIRE_NOTHROW(b.graph.validate());
+  for (const char* phase : {"weight_gradient_reduce_scatter", "weight_allgather"}) {
+    INFO(phase);
+    REQUIRE(phase_bytes(a, phase) > 0);
+    CHECK(phase_bytes(b, phase) == Approx(phase_bytes(a, phase) / 2));
+  }
+  // The gradients are kept in fp32 whatever the wire carries.
+  CHECK(memory_effects(b, sim::MemoryCategory::Gradients, true) ==
+        Approx(memory_effects(a, sim::MemoryCategory::Gradients, true)));
+  // Each pass gathers the layer's whole shards as a bf16 copy: half the fp32 weights, twice.
+  const double whole = r.graph.resident()[5][int(sim::MemoryCategory::Weights)];
+  CHECK(memory_effects(b, sim::MemoryCategory::Weights, true) == Approx(whole));
+  CHECK(memory_effects(b, sim::MemoryCategory::Weights, false) == Approx(0).margin(1e-6 * whole));
+  // Only fully sharded weights are gathered.
+  Json replicated_bf16 = megatron_schedule();
+  replicated_bf16["gathered_weight_dtype"] = "bf16";
+  CHECK_THROWS_WITH(mesh_study(megatron_model(), replicated_bf16),
+                    Catch::Contains("schedule.gathered_weight_dtype") && Catch::Contains("fully_sharded"));
+}
+
+TEST_CASE("prefetched weight gathers run one after another ahead of the compute, reduce-scatters behind it",
+          "[mesh][sharding]") {
+  const Json model = Json::parse(
+      R"({"kind": "transformer", "activation": "relu", "layers": 4, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 64})");
+  Json sched = megatron_schedule();
+  sched["weight_update"] = "fully_sharded";
+  const Study in_order = mesh_study(model, sched);
+  CHECK(in_order.schedule->resolved()["weight_gathers"] == "in_program_order");  // v3: no overlap
+  sched["weight_gathers"] = "prefetched";
+  const Study prefetched = mesh_study(model, sched);
+  for (const Study* s : {&in_order, &prefetched}) {
+    const bool ahead = s == &prefetched;
+    INFO("prefetched " << ahead);
+    const BuiltStep step = s->schedule->build(*s);
+    REQUIRE_NOTHROW(step.graph.validate());
+    int gathers = 0, chained = 0, scatters = 0, waited = 0;
+    for (int id = 0; id < step.graph.size(); ++id) {
+      const auto& t = step.graph.task(id);
+      if (t.phase == "weight_allgather") {
+        ++gathers;
+        for (int p : step.graph.predecessors(id))
+          chained += step.graph.task(p).phase == "weight_allgather" ? 1 : 0;
+      }
+      if (t.phase != "weight_gradient_reduce_scatter") continue;
+      ++scatters;
+      // The backward waits for it at once (in program order), or only two layers later.
+      const std::string later =
+          "receive " + s->model.layers[std::size_t(t.layer)].name + " gradients scattered";
+      for (int n : step.graph.successors(id)) {
+        const auto& next = step.graph.task(n);
+        if (next.phase == "backward" && next.name.rfind(later, 0) != 0) ++waited;
+      }
+    }
+    REQUIRE(gathers > 2);
+    REQUIRE(scatters > 2);
+    CHECK(chained == (ahead ? gathers - 1 : 0));
+    CHECK((waited == 0) == ahead);
+  }
+  // Only fully sharded weights are gathered.
+  Json replicated = megatron_schedule();
+  replicated["weight_gathers"] = "prefetched";
+  CHECK_THROWS_WITH(mesh_study(model, replicated),
+                    Catch::Contains("schedule.weight_gathers") && Catch::Contains("fully_sharded"));
+}
+
 TEST_CASE("experts split over the batch's mesh dimension exchange their slots by all-to-all", "[mesh][moe]") {
   // 32 experts, one per core of v3-32; top-2, capacity factor 2: C = 2 x 2 x 64 x 128 / 32 = 1024
   // slots per expert. Each core's buffer: its expert's slots [1, 1024, d_model 256] in bf16.
