@@ -451,6 +451,7 @@ class MeshStepPlayer {
       if (remat_ != Keep::All) recompute(l);
       if (prefetch_ && l + 2 < layers_) wait_for_gradients_scattered(l + 2);
       play(programs_[std::size_t(l)].backward, l, false);
+      if (prefetch_) scatter_layer(l);
       reduce_rest_across_slices(l);
       backward_end[std::size_t(l)] = last_;
     }
@@ -792,6 +793,12 @@ class MeshStepPlayer {
       deferred_.push_back({&ev, l});
       return;
     }
+    // Prefetched fully sharded weights: the layer's gradients reduce-scattered together once its
+    // backward ends (scatter_layer).
+    if (ev.kind == Event::GradientAllReduce && prefetch_) {
+      deferred_.push_back({&ev, l});
+      return;
+    }
     using C = sim::CollectiveOp;
     const bool scatter_gradient = ev.kind == Event::GradientAllReduce && sharded_;
     const auto blocking = blocking_collective(ev.kind);
@@ -816,8 +823,6 @@ class MeshStepPlayer {
     if (exec_) t.host = exec_->collective(t.groups, l, ev.actions.front());
     const int id = after_every_core(std::move(t));
     if (gradient) gradient_reductions_[std::size_t(l)].push_back(id);
-    if (gradient && prefetch_ && last_scatter_ >= 0) g_.depend(last_scatter_, id);
-    if (gradient && prefetch_) last_scatter_ = id;
     // Fully sharded, in program order: each layer's reduce-scatter where the program has it, the
     // backward waiting for it.
     if (!gradient || (fully_ && !prefetch_))
@@ -850,14 +855,33 @@ class MeshStepPlayer {
     }
   }
 
-  /// One combined weight-gradient reduction of `events` over `dims`, after every core's backward.
+  /// Prefetched fully sharded weights: layer `l`'s weight gradients reduce-scattered as its
+  /// backward ends, one reduce-scatter per family of mesh dimensions (as its weights are
+  /// gathered: FSDP's flat parameter), after the previous one; they run behind the backward.
+  void scatter_layer(int l) {
+    std::map<std::vector<std::string>, std::vector<std::pair<const Event*, int>>> by_dims;
+    for (const auto& d : deferred_) by_dims[d.first->mesh_dims].push_back(d);
+    deferred_.clear();
+    for (const auto& [dims, events] : by_dims) {
+      double bytes = 0;
+      for (const auto& e : events) bytes += e.first->bytes;
+      const int id = combined_reduction(dims, events, bytes, l);
+      if (last_scatter_ >= 0) g_.depend(last_scatter_, id);
+      last_scatter_ = id;
+    }
+  }
+
+  /// One combined weight-gradient reduction of `events` over `dims`, after every core's last task
+  /// (of layer `layer`'s backward, or -1: of the whole backward).
   int combined_reduction(const std::vector<std::string>& dims,
-                         const std::vector<std::pair<const Event*, int>>& events, double bytes) {
+                         const std::vector<std::pair<const Event*, int>>& events, double bytes,
+                         int layer = -1) {
     using C = sim::CollectiveOp;
-    sim::Task t = family_collective(sharded_ ? C::ReduceScatter : C::AllReduce, "weight gradients (combined)",
-                                    dims, schedule_.groups(dims),
-                                    sharded_ ? "weight_gradient_reduce_scatter" : "weight_gradient_allreduce",
-                                    -1, on_wire(bytes));
+    const std::string what = layer < 0 ? "weight gradients (combined)"
+                                       : study_.model.layers[std::size_t(layer)].name + " weight gradients";
+    sim::Task t = family_collective(
+        sharded_ ? C::ReduceScatter : C::AllReduce, what, dims, schedule_.groups(dims),
+        sharded_ ? "weight_gradient_reduce_scatter" : "weight_gradient_allreduce", layer, on_wire(bytes));
     t.across_slices = over_replicas(dims);
     const double members = double(t.groups.front().size());
     const int chunk = chunks_++;

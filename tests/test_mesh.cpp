@@ -901,8 +901,10 @@ TEST_CASE(
                     Catch::Contains("schedule.gathered_weight_dtype") && Catch::Contains("fully_sharded"));
 }
 
-TEST_CASE("prefetched weight gathers run one after another ahead of the compute, reduce-scatters behind it",
-          "[mesh][sharding]") {
+TEST_CASE(
+    "prefetched weight gathers run one after another ahead of the compute, a layer's reduce-scatter behind "
+    "it",
+    "[mesh][sharding]") {
   const Json model = Json::parse(
       R"({"kind": "transformer", "activation": "relu", "layers": 4, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 64})");
   Json sched = megatron_schedule();
@@ -917,6 +919,7 @@ TEST_CASE("prefetched weight gathers run one after another ahead of the compute,
     const BuiltStep step = s->schedule->build(*s);
     REQUIRE_NOTHROW(step.graph.validate());
     int gathers = 0, chained = 0, scatters = 0, waited = 0;
+    std::set<int> scattered_layers;
     for (int id = 0; id < step.graph.size(); ++id) {
       const auto& t = step.graph.task(id);
       if (t.phase == "weight_allgather") {
@@ -926,6 +929,7 @@ TEST_CASE("prefetched weight gathers run one after another ahead of the compute,
       }
       if (t.phase != "weight_gradient_reduce_scatter") continue;
       ++scatters;
+      scattered_layers.insert(t.layer);
       // The backward waits for it at once (in program order), or only two layers later.
       const std::string later =
           "receive " + s->model.layers[std::size_t(t.layer)].name + " gradients scattered";
@@ -938,6 +942,9 @@ TEST_CASE("prefetched weight gathers run one after another ahead of the compute,
     REQUIRE(scatters > 2);
     CHECK(chained == (ahead ? gathers - 1 : 0));
     CHECK((waited == 0) == ahead);
+    // Prefetched: a layer's gradients in one reduce-scatter (a batch-only family), as its weights
+    // are gathered in one; in program order, each weight's where its gradient is computed.
+    CHECK((int(scattered_layers.size()) == scatters) == ahead);
   }
   // Only fully sharded weights are gathered.
   Json replicated = megatron_schedule();
