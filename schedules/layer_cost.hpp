@@ -52,6 +52,12 @@ inline double remat_kept_bytes(Keep keep, double stash, double input, double dot
 inline double remat_recomputed_bytes(Keep keep, double stash, double dots) {
   return keep == Keep::All ? 0.0 : keep == Keep::Input ? stash : std::max(stash - dots, 0.0);
 }
+/// While a re-materialized layer's forward runs, what it computes for the backward beyond what it
+/// keeps (`kept`) lives until the forward ends, then is dropped: at most the rest of its stash
+/// (an op's output is freed after its last reader in the forward, so this bounds it from above).
+inline double remat_forward_bytes(Keep keep, double stash, double kept) {
+  return keep == Keep::All ? 0.0 : std::max(stash - kept, 0.0);
+}
 
 /// A collective over a stage's group of cores (tensor parallelism): what it does, bytes per core.
 struct GroupCollective {

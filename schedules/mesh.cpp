@@ -740,6 +740,12 @@ class MeshStepPlayer {
       // (re-materialized: what the forward keeps, and what the recompute rebuilt).
       if (forward && first_piece)
         t.memory.push_back({c, sim::MemoryCategory::Activations, kept_in_forward(p), When::Start});
+      // Re-materialized: what the forward computes beyond that, alive until its last piece ends.
+      const double computed = forward ? remat_forward_bytes(remat_, p.kept_bytes, kept_in_forward(p)) : 0.0;
+      if (computed > 0 && first_piece)
+        t.memory.push_back({c, sim::MemoryCategory::Workspace, computed, When::Start});
+      if (computed > 0 && last_piece)
+        t.memory.push_back({c, sim::MemoryCategory::Workspace, -computed, When::End});
       if (!forward && first_piece)
         t.memory.push_back(
             {c, sim::MemoryCategory::Gradients, kWeightBytes * p.weight_elements, When::Start});

@@ -9,17 +9,41 @@
 namespace tpusim {
 namespace {
 
+/// Collective floors on a mesh's groups: layers repeat their events, so each group and each
+/// collective's floor is found once.
+class FloorCache {
+ public:
+  FloorCache(const Study& s, const MeshSchedule& mesh)
+      : s_(s), mesh_(mesh), planner_(collective_planner(s)) {}
+  /// The floor of `op` on `bytes` over the first group of `ev`'s family.
+  double operator()(sim::CollectiveOp op, const mesh::Event& ev, double bytes, bool blocking) {
+    auto g = groups_.find({ev.mesh_dims, ev.block_dim, ev.block});
+    if (g == groups_.end())
+      g = groups_.emplace(std::make_tuple(ev.mesh_dims, ev.block_dim, ev.block), mesh_.groups(ev).front())
+              .first;
+    const auto key = std::make_tuple(int(op), g->second, bytes, blocking);
+    auto f = floors_.find(key);
+    if (f == floors_.end())
+      f = floors_.emplace(key, collective_floor(s_, planner_, op, g->second, bytes, blocking)).first;
+    return f->second;
+  }
+
+ private:
+  const Study& s_;
+  const MeshSchedule& mesh_;
+  const sim::CollectivePlanner planner_;
+  std::map<std::tuple<std::vector<std::string>, std::string, int>, std::vector<int>> groups_;
+  std::map<std::tuple<int, std::vector<int>, double, bool>, double> floors_;
+};
+
 /// A mesh layout's bound from its SPMD program alone (a task graph of every core is costly on a
 /// large slice): one core runs every compute piece (a re-materialized layer's recompute too) and
-/// waits for every blocking collective (a fully sharded layer's weight gathers, without overlap);
+/// waits for every blocking collective (a fully sharded layer's weight gathers, in program order);
 /// its weight-gradient reductions, when they wait for the whole backward, add their bandwidth terms.
 double program_bound(const Study& s, const MeshSchedule& mesh,
                      const std::vector<mesh::LayerProgram>& programs) {
   using E = mesh::Event;
-  const sim::CollectivePlanner planner = collective_planner(s);
-  // Layers repeat their events: each group and each collective's floor found once.
-  std::map<std::tuple<std::vector<std::string>, std::string, int>, std::vector<int>> groups;
-  std::map<std::tuple<int, std::vector<int>, double, bool>, double> floors;
+  FloorCache floor(s, mesh);
   double bound = 0;
   const Keep remat = mesh.remat();
   const bool overlap = s.hardware.core.gradient_collectives_overlap_backward;
@@ -28,15 +52,7 @@ double program_bound(const Study& s, const MeshSchedule& mesh,
   const double gradient_wire = mesh.wire().gradient_bytes / kWeightBytes;
   const double gathered_wire = mesh.wire().gathered_weight_bytes / kWeightBytes;
   auto add_floor = [&](sim::CollectiveOp op, const mesh::Event& ev, double bytes, bool blocking) {
-    auto g = groups.find({ev.mesh_dims, ev.block_dim, ev.block});
-    if (g == groups.end())
-      g = groups.emplace(std::make_tuple(ev.mesh_dims, ev.block_dim, ev.block), mesh.groups(ev).front())
-              .first;
-    const auto key = std::make_tuple(int(op), g->second, bytes, blocking);
-    auto f = floors.find(key);
-    if (f == floors.end())
-      f = floors.emplace(key, collective_floor(s, planner, op, g->second, bytes, blocking)).first;
-    bound += f->second;
+    bound += floor(op, ev, bytes, blocking);
   };
   mesh::Event input_gather{};
   input_gather.mesh_dims = {mesh.layer_input_split()};

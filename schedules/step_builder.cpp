@@ -169,12 +169,18 @@ int StepBuilder::forward(int core, LayerRange layers, std::int64_t batch, int pr
   t.model_flops = c.forward_flops;
   t.hardware_flops = c.forward_hardware_flops;
   // Keeping everything: the activations pile up as the layers run. Keeping only the input (and
-  // the matmuls' outputs): each layer's other activations live while it computes, then are dropped.
+  // the matmuls' outputs): each layer's other activations live while it computes, then are dropped
+  // (remat_forward_bytes).
   const double kept = c.kept_bytes(keep);
   double transient = c.workspace_bytes;
   if (keep != Keep::All) {
-    for (int l = layers.first; l < layers.last; ++l)
-      transient = std::max(transient, cost(l, batch).stash_bytes + cost(l, batch).workspace_bytes);
+    for (int l = layers.first; l < layers.last; ++l) {
+      const LayerCost& one = cost(l, batch);
+      // What the range keeps of this layer: the range's input (its first layer's) and its dots.
+      const double own = remat_kept_bytes(keep, one.stash_bytes, l == layers.first ? one.input_bytes : 0.0,
+                                          one.dot_output_bytes);
+      transient = std::max(transient, remat_forward_bytes(keep, one.stash_bytes, own) + one.workspace_bytes);
+    }
   }
   t.memory = {{core, MemoryCategory::Activations, kept, When::Start},
               {core, MemoryCategory::Workspace, transient, When::Start},

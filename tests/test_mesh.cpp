@@ -953,6 +953,40 @@ TEST_CASE(
                     Catch::Contains("schedule.weight_gathers") && Catch::Contains("fully_sharded"));
 }
 
+TEST_CASE(
+    "a re-materialized layer's forward under a mesh holds what it computes beyond what it keeps until it "
+    "ends",
+    "[mesh][remat]") {
+  for (const char* remat : {"true", "\"save_dots\""}) {
+    INFO("remat " << remat);
+    Json sched = megatron_schedule();
+    sched["remat"] = Json::parse(remat);
+    const Study s = mesh_study(megatron_model(), sched);
+    const auto* mesh = dynamic_cast<const MeshSchedule*>(s.schedule.get());
+    REQUIRE(mesh);
+    const auto programs = mesh->programs(s);
+    const BuiltStep step = s.schedule->build(s);
+    for (std::size_t l = 0; l < programs.size(); ++l) {
+      const double computed = programs[l].kept_bytes - mesh->kept_in_forward(programs[l]);
+      // The forward's workspace beyond each piece's own (its largest transient), and its balance.
+      double held = 0, net = 0;
+      for (int id : step.graph.program(0)) {
+        const auto& t = step.graph.task(id);
+        if (t.phase != "forward" || t.layer != int(l)) continue;
+        held -= programs[l].workspace_bytes;
+        for (const auto& m : t.memory)
+          if (m.category == sim::MemoryCategory::Workspace) {
+            net += m.bytes;
+            held += m.bytes > 0 ? m.bytes : 0.0;
+          }
+      }
+      INFO("layer " << l);
+      CHECK(held == Approx(std::max(computed, 0.0)));
+      CHECK(net == Approx(0).margin(1e-6));
+    }
+  }
+}
+
 TEST_CASE("experts split over the batch's mesh dimension exchange their slots by all-to-all", "[mesh][moe]") {
   // 32 experts, one per core of v3-32; top-2, capacity factor 2: C = 2 x 2 x 64 x 128 / 32 = 1024
   // slots per expert. Each core's buffer: its expert's slots [1, 1024, d_model 256] in bf16.

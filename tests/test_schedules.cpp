@@ -480,6 +480,20 @@ TEST_CASE("save_dots keeps the inputs and the matmuls' outputs, and recomputes t
   for (int id : dots.graph.program(0)) dots_s += dots.graph.task(id).seconds;
   for (int id : full.graph.program(0)) full_s += full.graph.task(id).seconds;
   CHECK(dots_s < full_s);
+  // While a layer's forward runs, what it computes for the backward beyond what it keeps lives
+  // until it ends: the rest of its stash, besides its workspace (what it keeps is not counted
+  // twice: the output layer's logits, a kept matmul output, would be).
+  for (int id : dots.graph.program(0)) {
+    const auto& t = dots.graph.task(id);
+    if (t.phase != "forward") continue;
+    const LayerCost& c = b.cost(t.layer, 8);
+    double transient = 0;
+    for (const auto& m : t.memory)
+      if (m.category == sim::MemoryCategory::Workspace && m.bytes > 0) transient += m.bytes;
+    INFO("layer " << t.layer);
+    CHECK(transient == Approx(std::max(c.workspace_bytes, c.stash_bytes - c.input_bytes - c.dot_output_bytes +
+                                                              c.workspace_bytes)));
+  }
   j["schedule"]["remat"] = "dots";
   CHECK_THROWS_WITH(parse_study(j, "test"),
                     Catch::Contains("schedule.remat") && Catch::Contains("save_dots"));
