@@ -504,8 +504,8 @@ class MeshStepPlayer {
     if (rest <= 1e-9 * all) return;
     const std::string& layer = study_.model.layers[std::size_t(l)].name;
     sim::Task t = family_collective(sim::CollectiveOp::AllReduce, layer, {},
-                                    schedule_.groups(std::vector<std::string>{}), "weight_gradient_allreduce",
-                                    l, on_wire(rest));
+                                    schedule_.groups(std::vector<std::string>{}), "gradient_allreduce", l,
+                                    on_wire(rest));
     t.name = "all-reduce " + layer + " weight gradients across slices";
     t.across_slices = true;
     gradient_reductions_[std::size_t(l)].push_back(after_every_core(std::move(t)));
@@ -808,10 +808,9 @@ class MeshStepPlayer {
     using C = sim::CollectiveOp;
     const bool scatter_gradient = ev.kind == Event::GradientAllReduce && sharded_;
     const auto blocking = blocking_collective(ev.kind);
-    const auto [op, phase] = blocking ? std::pair{blocking->op, blocking->phase}
-                             : scatter_gradient
-                                 ? std::pair{C::ReduceScatter, "weight_gradient_reduce_scatter"}
-                                 : std::pair{C::AllReduce, "weight_gradient_allreduce"};
+    const auto [op, phase] = blocking           ? std::pair{blocking->op, blocking->phase}
+                             : scatter_gradient ? std::pair{C::ReduceScatter, "gradient_reduce_scatter"}
+                                                : std::pair{C::AllReduce, "gradient_allreduce"};
     const bool gradient = ev.kind == Event::GradientAllReduce;
     sim::Task t = family_collective(op, ev.name, ev.mesh_dims, schedule_.groups(ev), phase, l,
                                     gradient ? on_wire(ev.bytes) : ev.bytes);
@@ -885,9 +884,9 @@ class MeshStepPlayer {
     using C = sim::CollectiveOp;
     const std::string what = layer < 0 ? "weight gradients (combined)"
                                        : study_.model.layers[std::size_t(layer)].name + " weight gradients";
-    sim::Task t = family_collective(
-        sharded_ ? C::ReduceScatter : C::AllReduce, what, dims, schedule_.groups(dims),
-        sharded_ ? "weight_gradient_reduce_scatter" : "weight_gradient_allreduce", layer, on_wire(bytes));
+    sim::Task t =
+        family_collective(sharded_ ? C::ReduceScatter : C::AllReduce, what, dims, schedule_.groups(dims),
+                          sharded_ ? "gradient_reduce_scatter" : "gradient_allreduce", layer, on_wire(bytes));
     t.across_slices = over_replicas(dims);
     const double members = double(t.groups.front().size());
     const int chunk = chunks_++;

@@ -334,12 +334,12 @@ TEST_CASE("weight-update sharding under a mesh: reduce-scatter, update a piece, 
   using Key = std::pair<double, std::vector<std::vector<int>>>;
   std::multiset<Key> all_reduce, scatter, gather;
   for (int id = 0; id < a.graph.size(); ++id)
-    if (a.graph.task(id).phase == "weight_gradient_allreduce")
+    if (a.graph.task(id).phase == "gradient_allreduce")
       all_reduce.insert({a.graph.task(id).bytes, a.graph.task(id).groups});
   for (int id = 0; id < b.graph.size(); ++id) {
     const auto& t = b.graph.task(id);
-    CHECK(t.phase != "weight_gradient_allreduce");
-    if (t.phase == "weight_gradient_reduce_scatter") {
+    CHECK(t.phase != "gradient_allreduce");
+    if (t.phase == "gradient_reduce_scatter") {
       CHECK(t.op == sim::CollectiveOp::ReduceScatter);
       scatter.insert({t.bytes, t.groups});
     }
@@ -600,7 +600,7 @@ TEST_CASE("without overlap a mesh's weight-gradient reductions wait for the whol
     int gradient = 0, after = 0;  // weight-gradient reductions, and those waiting for the whole backward
     for (int id = 0; id < step.graph.size(); ++id) {
       const auto& t = step.graph.task(id);
-      if (t.kind != sim::TaskKind::Collective || t.phase.str().rfind("weight_gradient", 0) != 0) continue;
+      if (t.kind != sim::TaskKind::Collective || t.phase.str().rfind("gradient_", 0) != 0) continue;
       ++gradient;
       after += test::waits_for_whole_backward(step.graph, id) ? 1 : 0;
     }
@@ -631,7 +631,7 @@ TEST_CASE("without overlap, sharded updates all-gather together what one combine
   std::multiset<Key> scatter, gather;
   for (int id = 0; id < step.graph.size(); ++id) {
     const auto& t = step.graph.task(id);
-    if (t.phase == "weight_gradient_reduce_scatter") scatter.insert({t.bytes, t.groups});
+    if (t.phase == "gradient_reduce_scatter") scatter.insert({t.bytes, t.groups});
     if (t.phase != "weight_allgather") continue;
     gather.insert({t.bytes, t.groups});
     // After the updates of the layers it gathers, every core's.
@@ -814,11 +814,11 @@ TEST_CASE("fully sharded under a mesh: pieces resident, each layer gathered befo
   double reduced = 0, scattered = 0, gathered = 0;
   std::set<int> gathered_layers;
   for (int id = 0; id < a.graph.size(); ++id)
-    if (a.graph.task(id).phase == "weight_gradient_allreduce") reduced += a.graph.task(id).bytes;
+    if (a.graph.task(id).phase == "gradient_allreduce") reduced += a.graph.task(id).bytes;
   for (int id = 0; id < b.graph.size(); ++id) {
     const auto& t = b.graph.task(id);
-    CHECK(t.phase != "weight_gradient_allreduce");
-    if (t.phase == "weight_gradient_reduce_scatter") {
+    CHECK(t.phase != "gradient_allreduce");
+    if (t.phase == "gradient_reduce_scatter") {
       scattered += t.bytes;
       CHECK(t.layer >= 0);  // each layer's as its backward ends, whatever the overlap setting
     }
@@ -882,7 +882,7 @@ TEST_CASE(
   const BuiltStep r = replicated.schedule->build(replicated), a = fp32.schedule->build(fp32),
                   b = bf16.schedule->build(bf16);
   REQUIRE_NOTHROW(b.graph.validate());
-  for (const char* phase : {"weight_gradient_reduce_scatter", "weight_allgather"}) {
+  for (const char* phase : {"gradient_reduce_scatter", "weight_allgather"}) {
     INFO(phase);
     REQUIRE(phase_bytes(a, phase) > 0);
     CHECK(phase_bytes(b, phase) == Approx(phase_bytes(a, phase) / 2));
@@ -927,7 +927,7 @@ TEST_CASE(
         for (int p : step.graph.predecessors(id))
           chained += step.graph.task(p).phase == "weight_allgather" ? 1 : 0;
       }
-      if (t.phase != "weight_gradient_reduce_scatter") continue;
+      if (t.phase != "gradient_reduce_scatter") continue;
       ++scatters;
       scattered_layers.insert(t.layer);
       // The backward waits for it at once (in program order), or only two layers later.

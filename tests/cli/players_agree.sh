@@ -33,6 +33,9 @@ for entry in sys.argv[3:]:
     fully = json.load(open(f"{root}/configs/studies/{study}.json"))["schedule"].get("weight_update") == "fully_sharded"
     assert abs(b - a) <= (1e-9 if fully else 2e-3) * a, (study, a, b)
     assert abs(mesh["peak_hbm_bytes"] - dp["peak_hbm_bytes"]) <= 1e-4 * dp["peak_hbm_bytes"], study
+    # The same phases, by the same names.
+    pa, pb = (r["breakdown"]["communication_by_phase_s"] for r in (dp, mesh))
+    assert pa.keys() == pb.keys(), (study, sorted(pa), sorted(pb))
     ca, cb = dp["breakdown"]["compute_s"], mesh["breakdown"]["compute_s"]
     assert ca.keys() == cb.keys() and all(abs(ca[k] - cb[k]) <= 1e-9 * a for k in ca), (study, ca, cb)
 PY
