@@ -126,6 +126,7 @@ class LayerLowering : public MeshLoweringSink {
   }
   /// A weight's gradient reduced over the mesh dimensions splitting the dimensions of `from` it lacks.
   void weight_gradient(const NamedOp& op, const std::vector<const NamedTensor*>& from, Json& row) {
+    if (op.b.tied) return;  // another layer's weight (a shared embedding table): reduced with the owner's
     collective(p_.backward, Event::GradientAllReduce, op.name + " weight gradient",
                s_.split_missing(from, op.b), s_.local_elements(op.b) * kWeightBytes, row,
                A::SumWeightGradient);

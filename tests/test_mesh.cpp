@@ -1040,4 +1040,23 @@ TEST_CASE("a tied embedding's gradient is reduced once, with its owner's weight 
     owner_reduces |= c["what"] == "embedding weight gradient" && c["mesh_dims"] == Json::array({"batch"}) &&
                      c["bytes"].get<double>() == Approx(1024.0 / 4 * 256 * 4);  // fp32, vocab split 4 ways
   CHECK(owner_reduces);
+  // An encoder-decoder sharing one table between its encoder's and decoder's embeddings and its
+  // output: the decoder's lookup reads the encoder's table, whose gradient is reduced once; with
+  // weight-update sharding each core updates only its piece of it (the lookup once scattered
+  // the table's gradient a second time, freeing what its layer never held).
+  model["encoder_layers"] = 2;
+  for (const char* update : {"replicated", "sharded", "fully_sharded"}) {
+    INFO(update);
+    Json sched = megatron_schedule();
+    sched["weight_update"] = update;
+    const Study ed = mesh_study(model, sched);
+    const BuiltStep b = ed.schedule->build(ed);
+    REQUIRE_NOTHROW(b.graph.validate());
+    int table_reductions = 0;
+    for (const auto& row : b.details["ops"])
+      for (const auto& c : row["collectives"])
+        table_reductions +=
+            c["what"].get<std::string>().find("embedding weight gradient") != std::string::npos;
+    CHECK(table_reductions == 1);
+  }
 }
