@@ -5,6 +5,8 @@
 #include "models/ops/op_kind.hpp"
 #include "schedules/functional_runtime.hpp"
 #include "schedules/gradient_buckets.hpp"
+#include "schedules/mesh.hpp"
+#include "schedules/mesh_lowering.hpp"
 #include "schedules/step_builder.hpp"
 
 namespace tpusim {
@@ -44,6 +46,20 @@ DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
                      study.slice.name + " (data parallelism splits the batch evenly)");
   }
   read_accumulation(f, study, problems);
+  read_fully_sharded_mesh(f, study, problems);
+}
+
+void DataParallel::read_fully_sharded_mesh(Fields& f, const Study& study, Problems& problems) {
+  if (!fully_sharded_ || replicas_ < 2 || !problems.empty()) return;  // one replica: nothing to gather
+  Json mesh{{"mesh", Json::array({Json::array({"batch", replicas_})})},
+            {"layout", {{"batch", "batch"}}},
+            {"weight_update", "fully_sharded"},
+            {"remat", remat_json(remat_)},
+            {"weight_gathers", "prefetched"}};
+  add_wire_dtypes(mesh, wire_, true);
+  Fields fields(mesh, f.path(), problems);
+  fully_sharded_mesh_ = std::make_shared<MeshSchedule>(fields, study, problems, replicas_);
+  fields.finish();
 }
 
 void DataParallel::read_accumulation(Fields& f, const Study& study, Problems& problems) {
@@ -94,9 +110,8 @@ class DataParallelPlayer {
     bool sharded = false;
     double bucket_bytes = 0;
     int batch_norm_group = 1;
-    Keep remat = Keep::All;      ///< what the forward keeps; the rest is recomputed before the backward
-    bool fully_sharded = false;  ///< weights too 1/N per core, gathered per layer (implies sharded)
-    WireDtypes wire;             ///< what the reductions and (fully sharded) the gathers carry
+    Keep remat = Keep::All;          ///< what the forward keeps; the rest is recomputed before the backward
+    double gradient_wire_bytes = 4;  ///< bytes per gradient element on the wire (gradient_dtype)
     /// Gradient accumulation: each replica's batch run as this many micro-batches, one after
     /// another, their gradients summed before the step's reduction.
     int accumulation_steps = 1;
@@ -111,7 +126,6 @@ class DataParallelPlayer {
         g_(b_.graph()),
         layers_(int(study.model.layers.size())) {
     for (int c = 0; c < s_.cores; ++c) group_.push_back(c);
-    if (functional && s_.fully_sharded && s_.cores > 1) functional->own_pieces(s_.cores);
     for (int first = 0; first < s_.cores && s_.batch_norm_group > 1; first += s_.batch_norm_group) {
       bn_groups_.emplace_back();
       for (int c = first; c < first + s_.batch_norm_group; ++c) bn_groups_.back().push_back(c);
@@ -120,27 +134,18 @@ class DataParallelPlayer {
   }
 
   BuiltStep play() {
-    const bool fully = s_.fully_sharded && s_.cores > 1;
     for (int c = 0; c < s_.cores; ++c)
-      for (const auto& bucket : buckets_) {
-        const double shard = s_.sharded && s_.cores > 1 ? shard_fraction(bucket) : 1.0;
-        b_.resident_weights(c, bucket, shard, fully ? shard : 1.0);
-      }
+      for (const auto& bucket : buckets_)
+        b_.resident_weights(c, bucket, s_.sharded && s_.cores > 1 ? shard_fraction(bucket) : 1.0);
+    forward_and_backward();
     Json buckets = Json::array();
-    if (fully) {
-      fully_sharded_step(buckets);
-    } else {
-      forward_and_backward();
-      for (std::size_t k = 0; k < buckets_.size() && s_.cores > 1; ++k)
-        buckets.push_back(reduce_and_update(buckets_[k]));
-    }
+    for (std::size_t k = 0; k < buckets_.size() && s_.cores > 1; ++k)
+      buckets.push_back(reduce_and_update(buckets_[k]));
     if (s_.cores == 1) g_.depend(last_bwd_[0], b_.update(0, {0, layers_}, 1.0));
 
     BuiltStep step = b_.finish();
     step.details = Json{{"local_batch", local_batch_},
-                        {"weight_update", s_.fully_sharded ? "fully_sharded"
-                                          : s_.sharded     ? "sharded"
-                                                           : "replicated"},
+                        {"weight_update", s_.sharded ? "sharded" : "replicated"},
                         {"gradient_buckets", buckets}};
     if (s_.sharded) {
       step.details["shard_padding_params"] = padding_params_;
@@ -150,14 +155,8 @@ class DataParallelPlayer {
   }
 
  private:
-  /// Gradient buckets in backward order: layers [first, last) each, up to the bucket size (one
-  /// layer each when fully sharded: a layer's weights are gathered and its gradients scattered
-  /// on their own).
+  /// Gradient buckets in backward order: layers [first, last) each, up to the bucket size.
   void plan_buckets() {
-    if (s_.fully_sharded) {
-      for (int l = layers_ - 1; l >= 0; --l) buckets_.push_back({l, l + 1});
-      return;
-    }
     buckets_ = gradient_buckets(
         {0, layers_}, [&](int l) { return b_.gradient_bytes(l); }, s_.bucket_bytes);
   }
@@ -223,122 +222,6 @@ class DataParallelPlayer {
     }
   }
 
-  /// Fully sharded (ZeRO-3, FSDP): each core holds 1/N of every layer's weights, gradients and
-  /// optimizer slots. A layer's weights are all-gathered before its forward and again before its
-  /// backward (the gather of the next layer overlapping this one's compute: at most two layers
-  /// gathered at once), freed after use; its gradients are reduce-scattered as soon as its
-  /// backward ends on every core (as FSDP does, whatever the hardware's overlap setting), running
-  /// behind the rest of the backward (a layer's backward waits for the reduce-scatter two layers
-  /// back: at most two layers' whole gradients in flight), and each core updates its shards once
-  /// its backward is done (the optimizer's step follows the gradients). No all-gather at the end
-  /// of the step: the next step's gathers read the updated shards.
-  void fully_sharded_step(Json& buckets) {
-    bwd_.assign(std::size_t(s_.cores), std::vector<int>(std::size_t(layers_)));
-    std::vector<std::vector<int>> fwd(std::size_t(s_.cores), std::vector<int>(std::size_t(layers_)));
-    std::vector<int> prev(std::size_t(s_.cores), -1);
-    auto examples = [&](int c) { return Labels{-1, -1, c * local_batch_}; };
-    const Keep keep = s_.remat;
-    int gather_before = -1;
-    for (int l = 0; l < layers_; ++l) {
-      const int gather = gather_layer(l, "forward", gather_before);
-      for (int c = 0; c < s_.cores && gather >= 0 && l >= 2; ++c) g_.depend(fwd[c][l - 2], gather);
-      for (int c = 0; c < s_.cores; ++c) {
-        int& p = prev[std::size_t(c)];
-        p = fwd[c][l] = b_.forward(c, {l, l + 1}, local_batch_, p, keep, examples(c));
-        use_gathered(gather, p, c, l);
-      }
-      gather_before = gather >= 0 ? gather : gather_before;
-    }
-    int reduce_before = -1;
-    std::vector<int> reduce_of(std::size_t(layers_), -1);  // per layer: its reduce-scatter
-    for (int l = layers_ - 1; l >= 0; --l) {
-      const int gather = gather_layer(l, "backward", gather_before);
-      for (int c = 0; c < s_.cores && gather >= 0; ++c)
-        g_.depend(l + 2 < layers_ ? bwd_[c][l + 2] : fwd[c][layers_ - 1], gather);
-      for (int c = 0; c < s_.cores; ++c) {
-        int& p = prev[std::size_t(c)];
-        if (keep != Keep::All) {
-          p = b_.recompute(c, {l, l + 1}, local_batch_, p, examples(c), keep);
-          if (gather >= 0) g_.depend(gather, p);
-        }
-        bwd_[c][l] = p =
-            b_.backward(c, {l, l + 1}, local_batch_, p, keep, /*allocate_gradients=*/true, examples(c));
-        use_gathered(gather, p, c, l);
-        // At most two layers' whole gradients wait for their reduce-scatters, as at most two
-        // layers are gathered: a backward starts once the one two layers back is scattered.
-        if (l + 2 < layers_ && reduce_of[std::size_t(l + 2)] >= 0)
-          g_.depend(reduce_of[std::size_t(l + 2)], p);
-      }
-      gather_before = gather >= 0 ? gather : gather_before;
-      if (params_of({l, l + 1}) > 0) {
-        buckets.push_back(scatter_and_update(l, reduce_before));
-        reduce_of[std::size_t(l)] = reduce_before;
-      }
-    }
-    last_bwd_ = prev;
-    updates_after_backward();
-  }
-
-  /// Each core updates its shards once its backward is done (the optimizer's step follows the
-  /// gradients, as FSDP and XLA run it), each layer's as soon as its reduce-scatter has ended:
-  /// the reduce-scatters run behind the rest of the backward.
-  void updates_after_backward() {
-    for (const auto& u : pending_updates_)
-      for (int c = 0; c < s_.cores; ++c)
-        g_.depend(u.ready, b_.update(c, u.layers, u.fraction, {}, c, s_.cores));
-  }
-
-  /// The all-gather of layer `l`'s weights (-1 for a layer without any), after `before`; every
-  /// core holds the gathered rest of the layer from the gather's start.
-  int gather_layer(int l, const std::string& when, int before) {
-    const double params = params_of({l, l + 1});
-    if (params <= 0) return -1;
-    const int gather = b_.collective(sim::CollectiveOp::AllGather, "weight_allgather",
-                                     "all-gather weights of layer " + std::to_string(l) + " for its " + when,
-                                     group_, s_.wire.gathered_weight_bytes * params, {l, l + 1});
-    if (before >= 0) g_.depend(before, gather);
-    const double rest = gathered_bytes(l);
-    for (int c = 0; c < s_.cores; ++c)
-      g_.task(gather).memory.push_back(
-          {c, sim::MemoryCategory::Weights, rest, sim::MemoryEffect::When::Start});
-    return gather;
-  }
-
-  /// What a core holds of layer `l`'s weights beyond its own shard once they are gathered.
-  double gathered_bytes(int l) const {
-    const double params = params_of({l, l + 1});
-    if (s_.wire.gathers_copy()) return s_.wire.gathered_weight_bytes * params;
-    return kWeightBytes * params * (1.0 - shard_fraction({l, l + 1}));
-  }
-
-  /// `task` on core `c` computes with the gathered weights of layer `l` and frees them at its end.
-  void use_gathered(int gather, int task, int c, int l) {
-    if (gather < 0) return;
-    g_.depend(gather, task);
-    const double rest = gathered_bytes(l);
-    g_.task(task).memory.push_back({c, sim::MemoryCategory::Weights, -rest, sim::MemoryEffect::When::End});
-  }
-
-  /// Layer `l`'s gradients reduce-scattered once its backward ends on every core (after the
-  /// previous reduce-scatter), then each core's update of its shard.
-  Json scatter_and_update(int l, int& reduce_before) {
-    const LayerRange r{l, l + 1};
-    const double params = params_of(r), fraction = shard_fraction(r);
-    const std::string range = "layer " + std::to_string(l);
-    const int reduce = b_.collective(sim::CollectiveOp::ReduceScatter, "gradient_reduce_scatter",
-                                     "reduce-scatter " + range, group_, params * s_.wire.gradient_bytes, r);
-    g_.task(reduce).across_slices = true;
-    for (int c = 0; c < s_.cores; ++c) g_.depend(bwd_[c][l], reduce);
-    if (reduce_before >= 0) g_.depend(reduce_before, reduce);
-    reduce_before = reduce;
-    pending_updates_.push_back({r, keep_shard(r, reduce, range, fraction, params), fraction});
-    return Json{{"layers", {l, l}},
-                {"params", params},
-                {"gradient_bytes_on_wire", params * s_.wire.gradient_bytes},
-                {"shard_params", std::ceil(params / s_.cores)},
-                {"weight_bytes_gathered", 2.0 * s_.wire.gathered_weight_bytes * params}};
-  }
-
   /// A bucket's gradient reduction (all-reduce, or reduce-scatter with sharding, then the
   /// optimizer's per-layer statistics), every core's update and, with sharding, the all-gather
   /// of the updated weights. Returns the bucket's entry of the details.
@@ -349,7 +232,7 @@ class DataParallelPlayer {
     const int reduce = b_.collective(
         s_.sharded ? sim::CollectiveOp::ReduceScatter : sim::CollectiveOp::AllReduce,
         s_.sharded ? "gradient_reduce_scatter" : "gradient_allreduce",
-        (s_.sharded ? "reduce-scatter " : "all-reduce ") + range, group_, params * s_.wire.gradient_bytes, r);
+        (s_.sharded ? "reduce-scatter " : "all-reduce ") + range, group_, params * s_.gradient_wire_bytes, r);
     g_.task(reduce).across_slices = true;
     // As soon as the bucket's gradients exist, or (the software stack's choice) once the whole
     // backward has finished, the combined buckets one after another.
@@ -372,7 +255,7 @@ class DataParallelPlayer {
     }
     Json bj{{"layers", {r.first, r.last - 1}},
             {"params", params},
-            {"gradient_bytes_on_wire", params * s_.wire.gradient_bytes}};
+            {"gradient_bytes_on_wire", params * s_.gradient_wire_bytes}};
     if (s_.sharded) {
       const int gather = b_.collective(sim::CollectiveOp::AllGather, "weight_allgather",
                                        "all-gather weights " + range, group_, kWeightBytes * params, r);
@@ -403,23 +286,50 @@ class DataParallelPlayer {
   std::vector<int> last_bwd_;          ///< per core: its last backward (or batch-norm statistics) task
   int previous_reduce_ = -1;
   double padding_params_ = 0;
-  /// Fully sharded: each layer's update, once its reduce-scatter (`ready`) and the backward are done.
-  struct PendingUpdate {
-    LayerRange layers;
-    int ready;
-    double fraction;
-  };
-  std::vector<PendingUpdate> pending_updates_;
 };
 
 }  // namespace
 
 BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional) const {
+  if (fully_sharded_mesh_) return build_fully_sharded(study, functional);
   DataParallelPlayer player(study, functional,
-                            {replicas_, sharded_, bucket_bytes_, batch_norm_group_, remat_, fully_sharded_,
-                             wire_, accumulation_steps_},
+                            {replicas_, sharded_, bucket_bytes_, batch_norm_group_, remat_,
+                             wire_.gradient_bytes, accumulation_steps_},
                             layer_batch(study));
-  return player.play();
+  BuiltStep step = player.play();
+  if (fully_sharded_) step.details["weight_update"] = "fully_sharded";  // one replica: nothing sharded
+  return step;
+}
+
+/// The mesh's step, with data parallelism's details: per layer with weights, in backward order,
+/// its gradients' reduce-scatter and its two gathers; each weight padded to an equal piece per
+/// replica (FSDP pads its flat parameter once per layer: the difference is below a piece per weight).
+BuiltStep DataParallel::build_fully_sharded(const Study& study, FunctionalRuntime* functional) const {
+  BuiltStep step = fully_sharded_mesh_->build(study, functional);
+  const auto programs = fully_sharded_mesh_->programs(study);
+  Json buckets = Json::array();
+  double padding = 0;
+  for (int l = int(programs.size()) - 1; l >= 0; --l) {
+    double params = 0, shard = 0;
+    for (const mesh::Event& ev : programs[std::size_t(l)].backward)
+      if (ev.kind == mesh::Event::GradientAllReduce) {
+        params += ev.bytes / kWeightBytes;
+        shard += mesh::piece_elements(ev.bytes / kWeightBytes, replicas_);
+      }
+    if (params <= 0) continue;
+    padding += shard * replicas_ - params;
+    buckets.push_back({{"layers", {l, l}},
+                       {"params", params},
+                       {"gradient_bytes_on_wire", params * wire_.gradient_bytes},
+                       {"shard_params", shard},
+                       {"weight_bytes_gathered", 2.0 * wire_.gathered_weight_bytes * params}});
+  }
+  step.details = Json{{"local_batch", layer_batch(study)},
+                      {"weight_update", "fully_sharded"},
+                      {"gradient_buckets", buckets},
+                      {"shard_padding_params", padding},
+                      {"shard_padding_bytes", padding * kWeightBytes}};
+  return step;
 }
 
 }  // namespace tpusim

@@ -6,6 +6,9 @@
 //   core updates only its 1/N shard (padded so all shards are equal) and keeps only that
 //   shard's optimizer slots, then the updated weights are all-gathered. With LARS the per-layer
 //   weight and gradient norms of the shards are all-reduced before the update.
+//   fully sharded (ZeRO-3, FSDP): weights, gradients and slots 1/N per core, each layer's
+//   weights gathered before its forward and its backward, its gradients reduce-scattered as its
+//   backward ends: a mesh splitting only the batch, played by the mesh's player.
 // Gradients may be communicated in bf16 ("gradient_dtype"); they are kept in fp32.
 // Cross-replica batch norm ("batch_norm_group": G > 1): each batch normalization combines its
 // statistics over groups of G consecutive replicas (MLPerf's distributed_group_size): a small
@@ -13,9 +16,13 @@
 // backward, which the rest of the layer waits for.
 #pragma once
 
+#include <memory>
+
 #include "schedules/step_builder.hpp"
 
 namespace tpusim {
+
+class MeshSchedule;
 
 class DataParallel : public Schedule {
  public:
@@ -44,6 +51,11 @@ class DataParallel : public Schedule {
   bool fully_sharded_ = false;
   int accumulation_steps_ = 1;  ///< micro-batches per replica whose gradients are summed
   void read_accumulation(Fields& f, const Study& study, Problems& problems);
+  /// Fully sharded: the step is a mesh splitting only the batch over the replicas, its weights
+  /// gathered as FSDP gathers them ("weight_gathers": "prefetched"), played by the mesh's player.
+  std::shared_ptr<const MeshSchedule> fully_sharded_mesh_;
+  void read_fully_sharded_mesh(Fields& f, const Study& study, Problems& problems);
+  BuiltStep build_fully_sharded(const Study& study, FunctionalRuntime* functional) const;
 };
 
 }  // namespace tpusim

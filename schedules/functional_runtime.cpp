@@ -314,7 +314,7 @@ std::unique_ptr<FunctionalRuntime> FunctionalRuntime::reference(const Study& stu
 }
 
 bool FunctionalRuntime::replicas_identical() const {
-  if (shards_ || owned_pieces_ > 0) return true;  // pieces, not replicas (or only pieces current)
+  if (shards_) return true;  // pieces, not replicas
   std::map<int, const Held*> first_holder;
   for (const auto& [key, held] : held_) {
     auto [it, fresh] = first_holder.emplace(key.second, &held);
@@ -350,7 +350,7 @@ std::string FunctionalRuntime::weights_fingerprint() const {
 }
 
 double FunctionalRuntime::rel_diff(int core, int layer, const std::vector<Tensor>& pieces,
-                                   const std::vector<Tensor>& ref, bool owned_only) const {
+                                   const std::vector<Tensor>& ref) const {
   // A core holding pieces: its pieces written over the reference's whole tensors, so only they
   // can differ from them.
   std::vector<Tensor> placed;
@@ -361,17 +361,11 @@ double FunctionalRuntime::rel_diff(int core, int layer, const std::vector<Tensor
   const std::vector<Tensor>& w = shards_ ? placed : pieces;
   // Over the layer's tensors together: a tensor whose exact value is zero (attention's key bias
   // has an exactly zero gradient) holds only rounding noise, which its own scale would inflate.
-  // Fully sharded weights: only the core's own piece of the layer's flattened tensors is current.
-  std::int64_t total = 0;
-  for (const auto& t : w) total += std::int64_t(t.size());
-  const auto [lo, hi] = owned_only && owned_pieces_ > 0 ? piece(total, core, owned_pieces_)
-                                                        : std::pair<std::int64_t, std::int64_t>{0, total};
   double diff = 0, scale = 1e-30;
-  std::int64_t offset = 0;
   for (std::size_t k = 0; k < w.size(); ++k)
-    for (std::size_t i = 0; i < w[k].size(); ++i, ++offset) {
+    for (std::size_t i = 0; i < w[k].size(); ++i) {
       scale = std::max(scale, std::fabs(double(ref[k][i])));
-      if (offset >= lo && offset < hi) diff = std::max(diff, std::fabs(double(w[k][i]) - ref[k][i]));
+      diff = std::max(diff, std::fabs(double(w[k][i]) - ref[k][i]));
     }
   return diff / scale;
 }
@@ -379,8 +373,8 @@ double FunctionalRuntime::rel_diff(int core, int layer, const std::vector<Tensor
 double FunctionalRuntime::max_rel_diff(const FunctionalRuntime& reference) const {
   double worst = 0;
   for (const auto& [key, h] : held_)
-    worst = std::max(
-        worst, rel_diff(key.first, key.second, h.params, reference.held_.at({0, key.second}).params, true));
+    worst = std::max(worst,
+                     rel_diff(key.first, key.second, h.params, reference.held_.at({0, key.second}).params));
   return worst;
 }
 

@@ -45,9 +45,6 @@ class FunctionalRuntime {
   /// gradients and optimizer slots of the same shapes. Comparisons and fingerprints then
   /// reassemble whole parameters.
   void hold_shards(int core, LayerRange layers, std::shared_ptr<const Shards> shards);
-  /// Fully sharded weights: core c's copy of a layer is current only in its piece c of `count`
-  /// equal pieces (the rest is gathered before each use), so comparisons read only that piece.
-  void own_pieces(int count) { owned_pieces_ = count; }
   /// Executors that run layers' math themselves (mesh layouts) read and accumulate through these.
   std::vector<Tensor>& params(int core, int layer) { return held(core, layer).params; }
   std::vector<Tensor>& grads(int core, int layer) { return held(core, layer).grads; }
@@ -135,14 +132,12 @@ class FunctionalRuntime {
   std::map<Key, Tensor> activations_, gradients_;
   std::map<Key, Saved> saved_;
   std::vector<double> losses_;
-  std::shared_ptr<const Shards> shards_;  // null: cores hold whole layers
-  int owned_pieces_ = 0;  // > 0: each core's weights are current only in its own piece (own_pieces)
+  std::shared_ptr<const Shards> shards_;                            // null: cores hold whole layers
   std::map<std::pair<int, int>, std::vector<Tensor>> first_grads_;  // (core, layer)
 
   /// max|a - b| / max|b| over a layer's tensors, where `mine` (a core's, whole or pieces) is
   /// compared with the reference's whole tensors `ref`.
-  double rel_diff(int core, int layer, const std::vector<Tensor>& mine, const std::vector<Tensor>& ref,
-                  bool owned_only = false) const;
+  double rel_diff(int core, int layer, const std::vector<Tensor>& mine, const std::vector<Tensor>& ref) const;
 };
 
 }  // namespace tpusim

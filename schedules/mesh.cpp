@@ -14,7 +14,8 @@ namespace tpusim {
 
 using namespace mesh;
 
-MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
+MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems, int cores)
+    : cores_(cores > 0 ? cores : study.cores()) {
   if (const Json* mesh = f.value("mesh")) read_mesh(*mesh, f.path_of("mesh"), study, problems);
   axis_sizes_ = {study.hardware.chip.cores};
   axis_names_ = {"core"};
@@ -31,7 +32,7 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems) {
   std::map<std::string, int> sizes;
   for (const auto& [name, size] : mesh_) sizes[name] = size;
   if (const Json* layout = f.value("layout")) read_layout(*layout, f.path_of("layout"), sizes, problems);
-  batch_norm_group_ = int(f.integer_or("batch_norm_group", 1, 1, study.cores()));
+  batch_norm_group_ = int(f.integer_or("batch_norm_group", 1, 1, cores_));
   if (!problems.empty()) return;
   if (batch_norm_group_ > 1 && split("batch") % batch_norm_group_ != 0) {
     problems.add(f.path_of("batch_norm_group"), Json(batch_norm_group_),
@@ -152,10 +153,10 @@ void MeshSchedule::read_mesh(const Json& mesh, const std::string& path, const St
   if (problems.empty()) {
     std::int64_t product = 1;
     for (const auto& [name, size] : mesh_) product *= size;
-    if (mesh_.empty() || product != study.cores())
-      problems.add(path, mesh,
-                   "mesh sizes multiplying to the " + std::to_string(study.cores()) + " cores of slice " +
-                       study.slice.name);
+    if (mesh_.empty() || product != cores_)
+      problems.add(
+          path, mesh,
+          "mesh sizes multiplying to the " + std::to_string(cores_) + " cores of slice " + study.slice.name);
   }
 }
 
@@ -369,7 +370,7 @@ std::vector<CoreInput> MeshSchedule::input(const Study& study) const {
     if (layout_.count("batch") && mesh_[i].first == layout_.at("batch")) batch_dim = int(i);
   const double part = 1.0 / double(split("height") * split("width"));
   std::vector<CoreInput> in(std::size_t(study.cores()));
-  for (int c = 0; c < study.cores(); ++c)
+  for (int c = 0; c < cores_; ++c)
     in[std::size_t(c)] = {batch_dim < 0 ? 0 : coords(c)[std::size_t(batch_dim)], double(layer_batch(study)),
                           part};
   return in;
@@ -424,9 +425,9 @@ class MeshStepPlayer {
         wire_(schedule.wire()),
         remat_(remat),
         exec_(std::move(exec)),
-        cores_(study.cores()),
+        cores_(schedule.cores()),
         layers_(int(programs_.size())),
-        builder_(study, cores_),
+        builder_(study, study.cores()),
         g_(builder_.graph()),
         last_(std::size_t(cores_), -1),
         gradient_reductions_(std::size_t(layers_)),
@@ -1068,7 +1069,7 @@ class MeshStepPlayer {
 }  // namespace
 
 BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional) const {
-  const int cores = study.cores();
+  const int cores = cores_;
   // Functional mode: every core holds its shards and runs its pieces of the ops' math.
   std::shared_ptr<MeshExecutor> exec;
   std::map<std::string, int> mesh_sizes;

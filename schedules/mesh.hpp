@@ -25,7 +25,11 @@ class MeshSchedule : public Schedule {
   /// the torus axes it spans, fastest first ("core": the cores of a chip, "x", "y", or
   /// ["x", n]: a part of n of an axis; an axis's parts go fastest first to the mesh dimensions
   /// in mesh order). Validates every layer's ops against the layout.
-  MeshSchedule(Fields& fields, const Study& study, Problems& problems);
+  /// With `cores` > 0 the mesh spans the first `cores` of the slice, the rest idle (a fully
+  /// sharded data-parallel step over fewer replicas than cores); otherwise every core.
+  MeshSchedule(Fields& fields, const Study& study, Problems& problems, int cores = 0);
+  /// The cores the mesh spans: the first cores() of the slice.
+  int cores() const { return cores_; }
   BuiltStep build(const Study& study, FunctionalRuntime* functional = nullptr) const override;
   Json resolved() const override;
   std::int64_t layer_batch(const Study& study) const override { return study.batch / split("batch"); }
@@ -123,6 +127,7 @@ class MeshSchedule : public Schedule {
   /// A mixture of experts' layout: "experts" on the batch's mesh dimension, or (not split) the
   /// expert slots split as the tokens are ("capacity"). False after adding a problem.
   bool read_experts_layout(const Study& study, const std::string& path, Problems& problems);
+  int cores_ = 0;
   std::string weight_update_ = "replicated";
   WireDtypes wire_;
   bool prefetch_gathers_ = false;

@@ -92,7 +92,7 @@ StepBound MeshSchedule::bound(const Study& s) const {
   StepBound b;
   const auto programs = this->programs(s);
   b.seconds = program_bound(s, *this, programs);
-  b.cores_used = s.cores();
+  b.cores_used = cores();
   // Every core holds the same shards of the weights and optimizer slots all step.
   for (std::size_t l = 0; l < programs.size(); ++l) {
     const auto held =
