@@ -19,13 +19,9 @@ DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
   sharded_ = update != "replicated";
   wire_ = read_wire_dtypes(f, fully_sharded_);
   bucket_bytes_ =
-      f.positive_or("gradient_bucket_bytes", study.hardware.core.allreduce_combine_threshold_bytes);
+      read_gradient_bucket_bytes(f, study.hardware.core.allreduce_combine_threshold_bytes, fully_sharded_);
   batch_norm_group_ = int(f.integer_or("batch_norm_group", 1, 1, study.cores()));
   remat_ = read_remat(f, Keep::All);
-  if (problems.empty() && fully_sharded_ && f.has("gradient_bucket_bytes"))
-    problems.add(f.path_of("gradient_bucket_bytes"), Json(bucket_bytes_),
-                 "no gradient_bucket_bytes with weight_update \"fully_sharded\" (each layer's gradients are "
-                 "reduce-scattered on their own)");
   if (problems.empty() && fully_sharded_ && batch_norm_group_ > 1)
     problems.add(
         f.path_of("weight_update"), Json("fully_sharded"),

@@ -33,6 +33,16 @@ void add_wire_dtypes(Json& resolved, const WireDtypes& d, bool fully_sharded) {
   if (fully_sharded) resolved["gathered_weight_dtype"] = d.gathered_weight_bytes == 2.0 ? "bf16" : "fp32";
 }
 
+double read_gradient_bucket_bytes(Fields& f, double hardware_bytes, bool fully_sharded) {
+  const double bytes = f.positive_or("gradient_bucket_bytes", hardware_bytes);
+  if (f.problems().empty() && fully_sharded && f.has("gradient_bucket_bytes"))
+    f.problems().add(
+        f.path_of("gradient_bucket_bytes"), Json(bytes),
+        "no gradient_bucket_bytes with weight_update \"fully_sharded\" (each layer's gradients are "
+        "reduce-scattered on their own)");
+  return bytes;
+}
+
 Json remat_json(Keep keep) {
   return keep == Keep::All ? Json(false) : keep == Keep::Input ? Json(true) : Json("save_dots");
 }

@@ -42,6 +42,11 @@ struct WireDtypes {
 WireDtypes read_wire_dtypes(Fields& f, bool fully_sharded);
 /// The keys as resolved() reports them ("gathered_weight_dtype" only when fully sharded).
 void add_wire_dtypes(Json& resolved, const WireDtypes& d, bool fully_sharded);
+/// "gradient_bucket_bytes": up to how many bytes of weight gradients are combined into one
+/// reduction (XLA's all-reduce combiner threshold; by default the hardware's
+/// core.allreduce_combine_threshold_bytes). Not with `fully_sharded`, whose gradients are
+/// reduce-scattered per layer: a problem at its path.
+double read_gradient_bucket_bytes(Fields& f, double hardware_bytes, bool fully_sharded);
 
 /// The one memory rule of the policies, for a layer (or range) that keeps `stash` bytes for its
 /// backward, reads `input` and outputs `dots` from matmuls against weights: what its forward

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <numeric>
 #include <set>
 
@@ -28,6 +29,8 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems, in
   weight_update_ = f.string_or("weight_update", "replicated", {"replicated", "sharded", "fully_sharded"});
   wire_ = read_wire_dtypes(f, fully_sharded());
   read_weight_gathers(f, study, problems);
+  bucket_bytes_ =
+      read_gradient_bucket_bytes(f, study.hardware.core.allreduce_combine_threshold_bytes, fully_sharded());
   remat_ = read_remat(f, Keep::All);
   std::map<std::string, int> sizes;
   for (const auto& [name, size] : mesh_) sizes[name] = size;
@@ -400,6 +403,7 @@ Json MeshSchedule::resolved() const {
            {"remat", remat_json(remat_)}};
   add_wire_dtypes(out, wire_, fully_sharded());
   if (fully_sharded()) out["weight_gathers"] = prefetch_gathers_ ? "prefetched" : "in_program_order";
+  if (!fully_sharded()) out["gradient_bucket_bytes"] = bucket_bytes_;
   if (!layer_input_split_.empty()) out["layer_input_split"] = layer_input_split_;
   return out;
 }
@@ -422,6 +426,7 @@ class MeshStepPlayer {
         sharded_(sharded || fully),
         fully_(fully),
         prefetch_(fully && schedule.prefetches_gathers()),
+        overlap_(!fully && study.hardware.core.gradient_collectives_overlap_backward),
         wire_(schedule.wire()),
         remat_(remat),
         exec_(std::move(exec)),
@@ -435,6 +440,7 @@ class MeshStepPlayer {
 
   BuiltStep build(const Sharding& s) {
     resident_shards();
+    chunks_left_ = gradient_chunks();
     for (int l = 0; l < layers_; ++l) extra_.push_back(fully_ ? gathered_extra(l) : 0.0);
     std::vector<std::vector<int>> forward_end(static_cast<std::size_t>(layers_)),
         backward_end(static_cast<std::size_t>(layers_));
@@ -453,6 +459,7 @@ class MeshStepPlayer {
       if (prefetch_ && l + 2 < layers_) wait_for_gradients_scattered(l + 2);
       play(programs_[std::size_t(l)].backward, l, false);
       if (prefetch_) scatter_layer(l);
+      if (overlap_) reduce_combined_ready();
       reduce_rest_across_slices(l);
       backward_end[std::size_t(l)] = last_;
     }
@@ -793,10 +800,9 @@ class MeshStepPlayer {
   }
 
   void play_collective(const Event& ev, int l, bool forward) {
-    // A weight-gradient reduction runs behind the rest of the backward, or (the software stack's
-    // choice) waits until the whole backward has finished, combined with the others.
-    if (ev.kind == Event::GradientAllReduce && !study_.hardware.core.gradient_collectives_overlap_backward &&
-        !forward && !fully_) {
+    // Weight-gradient reductions are combined as XLA's all-reduce combiner does
+    // (combined_gradient_reductions, reduce_combined_ready).
+    if (ev.kind == Event::GradientAllReduce && !forward && !fully_) {
       deferred_.push_back({&ev, l});
       return;
     }
@@ -836,27 +842,61 @@ class MeshStepPlayer {
               std::vector<std::vector<int>>(static_cast<std::size_t>(cores_), std::vector<int>{id}));
   }
 
-  /// Without overlap: the weight-gradient reductions held back during the backward, after it,
-  /// combined as XLA's all-reduce combiner does.
+  /// The weight-gradient reductions combined as XLA's all-reduce combiner does: per set of mesh
+  /// dimensions, in backward order, up to gradient_bucket_bytes (as data parallelism's buckets);
+  /// a layer's update waits for its chunks only. The chunks' sizes, in order, per set.
+  std::map<std::vector<std::string>, std::deque<std::size_t>> gradient_chunks() const {
+    std::map<std::vector<std::string>, std::vector<double>> bytes;
+    for (int l = layers_ - 1; l >= 0 && !fully_; --l)
+      for (const Event& ev : programs_[std::size_t(l)].backward)
+        if (ev.kind == Event::GradientAllReduce) bytes[ev.mesh_dims].push_back(ev.bytes);
+    std::map<std::vector<std::string>, std::deque<std::size_t>> chunks;
+    for (const auto& [dims, b] : bytes)
+      for (const auto& [first, last] : combine_in_order(b, schedule_.gradient_bucket_bytes()))
+        chunks[dims].push_back(last - first);
+    return chunks;
+  }
+
+  /// With overlap: after a layer's backward, every chunk whose gradients all exist is reduced,
+  /// running behind the rest of the backward.
+  void reduce_combined_ready() {
+    std::map<std::vector<std::string>, std::vector<std::pair<const Event*, int>>> by_dims;
+    for (const auto& d : deferred_) by_dims[d.first->mesh_dims].push_back(d);
+    deferred_.clear();
+    for (auto& [dims, events] : by_dims) {
+      auto& sizes = chunks_left_[dims];
+      std::size_t first = 0;
+      for (; !sizes.empty() && events.size() - first >= sizes.front(); sizes.pop_front()) {
+        const auto begin = events.begin() + std::ptrdiff_t(first),
+                   end = begin + std::ptrdiff_t(sizes.front());
+        combined_reduction(dims, {begin, end}, chunk_bytes(begin, end));
+        first += sizes.front();
+      }
+      deferred_.insert(deferred_.end(), events.begin() + std::ptrdiff_t(first), events.end());
+    }
+  }
+  static double chunk_bytes(std::vector<std::pair<const Event*, int>>::const_iterator begin,
+                            std::vector<std::pair<const Event*, int>>::const_iterator end) {
+    double bytes = 0;
+    for (auto it = begin; it != end; ++it) bytes += it->first->bytes;
+    return bytes;
+  }
+
+  /// Without overlap: the reductions held back during the backward, after it, one chunk after
+  /// another.
   void combined_gradient_reductions() {
     std::map<std::vector<std::string>, std::vector<std::pair<const Event*, int>>> by_dims;
     for (const auto& d : deferred_) by_dims[d.first->mesh_dims].push_back(d);
     deferred_.clear();
-    // Per set of mesh dimensions, in backward order, combined up to the hardware's combine
-    // threshold (as data parallelism's buckets), one after another: a layer's update waits for
-    // its chunk only.
-    const double threshold = study_.hardware.core.allreduce_combine_threshold_bytes;
     for (const auto& [dims, events] : by_dims) {
       int previous = -1;
-      std::vector<double> bytes;
-      for (const auto& e : events) bytes.push_back(e.first->bytes);
-      for (const auto& [first, last] : combine_in_order(bytes, threshold)) {
-        double combined = 0;
-        for (std::size_t k = first; k < last; ++k) combined += bytes[k];
-        const int id = combined_reduction(
-            dims, {events.begin() + std::ptrdiff_t(first), events.begin() + std::ptrdiff_t(last)}, combined);
+      std::size_t first = 0;
+      for (std::size_t size : chunks_left_[dims]) {
+        const auto begin = events.begin() + std::ptrdiff_t(first), end = begin + std::ptrdiff_t(size);
+        const int id = combined_reduction(dims, {begin, end}, chunk_bytes(begin, end));
         if (previous >= 0) g_.depend(previous, id);
         previous = id;
+        first += size;
       }
     }
   }
@@ -1048,6 +1088,7 @@ class MeshStepPlayer {
   bool sharded_;
   bool fully_;     ///< fully sharded: weights gathered before use, never after the update
   bool prefetch_;  ///< fully sharded: gathers prefetched, reduce-scatters behind (weight_gathers)
+  bool overlap_;   ///< combined reductions behind the backward (core.gradient_collectives_overlap_backward)
   WireDtypes wire_;
   int last_gather_ = -1, last_scatter_ = -1;  ///< prefetched: each kind's collectives one after another
   std::vector<double> extra_;                 ///< per layer: what its gathered weights add (gathered_extra)
@@ -1062,8 +1103,10 @@ class MeshStepPlayer {
   int chunks_ = 0;                                     ///< reduce-scatters of weight gradients
   std::vector<std::vector<int>> updates_;              ///< per layer
   double hardware_flops_ = 0;
-  /// Weight-gradient reductions held back until the backward ends (no overlap).
+  /// Weight-gradient reductions not yet combined (each with its layer).
   std::vector<std::pair<const Event*, int>> deferred_;
+  /// Per set of mesh dimensions: the sizes of the combined reductions not yet played.
+  std::map<std::vector<std::string>, std::deque<std::size_t>> chunks_left_;
 };
 
 }  // namespace

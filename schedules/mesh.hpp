@@ -53,6 +53,8 @@ class MeshSchedule : public Schedule {
   /// waiting, as XLA runs synchronous collectives. Default: "prefetched" when the hardware's
   /// software stack overlaps collectives with compute (core.gradient_collectives_overlap_backward).
   bool prefetches_gathers() const { return prefetch_gathers_; }
+  /// Up to how many bytes of weight gradients one combined reduction carries ("gradient_bucket_bytes").
+  double gradient_bucket_bytes() const { return bucket_bytes_; }
   Keep remat() const { return remat_; }
   /// What a layer's forward keeps on a core under the schedule's re-materialization policy
   /// (its input split by layer_input_split, when given).
@@ -131,6 +133,7 @@ class MeshSchedule : public Schedule {
   std::string weight_update_ = "replicated";
   WireDtypes wire_;
   bool prefetch_gathers_ = false;
+  double bucket_bytes_ = 0;
   void read_weight_gathers(Fields& f, const Study& study, Problems& problems);
   /// "remat": what a layer's forward keeps; the rest is recomputed just before its backward.
   Keep remat_ = Keep::All;

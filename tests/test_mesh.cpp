@@ -321,7 +321,8 @@ TEST_CASE("weight-update sharding under a mesh: reduce-scatter, update a piece, 
           "[mesh][sharding]") {
   const Json model = megatron_model();
   Json sched = megatron_schedule();
-  // Per op (with overlap: reductions as the backward goes, not combined after it).
+  // With overlap, and a bucket of one byte: each weight's reduction on its own, as the backward goes.
+  sched["gradient_bucket_bytes"] = 1;
   Study replicated = mesh_study(model, sched);
   sched["weight_update"] = "sharded";
   Study sharded = mesh_study(model, sched);
@@ -585,36 +586,52 @@ TEST_CASE("a batch-only layout computes forward and backward as long as data par
   }
 }
 
-TEST_CASE("without overlap a mesh's weight-gradient reductions wait for the whole backward, combined",
-          "[mesh]") {
+TEST_CASE(
+    "a mesh's weight-gradient reductions are combined up to gradient_bucket_bytes, behind the backward "
+    "with overlap, after it without",
+    "[mesh]") {
   const Json model = Json::parse(
       R"({"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})");
-  int per_op = 0;  // weight-gradient reductions with overlap: one per op
+  Json sched = Json::parse(R"({"kind": "mesh", "mesh": {"batch": 8, "model": 4},
+                              "layout": {"batch": "batch", "d_ff": "model", "heads": "model"},
+                              "gradient_bucket_bytes": 300000})");
+  int combined = -1;
   for (bool overlap : {true, false}) {
     INFO("overlap " << overlap);
-    Study s = mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"batch": 8, "model": 4},
-                                                "layout": {"batch": "batch", "d_ff": "model", "heads": "model"}})"));
+    Study s = mesh_study(model, sched);
+    CHECK(s.schedule->resolved()["gradient_bucket_bytes"] == 300000.0);
     s.hardware.core.gradient_collectives_overlap_backward = overlap;
     const BuiltStep step = s.schedule->build(s);
     REQUIRE_NOTHROW(step.graph.validate());
     int gradient = 0, after = 0;  // weight-gradient reductions, and those waiting for the whole backward
+    double largest = 0;
     for (int id = 0; id < step.graph.size(); ++id) {
       const auto& t = step.graph.task(id);
       if (t.kind != sim::TaskKind::Collective || t.phase.str().rfind("gradient_", 0) != 0) continue;
       ++gradient;
       after += test::waits_for_whole_backward(step.graph, id) ? 1 : 0;
+      largest = std::max(largest, t.bytes);
     }
-    REQUIRE(gradient >= 1);
-    if (overlap) {
-      CHECK(after < gradient);
-      per_op = gradient;
-    } else {
-      // Combined into one per set of mesh dimensions (here every weight gradient is reduced
-      // over batch), all after the backward.
+    REQUIRE(gradient > 2);
+    CHECK(largest <= 1.2e6);  // up to the bucket, or one weight's gradient bigger than it (the table)
+    if (combined >= 0) CHECK(gradient == combined);  // the same chunks either way
+    combined = gradient;
+    if (overlap)
+      CHECK(after < gradient);  // each chunk as soon as its gradients exist
+    else
       CHECK(after == gradient);
-      CHECK(gradient < per_op);
-    }
   }
+  // One bucket for everything: one reduction per set of mesh dimensions.
+  sched["gradient_bucket_bytes"] = 1e12;
+  const Study one = mesh_study(model, sched);
+  int reductions = 0;
+  const BuiltStep step = one.schedule->build(one);
+  for (int id = 0; id < step.graph.size(); ++id)
+    reductions += step.graph.task(id).phase == "gradient_allreduce" ? 1 : 0;
+  CHECK(reductions < combined);
+  // Fully sharded gradients are reduce-scattered per layer: no bucket size.
+  sched["weight_update"] = "fully_sharded";
+  CHECK_THROWS_WITH(mesh_study(model, sched), Catch::Contains("schedule.gradient_bucket_bytes"));
 }
 
 TEST_CASE("without overlap, sharded updates all-gather together what one combined reduce-scatter scattered",
