@@ -245,6 +245,20 @@ class Reducer {
     return e;
   }
 
+  /// Whether a task's memory effects are the same in every cluster (cores as local indices):
+  /// its effects sorted into their clusters in one pass.
+  bool alike_in_every_cluster(const Task& t) const {
+    std::vector<std::vector<Effect>> by_cluster(clusters_.size());
+    for (const auto& m : t.memory)
+      if (const int k = cluster_of_[std::size_t(m.core)]; k >= 0)
+        by_cluster[std::size_t(k)].emplace_back(local_[std::size_t(m.core)], int(m.category), m.bytes,
+                                                int(m.when));
+    for (auto& e : by_cluster) std::sort(e.begin(), e.end());
+    for (std::size_t k = 1; k < by_cluster.size(); ++k)
+      if (by_cluster[k] != by_cluster[0]) return false;
+    return true;
+  }
+
   bool same_task(const Task& a, const Task& b, int ka, int kb) const {
     if (a.kind != b.kind || a.seconds != b.seconds || a.bytes != b.bytes || a.op != b.op) return false;
     if (a.memory.size() != b.memory.size()) return false;
@@ -295,10 +309,8 @@ class Reducer {
     for (int id = 0; id < g_.size(); ++id) {
       const Task& t = g_.task(id);
       if (anchor(id) >= 0 || t.memory.empty()) continue;
-      const auto first = effects(t, 0);
-      for (std::size_t k = 1; k < clusters_.size(); ++k)
-        if (effects(t, int(k)) != first)
-          return "a collective (" + t.name + ") changes its clusters' memory unlike";
+      if (!alike_in_every_cluster(t))
+        return "a collective (" + t.name + ") changes its clusters' memory unlike";
     }
     return check_dependencies();
   }
