@@ -132,8 +132,9 @@ void MeshSchedule::read_mesh(const Json& mesh, const std::string& path, const St
   if (mesh.is_object()) {
     for (auto it = mesh.begin(); it != mesh.end(); ++it) {
       if (!it.value().is_number_integer() || it.value().get<std::int64_t>() < 1 ||
-          it.value().get<std::int64_t>() > 65536)
-        problems.add(path + "." + it.key(), it.value(), "a mesh dimension size: an integer in [1, 65536]");
+          it.value().get<std::int64_t>() > cores_)
+        problems.add(path + "." + it.key(), it.value(),
+                     "a mesh dimension size: an integer in [1, " + std::to_string(cores_) + "]");
       else
         mesh_.emplace_back(it.key(), int(it.value().get<std::int64_t>()));
     }
@@ -141,8 +142,9 @@ void MeshSchedule::read_mesh(const Json& mesh, const std::string& path, const St
     for (std::size_t i = 0; i < mesh.size(); ++i) {
       const Json& e = mesh[i];
       if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number_integer() ||
-          e[1].get<std::int64_t>() < 1 || e[1].get<std::int64_t>() > 65536)
-        problems.add(index_path(path, i), e, "[\"name\", size]: a mesh dimension size in [1, 65536]");
+          e[1].get<std::int64_t>() < 1 || e[1].get<std::int64_t>() > cores_)
+        problems.add(index_path(path, i), e,
+                     "[\"name\", size]: a mesh dimension size in [1, " + std::to_string(cores_) + "]");
       else if (std::any_of(mesh_.begin(), mesh_.end(),
                            [&](const auto& d) { return d.first == e[0].get<std::string>(); }))
         problems.add(index_path(path, i) + "[0]", e[0], "a mesh dimension name not used before in the mesh");
@@ -440,7 +442,7 @@ class MeshStepPlayer {
 
   BuiltStep build(const Sharding& s) {
     resident_shards();
-    chunks_left_ = gradient_chunks();
+    chunks_left_ = chunk_sizes();
     for (int l = 0; l < layers_; ++l) extra_.push_back(fully_ ? gathered_extra(l) : 0.0);
     std::vector<std::vector<int>> forward_end(static_cast<std::size_t>(layers_)),
         backward_end(static_cast<std::size_t>(layers_));
@@ -815,9 +817,10 @@ class MeshStepPlayer {
     using C = sim::CollectiveOp;
     const bool scatter_gradient = ev.kind == Event::GradientAllReduce && sharded_;
     const auto blocking = blocking_collective(ev.kind);
-    const auto [op, phase] = blocking           ? std::pair{blocking->op, blocking->phase}
-                             : scatter_gradient ? std::pair{C::ReduceScatter, "gradient_reduce_scatter"}
-                                                : std::pair{C::AllReduce, "gradient_allreduce"};
+    const auto [op, kind_phase] = blocking           ? std::pair{blocking->op, blocking->phase}
+                                  : scatter_gradient ? std::pair{C::ReduceScatter, "gradient_reduce_scatter"}
+                                                     : std::pair{C::AllReduce, "gradient_allreduce"};
+    const std::string phase = ev.phase.empty() ? kind_phase : ev.phase;
     const bool gradient = ev.kind == Event::GradientAllReduce;
     sim::Task t = family_collective(op, ev.name, ev.mesh_dims, schedule_.groups(ev), phase, l,
                                     gradient ? on_wire(ev.bytes) : ev.bytes);
@@ -842,19 +845,16 @@ class MeshStepPlayer {
               std::vector<std::vector<int>>(static_cast<std::size_t>(cores_), std::vector<int>{id}));
   }
 
-  /// The weight-gradient reductions combined as XLA's all-reduce combiner does: per set of mesh
-  /// dimensions, in backward order, up to gradient_bucket_bytes (as data parallelism's buckets);
-  /// a layer's update waits for its chunks only. The chunks' sizes, in order, per set.
-  std::map<std::vector<std::string>, std::deque<std::size_t>> gradient_chunks() const {
-    std::map<std::vector<std::string>, std::vector<double>> bytes;
-    for (int l = layers_ - 1; l >= 0 && !fully_; --l)
-      for (const Event& ev : programs_[std::size_t(l)].backward)
-        if (ev.kind == Event::GradientAllReduce) bytes[ev.mesh_dims].push_back(ev.bytes);
-    std::map<std::vector<std::string>, std::deque<std::size_t>> chunks;
-    for (const auto& [dims, b] : bytes)
-      for (const auto& [first, last] : combine_in_order(b, schedule_.gradient_bucket_bytes()))
-        chunks[dims].push_back(last - first);
-    return chunks;
+  /// The weight-gradient reductions combined as XLA's all-reduce combiner does
+  /// (mesh::gradient_chunks, up to gradient_bucket_bytes; as data parallelism's buckets): a
+  /// layer's update waits for its chunks only. The chunks' sizes, in order, per set of mesh
+  /// dimensions.
+  std::map<std::vector<std::string>, std::deque<std::size_t>> chunk_sizes() const {
+    std::map<std::vector<std::string>, std::deque<std::size_t>> sizes;
+    if (fully_) return sizes;
+    for (const auto& chunk : gradient_chunks(programs_, schedule_.gradient_bucket_bytes()))
+      sizes[chunk.mesh_dims].push_back(chunk.reductions.size());
+    return sizes;
   }
 
   /// With overlap: after a layer's backward, every chunk whose gradients all exist is reduced,
@@ -932,17 +932,18 @@ class MeshStepPlayer {
     const double members = double(t.groups.front().size());
     const int chunk = chunks_++;
     std::vector<FunctionalRuntime::Closure> parts;
+    double freed = 0;  // sharded: each core keeps its piece of each reduced gradient
     for (const auto& [ev, l] : events) {
-      if (sharded_) {  // each core keeps its piece of each reduced gradient
+      if (sharded_) {
         const double local = ev->bytes / kWeightBytes;
-        for (int c = 0; c < cores_; ++c)
-          t.memory.push_back({c, sim::MemoryCategory::Gradients,
-                              -kWeightBytes * (local - piece_elements(local, members)), When::End});
+        freed += kWeightBytes * (local - piece_elements(local, members));
         scattered_[std::size_t(l)].push_back(
             {{ev->actions.front().op, t.groups}, ev->name, ev->mesh_dims, ev->bytes, chunk});
       }
       if (exec_) parts.push_back(exec_->collective(t.groups, l, ev->actions.front()));
     }
+    for (int c = 0; c < cores_ && freed > 0; ++c)
+      t.memory.push_back({c, sim::MemoryCategory::Gradients, -freed, When::End});
     if (exec_)
       t.host = [parts] {
         for (const auto& part : parts) part();

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "schedules/gradient_buckets.hpp"
+
 namespace tpusim::mesh {
 
 std::string collective_task_name(const std::string& event, const std::vector<std::string>& mesh_dims,
@@ -31,6 +33,28 @@ std::optional<BlockingCollective> blocking_collective(Event::Kind kind) {
 }
 
 double piece_elements(double elements, double count) { return std::ceil(elements / count); }
+
+std::vector<GradientChunk> gradient_chunks(const std::vector<LayerProgram>& programs,
+                                           double threshold_bytes) {
+  std::map<std::vector<std::string>, std::vector<std::pair<int, const Event*>>> by_dims;
+  for (int l = int(programs.size()) - 1; l >= 0; --l)
+    for (const Event& ev : programs[std::size_t(l)].backward)
+      if (ev.kind == Event::GradientAllReduce) by_dims[ev.mesh_dims].push_back({l, &ev});
+  std::vector<GradientChunk> chunks;
+  for (const auto& [dims, reductions] : by_dims) {
+    std::vector<double> bytes;
+    for (const auto& r : reductions) bytes.push_back(r.second->bytes);
+    for (const auto& [first, last] : combine_in_order(bytes, threshold_bytes)) {
+      GradientChunk chunk{dims, {}, 0.0};
+      for (std::size_t k = first; k < last; ++k) {
+        chunk.reductions.push_back(reductions[k]);
+        chunk.bytes += bytes[k];
+      }
+      chunks.push_back(std::move(chunk));
+    }
+  }
+  return chunks;
+}
 
 double update_fraction(const LayerProgram& p) {
   return p.total_weight_elements > 0 ? p.update_elements / p.total_weight_elements : 0;
@@ -185,7 +209,9 @@ class LayerLowering : public MeshLoweringSink {
     collective(into, Event::BlockingAllReduce, op.name + (backward ? " gradient statistics" : " statistics"),
                mesh, 2.0 * 4.0 * double(op.b.dims.front().size), row,
                backward ? A::CombineGradientStatistics : A::CombineStatistics);
-    if (into.size() == before || batch_norm_group_ <= 1) return;
+    if (into.size() == before) return;
+    into.back().phase = backward ? "batch_norm_gradient_statistics" : "batch_norm_statistics";
+    if (batch_norm_group_ <= 1) return;
     into.back().block_dim = block_dim;
     into.back().block = block;
     row["collectives"].back()["batch_norm_group"] = batch_norm_group_;

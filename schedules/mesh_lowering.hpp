@@ -55,6 +55,10 @@ struct Event {
   bool kept_by_save_dots = false;
   /// Compute: the part of `seconds` (and of `non_dot_seconds`) HBM's bandwidth sets.
   double hbm_seconds = 0, non_dot_hbm_seconds = 0;
+  /// A blocking collective's phase when not its kind's (a batch norm's statistics:
+  /// "batch_norm_statistics", its gradient's "batch_norm_gradient_statistics", as every player
+  /// names them).
+  std::string phase;
 };
 
 /// What a blocking event runs: its collective and the phase it counts as in breakdowns. None for
@@ -127,5 +131,17 @@ Json padded_dimensions(const Study& study, const std::map<std::string, std::stri
 void check_layout(const Study& study, const std::map<std::string, std::string>& layout,
                   const std::map<std::string, int>& sizes, const std::string& path, const Json& layout_json,
                   Problems& problems);
+
+/// A combined weight-gradient reduction: reductions over one set of mesh dimensions, each with
+/// its layer, and their fp32 bytes.
+struct GradientChunk {
+  std::vector<std::string> mesh_dims;
+  std::vector<std::pair<int, const Event*>> reductions;
+  double bytes = 0;
+};
+/// XLA's all-reduce combiner over a step's weight-gradient reductions: per set of mesh
+/// dimensions (in their order), in backward order (the last layer's first, a layer's in program
+/// order), combined up to `threshold_bytes` (combine_in_order). The events stay `programs`'.
+std::vector<GradientChunk> gradient_chunks(const std::vector<LayerProgram>& programs, double threshold_bytes);
 
 }  // namespace tpusim::mesh
