@@ -44,10 +44,15 @@ double local_flops(const BuiltStep& step, const std::string& layer, const std::s
 }
 
 /// A two-layer Transformer and a batch:8 x model:4 mesh splitting Megatron's dimensions.
-Json megatron_model() {
-  return Json::parse(
-      R"({"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 64})");
+/// A small ReLU Transformer (d_model 256, d_ff 1024, 4 heads, sequence 64).
+Json small_transformer(int layers, int vocab) {
+  Json m = Json::parse(
+      R"({"kind": "transformer", "activation": "relu", "d_model": 256, "d_ff": 1024, "heads": 4, "seq_len": 64})");
+  m["layers"] = layers;
+  m["vocab"] = vocab;
+  return m;
 }
+Json megatron_model() { return small_transformer(2, 1024); }
 Json megatron_schedule() {
   return Json::parse(
       R"({"kind": "mesh", "mesh": [["batch", 8], ["model", 4]], "layout": {"batch": "batch", "d_ff": "model", "heads": "model", "vocab": "model"}})");
@@ -536,8 +541,7 @@ TEST_CASE("the q k v projections' partial input gradients are added before one a
   // Mesh-TensorFlow's lazy all-reduce: with heads split, each projection's input gradient is a
   // partial sum over heads; the three add up locally and the layer norm output's gradient is
   // all-reduced once.
-  const Json model = Json::parse(
-      R"({"kind": "transformer", "activation": "relu", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 64})");
+  const Json model = small_transformer(1, 1024);
   const Study s = mesh_study(
       model,
       Json::parse(
@@ -590,8 +594,7 @@ TEST_CASE(
     "a mesh's weight-gradient reductions are combined up to gradient_bucket_bytes, behind the backward "
     "with overlap, after it without",
     "[mesh]") {
-  const Json model = Json::parse(
-      R"({"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})");
+  const Json model = small_transformer(2, 1000);
   Json sched = Json::parse(R"({"kind": "mesh", "mesh": {"batch": 8, "model": 4},
                               "layout": {"batch": "batch", "d_ff": "model", "heads": "model"},
                               "gradient_bucket_bytes": 300000})");
@@ -636,8 +639,7 @@ TEST_CASE(
 
 TEST_CASE("without overlap, sharded updates all-gather together what one combined reduce-scatter scattered",
           "[mesh][sharding]") {
-  const Json model = Json::parse(
-      R"({"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64})");
+  const Json model = small_transformer(2, 1000);
   Study s = mesh_study(model, Json::parse(R"({"kind": "mesh", "mesh": {"batch": 8, "model": 4},
                                               "layout": {"batch": "batch", "d_ff": "model", "heads": "model"},
                                               "weight_update": "sharded"})"));
@@ -922,8 +924,7 @@ TEST_CASE(
     "prefetched weight gathers run one after another ahead of the compute, a layer's reduce-scatter behind "
     "it",
     "[mesh][sharding]") {
-  const Json model = Json::parse(
-      R"({"kind": "transformer", "activation": "relu", "layers": 4, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1024, "seq_len": 64})");
+  const Json model = small_transformer(4, 1024);
   Json sched = megatron_schedule();
   sched["weight_update"] = "fully_sharded";
   const Study in_order = mesh_study(model, sched);
