@@ -77,7 +77,7 @@ void DataParallel::read_accumulation(Fields& f, const Study& study, Problems& pr
 
 std::vector<CoreInput> DataParallel::input(const Study& study) const {
   std::vector<CoreInput> in(std::size_t(study.cores()));
-  for (int r = 0; r < replicas_; ++r) in[std::size_t(r)] = {r, double(layer_batch(study)), 1.0};
+  for (int r = 0; r < replicas_; ++r) in[std::size_t(r)] = {r, double(study.batch / replicas_), 1.0};
   return in;
 }
 
@@ -291,7 +291,7 @@ BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional)
   DataParallelPlayer player(study, functional,
                             {replicas_, sharded_, bucket_bytes_, batch_norm_group_, remat_,
                              wire_.gradient_bytes, accumulation_steps_},
-                            layer_batch(study));
+                            study.batch / replicas_);
   BuiltStep step = player.play();
   if (fully_sharded_) step.details["weight_update"] = "fully_sharded";  // one replica: nothing sharded
   return step;

@@ -32,7 +32,10 @@ class DataParallel : public Schedule {
   DataParallel(Fields& fields, const Study& study, Problems& problems);
   BuiltStep build(const Study& study, FunctionalRuntime* functional = nullptr) const override;
   Json resolved() const override;
-  std::int64_t layer_batch(const Study& study) const override { return study.batch / replicas_; }
+  /// A replica's micro-batch (its whole batch without accumulation).
+  std::int64_t layer_batch(const Study& study) const override {
+    return study.batch / replicas_ / accumulation_steps_;
+  }
   /// Each replica's core reads its share of the batch.
   std::vector<CoreInput> input(const Study& study) const override;
   int batch_norm_group() const override { return batch_norm_group_; }

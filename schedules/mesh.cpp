@@ -53,6 +53,28 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems, in
   // Every op of every layer must have a legal, evenly divisible layout.
   check_layout(study, layout_, sizes, f.path_of("layout"), *f.value("layout"), problems);
   read_layer_input_split(f, study, problems);
+  read_accumulation(f, study, problems);
+}
+
+void MeshSchedule::read_accumulation(Fields& f, const Study& study, Problems& problems) {
+  accumulation_steps_ = int(f.integer_or("accumulation_steps", 1, 1, 1 << 20));
+  if (!problems.empty() || accumulation_steps_ == 1) return;
+  const std::int64_t local = study.batch / split("batch");
+  const std::string path = f.path_of("accumulation_steps");
+  if (local % accumulation_steps_ != 0)
+    problems.add(path, Json(accumulation_steps_),
+                 "a divisor of the " + std::to_string(local) +
+                     " examples each replica takes per step (its micro-batches are equal)");
+  else if (fully_sharded())
+    problems.add(path, Json(accumulation_steps_),
+                 "1 with weight_update \"fully_sharded\" (gathering the weights per micro-batch is not "
+                 "modelled yet)");
+  else if (batch_norm_group_ > 1)
+    problems.add(path, Json(accumulation_steps_),
+                 "1 with batch_norm_group > 1 (cross-replica statistics per micro-batch are not modelled)");
+  else if (study.model.mixture_of_experts)
+    problems.add(path, Json(accumulation_steps_),
+                 "1 with a mixture of experts (its capacity per micro-batch is not modelled)");
 }
 
 void MeshSchedule::read_layer_input_split(Fields& f, const Study& study, Problems& problems) {
@@ -376,8 +398,8 @@ std::vector<CoreInput> MeshSchedule::input(const Study& study) const {
   const double part = 1.0 / double(split("height") * split("width"));
   std::vector<CoreInput> in(std::size_t(study.cores()));
   for (int c = 0; c < cores_; ++c)
-    in[std::size_t(c)] = {batch_dim < 0 ? 0 : coords(c)[std::size_t(batch_dim)], double(layer_batch(study)),
-                          part};
+    in[std::size_t(c)] = {batch_dim < 0 ? 0 : coords(c)[std::size_t(batch_dim)],
+                          double(study.batch / split("batch")), part};
   return in;
 }
 
@@ -406,6 +428,7 @@ Json MeshSchedule::resolved() const {
   add_wire_dtypes(out, wire_, fully_sharded());
   if (fully_sharded()) out["weight_gathers"] = prefetch_gathers_ ? "prefetched" : "in_program_order";
   if (!fully_sharded()) out["gradient_bucket_bytes"] = bucket_bytes_;
+  if (accumulation_steps_ > 1) out["accumulation_steps"] = accumulation_steps_;
   if (!layer_input_split_.empty()) out["layer_input_split"] = layer_input_split_;
   return out;
 }
@@ -444,6 +467,26 @@ class MeshStepPlayer {
     resident_shards();
     chunks_left_ = chunk_sizes();
     for (int l = 0; l < layers_; ++l) extra_.push_back(fully_ ? gathered_extra(l) : 0.0);
+    const int passes = schedule_.accumulation_steps();
+    for (int a = 0; a < passes; ++a) micro_batch(a == 0, a == passes - 1);
+    combined_gradient_reductions();
+    optimizer_statistics(s);
+    updates();
+    if (fully_)
+      functional_gathers();
+    else
+      gather_updated_pieces();
+    BuiltStep step = builder_.finish();
+    step.model_flops = study_.model.step_model_flops(study_.batch);
+    step.hardware_flops = hardware_flops_;
+    return step;
+  }
+
+  /// One micro-batch's forward and backward (the whole batch's without accumulation): the first
+  /// allocates the weight gradients, the others add to them, the last's are reduced.
+  void micro_batch(bool first, bool last) {
+    allocate_gradients_ = first;
+    reduce_gradients_ = last;
     std::vector<std::vector<int>> forward_end(static_cast<std::size_t>(layers_)),
         backward_end(static_cast<std::size_t>(layers_));
     const std::vector<int> none;
@@ -461,21 +504,10 @@ class MeshStepPlayer {
       if (prefetch_ && l + 2 < layers_) wait_for_gradients_scattered(l + 2);
       play(programs_[std::size_t(l)].backward, l, false);
       if (prefetch_) scatter_layer(l);
-      if (overlap_) reduce_combined_ready();
-      reduce_rest_across_slices(l);
+      if (overlap_ && last) reduce_combined_ready();
+      if (last) reduce_rest_across_slices(l);
       backward_end[std::size_t(l)] = last_;
     }
-    combined_gradient_reductions();
-    optimizer_statistics(s);
-    updates();
-    if (fully_)
-      functional_gathers();
-    else
-      gather_updated_pieces();
-    BuiltStep step = builder_.finish();
-    step.model_flops = study_.model.step_model_flops(study_.batch);
-    step.hardware_flops = hardware_flops_;
-    return step;
   }
 
  private:
@@ -756,7 +788,7 @@ class MeshStepPlayer {
         t.memory.push_back({c, sim::MemoryCategory::Workspace, computed, When::Start});
       if (computed > 0 && last_piece)
         t.memory.push_back({c, sim::MemoryCategory::Workspace, -computed, When::End});
-      if (!forward && first_piece)
+      if (!forward && first_piece && allocate_gradients_)
         t.memory.push_back(
             {c, sim::MemoryCategory::Gradients, kWeightBytes * p.weight_elements, When::Start});
       // While it computes: the forward's largest transient, or the backward's gradients in flight.
@@ -805,7 +837,7 @@ class MeshStepPlayer {
     // Weight-gradient reductions are combined as XLA's all-reduce combiner does
     // (combined_gradient_reductions, reduce_combined_ready).
     if (ev.kind == Event::GradientAllReduce && !forward && !fully_) {
-      deferred_.push_back({&ev, l});
+      if (reduce_gradients_) deferred_.push_back({&ev, l});  // accumulated: the last micro-batch's
       return;
     }
     // Prefetched fully sharded weights: the layer's gradients reduce-scattered together once its
@@ -1090,6 +1122,9 @@ class MeshStepPlayer {
   bool fully_;     ///< fully sharded: weights gathered before use, never after the update
   bool prefetch_;  ///< fully sharded: gathers prefetched, reduce-scatters behind (weight_gathers)
   bool overlap_;   ///< combined reductions behind the backward (core.gradient_collectives_overlap_backward)
+  /// Gradient accumulation: whether this micro-batch's backward allocates the weight gradients
+  /// (the first) and reduces them (the last).
+  bool allocate_gradients_ = true, reduce_gradients_ = true;
   WireDtypes wire_;
   int last_gather_ = -1, last_scatter_ = -1;  ///< prefetched: each kind's collectives one after another
   std::vector<double> extra_;                 ///< per layer: what its gathered weights add (gathered_extra)
@@ -1126,7 +1161,8 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   if (functional) {
     std::vector<std::vector<int>> all(static_cast<std::size_t>(cores));
     for (int c = 0; c < cores; ++c) all[std::size_t(c)] = coords(c);
-    exec = std::make_shared<MeshExecutor>(study, *functional, mesh_, layout_, std::move(all));
+    exec = std::make_shared<MeshExecutor>(study, *functional, mesh_, layout_, std::move(all),
+                                          accumulation_steps_);
     exec->hold();
   }
   std::map<std::string, int> sizes;
@@ -1139,8 +1175,8 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   BuiltStep step = MeshStepPlayer(study, *this, mesh_, std::move(lowered), weight_update_ == "sharded",
                                   weight_update_ == "fully_sharded", remat_, exec)
                        .build(s);
-  step.details =
-      Json{{"local_batch", layer_batch(study)}, {"placement", placement_details(study)}, {"ops", ops}};
+  step.details = Json{
+      {"local_batch", study.batch / split("batch")}, {"placement", placement_details(study)}, {"ops", ops}};
   if (!padded.empty()) step.details["padded"] = padded;
   return step;
 }
@@ -1153,8 +1189,9 @@ std::vector<LayerProgram> MeshSchedule::programs(const Study& study) const {
   std::vector<LayerProgram> out;
   for (std::size_t l = 0; l < study.model.layers.size(); ++l) {
     const Layer& layer = study.model.layers[l];
-    out.push_back(lower_layer(layer.named_ops(study.batch), s, cost, study.model.activation_bytes, layer.name,
-                              l == 0, weight_update_ != "replicated", batch_norm_group_));
+    out.push_back(lower_layer(layer.named_ops(study.batch / accumulation_steps_), s, cost,
+                              study.model.activation_bytes, layer.name, l == 0,
+                              weight_update_ != "replicated", batch_norm_group_));
   }
   return out;
 }

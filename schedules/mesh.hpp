@@ -32,7 +32,10 @@ class MeshSchedule : public Schedule {
   int cores() const { return cores_; }
   BuiltStep build(const Study& study, FunctionalRuntime* functional = nullptr) const override;
   Json resolved() const override;
-  std::int64_t layer_batch(const Study& study) const override { return study.batch / split("batch"); }
+  /// A replica's micro-batch (its whole batch without accumulation).
+  std::int64_t layer_batch(const Study& study) const override {
+    return study.batch / split("batch") / accumulation_steps_;
+  }
   /// Every core reads its batch shard (the cores along the other mesh dimensions read the same
   /// one), the part of each image its spatial split gives it.
   std::vector<CoreInput> input(const Study& study) const override;
@@ -55,6 +58,9 @@ class MeshSchedule : public Schedule {
   bool prefetches_gathers() const { return prefetch_gathers_; }
   /// Up to how many bytes of weight gradients one combined reduction carries ("gradient_bucket_bytes").
   double gradient_bucket_bytes() const { return bucket_bytes_; }
+  /// Micro-batches per replica whose gradients are summed ("accumulation_steps"); the layers'
+  /// programs are one micro-batch's.
+  int accumulation_steps() const { return accumulation_steps_; }
   Keep remat() const { return remat_; }
   /// What a layer's forward keeps on a core under the schedule's re-materialization policy
   /// (its input split by layer_input_split, when given).
@@ -129,6 +135,10 @@ class MeshSchedule : public Schedule {
   /// A mixture of experts' layout: "experts" on the batch's mesh dimension, or (not split) the
   /// expert slots split as the tokens are ("capacity"). False after adding a problem.
   bool read_experts_layout(const Study& study, const std::string& path, Problems& problems);
+  /// "accumulation_steps" A: each replica's batch run as A micro-batches, one after another, their
+  /// gradients summed before the step's one reduction (as data parallelism's).
+  void read_accumulation(Fields& f, const Study& study, Problems& problems);
+  int accumulation_steps_ = 1;
   int cores_ = 0;
   std::string weight_update_ = "replicated";
   WireDtypes wire_;

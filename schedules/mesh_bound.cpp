@@ -40,11 +40,12 @@ class FloorCache {
 /// large slice): one core runs every compute piece (a re-materialized layer's recompute too) and
 /// waits for every blocking collective (a fully sharded layer's weight gathers, in program order);
 /// its weight-gradient reductions, when they wait for the whole backward, add their bandwidth terms.
+/// With gradient accumulation, every micro-batch's program, then the reductions once.
 double program_bound(const Study& s, const MeshSchedule& mesh,
                      const std::vector<mesh::LayerProgram>& programs) {
   using E = mesh::Event;
   FloorCache floor(s, mesh);
-  double bound = 0;
+  double bound = 0, reductions = 0;  // per micro-batch; the weight-gradient reductions, once
   const Keep remat = mesh.remat();
   const bool overlap = s.hardware.core.gradient_collectives_overlap_backward;
   // Prefetched fully sharded weights: gathers and reduce-scatters behind the compute.
@@ -79,11 +80,12 @@ double program_bound(const Study& s, const MeshSchedule& mesh,
         if (gradient && (overlap || behind)) continue;
         const auto blocking = mesh::blocking_collective(ev.kind);
         if (!blocking && !gradient) continue;  // a halo
-        add_floor(blocking ? blocking->op : sim::CollectiveOp::ReduceScatter, ev,
-                  gradient ? ev.bytes * gradient_wire : ev.bytes, !gradient);
+        const double f = floor(blocking ? blocking->op : sim::CollectiveOp::ReduceScatter, ev,
+                               gradient ? ev.bytes * gradient_wire : ev.bytes, !gradient);
+        (gradient ? reductions : bound) += f;
       }
   }
-  return bound;
+  return bound * mesh.accumulation_steps() + reductions;
 }
 
 }  // namespace

@@ -44,13 +44,16 @@ void sum_all(const std::vector<Tensor*>& pieces) {
 
 MeshExecutor::MeshExecutor(const Study& study, FunctionalRuntime& runtime,
                            std::vector<std::pair<std::string, int>> mesh,
-                           std::map<std::string, std::string> layout, std::vector<std::vector<int>> coords)
+                           std::map<std::string, std::string> layout, std::vector<std::vector<int>> coords,
+                           int micro_batches)
     : study_(study),
       rt_(runtime),
       mesh_(std::move(mesh)),
       layout_(std::move(layout)),
-      coords_(std::move(coords)) {
+      coords_(std::move(coords)),
+      micro_batches_(micro_batches) {
   const std::size_t cores = coords_.size();
+  micro_.assign(cores, -1);
   out_.resize(cores);
   dout_.resize(cores);
   partial_.resize(cores);
@@ -98,7 +101,7 @@ void MeshExecutor::add_layer_ops(int l, int last_of_previous) {
   first_op_.push_back(int(ops_.size()));
   params_.emplace_back();
   std::map<std::string, int> produced{{"in", last_of_previous}};
-  auto named = study_.model.layers[std::size_t(l)].named_ops(study_.batch);
+  auto named = study_.model.layers[std::size_t(l)].named_ops(study_.batch / micro_batches_);
   for (std::size_t i = 0; i < named.size(); ++i) {
     Op op;
     op.named = std::move(named[i]);
@@ -253,13 +256,18 @@ const Tensor& MeshExecutor::value(int core, int producer) {
   Tensor& x = input_[std::size_t(core)];
   if (x.empty()) {
     Box b = box(ops_.front().named.a, core);
-    const Tensor data = rt_.fn(0).input(rt_.batch(b.offset[0], b.local[0]));
+    const Tensor data = rt_.fn(0).input(examples(core, b));
     b.whole[0] = b.local[0];
     b.offset[0] = 0;
     x.resize(std::size_t(b.elements()));
     for_each_element(b, [&](std::int64_t l, std::int64_t w) { x[std::size_t(l)] = data[std::size_t(w)]; });
   }
   return x;
+}
+
+Batch MeshExecutor::examples(int core, const Box& b) const {
+  // The core's piece of the whole batch, b.offset[0] * A onwards; its micro-batch a piece of that.
+  return rt_.batch(b.offset[0] * micro_batches_ + micro_[std::size_t(core)] * b.local[0], b.local[0]);
 }
 
 void MeshExecutor::add_pending(int core, int producer, Tensor g) {
@@ -319,16 +327,17 @@ class MeshExecutor::CoreView : public ShardHost {
   bool first_backward() override { return e_.backward_run_[c_].insert(f_).second; }
   std::vector<std::int32_t> targets_per_row(const NamedTensor& rows) override {
     const Box b = box(rows);
-    return e_.per_row(core_, rows, e_.rt_.fn(op().layer).targets(e_.rt_.batch(b.offset[0], b.local[0])));
+    return e_.per_row(core_, rows, e_.rt_.fn(op().layer).targets(e_.examples(core_, b)));
   }
   std::vector<std::int32_t> tokens_per_row(const NamedTensor& rows) override {
     const Box b = box(rows);
-    return e_.per_row(core_, rows, e_.rt_.fn(op().layer).tokens(e_.rt_.batch(b.offset[0], b.local[0])));
+    return e_.per_row(core_, rows, e_.rt_.fn(op().layer).tokens(e_.examples(core_, b)));
   }
   bool first_replica(const std::vector<std::string>& dims) const override {
     return e_.first_replica(core_, dims);
   }
   void add_loss(double loss) override { e_.rt_.add_loss(loss); }
+  int micro_batches() const override { return e_.micro_batches_; }
 
  private:
   const Op& op() const { return e_.ops_[std::size_t(f_)]; }
@@ -339,8 +348,9 @@ class MeshExecutor::CoreView : public ShardHost {
 
 void MeshExecutor::run(int core, int f, const MeshAction& action) {
   if (f == 0 && action.what == MeshAction::Forward) {
-    // A new step: the model's input and every gradient start afresh.
+    // A new step, or micro-batch: the model's input and every gradient start afresh.
     const std::size_t c = std::size_t(core);
+    micro_[c] = (micro_[c] + 1) % micro_batches_;
     input_[c].clear();
     dout_[c].clear();
     partial_[c].clear();

@@ -52,8 +52,12 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
   /// `mesh`: dimensions in placement order with their sizes; `layout`: tensor dimension -> mesh
   /// dimension; `coords(core)`: a core's mesh coordinates. Throws ConfigError when the model has
   /// an op functional mode cannot execute on shards.
+  /// `micro_batches`: each replica's batch runs as that many micro-batches (gradient
+  /// accumulation), each op on one micro-batch's shapes; a core's micro-batch advances at each
+  /// forward of the model's first op.
   MeshExecutor(const Study& study, FunctionalRuntime& runtime, std::vector<std::pair<std::string, int>> mesh,
-               std::map<std::string, std::string> layout, std::vector<std::vector<int>> coords);
+               std::map<std::string, std::string> layout, std::vector<std::vector<int>> coords,
+               int micro_batches = 1);
 
   /// Every core takes its shards of every layer's initial parameters.
   void hold();
@@ -157,6 +161,10 @@ class MeshExecutor : public FunctionalRuntime::Shards, public std::enable_shared
   std::vector<std::set<int>> backward_run_;                    // per core: ops whose backward ran this step
   std::vector<std::map<int, std::vector<std::int32_t>>> ids_;  // per core: op -> its rows' ids
   std::vector<Tensor> input_;
+  int micro_batches_ = 1;
+  std::vector<int> micro_;  ///< per core: the micro-batch it runs
+  /// The examples a core's piece `b` of a tensor over the batch covers in its micro-batch.
+  Batch examples(int core, const Box& b) const;
 };
 
 }  // namespace tpusim

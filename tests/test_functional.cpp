@@ -336,6 +336,19 @@ TEST_CASE("a conv net with batch norms: data parallelism computes one core's fir
   check_first_step(kConvBnNet, R"({"kind": "data_parallel"})");
 }
 
+// Accumulated, each batch norm normalizes over a replica's micro-batch (the reference's groups).
+TEST_CASE("a conv net with batch norms: accumulated data parallelism computes one core's first step",
+          "[functional][accumulation]") {
+  check_first_step(kConvBnNet, R"({"kind": "data_parallel", "accumulation_steps": 2})");
+}
+
+TEST_CASE("a conv net with batch norms: an accumulated batch-split mesh computes one core's first step",
+          "[functional][mesh][accumulation]") {
+  check_first_step(
+      kConvBnNet,
+      R"({"kind": "mesh", "mesh": [["batch", 8]], "layout": {"batch": "batch"}, "accumulation_steps": 2})");
+}
+
 TEST_CASE("a conv net with batch norms: GPipe computes one core's first step", "[functional]") {
   check_first_step(kConvBnNet, R"({"kind": "gpipe", "stages": 2, "microbatches": 4})");
 }
@@ -395,6 +408,24 @@ TEST_CASE("the Mesh-TF language model's layout with fully sharded weights matche
           "[functional][mesh][sharding]") {
   check_equivalent(kMeshLm,
                    R"({"kind": "mesh", "mesh": [["batch", 2], ["model", 2]], "weight_update": "fully_sharded",
+                       "layout": {"batch": "batch", "d_ff": "model", "heads": "model", "vocab": "model"}})",
+                   "momentum", kFourCores);
+}
+
+TEST_CASE("a mesh layout with gradient accumulation matches one core", "[functional][mesh][accumulation]") {
+  // Each core's micro-batches are its own examples in turn; the loss averages over the whole
+  // batch, the vocabulary split or not; sharded updates reduce the summed gradients once.
+  check_equivalent(kTransformer,
+                   R"({"kind": "mesh", "mesh": [["batch", 2], ["model", 2]], "accumulation_steps": 2,
+                       "layout": {"batch": "batch", "d_ff": "model", "heads": "model"}})",
+                   "momentum", kFourCores);
+}
+
+TEST_CASE("a split vocabulary with gradient accumulation and sharded updates matches one core",
+          "[functional][mesh][accumulation]") {
+  check_equivalent(kMeshLm,
+                   R"({"kind": "mesh", "mesh": [["batch", 2], ["model", 2]], "accumulation_steps": 4,
+                       "weight_update": "sharded",
                        "layout": {"batch": "batch", "d_ff": "model", "heads": "model", "vocab": "model"}})",
                    "momentum", kFourCores);
 }

@@ -1078,3 +1078,54 @@ TEST_CASE("a tied embedding's gradient is reduced once, with its owner's weight 
     CHECK(table_reductions == 1);
   }
 }
+
+TEST_CASE("gradient accumulation under a mesh: one micro-batch's activations, the gradients reduced once",
+          "[mesh][accumulation]") {
+  Json sched = megatron_schedule();
+  const Study one = mesh_study(megatron_model(), sched);
+  sched["accumulation_steps"] = 4;
+  const Study four = mesh_study(megatron_model(), sched);
+  CHECK(four.schedule->resolved()["accumulation_steps"] == 4);
+  CHECK_FALSE(one.schedule->resolved().contains("accumulation_steps"));
+  CHECK(four.schedule->layer_batch(four) == one.schedule->layer_batch(one) / 4);
+  const BuiltStep a = one.schedule->build(one), b = four.schedule->build(four);
+  REQUIRE_NOTHROW(b.graph.validate());  // gradients allocated once, freed once
+  // The same model FLOPs and hardware FLOPs (the work in four passes), the same reductions.
+  CHECK(b.model_flops == Approx(a.model_flops));
+  CHECK(b.hardware_flops == Approx(a.hardware_flops).epsilon(0.02));
+  auto reductions = [](const BuiltStep& s) {
+    std::multiset<double> bytes;
+    for (int id = 0; id < s.graph.size(); ++id)
+      if (s.graph.task(id).phase == "gradient_allreduce") bytes.insert(s.graph.task(id).bytes);
+    return bytes;
+  };
+  CHECK(reductions(b) == reductions(a));
+  // Each forward keeps a micro-batch's activations: a quarter of the whole batch's.
+  auto kept = [](const BuiltStep& s) {
+    double bytes = 0, largest = 0;
+    for (int id : s.graph.program(0))
+      for (const auto& m : s.graph.task(id).memory)
+        if (m.category == sim::MemoryCategory::Activations) largest = std::max(largest, bytes += m.bytes);
+    return largest;
+  };
+  CHECK(kept(b) == Approx(kept(a) / 4).epsilon(0.01));
+  // Four forwards per layer on every core.
+  int forwards = 0, first_forwards = 0;
+  for (int id : b.graph.program(0)) forwards += b.graph.task(id).phase == "forward" ? 1 : 0;
+  for (int id : a.graph.program(0)) first_forwards += a.graph.task(id).phase == "forward" ? 1 : 0;
+  CHECK(forwards == 4 * first_forwards);
+  // The bound: four micro-batches' programs (each op's overhead four times), a quarter of the
+  // kept activations under the memory floor.
+  const StepBound bound_one = one.schedule->bound(one), bound_four = four.schedule->bound(four);
+  CHECK(bound_four.seconds > bound_one.seconds);
+  CHECK(bound_four.seconds < 2 * bound_one.seconds);
+  CHECK(bound_four.floor_bytes < bound_one.floor_bytes);
+  CHECK(bound_four.resident_bytes == bound_one.resident_bytes);
+  // A count that does not divide a replica's examples, or with weights gathered per layer: exit 2.
+  sched["accumulation_steps"] = 3;
+  CHECK_THROWS_WITH(mesh_study(megatron_model(), sched), Catch::Contains("schedule.accumulation_steps"));
+  sched["accumulation_steps"] = 2;
+  sched["weight_update"] = "fully_sharded";
+  CHECK_THROWS_WITH(mesh_study(megatron_model(), sched),
+                    Catch::Contains("schedule.accumulation_steps") && Catch::Contains("fully_sharded"));
+}

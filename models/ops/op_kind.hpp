@@ -144,6 +144,9 @@ class ShardHost {
   virtual bool first_replica(const std::vector<std::string>& dims) const = 0;
   /// Adds this core's share of the loss.
   virtual void add_loss(double loss) = 0;
+  /// The micro-batches a replica's batch runs as (gradient accumulation): the op sees one, and a
+  /// loss averaged over the whole batch divides by this many times its rows.
+  virtual int micro_batches() const { return 1; }
 };
 
 /// What a layout gives an op on the shards, for the check of whether its kind can run there.

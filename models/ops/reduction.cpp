@@ -108,7 +108,7 @@ void finish_softmax_xent(const NamedOp& op, ShardHost& h) {
   const bool count_rows = h.first_replica(row_dims);
   row_dims.push_back(op.reduce_dim);
   const bool count_targets = h.first_replica(row_dims);
-  double loss = 0, whole_rows = 1;
+  double loss = 0, whole_rows = h.micro_batches();
   for (std::size_t d = 0; d + 1 < in.whole.size(); ++d) whole_rows *= double(in.whole[d]);
   for (std::int64_t r = 0; r < rows; ++r) {
     if (count_rows) loss += lse[std::size_t(r)];
@@ -133,8 +133,8 @@ void softmax_xent_step(const NamedOp& op, ShardStep step, ShardHost& h) {
     if (!h.split(op.reduce_dim)) finish_softmax_xent(op, h);
     return;
   }
-  // d logits = (softmax - one-hot(target)) / rows of the whole batch.
-  double whole_rows = 1;
+  // d logits = (softmax - one-hot(target)) / rows of the whole batch (every micro-batch's).
+  double whole_rows = h.micro_batches();
   for (std::size_t d = 0; d + 1 < in.whole.size(); ++d) whole_rows *= double(in.whole[d]);
   Tensor dx(x.size());
   kernels::softmax_xent_gradient(x.data(), h.statistics(0).data(), h.ids().data(), dx.data(), rows, cols,
