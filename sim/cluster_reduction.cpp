@@ -56,7 +56,8 @@ class Reducer {
  private:
   /// The core a task belongs to: a compute task's, a transfer's source, a local collective's
   /// first member; -1 for a shared collective (one over several clusters, which stays whole).
-  int anchor(int id) const {
+  int anchor(int id) const { return anchors_[std::size_t(id)]; }
+  int find_anchor(int id) const {
     const Task& t = g_.task(id);
     if (t.kind == TaskKind::Compute) return t.core;
     if (t.kind == TaskKind::Transfer) return t.src_core;
@@ -88,6 +89,8 @@ class Reducer {
     std::map<long long, int> link_user;
     links_.resize(std::size_t(g_.size()));
     local_collective_.assign(std::size_t(g_.size()), false);
+    anchors_.resize(std::size_t(g_.size()));
+    for (int id = 0; id < g_.size(); ++id) anchors_[std::size_t(id)] = find_anchor(id);
     join_transfers(c, active, link_user);
     for (int id = 0; id < g_.size(); ++id)
       if (g_.task(id).kind == TaskKind::Collective)
@@ -149,6 +152,7 @@ class Reducer {
         const auto members = t.members();
         for (int m : members) c.join(m, members.front());
         local_collective_[std::size_t(id)] = true;
+        anchors_[std::size_t(id)] = find_anchor(id);
         links_[std::size_t(id)] = ring_links(t);
         occupy(c, link_user, links_[std::size_t(id)], members.front());
         changed = true;
@@ -471,6 +475,7 @@ class Reducer {
   std::vector<int> image_;  ///< by task: the first cluster's counterpart (-1: a shared collective)
   std::vector<std::vector<int>> comms_of_;  ///< by cluster: its transfers and local collectives
   std::vector<bool> local_collective_;      ///< by task: a collective among one cluster's cores
+  std::vector<int> anchors_;                ///< by task: its anchor (find_anchor), kept current
   std::vector<int> representative_;         ///< by cluster: the simulated cluster of its kind (chip speeds)
   int kinds_ = 1;
   /// By simulated cluster (other than the first): the first cluster's task -> this cluster's.
