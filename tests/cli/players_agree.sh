@@ -5,15 +5,19 @@
 # gradient tensors where data parallelism combines layers: one difference left, see the issue),
 # the same peak HBM and the same compute. Fully sharded weights (Llama 7B with save_dots, MaxText
 # 22B with bf16 gathers, v4-128): data parallelism's step is FSDP's, a mesh's with
-# weight_gathers "prefetched": the same step to 1e-9, the same peak and compute. A one-stage
-# pipeline over R replicas is checked against data parallelism exactly in pipeline_buckets.sh.
+# weight_gathers "prefetched": the same step to 1e-9, the same peak and compute. Gradient
+# accumulation (ResNet-50 with two micro-batches per replica) agrees as the plain step does. A
+# one-stage pipeline over R replicas is checked against data parallelism exactly in
+# pipeline_buckets.sh.
 set -euo pipefail
 tpusim="$1"; root="$2"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-studies="resnet50-lars-v3-32:32 ssd-resnet34-v3-32:32 llama-7b-gqa-v4-128:64 maxtext-22b-v4-128:64"
+studies="resnet50-lars-v3-32:32:1 ssd-resnet34-v3-32:32:1 llama-7b-gqa-v4-128:64:1 maxtext-22b-v4-128:64:1
+resnet50-lars-v3-32:32:2"
 for entry in $studies; do
-  study=${entry%:*} cores=${entry#*:}
-  "$tpusim" run "$root/configs/studies/$study.json" --json > "$work/$study-dp.json"
+  IFS=: read -r study cores steps <<< "$entry"
+  accumulate=(--set "schedule.accumulation_steps=$steps")
+  "$tpusim" run "$root/configs/studies/$study.json" "${accumulate[@]}" --json > "$work/$study-$steps-dp.json"
   # The study's own schedule options (weight_update, batch_norm_group, remat, gathered_weight_dtype)
   # on a mesh splitting the batch; fully sharded weights gathered as FSDP does.
   mesh=$(python3 -c 'import json, sys
@@ -21,14 +25,15 @@ s = json.load(open(sys.argv[1]))["schedule"]
 s.update(kind="mesh", mesh=[["batch", int(sys.argv[2])]], layout={"batch": "batch"})
 if s.get("weight_update") == "fully_sharded": s["weight_gathers"] = "prefetched"
 print(json.dumps(s))' "$root/configs/studies/$study.json" "$cores")
-  "$tpusim" run "$root/configs/studies/$study.json" --set "schedule=$mesh" --json > "$work/$study-mesh.json"
+  "$tpusim" run "$root/configs/studies/$study.json" --set "schedule=$mesh" "${accumulate[@]}" --json \
+    > "$work/$study-$steps-mesh.json"
 done
 python3 - "$work" "$root" $studies <<'PY'
 import json, sys
 w, root = sys.argv[1], sys.argv[2]
 for entry in sys.argv[3:]:
-    study = entry.split(":")[0]
-    dp, mesh = (json.load(open(f"{w}/{study}-{k}.json")) for k in ("dp", "mesh"))
+    study, _, steps = entry.split(":")
+    dp, mesh = (json.load(open(f"{w}/{study}-{steps}-{k}.json")) for k in ("dp", "mesh"))
     a, b = dp["step_time_s"], mesh["step_time_s"]
     fully = json.load(open(f"{root}/configs/studies/{study}.json"))["schedule"].get("weight_update") == "fully_sharded"
     assert abs(b - a) <= (1e-9 if fully else 2e-3) * a, (study, a, b)
