@@ -41,7 +41,8 @@ DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
                  "a multiple of the " + std::to_string(replicas_) + " replicas (cores) on slice " +
                      study.slice.name + " (data parallelism splits the batch evenly)");
   }
-  read_accumulation(f, study, problems);
+  accumulation_steps_ =
+      read_accumulation_steps(f, study.batch / replicas_, fully_sharded_, batch_norm_group_);
   read_fully_sharded_mesh(f, study, problems);
 }
 
@@ -56,23 +57,6 @@ void DataParallel::read_fully_sharded_mesh(Fields& f, const Study& study, Proble
   Fields fields(mesh, f.path(), problems);
   fully_sharded_mesh_ = std::make_shared<MeshSchedule>(fields, study, problems, replicas_);
   fields.finish();
-}
-
-void DataParallel::read_accumulation(Fields& f, const Study& study, Problems& problems) {
-  accumulation_steps_ = int(f.integer_or("accumulation_steps", 1, 1, 1 << 20));
-  if (!problems.empty() || accumulation_steps_ == 1) return;
-  const std::int64_t local = study.batch / replicas_;
-  if (local % accumulation_steps_ != 0)
-    problems.add(f.path_of("accumulation_steps"), Json(accumulation_steps_),
-                 "a divisor of the " + std::to_string(local) +
-                     " examples each replica takes per step (its micro-batches are equal)");
-  else if (fully_sharded_)
-    problems.add(f.path_of("accumulation_steps"), Json(accumulation_steps_),
-                 "1 with weight_update \"fully_sharded\" (gathering the weights per micro-batch is not "
-                 "modelled yet)");
-  else if (batch_norm_group_ > 1)
-    problems.add(f.path_of("accumulation_steps"), Json(accumulation_steps_),
-                 "1 with batch_norm_group > 1 (cross-replica statistics per micro-batch are not modelled)");
 }
 
 std::vector<CoreInput> DataParallel::input(const Study& study) const {

@@ -53,7 +53,6 @@ class DataParallel : public Schedule {
   /// weight_update "fully_sharded" (ZeRO-3, FSDP): weights too 1/N per core, gathered per layer
   bool fully_sharded_ = false;
   int accumulation_steps_ = 1;  ///< micro-batches per replica whose gradients are summed
-  void read_accumulation(Fields& f, const Study& study, Problems& problems);
   /// Fully sharded: the step is a mesh splitting only the batch over the replicas, its weights
   /// gathered as FSDP gathers them ("weight_gathers": "prefetched"), played by the mesh's player.
   std::shared_ptr<const MeshSchedule> fully_sharded_mesh_;

@@ -43,6 +43,26 @@ double read_gradient_bucket_bytes(Fields& f, double hardware_bytes, bool fully_s
   return bytes;
 }
 
+int read_accumulation_steps(Fields& f, std::int64_t examples_per_replica, bool fully_sharded,
+                            int batch_norm_group) {
+  const int steps = int(f.integer_or("accumulation_steps", 1, 1, 1 << 20));
+  if (!f.problems().empty() || steps == 1) return steps;
+  const std::string path = f.path_of("accumulation_steps");
+  if (examples_per_replica % steps != 0)
+    f.problems().add(path, Json(steps),
+                     "a divisor of the " + std::to_string(examples_per_replica) +
+                         " examples each replica takes per step (its micro-batches are equal)");
+  else if (fully_sharded)
+    f.problems().add(path, Json(steps),
+                     "1 with weight_update \"fully_sharded\" (gathering the weights per micro-batch is not "
+                     "modelled yet)");
+  else if (batch_norm_group > 1)
+    f.problems().add(
+        path, Json(steps),
+        "1 with batch_norm_group > 1 (cross-replica statistics per micro-batch are not modelled)");
+  return steps;
+}
+
 Json remat_json(Keep keep) {
   return keep == Keep::All ? Json(false) : keep == Keep::Input ? Json(true) : Json("save_dots");
 }

@@ -47,6 +47,12 @@ void add_wire_dtypes(Json& resolved, const WireDtypes& d, bool fully_sharded);
 /// core.allreduce_combine_threshold_bytes). Not with `fully_sharded`, whose gradients are
 /// reduce-scattered per layer: a problem at its path.
 double read_gradient_bucket_bytes(Fields& f, double hardware_bytes, bool fully_sharded);
+/// "accumulation_steps" A (default 1): each replica's batch run as A micro-batches, their
+/// gradients summed before the one reduction. A must divide `examples_per_replica`, and is 1 with
+/// `fully_sharded` weights or cross-replica batch norm (`batch_norm_group` > 1): problems at its
+/// path. Read only once the rest is valid (no problem yet).
+int read_accumulation_steps(Fields& f, std::int64_t examples_per_replica, bool fully_sharded,
+                            int batch_norm_group);
 
 /// The one memory rule of the policies, for a layer (or range) that keeps `stash` bytes for its
 /// backward, reads `input` and outputs `dots` from matmuls against weights: what its forward

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <numeric>
 #include <set>
 
@@ -57,23 +56,10 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems, in
 }
 
 void MeshSchedule::read_accumulation(Fields& f, const Study& study, Problems& problems) {
-  accumulation_steps_ = int(f.integer_or("accumulation_steps", 1, 1, 1 << 20));
-  if (!problems.empty() || accumulation_steps_ == 1) return;
-  const std::int64_t local = study.batch / split("batch");
-  const std::string path = f.path_of("accumulation_steps");
-  if (local % accumulation_steps_ != 0)
-    problems.add(path, Json(accumulation_steps_),
-                 "a divisor of the " + std::to_string(local) +
-                     " examples each replica takes per step (its micro-batches are equal)");
-  else if (fully_sharded())
-    problems.add(path, Json(accumulation_steps_),
-                 "1 with weight_update \"fully_sharded\" (gathering the weights per micro-batch is not "
-                 "modelled yet)");
-  else if (batch_norm_group_ > 1)
-    problems.add(path, Json(accumulation_steps_),
-                 "1 with batch_norm_group > 1 (cross-replica statistics per micro-batch are not modelled)");
-  else if (study.model.mixture_of_experts)
-    problems.add(path, Json(accumulation_steps_),
+  accumulation_steps_ =
+      read_accumulation_steps(f, study.batch / split("batch"), fully_sharded(), batch_norm_group_);
+  if (problems.empty() && accumulation_steps_ > 1 && study.model.mixture_of_experts)
+    problems.add(f.path_of("accumulation_steps"), Json(accumulation_steps_),
                  "1 with a mixture of experts (its capacity per micro-batch is not modelled)");
 }
 
@@ -465,7 +451,7 @@ class MeshStepPlayer {
 
   BuiltStep build(const Sharding& s) {
     resident_shards();
-    chunks_left_ = chunk_sizes();
+    if (!fully_) combined_ = gradient_chunks(programs_, schedule_.gradient_bucket_bytes());
     for (int l = 0; l < layers_; ++l) extra_.push_back(fully_ ? gathered_extra(l) : 0.0);
     const int passes = schedule_.accumulation_steps();
     for (int a = 0; a < passes; ++a) micro_batch(a == 0, a == passes - 1);
@@ -486,7 +472,6 @@ class MeshStepPlayer {
   /// allocates the weight gradients, the others add to them, the last's are reduced.
   void micro_batch(bool first, bool last) {
     allocate_gradients_ = first;
-    reduce_gradients_ = last;
     std::vector<std::vector<int>> forward_end(static_cast<std::size_t>(layers_)),
         backward_end(static_cast<std::size_t>(layers_));
     const std::vector<int> none;
@@ -504,7 +489,7 @@ class MeshStepPlayer {
       if (prefetch_ && l + 2 < layers_) wait_for_gradients_scattered(l + 2);
       play(programs_[std::size_t(l)].backward, l, false);
       if (prefetch_) scatter_layer(l);
-      if (overlap_ && last) reduce_combined_ready();
+      if (overlap_ && last) reduce_chunks_ending_at(l);
       if (last) reduce_rest_across_slices(l);
       backward_end[std::size_t(l)] = last_;
     }
@@ -834,12 +819,9 @@ class MeshStepPlayer {
   }
 
   void play_collective(const Event& ev, int l, bool forward) {
-    // Weight-gradient reductions are combined as XLA's all-reduce combiner does
-    // (combined_gradient_reductions, reduce_combined_ready).
-    if (ev.kind == Event::GradientAllReduce && !forward && !fully_) {
-      if (reduce_gradients_) deferred_.push_back({&ev, l});  // accumulated: the last micro-batch's
-      return;
-    }
+    // Weight-gradient reductions are combined as XLA's all-reduce combiner does (combined_, played
+    // by reduce_chunks_ending_at or combined_gradient_reductions).
+    if (ev.kind == Event::GradientAllReduce && !forward && !fully_) return;
     // Prefetched fully sharded weights: the layer's gradients reduce-scattered together once its
     // backward ends (scatter_layer).
     if (ev.kind == Event::GradientAllReduce && prefetch_) {
@@ -877,59 +859,25 @@ class MeshStepPlayer {
               std::vector<std::vector<int>>(static_cast<std::size_t>(cores_), std::vector<int>{id}));
   }
 
-  /// The weight-gradient reductions combined as XLA's all-reduce combiner does
-  /// (mesh::gradient_chunks, up to gradient_bucket_bytes; as data parallelism's buckets): a
-  /// layer's update waits for its chunks only. The chunks' sizes, in order, per set of mesh
-  /// dimensions.
-  std::map<std::vector<std::string>, std::deque<std::size_t>> chunk_sizes() const {
-    std::map<std::vector<std::string>, std::deque<std::size_t>> sizes;
-    if (fully_) return sizes;
-    for (const auto& chunk : gradient_chunks(programs_, schedule_.gradient_bucket_bytes()))
-      sizes[chunk.mesh_dims].push_back(chunk.reductions.size());
-    return sizes;
+  /// With overlap: after layer `l`'s backward, each combined reduction whose last gradients it
+  /// computed, running behind the rest of the backward.
+  void reduce_chunks_ending_at(int l) {
+    for (const auto& chunk : combined_)
+      if (chunk.reductions.back().second == l)
+        combined_reduction(chunk.mesh_dims, chunk.reductions, chunk.bytes);
   }
 
-  /// With overlap: after a layer's backward, every chunk whose gradients all exist is reduced,
-  /// running behind the rest of the backward.
-  void reduce_combined_ready() {
-    std::map<std::vector<std::string>, std::vector<std::pair<const Event*, int>>> by_dims;
-    for (const auto& d : deferred_) by_dims[d.first->mesh_dims].push_back(d);
-    deferred_.clear();
-    for (auto& [dims, events] : by_dims) {
-      auto& sizes = chunks_left_[dims];
-      std::size_t first = 0;
-      for (; !sizes.empty() && events.size() - first >= sizes.front(); sizes.pop_front()) {
-        const auto begin = events.begin() + std::ptrdiff_t(first),
-                   end = begin + std::ptrdiff_t(sizes.front());
-        combined_reduction(dims, {begin, end}, chunk_bytes(begin, end));
-        first += sizes.front();
-      }
-      deferred_.insert(deferred_.end(), events.begin() + std::ptrdiff_t(first), events.end());
-    }
-  }
-  static double chunk_bytes(std::vector<std::pair<const Event*, int>>::const_iterator begin,
-                            std::vector<std::pair<const Event*, int>>::const_iterator end) {
-    double bytes = 0;
-    for (auto it = begin; it != end; ++it) bytes += it->first->bytes;
-    return bytes;
-  }
-
-  /// Without overlap: the reductions held back during the backward, after it, one chunk after
-  /// another.
+  /// Without overlap: every combined reduction after the backward, one after another per set of
+  /// mesh dimensions. A layer's update waits for its chunks only.
   void combined_gradient_reductions() {
-    std::map<std::vector<std::string>, std::vector<std::pair<const Event*, int>>> by_dims;
-    for (const auto& d : deferred_) by_dims[d.first->mesh_dims].push_back(d);
-    deferred_.clear();
-    for (const auto& [dims, events] : by_dims) {
-      int previous = -1;
-      std::size_t first = 0;
-      for (std::size_t size : chunks_left_[dims]) {
-        const auto begin = events.begin() + std::ptrdiff_t(first), end = begin + std::ptrdiff_t(size);
-        const int id = combined_reduction(dims, {begin, end}, chunk_bytes(begin, end));
-        if (previous >= 0) g_.depend(previous, id);
-        previous = id;
-        first += size;
-      }
+    if (overlap_) return;
+    int previous = -1;
+    const std::vector<std::string>* dims = nullptr;
+    for (const auto& chunk : combined_) {
+      const int id = combined_reduction(chunk.mesh_dims, chunk.reductions, chunk.bytes);
+      if (dims && *dims == chunk.mesh_dims) g_.depend(previous, id);
+      previous = id;
+      dims = &chunk.mesh_dims;
     }
   }
 
@@ -1123,8 +1071,8 @@ class MeshStepPlayer {
   bool prefetch_;  ///< fully sharded: gathers prefetched, reduce-scatters behind (weight_gathers)
   bool overlap_;   ///< combined reductions behind the backward (core.gradient_collectives_overlap_backward)
   /// Gradient accumulation: whether this micro-batch's backward allocates the weight gradients
-  /// (the first) and reduces them (the last).
-  bool allocate_gradients_ = true, reduce_gradients_ = true;
+  /// (the first; the last's are reduced).
+  bool allocate_gradients_ = true;
   WireDtypes wire_;
   int last_gather_ = -1, last_scatter_ = -1;  ///< prefetched: each kind's collectives one after another
   std::vector<double> extra_;                 ///< per layer: what its gathered weights add (gathered_extra)
@@ -1139,10 +1087,11 @@ class MeshStepPlayer {
   int chunks_ = 0;                                     ///< reduce-scatters of weight gradients
   std::vector<std::vector<int>> updates_;              ///< per layer
   double hardware_flops_ = 0;
-  /// Weight-gradient reductions not yet combined (each with its layer).
+  /// Prefetched fully sharded weights: the layer's reductions, reduce-scattered as it ends.
   std::vector<std::pair<const Event*, int>> deferred_;
-  /// Per set of mesh dimensions: the sizes of the combined reductions not yet played.
-  std::map<std::vector<std::string>, std::deque<std::size_t>> chunks_left_;
+  /// The weight-gradient reductions as XLA's combiner combines them (mesh::gradient_chunks, up to
+  /// gradient_bucket_bytes); none when fully sharded (a layer's are scattered per layer).
+  std::vector<GradientChunk> combined_;
 };
 
 }  // namespace

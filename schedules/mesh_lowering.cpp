@@ -36,14 +36,14 @@ double piece_elements(double elements, double count) { return std::ceil(elements
 
 std::vector<GradientChunk> gradient_chunks(const std::vector<LayerProgram>& programs,
                                            double threshold_bytes) {
-  std::map<std::vector<std::string>, std::vector<std::pair<int, const Event*>>> by_dims;
+  std::map<std::vector<std::string>, std::vector<std::pair<const Event*, int>>> by_dims;
   for (int l = int(programs.size()) - 1; l >= 0; --l)
     for (const Event& ev : programs[std::size_t(l)].backward)
-      if (ev.kind == Event::GradientAllReduce) by_dims[ev.mesh_dims].push_back({l, &ev});
+      if (ev.kind == Event::GradientAllReduce) by_dims[ev.mesh_dims].push_back({&ev, l});
   std::vector<GradientChunk> chunks;
   for (const auto& [dims, reductions] : by_dims) {
     std::vector<double> bytes;
-    for (const auto& r : reductions) bytes.push_back(r.second->bytes);
+    for (const auto& r : reductions) bytes.push_back(r.first->bytes);
     for (const auto& [first, last] : combine_in_order(bytes, threshold_bytes)) {
       GradientChunk chunk{dims, {}, 0.0};
       for (std::size_t k = first; k < last; ++k) {

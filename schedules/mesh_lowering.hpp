@@ -136,7 +136,7 @@ void check_layout(const Study& study, const std::map<std::string, std::string>& 
 /// its layer, and their fp32 bytes.
 struct GradientChunk {
   std::vector<std::string> mesh_dims;
-  std::vector<std::pair<int, const Event*>> reductions;
+  std::vector<std::pair<const Event*, int>> reductions;
   double bytes = 0;
 };
 /// XLA's all-reduce combiner over a step's weight-gradient reductions: per set of mesh
