@@ -140,6 +140,23 @@ BENCHMARK(BM_BuildGraph_ResNet50_v4_8192_DataParallel)->Unit(benchmark::kMillise
 void BM_BuildGraph_ResNet50_v4_8192_BatchMesh(benchmark::State& state) { build_resnet_v4_8192(state, true); }
 BENCHMARK(BM_BuildGraph_ResNet50_v4_8192_BatchMesh)->Unit(benchmark::kMillisecond);
 
+/// Building the 175B Transformer's batch:512 x model:8 mesh on a full v4 pod
+/// (bench/studies/transformer-175b-mesh-v4-8192.json): the largest graph tests/cli/pod_mesh.sh builds.
+void BM_BuildGraph_Transformer175B_Mesh_v4_8192(benchmark::State& state) {
+  const Study s = parse_study(Json::parse(R"({"hardware": "tpu-v4", "slice": "v4-8192",
+    "model": {"kind": "transformer", "layers": 96, "d_model": 12288, "d_ff": 49152, "heads": 96,
+              "vocab": 50257, "seq_len": 2048, "activation": "gelu"},
+    "batch": 4096, "optimizer": {"kind": "adam"},
+    "schedule": {"kind": "mesh", "mesh": [["batch", 512], ["model", 8]],
+                 "layout": {"batch": "batch", "d_ff": "model", "heads": "model", "vocab": "model"}}})"),
+                              "bench");
+  for (auto _ : state) {
+    BuiltStep step = s.schedule->build(s);
+    state.counters["tasks"] = double(step.graph.size());
+  }
+}
+BENCHMARK(BM_BuildGraph_Transformer175B_Mesh_v4_8192)->Iterations(1)->Unit(benchmark::kMillisecond);
+
 }  // namespace
 
 BENCHMARK_MAIN();

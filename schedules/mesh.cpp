@@ -446,6 +446,7 @@ class MeshStepPlayer {
         builder_(study, study.cores()),
         g_(builder_.graph()),
         last_(std::size_t(cores_), -1),
+        waits_(std::size_t(cores_)),
         gradient_reductions_(std::size_t(layers_)),
         scattered_(std::size_t(layers_)) {}
 
@@ -478,7 +479,7 @@ class MeshStepPlayer {
     for (int l = 0; l < layers_; ++l) {
       gather_weights(l, true, l >= 2 ? forward_end[std::size_t(l - 2)] : none);
       play(programs_[std::size_t(l)].forward, l, true);
-      forward_end[std::size_t(l)] = last_;
+      forward_end[std::size_t(l)] = frontier();
     }
     for (int l = layers_ - 1; l >= 0; --l) {
       gather_weights(
@@ -491,7 +492,7 @@ class MeshStepPlayer {
       if (prefetch_) scatter_layer(l);
       if (overlap_ && last) reduce_chunks_ending_at(l);
       if (last) reduce_rest_across_slices(l);
-      backward_end[std::size_t(l)] = last_;
+      backward_end[std::size_t(l)] = frontier();
     }
   }
 
@@ -543,8 +544,7 @@ class MeshStepPlayer {
   void wait_for_gradients_scattered(int l) {
     const auto& scatters = gradient_reductions_[std::size_t(l)];
     if (scatters.empty()) return;
-    receive(study_.model.layers[std::size_t(l)].name + " gradients scattered", false,
-            std::vector<std::vector<int>>(static_cast<std::size_t>(cores_), scatters));
+    receive(std::vector<std::vector<int>>(static_cast<std::size_t>(cores_), scatters));
   }
 
   /// Resident shards of weights (fully sharded: the pieces the core updates) and optimizer slots.
@@ -607,7 +607,7 @@ class MeshStepPlayer {
   /// otherwise when every core reaches it, as XLA runs a synchronous collective in program order.
   void gather_weights(int l, bool forward, const std::vector<int>& prefetch_after) {
     if (!fully_) return;
-    const std::vector<int> after = prefetch_ ? prefetch_after : last_;
+    const std::vector<int> after = prefetch_ ? prefetch_after : frontier();
     std::vector<std::vector<int>> arrivals(static_cast<std::size_t>(cores_));
     bool first = true;
     for (const auto& [dims, bytes] : gathered_bytes(l)) {
@@ -624,7 +624,7 @@ class MeshStepPlayer {
       if (prefetch_) last_gather_ = id;
       for (auto& a : arrivals) a.push_back(id);
     }
-    if (!first) receive(study_.model.layers[std::size_t(l)].name + " weights", forward, arrivals);
+    if (!first) receive(arrivals);
   }
 
   /// What a layer's forward keeps for its backward: every activation, or under
@@ -672,9 +672,7 @@ class MeshStepPlayer {
           t.memory.push_back({c, sim::MemoryCategory::Workspace, -p.workspace_bytes, When::End});
         }
         hardware_flops_ += flops;
-        const int id = g_.add(std::move(t));
-        if (last_[std::size_t(c)] >= 0) g_.depend(last_[std::size_t(c)], id);
-        last_[std::size_t(c)] = id;
+        chain(c, g_.add(std::move(t)));
       }
       first = false;
     }
@@ -688,8 +686,7 @@ class MeshStepPlayer {
     if (dim.empty() || p.input_bytes <= 0) return;
     const std::string what = study_.model.layers[std::size_t(l)].name + " input";
     every_core_waits(family_collective(sim::CollectiveOp::AllGather, what, {dim}, schedule_.groups({dim}),
-                                       "layer_input_allgather", l, p.input_bytes),
-                     what, false);
+                                       "layer_input_allgather", l, p.input_bytes));
   }
 
   /// A forward collective again (re-materialization), blocking the recompute's next piece.
@@ -698,40 +695,55 @@ class MeshStepPlayer {
     const auto blocking = blocking_collective(ev.kind);
     const auto op = blocking ? blocking->op : C::AllReduce;
     every_core_waits(family_collective(op, ev.name + " (recompute)", ev.mesh_dims, schedule_.groups(ev),
-                                       "recompute_collective", l, ev.bytes),
-                     ev.name, false);
+                                       "recompute_collective", l, ev.bytes));
   }
 
-  /// Adds `t` after the last task of every core's program so far; returns its id.
+  /// Core `c`'s next task `id`: after its last one and what it waits to receive.
+  void chain(int c, int id) {
+    if (last_[std::size_t(c)] >= 0) g_.depend(last_[std::size_t(c)], id);
+    for (int x : waits_[std::size_t(c)]) g_.depend(x, id);
+    waits_[std::size_t(c)].clear();
+    last_[std::size_t(c)] = id;
+  }
+  /// Where every core's program stands: each core's last task and what it waits to receive, each
+  /// task once.
+  std::vector<int> frontier() const {
+    std::vector<int> ids;
+    for (int c = 0; c < cores_; ++c) {
+      if (last_[std::size_t(c)] >= 0) ids.push_back(last_[std::size_t(c)]);
+      ids.insert(ids.end(), waits_[std::size_t(c)].begin(), waits_[std::size_t(c)].end());
+    }
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    return ids;
+  }
+  /// Adds `t` after every core's program so far (frontier); returns its id.
   int after_every_core(sim::Task t) {
     const int id = g_.add(std::move(t));
-    for (int c = 0; c < cores_; ++c)
-      if (last_[std::size_t(c)] >= 0) g_.depend(last_[std::size_t(c)], id);
+    for (int x : frontier()) g_.depend(x, id);
     return id;
   }
   /// A collective every core waits for: after each core's last task, before its next.
-  void every_core_waits(sim::Task t, const std::string& what, bool forward) {
+  void every_core_waits(sim::Task t) {
     const int id = after_every_core(std::move(t));
-    receive(what, forward,
-            std::vector<std::vector<int>>(static_cast<std::size_t>(cores_), std::vector<int>{id}));
+    receive(std::vector<std::vector<int>>(static_cast<std::size_t>(cores_), std::vector<int>{id}));
   }
 
-  /// A zero-length task per core after data arrives (`arrivals`), so each core's program stays
-  /// a chain and its next piece waits for what it receives.
-  void receive(const std::string& what, bool forward, const std::vector<std::vector<int>>& arrivals) {
-    for (int c = 0; c < cores_; ++c) {
-      sim::Task wait;
-      wait.kind = sim::TaskKind::Compute;
-      wait.name = "receive " + what + " core " + std::to_string(c);
-      wait.phase = forward ? "forward" : "backward";
-      wait.core = c;
-      const int w = g_.add(std::move(wait));
-      if (last_[std::size_t(c)] >= 0) g_.depend(last_[std::size_t(c)], w);
-      for (int x : arrivals[std::size_t(c)]) g_.depend(x, w);
-      last_[std::size_t(c)] = w;
-    }
+  /// Each core's next task waits for what arrives (`arrivals`), so its program stays a chain.
+  void receive(const std::vector<std::vector<int>>& arrivals) {
+    for (int c = 0; c < cores_; ++c)
+      waits_[std::size_t(c)].insert(waits_[std::size_t(c)].end(), arrivals[std::size_t(c)].begin(),
+                                    arrivals[std::size_t(c)].end());
   }
 
+  /// Whether `ev` is played where the program has it; weight-gradient reductions are combined
+  /// instead (combined_; prefetched fully sharded weights: deferred_ to the layer's end).
+  bool played_in_place(const Event& ev, bool forward) const {
+    return ev.kind != Event::GradientAllReduce || ((forward || fully_) && !prefetch_);
+  }
+
+  /// A layer's forward or backward program: each run of compute pieces (reductions played
+  /// elsewhere do not break a run) one task per core, then what comes between runs.
   void play(const std::vector<Event>& events, int l, bool forward) {
     std::size_t first_compute = events.size(), last_compute = 0;
     for (std::size_t e = 0; e < events.size(); ++e)
@@ -739,59 +751,86 @@ class MeshStepPlayer {
         first_compute = std::min(first_compute, e);
         last_compute = e;
       }
-    for (std::size_t e = 0; e < events.size(); ++e) {
+    for (std::size_t e = 0; e < events.size();) {
       const Event& ev = events[e];
-      if (ev.kind == Event::Compute)
-        play_compute(ev, l, forward, e == first_compute, e == last_compute);
-      else if (ev.kind == Event::Halo)
-        play_halo(ev, forward);
-      else
-        play_collective(ev, l, forward);
+      if (ev.kind != Event::Compute) {
+        if (ev.kind == Event::Halo)
+          play_halo(ev, forward);
+        else
+          play_collective(ev, l, forward);
+        ++e;
+        continue;
+      }
+      std::vector<const Event*> run;
+      const std::size_t first = e;
+      for (; e < events.size() && (events[e].kind == Event::Compute || !played_in_place(events[e], forward));
+           ++e)
+        if (events[e].kind == Event::Compute)
+          run.push_back(&events[e]);
+        else
+          play_collective(events[e], l, forward);
+      play_compute(run, l, forward, first <= first_compute && first_compute < e,
+                   first <= last_compute && last_compute < e);
     }
   }
 
-  void play_compute(const Event& ev, int l, bool forward, bool first_piece, bool last_piece) {
+  /// The memory effects of a layer's compute piece on core `c`.
+  void piece_memory(std::vector<sim::MemoryEffect>& memory, int c, int l, bool forward, bool first_piece,
+                    bool last_piece) const {
     const auto& p = programs_[std::size_t(l)];
+    // A layer's kept activations live from its first forward piece to its last backward piece
+    // (re-materialized: what the forward keeps, and what the recompute rebuilt).
+    if (forward && first_piece)
+      memory.push_back({c, sim::MemoryCategory::Activations, kept_in_forward(p), When::Start});
+    // Re-materialized: what the forward computes beyond that, alive until its last piece ends.
+    const double computed = forward ? remat_forward_bytes(remat_, p.kept_bytes, kept_in_forward(p)) : 0.0;
+    if (computed > 0 && first_piece)
+      memory.push_back({c, sim::MemoryCategory::Workspace, computed, When::Start});
+    if (computed > 0 && last_piece)
+      memory.push_back({c, sim::MemoryCategory::Workspace, -computed, When::End});
+    if (!forward && first_piece && allocate_gradients_)
+      memory.push_back({c, sim::MemoryCategory::Gradients, kWeightBytes * p.weight_elements, When::Start});
+    // While it computes: the forward's largest transient, or the backward's gradients in flight.
+    const double workspace = forward ? p.workspace_bytes : p.backward_workspace_bytes;
+    if (!forward || workspace > 0) {
+      memory.push_back({c, sim::MemoryCategory::Workspace, workspace, When::Start});
+      memory.push_back({c, sim::MemoryCategory::Workspace, -workspace, When::End});
+    }
+    if (!forward && last_piece)
+      memory.push_back({c, sim::MemoryCategory::Activations, -kept_in_forward(p) - recomputed(p), When::End});
+    if (fully_ && last_piece && extra_[std::size_t(l)] > 0)  // the gathered weights, freed after use
+      memory.push_back({c, sim::MemoryCategory::Weights, -extra_[std::size_t(l)], When::End});
+  }
+
+  /// A run of compute pieces, one task per core: their times and FLOPs summed, their host math in
+  /// order, the layer's memory effects on its first and last piece.
+  void play_compute(const std::vector<const Event*>& run, int l, bool forward, bool first_piece,
+                    bool last_piece) {
+    double seconds = 0, hbm = 0, model_flops = 0, hardware_flops = 0;
+    std::vector<MeshAction> actions;
+    for (const Event* ev : run) {
+      seconds += ev->seconds;
+      hbm += ev->hbm_seconds;
+      model_flops += ev->model_flops;
+      hardware_flops += ev->hardware_flops;
+      for (int c = 0; c < cores_; ++c) hardware_flops_ += ev->hardware_flops;
+      if (exec_) actions.insert(actions.end(), ev->actions.begin(), ev->actions.end());
+    }
     for (int c = 0; c < cores_; ++c) {
       sim::Task t;
       t.kind = sim::TaskKind::Compute;
-      t.name = std::string(forward ? "forward " : "backward ") + ev.name + " core " + std::to_string(c);
+      t.name =
+          std::string(forward ? "forward " : "backward ") + run.front()->name + " core " + std::to_string(c);
       t.phase = forward ? "forward" : "backward";
       t.core = c;
       t.layer = l;
-      t.seconds = ev.seconds;
-      t.hbm_s = ev.hbm_seconds;
-      t.model_flops = ev.model_flops;
-      t.hardware_flops = ev.hardware_flops;
-      // A layer's kept activations live from its first forward piece to its last backward piece
-      // (re-materialized: what the forward keeps, and what the recompute rebuilt).
-      if (forward && first_piece)
-        t.memory.push_back({c, sim::MemoryCategory::Activations, kept_in_forward(p), When::Start});
-      // Re-materialized: what the forward computes beyond that, alive until its last piece ends.
-      const double computed = forward ? remat_forward_bytes(remat_, p.kept_bytes, kept_in_forward(p)) : 0.0;
-      if (computed > 0 && first_piece)
-        t.memory.push_back({c, sim::MemoryCategory::Workspace, computed, When::Start});
-      if (computed > 0 && last_piece)
-        t.memory.push_back({c, sim::MemoryCategory::Workspace, -computed, When::End});
-      if (!forward && first_piece && allocate_gradients_)
-        t.memory.push_back(
-            {c, sim::MemoryCategory::Gradients, kWeightBytes * p.weight_elements, When::Start});
-      // While it computes: the forward's largest transient, or the backward's gradients in flight.
-      const double workspace = forward ? p.workspace_bytes : p.backward_workspace_bytes;
-      if (!forward || workspace > 0) {
-        t.memory.push_back({c, sim::MemoryCategory::Workspace, workspace, When::Start});
-        t.memory.push_back({c, sim::MemoryCategory::Workspace, -workspace, When::End});
-      }
-      if (!forward && last_piece)
-        t.memory.push_back(
-            {c, sim::MemoryCategory::Activations, -kept_in_forward(p) - recomputed(p), When::End});
-      if (fully_ && last_piece && extra_[std::size_t(l)] > 0)  // the gathered weights, freed after use
-        t.memory.push_back({c, sim::MemoryCategory::Weights, -extra_[std::size_t(l)], When::End});
-      hardware_flops_ += ev.hardware_flops;
-      if (exec_) t.host = exec_->compute(c, l, ev.actions);
-      const int id = g_.add(std::move(t));
-      if (last_[std::size_t(c)] >= 0) g_.depend(last_[std::size_t(c)], id);
-      last_[std::size_t(c)] = id;
+      t.seconds = seconds;
+      t.hbm_s = hbm;
+      t.model_flops = model_flops;
+      t.hardware_flops = hardware_flops;
+      piece_memory(t.memory, c, l, forward, first_piece, last_piece);
+      if (exec_) t.host = exec_->compute(c, l, actions);
+      chain(c, g_.add(std::move(t)));
     }
   }
 
@@ -811,11 +850,12 @@ class MeshStepPlayer {
         const int neighbour = schedule_.core_at(nco);
         const int x = builder_.transfer(c, neighbour, ev.bytes, last_[std::size_t(c)], "halo_exchange",
                                         Labels{}, -1, false);
+        for (int w : waits_[std::size_t(c)]) g_.depend(w, x);
         g_.task(x).name = ev.name + " core " + std::to_string(c) + "->" + std::to_string(neighbour);
         incoming[std::size_t(neighbour)].push_back(x);
       }
     }
-    receive(ev.name, forward, incoming);
+    receive(incoming);
   }
 
   void play_collective(const Event& ev, int l, bool forward) {
@@ -855,8 +895,7 @@ class MeshStepPlayer {
     // Fully sharded, in program order: each layer's reduce-scatter where the program has it, the
     // backward waiting for it.
     if (!gradient || (fully_ && !prefetch_))
-      receive(ev.name, forward,
-              std::vector<std::vector<int>>(static_cast<std::size_t>(cores_), std::vector<int>{id}));
+      receive(std::vector<std::vector<int>>(static_cast<std::size_t>(cores_), std::vector<int>{id}));
   }
 
   /// With overlap: after layer `l`'s backward, each combined reduction whose last gradients it
@@ -928,18 +967,16 @@ class MeshStepPlayer {
       t.host = [parts] {
         for (const auto& part : parts) part();
       };
-    const int id = g_.add(std::move(t));
-    for (int c = 0; c < cores_; ++c) g_.depend(last_[std::size_t(c)], id);
+    const int id = after_every_core(std::move(t));
     for (const auto& [ev, l] : events) gradient_reductions_[std::size_t(l)].push_back(id);
     return id;
   }
 
   /// An optimizer statistic over split weights, all-reduced before the layer's update.
   void statistics(int l, const std::string& phase, const std::vector<std::string>& over, double bytes) {
-    const int id = g_.add(family_collective(sim::CollectiveOp::AllReduce,
-                                            study_.model.layers[std::size_t(l)].name + " " + phase, over,
-                                            schedule_.groups(over), phase, l, bytes));
-    for (int c = 0; c < cores_; ++c) g_.depend(last_[std::size_t(c)], id);
+    const int id = after_every_core(family_collective(sim::CollectiveOp::AllReduce,
+                                                      study_.model.layers[std::size_t(l)].name + " " + phase,
+                                                      over, schedule_.groups(over), phase, l, bytes));
     for (int r : gradient_reductions_[std::size_t(l)]) g_.depend(r, id);
     gradient_reductions_[std::size_t(l)].push_back(id);
   }
@@ -1001,6 +1038,7 @@ class MeshStepPlayer {
         }
         const int id = g_.add(std::move(t));
         g_.depend(after_backward, id);
+        for (int x : waits_[std::size_t(c)]) g_.depend(x, id);
         for (int r : gradient_reductions_[std::size_t(l)]) g_.depend(r, id);
         updates_[std::size_t(l)].push_back(id);
       }
@@ -1082,6 +1120,7 @@ class MeshStepPlayer {
   StepBuilder builder_;
   sim::TaskGraph& g_;
   std::vector<int> last_;                              ///< each core's last compute task
+  std::vector<std::vector<int>> waits_;                ///< each core: what its next task waits to receive
   std::vector<std::vector<int>> gradient_reductions_;  ///< per layer
   std::vector<std::vector<Scattered>> scattered_;      ///< per layer
   int chunks_ = 0;                                     ///< reduce-scatters of weight gradients

@@ -133,13 +133,15 @@ struct Task {
 /// engine state. Figures of this program measured on this machine (run -v, /usr/bin/time), since
 /// tasks are packed (200 bytes, phases interned, functional closures behind a pointer) and the
 /// collective plans keep only the rings simulated: a 175B Transformer's batch:512 x model:8 mesh
-/// on v4-8192 (4,096 devices) peaks at 2.01 GB with 48 layers (4.37 M tasks) and 3.82 GB with 96
-/// (8.70 M tasks), 426 bytes per task; a GPipe step grows by less (172 bytes per task: 78,344 ->
+/// on v4-8192 (4,096 devices, 96 layers) peaks at 1.63 GB with 2.78 M tasks, 494 bytes per task
+/// beyond the rest (a mesh's run of compute pieces is one task and its arrivals are dependencies,
+/// so it has more dependencies per task than it had at 8.70 M tasks, 426 bytes per task,
+/// 3.82 GB); a GPipe step grows by less (172 bytes per task: 78,344 ->
 /// 311,816 tasks on v3-512, 163 -> 203 MB); an 8,192-core data-parallel step takes 706 MB of
 /// which 537 MB is the routing table. kBytesPerTask is the larger per-task figure, rounded up.
 struct HostFootprint {
   static constexpr double kBaseBytes = 40e6;
-  static constexpr double kBytesPerTask = 448;
+  static constexpr double kBytesPerTask = 512;
   static constexpr double kBytesPerCore = 20e3;
   static double bytes(double cores, double tasks) {
     return kBaseBytes + 8 * cores * cores + kBytesPerCore * cores + kBytesPerTask * tasks;

@@ -786,15 +786,14 @@ TEST_CASE("layer_input_split: each core keeps its piece of a layer's input, gath
     REQUIRE(t.groups.size() == 8);  // the batch's 8 groups of 4 model cores
     CHECK(t.groups.front().size() == 4);
     bool before_recompute = false;
-    for (int r : split.graph.successors(id))
-      for (int u : split.graph.successors(r))
-        before_recompute = before_recompute || split.graph.task(u).phase == "recompute";
+    for (int u : split.graph.successors(id))
+      before_recompute = before_recompute || split.graph.task(u).phase == "recompute";
     CHECK(before_recompute);
   }
   CHECK(gathers.size() == programs.size());
   // Otherwise the same step: compute and the other collectives unchanged.
   CHECK(split.hardware_flops == Approx(whole.hardware_flops));
-  CHECK(split.graph.size() == whole.graph.size() + int(programs.size()) * (1 + split_study.cores()));
+  CHECK(split.graph.size() == whole.graph.size() + int(programs.size()));
   // The bound prices the gathers; the memory floor keeps the pieces.
   CHECK(split_study.schedule->bound(split_study).seconds > whole_study.schedule->bound(whole_study).seconds);
   CHECK(split_study.schedule->bound(split_study).floor_bytes ==
@@ -949,11 +948,9 @@ TEST_CASE(
       ++scatters;
       scattered_layers.insert(t.layer);
       // The backward waits for it at once (in program order), or only two layers later.
-      const std::string later =
-          "receive " + s->model.layers[std::size_t(t.layer)].name + " gradients scattered";
       for (int n : step.graph.successors(id)) {
         const auto& next = step.graph.task(n);
-        if (next.phase == "backward" && next.name.rfind(later, 0) != 0) ++waited;
+        if (next.phase == "backward" && next.layer != t.layer - 2) ++waited;
       }
     }
     REQUIRE(gathers > 2);

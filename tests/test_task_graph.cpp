@@ -169,7 +169,7 @@ TEST_CASE("a task's functional work travels with copies and is absent by default
 }
 
 TEST_CASE("tasks stay packed: a pod's step holds millions", "[graph]") {
-  // 8.7 M tasks of a 175B mesh on v4-8192 (HostFootprint): every 8 bytes here is 70 MB there.
+  // 2.8 M tasks of a 175B mesh on v4-8192 (HostFootprint): every 8 bytes here is 22 MB there.
   CHECK(sizeof(sim::Task) <= 200);
   CHECK(sizeof(sim::MemoryEffect) <= 16);
 }
