@@ -1,14 +1,18 @@
 // Data parallelism: the weights replicated on every core, each core runs forward and backward
-// on its share of the batch, and gradients are reduced across all cores in buckets as soon as
-// the layers of a bucket finish their backward (overlapping the rest of the backward).
-//   replicated update: all-reduce each bucket, every core updates the whole bucket.
-//   sharded update (MLPerf-0.6 "weight-update sharding"): reduce-scatter each bucket, every
-//   core updates only its 1/N shard (padded so all shards are equal) and keeps only that
-//   shard's optimizer slots, then the updated weights are all-gathered. With LARS the per-layer
-//   weight and gradient norms of the shards are all-reduced before the update.
+// on its share of the batch, and the weight gradients are reduced across all cores, combined as
+// XLA's all-reduce combiner combines them: per weight tensor in backward order, up to the
+// bucket ("gradient_bucket_bytes"), each combined reduction as soon as its gradients exist
+// (overlapping the rest of the backward) when the software stack overlaps them; a layer's update
+// once its gradients are reduced.
+//   replicated update: all-reduce, every core updates every weight.
+//   sharded update (MLPerf-0.6 "weight-update sharding"): reduce-scatter, every core updates only
+//   its 1/N piece of each weight (padded so all pieces are equal) and keeps only that piece's
+//   optimizer slots, then the updated weights are all-gathered. With LARS the per-layer weight
+//   and gradient norms of the pieces are all-reduced before the update.
 //   fully sharded (ZeRO-3, FSDP): weights, gradients and slots 1/N per core, each layer's
 //   weights gathered before its forward and its backward, its gradients reduce-scattered as its
-//   backward ends: a mesh splitting only the batch, played by the mesh's player.
+//   backward ends.
+// The step is a mesh splitting only the batch over the replicas, played by the mesh's player.
 // Gradients may be communicated in bf16 ("gradient_dtype"); they are kept in fp32.
 // Cross-replica batch norm ("batch_norm_group": G > 1): each batch normalization combines its
 // statistics over groups of G consecutive replicas (MLPerf's distributed_group_size): a small
@@ -23,6 +27,10 @@
 namespace tpusim {
 
 class MeshSchedule;
+namespace mesh {
+struct GradientChunk;
+struct LayerProgram;
+}  // namespace mesh
 
 class DataParallel : public Schedule {
  public:
@@ -39,6 +47,8 @@ class DataParallel : public Schedule {
   /// Each replica's core reads its share of the batch.
   std::vector<CoreInput> input(const Study& study) const override;
   int batch_norm_group() const override { return batch_norm_group_; }
+  /// The mesh's bound, from its programs.
+  StepBound bound(const Study& study) const override;
 
  private:
   int replicas_ = 1;  ///< cores used: the first `replicas_` of the slice
@@ -53,11 +63,14 @@ class DataParallel : public Schedule {
   /// weight_update "fully_sharded" (ZeRO-3, FSDP): weights too 1/N per core, gathered per layer
   bool fully_sharded_ = false;
   int accumulation_steps_ = 1;  ///< micro-batches per replica whose gradients are summed
-  /// Fully sharded: the step is a mesh splitting only the batch over the replicas, its weights
-  /// gathered as FSDP gathers them ("weight_gathers": "prefetched"), played by the mesh's player.
-  std::shared_ptr<const MeshSchedule> fully_sharded_mesh_;
-  void read_fully_sharded_mesh(Fields& f, const Study& study, Problems& problems);
-  BuiltStep build_fully_sharded(const Study& study, FunctionalRuntime* functional) const;
+  /// The step: a mesh splitting only the batch over the replicas, played by the mesh's player
+  /// (weight gradients combined per tensor up to the bucket, as XLA's all-reduce combiner does;
+  /// fully sharded weights gathered as FSDP gathers them, "weight_gathers": "prefetched").
+  std::shared_ptr<const MeshSchedule> mesh_;
+  void read_mesh(Fields& f, const Study& study, Problems& problems);
+  const char* weight_update() const;
+  std::vector<mesh::GradientChunk> gradient_chunks(const std::vector<mesh::LayerProgram>& programs) const;
+  Json bucket_json(const mesh::GradientChunk& chunk, double& padding) const;
 };
 
 }  // namespace tpusim

@@ -228,18 +228,10 @@ void FunctionalRuntime::update_range(Held& h, std::size_t k, std::int64_t lo, st
 
 FunctionalRuntime::Closure FunctionalRuntime::update(int core, LayerRange r, int shard, int shards) {
   return [=, this] {
-    std::int64_t total = 0;
-    for (int l = r.first; l < r.last; ++l)
-      for (const auto& p : held(core, l).params) total += std::int64_t(p.size());
-    const auto [begin, end] = piece(total, shard, shards);
-    std::int64_t offset = 0;
     for (int l = r.first; l < r.last; ++l) {
       Held& h = held(core, l);
       for (std::size_t k = 0; k < h.params.size(); ++k) {
-        const std::int64_t n = std::int64_t(h.params[k].size());
-        const std::int64_t lo = std::max<std::int64_t>(begin - offset, 0),
-                           hi = std::min<std::int64_t>(end - offset, n);
-        offset += n;
+        const auto [lo, hi] = piece(std::int64_t(h.params[k].size()), shard, shards);
         update_range(h, k, lo, hi);
       }
     }
@@ -264,26 +256,17 @@ FunctionalRuntime::Closure FunctionalRuntime::update_pieces(int core, int layer,
 
 FunctionalRuntime::Closure FunctionalRuntime::gather(std::vector<int> group, LayerRange r) {
   return [=, this] {
-    std::int64_t total = 0;
     for (int l = r.first; l < r.last; ++l)
-      for (const auto& p : held(group.front(), l).params) total += std::int64_t(p.size());
-    for (std::size_t s = 0; s < group.size(); ++s) {
-      const auto [begin, end] = piece(total, int(s), int(group.size()));
-      std::int64_t offset = 0;
-      for (int l = r.first; l < r.last; ++l) {
-        const std::size_t tensors = held(group[s], l).params.size();
-        for (std::size_t k = 0; k < tensors; ++k) {
-          const Tensor& src = held(group[s], l).params[k];
-          const std::int64_t n = std::int64_t(src.size());
-          const std::int64_t lo = std::max<std::int64_t>(begin - offset, 0),
-                             hi = std::min<std::int64_t>(end - offset, n);
+      for (std::size_t s = 0; s < group.size(); ++s) {
+        const Held& from = held(group[s], l);
+        for (std::size_t k = 0; k < from.params.size(); ++k) {
+          const Tensor& src = from.params[k];
+          const auto [lo, hi] = piece(std::int64_t(src.size()), int(s), int(group.size()));
           for (int c : group)
             if (c != group[s] && lo < hi)
               std::copy(src.begin() + lo, src.begin() + hi, held(c, l).params[k].begin() + lo);
-          offset += n;
         }
       }
-    }
   };
 }
 

@@ -64,15 +64,15 @@ class FunctionalRuntime {
   /// Sums the gradients of `layers` over `group` (all-reduce; a reduce-scatter's shards are
   /// the same sums).
   Closure reduce(std::vector<int> group, LayerRange layers);
-  /// Optimizer update of shard `shard` of `shards` equal pieces of the layers' flattened
-  /// parameters (shards = 1: everything).
+  /// Optimizer update of piece `shard` of `shards` equal pieces of each of the layers' weights
+  /// (each padded on its own, as XLA shards a tensor; shards = 1: everything).
   Closure update(int core, LayerRange layers, int shard, int shards);
   /// Optimizer update of one piece of each parameter of `layer`: piece pieces[k].first of
   /// pieces[k].second equal pieces (see piece()) of parameter k.
   Closure update_pieces(int core, int layer, std::vector<std::pair<int, int>> pieces);
   /// Elements [begin, end) of piece `index` of `count` equal pieces (the last ones padded) of n.
   static std::pair<std::int64_t, std::int64_t> piece(std::int64_t n, int index, int count);
-  /// All-gather: every core of `group` (in group order = shard order) sends its shard.
+  /// All-gather: every core of `group` (in group order = piece order) sends its piece of each weight.
   Closure gather(std::vector<int> group, LayerRange layers);
 
   /// Starts step `step`: zero gradients, empty stores.

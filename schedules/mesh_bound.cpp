@@ -1,5 +1,6 @@
 // A mesh layout's bound (MeshSchedule::bound) from its SPMD program alone: a task graph of every
 // core is costly on a large slice, and every core runs the same program.
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -15,16 +16,20 @@ class FloorCache {
  public:
   FloorCache(const Study& s, const MeshSchedule& mesh)
       : s_(s), mesh_(mesh), planner_(collective_planner(s)) {}
-  /// The floor of `op` on `bytes` over the first group of `ev`'s family.
+  /// The floor of `op` on `bytes` over the first group of `ev`'s family (a weight-gradient
+  /// reduction over the replicas continuing across the slices).
   double operator()(sim::CollectiveOp op, const mesh::Event& ev, double bytes, bool blocking) {
     auto g = groups_.find({ev.mesh_dims, ev.block_dim, ev.block});
     if (g == groups_.end())
       g = groups_.emplace(std::make_tuple(ev.mesh_dims, ev.block_dim, ev.block), mesh_.groups(ev).front())
               .first;
-    const auto key = std::make_tuple(int(op), g->second, bytes, blocking);
+    const std::string batch = mesh_.mesh_dim_of("batch");
+    const bool across = ev.kind == mesh::Event::GradientAllReduce && s_.slices > 1 && !batch.empty() &&
+                        std::find(ev.mesh_dims.begin(), ev.mesh_dims.end(), batch) != ev.mesh_dims.end();
+    const auto key = std::make_tuple(int(op), g->second, bytes, blocking, across);
     auto f = floors_.find(key);
     if (f == floors_.end())
-      f = floors_.emplace(key, collective_floor(s_, planner_, op, g->second, bytes, blocking)).first;
+      f = floors_.emplace(key, collective_floor(s_, planner_, op, g->second, bytes, blocking, across)).first;
     return f->second;
   }
 
@@ -33,7 +38,7 @@ class FloorCache {
   const MeshSchedule& mesh_;
   const sim::CollectivePlanner planner_;
   std::map<std::tuple<std::vector<std::string>, std::string, int>, std::vector<int>> groups_;
-  std::map<std::tuple<int, std::vector<int>, double, bool>, double> floors_;
+  std::map<std::tuple<int, std::vector<int>, double, bool, bool>, double> floors_;
 };
 
 /// A mesh layout's bound from its SPMD program alone (a task graph of every core is costly on a

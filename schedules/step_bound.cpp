@@ -47,8 +47,14 @@ double phases_floor(const Study& s, const std::vector<sim::Phase>& phases, bool 
 }  // namespace
 
 double collective_floor(const Study& s, const sim::CollectivePlanner& planner, sim::CollectiveOp op,
-                        const std::vector<int>& group, double bytes, bool latency) {
-  return phases_floor(s, planner.plan(op, group, bytes), latency);
+                        const std::vector<int>& group, double bytes, bool latency, bool across_slices) {
+  if (!across_slices) return phases_floor(s, planner.plan(op, group, bytes), latency);
+  sim::Task t;
+  t.kind = sim::TaskKind::Collective;
+  t.op = op;
+  t.bytes = bytes;
+  t.across_slices = true;
+  return phases_floor(s, planner.plan(t, group), latency);
 }
 
 namespace {

@@ -18,8 +18,11 @@ sim::CollectivePlanner collective_planner(const Study& s);
 /// No collective is faster: each ring step moves its chunk over one link at the fastest link
 /// bandwidth and pays the shortest latency once (no contention, no multi-hop route; without
 /// `latency` the bandwidth term alone, which adds up over collectives however they are combined).
+/// `across_slices`: a weight-gradient reduction over the replicas that continues across the
+/// slices (its data-center network phase included).
 double collective_floor(const Study& s, const sim::CollectivePlanner& planner, sim::CollectiveOp op,
-                        const std::vector<int>& group, double bytes, bool latency = true);
+                        const std::vector<int>& group, double bytes, bool latency = true,
+                        bool across_slices = false);
 
 /// The bound of a built step: the critical path of its task graph with every task at its floor,
 /// the busiest core's resident state and memory floor, the cores it uses (its represented

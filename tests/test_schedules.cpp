@@ -32,9 +32,23 @@ TEST_CASE("data parallel: per-core forward/backward/update and bucketed all-redu
   const BuiltStep step = s.schedule->build(s);
   const int layers = int(s.model.layers.size());
   REQUIRE_NOTHROW(step.graph.validate());
-  const int buckets = int(step.details["gradient_buckets"].size());
-  for (int c = 0; c < s.cores(); ++c)
-    CHECK(int(step.graph.program(c).size()) == 2 * layers + buckets);  // one update per bucket
+  // Every core runs every layer's forward and backward and updates every layer with weights.
+  for (int c = 0; c < s.cores(); ++c) {
+    std::set<int> forward, backward, updated;
+    for (int id : step.graph.program(c)) {
+      const auto& t = step.graph.task(id);
+      (t.phase == "forward" ? forward : t.phase == "backward" ? backward : updated).insert(t.layer);
+    }
+    CHECK(int(forward.size()) == layers);
+    CHECK(int(backward.size()) == layers);
+    CHECK(int(updated.size()) == layers);  // every layer of this transformer has weights
+  }
+  // The gradients combined per weight up to the bucket: a reduction over every core, of at most
+  // the bucket or one weight's gradients alone.
+  double largest_weight = 0;
+  for (const auto& layer : s.model.layers)
+    for (const auto& op : layer.named_ops(s.batch))
+      if (op.b.weight) largest_weight = std::max(largest_weight, 4.0 * double(op.b.elements()));
   int collectives = 0;
   double reduced = 0;
   for (int id = 0; id < step.graph.size(); ++id) {
@@ -42,8 +56,8 @@ TEST_CASE("data parallel: per-core forward/backward/update and bucketed all-redu
     if (t.kind != sim::TaskKind::Collective) continue;
     ++collectives;
     reduced += t.bytes;
-    CHECK(int(t.group.size()) == s.cores());
-    CHECK((t.bytes <= 4000000 || step.graph.predecessors(id).size() == std::size_t(s.cores())));
+    CHECK(int(t.collective_groups().front().size()) == s.cores());
+    CHECK(t.bytes <= std::max(4000000.0, largest_weight));
   }
   CHECK(collectives == int(step.details["gradient_buckets"].size()));
   CHECK(collectives > 1);
@@ -94,7 +108,7 @@ TEST_CASE("a single chip all-reduces over its two cores", "[schedules]") {
     if (t.kind != sim::TaskKind::Collective) continue;
     ++collectives;
     CHECK(t.op == sim::CollectiveOp::AllReduce);
-    CHECK(t.group == std::vector<int>{0, 1});
+    CHECK(t.collective_groups() == std::vector<std::vector<int>>{{0, 1}});
     reduced += t.bytes;
   }
   CHECK(collectives == int(step.details["gradient_buckets"].size()));
@@ -130,7 +144,8 @@ double wire_bytes(const Study& s, const BuiltStep& step, const std::vector<std::
     if (t.kind != sim::TaskKind::Collective ||
         std::find(phases.begin(), phases.end(), t.phase) == phases.end())
       continue;
-    total += sim::plan_wire_bytes(planner.plan(t.op, t.group, t.bytes));
+    for (const auto& group : t.collective_groups())
+      total += sim::plan_wire_bytes(planner.plan(t.op, group, t.bytes));
   }
   return total;
 }
@@ -166,17 +181,25 @@ TEST_CASE("sharding divides the optimizer slots per core by the replicas, up to 
   }
 }
 
-TEST_CASE("shard padding: every core gets an equal piece of each bucket", "[schedules][sharding]") {
+TEST_CASE("shard padding: every core gets an equal piece of each weight", "[schedules][sharding]") {
   const Study sh = dp("sgd", "sharded", "v3-2048", 4096);
   const BuiltStep b = sh.schedule->build(sh);
-  double padding = 0;
+  double padding = 0, weights = 0, all = 0;
+  for (const auto& layer : sh.model.layers)
+    for (const auto& op : layer.named_ops(sh.batch))
+      for (const auto& t : op.tensors())
+        if (t.weight && !t.tied) {
+          padding += std::ceil(double(t.elements()) / 2048) * 2048 - double(t.elements());
+          weights += 1;
+        }
   for (const auto& bucket : b.details["gradient_buckets"]) {
     const double params = bucket["params"].get<double>(), shard = bucket["shard_params"].get<double>();
-    CHECK(shard == std::ceil(params / 2048));
-    padding += shard * 2048 - params;
+    CHECK(shard >= std::ceil(params / 2048));  // a piece of each weight, each padded
+    all += params;
   }
-  CHECK(b.details["shard_padding_params"].get<double>() == padding);
-  CHECK(padding < 2048.0 * double(b.details["gradient_buckets"].size()));
+  CHECK(all == Approx(double(sh.model.params())));
+  CHECK(b.details["shard_padding_params"].get<double>() == Approx(padding));
+  CHECK(padding < 2048.0 * weights);
 }
 
 TEST_CASE("bf16 gradients halve the bytes reduced", "[schedules][sharding]") {
@@ -193,7 +216,9 @@ TEST_CASE("sharded LARS all-reduces its per-layer norms", "[schedules][sharding]
   const BuiltStep b = sh.schedule->build(sh);
   int norms = 0;
   for (int id = 0; id < b.graph.size(); ++id) norms += b.graph.task(id).phase == "lars_norms";
-  CHECK(norms == int(b.details["gradient_buckets"].size()));
+  int with_weights = 0;  // one all-reduce of the two partial norms per layer with weights
+  for (const auto& layer : sh.model.layers) with_weights += layer.params() > 0 ? 1 : 0;
+  CHECK(norms == with_weights);
 }
 
 TEST_CASE("every schedule reports the same model FLOPs for the same model and batch", "[schedules][flops]") {
@@ -258,8 +283,9 @@ TEST_CASE("cross-replica batch norm all-reduces each normalization's statistics 
     if (t.phase != "batch_norm_statistics" && t.phase != "batch_norm_gradient_statistics") continue;
     (t.phase == "batch_norm_statistics" ? forward : backward) += 1;
     if (t.phase == "batch_norm_statistics") forward_bytes += t.bytes;
-    REQUIRE(t.collective_groups().size() == 4);
-    CHECK(t.collective_groups()[1] == std::vector<int>{2, 3});
+    auto groups = t.collective_groups();
+    std::sort(groups.begin(), groups.end());
+    CHECK(groups == std::vector<std::vector<int>>{{0, 1}, {2, 3}, {4, 5}, {6, 7}});
   }
   CHECK(forward == 53);
   CHECK(backward == 53);
@@ -505,12 +531,29 @@ TEST_CASE("gradient reductions combine in order up to the threshold, a larger on
   CHECK(combine_in_order({}, 10).empty());
   CHECK(combine_in_order({4, 4, 2, 3}, 10) == Spans{{0, 3}, {3, 4}});  // 4 + 4 + 2 = 10 fits exactly
   CHECK(combine_in_order({12, 3, 3, 12}, 10) == Spans{{0, 1}, {1, 3}, {3, 4}});
-  // Layers [2, 6) in backward order (5 first): bytes 5, 5, 5, 20 for layers 5, 4, 3, 2.
-  const std::vector<double> bytes{0, 0, 20, 5, 5, 5};
-  const auto buckets = gradient_buckets(
-      {2, 6}, [&](int l) { return bytes[std::size_t(l)]; }, 10);
-  REQUIRE(buckets.size() == 3);
-  CHECK((buckets[0].first == 4 && buckets[0].last == 6));
-  CHECK((buckets[1].first == 3 && buckets[1].last == 4));
-  CHECK((buckets[2].first == 2 && buckets[2].last == 3));
+}
+
+TEST_CASE("a layer's per-weight gradients add up to its gradient bytes, tied tables counted once",
+          "[schedules][buckets]") {
+  for (const char* model :
+       {R"({"kind": "resnet50"})",
+        R"({"kind": "bert", "layers": 2, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 100,
+                                "seq_len": 16, "predicted_positions": 4})",
+        R"({"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 64,
+                                "d_ff": 256, "heads": 4, "vocab": 100, "seq_len": 16})"}) {
+    INFO(model);
+    Json j = Json::parse(R"({"hardware": "tpu-v3", "slice": "v3-8", "batch": 8, "optimizer": {"kind": "adam"},
+                             "schedule": {"kind": "data_parallel"}})");
+    j["model"] = Json::parse(model);
+    const Study s = parse_study(j, "test");
+    StepBuilder b(s, s.cores());
+    double all = 0;
+    for (int l = 0; l < int(s.model.layers.size()); ++l) {
+      double sum = 0;
+      for (double bytes : b.cost(l, 1).gradient_tensor_bytes) sum += bytes;
+      CHECK(sum == Approx(b.gradient_bytes(l)));
+      all += sum;
+    }
+    CHECK(all == Approx(4.0 * double(s.model.params())));
+  }
 }

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # A pipeline's reductions across its replicas are combined as XLA's all-reduce combiner does
-# (core.allreduce_combine_threshold_bytes), as data parallelism's gradient buckets and a mesh's
-# combined reductions are (schedules/gradient_buckets): one rule in one place. A one-stage,
-# one-micro-batch pipeline over R replicas is then data parallelism's step: the same collectives
-# and, replicated or sharded, the same step time (to 1e-9; the updates of one bucket overlap the
-# next bucket's reduction in both). In functional mode a pipeline whose stages reduce in several
-# buckets computes one core's gradients.
+# (core.allreduce_combine_threshold_bytes, per weight tensor in backward order), as data
+# parallelism's gradient buckets and a mesh's combined reductions are (schedules/gradient_buckets):
+# one rule in one place. A one-stage, one-micro-batch pipeline over R replicas is then data
+# parallelism's step: the same collectives and, replicated or sharded, the same step time (to
+# 1e-9; a layer's update once its reductions end, overlapping the next ones, in both). In
+# functional mode a pipeline whose stages reduce in several combined reductions, a layer's
+# weights split between two of them, computes one core's gradients.
 set -euo pipefail
 tpusim="$1"; root="$2"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
@@ -33,7 +34,7 @@ for update in ("replicated", "sharded"):
     assert pa.keys() == pb.keys() and all(abs(pa[k] - pb[k]) <= 1e-9 * a for k in pa), (pa, pb)
 PY
 # Functional mode: two stages of two layers over two replicas; with a 1 KiB threshold each
-# layer's gradients are reduced on their own (twice the collectives of one bucket per stage).
+# weight's gradients (4 KiB and more, but the norms' scales) are reduced on their own.
 small='{"kind":"transformer","activation":"relu","layers":2,"d_model":32,"d_ff":64,"heads":2,"vocab":16,"seq_len":8}'
 for update in replicated sharded; do
   for hw in '"tpu-v3"' '{"base": "tpu-v3", "override": {"core.allreduce_combine_threshold_bytes": 1024}}'; do
@@ -48,7 +49,7 @@ import json, glob, sys
 for update in ("replicated", "sharded"):
     one, split = (json.load(open(f)) for f in sorted(glob.glob(f"{sys.argv[1]}/functional-{update}-*.json"), key=len))
     count = lambda r: sum(r["engine"]["collective_algorithms"].values())
-    assert count(split) == 2 * count(one), (update, one["engine"], split["engine"])
+    assert count(split) > 4 * count(one), (update, one["engine"], split["engine"])
     for r in (one, split):
         f = r["functional"]
         assert f["gradient_max_rel_diff"] <= 1e-5 and f["max_rel_diff"] <= 1e-3 and f["replicas_identical"], (update, f)

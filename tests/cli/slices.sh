@@ -85,9 +85,11 @@ expect_bad "describes no data-center network" slices=2 --set batch=128 --set har
 expect_bad "dcn.latency_s.value: found 0" slices=2 --set batch=128 --set 'hardware={"base": "tpu-v4", "override": {"dcn.latency_s": 0}}'
 expect_bad "dcn.nic_bandwidth_bytes_per_s_per_host_per_direction.value: found -1" slices=2 --set batch=128 \
   --set 'hardware={"base": "tpu-v4", "override": {"dcn.nic_bandwidth_bytes_per_s_per_host_per_direction": -1}}'
-expect_bad "no reduction of its gradients spans data-parallel replicas" slices=2 --set batch=128 \
-  --set 'schedule={"kind":"data_parallel","replicas":1}'
-# A mesh that splits no batch inside the slice: every weight's gradient reduced across slices alone.
+# One data-parallel replica per slice, or a mesh that splits no batch inside the slice: every
+# weight's gradient reduced across slices alone.
+"$tpusim" run "$study" "${small[@]}" --set slices=2 --set batch=128 \
+  --set 'schedule={"kind":"data_parallel","replicas":1}' --json |
+  python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["engine"]["collective_algorithms"].get("dcn_rings", 0) > 0, j["engine"]'
 "$tpusim" run "$study" "${small[@]}" --set slices=2 --set batch=128 \
   --set 'schedule={"kind":"mesh","mesh":{"model":16},"layout":{"d_ff":"model","vocab":"model"}}' --json |
   python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["engine"]["collective_algorithms"].get("dcn_rings", 0) > 0, j["engine"]'
