@@ -98,9 +98,6 @@ struct LayerCost {
   /// and a core's share of the weights.
   std::vector<GroupCollective> forward_collectives, backward_collectives;
   double group_gradient_bytes = 0;
-  /// One layer: a core's fp32 bytes of each weight's gradient, in backward order (what a
-  /// reduction across replicas combines, as XLA's combiner combines per-tensor reductions).
-  std::vector<double> gradient_tensor_bytes;
   double weight_fraction = 1;
   /// "save_dots": the matmuls' outputs the forward keeps, and the recompute of the other ops.
   double dot_output_bytes = 0;

@@ -64,7 +64,6 @@ LayerCost layer_program_cost(const Layer& layer, std::int64_t batch, const Stage
     if (const auto g = group_collective(ev); g && !ev.kept_by_save_dots)
       c.non_dot_forward_collectives.push_back(*g);
   }
-  c.gradient_tensor_bytes = p.weight_gradient_bytes;
   c.dot_output_bytes = p.dot_output_bytes;
   c.stash_bytes = p.kept_bytes;
   c.workspace_bytes = p.workspace_bytes;

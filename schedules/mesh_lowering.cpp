@@ -151,8 +151,6 @@ class LayerLowering : public MeshLoweringSink {
   /// A weight's gradient reduced over the mesh dimensions splitting the dimensions of `from` it lacks.
   void weight_gradient(const NamedOp& op, const std::vector<const NamedTensor*>& from, Json& row) {
     if (op.b.tied) return;  // another layer's weight (a shared embedding table): reduced with the owner's
-    if (op.b.weight && s_.local_elements(op.b) > 0)
-      p_.weight_gradient_bytes.push_back(s_.local_elements(op.b) * kWeightBytes);
     collective(p_.backward, Event::GradientAllReduce, op.name + " weight gradient",
                s_.split_missing(from, op.b), s_.local_elements(op.b) * kWeightBytes, row,
                A::SumWeightGradient);
@@ -369,8 +367,6 @@ class LayerLowering : public MeshLoweringSink {
     // A weight of another layer (a tied embedding table): its gradient joins the owner's, which
     // the owner's weight-gradient reduction reduces once with the rest.
     if (op.b.tied) return;
-    if (op.b.weight && s_.local_elements(op.b) > 0)
-      p_.weight_gradient_bytes.push_back(s_.local_elements(op.b) * kWeightBytes);
     collective(p_.backward, op.b.weight ? Event::GradientAllReduce : Event::BlockingAllReduce,
                op.name + (op.b.weight ? " weight gradient" : " input gradient"),
                gb ? without_seq(over) : over, s_.local_elements(op.b) * (op.b.weight ? kWeightBytes : act_),

@@ -81,9 +81,6 @@ struct LayerProgram {
   /// Elements of its weight shards a core updates: all of them, or with weight-update sharding
   /// its piece of each weight whose gradient is reduce-scattered.
   double update_elements = 0;
-  /// A core's fp32 bytes of each weight's gradient, in the order its backward computes them
-  /// (reduced over the mesh or not; another layer's tied weight is its owner's).
-  std::vector<double> weight_gradient_bytes;
   std::set<std::string> weight_mesh_dims;  ///< mesh dimensions splitting any of its weights
   std::vector<NamedTensor> weights;        ///< its weights over named dimensions
   Json ops = Json::array();                // per-op table

@@ -597,46 +597,17 @@ class PipelinePlayer {
     return after;
   }
 
-  /// A combined reduction across the replicas: weight gradients (layer, a core's fp32 bytes) of
-  /// one model chunk, in backward order.
-  struct Reduction {
-    std::vector<std::pair<int, double>> gradients;
-    double bytes = 0;
-    int first() const { return gradients.back().first; }
-    int last() const { return gradients.front().first; }
-    /// The layers whose last gradients it carries (functional mode reduces a layer once, there).
-    LayerRange ending(const Reduction* next) const {
-      const int end = next && next->last() == first() ? first() + 1 : first();
-      return {end, last() + 1};
-    }
-  };
-  /// The chunk's weight gradients combined for their reductions across the replicas as XLA's
-  /// all-reduce combiner does (combine_in_order: per weight tensor, last layers first, as data
-  /// parallelism's and a mesh's), and a reduction's name: "stage s", with its layers when the
-  /// chunk has several reductions, and the core's shard of a split stage.
-  std::vector<Reduction> reductions_of(int c) {
-    std::vector<std::pair<int, double>> gradients;
-    std::vector<double> bytes;
-    for (int l = ranges_[c].last - 1; l >= ranges_[c].first; --l)
-      for (double b : builder_.cost(l, b_).gradient_tensor_bytes) {
-        gradients.push_back({l, b});
-        bytes.push_back(b);
-      }
-    std::vector<Reduction> out;
-    for (const auto& [first, last] :
-         combine_in_order(bytes, study_.hardware.core.allreduce_combine_threshold_bytes)) {
-      Reduction r;
-      for (std::size_t k = first; k < last; ++k) {
-        r.gradients.push_back(gradients[k]);
-        r.bytes += bytes[k];
-      }
-      out.push_back(std::move(r));
-    }
-    return out;
+  /// The chunk's layers combined for their reductions across the replicas as XLA's all-reduce
+  /// combiner does (gradient_buckets, last layers first), and a bucket's name: "stage s", with
+  /// its layers when the chunk has several buckets, and the core's shard of a split stage.
+  std::vector<LayerRange> buckets_of(int c) {
+    return gradient_buckets(
+        ranges_[c], [&](int l) { return builder_.gradient_bytes(l); },
+        study_.hardware.core.allreduce_combine_threshold_bytes);
   }
-  std::string reduction_name(int c, int t, const Reduction& r, std::size_t reductions) const {
+  std::string bucket_name(int c, int t, LayerRange b, std::size_t buckets) const {
     return stage_name(c) +
-           (reductions > 1 ? " layers " + std::to_string(r.first()) + "-" + std::to_string(r.last()) : "") +
+           (buckets > 1 ? " layers " + std::to_string(b.first) + "-" + std::to_string(b.last - 1) : "") +
            (cores_[0][std::size_t(c % K_)].size() > 1 ? " shard " + std::to_string(t) : "");
   }
   std::vector<int> replica_group(int s, int t) const {
@@ -645,106 +616,64 @@ class PipelinePlayer {
     return group;
   }
 
-  /// The chunk's gradients reduced across the replicas (all-reduce, or with weight-update
-  /// sharding reduce-scatter: each replica keeps its piece of each weight, padded to equal
-  /// pieces), combined reductions one after another after the stage's last backward; each
-  /// layer's update on every replica once its gradients are reduced (and, sharded, the optimizer's
-  /// per-layer norms all-reduced), last layers first; sharded, each reduction's weights
-  /// all-gathered once their layers are updated. Alone (one replica, one slice): the chunk's one
-  /// update after its backward.
+  /// Each bucket all-reduced across the replicas (one after another, after the stage's last
+  /// backward), each replica's update of the bucket once it is reduced. Alone (one replica, one
+  /// slice): the chunk's one update after its backward.
   void update_shard(int c, int t, const std::vector<std::vector<int>>& after) {
+    if (sharded_) return sharded_update(c, t, after);
     const int s = c % K_;
     auto& g = builder_.graph();
-    if (R_ == 1 && study_.slices == 1 && !sharded_) {
+    if (R_ == 1 && study_.slices == 1) {
       g.depend(after[0][t], builder_.update(cores_[0][s][t], ranges_[c], 1.0, Labels{s, -1}));
       return;
     }
+    const auto buckets = buckets_of(c);
+    int previous = -1;
+    for (const LayerRange& b : buckets) {  // across slices even a lone replica reduces
+      const int allreduce = builder_.collective(sim::CollectiveOp::AllReduce, "gradient_allreduce",
+                                                "allreduce " + bucket_name(c, t, b, buckets.size()),
+                                                replica_group(s, t), builder_.gradient_bytes(b), b);
+      g.task(allreduce).stage = s;
+      g.task(allreduce).across_slices = true;
+      for (int r = 0; r < built_; ++r) g.depend(after[r][t], allreduce);
+      if (previous >= 0) g.depend(previous, allreduce);
+      previous = allreduce;
+      for (int r = 0; r < built_; ++r)
+        g.depend(allreduce, builder_.update(cores_[r][s][t], b, 1.0, Labels{s, -1}));
+    }
+  }
+
+  /// Weight-update sharding across the replicas, bucket by bucket: the bucket's gradients
+  /// reduce-scattered over the replicas (each keeps its piece; the optimizer's per-layer norms
+  /// all-reduced when it has any), each replica updates its piece, and the updated pieces are
+  /// all-gathered.
+  void sharded_update(int c, int t, const std::vector<std::vector<int>>& after) {
+    const int s = c % K_;
+    auto& g = builder_.graph();
     const std::vector<int> group = replica_group(s, t);
-    const auto reductions = reductions_of(c);
-    std::map<int, std::vector<int>> reduced;  // per layer: the reductions its update waits for
-    std::map<int, double> pieces;             // per layer: a replica's share of its gradients (bytes)
-    std::vector<int> ids;
-    for (std::size_t k = 0; k < reductions.size(); ++k) {
-      const Reduction& r = reductions[k];
-      const int id = reduce(c, r, reduction_name(c, t, r, reductions.size()),
-                            r.ending(k + 1 < reductions.size() ? &reductions[k + 1] : nullptr), group);
-      for (int rep = 0; rep < built_; ++rep) g.depend(after[rep][t], id);
-      if (!ids.empty()) g.depend(ids.back(), id);
-      ids.push_back(id);
-      for (const auto& [l, b] : r.gradients) {
-        reduced[l].push_back(id);
-        pieces[l] += sharded_ ? kWeightBytes * mesh::piece_elements(b / kWeightBytes, R_) : b;
+    const std::vector<int> built(group.begin(), group.begin() + built_);
+    const auto buckets = buckets_of(c);
+    int previous = -1;
+    for (const LayerRange& range : buckets) {
+      const std::string name = bucket_name(c, t, range, buckets.size());
+      const double gradients = builder_.gradient_bytes(range), params = gradients / kWeightBytes;
+      const double fraction = params > 0 ? std::ceil(params / R_) / params : 1.0;
+      const int reduce = builder_.collective(sim::CollectiveOp::ReduceScatter, "gradient_reduce_scatter",
+                                             "reduce-scatter " + name, group, gradients, range);
+      g.task(reduce).stage = s;
+      g.task(reduce).across_slices = true;
+      for (int r = 0; r < built_; ++r) g.depend(after[r][t], reduce);
+      if (previous >= 0) g.depend(previous, reduce);
+      previous = reduce;
+      const int ready = builder_.keep_gradient_shard(reduce, built, group, range, fraction, name);
+      const int gather = builder_.collective(sim::CollectiveOp::AllGather, "weight_allgather",
+                                             "all-gather weights " + name, group, gradients, range);
+      g.task(gather).stage = s;
+      for (int r = 0; r < built_; ++r) {
+        const int upd = builder_.update(group[std::size_t(r)], range, fraction, Labels{s, -1}, r, R_);
+        g.depend(ready, upd);
+        g.depend(upd, gather);
       }
-    }
-    std::map<int, std::vector<int>> updates;
-    for (int l = ranges_[c].last - 1; l >= ranges_[c].first; --l) {
-      if (!reduced.count(l)) continue;
-      const double all = builder_.gradient_bytes(l), fraction = all > 0 ? pieces[l] / all : 1.0;
-      std::vector<int> ready = reduced[l];
-      if (sharded_) ready = layer_norms(c, t, l, ready, group);
-      for (int rep = 0; rep < built_; ++rep) {
-        const int upd =
-            sharded_ ? builder_.update(group[std::size_t(rep)], {l, l + 1}, fraction, Labels{s, -1}, rep, R_)
-                     : builder_.update(group[std::size_t(rep)], {l, l + 1}, 1.0, Labels{s, -1});
-        for (int x : ready) g.depend(x, upd);
-        updates[l].push_back(upd);
-      }
-    }
-    if (sharded_) gather_updated(c, t, reductions, updates, group);
-  }
-
-  /// One combined reduction of the chunk's gradients across the replicas (the functional host
-  /// math of the layers `ending` in it); sharded, each replica keeps its piece of each weight.
-  int reduce(int c, const Reduction& r, const std::string& name, LayerRange ending,
-             const std::vector<int>& group) {
-    const int id =
-        builder_.collective(sharded_ ? sim::CollectiveOp::ReduceScatter : sim::CollectiveOp::AllReduce,
-                            sharded_ ? "gradient_reduce_scatter" : "gradient_allreduce",
-                            (sharded_ ? "reduce-scatter " : "allreduce ") + name, group, r.bytes, ending);
-    auto& task = builder_.graph().task(id);
-    task.stage = c % K_;
-    task.across_slices = true;  // across slices even a lone replica reduces
-    if (!sharded_) return id;
-    double freed = 0;
-    for (const auto& [l, b] : r.gradients)
-      freed += b - kWeightBytes * mesh::piece_elements(b / kWeightBytes, R_);
-    for (int rep = 0; rep < built_ && freed > 0; ++rep)
-      task.memory.push_back(
-          {group[std::size_t(rep)], sim::MemoryCategory::Gradients, -freed, sim::MemoryEffect::When::End});
-    return id;
-  }
-
-  /// Sharded: an optimizer's per-layer statistics over the whole weights (LARS's ||w|| and
-  /// ||g||) all-reduced over the replicas from their pieces, after the layer's reductions. The
-  /// tasks the layer's updates wait for.
-  std::vector<int> layer_norms(int c, int t, int l, const std::vector<int>& reduced,
-                               const std::vector<int>& group) {
-    const double norms = study_.optimizer.rule->layer_statistics_bytes();
-    if (norms <= 0) return reduced;
-    const std::string phase = study_.optimizer.rule->layer_statistics_phase();
-    const int id = builder_.collective(
-        sim::CollectiveOp::AllReduce, phase,
-        phase + " " + study_.model.layers[std::size_t(l)].name + " " + stage_name(c) +
-            (cores_[0][std::size_t(c % K_)].size() > 1 ? " shard " + std::to_string(t) : ""),
-        group, norms, {l, l + 1});
-    builder_.graph().task(id).stage = c % K_;
-    for (int x : reduced) builder_.graph().depend(x, id);
-    return {id};
-  }
-
-  /// Sharded: each reduction's weights all-gathered across the replicas once every layer among
-  /// them is updated on every replica (the functional host math of the layers ending in it).
-  void gather_updated(int c, int t, const std::vector<Reduction>& reductions,
-                      const std::map<int, std::vector<int>>& updates, const std::vector<int>& group) {
-    for (std::size_t k = 0; k < reductions.size(); ++k) {
-      const Reduction& r = reductions[k];
-      const int id =
-          builder_.collective(sim::CollectiveOp::AllGather, "weight_allgather",
-                              "all-gather weights " + reduction_name(c, t, r, reductions.size()), group,
-                              r.bytes, r.ending(k + 1 < reductions.size() ? &reductions[k + 1] : nullptr));
-      builder_.graph().task(id).stage = c % K_;
-      for (const auto& [l, bytes] : r.gradients)
-        for (int upd : updates.at(l)) builder_.graph().depend(upd, id);
     }
   }
 

@@ -266,6 +266,21 @@ int StepBuilder::collective(sim::CollectiveOp op, const std::string& phase, cons
   return graph_.add(std::move(t));
 }
 
+int StepBuilder::keep_gradient_shard(int reduce, const std::vector<int>& holders,
+                                     const std::vector<int>& group, LayerRange layers, double fraction,
+                                     const std::string& what) {
+  const double released = gradient_bytes(layers) - gradient_bytes(layers) * fraction;
+  for (int core : holders)
+    graph_.task(reduce).memory.push_back({core, MemoryCategory::Gradients, -released, When::End});
+  const double norms = study_.optimizer.rule->layer_statistics_bytes();
+  if (norms <= 0) return reduce;
+  const std::string phase = study_.optimizer.rule->layer_statistics_phase();
+  const int ready = collective(sim::CollectiveOp::AllReduce, phase, phase + " " + what, group,
+                               norms * layers.size(), layers);
+  graph_.depend(reduce, ready);
+  return ready;
+}
+
 int StepBuilder::update(int core, LayerRange layers, double fraction, Labels labels, int shard, int shards) {
   sim::Task t = compute_task("update", core, layers, labels);
   t.name = "update core " + std::to_string(core);

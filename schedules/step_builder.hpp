@@ -80,6 +80,12 @@ class StepBuilder {
   /// weights; anything else is timing only).
   int collective(sim::CollectiveOp op, const std::string& phase, const std::string& name,
                  std::vector<int> group, double bytes, LayerRange layers);
+  /// After `reduce` (a reduce-scatter of `layers`' gradients over `group`) each of `holders`
+  /// keeps only its `fraction` of the gradients; an optimizer with per-layer statistics over the
+  /// whole weights (LARS's ||w|| and ||g||) then all-reduces the pieces' partial sums over
+  /// `group` ("`phase` `what`"). Returns the task the updates wait for.
+  int keep_gradient_shard(int reduce, const std::vector<int>& holders, const std::vector<int>& group,
+                          LayerRange layers, double fraction, const std::string& what);
   /// Optimizer update on `core` of piece `shard` of `shards` equal pieces of each weight of
   /// `layers` (`fraction` of the work and memory, padding included); frees the gradients it consumed
   /// (that fraction of the layers' gradient buffers) at its end.

@@ -531,29 +531,12 @@ TEST_CASE("gradient reductions combine in order up to the threshold, a larger on
   CHECK(combine_in_order({}, 10).empty());
   CHECK(combine_in_order({4, 4, 2, 3}, 10) == Spans{{0, 3}, {3, 4}});  // 4 + 4 + 2 = 10 fits exactly
   CHECK(combine_in_order({12, 3, 3, 12}, 10) == Spans{{0, 1}, {1, 3}, {3, 4}});
-}
-
-TEST_CASE("a layer's per-weight gradients add up to its gradient bytes, tied tables counted once",
-          "[schedules][buckets]") {
-  for (const char* model :
-       {R"({"kind": "resnet50"})",
-        R"({"kind": "bert", "layers": 2, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 100,
-                                "seq_len": 16, "predicted_positions": 4})",
-        R"({"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 64,
-                                "d_ff": 256, "heads": 4, "vocab": 100, "seq_len": 16})"}) {
-    INFO(model);
-    Json j = Json::parse(R"({"hardware": "tpu-v3", "slice": "v3-8", "batch": 8, "optimizer": {"kind": "adam"},
-                             "schedule": {"kind": "data_parallel"}})");
-    j["model"] = Json::parse(model);
-    const Study s = parse_study(j, "test");
-    StepBuilder b(s, s.cores());
-    double all = 0;
-    for (int l = 0; l < int(s.model.layers.size()); ++l) {
-      double sum = 0;
-      for (double bytes : b.cost(l, 1).gradient_tensor_bytes) sum += bytes;
-      CHECK(sum == Approx(b.gradient_bytes(l)));
-      all += sum;
-    }
-    CHECK(all == Approx(4.0 * double(s.model.params())));
-  }
+  // Layers [2, 6) in backward order (5 first): bytes 5, 5, 5, 20 for layers 5, 4, 3, 2.
+  const std::vector<double> bytes{0, 0, 20, 5, 5, 5};
+  const auto buckets = gradient_buckets(
+      {2, 6}, [&](int l) { return bytes[std::size_t(l)]; }, 10);
+  REQUIRE(buckets.size() == 3);
+  CHECK((buckets[0].first == 4 && buckets[0].last == 6));
+  CHECK((buckets[1].first == 3 && buckets[1].last == 4));
+  CHECK((buckets[2].first == 2 && buckets[2].last == 3));
 }
