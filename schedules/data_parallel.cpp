@@ -102,8 +102,6 @@ BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional)
   return step;
 }
 
-StepBound DataParallel::bound(const Study& study) const { return mesh_->bound(study); }
-
 /// The combined gradient reductions in backward order: as XLA's combiner combines them up to the
 /// bucket (mesh::gradient_chunks), or fully sharded one per layer with weights.
 std::vector<mesh::GradientChunk> DataParallel::gradient_chunks(

@@ -47,8 +47,6 @@ class DataParallel : public Schedule {
   /// Each replica's core reads its share of the batch.
   std::vector<CoreInput> input(const Study& study) const override;
   int batch_norm_group() const override { return batch_norm_group_; }
-  /// The mesh's bound, from its programs.
-  StepBound bound(const Study& study) const override;
 
  private:
   int replicas_ = 1;  ///< cores used: the first `replicas_` of the slice
