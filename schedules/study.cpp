@@ -313,7 +313,12 @@ Study parse_study(const Json& json, const std::string& context, const std::files
   top.string_or("schema", "tpusim.study/1", {"tpusim.study/1"});
   const Json* hw = top.value("hardware");
   const bool have_hardware = hw && parse_study_hardware(*hw, base_dir, study, problems);
-  if (have_hardware) parse_devices(top, study, problems);
+  if (have_hardware) {
+    parse_devices(top, study, problems);
+  } else {  // known keys, read once the hardware loads: its error alone is reported
+    top.optional("megacore");
+    top.optional("hbm_margin");
+  }
   if (const Json* slice = top.value("slice"); slice && have_hardware) {
     study.slice = parse_slice(*slice, "slice", study.hardware, problems);
   }

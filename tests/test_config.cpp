@@ -297,6 +297,17 @@ TEST_CASE("a hardware file's collective algorithms must be registered and cover 
   CHECK_NOTHROW(parse_study(study, "test"));
 }
 
+TEST_CASE("a hardware that does not load is the only problem reported, not the keys read after it",
+          "[config]") {
+  Json study = minimal_study();
+  study["hardware"] = Json{{"base", "tpu-v4"}, {"override", {{"core.mxus_per_core", 2}}}};
+  study["megacore"] = false;
+  study["hbm_margin"] = "5%";
+  auto paths = problem_paths([&] { parse_study(study, "test"); });
+  REQUIRE(paths.size() == 1);
+  CHECK_THAT(paths[0], Catch::EndsWith("chip.peak_bf16_flops_per_s_per_chip.value"));
+}
+
 TEST_CASE("a mesh size past 2^32 is refused, not wrapped to a small one", "[config]") {
   Json study = read_json_file(config_dir() / "studies" / "mesh-lm-s1.json");
   study["schedule"]["mesh"] = Json::parse(R"([["batch", 4294967304], ["model", 4]])");  // 2^32 + 8
