@@ -68,11 +68,9 @@ const char* DataParallel::weight_update() const {
   return fully_sharded_ ? "fully_sharded" : sharded_ ? "sharded" : "replicated";
 }
 
-std::vector<CoreInput> DataParallel::input(const Study& study) const {
-  std::vector<CoreInput> in(std::size_t(study.cores()));
-  for (int r = 0; r < replicas_; ++r) in[std::size_t(r)] = {r, double(study.batch / replicas_), 1.0};
-  return in;
-}
+std::int64_t DataParallel::layer_batch(const Study& study) const { return mesh_->layer_batch(study); }
+
+std::vector<CoreInput> DataParallel::input(const Study& study) const { return mesh_->input(study); }
 
 Json DataParallel::resolved() const {
   Json j{{"kind", "data_parallel"},

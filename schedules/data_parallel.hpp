@@ -40,11 +40,9 @@ class DataParallel : public Schedule {
   DataParallel(Fields& fields, const Study& study, Problems& problems);
   BuiltStep build(const Study& study, FunctionalRuntime* functional = nullptr) const override;
   Json resolved() const override;
-  /// A replica's micro-batch (its whole batch without accumulation).
-  std::int64_t layer_batch(const Study& study) const override {
-    return study.batch / replicas_ / accumulation_steps_;
-  }
-  /// Each replica's core reads its share of the batch.
+  /// A replica's micro-batch (its whole batch without accumulation): the mesh's.
+  std::int64_t layer_batch(const Study& study) const override;
+  /// Each replica's core reads its share of the batch: the mesh's.
   std::vector<CoreInput> input(const Study& study) const override;
   int batch_norm_group() const override { return batch_norm_group_; }
 

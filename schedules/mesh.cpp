@@ -479,7 +479,7 @@ class MeshStepPlayer {
     for (int l = 0; l < layers_; ++l) {
       gather_weights(l, true, l >= 2 ? forward_end[std::size_t(l - 2)] : none);
       play(programs_[std::size_t(l)].forward, l, true);
-      forward_end[std::size_t(l)] = frontier();
+      if (prefetch_) forward_end[std::size_t(l)] = frontier();  // what the gathers ahead wait for
     }
     for (int l = layers_ - 1; l >= 0; --l) {
       gather_weights(
@@ -492,7 +492,7 @@ class MeshStepPlayer {
       if (prefetch_) scatter_layer(l);
       if (overlap_ && last) reduce_chunks_ending_at(l);
       if (last) reduce_rest_across_slices(l);
-      backward_end[std::size_t(l)] = frontier();
+      if (prefetch_) backward_end[std::size_t(l)] = frontier();
     }
   }
 
@@ -512,12 +512,7 @@ class MeshStepPlayer {
   /// What a weight-gradient reduction of `bytes` (fp32) carries on the wire (gradient_dtype).
   double on_wire(double bytes) const { return bytes * wire_.gradient_bytes / kWeightBytes; }
   double update_fraction(int l) const { return mesh::update_fraction(programs_[std::size_t(l)]); }
-  /// Whether a weight-gradient reduction over `dims` sums over the data-parallel replicas (the
-  /// batch's mesh dimension): it then continues across slices.
-  bool over_replicas(const std::vector<std::string>& dims) const {
-    const std::string batch = schedule_.mesh_dim_of("batch");
-    return !batch.empty() && std::find(dims.begin(), dims.end(), batch) != dims.end();
-  }
+  bool over_replicas(const std::vector<std::string>& dims) const { return schedule_.over_replicas(dims); }
 
   /// Several slices: a layer's weight gradients that no reduction over the replicas covers (an
   /// expert split over the batch's mesh dimension, each core holding its own) are all-reduced

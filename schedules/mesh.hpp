@@ -10,6 +10,7 @@
 // placement gives them. Weights, optimizer slots and activations are sharded in HBM.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 
 #include "schedules/mesh_lowering.hpp"
@@ -81,6 +82,12 @@ class MeshSchedule : public Schedule {
   std::string mesh_dim_of(const std::string& dim) const {
     const auto it = layout_.find(dim);
     return it == layout_.end() ? "" : it->second;
+  }
+  /// Whether a weight-gradient reduction over mesh dimensions `dims` sums over the data-parallel
+  /// replicas (the batch's mesh dimension): it then continues across slices.
+  bool over_replicas(const std::vector<std::string>& dims) const {
+    const std::string batch = mesh_dim_of("batch");
+    return !batch.empty() && std::find(dims.begin(), dims.end(), batch) != dims.end();
   }
   /// The mesh coordinates of a core (in mesh order: placement order, innermost last, unless the
   /// placement is given per torus axis).

@@ -1,6 +1,5 @@
 // A mesh layout's bound (MeshSchedule::bound) from its SPMD program alone: a task graph of every
 // core is costly on a large slice, and every core runs the same program.
-#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -23,9 +22,8 @@ class FloorCache {
     if (g == groups_.end())
       g = groups_.emplace(std::make_tuple(ev.mesh_dims, ev.block_dim, ev.block), mesh_.groups(ev).front())
               .first;
-    const std::string batch = mesh_.mesh_dim_of("batch");
-    const bool across = ev.kind == mesh::Event::GradientAllReduce && s_.slices > 1 && !batch.empty() &&
-                        std::find(ev.mesh_dims.begin(), ev.mesh_dims.end(), batch) != ev.mesh_dims.end();
+    const bool across =
+        ev.kind == mesh::Event::GradientAllReduce && s_.slices > 1 && mesh_.over_replicas(ev.mesh_dims);
     const auto key = std::make_tuple(int(op), g->second, bytes, blocking, across);
     auto f = floors_.find(key);
     if (f == floors_.end())
