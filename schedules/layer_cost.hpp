@@ -70,12 +70,6 @@ inline double remat_forward_bytes(Keep keep, double stash, double kept) {
   return keep == Keep::All ? 0.0 : std::max(stash - kept, 0.0);
 }
 
-/// A collective over a stage's group of cores (tensor parallelism): what it does, bytes per core.
-struct GroupCollective {
-  sim::CollectiveOp op = sim::CollectiveOp::AllReduce;
-  double bytes = 0;
-};
-
 /// A layer's cost for one batch size on one core.
 struct LayerCost {
   double forward_s = 0, backward_s = 0;
@@ -93,16 +87,13 @@ struct LayerCost {
   /// goes, holds at its peak beyond the activations kept at its start:
   /// max over l of (layer l's transient - what the layers after l kept), at least 0.
   double backward_workspace_bytes = 0;
-  /// Split over a group of cores (tensor parallelism): the blocking collectives of its forward and
-  /// backward in program order, weight-gradient reductions within the group (bytes per core),
-  /// and a core's share of the weights.
-  std::vector<GroupCollective> forward_collectives, backward_collectives;
+  /// Split over a group of cores (tensor parallelism): its weight-gradient reductions within the
+  /// group (bytes per core) and a core's share of the weights.
   double group_gradient_bytes = 0;
   double weight_fraction = 1;
   /// "save_dots": the matmuls' outputs the forward keeps, and the recompute of the other ops.
   double dot_output_bytes = 0;
   double non_dot_forward_s = 0, non_dot_forward_hardware_flops = 0, non_dot_forward_hbm_s = 0;
-  std::vector<GroupCollective> non_dot_forward_collectives;
 
   /// What a forward keeping `keep` holds for the backward.
   double kept_bytes(Keep keep) const {
@@ -111,10 +102,6 @@ struct LayerCost {
   /// What the recompute before the backward adds to it (the rest of the stash).
   double recomputed_bytes(Keep keep) const {
     return remat_recomputed_bytes(keep, stash_bytes, dot_output_bytes);
-  }
-  /// The blocking collectives of a recompute (tensor parallelism).
-  const std::vector<GroupCollective>& recompute_collectives(Keep keep) const {
-    return keep == Keep::Dots ? non_dot_forward_collectives : forward_collectives;
   }
   /// The recompute's time: none, the whole forward, or its ops other than matmuls.
   double recompute_s(Keep keep) const {

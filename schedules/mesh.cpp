@@ -8,6 +8,7 @@
 #include "hardware/topology.hpp"
 #include "schedules/gradient_buckets.hpp"
 #include "schedules/mesh_lowering.hpp"
+#include "schedules/program_player.hpp"
 #include "sim/collectives/collective_algorithm.hpp"
 
 namespace tpusim {
@@ -425,28 +426,22 @@ namespace {
 /// program: compute pieces as a chain per core, halo exchanges between mesh neighbours, and
 /// collectives over the families of groups of mesh dimensions; then the optimizer's statistics,
 /// the updates and (weight-update sharding) the all-gathers of the updated pieces.
-class MeshStepPlayer {
+class MeshStepPlayer : public ProgramPlayer {
  public:
-  MeshStepPlayer(const Study& study, const MeshSchedule& schedule,
-                 const std::vector<std::pair<std::string, int>>& mesh, std::vector<LayerProgram> programs,
-                 bool sharded, bool fully, Keep remat, std::shared_ptr<MeshExecutor> exec)
-      : study_(study),
+  MeshStepPlayer(const Study& study, const MeshSchedule& schedule, StepBuilder& builder,
+                 const std::vector<std::pair<std::string, int>>& mesh,
+                 const std::vector<LayerProgram>& programs, bool sharded, bool fully, Keep remat,
+                 std::shared_ptr<MeshExecutor> exec)
+      : ProgramPlayer(study, builder, all_cores(schedule.cores()), programs, remat),
         schedule_(schedule),
         mesh_(mesh),
-        programs_(std::move(programs)),
         sharded_(sharded || fully),
         fully_(fully),
         prefetch_(fully && schedule.prefetches_gathers()),
         overlap_(!fully && study.hardware.core.gradient_collectives_overlap_backward),
         wire_(schedule.wire()),
-        remat_(remat),
         exec_(std::move(exec)),
-        cores_(schedule.cores()),
         layers_(int(programs_.size())),
-        builder_(study, study.cores()),
-        g_(builder_.graph()),
-        last_(std::size_t(cores_), -1),
-        waits_(std::size_t(cores_)),
         gradient_reductions_(std::size_t(layers_)),
         scattered_(std::size_t(layers_)) {}
 
@@ -467,6 +462,18 @@ class MeshStepPlayer {
     step.model_flops = study_.model.step_model_flops(study_.batch);
     step.hardware_flops = hardware_flops_;
     return step;
+  }
+
+ protected:
+  bool played_in_place(const Event& ev, bool forward) const override {
+    return ev.kind != Event::GradientAllReduce || ((forward || fully_) && !prefetch_);
+  }
+  double kept_in_forward(int l) const override {
+    return schedule_.kept_in_forward(programs_[std::size_t(l)]);
+  }
+  bool collects_actions() const override { return exec_ != nullptr; }
+  Closure host(int i, int l, bool, bool, const std::vector<MeshAction>& actions) override {
+    return exec_ ? exec_->compute(i, l, actions) : Closure{};
   }
 
   /// One micro-batch's forward and backward (the whole batch's without accumulation): the first
@@ -539,12 +546,12 @@ class MeshStepPlayer {
   void wait_for_gradients_scattered(int l) {
     const auto& scatters = gradient_reductions_[std::size_t(l)];
     if (scatters.empty()) return;
-    receive(std::vector<std::vector<int>>(static_cast<std::size_t>(cores_), scatters));
+    receive(std::vector<std::vector<int>>(static_cast<std::size_t>(size_), scatters));
   }
 
   /// Resident shards of weights (fully sharded: the pieces the core updates) and optimizer slots.
   void resident_shards() {
-    for (int c = 0; c < cores_; ++c)
+    for (int c = 0; c < size_; ++c)
       for (int l = 0; l < layers_; ++l) {
         const auto held = mesh::resident_shards(
             programs_[std::size_t(l)], study_.optimizer.slot_elements(study_.model.layers[std::size_t(l)]),
@@ -552,23 +559,6 @@ class MeshStepPlayer {
         g_.resident(c, sim::MemoryCategory::Weights, held.weights);
         g_.resident(c, sim::MemoryCategory::Optimizer, held.optimizer);
       }
-  }
-
-  /// A collective over every group of a family at once, named by what it does and over which
-  /// mesh dimensions.
-  static sim::Task family_collective(sim::CollectiveOp op, const std::string& what,
-                                     const std::vector<std::string>& mesh_dims,
-                                     std::vector<std::vector<int>> family, const std::string& phase,
-                                     int layer, double bytes) {
-    sim::Task t;
-    t.kind = sim::TaskKind::Collective;
-    t.op = op;
-    t.name = collective_task_name(what, mesh_dims, op);
-    t.phase = phase;
-    t.layer = layer;
-    t.bytes = bytes;
-    t.groups = std::move(family);
-    return t;
   }
 
   /// Fully sharded: what gathering a layer's weights adds on each core (its whole shards under
@@ -603,13 +593,13 @@ class MeshStepPlayer {
   void gather_weights(int l, bool forward, const std::vector<int>& prefetch_after) {
     if (!fully_) return;
     const std::vector<int> after = prefetch_ ? prefetch_after : frontier();
-    std::vector<std::vector<int>> arrivals(static_cast<std::size_t>(cores_));
+    std::vector<std::vector<int>> arrivals(static_cast<std::size_t>(size_));
     bool first = true;
     for (const auto& [dims, bytes] : gathered_bytes(l)) {
       sim::Task t = family_collective(
           sim::CollectiveOp::AllGather, study_.model.layers[std::size_t(l)].name + " weights", dims,
           schedule_.groups(dims), "weight_allgather", l, bytes * wire_.gathered_weight_bytes / kWeightBytes);
-      for (int c = 0; c < cores_ && first; ++c)
+      for (int c = 0; c < size_ && first; ++c)
         t.memory.push_back({c, sim::MemoryCategory::Weights, extra_[std::size_t(l)], When::Start});
       first = false;
       const int id = g_.add(std::move(t));
@@ -620,57 +610,6 @@ class MeshStepPlayer {
       for (auto& a : arrivals) a.push_back(id);
     }
     if (!first) receive(arrivals);
-  }
-
-  /// What a layer's forward keeps for its backward: every activation, or under
-  /// re-materialization its input (and "save_dots" its matmuls' outputs).
-  double kept_in_forward(const LayerProgram& p) const { return schedule_.kept_in_forward(p); }
-  /// What the recompute before its backward rebuilds: the rest of what the backward reads.
-  double recomputed(const LayerProgram& p) const {
-    return remat_recomputed_bytes(remat_, p.kept_bytes, p.dot_output_bytes);
-  }
-
-  /// Re-materialization: layer `l`'s forward again just before its backward, on every core:
-  /// its compute (all of it, or "save_dots" its ops other than matmuls) and the collectives
-  /// between (the activation all-reduces and gathers, halos; "save_dots" runs only those of the
-  /// ops it recomputes: a kept matmul's reduced output is not reduced again). Hardware FLOPs, not model
-  /// FLOPs. In functional mode the host keeps every activation, so the recompute runs no host math: its math
-  /// is the forward's.
-  void recompute(int l) {
-    const auto& p = programs_[std::size_t(l)];
-    bool first = true;
-    for (const Event& ev : p.forward) {
-      if (ev.kind == Event::Halo) {
-        play_halo(ev, false);
-        continue;
-      }
-      if (ev.kind != Event::Compute) {
-        if (remat_ != Keep::Dots || !ev.kept_by_save_dots) replay_collective(ev, l);
-        continue;
-      }
-      const double seconds = remat_ == Keep::Dots ? ev.non_dot_seconds : ev.seconds;
-      const double hbm = remat_ == Keep::Dots ? ev.non_dot_hbm_seconds : ev.hbm_seconds;
-      const double flops = remat_ == Keep::Dots ? ev.non_dot_hardware_flops : ev.hardware_flops;
-      for (int c = 0; c < cores_; ++c) {
-        sim::Task t;
-        t.kind = sim::TaskKind::Compute;
-        t.name = "recompute " + ev.name + " core " + std::to_string(c);
-        t.phase = "recompute";
-        t.core = c;
-        t.layer = l;
-        t.seconds = seconds;
-        t.hbm_s = hbm;
-        t.hardware_flops = flops;
-        if (first) t.memory.push_back({c, sim::MemoryCategory::Activations, recomputed(p), When::Start});
-        if (p.workspace_bytes > 0) {
-          t.memory.push_back({c, sim::MemoryCategory::Workspace, p.workspace_bytes, When::Start});
-          t.memory.push_back({c, sim::MemoryCategory::Workspace, -p.workspace_bytes, When::End});
-        }
-        hardware_flops_ += flops;
-        chain(c, g_.add(std::move(t)));
-      }
-      first = false;
-    }
   }
 
   /// layer_input_split: each core kept its piece of layer `l`'s input; the recompute reads it
@@ -685,7 +624,7 @@ class MeshStepPlayer {
   }
 
   /// A forward collective again (re-materialization), blocking the recompute's next piece.
-  void replay_collective(const Event& ev, int l) {
+  void replay_collective(const Event& ev, int l) override {
     using C = sim::CollectiveOp;
     const auto blocking = blocking_collective(ev.kind);
     const auto op = blocking ? blocking->op : C::AllReduce;
@@ -693,149 +632,13 @@ class MeshStepPlayer {
                                        "recompute_collective", l, ev.bytes));
   }
 
-  /// Core `c`'s next task `id`: after its last one and what it waits to receive.
-  void chain(int c, int id) {
-    if (last_[std::size_t(c)] >= 0) g_.depend(last_[std::size_t(c)], id);
-    for (int x : waits_[std::size_t(c)]) g_.depend(x, id);
-    waits_[std::size_t(c)].clear();
-    last_[std::size_t(c)] = id;
-  }
-  /// Where every core's program stands: each core's last task and what it waits to receive, each
-  /// task once.
-  std::vector<int> frontier() const {
-    std::vector<int> ids;
-    for (int c = 0; c < cores_; ++c) {
-      if (last_[std::size_t(c)] >= 0) ids.push_back(last_[std::size_t(c)]);
-      ids.insert(ids.end(), waits_[std::size_t(c)].begin(), waits_[std::size_t(c)].end());
-    }
-    std::sort(ids.begin(), ids.end());
-    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    return ids;
-  }
-  /// Adds `t` after every core's program so far (frontier); returns its id.
-  int after_every_core(sim::Task t) {
-    const int id = g_.add(std::move(t));
-    for (int x : frontier()) g_.depend(x, id);
-    return id;
-  }
-  /// A collective every core waits for: after each core's last task, before its next.
-  void every_core_waits(sim::Task t) {
-    const int id = after_every_core(std::move(t));
-    receive(std::vector<std::vector<int>>(static_cast<std::size_t>(cores_), std::vector<int>{id}));
-  }
-
-  /// Each core's next task waits for what arrives (`arrivals`), so its program stays a chain.
-  void receive(const std::vector<std::vector<int>>& arrivals) {
-    for (int c = 0; c < cores_; ++c)
-      waits_[std::size_t(c)].insert(waits_[std::size_t(c)].end(), arrivals[std::size_t(c)].begin(),
-                                    arrivals[std::size_t(c)].end());
-  }
-
-  /// Whether `ev` is played where the program has it; weight-gradient reductions are combined
-  /// instead (combined_; prefetched fully sharded weights: deferred_ to the layer's end).
-  bool played_in_place(const Event& ev, bool forward) const {
-    return ev.kind != Event::GradientAllReduce || ((forward || fully_) && !prefetch_);
-  }
-
-  /// A layer's forward or backward program: each run of compute pieces (reductions played
-  /// elsewhere do not break a run) one task per core, then what comes between runs.
-  void play(const std::vector<Event>& events, int l, bool forward) {
-    std::size_t first_compute = events.size(), last_compute = 0;
-    for (std::size_t e = 0; e < events.size(); ++e)
-      if (events[e].kind == Event::Compute) {
-        first_compute = std::min(first_compute, e);
-        last_compute = e;
-      }
-    for (std::size_t e = 0; e < events.size();) {
-      const Event& ev = events[e];
-      if (ev.kind != Event::Compute) {
-        if (ev.kind == Event::Halo)
-          play_halo(ev, forward);
-        else
-          play_collective(ev, l, forward);
-        ++e;
-        continue;
-      }
-      std::vector<const Event*> run;
-      const std::size_t first = e;
-      for (; e < events.size() && (events[e].kind == Event::Compute || !played_in_place(events[e], forward));
-           ++e)
-        if (events[e].kind == Event::Compute)
-          run.push_back(&events[e]);
-        else
-          play_collective(events[e], l, forward);
-      play_compute(run, l, forward, first <= first_compute && first_compute < e,
-                   first <= last_compute && last_compute < e);
-    }
-  }
-
-  /// The memory effects of a layer's compute piece on core `c`.
-  void piece_memory(std::vector<sim::MemoryEffect>& memory, int c, int l, bool forward, bool first_piece,
-                    bool last_piece) const {
-    const auto& p = programs_[std::size_t(l)];
-    // A layer's kept activations live from its first forward piece to its last backward piece
-    // (re-materialized: what the forward keeps, and what the recompute rebuilt).
-    if (forward && first_piece)
-      memory.push_back({c, sim::MemoryCategory::Activations, kept_in_forward(p), When::Start});
-    // Re-materialized: what the forward computes beyond that, alive until its last piece ends.
-    const double computed = forward ? remat_forward_bytes(remat_, p.kept_bytes, kept_in_forward(p)) : 0.0;
-    if (computed > 0 && first_piece)
-      memory.push_back({c, sim::MemoryCategory::Workspace, computed, When::Start});
-    if (computed > 0 && last_piece)
-      memory.push_back({c, sim::MemoryCategory::Workspace, -computed, When::End});
-    if (!forward && first_piece && allocate_gradients_)
-      memory.push_back({c, sim::MemoryCategory::Gradients, kWeightBytes * p.weight_elements, When::Start});
-    // While it computes: the forward's largest transient, or the backward's gradients in flight.
-    const double workspace = forward ? p.workspace_bytes : p.backward_workspace_bytes;
-    if (!forward || workspace > 0) {
-      memory.push_back({c, sim::MemoryCategory::Workspace, workspace, When::Start});
-      memory.push_back({c, sim::MemoryCategory::Workspace, -workspace, When::End});
-    }
-    if (!forward && last_piece)
-      memory.push_back({c, sim::MemoryCategory::Activations, -kept_in_forward(p) - recomputed(p), When::End});
-    if (fully_ && last_piece && extra_[std::size_t(l)] > 0)  // the gathered weights, freed after use
-      memory.push_back({c, sim::MemoryCategory::Weights, -extra_[std::size_t(l)], When::End});
-  }
-
-  /// A run of compute pieces, one task per core: their times and FLOPs summed, their host math in
-  /// order, the layer's memory effects on its first and last piece.
-  void play_compute(const std::vector<const Event*>& run, int l, bool forward, bool first_piece,
-                    bool last_piece) {
-    double seconds = 0, hbm = 0, model_flops = 0, hardware_flops = 0;
-    std::vector<MeshAction> actions;
-    for (const Event* ev : run) {
-      seconds += ev->seconds;
-      hbm += ev->hbm_seconds;
-      model_flops += ev->model_flops;
-      hardware_flops += ev->hardware_flops;
-      for (int c = 0; c < cores_; ++c) hardware_flops_ += ev->hardware_flops;
-      if (exec_) actions.insert(actions.end(), ev->actions.begin(), ev->actions.end());
-    }
-    for (int c = 0; c < cores_; ++c) {
-      sim::Task t;
-      t.kind = sim::TaskKind::Compute;
-      t.name =
-          std::string(forward ? "forward " : "backward ") + run.front()->name + " core " + std::to_string(c);
-      t.phase = forward ? "forward" : "backward";
-      t.core = c;
-      t.layer = l;
-      t.seconds = seconds;
-      t.hbm_s = hbm;
-      t.model_flops = model_flops;
-      t.hardware_flops = hardware_flops;
-      piece_memory(t.memory, c, l, forward, first_piece, last_piece);
-      if (exec_) t.host = exec_->compute(c, l, actions);
-      chain(c, g_.add(std::move(t)));
-    }
-  }
-
   /// Every core sends its edge rows to its neighbours along the mesh dimension (the image does
   /// not wrap around); each core's next piece waits for what it receives.
-  void play_halo(const Event& ev, bool forward) {
+  void play_halo(const Event& ev, bool forward) override {
     std::size_t axis = 0;
     while (mesh_[axis].first != ev.mesh_dims.front()) ++axis;
-    std::vector<std::vector<int>> incoming(static_cast<std::size_t>(cores_));
-    for (int c = 0; c < cores_; ++c) {
+    std::vector<std::vector<int>> incoming(static_cast<std::size_t>(size_));
+    for (int c = 0; c < size_; ++c) {
       auto co = schedule_.coords(c);
       for (int step : {-1, 1}) {
         const int n = co[axis] + step;
@@ -853,7 +656,7 @@ class MeshStepPlayer {
     receive(incoming);
   }
 
-  void play_collective(const Event& ev, int l, bool forward) {
+  void play_collective(const Event& ev, int l, bool forward) override {
     // Weight-gradient reductions are combined as XLA's all-reduce combiner does (combined_, played
     // by reduce_chunks_ending_at or combined_gradient_reductions).
     if (ev.kind == Event::GradientAllReduce && !forward && !fully_) return;
@@ -878,7 +681,7 @@ class MeshStepPlayer {
       // Each core keeps only its piece of the reduced gradient, updates it, and the updated
       // pieces are all-gathered (after the layer's updates).
       const double local = ev.bytes / kWeightBytes, members = double(t.groups.front().size());
-      for (int c = 0; c < cores_; ++c)
+      for (int c = 0; c < size_; ++c)
         t.memory.push_back({c, sim::MemoryCategory::Gradients,
                             -kWeightBytes * (local - piece_elements(local, members)), When::End});
       scattered_[std::size_t(l)].push_back(
@@ -890,7 +693,7 @@ class MeshStepPlayer {
     // Fully sharded, in program order: each layer's reduce-scatter where the program has it, the
     // backward waiting for it.
     if (!gradient || (fully_ && !prefetch_))
-      receive(std::vector<std::vector<int>>(static_cast<std::size_t>(cores_), std::vector<int>{id}));
+      receive(std::vector<std::vector<int>>(static_cast<std::size_t>(size_), std::vector<int>{id}));
   }
 
   /// With overlap: after layer `l`'s backward, each combined reduction whose last gradients it
@@ -956,7 +759,7 @@ class MeshStepPlayer {
       }
       if (exec_) parts.push_back(exec_->collective(t.groups, l, ev->actions.front()));
     }
-    for (int c = 0; c < cores_ && freed > 0; ++c)
+    for (int c = 0; c < size_ && freed > 0; ++c)
       t.memory.push_back({c, sim::MemoryCategory::Gradients, -freed, When::End});
     if (exec_)
       t.host = [parts] {
@@ -1008,7 +811,7 @@ class MeshStepPlayer {
   void updates() {
     const CostModel cost(study_.hardware.core);
     updates_.assign(std::size_t(layers_), {});
-    for (int c = 0; c < cores_; ++c) {
+    for (int c = 0; c < size_; ++c) {
       const int after_backward = last_[std::size_t(c)];
       for (int l = layers_ - 1; l >= 0; --l) {
         const auto& p = programs_[std::size_t(l)];
@@ -1095,32 +898,26 @@ class MeshStepPlayer {
     }
   }
 
-  const Study& study_;
+  static std::vector<int> all_cores(int n) {
+    std::vector<int> cores(static_cast<std::size_t>(n));
+    std::iota(cores.begin(), cores.end(), 0);
+    return cores;
+  }
+
   const MeshSchedule& schedule_;
   const std::vector<std::pair<std::string, int>>& mesh_;
-  std::vector<LayerProgram> programs_;
   bool sharded_;
   bool fully_;     ///< fully sharded: weights gathered before use, never after the update
   bool prefetch_;  ///< fully sharded: gathers prefetched, reduce-scatters behind (weight_gathers)
   bool overlap_;   ///< combined reductions behind the backward (core.gradient_collectives_overlap_backward)
-  /// Gradient accumulation: whether this micro-batch's backward allocates the weight gradients
-  /// (the first; the last's are reduced).
-  bool allocate_gradients_ = true;
   WireDtypes wire_;
   int last_gather_ = -1, last_scatter_ = -1;  ///< prefetched: each kind's collectives one after another
-  std::vector<double> extra_;                 ///< per layer: what its gathered weights add (gathered_extra)
-  Keep remat_;
   std::shared_ptr<MeshExecutor> exec_;
-  int cores_, layers_;
-  StepBuilder builder_;
-  sim::TaskGraph& g_;
-  std::vector<int> last_;                              ///< each core's last compute task
-  std::vector<std::vector<int>> waits_;                ///< each core: what its next task waits to receive
+  int layers_;
   std::vector<std::vector<int>> gradient_reductions_;  ///< per layer
   std::vector<std::vector<Scattered>> scattered_;      ///< per layer
   int chunks_ = 0;                                     ///< reduce-scatters of weight gradients
   std::vector<std::vector<int>> updates_;              ///< per layer
-  double hardware_flops_ = 0;
   /// Prefetched fully sharded weights: the layer's reductions, reduce-scattered as it ends.
   std::vector<std::pair<const Event*, int>> deferred_;
   /// The weight-gradient reductions as XLA's combiner combines them (mesh::gradient_chunks, up to
@@ -1155,7 +952,8 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   Json ops = Json::array();
   for (auto& program : lowered)
     for (auto& row : program.ops) ops.push_back(std::move(row));
-  BuiltStep step = MeshStepPlayer(study, *this, mesh_, std::move(lowered), weight_update_ == "sharded",
+  StepBuilder builder(study, study.cores());
+  BuiltStep step = MeshStepPlayer(study, *this, builder, mesh_, lowered, weight_update_ == "sharded",
                                   weight_update_ == "fully_sharded", remat_, exec)
                        .build(s);
   step.details = Json{

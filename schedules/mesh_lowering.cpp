@@ -402,6 +402,26 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
   return LayerLowering(ops, s, cost, act, layer, model_input, sharded, batch_norm_group).run();
 }
 
+LayerProgram renamed(const LayerProgram& p, const std::string& from, const std::string& to) {
+  LayerProgram out;
+  out.forward = p.forward;
+  out.backward = p.backward;
+  for (auto* events : {&out.forward, &out.backward})
+    for (Event& ev : *events)
+      if (ev.name.compare(0, from.size(), from) == 0) ev.name = to + ev.name.substr(from.size());
+  out.kept_bytes = p.kept_bytes;
+  out.weight_elements = p.weight_elements;
+  out.total_weight_elements = p.total_weight_elements;
+  out.input_bytes = p.input_bytes;
+  out.dot_output_bytes = p.dot_output_bytes;
+  out.workspace_bytes = p.workspace_bytes;
+  out.backward_workspace_bytes = p.backward_workspace_bytes;
+  out.update_elements = p.update_elements;
+  out.weight_mesh_dims = p.weight_mesh_dims;
+  out.weights = p.weights;
+  return out;
+}
+
 std::string dims_text(const NamedTensor& t) {
   std::string s = "[";
   for (std::size_t i = 0; i < t.dims.size(); ++i) s += (i ? ", " : "") + t.dims[i].name;

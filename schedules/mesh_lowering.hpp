@@ -108,6 +108,10 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
                          double act, const std::string& layer, bool model_input, bool sharded,
                          int batch_norm_group = 1);
 
+/// `p`, lowered for layer `from`, as the program of layer `to` (the same computation): its
+/// events named after `to`; no per-op table.
+LayerProgram renamed(const LayerProgram& p, const std::string& from, const std::string& to);
+
 /// "[batch, seq, d_model]"
 std::string dims_text(const NamedTensor& t);
 

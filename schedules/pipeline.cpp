@@ -1,12 +1,12 @@
 #include "schedules/pipeline.hpp"
 
-#include <map>
 #include <set>
 
 #include "hardware/topology.hpp"
 #include "schedules/gradient_buckets.hpp"
 #include "schedules/mesh_lowering.hpp"
 #include "schedules/partitioner.hpp"
+#include "schedules/program_player.hpp"
 
 namespace tpusim {
 
@@ -408,68 +408,138 @@ std::vector<std::vector<int>> Pipeline::placement(const Study& study) const {
 
 namespace {
 
-/// A stage's work item on its group of cores: a compute task per core, then (tensor
-/// parallelism) the collectives over the group one after another; `ends`: what later work waits
-/// for (one task per core, or the group's last collective).
-struct GroupTask {
-  std::vector<int> compute;
-  std::vector<int> ends;
-  int end(int t) const { return ends.size() == 1 ? ends[0] : ends[std::size_t(t)]; }
+/// Where an item of a stage's program starts and ends on each core of its group: its first task,
+/// and what later work waits for (its last task and what the core waits to receive after it).
+struct ItemTasks {
+  std::vector<int> first;
+  std::vector<std::vector<int>> ends;
 };
-using StageTasks = std::vector<std::vector<std::vector<GroupTask>>>;  // [replica][stage][micro-batch]
+using StageTasks = std::vector<std::vector<std::vector<ItemTasks>>>;  // [replica][chunk][micro-batch]
 
-/// The collectives of each of a group's items, in its program order; each item's compute waits
-/// for the previous item's collectives (a core cannot run on before its partial sums arrive).
-void group_collectives(StepBuilder& builder, const std::vector<int>& group,
-                       const std::vector<LayerRange>& ranges, std::int64_t b,
-                       const std::vector<Item>& program, int stage, std::vector<GroupTask*> items,
-                       Keep keep) {
-  std::map<int, LayerCost> costs;  // per model chunk
-  for (const Item& it : program)
-    if (!costs.count(it.chunk)) costs.emplace(it.chunk, builder.cost(ranges[std::size_t(it.chunk)], b));
-  auto& g = builder.graph();
-  const GroupTask* previous = nullptr;
-  for (std::size_t i = 0; i < program.size(); ++i) {
-    GroupTask& task = *items[i];
-    const LayerCost& c = costs.at(program[i].chunk);
-    const LayerRange range = ranges[std::size_t(program[i].chunk)];
-    const auto& list = program[i].kind == Item::Backward    ? c.backward_collectives
-                       : program[i].kind == Item::Recompute ? c.recompute_collectives(keep)
-                                                            : c.forward_collectives;
-    task.ends = task.compute;
-    if (group.size() > 1 && !list.empty()) {
-      int last = -1;
-      for (const auto& col : list) {
-        const int id = builder.collective(
-            col.op, "tensor_parallel",
-            std::string(sim::to_string(col.op)) + " stage " + std::to_string(stage) + " mb" +
-                std::to_string(program[i].micro_batch) + " core " + std::to_string(group.front()),
-            group, col.bytes, range);
-        g.task(id).stage = stage;
-        g.task(id).micro_batch = program[i].micro_batch;
-        for (int dep : last >= 0 ? std::vector<int>{last} : task.compute) g.depend(dep, id);
-        last = id;
-      }
-      task.ends = {last};
-    }
-    if (previous && previous->ends.size() == 1 && group.size() > 1)
-      for (int t : task.compute) g.depend(previous->ends[0], t);
-    previous = &task;
+/// A (replica, stage) group of cores running its stage program on the one player: each item is
+/// its model chunk's layers' programs for one micro-batch (forward first to last, the recompute
+/// first to last, the backward last to first), one task per core (merge_layers_), then the
+/// group's collectives of the item (tensor parallelism; the weight-gradient reductions are the
+/// pipeline's, after the last backward). What differs from a mesh: re-materialization keeps the
+/// chunk's input (GPipe's stage boundary), not each layer's, and a chunk's first backward
+/// allocates all its gradients.
+class StagePlayer : public ProgramPlayer {
+ public:
+  StagePlayer(const Study& study, StepBuilder& builder, std::vector<int> cores,
+              const std::vector<LayerProgram>& programs, Keep remat, const std::vector<LayerRange>& ranges,
+              std::int64_t b, FunctionalRuntime* functional)
+      : ProgramPlayer(study, builder, std::move(cores), programs, remat),
+        ranges_(ranges),
+        b_(b),
+        functional_(functional),
+        chunk_of_(programs.size()) {
+    merge_layers_ = true;
+    for (std::size_t c = 0; c < ranges_.size(); ++c)
+      for (int l = ranges_[c].first; l < ranges_[c].last; ++l) chunk_of_[std::size_t(l)] = int(c);
   }
-}
 
-/// Plays a pipeline's programs onto a task graph: each stage's compute on its group of cores in
-/// program order, the transfers between stages, then each stage's gradient reductions and
+  /// Plays item `it` of the group's program (`first_backward`: the chunk's first backward,
+  /// which allocates its gradients).
+  ItemTasks play_item(const Item& it, Labels labels, bool first_backward) {
+    labels_ = labels;
+    allocate_gradients_ = first_backward;
+    take_firsts();
+    const LayerRange range = item_range_ = ranges_[std::size_t(it.chunk)];
+    if (it.kind == Item::Backward)
+      for (int l = range.last - 1; l >= range.first; --l) play(programs_[std::size_t(l)].backward, l, false);
+    else
+      for (int l = range.first; l < range.last; ++l)
+        if (it.kind == Item::Forward)
+          play(programs_[std::size_t(l)].forward, l, true);
+        else
+          recompute(l);
+    flush();
+    int previous = -1;
+    for (const auto& [op, bytes] : collectives_) previous = group_collective(op, bytes, previous);
+    collectives_.clear();
+    ItemTasks tasks{take_firsts(), {}};
+    for (int i = 0; i < size_; ++i) tasks.ends.push_back(frontier(i));
+    return tasks;
+  }
+
+ protected:
+  bool played_in_place(const Event& ev, bool) const override { return ev.kind != Event::GradientAllReduce; }
+  void play_collective(const Event& ev, int, bool) override { defer(ev); }
+  void replay_collective(const Event& ev, int) override { defer(ev); }
+  void play_halo(const Event& ev, bool) override {  // excluded by tensor_parallel_dims(): no image is split
+    throw SimulationError("tensor parallelism: a halo exchange in " + ev.name);
+  }
+  double kept_in_forward(int l) const override {
+    const auto& p = programs_[std::size_t(l)];
+    const LayerRange chunk = ranges_[std::size_t(chunk_of_[std::size_t(l)])];
+    const double input = l == chunk.first ? builder_.cost(l, b_).input_bytes : 0.0;
+    return remat_kept_bytes(remat_, p.kept_bytes, input, p.dot_output_bytes);
+  }
+  double gradients_allocated(int l) const override {
+    const LayerRange chunk = ranges_[std::size_t(chunk_of_[std::size_t(l)])];
+    return l == chunk.last - 1 ? builder_.gradient_bytes(chunk) : 0.0;
+  }
+  Closure host(int i, int l, bool forward, bool first_piece, const std::vector<MeshAction>&) override {
+    if (!functional_ || !first_piece) return {};
+    const int core = cores_[std::size_t(i)];
+    return forward ? functional_->forward(core, {l, l + 1}, labels_.first_example, b_, remat_)
+                   : functional_->backward(core, {l, l + 1}, labels_.first_example, b_);
+  }
+  Closure recompute_host(int i, int l) override {
+    if (!functional_) return {};
+    return functional_->recompute(cores_[std::size_t(i)], {l, l + 1}, labels_.first_example, b_);
+  }
+
+ private:
+  /// A blocking collective of the item over the group (tensor parallelism), played after the
+  /// item's compute: a core runs its pieces and the collectives between them one after another,
+  /// so the item lasts as long either way, and the stage's graph keeps one compute task per core
+  /// and item (interleaving them, one task per run of pieces, made plan's bounds of
+  /// tensor-parallel pipelines about three times slower).
+  void defer(const Event& ev) {
+    if (const auto blocking = mesh::blocking_collective(ev.kind); blocking && size_ > 1)
+      collectives_.emplace_back(blocking->op, ev.bytes);
+  }
+  /// A collective over the group after the `previous` one (-1: after every core's program so
+  /// far): every core's next task waits for it.
+  int group_collective(sim::CollectiveOp op, double bytes, int previous) {
+    const int id = builder_.collective(
+        op, "tensor_parallel",
+        std::string(sim::to_string(op)) + " stage " + std::to_string(labels_.stage) + " mb" +
+            std::to_string(labels_.micro_batch) + " core " + std::to_string(cores_.front()),
+        cores_, bytes, item_range_);
+    g_.task(id).stage = labels_.stage;
+    g_.task(id).micro_batch = labels_.micro_batch;
+    if (previous >= 0)
+      g_.depend(previous, id);
+    else
+      for (int x : frontier()) g_.depend(x, id);
+    for (auto& w : waits_) w.assign(1, id);  // it follows everything each core waited for
+    return id;
+  }
+
+  const std::vector<LayerRange>& ranges_;
+  std::int64_t b_;
+  FunctionalRuntime* functional_;
+  std::vector<int> chunk_of_;                                      ///< per layer, its model chunk
+  std::vector<std::pair<sim::CollectiveOp, double>> collectives_;  ///< the item's, deferred
+  LayerRange item_range_;
+};
+
+/// Plays a pipeline onto a task graph: each (replica, stage) group's program on the one player
+/// (StagePlayer), the transfers between stages, then each stage's gradient reductions and
 /// updates.
 class PipelinePlayer {
  public:
   /// `built`: how many replicas' tasks to build (the first ones; every replica's by default); the
   /// cross-replica all-reduces span every replica whatever it is.
   /// `ranges`: the model chunks' layers (one per stage, or stages x V interleaved: chunk c on
-  /// stage c mod stages).
+  /// stage c mod stages). `programs`: every layer's program on a core of a stage.
   PipelinePlayer(const Study& study, StepBuilder& builder, Pipeline::Order order, int M, Keep remat,
                  bool sharded, std::vector<LayerRange> ranges,
-                 std::vector<std::vector<std::vector<int>>> cores, int built = -1)
+                 std::vector<std::vector<std::vector<int>>> cores,
+                 const std::vector<mesh::LayerProgram>& programs, FunctionalRuntime* functional,
+                 int built = -1)
       : study_(study),
         builder_(builder),
         order_(order),
@@ -484,19 +554,23 @@ class PipelinePlayer {
         b_(study.batch / (std::int64_t(cores.size()) * M)),
         ranges_(std::move(ranges)),
         cores_(std::move(cores)),
-        F_(R_, std::vector<std::vector<GroupTask>>(C_, std::vector<GroupTask>(M_))),
+        programs_(programs),
+        functional_(functional),
+        F_(R_, std::vector<std::vector<ItemTasks>>(C_, std::vector<ItemTasks>(M_))),
         Rc_(F_),
         B_(F_) {}
 
-  /// Every compute task first, in each stage's program order (a core's program is the order its
-  /// tasks are added); dependencies afterwards.
-  void compute() {
+  /// Every group's program, in its stage's program order (a core's program is the order its
+  /// compute tasks are added); the transfers between stages afterwards.
+  double compute() {
+    double flops = 0;
     for (int r = 0; r < built_; ++r)
-      for (int s = 0; s < K_; ++s) stage_compute(r, s);
+      for (int s = 0; s < K_; ++s) flops += stage_compute(r, s);
+    return flops;
   }
 
   /// Activations forward and gradients backward between consecutive model chunks (stages), core
-  /// t of a group to core t of the next; each chunk's recompute and backward after its forward.
+  /// t of a group to core t of the next (each stage's own order is its group's chains).
   void link() {
     auto& g = builder_.graph();
     for (int r = 0; r < built_; ++r)
@@ -505,23 +579,15 @@ class PipelinePlayer {
           for (int t = 0; t < int(cores_[r][c % K_].size()); ++t) {
             const int s = c % K_;
             const Labels labels{s, m, (std::int64_t(r) * M_ + m) * b_};
-            const auto [F, Rc, B] = std::tie(F_[r][c][m], Rc_[r][c][m], B_[r][c][m]);
             if (c > 0)
-              g.depend(builder_.transfer(cores_[r][(c - 1) % K_][t], cores_[r][s][t], boundary(c - 1),
-                                         F_[r][c - 1][m].end(t), "activation_transfer", labels,
-                                         ranges_[c].first, false),
-                       F.compute[t]);
+              g.depend(
+                  transfer(cores_[r][(c - 1) % K_][t], cores_[r][s][t], boundary(c - 1),
+                           F_[r][c - 1][m].ends[t], "activation_transfer", labels, ranges_[c].first, false),
+                  F_[r][c][m].first[t]);
             if (c < C_ - 1)
-              g.depend(builder_.transfer(cores_[r][(c + 1) % K_][t], cores_[r][s][t], boundary(c),
-                                         B_[r][c + 1][m].end(t), "gradient_transfer", labels, ranges_[c].last,
-                                         true),
-                       B.compute[t]);
-            else
-              g.depend(F.end(t), B.compute[t]);
-            if (remat_ != Keep::All) {
-              g.depend(F.end(t), Rc.compute[t]);
-              g.depend(Rc.end(t), B.compute[t]);
-            }
+              g.depend(transfer(cores_[r][(c + 1) % K_][t], cores_[r][s][t], boundary(c),
+                                B_[r][c + 1][m].ends[t], "gradient_transfer", labels, ranges_[c].last, true),
+                       B_[r][c][m].first[t]);
           }
   }
 
@@ -539,33 +605,29 @@ class PipelinePlayer {
   }
 
  private:
-  void stage_compute(int r, int s) {
-    const Keep keep = remat_;
+  /// A transfer after every task in `after`.
+  int transfer(int src, int dst, double bytes, const std::vector<int>& after, const std::string& phase,
+               Labels labels, int boundary, bool gradient) {
+    const int id = builder_.transfer(src, dst, bytes, after.front(), phase, labels, boundary, gradient);
+    for (std::size_t i = 1; i < after.size(); ++i) builder_.graph().depend(after[i], id);
+    return id;
+  }
+
+  /// Group (r, s)'s program; returns its compute tasks' hardware FLOPs.
+  double stage_compute(int r, int s) {
     for (int c = s; c < C_; c += K_)
       for (int core : cores_[r][s]) builder_.resident_weights(core, ranges_[c], sharded_ ? 1.0 / R_ : 1.0);
+    StagePlayer group(study_, builder_, cores_[r][s], programs_, remat_, ranges_, b_, functional_);
     std::set<int> backward_seen;  // chunks whose first backward (allocating their gradients) is placed
-    const auto program = stage_program(order_, s, K_, M_, remat_ != Keep::All, V_);
-    std::vector<GroupTask*> items;
-    for (const Item& it : program) {
+    for (const Item& it : stage_program(order_, s, K_, M_, remat_ != Keep::All, V_)) {
       const Labels labels{s, it.micro_batch, (std::int64_t(r) * M_ + it.micro_batch) * b_,
                           V_ > 1 ? it.chunk / K_ : -1};
-      const LayerRange range = ranges_[it.chunk];
-      GroupTask& task = (it.kind == Item::Forward     ? F_
-                         : it.kind == Item::Recompute ? Rc_
-                                                      : B_)[r][it.chunk][it.micro_batch];
-      const bool first_backward = !backward_seen.count(it.chunk);
-      for (int core : cores_[r][s]) {
-        if (it.kind == Item::Forward)
-          task.compute.push_back(builder_.forward(core, range, b_, -1, keep, labels));
-        else if (it.kind == Item::Recompute)
-          task.compute.push_back(builder_.recompute(core, range, b_, -1, labels, keep));
-        else
-          task.compute.push_back(builder_.backward(core, range, b_, -1, keep, first_backward, labels));
-      }
+      StageTasks& tasks = it.kind == Item::Forward ? F_ : it.kind == Item::Recompute ? Rc_ : B_;
+      tasks[r][it.chunk][it.micro_batch] =
+          group.play_item(it, labels, it.kind == Item::Backward && !backward_seen.count(it.chunk));
       if (it.kind == Item::Backward) backward_seen.insert(it.chunk);
-      items.push_back(&task);
     }
-    group_collectives(builder_, cores_[r][s], ranges_, b_, program, s, items, keep);
+    return group.hardware_flops();
   }
 
   double boundary(int c) { return builder_.cost(ranges_[c], b_).output_bytes; }
@@ -576,23 +638,24 @@ class PipelinePlayer {
 
   /// What each core's update waits for: its last backward (GPipe: micro-batch 0; 1F1B: the last
   /// one), or the group's reduction of weight gradients its layout leaves partial.
-  std::vector<std::vector<int>> reduce_within_groups(int c) {
+  std::vector<std::vector<std::vector<int>>> reduce_within_groups(int c) {
     const int s = c % K_, T = int(cores_[0][s].size());
     const auto program = stage_program(order_, s, K_, M_, remat_ != Keep::All, V_);
     int last = -1;  // the chunk's last backward in its stage's program
     for (const Item& it : program)
       if (it.kind == Item::Backward && it.chunk == c) last = it.micro_batch;
     const double partial = builder_.cost(ranges_[c], b_).group_gradient_bytes;
-    std::vector<std::vector<int>> after(R_, std::vector<int>(T));
+    std::vector<std::vector<std::vector<int>>> after(R_, std::vector<std::vector<int>>(T));
     for (int r = 0; r < built_; ++r) {
-      for (int t = 0; t < T; ++t) after[r][t] = B_[r][c][last].end(t);
+      for (int t = 0; t < T; ++t) after[r][t] = B_[r][c][last].ends[t];
       if (partial <= 0 || T == 1) continue;
       const int id = builder_.collective(sim::CollectiveOp::AllReduce, "gradient_allreduce",
                                          "tensor gradient allreduce " + stage_name(c), cores_[r][s], partial,
                                          ranges_[c]);
       builder_.graph().task(id).stage = s;
-      for (int t = 0; t < T; ++t) builder_.graph().depend(after[r][t], id);
-      std::fill(after[r].begin(), after[r].end(), id);
+      for (int t = 0; t < T; ++t)
+        for (int x : after[r][t]) builder_.graph().depend(x, id);
+      std::fill(after[r].begin(), after[r].end(), std::vector<int>{id});
     }
     return after;
   }
@@ -619,12 +682,13 @@ class PipelinePlayer {
   /// Each bucket all-reduced across the replicas (one after another, after the stage's last
   /// backward), each replica's update of the bucket once it is reduced. Alone (one replica, one
   /// slice): the chunk's one update after its backward.
-  void update_shard(int c, int t, const std::vector<std::vector<int>>& after) {
+  void update_shard(int c, int t, const std::vector<std::vector<std::vector<int>>>& after) {
     if (sharded_) return sharded_update(c, t, after);
     const int s = c % K_;
     auto& g = builder_.graph();
     if (R_ == 1 && study_.slices == 1) {
-      g.depend(after[0][t], builder_.update(cores_[0][s][t], ranges_[c], 1.0, Labels{s, -1}));
+      const int update = builder_.update(cores_[0][s][t], ranges_[c], 1.0, Labels{s, -1});
+      for (int x : after[0][t]) g.depend(x, update);
       return;
     }
     const auto buckets = buckets_of(c);
@@ -635,7 +699,8 @@ class PipelinePlayer {
                                                 replica_group(s, t), builder_.gradient_bytes(b), b);
       g.task(allreduce).stage = s;
       g.task(allreduce).across_slices = true;
-      for (int r = 0; r < built_; ++r) g.depend(after[r][t], allreduce);
+      for (int r = 0; r < built_; ++r)
+        for (int x : after[r][t]) g.depend(x, allreduce);
       if (previous >= 0) g.depend(previous, allreduce);
       previous = allreduce;
       for (int r = 0; r < built_; ++r)
@@ -647,7 +712,7 @@ class PipelinePlayer {
   /// reduce-scattered over the replicas (each keeps its piece; the optimizer's per-layer norms
   /// all-reduced when it has any), each replica updates its piece, and the updated pieces are
   /// all-gathered.
-  void sharded_update(int c, int t, const std::vector<std::vector<int>>& after) {
+  void sharded_update(int c, int t, const std::vector<std::vector<std::vector<int>>>& after) {
     const int s = c % K_;
     auto& g = builder_.graph();
     const std::vector<int> group = replica_group(s, t);
@@ -662,7 +727,8 @@ class PipelinePlayer {
                                              "reduce-scatter " + name, group, gradients, range);
       g.task(reduce).stage = s;
       g.task(reduce).across_slices = true;
-      for (int r = 0; r < built_; ++r) g.depend(after[r][t], reduce);
+      for (int r = 0; r < built_; ++r)
+        for (int x : after[r][t]) g.depend(x, reduce);
       if (previous >= 0) g.depend(previous, reduce);
       previous = reduce;
       const int ready = builder_.keep_gradient_shard(reduce, built, group, range, fraction, name);
@@ -711,26 +777,42 @@ class PipelinePlayer {
   std::int64_t b_;
   std::vector<LayerRange> ranges_;
   std::vector<std::vector<std::vector<int>>> cores_;
+  const std::vector<mesh::LayerProgram>& programs_;
+  FunctionalRuntime* functional_;
   StageTasks F_, Rc_, B_;
 };
 
 }  // namespace
+
+BuiltStep Pipeline::play(const Study& study, FunctionalRuntime* functional, int built, Json* stages) const {
+  const Partition cut = partition(study);
+  std::vector<LayerRange> ranges;  // per model chunk
+  for (int c = 0, first = 0; c < chunks(); first += cut.sizes[std::size_t(c)], ++c)
+    ranges.push_back({first, first + cut.sizes[std::size_t(c)]});
+  StepBuilder builder(study, study.cores(), functional);
+  split(builder);
+  std::vector<mesh::LayerProgram> layer_programs;
+  for (int l = 0; l < int(study.model.layers.size()); ++l)
+    layer_programs.push_back(builder.program(l, layer_batch(study)));
+  PipelinePlayer player(study, builder, order_, microbatches_, remat_, sharded_, ranges, groups(study),
+                        layer_programs, functional, built);
+  const double flops = player.compute();
+  player.link();
+  Json table = player.reduce_and_update();
+  if (stages) *stages = std::move(table);
+  BuiltStep step = builder.finish();
+  step.hardware_flops += flops;
+  if (stages) step.details = Json{{"partition_set_by", cut.set_by}};
+  return step;
+}
 
 BuiltStep Pipeline::build(const Study& study, FunctionalRuntime* functional) const {
   if (functional && tensor_ > 1)
     throw ConfigError(study.file, "schedule.tensor_parallel", std::to_string(tensor_),
                       "1 in functional mode (it runs a stage's layers whole on one core)");
   const int K = stages_, M = microbatches_;
-  const Partition cut = partition(study);
-  std::vector<LayerRange> ranges;  // per model chunk
-  for (int c = 0, first = 0; c < chunks(); first += cut.sizes[c], ++c)
-    ranges.push_back({first, first + cut.sizes[c]});
-  StepBuilder builder(study, study.cores(), functional);
-  split(builder);
-  PipelinePlayer player(study, builder, order_, M, remat_, sharded_, ranges, groups(study));
-  player.compute();
-  player.link();
-  const Json stages = player.reduce_and_update();
+  Json stages;
+  BuiltStep step = play(study, functional, -1, &stages);
   std::vector<double> stage_cost(std::size_t(K), 0.0);  // a stage's chunks together
   for (const auto& st : stages) stage_cost[st["stage"].get<std::size_t>()] += st["cost_s"].get<double>();
   double largest = 0, total = 0;
@@ -738,11 +820,10 @@ BuiltStep Pipeline::build(const Study& study, FunctionalRuntime* functional) con
     largest = std::max(largest, cost);
     total += cost;
   }
-  BuiltStep step = builder.finish();
   step.details = Json{{"micro_batch_size", layer_batch(study)},
                       {"bubble_fraction_ideal", double(K - 1) / double(virtual_ * M + K - 1)},
                       {"stage_imbalance", total > 0 ? largest / (total / K) - 1.0 : 0.0},
-                      {"partition_set_by", cut.set_by},
+                      {"partition_set_by", step.details["partition_set_by"]},
                       {"stages", stages},
                       {"placement", tensor_ > 1 ? Json(groups(study)) : Json(placement(study))}};
   if (tensor_ > 1)
@@ -752,17 +833,7 @@ BuiltStep Pipeline::build(const Study& study, FunctionalRuntime* functional) con
 }
 
 BuiltStep Pipeline::representative_step(const Study& study) const {
-  const Partition cut = partition(study);
-  std::vector<LayerRange> ranges;  // per model chunk
-  for (int c = 0, first = 0; c < chunks(); first += cut.sizes[std::size_t(c)], ++c)
-    ranges.push_back({first, first + cut.sizes[std::size_t(c)]});
-  StepBuilder builder(study, study.cores(), nullptr);
-  split(builder);
-  PipelinePlayer player(study, builder, order_, microbatches_, remat_, sharded_, ranges, groups(study), 1);
-  player.compute();
-  player.link();
-  player.reduce_and_update();
-  BuiltStep step = builder.finish();
+  BuiltStep step = play(study, nullptr, 1, nullptr);
   step.replicas_represented = replicas_;
   return step;
 }

@@ -3,7 +3,11 @@
 // the stages; boundary activations and their gradients cross between stage cores as
 // transfers; optional re-materialization keeps only each stage's input per micro-batch and
 // recomputes the rest before the backward; gradients accumulate over the micro-batches, are
-// all-reduced across R replicas of the pipeline, then one optimizer update.
+// all-reduced across R replicas of the pipeline, then one optimizer update. Each (replica,
+// stage) group of cores runs its stage program on the one player (schedules/program_player.hpp):
+// an item of the program is its model chunk's layers' programs for one micro-batch, one task per
+// core; this file adds what is a pipeline's own: the stage programs' order, the transfers between
+// stages, the reductions across replicas, the partition and the placement.
 #pragma once
 
 #include <set>
@@ -82,6 +86,9 @@ class Pipeline : public Schedule {
   StageSharding sharding_;  ///< how they split its layers (tensor_ > 1)
 
   void read_tensor_parallel(Fields& f, const Study& study, Problems& problems);
+  /// The step's tasks (`built` replicas' or every one's when -1); `stages`: the stages' table,
+  /// with the partition's origin in the step's details.
+  BuiltStep play(const Study& study, FunctionalRuntime* functional, int built, Json* stages) const;
   /// "virtual_stages": V > 1 only under one_f_one_b, with micro-batches a multiple of the stages.
   void read_virtual_stages(Fields& f, int layers, Problems& problems);
   /// "partition": "balanced", "memory_aware" or layer counts per stage.

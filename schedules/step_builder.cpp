@@ -21,6 +21,18 @@ const LayerCost& LayerCostCache::get(int layer, std::int64_t batch, const std::s
   return costs_.emplace(key, std::move(c)).first->second;
 }
 
+const mesh::LayerProgram& LayerCostCache::program(int layer, std::int64_t batch, const std::string& sharding,
+                                                  const std::function<mesh::LayerProgram()>& compute) {
+  const auto key = std::make_tuple(layer, batch, sharding);
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = programs_.find(key); it != programs_.end()) return it->second;
+  }
+  mesh::LayerProgram p = compute();
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return programs_.emplace(key, std::move(p)).first->second;
+}
+
 StepBuilder::StepBuilder(const Study& study, int cores, FunctionalRuntime* functional)
     : study_(study),
       functional_(functional),
@@ -56,6 +68,18 @@ const LayerCost& StepBuilder::cost(int layer, std::int64_t batch) {
   return c;
 }
 
+mesh::LayerProgram StepBuilder::program(int layer, std::int64_t batch) {
+  const auto& layers = study_.model.layers;
+  const int same_as = layers[std::size_t(layer)].same_as, source = same_as >= 0 ? same_as : layer;
+  const mesh::LayerProgram& p = costs_->program(source, batch, sharding_key_, [&] {
+    mesh::LayerProgram lowered = stage_layer_program(layers[std::size_t(source)], batch, sharding_,
+                                                     cost_model_, study_.model.activation_bytes);
+    lowered.ops = Json::array();  // the per-op table is the mesh's report
+    return lowered;
+  });
+  return mesh::renamed(p, layers[std::size_t(source)].name, layers[std::size_t(layer)].name);
+}
+
 LayerCost StepBuilder::layer_cost(int layer, std::int64_t batch) const {
   return layer_program_cost(study_.model.layers[std::size_t(layer)], batch, sharding_, cost_model_,
                             study_.model.activation_bytes);
@@ -78,11 +102,6 @@ LayerCost StepBuilder::cost(LayerRange layers, std::int64_t batch) {
     sum.dot_output_bytes += c.dot_output_bytes;
     sum.non_dot_forward_s += c.non_dot_forward_s;
     sum.non_dot_forward_hardware_flops += c.non_dot_forward_hardware_flops;
-    sum.forward_collectives.insert(sum.forward_collectives.end(), c.forward_collectives.begin(),
-                                   c.forward_collectives.end());
-    sum.non_dot_forward_collectives.insert(sum.non_dot_forward_collectives.end(),
-                                           c.non_dot_forward_collectives.begin(),
-                                           c.non_dot_forward_collectives.end());
     sum.group_gradient_bytes += c.group_gradient_bytes;
   }
   // A forward that keeps everything allocates the range's kept activations as it starts, so a
@@ -96,8 +115,6 @@ LayerCost StepBuilder::cost(LayerRange layers, std::int64_t batch) {
   double freed = 0;  // kept by the layers whose backward has run
   for (int l = layers.last - 1; l >= layers.first; --l) {
     const LayerCost& c = cost(l, batch);
-    sum.backward_collectives.insert(sum.backward_collectives.end(), c.backward_collectives.begin(),
-                                    c.backward_collectives.end());
     sum.backward_workspace_bytes = std::max(sum.backward_workspace_bytes, c.backward_workspace_bytes - freed);
     freed += c.stash_bytes;
   }
@@ -158,76 +175,6 @@ sim::Task StepBuilder::compute_task(const char* phase, int core, LayerRange laye
            (labels.micro_batch >= 0 ? " mb" + std::to_string(labels.micro_batch) : "") + " core " +
            std::to_string(core);
   return t;
-}
-
-int StepBuilder::forward(int core, LayerRange layers, std::int64_t batch, int prev, Keep keep,
-                         Labels labels) {
-  const LayerCost c = cost(layers, batch);
-  sim::Task t = compute_task("forward", core, layers, labels);
-  t.seconds = c.forward_s;
-  t.hbm_s = c.forward_hbm_s;
-  t.model_flops = c.forward_flops;
-  t.hardware_flops = c.forward_hardware_flops;
-  // Keeping everything: the activations pile up as the layers run. Keeping only the input (and
-  // the matmuls' outputs): each layer's other activations live while it computes, then are dropped
-  // (remat_forward_bytes).
-  const double kept = c.kept_bytes(keep);
-  double transient = c.workspace_bytes;
-  if (keep != Keep::All) {
-    for (int l = layers.first; l < layers.last; ++l) {
-      const LayerCost& one = cost(l, batch);
-      // What the range keeps of this layer: the range's input (its first layer's) and its dots.
-      const double own = remat_kept_bytes(keep, one.stash_bytes, l == layers.first ? one.input_bytes : 0.0,
-                                          one.dot_output_bytes);
-      transient = std::max(transient, remat_forward_bytes(keep, one.stash_bytes, own) + one.workspace_bytes);
-    }
-  }
-  t.memory = {{core, MemoryCategory::Activations, kept, When::Start},
-              {core, MemoryCategory::Workspace, transient, When::Start},
-              {core, MemoryCategory::Workspace, -transient, When::End}};
-  hardware_flops_ += c.forward_hardware_flops;
-  if (functional_) t.host = functional_->forward(core, layers, labels.first_example, batch, keep);
-  const int id = graph_.add(std::move(t));
-  if (prev >= 0) graph_.depend(prev, id);
-  return id;
-}
-
-int StepBuilder::recompute(int core, LayerRange layers, std::int64_t batch, int prev, Labels labels,
-                           Keep keep) {
-  const LayerCost c = cost(layers, batch);
-  sim::Task t = compute_task("recompute", core, layers, labels);
-  t.seconds = c.recompute_s(keep);
-  t.hbm_s = c.recompute_hbm_s(keep);
-  t.hardware_flops = c.recompute_hardware_flops(keep);
-  t.memory = {{core, MemoryCategory::Activations, c.recomputed_bytes(keep), When::Start},
-              {core, MemoryCategory::Workspace, c.workspace_bytes, When::Start},
-              {core, MemoryCategory::Workspace, -c.workspace_bytes, When::End}};
-  hardware_flops_ += t.hardware_flops;
-  if (functional_) t.host = functional_->recompute(core, layers, labels.first_example, batch);
-  const int id = graph_.add(std::move(t));
-  if (prev >= 0) graph_.depend(prev, id);
-  return id;
-}
-
-int StepBuilder::backward(int core, LayerRange layers, std::int64_t batch, int prev, Keep kept,
-                          bool allocate_gradients, Labels labels) {
-  const LayerCost c = cost(layers, batch);
-  sim::Task t = compute_task("backward", core, layers, labels);
-  t.seconds = c.backward_s;
-  t.hbm_s = c.backward_hbm_s;
-  t.model_flops = c.backward_flops;
-  t.hardware_flops = c.backward_hardware_flops;
-  const double freed = c.kept_bytes(kept) + c.recomputed_bytes(kept);
-  if (allocate_gradients)
-    t.memory.push_back({core, MemoryCategory::Gradients, gradient_bytes(layers), When::Start});
-  t.memory.push_back({core, MemoryCategory::Workspace, c.backward_workspace_bytes, When::Start});
-  t.memory.push_back({core, MemoryCategory::Workspace, -c.backward_workspace_bytes, When::End});
-  t.memory.push_back({core, MemoryCategory::Activations, -freed, When::End});
-  hardware_flops_ += c.backward_hardware_flops;
-  if (functional_) t.host = functional_->backward(core, layers, labels.first_example, batch);
-  const int id = graph_.add(std::move(t));
-  if (prev >= 0) graph_.depend(prev, id);
-  return id;
 }
 
 int StepBuilder::transfer(int src, int dst, double bytes, int prev, const std::string& phase, Labels labels,

@@ -1,7 +1,8 @@
-// Shared bricks of every schedule: forward, recompute, backward and update tasks over a range
-// of layers on a core, transfers and collectives, each timed by the cost model and carrying its
-// memory effects. Layer costs are cached per (layer, batch), so thousands of identical cores or
-// micro-batches cost one lowering.
+// Shared bricks of every schedule: the task graph the one player (schedules/program_player.hpp)
+// puts the layers' programs on, the layers' programs and summed costs, resident weights, update
+// tasks over a range of layers on a core, transfers and collectives, each timed by the cost
+// model and carrying its memory effects. Layer costs and programs are cached per (layer, batch),
+// so thousands of identical cores or micro-batches cost one lowering.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 
 #include "hardware/cost_model.hpp"
 #include "schedules/layer_cost.hpp"
+#include "schedules/mesh_lowering.hpp"
 #include "schedules/study.hpp"
 
 namespace tpusim {
@@ -29,10 +31,14 @@ class LayerCostCache {
   /// The cost stored under the key, or `compute()`'s result stored first (computed unlocked).
   const LayerCost& get(int layer, std::int64_t batch, const std::string& sharding,
                        const std::function<LayerCost()>& compute);
+  /// The program stored under the key (a layer's on a core of a pipeline stage), or `compute()`'s.
+  const mesh::LayerProgram& program(int layer, std::int64_t batch, const std::string& sharding,
+                                    const std::function<mesh::LayerProgram()>& compute);
 
  private:
   std::mutex mutex_;
   std::map<std::tuple<int, std::int64_t, std::string>, LayerCost> costs_;
+  std::map<std::tuple<int, std::int64_t, std::string>, mesh::LayerProgram> programs_;
 };
 
 class StepBuilder {
@@ -45,6 +51,9 @@ class StepBuilder {
   /// gradients and updates are one core's share (`s` outlives the builder).
   void split_layers(const StageSharding& s);
   const LayerCost& cost(int layer, std::int64_t batch);
+  /// Layer `layer`'s program on one core for `batch` examples under the builder's split (a layer
+  /// that is the same computation as an earlier one: that one's, its events renamed).
+  mesh::LayerProgram program(int layer, std::int64_t batch);
   /// The summed cost of a range of layers (stash and time add up; the workspaces are what the
   /// forward and the backward hold beyond the range's kept activations at their peaks).
   LayerCost cost(LayerRange layers, std::int64_t batch);
@@ -59,18 +68,6 @@ class StepBuilder {
   /// `slot_fraction` of the slots (1 unless the update is sharded), `weight_fraction` of the
   /// weights (1 unless they are fully sharded).
   void resident_weights(int core, LayerRange layers, double slot_fraction, double weight_fraction = 1.0);
-  /// Forward of `layers` on `core` for `batch` examples after task `prev` (-1: none). Holds what
-  /// it keeps from its start until the matching backward frees it.
-  int forward(int core, LayerRange layers, std::int64_t batch, int prev, Keep keep, Labels labels = {});
-  /// Re-materialization: the forward again (the whole of it, or with `keep` Dots its ops other
-  /// than matmuls), rebuilding every activation the backward reads (counted in hardware FLOPs,
-  /// not model FLOPs).
-  int recompute(int core, LayerRange layers, std::int64_t batch, int prev, Labels labels = {},
-                Keep keep = Keep::Input);
-  /// Backward of `layers`: frees what the forward (and recompute) kept at its end. The first
-  /// backward of a step over these layers allocates their gradient buffer; later ones accumulate.
-  int backward(int core, LayerRange layers, std::int64_t batch, int prev, Keep kept, bool allocate_gradients,
-               Labels labels = {});
   /// `bytes` from core `src` to core `dst` after `prev`: the activation at layer boundary
   /// `boundary` (its gradient when `gradient`) of the micro-batch in `labels`.
   int transfer(int src, int dst, double bytes, int prev, const std::string& phase, Labels labels,
