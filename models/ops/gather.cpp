@@ -47,7 +47,8 @@ class Gather : public NamedOpKind {
   }
   void lower_backward(const NamedOp& op, const Sharding& s, double act, MeshLoweringSink& m) const override {
     m.compute(input_gradient(op, s, act));
-    m.weight_gradient(op, {&op.a});
+    // Picked rows of an activation (a masked LM's predicted positions) have no weight gradient.
+    if (op.b.weight) m.weight_gradient(op, {&op.a});
   }
 
   std::string missing_host_math(const NamedOp& op) const override {
