@@ -86,7 +86,7 @@ class ProgramPlayer {
     return kWeightBytes * programs_[std::size_t(l)].weight_elements;
   }
   /// Functional mode: the host math of a run of layer `l`'s pieces on core `i` (`actions`: the
-  /// run's), or of its recompute (`recompute`); empty when the schedule runs none.
+  /// run's); recompute_host: of its recompute. Empty when the schedule runs none.
   virtual Closure host(int i, int l, bool forward, bool first_piece, const std::vector<MeshAction>& actions) {
     (void)i, (void)l, (void)forward, (void)first_piece, (void)actions;
     return {};
@@ -100,17 +100,6 @@ class ProgramPlayer {
 
   /// What the recompute before layer `l`'s backward rebuilds: the rest of what the backward reads.
   double recomputed(int l) const;
-  /// A compute piece of core `i`, before it becomes a task (or part of a merged one).
-  struct Piece {
-    const char* phase = "";
-    const std::string* what = nullptr;  ///< what the task is named after
-    int layer = -1;
-    double seconds = 0, hbm_s = 0, model_flops = 0, hardware_flops = 0;
-    std::vector<sim::MemoryEffect> memory;
-    Closure host;
-  };
-  /// The compute task of core `i` for `p` (its labels_ set, its name "PHASE WHAT[ mbM] core C").
-  sim::Task compute_task(int i, Piece& p) const;
 
   const Study& study_;
   StepBuilder& builder_;
@@ -145,6 +134,17 @@ class ProgramPlayer {
   void flush();
 
  private:
+  /// A compute piece of core `i`, before it becomes a task (or part of a merged one).
+  struct Piece {
+    const char* phase = "";
+    const std::string* what = nullptr;  ///< what the task is named after
+    int layer = -1;
+    double seconds = 0, hbm_s = 0, model_flops = 0, hardware_flops = 0;
+    std::vector<sim::MemoryEffect> memory;
+    Closure host;
+  };
+  /// The compute task of core `i` for `p` (its labels_ set, its name "PHASE WHAT[ mbM] core C").
+  sim::Task compute_task(int i, Piece& p) const;
   /// The run being merged on a core.
   struct Merged {
     Piece piece;  ///< the first piece, its times and FLOPs the run's
