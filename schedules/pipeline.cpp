@@ -1,6 +1,8 @@
 #include "schedules/pipeline.hpp"
 
+#include <map>
 #include <set>
+#include <tuple>
 
 #include "hardware/topology.hpp"
 #include "schedules/gradient_buckets.hpp"
@@ -438,21 +440,35 @@ class StagePlayer : public ProgramPlayer {
       for (int l = ranges_[c].first; l < ranges_[c].last; ++l) chunk_of_[std::size_t(l)] = int(c);
   }
 
+  /// What an item plays on each core of a group, the same on every group of its stage and for
+  /// every micro-batch: its merged run (no core in it), its FLOPs over the group and its
+  /// collectives. Keyed by (chunk, kind, whether it allocates the gradients).
+  struct ItemRun {
+    Merged run;
+    double flops = 0;
+    std::vector<std::pair<sim::CollectiveOp, double>> collectives;
+  };
+  using ItemRuns = std::map<std::tuple<int, int, bool>, ItemRun>;
+
   /// Plays item `it` of the group's program (`first_backward`: the chunk's first backward,
-  /// which allocates its gradients).
-  ItemTasks play_item(const Item& it, Labels labels, bool first_backward) {
+  /// which allocates its gradients). Without host math, an item already in `known` is replayed
+  /// from it instead of walking its layers' pieces again (a pipeline's groups and micro-batches
+  /// run the same items).
+  ItemTasks play_item(const Item& it, Labels labels, bool first_backward, ItemRuns& known) {
     labels_ = labels;
     allocate_gradients_ = first_backward;
     take_firsts();
-    const LayerRange range = item_range_ = ranges_[std::size_t(it.chunk)];
-    if (it.kind == Item::Backward)
-      for (int l = range.last - 1; l >= range.first; --l) play(programs_[std::size_t(l)].backward, l, false);
-    else
-      for (int l = range.first; l < range.last; ++l)
-        if (it.kind == Item::Forward)
-          play(programs_[std::size_t(l)].forward, l, true);
-        else
-          recompute(l);
+    item_range_ = ranges_[std::size_t(it.chunk)];
+    const auto [entry, fresh] = known.try_emplace({it.chunk, int(it.kind), first_backward});
+    if (functional_ || fresh) {
+      const double before = hardware_flops_;
+      play_layers(it);
+      entry->second = ItemRun{run(0), hardware_flops_ - before, collectives_};
+    } else {
+      for (int i = 0; i < size_; ++i) set_run(i, entry->second.run);
+      hardware_flops_ += entry->second.flops;
+      collectives_ = entry->second.collectives;
+    }
     flush();
     int previous = -1;
     for (const auto& [op, bytes] : collectives_) previous = group_collective(op, bytes, previous);
@@ -491,6 +507,19 @@ class StagePlayer : public ProgramPlayer {
   }
 
  private:
+  /// The item's layers' programs: forward and recompute first to last, backward last to first.
+  void play_layers(const Item& it) {
+    const LayerRange range = item_range_;
+    if (it.kind == Item::Backward)
+      for (int l = range.last - 1; l >= range.first; --l) play(programs_[std::size_t(l)].backward, l, false);
+    else
+      for (int l = range.first; l < range.last; ++l)
+        if (it.kind == Item::Forward)
+          play(programs_[std::size_t(l)].forward, l, true);
+        else
+          recompute(l);
+  }
+
   /// A blocking collective of the item over the group (tensor parallelism), played after the
   /// item's compute: a core runs its pieces and the collectives between them one after another,
   /// so the item lasts as long either way, and the stage's graph keeps one compute task per core
@@ -618,13 +647,14 @@ class PipelinePlayer {
     for (int c = s; c < C_; c += K_)
       for (int core : cores_[r][s]) builder_.resident_weights(core, ranges_[c], sharded_ ? 1.0 / R_ : 1.0);
     StagePlayer group(study_, builder_, cores_[r][s], programs_, remat_, ranges_, b_, functional_);
+    StagePlayer::ItemRuns& known = item_runs_[std::size_t(s)];
     std::set<int> backward_seen;  // chunks whose first backward (allocating their gradients) is placed
     for (const Item& it : stage_program(order_, s, K_, M_, remat_ != Keep::All, V_)) {
       const Labels labels{s, it.micro_batch, (std::int64_t(r) * M_ + it.micro_batch) * b_,
                           V_ > 1 ? it.chunk / K_ : -1};
       StageTasks& tasks = it.kind == Item::Forward ? F_ : it.kind == Item::Recompute ? Rc_ : B_;
       tasks[r][it.chunk][it.micro_batch] =
-          group.play_item(it, labels, it.kind == Item::Backward && !backward_seen.count(it.chunk));
+          group.play_item(it, labels, it.kind == Item::Backward && !backward_seen.count(it.chunk), known);
       if (it.kind == Item::Backward) backward_seen.insert(it.chunk);
     }
     return group.hardware_flops();
@@ -780,6 +810,8 @@ class PipelinePlayer {
   const std::vector<mesh::LayerProgram>& programs_;
   FunctionalRuntime* functional_;
   StageTasks F_, Rc_, B_;
+  std::vector<StagePlayer::ItemRuns> item_runs_ =
+      std::vector<StagePlayer::ItemRuns>(std::size_t(K_));  ///< per stage
 };
 
 }  // namespace

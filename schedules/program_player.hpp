@@ -132,8 +132,6 @@ class ProgramPlayer {
   /// peak is the pieces' peak. flush() ends the run.
   bool merge_layers_ = false;
   void flush();
-
- private:
   /// A compute piece of core `i`, before it becomes a task (or part of a merged one).
   struct Piece {
     const char* phase = "";
@@ -143,8 +141,6 @@ class ProgramPlayer {
     std::vector<sim::MemoryEffect> memory;
     Closure host;
   };
-  /// The compute task of core `i` for `p` (its labels_ set, its name "PHASE WHAT[ mbM] core C").
-  sim::Task compute_task(int i, Piece& p) const;
   /// The run being merged on a core.
   struct Merged {
     Piece piece;  ///< the first piece, its times and FLOPs the run's
@@ -154,6 +150,14 @@ class ProgramPlayer {
     std::vector<Closure> hosts;
     bool open = false;
   };
+  /// Core `i`'s run being merged, before flush(): to replay it on another group (its memory
+  /// levels relative to the run's start, no core in them) instead of walking its pieces again.
+  const Merged& run(int i) const { return merged_[std::size_t(i)]; }
+  void set_run(int i, const Merged& m) { merged_[std::size_t(i)] = m; }
+
+ private:
+  /// The compute task of core `i` for `p` (its labels_ set, its name "PHASE WHAT[ mbM] core C").
+  sim::Task compute_task(int i, Piece& p) const;
   std::vector<Merged> merged_;
   /// Core `i`'s next compute task (merged into the run when merge_layers_).
   void emit(int i, Piece& p);
