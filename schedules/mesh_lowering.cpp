@@ -403,22 +403,11 @@ LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, con
 }
 
 LayerProgram renamed(const LayerProgram& p, const std::string& from, const std::string& to) {
-  LayerProgram out;
-  out.forward = p.forward;
-  out.backward = p.backward;
+  LayerProgram out = p;
+  out.ops = Json::array();
   for (auto* events : {&out.forward, &out.backward})
     for (Event& ev : *events)
       if (ev.name.compare(0, from.size(), from) == 0) ev.name = to + ev.name.substr(from.size());
-  out.kept_bytes = p.kept_bytes;
-  out.weight_elements = p.weight_elements;
-  out.total_weight_elements = p.total_weight_elements;
-  out.input_bytes = p.input_bytes;
-  out.dot_output_bytes = p.dot_output_bytes;
-  out.workspace_bytes = p.workspace_bytes;
-  out.backward_workspace_bytes = p.backward_workspace_bytes;
-  out.update_elements = p.update_elements;
-  out.weight_mesh_dims = p.weight_mesh_dims;
-  out.weights = p.weights;
   return out;
 }
 

@@ -459,15 +459,16 @@ class StagePlayer : public ProgramPlayer {
     allocate_gradients_ = first_backward;
     take_firsts();
     item_range_ = ranges_[std::size_t(it.chunk)];
-    const auto [entry, fresh] = known.try_emplace({it.chunk, int(it.kind), first_backward});
-    if (functional_ || fresh) {
+    const std::tuple<int, int, bool> key{it.chunk, int(it.kind), first_backward};
+    const auto seen = functional_ ? known.end() : known.find(key);
+    if (seen != known.end()) {
+      for (int i = 0; i < size_; ++i) set_run(i, seen->second.run);
+      hardware_flops_ += seen->second.flops;
+      collectives_ = seen->second.collectives;
+    } else {
       const double before = hardware_flops_;
       play_layers(it);
-      entry->second = ItemRun{run(0), hardware_flops_ - before, collectives_};
-    } else {
-      for (int i = 0; i < size_; ++i) set_run(i, entry->second.run);
-      hardware_flops_ += entry->second.flops;
-      collectives_ = entry->second.collectives;
+      if (!functional_) known[key] = {run(0), hardware_flops_ - before, collectives_};
     }
     flush();
     int previous = -1;
@@ -647,14 +648,13 @@ class PipelinePlayer {
     for (int c = s; c < C_; c += K_)
       for (int core : cores_[r][s]) builder_.resident_weights(core, ranges_[c], sharded_ ? 1.0 / R_ : 1.0);
     StagePlayer group(study_, builder_, cores_[r][s], programs_, remat_, ranges_, b_, functional_);
-    StagePlayer::ItemRuns& known = item_runs_[std::size_t(s)];
     std::set<int> backward_seen;  // chunks whose first backward (allocating their gradients) is placed
     for (const Item& it : stage_program(order_, s, K_, M_, remat_ != Keep::All, V_)) {
       const Labels labels{s, it.micro_batch, (std::int64_t(r) * M_ + it.micro_batch) * b_,
                           V_ > 1 ? it.chunk / K_ : -1};
       StageTasks& tasks = it.kind == Item::Forward ? F_ : it.kind == Item::Recompute ? Rc_ : B_;
-      tasks[r][it.chunk][it.micro_batch] =
-          group.play_item(it, labels, it.kind == Item::Backward && !backward_seen.count(it.chunk), known);
+      tasks[r][it.chunk][it.micro_batch] = group.play_item(
+          it, labels, it.kind == Item::Backward && !backward_seen.count(it.chunk), item_runs_);
       if (it.kind == Item::Backward) backward_seen.insert(it.chunk);
     }
     return group.hardware_flops();
@@ -810,14 +810,13 @@ class PipelinePlayer {
   const std::vector<mesh::LayerProgram>& programs_;
   FunctionalRuntime* functional_;
   StageTasks F_, Rc_, B_;
-  std::vector<StagePlayer::ItemRuns> item_runs_ =
-      std::vector<StagePlayer::ItemRuns>(std::size_t(K_));  ///< per stage
+  StagePlayer::ItemRuns item_runs_;  ///< every stage's items (a chunk is on one stage)
 };
 
 }  // namespace
 
-BuiltStep Pipeline::play(const Study& study, FunctionalRuntime* functional, int built, Json* stages) const {
-  const Partition cut = partition(study);
+BuiltStep Pipeline::play(const Study& study, const Partition& cut, FunctionalRuntime* functional, int built,
+                         Json* stages) const {
   std::vector<LayerRange> ranges;  // per model chunk
   for (int c = 0, first = 0; c < chunks(); first += cut.sizes[std::size_t(c)], ++c)
     ranges.push_back({first, first + cut.sizes[std::size_t(c)]});
@@ -834,7 +833,6 @@ BuiltStep Pipeline::play(const Study& study, FunctionalRuntime* functional, int 
   if (stages) *stages = std::move(table);
   BuiltStep step = builder.finish();
   step.hardware_flops += flops;
-  if (stages) step.details = Json{{"partition_set_by", cut.set_by}};
   return step;
 }
 
@@ -843,8 +841,9 @@ BuiltStep Pipeline::build(const Study& study, FunctionalRuntime* functional) con
     throw ConfigError(study.file, "schedule.tensor_parallel", std::to_string(tensor_),
                       "1 in functional mode (it runs a stage's layers whole on one core)");
   const int K = stages_, M = microbatches_;
+  const Partition cut = partition(study);
   Json stages;
-  BuiltStep step = play(study, functional, -1, &stages);
+  BuiltStep step = play(study, cut, functional, -1, &stages);
   std::vector<double> stage_cost(std::size_t(K), 0.0);  // a stage's chunks together
   for (const auto& st : stages) stage_cost[st["stage"].get<std::size_t>()] += st["cost_s"].get<double>();
   double largest = 0, total = 0;
@@ -855,7 +854,7 @@ BuiltStep Pipeline::build(const Study& study, FunctionalRuntime* functional) con
   step.details = Json{{"micro_batch_size", layer_batch(study)},
                       {"bubble_fraction_ideal", double(K - 1) / double(virtual_ * M + K - 1)},
                       {"stage_imbalance", total > 0 ? largest / (total / K) - 1.0 : 0.0},
-                      {"partition_set_by", step.details["partition_set_by"]},
+                      {"partition_set_by", cut.set_by},
                       {"stages", stages},
                       {"placement", tensor_ > 1 ? Json(groups(study)) : Json(placement(study))}};
   if (tensor_ > 1)
@@ -865,7 +864,7 @@ BuiltStep Pipeline::build(const Study& study, FunctionalRuntime* functional) con
 }
 
 BuiltStep Pipeline::representative_step(const Study& study) const {
-  BuiltStep step = play(study, nullptr, 1, nullptr);
+  BuiltStep step = play(study, partition(study), nullptr, 1, nullptr);
   step.replicas_represented = replicas_;
   return step;
 }

@@ -86,9 +86,10 @@ class Pipeline : public Schedule {
   StageSharding sharding_;  ///< how they split its layers (tensor_ > 1)
 
   void read_tensor_parallel(Fields& f, const Study& study, Problems& problems);
-  /// The step's tasks (`built` replicas' or every one's when -1); `stages`: the stages' table,
-  /// with the partition's origin in the step's details.
-  BuiltStep play(const Study& study, FunctionalRuntime* functional, int built, Json* stages) const;
+  /// The step's tasks over the partition `cut` (`built` replicas' or every one's when -1);
+  /// `stages`: the stages' table.
+  BuiltStep play(const Study& study, const Partition& cut, FunctionalRuntime* functional, int built,
+                 Json* stages) const;
   /// "virtual_stages": V > 1 only under one_f_one_b, with micro-batches a multiple of the stages.
   void read_virtual_stages(Fields& f, int layers, Problems& problems);
   /// "partition": "balanced", "memory_aware" or layer counts per stage.

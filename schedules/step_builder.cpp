@@ -11,26 +11,12 @@ using When = sim::MemoryEffect::When;
 
 const LayerCost& LayerCostCache::get(int layer, std::int64_t batch, const std::string& sharding,
                                      const std::function<LayerCost()>& compute) {
-  const auto key = std::make_tuple(layer, batch, sharding);
-  {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    if (auto it = costs_.find(key); it != costs_.end()) return it->second;
-  }
-  LayerCost c = compute();
-  const std::lock_guard<std::mutex> lock(mutex_);
-  return costs_.emplace(key, std::move(c)).first->second;
+  return lookup(costs_, {layer, batch, sharding}, compute);
 }
 
 const mesh::LayerProgram& LayerCostCache::program(int layer, std::int64_t batch, const std::string& sharding,
                                                   const std::function<mesh::LayerProgram()>& compute) {
-  const auto key = std::make_tuple(layer, batch, sharding);
-  {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    if (auto it = programs_.find(key); it != programs_.end()) return it->second;
-  }
-  mesh::LayerProgram p = compute();
-  const std::lock_guard<std::mutex> lock(mutex_);
-  return programs_.emplace(key, std::move(p)).first->second;
+  return lookup(programs_, {layer, batch, sharding}, compute);
 }
 
 StepBuilder::StepBuilder(const Study& study, int cores, FunctionalRuntime* functional)

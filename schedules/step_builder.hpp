@@ -36,9 +36,21 @@ class LayerCostCache {
                                     const std::function<mesh::LayerProgram()>& compute);
 
  private:
+  using Key = std::tuple<int, std::int64_t, std::string>;
+  /// The value under `key` in `map`, or `compute()`'s stored first (computed unlocked).
+  template <class V>
+  const V& lookup(std::map<Key, V>& map, const Key& key, const std::function<V()>& compute) {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (auto it = map.find(key); it != map.end()) return it->second;
+    }
+    V value = compute();
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return map.emplace(key, std::move(value)).first->second;
+  }
   std::mutex mutex_;
-  std::map<std::tuple<int, std::int64_t, std::string>, LayerCost> costs_;
-  std::map<std::tuple<int, std::int64_t, std::string>, mesh::LayerProgram> programs_;
+  std::map<Key, LayerCost> costs_;
+  std::map<Key, mesh::LayerProgram> programs_;
 };
 
 class StepBuilder {
