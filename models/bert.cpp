@@ -146,6 +146,7 @@ Model build_bert(Fields& f, Problems& problems) {
   for (std::int64_t i = 0; i < d.layers; ++i)
     m.add(transformer_block("block" + std::to_string(i), d, bytes), "block");
   m.layers.push_back(pretraining_heads(d, bytes));
+  m.layers.back().tied_to = 0;  // the logits read the word embedding's table
   return m;
 }
 

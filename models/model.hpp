@@ -71,6 +71,10 @@ struct Layer {
   /// builder call: equal named ops, weights and work for every batch; only the name differs), so
   /// its costs serve this one; -1: none.
   int same_as = -1;
+  /// The index of the earlier layer owning the weight it reads as an input (an embedding table
+  /// tied to the output layer: NamedTensor::tied); -1: none. A pipeline stage holding this layer
+  /// but not its owner keeps a copy of that weight (schedules/pipeline.hpp).
+  int tied_to = -1;
 
   std::int64_t params() const;
 };

@@ -415,6 +415,7 @@ Model assemble(const Dims& d, double act, const std::string& name) {
     m.layers.push_back(
         embedding("target_embedding", d, act, !d.shared_embeddings,
                   boundary_tensor({{"batch", 1}, {"seq", d.seq}, {"d_model", d.d_model}}, act)));
+    if (d.shared_embeddings) m.layers.back().tied_to = 0;  // the source embedding's table
   }
   for (std::int64_t i = 0; i < d.layers; ++i) {
     Dims b = d;  // every `every`-th block's feed-forward is the experts
@@ -426,6 +427,7 @@ Model assemble(const Dims& d, double act, const std::string& name) {
   }
   m.mixture_of_experts = d.moe.experts > 0;
   m.layers.push_back(output(d, act, !d.shared_embeddings));
+  if (d.shared_embeddings) m.layers.back().tied_to = 0;  // the (source) embedding's table
   // Functional mode runs the named ops on the host wherever it has their math (the decoder-only
   // model with its own input and output tables and without dropout).
   attach_functions(m, lm_data(d.seq, d.vocab));

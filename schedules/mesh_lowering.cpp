@@ -276,6 +276,7 @@ class LayerLowering : public MeshLoweringSink {
         if (s_.layout.count(d.name)) p_.weight_mesh_dims.insert(s_.layout.at(d.name));
       p_.weights.push_back(t);
     }
+    if (op.b.tied) p_.tied_elements += s_.local_elements(op.b);
   }
   void forward(std::size_t i) {
     const NamedOp& op = ops_[i];

@@ -81,6 +81,9 @@ struct LayerProgram {
   /// Elements of its weight shards a core updates: all of them, or with weight-update sharding
   /// its piece of each weight whose gradient is reduce-scattered.
   double update_elements = 0;
+  /// Elements of another layer's weight it reads (a tied embedding table: NamedTensor::tied), on
+  /// a core.
+  double tied_elements = 0;
   std::set<std::string> weight_mesh_dims;  ///< mesh dimensions splitting any of its weights
   std::vector<NamedTensor> weights;        ///< its weights over named dimensions
   Json ops = Json::array();                // per-op table

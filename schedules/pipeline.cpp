@@ -349,8 +349,16 @@ double Pipeline::stage_peak_bytes(StepBuilder& builder, const Study& study, Laye
                                   int stage) const {
   const std::int64_t b = layer_batch(study);
   const LayerCost c = builder.cost(range, b);
-  // Weights and optimizer slots, all step, this core's share (sharded: 1/R of the slots).
-  double held = builder.resident_bytes(range, sharded_ ? 1.0 / replicas_ : 1.0);
+  // Weights and optimizer slots, all step, this core's share (sharded: 1/R of the slots), with
+  // a copy of each tied weight another stage owns.
+  const double slot_fraction = sharded_ ? 1.0 / replicas_ : 1.0;
+  double held = builder.resident_bytes(range, slot_fraction), copies = 0;
+  std::vector<int> stage_of_layer(study.model.layers.size(), 1);
+  std::fill(stage_of_layer.begin() + range.first, stage_of_layer.begin() + range.last, 0);
+  for (const auto& copy : builder.tied_copies(stage_of_layer, b)) {
+    held += builder.resident_bytes(copy, slot_fraction);
+    copies += copy.bytes;
+  }
   const double kept = c.kept_bytes(remat_);
   double forward_transient = c.workspace_bytes;
   if (remat_ != Keep::All)
@@ -370,7 +378,7 @@ double Pipeline::stage_peak_bytes(StepBuilder& builder, const Study& study, Laye
         peak = std::max(peak, held + c.workspace_bytes);
         break;
       case Item::Backward:
-        if (first_backward) held += builder.gradient_bytes(range);
+        if (first_backward) held += builder.gradient_bytes(range) + copies;
         first_backward = false;
         peak = std::max(peak, held + c.backward_workspace_bytes);
         held -= c.kept_bytes(remat_) + c.recomputed_bytes(remat_);
@@ -568,8 +576,8 @@ class PipelinePlayer {
   PipelinePlayer(const Study& study, StepBuilder& builder, Pipeline::Order order, int M, Keep remat,
                  bool sharded, std::vector<LayerRange> ranges,
                  std::vector<std::vector<std::vector<int>>> cores,
-                 const std::vector<mesh::LayerProgram>& programs, FunctionalRuntime* functional,
-                 int built = -1)
+                 const std::vector<mesh::LayerProgram>& programs, std::vector<StepBuilder::TiedCopy> copies,
+                 FunctionalRuntime* functional, int built = -1)
       : study_(study),
         builder_(builder),
         order_(order),
@@ -585,6 +593,7 @@ class PipelinePlayer {
         ranges_(std::move(ranges)),
         cores_(std::move(cores)),
         programs_(programs),
+        copies_(std::move(copies)),
         functional_(functional),
         F_(R_, std::vector<std::vector<ItemTasks>>(C_, std::vector<ItemTasks>(M_))),
         Rc_(F_),
@@ -666,9 +675,51 @@ class PipelinePlayer {
     return "stage " + std::to_string(c % K_) + (V_ > 1 ? " chunk " + std::to_string(c) : "");
   }
 
+  /// Per replica, per core of a group: the tasks a chunk's reductions across replicas wait for.
+  using Afters = std::vector<std::vector<std::vector<int>>>;
+  /// The model chunk holding `layer`.
+  int chunk_of(int layer) const {
+    int c = 0;
+    while (layer >= ranges_[std::size_t(c)].last) ++c;
+    return c;
+  }
+
+  /// What each replica's update of bucket `b` (of the chunk on core t's stage) waits for, given
+  /// what it waits for now (`waits`, per built replica): for each tied copy whose reader or owner
+  /// is in the bucket, the copy's gradient summed with its owner's, each core with its
+  /// counterpart on the other stage, once both stages' reductions are done (Megatron-LM's
+  /// all-reduce of the embedding gradients between the first and last stage, after the
+  /// data-parallel reduction, before the optimizer). Timing only in functional mode: the host
+  /// math shares the table.
+  std::vector<std::vector<int>> tied_sums(int t, LayerRange b, std::vector<std::vector<int>> waits) {
+    for (std::size_t k = 0; k < copies_.size(); ++k) {
+      const auto& copy = copies_[k];
+      auto in = [&](int l) { return l >= b.first && l < b.last; };
+      if (!in(copy.reader) && !in(copy.owner)) continue;
+      std::vector<int>& sums = tied_sums_[{k, t}];
+      for (int r = 0; r < built_; ++r) {
+        if (int(sums.size()) <= r) sums.push_back(tied_sum(copy, r, t));
+        for (int x : waits[std::size_t(r)]) builder_.graph().depend(x, sums[std::size_t(r)]);
+        waits[std::size_t(r)] = {sums[std::size_t(r)]};
+      }
+    }
+    return waits;
+  }
+  int tied_sum(const StepBuilder::TiedCopy& copy, int r, int t) {
+    const int reader = chunk_of(copy.reader), owner = chunk_of(copy.owner), s = reader % K_;
+    const int id = builder_.collective(
+        sim::CollectiveOp::AllReduce, "tied_weight_allreduce",
+        "allreduce tied " + study_.model.layers[std::size_t(copy.owner)].name + " " + stage_name(owner) +
+            " + " + stage_name(reader) + (cores_[r][s].size() > 1 ? " shard " + std::to_string(t) : "") +
+            (R_ > 1 ? " replica " + std::to_string(r) : ""),
+        {cores_[r][owner % K_][t], cores_[r][s][t]}, copy.bytes, {copy.owner, copy.owner + 1});
+    builder_.graph().task(id).stage = s;
+    return id;
+  }
+
   /// What each core's update waits for: its last backward (GPipe: micro-batch 0; 1F1B: the last
   /// one), or the group's reduction of weight gradients its layout leaves partial.
-  std::vector<std::vector<std::vector<int>>> reduce_within_groups(int c) {
+  Afters reduce_within_groups(int c) {
     const int s = c % K_, T = int(cores_[0][s].size());
     const auto program = stage_program(order_, s, K_, M_, remat_ != Keep::All, V_);
     int last = -1;  // the chunk's last backward in its stage's program
@@ -712,13 +763,14 @@ class PipelinePlayer {
   /// Each bucket all-reduced across the replicas (one after another, after the stage's last
   /// backward), each replica's update of the bucket once it is reduced. Alone (one replica, one
   /// slice): the chunk's one update after its backward.
-  void update_shard(int c, int t, const std::vector<std::vector<std::vector<int>>>& after) {
+  void update_shard(int c, int t, const Afters& after) {
     if (sharded_) return sharded_update(c, t, after);
     const int s = c % K_;
     auto& g = builder_.graph();
     if (R_ == 1 && study_.slices == 1) {
       const int update = builder_.update(cores_[0][s][t], ranges_[c], 1.0, Labels{s, -1});
-      for (int x : after[0][t]) g.depend(x, update);
+      const auto waits = tied_sums(t, ranges_[c], {after[0][t]});
+      for (int x : waits.front()) g.depend(x, update);
       return;
     }
     const auto buckets = buckets_of(c);
@@ -733,8 +785,11 @@ class PipelinePlayer {
         for (int x : after[r][t]) g.depend(x, allreduce);
       if (previous >= 0) g.depend(previous, allreduce);
       previous = allreduce;
-      for (int r = 0; r < built_; ++r)
-        g.depend(allreduce, builder_.update(cores_[r][s][t], b, 1.0, Labels{s, -1}));
+      const auto waits = tied_sums(t, b, std::vector<std::vector<int>>(std::size_t(built_), {allreduce}));
+      for (int r = 0; r < built_; ++r) {
+        const int update = builder_.update(cores_[r][s][t], b, 1.0, Labels{s, -1});
+        for (int x : waits[std::size_t(r)]) g.depend(x, update);
+      }
     }
   }
 
@@ -742,7 +797,7 @@ class PipelinePlayer {
   /// reduce-scattered over the replicas (each keeps its piece; the optimizer's per-layer norms
   /// all-reduced when it has any), each replica updates its piece, and the updated pieces are
   /// all-gathered.
-  void sharded_update(int c, int t, const std::vector<std::vector<std::vector<int>>>& after) {
+  void sharded_update(int c, int t, const Afters& after) {
     const int s = c % K_;
     auto& g = builder_.graph();
     const std::vector<int> group = replica_group(s, t);
@@ -765,9 +820,10 @@ class PipelinePlayer {
       const int gather = builder_.collective(sim::CollectiveOp::AllGather, "weight_allgather",
                                              "all-gather weights " + name, group, gradients, range);
       g.task(gather).stage = s;
+      const auto waits = tied_sums(t, range, std::vector<std::vector<int>>(std::size_t(built_), {ready}));
       for (int r = 0; r < built_; ++r) {
         const int upd = builder_.update(group[std::size_t(r)], range, fraction, Labels{s, -1}, r, R_);
-        g.depend(ready, upd);
+        for (int x : waits[std::size_t(r)]) g.depend(x, upd);
         g.depend(upd, gather);
       }
     }
@@ -795,6 +851,11 @@ class PipelinePlayer {
              {"boundary_bytes", c.output_bytes},
              {"cores", stage_cores}};
     if (V_ > 1) row["chunk"] = chunk;
+    for (const auto& copy : copies_)
+      if (chunk_of(copy.reader) == chunk) {
+        row["tied_copy_of"] = layers[std::size_t(copy.owner)].name;
+        row["tied_copy_bytes"] = copy.bytes;
+      }
     return row;
   }
 
@@ -808,6 +869,8 @@ class PipelinePlayer {
   std::vector<LayerRange> ranges_;
   std::vector<std::vector<std::vector<int>>> cores_;
   const std::vector<mesh::LayerProgram>& programs_;
+  std::vector<StepBuilder::TiedCopy> copies_;
+  std::map<std::pair<std::size_t, int>, std::vector<int>> tied_sums_;  ///< per (copy, core t): per replica
   FunctionalRuntime* functional_;
   StageTasks F_, Rc_, B_;
   StagePlayer::ItemRuns item_runs_;  ///< every stage's items (a chunk is on one stage)
@@ -822,11 +885,16 @@ BuiltStep Pipeline::play(const Study& study, const Partition& cut, FunctionalRun
     ranges.push_back({first, first + cut.sizes[std::size_t(c)]});
   StepBuilder builder(study, study.cores(), functional);
   split(builder);
+  std::vector<int> stage_of_layer;
+  for (int c = 0; c < chunks(); ++c)
+    stage_of_layer.insert(stage_of_layer.end(), ranges[c].size(), c % stages_);
+  const auto copies = builder.tied_copies(stage_of_layer, layer_batch(study));
+  builder.hold(copies);
   std::vector<mesh::LayerProgram> layer_programs;
   for (int l = 0; l < int(study.model.layers.size()); ++l)
     layer_programs.push_back(builder.program(l, layer_batch(study)));
   PipelinePlayer player(study, builder, order_, microbatches_, remat_, sharded_, ranges, groups(study),
-                        layer_programs, functional, built);
+                        layer_programs, copies, functional, built);
   const double flops = player.compute();
   player.link();
   Json table = player.reduce_and_update();

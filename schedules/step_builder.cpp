@@ -1,5 +1,7 @@
 #include "schedules/step_builder.hpp"
 
+#include <algorithm>
+
 #include "schedules/functional_runtime.hpp"
 #include "schedules/layer_program.hpp"
 
@@ -31,6 +33,36 @@ StepBuilder::StepBuilder(const Study& study, int cores, FunctionalRuntime* funct
     update_hbm_s_.push_back(update.hbm_bound_s());
   }
   weight_fraction_.assign(study.model.layers.size(), 1.0);
+  copy_.assign(study.model.layers.size(), TiedCopy{});
+}
+
+std::vector<StepBuilder::TiedCopy> StepBuilder::tied_copies(const std::vector<int>& stage_of_layer,
+                                                            std::int64_t batch) {
+  std::vector<TiedCopy> copies;
+  const auto& layers = study_.model.layers;
+  for (int l = 0; l < int(layers.size()); ++l) {
+    const int owner = layers[std::size_t(l)].tied_to, stage = stage_of_layer[std::size_t(l)];
+    if (owner < 0 || stage_of_layer[std::size_t(owner)] == stage) continue;
+    const double bytes = kWeightBytes * program(l, batch).tied_elements;
+    auto same = std::find_if(copies.begin(), copies.end(), [&](const TiedCopy& c) {
+      return c.owner == owner && stage_of_layer[std::size_t(c.reader)] == stage;
+    });
+    if (same == copies.end())
+      copies.push_back({l, owner, bytes});
+    else
+      same->bytes = std::max(same->bytes, bytes);
+  }
+  return copies;
+}
+
+void StepBuilder::hold(const std::vector<TiedCopy>& copies) {
+  for (const TiedCopy& c : copies) copy_[std::size_t(c.reader)] = c;
+}
+
+double StepBuilder::resident_bytes(const TiedCopy& copy, double slot_fraction) const {
+  const Layer& owner = study_.model.layers[std::size_t(copy.owner)];
+  const double slots_per_weight = study_.optimizer.slot_elements(owner) / double(owner.params());
+  return copy.bytes * (1.0 + slots_per_weight * slot_fraction);
 }
 
 void StepBuilder::split_layers(const StageSharding& s) {
@@ -114,7 +146,8 @@ LayerCost StepBuilder::cost(LayerRange layers, std::int64_t batch) {
 double StepBuilder::gradient_bytes(LayerRange layers) const {
   double bytes = 0;
   for (int l = layers.first; l < layers.last; ++l)
-    bytes += kWeightBytes * double(study_.model.layers[l].params()) * weight_fraction_[std::size_t(l)];
+    bytes += kWeightBytes * double(study_.model.layers[l].params()) * weight_fraction_[std::size_t(l)] +
+             copy_[std::size_t(l)].bytes;
   return bytes;
 }
 
@@ -125,6 +158,7 @@ double StepBuilder::resident_bytes(LayerRange layers, double slot_fraction) cons
     const double share = weight_fraction_[std::size_t(l)];
     bytes += kWeightBytes * double(layer.params()) * share +
              kWeightBytes * study_.optimizer.slot_elements(layer) * slot_fraction * share;
+    if (copy_[std::size_t(l)].bytes > 0) bytes += resident_bytes(copy_[std::size_t(l)], slot_fraction);
   }
   return bytes;
 }
@@ -139,6 +173,10 @@ void StepBuilder::resident_weights(int core, LayerRange layers, double slot_frac
                     kWeightBytes * double(layer.params()) * share * weight_fraction);
     graph_.resident(core, MemoryCategory::Optimizer,
                     kWeightBytes * study_.optimizer.slot_elements(layer) * slot_fraction * share);
+    if (const TiedCopy& copy = copy_[std::size_t(l)]; copy.bytes > 0) {
+      graph_.resident(core, MemoryCategory::Weights, copy.bytes * weight_fraction);
+      graph_.resident(core, MemoryCategory::Optimizer, resident_bytes(copy, slot_fraction) - copy.bytes);
+    }
   }
 }
 
@@ -222,6 +260,12 @@ int StepBuilder::update(int core, LayerRange layers, double fraction, Labels lab
     const double overhead = study_.hardware.core.op_overhead_s;
     t.seconds += (update_s_[l] - overhead) * fraction * weight_fraction_[std::size_t(l)] + overhead;
     t.hbm_s += update_hbm_s_[std::size_t(l)] * fraction * weight_fraction_[std::size_t(l)];
+    if (const TiedCopy& copy = copy_[std::size_t(l)]; copy.bytes > 0) {
+      // The copy's update: its owner's for a full layer, scaled by the copy's share of its elements.
+      const double share = copy.bytes / (kWeightBytes * double(study_.model.layers[copy.owner].params()));
+      t.seconds += (update_s_[std::size_t(copy.owner)] - overhead) * fraction * share;
+      t.hbm_s += update_hbm_s_[std::size_t(copy.owner)] * fraction * share;
+    }
   }
   // The gradients it consumes: the whole buffer, or the shard a reduce-scatter left.
   t.memory.push_back({core, MemoryCategory::Gradients, -gradient_bytes(layers) * fraction, When::End});

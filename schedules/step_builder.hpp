@@ -76,6 +76,23 @@ class StepBuilder {
   double gradient_bytes(LayerRange layers) const;
   double gradient_bytes(int layer) const { return gradient_bytes(LayerRange{layer, layer + 1}); }
 
+  /// A copy a stage keeps of another stage's weight that one of its layers reads (a tied
+  /// embedding table, Layer::tied_to; Megatron-LM keeps one on the last stage): its first reader
+  /// on the stage, whose gradients, resident weights and update it joins, the owner, and its
+  /// fp32 bytes on a core.
+  struct TiedCopy {
+    int reader = -1, owner = -1;
+    double bytes = 0;
+  };
+  /// The copies stages hold, each layer on stage `stage_of_layer[l]`: one per stage and owner
+  /// on another stage (none when the owner is on the same stage), for `batch` examples.
+  std::vector<TiedCopy> tied_copies(const std::vector<int>& stage_of_layer, std::int64_t batch);
+  /// From now on the copies count with their readers (gradient_bytes, resident_bytes,
+  /// resident_weights, update).
+  void hold(const std::vector<TiedCopy>& copies);
+  /// A copy's weights and optimizer slots (`slot_fraction` of them) on a core.
+  double resident_bytes(const TiedCopy& copy, double slot_fraction) const;
+
   /// Weights and optimizer slots of `layers` resident on `core` from the start;
   /// `slot_fraction` of the slots (1 unless the update is sharded), `weight_fraction` of the
   /// weights (1 unless they are fully sharded).
@@ -120,6 +137,7 @@ class StepBuilder {
   std::vector<double> update_hbm_s_;                                // ... the part HBM's bandwidth sets
   const StageSharding* sharding_ = nullptr;
   std::vector<double> weight_fraction_;  // per layer, a core's share of its weights
+  std::vector<TiedCopy> copy_;           // per layer, the tied copy it holds (bytes 0: none)
   double hardware_flops_ = 0;
 };
 

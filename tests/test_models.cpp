@@ -606,6 +606,47 @@ TEST_CASE("BERT-large for pre-training has BertForPreTraining's 336,226,108 para
   CHECK(total_flops(m, 1, false) == Approx(blocks + mlm + nsp));
 }
 
+TEST_CASE("a layer reading a tied table names the earlier layer owning it, which holds a weight that size",
+          "[models][tied]") {
+  auto tied_elements = [](const Layer& l) {
+    double elements = 0;
+    for (const auto& op : l.named_ops(2))
+      if (op.b.tied) elements += op.b.elements();
+    return elements;
+  };
+  for (
+      const std::string& json :
+      {R"({"kind": "bert", "layers": 2, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 300, "seq_len": 32, "predicted_positions": 5})",
+       R"({"kind": "transformer", "activation": "relu", "layers": 2, "encoder_layers": 2, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 300, "seq_len": 32, "shared_embeddings": true})",
+       R"({"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 300, "seq_len": 32, "shared_embeddings": true})",
+       R"({"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 300, "seq_len": 32})"}) {
+    INFO(json);
+    const Model m = build(json);
+    int readers = 0;
+    for (std::size_t l = 0; l < m.layers.size(); ++l) {
+      const Layer& layer = m.layers[l];
+      if (tied_elements(layer) == 0) {
+        CHECK(layer.tied_to == -1);
+        continue;
+      }
+      ++readers;
+      REQUIRE(layer.tied_to >= 0);
+      CHECK(layer.tied_to < int(l));
+      bool owned = false;
+      for (const auto& shape : m.layers[std::size_t(layer.tied_to)].weights) {
+        double elements = 1;
+        for (auto n : shape) elements *= double(n);
+        owned = owned || elements == tied_elements(layer);
+      }
+      CHECK(owned);
+    }
+    CHECK(readers == (json.find("bert") != std::string::npos             ? 1
+                      : json.find("encoder_layers") != std::string::npos ? 2
+                      : json.find("shared") != std::string::npos         ? 1
+                                                                         : 0));
+  }
+}
+
 TEST_CASE("a BERT without its predicted positions, or with heads not dividing d_model, is bad input",
           "[models]") {
   for (const auto& [bad, path] : std::vector<std::pair<std::string, std::string>>{

@@ -315,6 +315,67 @@ TEST_CASE("pipeline graph: transfers per boundary and micro-batch, all-reduce pe
   CHECK(step.details["micro_batch_size"] == 4);
 }
 
+TEST_CASE("a stage reading a table tied to another stage keeps a copy and sums its gradient with the owner's",
+          "[pipeline][tied]") {
+  // Megatron-LM: the last stage holds a copy of the word embedding the output layer reads, with
+  // its gradient and optimizer slots, all-reduced with the first stage's after the reductions
+  // across replicas, before either stage's update.
+  auto study = [](bool shared, int stages, int replicas = 2) {
+    Json j = Json::parse(R"({"hardware": "tpu-v3", "slice": "v3-32", "batch": 64,
+      "model": {"kind": "transformer", "activation": "relu", "layers": 14, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64},
+      "optimizer": {"kind": "adam"},
+      "schedule": {"kind": "one_f_one_b", "microbatches": 4, "replicas": 2}})");
+    j["model"]["shared_embeddings"] = shared;
+    j["schedule"]["stages"] = stages;
+    j["schedule"]["replicas"] = replicas;
+    return parse_study(j, "test");
+  };
+  const Study tied = study(true, 2), untied = study(false, 2);
+  const BuiltStep t = tied.schedule->build(tied), u = untied.schedule->build(untied);
+  const double table = 4.0 * 1000 * 256;  // fp32 [vocab, d_model]
+  const Json& last = t.details["stages"][1];
+  CHECK(last["tied_copy_of"] == "embedding");
+  CHECK(last["tied_copy_bytes"].get<double>() == Approx(table));
+  CHECK_FALSE(t.details["stages"][0].contains("tied_copy_of"));
+  // The copy weighs what an untied output layer's own table weighs: every core holds the same.
+  for (int core = 0; core < t.graph.cores(); ++core)
+    CHECK(t.graph.resident_bytes(core) == Approx(u.graph.resident_bytes(core)));
+  double reduced_tied = 0, reduced_untied = 0;
+  int sums = 0;
+  for (int id = 0; id < t.graph.size(); ++id) {
+    const auto& task = t.graph.task(id);
+    if (task.phase == "gradient_allreduce") reduced_tied += task.bytes;
+    if (task.phase != "tied_weight_allreduce") continue;
+    ++sums;
+    CHECK(task.bytes == Approx(table));
+    REQUIRE(task.group.size() == 2);
+    int updates = 0;
+    t.graph.for_each_successor(id, [&](int next) { updates += t.graph.task(next).phase == "update"; });
+    CHECK(updates >= 1);
+  }
+  for (int id = 0; id < u.graph.size(); ++id)
+    if (u.graph.task(id).phase == "gradient_allreduce") reduced_untied += u.graph.task(id).bytes;
+  CHECK(sums == 2);                               // one per replica
+  CHECK(reduced_tied == Approx(reduced_untied));  // the copy reduced across replicas with its reader
+  // One replica: the sum between the two stages' backward and their updates.
+  const Study one = study(true, 2, 1);
+  const BuiltStep o = one.schedule->build(one);
+  int one_sums = 0;
+  for (int id = 0; id < o.graph.size(); ++id) {
+    if (o.graph.task(id).phase != "tied_weight_allreduce") continue;
+    ++one_sums;
+    int updates = 0;
+    o.graph.for_each_successor(id, [&](int next) { updates += o.graph.task(next).phase == "update"; });
+    CHECK(updates == 2);  // each stage's one update
+  }
+  CHECK(one_sums == 1);
+  // One stage holds the table itself: no copy, no sum.
+  const Study alone = study(true, 1);
+  const BuiltStep a = alone.schedule->build(alone);
+  CHECK_FALSE(a.details["stages"][0].contains("tied_copy_of"));
+  for (int id = 0; id < a.graph.size(); ++id) CHECK(a.graph.task(id).phase != "tied_weight_allreduce");
+}
+
 TEST_CASE("pipeline settings are validated against the study", "[pipeline][config]") {
   auto fails = [](const std::string& schedule, int batch, const std::string& path) {
     INFO(schedule);
