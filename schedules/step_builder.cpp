@@ -43,7 +43,10 @@ std::vector<StepBuilder::TiedCopy> StepBuilder::tied_copies(const std::vector<in
   for (int l = 0; l < int(layers.size()); ++l) {
     const int owner = layers[std::size_t(l)].tied_to, stage = stage_of_layer[std::size_t(l)];
     if (owner < 0 || stage_of_layer[std::size_t(owner)] == stage) continue;
-    const double bytes = kWeightBytes * program(l, batch).tied_elements;
+    auto known = tied_bytes_.find({l, batch});
+    if (known == tied_bytes_.end())
+      known = tied_bytes_.emplace(std::pair{l, batch}, kWeightBytes * program(l, batch).tied_elements).first;
+    const double bytes = known->second;
     auto same = std::find_if(copies.begin(), copies.end(), [&](const TiedCopy& c) {
       return c.owner == owner && stage_of_layer[std::size_t(c.reader)] == stage;
     });
