@@ -73,7 +73,7 @@ struct Layer {
   int same_as = -1;
   /// The index of the earlier layer owning the weight it reads as an input (an embedding table
   /// tied to the output layer: NamedTensor::tied); -1: none. A pipeline stage holding this layer
-  /// but not its owner keeps a copy of that weight (schedules/pipeline.hpp).
+  /// but not its owner keeps a copy of that weight (StepBuilder::TiedCopy).
   int tied_to = -1;
 
   std::int64_t params() const;

@@ -74,6 +74,7 @@ void StepBuilder::split_layers(const StageSharding& s) {
   for (const auto& [dim, mesh_dim] : s.layout) sharding_key_ += dim + "=" + mesh_dim + ";";
   for (const auto& [mesh_dim, size] : s.sizes) sharding_key_ += mesh_dim + ":" + std::to_string(size) + ";";
   cache_.clear();
+  tied_bytes_.clear();
   for (std::size_t l = 0; l < weight_fraction_.size(); ++l)
     weight_fraction_[l] = cost(int(l), 1).weight_fraction;
 }
@@ -265,7 +266,8 @@ int StepBuilder::update(int core, LayerRange layers, double fraction, Labels lab
     t.hbm_s += update_hbm_s_[std::size_t(l)] * fraction * weight_fraction_[std::size_t(l)];
     if (const TiedCopy& copy = copy_[std::size_t(l)]; copy.bytes > 0) {
       // The copy's update: its owner's for a full layer, scaled by the copy's share of its elements.
-      const double share = copy.bytes / (kWeightBytes * double(study_.model.layers[copy.owner].params()));
+      const double share =
+          copy.bytes / (kWeightBytes * double(study_.model.layers[std::size_t(copy.owner)].params()));
       t.seconds += (update_s_[std::size_t(copy.owner)] - overhead) * fraction * share;
       t.hbm_s += update_hbm_s_[std::size_t(copy.owner)] * fraction * share;
     }
