@@ -692,9 +692,9 @@ class PipelinePlayer {
   /// data-parallel reduction, before the optimizer). Timing only in functional mode: the host
   /// math shares the table.
   std::vector<std::vector<int>> tied_sums(int t, LayerRange b, std::vector<std::vector<int>> waits) {
+    auto in = [&](int l) { return l >= b.first && l < b.last; };
     for (std::size_t k = 0; k < copies_.size(); ++k) {
       const auto& copy = copies_[k];
-      auto in = [&](int l) { return l >= b.first && l < b.last; };
       if (!in(copy.reader) && !in(copy.owner)) continue;
       std::vector<int>& sums = tied_sums_[{k, t}];
       for (int r = 0; r < built_; ++r) {

@@ -43,10 +43,7 @@ std::vector<StepBuilder::TiedCopy> StepBuilder::tied_copies(const std::vector<in
   for (int l = 0; l < int(layers.size()); ++l) {
     const int owner = layers[std::size_t(l)].tied_to, stage = stage_of_layer[std::size_t(l)];
     if (owner < 0 || stage_of_layer[std::size_t(owner)] == stage) continue;
-    auto known = tied_bytes_.find({l, batch});
-    if (known == tied_bytes_.end())
-      known = tied_bytes_.emplace(std::pair{l, batch}, kWeightBytes * program(l, batch).tied_elements).first;
-    const double bytes = known->second;
+    const double bytes = kWeightBytes * program(l, batch).tied_elements;
     auto same = std::find_if(copies.begin(), copies.end(), [&](const TiedCopy& c) {
       return c.owner == owner && stage_of_layer[std::size_t(c.reader)] == stage;
     });
@@ -74,7 +71,6 @@ void StepBuilder::split_layers(const StageSharding& s) {
   for (const auto& [dim, mesh_dim] : s.layout) sharding_key_ += dim + "=" + mesh_dim + ";";
   for (const auto& [mesh_dim, size] : s.sizes) sharding_key_ += mesh_dim + ":" + std::to_string(size) + ";";
   cache_.clear();
-  tied_bytes_.clear();
   for (std::size_t l = 0; l < weight_fraction_.size(); ++l)
     weight_fraction_[l] = cost(int(l), 1).weight_fraction;
 }

@@ -138,7 +138,6 @@ class StepBuilder {
   const StageSharding* sharding_ = nullptr;
   std::vector<double> weight_fraction_;  // per layer, a core's share of its weights
   std::vector<TiedCopy> copy_;           // per layer, the tied copy it holds (bytes 0: none)
-  std::map<std::pair<int, std::int64_t>, double> tied_bytes_;  // (reader, batch): its tied bytes
   double hardware_flops_ = 0;
 };
 
