@@ -24,6 +24,7 @@
 #include "workflows/dask_runner.hpp"
 #include "workflows/describe.hpp"
 #include "workflows/fit.hpp"
+#include "workflows/interrupt.hpp"
 #include "workflows/plan.hpp"
 #include "workflows/plan_space.hpp"
 #include "workflows/run.hpp"
@@ -50,6 +51,10 @@ int resident_overflow_exit(const workflows::RunOptions& o, const Json& over) {
 }
 
 int cmd_run(const workflows::RunOptions& o) {
+  // One simulation in this process cannot stop part-way and keep anything (its children, the
+  // uniform pod's run and the intervals' ends, die with it).
+  workflows::exit_on_stop_signals(o.out.empty() ? "the step was not finished"
+                                                : "the step was not finished; nothing was written to --out");
   workflows::RunProgress progress;  // from the start: a slow graph build shows in its elapsed time
   const workflows::RunOutcome run = workflows::run_study(
       o, [&](int done, int total, double simulated_s) { progress.update(done, total, simulated_s); });
@@ -421,6 +426,9 @@ int dispatch(const Commands& commands) {
   try {
     for (const auto& [cmd, action] : commands)
       if (*cmd) return action();
+  } catch (const workflows::Interrupted& e) {
+    std::cerr << "tpusim: " << e.what() << "\n";
+    return 128 + e.signal();
   } catch (const ConfigError& e) {
     std::cerr << "tpusim: bad input\n" << e.what() << "\n";
     return 2;
@@ -440,6 +448,7 @@ int dispatch(const Commands& commands) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  workflows::die_with_parent();  // a sweep's, plan's or fit's child ends with it
   auto logger = spdlog::stderr_color_st("tpusim");
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::warn);

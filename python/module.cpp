@@ -6,12 +6,16 @@
 // the value and what is expected, as the command says it), a failed simulation RuntimeError. The work that
 // runs children (fit, validate, plan, intervals) runs the tpusim command this module was built
 // with.
+#include <poll.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -48,10 +52,64 @@ PyObject* g_config_error = PyExc_ValueError;
   throw py::error_already_set();
 }
 
-/// Python object -> JSON, through Python's own json module.
-Json to_json(const py::object& value) {
-  const std::string text = py::str(py::module_::import("json").attr("dumps")(value));
-  return Json::parse(text);
+std::string repr_of(const py::handle& value) { return py::repr(value).cast<std::string>(); }
+
+/// Python object -> JSON, walked so that a value JSON cannot hold (NaN, an infinity, a string
+/// that is not Unicode text, an object of another type) is ConfigError naming where it is.
+Json to_json(const py::handle& value, const std::string& path) {
+  const auto bad = [&](const std::string& expected) {
+    raise_config_error(path + ": found " + repr_of(value) + ", expected " + expected);
+  };
+  if (value.is_none()) return nullptr;
+  if (py::isinstance<py::bool_>(value)) return value.cast<bool>();
+  if (py::isinstance<py::int_>(value)) {
+    try {
+      return value.cast<std::int64_t>();
+    } catch (const py::cast_error&) {
+      bad("an integer within 64 bits");
+    }
+  }
+  if (py::isinstance<py::float_>(value)) {
+    const double x = value.cast<double>();
+    if (!std::isfinite(x)) bad("a finite number (JSON has no NaN or infinity)");
+    return x;
+  }
+  if (py::isinstance<py::str>(value)) {
+    const py::object bytes = py::reinterpret_steal<py::object>(PyUnicode_AsUTF8String(value.ptr()));
+    if (!bytes) {
+      PyErr_Clear();
+      bad("Unicode text (a lone surrogate cannot be written as UTF-8)");
+    }
+    return bytes.cast<std::string>();
+  }
+  if (py::isinstance<py::dict>(value)) {
+    Json out = Json::object();
+    for (const auto& [k, v] : value.cast<py::dict>()) {
+      if (!py::isinstance<py::str>(k))
+        bad("a dict whose keys are strings (found the key " + repr_of(k) + ")");
+      const std::string key = to_json(k, path).get<std::string>();
+      out[key] = to_json(v, path == "(top level)" ? key : path + "." + key);
+    }
+    return out;
+  }
+  if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value)) {
+    Json out = Json::array();
+    std::size_t i = 0;
+    for (const auto& v : value) out.push_back(to_json(v, path + "[" + std::to_string(i++) + "]"));
+    return out;
+  }
+  bad("a JSON value: a dict, list, str, int, float, bool or None");
+  return nullptr;
+}
+
+Json to_json(const py::object& value) { return to_json(value, "(top level)"); }
+
+/// A study given by path: a str or any os.PathLike (pathlib.Path).
+std::optional<std::string> study_path(const py::object& study) {
+  if (py::isinstance<py::str>(study)) return study.cast<std::string>();
+  if (py::hasattr(study, "__fspath__"))
+    return py::module_::import("os").attr("fspath")(study).cast<std::string>();
+  return std::nullopt;
 }
 
 py::object to_python(const Json& value) { return py::module_::import("json").attr("loads")(value.dump()); }
@@ -60,22 +118,11 @@ py::object to_python(const Json& value) { return py::module_::import("json").att
 std::vector<std::string> sets_of(const py::object& set) {
   std::vector<std::string> out;
   if (set.is_none()) return out;
-  const Json pairs = to_json(set);
+  if (!py::isinstance<py::dict>(set))
+    raise_config_error("set: found " + repr_of(set) + ", expected a dict of dotted paths to values");
+  const Json pairs = to_json(set, "set");
   for (const auto& [key, value] : pairs.items()) out.push_back(key + "=" + value.dump());
   return out;
-}
-
-/// Everything written to `fd` until it closes.
-std::string read_all(int fd) {
-  std::string text;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    text.append(buf, std::size_t(n));
-  }
-  return text;
 }
 
 void write_all(int fd, const std::string& text) {
@@ -88,6 +135,41 @@ void write_all(int fd, const std::string& text) {
   }
 }
 
+/// Everything the child `pid` writes to `fd` until it closes, then the child reaped. Python's
+/// signals are looked at a few times a second: on Ctrl-C (KeyboardInterrupt) the child and its
+/// process group are killed and the exception raised.
+std::string answer_of(pid_t pid, int fd) {
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    int ready = 0;
+    {
+      py::gil_scoped_release release;
+      ready = ::poll(&p, 1, 100);
+    }
+    if (PyErr_CheckSignals() != 0) {
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+      ::close(fd);
+      while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+      throw py::error_already_set();
+    }
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) continue;
+    const ssize_t n = ready < 0 ? -1 : ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buf, std::size_t(n));
+  }
+  ::close(fd);
+  py::gil_scoped_release release;
+  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  return text;
+}
+
 /// Runs `work` in a forked child (a fresh SimGrid each time) and returns its JSON as Python
 /// objects, or raises what it threw.
 py::object in_child(const std::function<Json()>& work) {
@@ -96,6 +178,11 @@ py::object in_child(const std::function<Json()>& work) {
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
+    // Python's handlers only set a flag this child never reads: the parent stops it instead, with
+    // its whole process group (the children it starts).
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
+    ::setpgid(0, 0);
     ::close(fds[0]);
     Json answer;
     try {
@@ -112,15 +199,7 @@ py::object in_child(const std::function<Json()>& work) {
     ::_exit(0);
   }
   ::close(fds[1]);
-  std::string text;
-  {
-    py::gil_scoped_release release;
-    text = read_all(fds[0]);
-    ::close(fds[0]);
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-  }
+  const std::string text = answer_of(pid, fds[0]);
   if (text.empty()) throw std::runtime_error("tpusim: the child process died without an answer");
   const Json answer = Json::parse(text);
   if (answer.contains("error")) {
@@ -134,10 +213,13 @@ py::object in_child(const std::function<Json()>& work) {
 
 py::object run(const py::object& study, const py::object& set) {
   tpusim::workflows::RunOptions o;
-  if (py::isinstance<py::str>(study))
-    o.study = study.cast<std::string>();
+  if (const auto path = study_path(study))
+    o.study = *path;
+  else if (py::isinstance<py::dict>(study))
+    o.study_json = to_json(study, "study");
   else
-    o.study_json = to_json(study);
+    raise_config_error("study: found " + repr_of(study) +
+                       ", expected a study file's path or a study as a dict");
   o.sets = sets_of(set);
   o.json = true;
   return in_child([o] {
@@ -190,11 +272,15 @@ tpusim::workflows::SweepOptions sweep_options(const std::string& study, const py
   tpusim::workflows::SweepOptions o;
   o.study = study;
   o.sets = sets_of(set);
-  const Json axes = to_json(grid);
+  const Json axes = py::isinstance<py::dict>(grid) ? to_json(grid, "grid") : Json();
   if (!axes.is_object() || axes.empty())
-    raise_config_error("grid: expected a dict of dotted paths to lists of values, e.g. {\"batch\": [8, 16]}");
-  for (const auto& [path, values] : axes.items())
+    raise_config_error("grid: found " + repr_of(grid) +
+                       ", expected a dict of dotted paths to lists of values, e.g. {\"batch\": [8, 16]}");
+  for (const auto& [path, values] : axes.items()) {
+    if (values.is_array() && values.empty())
+      raise_config_error("grid." + path + ": found [], expected at least one value");
     o.grids.push_back(path + "=" + (values.is_array() ? values : Json::array({values})).dump());
+  }
   return o;
 }
 

@@ -117,7 +117,8 @@ Activity activity(const sim::TaskGraph& graph, const sim::SimResult& r) {
     const Interval iv{r.tasks[id].start_s, r.tasks[id].end_s};
     if (t.kind == TaskKind::Compute) {
       a.busy[t.core].push_back(iv);
-      a.by_phase[t.core][t.phase] += t.seconds;
+      // As simulated: a perturbed chip's compute at its own speed.
+      a.by_phase[t.core][t.phase] += t.run_seconds(r.cores[t.core].compute_scale, r.cores[t.core].hbm_scale);
       continue;
     }
     a.comm.push_back(iv);

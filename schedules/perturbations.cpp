@@ -1,6 +1,7 @@
 #include "schedules/perturbations.hpp"
 
 #include <cstdint>
+#include <map>
 #include <random>
 #include <string>
 
@@ -29,17 +30,34 @@ int chip_at(Fields& f, const Topology& torus) {
   return -1;
 }
 
-/// A scale in (0, 1000], or [0, 1000] for a link (0: failed, routes go round it). Optional (1)
+/// The slowest and fastest a perturbed chip or link may be against its specification: a part a
+/// thousand times slower than specified is a broken machine, not a straggler (a scale of 1e-300
+/// made a step of 1e296 s), and a failed link is said with 0.
+constexpr double kMinScale = 1e-3, kMaxScale = 1e3;
+
+/// A scale in [0.001, 1000], or also 0 for a link (0: failed, routes go round it). Optional (1)
 /// unless `required`.
 double scale_of(Fields& f, const std::string& key, bool required = false, bool link = false) {
   const Json* v = required ? f.value(key) : f.optional(key);
   if (!v) return 1.0;
-  if (v->is_number() && (v->get<double>() > 0 || (link && v->get<double>() == 0)) && v->get<double>() <= 1000)
-    return v->get<double>();
+  if (v->is_number()) {
+    const double x = v->get<double>();
+    if ((x >= kMinScale && x <= kMaxScale) || (link && x == 0)) return x;
+  }
   f.problems().add(f.path_of(key), *v,
-                   link ? "a scale in [0, 1000] (1: as specified; 0: the link has failed)"
-                        : "a scale in (0, 1000] (1: as specified)");
+                   link ? "a scale in [0.001, 1000] (1: as specified), or 0: the link has failed"
+                        : "a scale in [0.001, 1000] (1: as specified)");
   return 1.0;
+}
+
+/// Refuses a chip or link listed twice (the last would silently win): `seen` maps each listed
+/// chip's rank (or link's id) to the path that listed it first.
+bool listed_once(Fields& f, std::map<int, std::string>& seen, int id, const char* what) {
+  const auto [it, fresh] = seen.emplace(id, f.path());
+  if (!fresh)
+    f.problems().add(f.path(), std::string("a ") + what + " listed again",
+                     std::string("each ") + what + " listed once (it is listed at " + it->second + ")");
+  return fresh;
 }
 
 /// "dimension": "x", "y", "z" or an index from 0.
@@ -56,18 +74,18 @@ int dimension_of(Fields& f, const Topology& torus) {
   return -1;
 }
 
-void read_chip(Fields& f, const Topology& torus, NetworkState& state) {
+void read_chip(Fields& f, const Topology& torus, NetworkState& state, std::map<int, std::string>& seen) {
   const int chip = chip_at(f, torus);
   const double scale = scale_of(f, "compute_scale", true);
   // HBM's bandwidth apart from the compute rates; absent: the chip throttled as a whole.
   const double hbm = f.has("hbm_bandwidth_scale") ? scale_of(f, "hbm_bandwidth_scale", true) : scale;
-  if (chip < 0) return;
+  if (chip < 0 || !listed_once(f, seen, chip, "chip")) return;
   state.chip_speed_scale[std::size_t(chip)] = scale;
   if (hbm != scale && state.chip_hbm_scale.empty()) state.chip_hbm_scale = state.chip_speed_scale;
   if (!state.chip_hbm_scale.empty()) state.chip_hbm_scale[std::size_t(chip)] = hbm;
 }
 
-void read_link(Fields& f, const Topology& torus, NetworkState& state) {
+void read_link(Fields& f, const Topology& torus, NetworkState& state, std::map<int, std::string>& seen) {
   const int chip = chip_at(f, torus), dim = dimension_of(f, torus);
   const std::string direction = f.string("direction", {"+", "-"});
   const double scale = scale_of(f, "bandwidth_scale", true, true);
@@ -78,6 +96,7 @@ void read_link(Fields& f, const Topology& torus, NetworkState& state) {
                      std::string("a link between two chips of the slice"));
     return;
   }
+  if (!listed_once(f, seen, torus.link_id(chip, d), "link")) return;
   state.link_bandwidth_scale[std::size_t(torus.link_id(chip, d))] = scale;
 }
 
@@ -126,13 +145,14 @@ NetworkState read_perturbations(const Json& perturbations, const Topology& torus
       problems.add(top.path_of(key), *list, "an array of objects");
       continue;
     }
+    std::map<int, std::string> seen;
     for (std::size_t i = 0; i < list->size(); ++i) {
       Fields item((*list)[i], index_path(top.path_of(key), i), problems);
       if (!item.ok()) continue;
       if (std::string(key) == "chips")
-        read_chip(item, torus, state);
+        read_chip(item, torus, state, seen);
       else
-        read_link(item, torus, state);
+        read_link(item, torus, state, seen);
       item.finish();
     }
   }

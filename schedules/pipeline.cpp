@@ -131,6 +131,10 @@ Pipeline::Pipeline(Order order, Fields& f, const Study& study, Problems& problem
   sharded_ = f.string_or("weight_update", "replicated", {"replicated", "sharded"}) == "sharded";
   virtual_ = int(f.integer_or("virtual_stages", 1, 1, 4096));
   if (!problems.empty()) return;
+  if (sharded_ && replicas_ == 1)
+    problems.add(f.path_of("weight_update"), Json("sharded"),
+                 "\"replicated\" with one replica (the update is sharded across the replicas of each "
+                 "stage: with one there is nothing to shard), or replicas > 1");
   read_virtual_stages(f, layers, problems);
   if (stages_ > layers) {
     problems.add(f.path_of("stages"), Json(stages_),

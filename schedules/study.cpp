@@ -1,6 +1,7 @@
 #include "schedules/study.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 
 #include "schedules/perturbations.hpp"
@@ -156,7 +157,11 @@ double parse_hbm_margin(const Json& margin, double usable, Problems& problems) {
     const std::string text = margin.get<std::string>();
     char* end = nullptr;
     const double percent = std::strtod(text.c_str(), &end);
-    if (!text.empty() && end && std::string(end) == "%" && percent >= 0 && percent < 100)
+    // A number before the "%" ("%" alone, " 5%" or "0x5%" is none).
+    const bool number = !text.empty() &&
+                        (std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '.') &&
+                        end != text.c_str() && text.find_first_of("xXeE") == std::string::npos;
+    if (number && end && std::string(end) == "%" && percent >= 0 && percent < 100)
       bytes = usable * percent / 100.0;
   }
   if (!(bytes >= 0 && bytes < usable)) {
@@ -173,10 +178,22 @@ double parse_hbm_margin(const Json& margin, double usable, Problems& problems) {
 /// them), and "megacore" what its chips allow; then the study sees the hardware as its devices.
 void parse_devices(Fields& top, Study& study, Problems& problems) {
   const ChipSpec& chip = study.hardware.chip;
+  const std::string figure = "hardware(" + study.hardware.file + ").chip.collective_algorithms";
   const std::string problem = sim::collective_algorithms_problem(chip.collective_algorithms);
-  if (!problem.empty())
-    problems.add("hardware(" + study.hardware.file + ").chip.collective_algorithms.value",
-                 Json(chip.collective_algorithms), problem);
+  if (!problem.empty()) problems.add(figure + ".value", Json(chip.collective_algorithms), problem);
+  // Each alternative of its range is a list that --intervals will run: checked as the value is.
+  if (const auto r = study.hardware.ranges.find("chip.collective_algorithms");
+      r != study.hardware.ranges.end())
+    for (const auto& [end, list] : {std::pair{0, &r->second.low}, std::pair{1, &r->second.high}}) {
+      std::vector<std::string> names;
+      bool strings = list->is_array();
+      for (const auto& n : *list) strings = strings && n.is_string();
+      if (strings)
+        for (const auto& n : *list) names.push_back(n.get<std::string>());
+      const std::string why =
+          strings ? sim::collective_algorithms_problem(names) : "a list of algorithm names";
+      if (!why.empty()) problems.add(figure + ".range[" + std::to_string(end) + "]", *list, why);
+    }
   study.megacore = top.boolean_or("megacore", chip.megacore);
   if (study.megacore && !chip.megacore) {
     problems.add("megacore", Json(true),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -34,7 +35,12 @@ std::unique_ptr<sg::Engine> make_engine() {
   static char arg1[] = "--log=root.thres:critical";
   static char arg2[] = "--log=xbt_cfg.thres:critical";
   static char* argv[] = {arg0, arg1, arg2, nullptr};
+  // SimGrid installs a SIGINT handler of its own that exits 1 without a word (shared/SIMGRID.md):
+  // the program's disposition stands instead (tpusim's commands say what an interrupt kept).
+  struct sigaction program_sigint {};
+  sigaction(SIGINT, nullptr, &program_sigint);
   auto engine = std::make_unique<sg::Engine>(&argc, argv);
+  sigaction(SIGINT, &program_sigint, nullptr);
   sg::Engine::set_config("network/model:CM02");
   sg::Engine::set_config("network/crosstraffic:0");
   sg::Engine::set_config("network/TCP-gamma:0");
@@ -195,6 +201,8 @@ class Runner {
     for (int c = 0; c < g.cores(); ++c) {
       speed_[std::size_t(c)] = opt.network.chip_scale(c / hw.chip.cores);
       hbm_speed_[std::size_t(c)] = opt.network.hbm_scale(c / hw.chip.cores);
+      result_.cores[std::size_t(c)].compute_scale = speed_[std::size_t(c)];
+      result_.cores[std::size_t(c)].hbm_scale = hbm_speed_[std::size_t(c)];
     }
 
     SymmetryProof proof;
@@ -527,13 +535,24 @@ class Runner {
       }
       begin(id);
       const Task& t = g_.task(id);
-      // A chip whose HBM is scaled apart from its compute stretches each part by its own scale.
-      const double s = speed_[std::size_t(core)], h = hbm_speed_[std::size_t(core)];
-      const double seconds = h == s ? t.seconds / s : (t.seconds - t.hbm_s) / s + t.hbm_s / h;
+      const double seconds = t.run_seconds(speed_[std::size_t(core)], hbm_speed_[std::size_t(core)]);
       if (seconds > 0) sg::this_actor::sleep_for(seconds);
       result_.cores[std::size_t(core)].busy_s += seconds;
       end(id);
+      if (++since_memory_check_ >= kMemoryCheckEvery && over_host_memory()) return;
     }
+  }
+
+  /// The host-memory budget checked against what the process holds as the simulation runs: past
+  /// it every actor is stopped and the run ends in ResourceError.
+  bool over_host_memory() {
+    since_memory_check_ = 0;
+    std::string why = host_memory_exceeded();
+    if (why.empty()) return false;
+    if (error_.empty()) error_ = std::move(why);
+    out_of_actors_ = true;
+    sg::Actor::kill_all();
+    return true;
   }
 
   void launch(int id) {
@@ -684,7 +703,9 @@ class Runner {
   int done_ = 0;
   std::string error_;
   long actor_limit_ = 0, live_actors_ = 0;
-  bool out_of_actors_ = false;  ///< error_ is a ResourceError
+  bool out_of_actors_ = false;                    ///< error_ is a ResourceError
+  static constexpr int kMemoryCheckEvery = 4096;  ///< compute tasks between two looks at the host memory
+  int since_memory_check_ = 0;
 };
 
 }  // namespace

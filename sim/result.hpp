@@ -27,6 +27,8 @@ struct CoreStats {
   MemoryBreakdown hbm_at_peak{};
   double peak_at_s = 0;  ///< when it first reached its peak
   int peak_task = -1;    ///< the task whose allocation took it there (-1: its resident state)
+  /// The speeds its compute and HBM ran at against the specification (a perturbed chip's; 1).
+  double compute_scale = 1, hbm_scale = 1;
 };
 
 /// One flow on the wire (recorded only when asked): for Chrome-trace link tracks.

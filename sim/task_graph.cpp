@@ -1,5 +1,7 @@
 #include "sim/task_graph.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <boost/graph/dag_shortest_paths.hpp>
 #include <boost/graph/topological_sort.hpp>
@@ -68,8 +70,34 @@ double g_host_memory_budget = 0;
 void set_host_memory_budget(double bytes) { g_host_memory_budget = bytes; }
 double host_memory_budget() { return g_host_memory_budget; }
 
+double resident_set_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  long pages = 0, resident = 0;
+  const int read = std::fscanf(f, "%ld %ld", &pages, &resident);
+  std::fclose(f);
+  return read == 2 ? double(resident) * double(::sysconf(_SC_PAGESIZE)) : 0.0;
+}
+
+std::string host_memory_exceeded() {
+  if (g_host_memory_budget <= 0) return "";
+  const double resident = resident_set_bytes();
+  if (resident <= g_host_memory_budget) return "";
+  char text[400];
+  std::snprintf(text, sizeof text,
+                "the simulation holds %.3g GB of host memory, more than the budget of %.3g GB "
+                "(--max-host-memory; default half of this machine's memory): it was stopped; use a smaller "
+                "slice, fewer micro-batches or layers, or raise the budget",
+                resident / 1e9, g_host_memory_budget / 1e9);
+  return text;
+}
+
 void check_host_memory(int cores, double tasks, bool complete) {
-  if (g_host_memory_budget <= 0 || HostFootprint::bytes(cores, tasks) <= g_host_memory_budget) return;
+  if (g_host_memory_budget <= 0) return;
+  // The estimate of what the graph and the engine will need, or what this process already holds
+  // (the layers' programs and costs, which the estimate leaves out), whichever is more.
+  const double need = std::max(HostFootprint::bytes(cores, tasks), resident_set_bytes());
+  if (need <= g_host_memory_budget) return;
   char what[160], text[512];
   if (complete)
     std::snprintf(what, sizeof what, "%d cores and %.0f tasks", cores, tasks);
@@ -79,10 +107,10 @@ void check_host_memory(int cores, double tasks, bool complete) {
   else
     std::snprintf(what, sizeof what, "%d cores (SimGrid's routing table and per-core state alone)", cores);
   std::snprintf(text, sizeof text,
-                "simulating %s needs over %.1f GB of host memory, more than the budget of %.1f GB "
+                "simulating %s needs over %.3g GB of host memory, more than the budget of %.3g GB "
                 "(--max-host-memory; default half of this machine's memory): use a smaller slice, fewer "
                 "micro-batches or layers, or raise the budget",
-                what, HostFootprint::bytes(cores, tasks) / 1e9, g_host_memory_budget / 1e9);
+                what, need / 1e9, g_host_memory_budget / 1e9);
   throw ResourceError(text);
 }
 

@@ -126,6 +126,13 @@ struct Task {
   }
   /// Every core a communication task involves.
   std::vector<int> members() const;
+  /// Compute: how long it runs on a core whose compute runs at `compute_scale` of its
+  /// specification and its HBM at `hbm_scale` (perturbations; 1, 1: `seconds`). Each part of
+  /// `seconds` is stretched by its own scale.
+  double run_seconds(double compute_scale, double hbm_scale) const {
+    return hbm_scale == compute_scale ? seconds / compute_scale
+                                      : (seconds - hbm_s) / compute_scale + hbm_s / hbm_scale;
+  }
 };
 
 /// Host memory a simulation needs, estimated from its size: SimGrid's full routing table (a
@@ -154,8 +161,14 @@ struct HostFootprint {
 void set_host_memory_budget(double bytes);
 double host_memory_budget();
 /// Throws ResourceError, with the estimate, when `cores` and `tasks` need more host memory than
-/// the budget; `complete`: the graph is whole (otherwise it may still grow, or has no tasks yet).
+/// the budget, or this process already holds more (its resident set); `complete`: the graph is
+/// whole (otherwise it may still grow, or has no tasks yet).
 void check_host_memory(int cores, double tasks, bool complete);
+/// This process's resident set (bytes, from /proc/self/statm; 0 where unreadable).
+double resident_set_bytes();
+/// Why the process is over its budget (its resident set above it), or "" while it is not: the
+/// engine asks as it runs and stops the simulation.
+std::string host_memory_exceeded();
 
 class TaskGraph {
  public:

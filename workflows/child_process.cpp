@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "hardware/errors.hpp"
+#include "workflows/interrupt.hpp"
 
 extern char** environ;
 
@@ -51,8 +52,16 @@ pid_t spawn_self(const std::vector<std::string>& args, int& out_fd, int& err_fd)
   for (auto& a : argv_storage) argv.push_back(a.data());
   argv.push_back(nullptr);
 
+  // The child's environment: this one, and this process's pid so that it dies with it.
+  const std::string parent = std::string(kParentPidVariable) + "=" + std::to_string(::getpid());
+  std::vector<char*> env;
+  for (char** e = environ; *e; ++e)
+    if (std::strncmp(*e, parent.c_str(), std::strlen(kParentPidVariable) + 1) != 0) env.push_back(*e);
+  env.push_back(const_cast<char*>(parent.c_str()));
+  env.push_back(nullptr);
+
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), environ);
+  const int rc = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), env.data());
   posix_spawn_file_actions_destroy(&actions);
   close(out_pipe[1]);
   close(err_pipe[1]);
@@ -89,14 +98,12 @@ void collect_output(pid_t pid, int out_fd, int err_fd, double timeout_s, const s
       }
       wait_ms = int(std::min<long long>(left, 1000));
     }
-    if (cancel) {
-      if (cancel()) {
-        kill(pid, SIGKILL);
-        result.cancelled = true;
-        break;
-      }
-      wait_ms = wait_ms < 0 ? 200 : std::min(wait_ms, 200);
+    if (stop_signal() || (cancel && cancel())) {  // asked to stop: by `cancel`, or a stop signal
+      kill(pid, SIGKILL);
+      result.cancelled = true;
+      break;
     }
+    wait_ms = wait_ms < 0 ? 200 : std::min(wait_ms, 200);
     const int ready = poll(fds.data(), fds.size(), wait_ms);
     if (ready < 0 && errno == EINTR) continue;
     if (ready < 0) break;
@@ -142,7 +149,8 @@ void check_timeout(const std::string& option, double seconds) {
 
 ChildResult run_self(const std::vector<std::string>& args, double timeout_s,
                      const std::function<bool()>& cancel) {
-  if (child_runner()) return child_runner()(args, timeout_s, cancel);
+  if (child_runner())
+    return child_runner()(args, timeout_s, [&cancel] { return stop_signal() || (cancel && cancel()); });
   int out_fd = -1, err_fd = -1;
   const pid_t pid = spawn_self(args, out_fd, err_fd);
   ChildResult result;

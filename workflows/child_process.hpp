@@ -25,7 +25,9 @@ const std::string& child_executable();
 /// Runs the tpusim executable (child_executable()) with `args` (argv[1...]), capturing stdout and stderr.
 /// With `timeout_s` > 0 a child still running after that many seconds is killed (SIGKILL), its result marked
 /// timed_out with a message in `err`; with `cancel`, asked a few times a second, a child it answers true for
-/// is killed and marked cancelled. Throws std::runtime_error if the child cannot be started.
+/// is killed and marked cancelled, and so is every child once a stop signal has been caught
+/// (interrupt.hpp). The child dies with this process (die_with_parent). Throws std::runtime_error
+/// if the child cannot be started.
 ChildResult run_self(const std::vector<std::string>& args, double timeout_s = 0,
                      const std::function<bool()>& cancel = {});
 

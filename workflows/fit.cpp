@@ -7,12 +7,14 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <sstream>
 
 #include "reports/run_report.hpp"
 #include "schedules/study.hpp"
 #include "workflows/child_process.hpp"
+#include "workflows/interrupt.hpp"
 #include "workflows/intervals.hpp"
 
 namespace tpusim::workflows {
@@ -336,12 +338,28 @@ Json fit_intervals(const FitOptions& o, const FitSearch& search, double max_fitt
 FitResult fit_study(const FitOptions& o) {
   FitResult r;
   r.search = search_grid(o);
+  catch_stop_signals();  // from here an interrupt stops the probe and says what the others found
   {
     ProbeProgress progress(o.path);
+    int made = 0;
+    std::optional<double> fitting;
+    const auto kept = [&] {
+      return "the search was not finished: " + std::to_string(made) + " probes made (listed above), " +
+             (fitting ? "the largest value that fit " + value_text(*fitting) : std::string("none fit"));
+    };
     try {
       r.outcome = fit_search(r.search, [&](double v) {
-        Probe p = run_probe(o, v);
+        Probe p;
+        try {
+          p = run_probe(o, v);
+        } catch (const ProbeFailed&) {
+          throw_if_stopped(kept());  // the probe the interrupt killed is no failure
+          throw;
+        }
+        throw_if_stopped(kept());
         progress.report(p);
+        ++made;
+        if (p.fits && p.error.empty() && (!fitting || v > *fitting)) fitting = v;
         return p;
       });
     } catch (const ProbeFailed& e) {
@@ -353,7 +371,11 @@ FitResult fit_study(const FitOptions& o) {
     throw ConfigError("--min", o.path, value_text(r.search.min),
                       "a value at which the study is valid (there: " + r.outcome.probes.front().error + ")");
   }
-  if (o.intervals && r.outcome.max_fitting) r.intervals = fit_intervals(o, r.search, *r.outcome.max_fitting);
+  if (o.intervals && r.outcome.max_fitting) {
+    r.intervals = fit_intervals(o, r.search, *r.outcome.max_fitting);
+    throw_if_stopped("the intervals were not finished; the largest value that fits is " +
+                     value_text(*r.outcome.max_fitting));
+  }
   return r;
 }
 

@@ -490,7 +490,7 @@ std::string not_searched_hint(const Study& study, const PlanSpace& space) {
          "\"layer_input_split\": [false, true])";
 }
 
-std::string closest(const std::vector<Candidate>& all) {
+std::string closest(const std::vector<Candidate>& all, double usable) {
   const Candidate* best = nullptr;
   double over = kInf;
   for (const auto& c : all) {
@@ -499,8 +499,14 @@ std::string closest(const std::vector<Candidate>& all) {
       o = c.result["peak_hbm_bytes"].get<double>() - c.result["hbm_capacity_bytes"].get<double>();
     if (o < over) over = o, best = &c;
   }
+  if (best) return best->label + ", over by " + reports::human_bytes(over) + " per core";
+  // None simulated (every one pruned by memory, say): the smallest memory floor of its bound.
+  for (const auto& c : all)
+    if (c.bounded && c.invalid.empty() && c.floor_bytes - usable < over)
+      over = c.floor_bytes - usable, best = &c;
   if (!best) return "no candidate could be simulated";
-  return best->label + ", over by " + reports::human_bytes(over) + " per core";
+  return best->label + ", whose memory floor (not simulated) is over by " + reports::human_bytes(over) +
+         " per core";
 }
 
 /// Whether the search examined everything that could change its answer, and if not what it left:
@@ -543,7 +549,9 @@ std::vector<Candidate> all_candidates(const PlanOptions& o, const std::vector<Mo
   for (std::size_t v = 0; v < variants.size(); ++v)
     for (auto& s : plan_candidates(variants[v].study, space)) {
       Candidate c;
-      c.label = plan_label(s) + (variants[v].attention == "flash" ? " flash" : "");
+      // A variant's attention, when it is not the study's own, is named (" flash" beside a standard
+      // study's, " standard" beside a flash study's): each label reads back into its candidate.
+      c.label = plan_label(s) + (variants[v].attention.empty() ? "" : " " + variants[v].attention);
       c.schedule = std::move(s);
       c.attention = variants[v].attention;
       c.variant = int(v);
@@ -672,7 +680,8 @@ PlanOutcome plan_study(const PlanOptions& o) {
   PlanOutcome outcome;
   outcome.stop_reason = plan["complete"].get<bool>() ? std::string() : stop.reason();
   outcome.signal = stop_signal();
-  if (plan["best"].is_null()) outcome.closest = closest(all) + not_searched_hint(study, space);
+  if (plan["best"].is_null())
+    outcome.closest = closest(all, study.hardware.core.usable_hbm_bytes()) + not_searched_hint(study, space);
   outcome.plan = std::move(plan);
   return outcome;
 }

@@ -489,7 +489,9 @@ Json data_parallel_of(std::vector<std::string> w) {
   Json s{{"kind", "data_parallel"}, {"weight_update", w[0]}, {"gradient_dtype", w[1]}};
   w.erase(w.begin(), w.begin() + 2);
   if (w.size() >= 3 && w[0] == "bucket" && w[2] == "MiB") {
-    s["gradient_bucket_bytes"] = std::max(1.0, std::round(std::stod(w[1]) * double(1 << 20)));
+    const double mib = std::stod(w[1]);
+    if (!(std::isfinite(mib) && mib > 0)) return nullptr;
+    s["gradient_bucket_bytes"] = std::max(1.0, std::round(mib * double(1 << 20)));
     w.erase(w.begin(), w.begin() + 3);
   }
   if (w.size() >= 2 && w[0] == "accum") {
@@ -603,6 +605,13 @@ LabeledPlan schedule_of_plan_label(const std::string& label) {
                                                    : Json(nullptr);
   } catch (const std::exception&) {
     s = nullptr;
+  }
+  // Only a label plan prints names a plan: read back, it prints as given (a number written
+  // otherwise, "nan", "-128", "0x10" or "8junk", is no label of any candidate).
+  if (!s.is_null()) {
+    std::string as_given;
+    for (const auto& word : w) as_given += (as_given.empty() ? "" : " ") + word;
+    if (plan_label(s) != as_given) s = nullptr;
   }
   if (s.is_null())
     throw ConfigError("command line", "--plan-label", "\"" + label + "\"",

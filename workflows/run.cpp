@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -316,6 +317,35 @@ Study given_study(const RunOptions& o) {
   return parse_study(with_overrides(o.study_json, o.sets), "study", fs::current_path());
 }
 
+/// The busiest core's compute (seconds) in a result.
+double busiest_compute(const Json& result) {
+  double busiest = 0;
+  for (const auto& core : result["cores"]) busiest = std::max(busiest, core["busy_s"].get<double>());
+  return busiest;
+}
+
+/// What made a perturbed step slower than the uniform one: the busiest chip's compute when its
+/// own extra compute is at least half the extra step time, else the slowest slowed link (its ring
+/// waits on it while every chip computes alike), or nothing when the step did not slow down.
+Json gated_by(const Topology& torus, const Json& result, const Json& uniform, const Json& slow_links) {
+  const double extra_step = result["step_time_s"].get<double>() - uniform["step_time_s"].get<double>();
+  if (!(extra_step > 1e-9 * uniform["step_time_s"].get<double>())) return nullptr;
+  const double extra_compute = busiest_compute(result) - busiest_compute(uniform);
+  const int cores_per_chip = result["cores"].size() > 0 ? int(result["cores"].size()) / torus.chips() : 1;
+  const int critical = result["breakdown"]["critical_core"].get<int>();
+  if (extra_compute >= 0.5 * extra_step || slow_links.empty())
+    return Json{{"chip", torus.coord(critical / std::max(cores_per_chip, 1))},
+                {"extra_compute_s", extra_compute},
+                {"extra_step_s", extra_step}};
+  const Json* slowest = nullptr;
+  for (const auto& l : slow_links)
+    if (l["bandwidth_scale"].get<double>() > 0 &&
+        (!slowest || l["bandwidth_scale"].get<double>() < (*slowest)["bandwidth_scale"].get<double>()))
+      slowest = &l;
+  if (!slowest) slowest = &slow_links.front();  // only failed links: the first, routed round
+  return Json{{"link", *slowest}, {"extra_compute_s", extra_compute}, {"extra_step_s", extra_step}};
+}
+
 /// The chips and links a perturbed study slows (their coordinates and scales), and the step
 /// against the same study on a uniform pod (a child run with no perturbations).
 Json perturbations_json(const Study& study, const RerunnableStudy& rerun, const Json& result) {
@@ -342,9 +372,11 @@ Json perturbations_json(const Study& study, const RerunnableStudy& rerun, const 
     p["uniform"] = {{"failure", failure_text(child)}};
     return p;
   }
-  const double uniform = Json::parse(child.out)["step_time_s"].get<double>();
+  const Json uniform_result = Json::parse(child.out);
+  const double uniform = uniform_result["step_time_s"].get<double>();
   p["uniform_step_time_s"] = uniform;
   p["slowdown"] = result["step_time_s"].get<double>() / uniform;
+  p["gated_by"] = gated_by(torus, result, uniform_result, p["slow_links"]);
   return p;
 }
 
@@ -390,7 +422,8 @@ RunOutcome run_study(const RunOptions& o, const RunProgressCallback& progress) {
   if (remat) j = std::move(*remat);
   if (!study.network.uniform() && !functional) {
     j["perturbations"] = perturbations_json(study, Rerunnable(o).study, j);
-    // The chip whose work gated the step: the critical core's, by its torus coordinates.
+    // The busiest chip: the critical core's, by its torus coordinates (gated_by says whether it or
+    // a link made the step slower).
     j["breakdown"]["critical_chip"] =
         Topology(study.slice).coord(j["breakdown"]["critical_core"].get<int>() / study.hardware.chip.cores);
   }

@@ -20,6 +20,7 @@
 #include "reports/sweep_report.hpp"
 #include "schedules/study.hpp"
 #include "workflows/child_process.hpp"
+#include "workflows/interrupt.hpp"
 #include "workflows/output_file.hpp"
 #include "workflows/sweep_grid.hpp"
 
@@ -366,7 +367,10 @@ void run_pending(const SweepOptions& o, const fs::path& dir, const Json& meta,
   std::atomic<bool> write_failed{false};
   Progress progress(points.size(), points.size() - pending.size());
   parallel_for(pending.size(), job_count(o.jobs), [&](std::size_t i) {
+    if (stop_signal()) return;  // interrupted: no more points
     const Json record = run_point(o, pending[i]);
+    // A point the interrupt stopped is not recorded: --resume runs it again.
+    if (stop_signal() && !record["error"].is_null()) return;
     const std::string line = record.dump(-1, ' ', false, Json::error_handler_t::replace);
     std::lock_guard<std::mutex> guard(lock);
     jsonl << line << "\n" << std::flush;
@@ -414,10 +418,11 @@ std::pair<std::vector<Axis>, std::vector<Axis>> sweep_axes(const SweepOptions& o
   return {grid, zip};
 }
 
-/// The study must be valid with the sweep's --set, or failing that with its first point's
-/// settings too (a sweep over `slice` whose --set changes the hardware: the study's own slice is
-/// of the other generation, every point's is right). Otherwise its error is the sweep's (exit 2);
-/// points may still fail on their own.
+/// The study must be valid with the sweep's --set, or failing that with some point's settings
+/// too (a sweep over `slice` whose --set changes the hardware: the study's own slice is of the
+/// other generation, every point's is right; a sweep over seeds whose first seeds cut chips off).
+/// When no point makes it valid, its error is the sweep's (exit 2); otherwise the points that are
+/// invalid fail on their own.
 void check_study(const SweepOptions& o, const std::vector<Point>& points) {
   std::exception_ptr study_error;
   try {
@@ -427,14 +432,17 @@ void check_study(const SweepOptions& o, const std::vector<Point>& points) {
     if (points.empty()) throw;
     study_error = std::current_exception();
   }
-  std::vector<std::string> sets = o.sets;
-  const auto args = points.front().set_arguments();
-  for (std::size_t i = 1; i < args.size(); i += 2) sets.push_back(args[i]);
-  try {
-    load_study(o.study, sets);
-  } catch (const ConfigError&) {
-    std::rethrow_exception(study_error);  // the study's own error, not the point's
+  for (const auto& p : points) {
+    std::vector<std::string> sets = o.sets;
+    const auto args = p.set_arguments();
+    for (std::size_t i = 1; i < args.size(); i += 2) sets.push_back(args[i]);
+    try {
+      load_study(o.study, sets);
+      return;
+    } catch (const ConfigError&) {
+    }
   }
+  std::rethrow_exception(study_error);  // the study's own error, not a point's
 }
 
 }  // namespace
@@ -491,8 +499,12 @@ SweepOutcome sweep_study(const SweepOptions& o) {
   std::vector<StoredRecord> records = resumed_records(o, dir, meta, points);
   write_output_file(dir / "sweep.json", meta.dump(2) + "\n");
   write_outputs(dir, meta, records);  // a clean start: no torn line, CSV matching the record
+  catch_stop_signals();               // from here an interrupt keeps the points recorded
   run_pending(o, dir, meta, points, records);
   write_outputs(dir, meta, records);
+  throw_if_stopped(std::to_string(records.size()) + " of " + std::to_string(points.size()) +
+                   " points recorded in " + dir.string() +
+                   " (results.jsonl, reports); --resume runs the rest");
 
   return outcome_of(dir.string(), records);
 }

@@ -16,6 +16,7 @@
 #include "schedules/study.hpp"
 #include "workflows/child_process.hpp"
 #include "workflows/fit.hpp"
+#include "workflows/interrupt.hpp"
 #include "workflows/intervals.hpp"
 #include "workflows/output_file.hpp"
 
@@ -786,10 +787,14 @@ ValidationOutcome validate_cases(const ValidateOptions& o) {
                       "a number of parallel cases >= 1 (0: the number of cores)");
   const auto [cases, studies] = load_cases(o);
   const int jobs = job_count(o.jobs);
+  catch_stop_signals();  // from here an interrupt stops the cases' children; nothing is reported
   std::vector<Json> records = run_cases(cases, jobs);
+  throw_if_stopped("the cases were not all simulated; no report written");
   for (std::size_t i = 0; i < cases.size(); ++i) finish_record(cases[i], studies[i], records[i]);
   if (o.sensitivity) add_sensitivity(cases, studies, assumed_figures(studies), records, jobs);
   if (o.intervals) add_intervals(cases, studies, records, jobs);
+  throw_if_stopped("the cases' " + std::string(o.intervals ? "intervals" : "sensitivities") +
+                   " were not all simulated; no report written");
   Json all = Json::array();
   for (auto& r : records) all.push_back(std::move(r));
   const Json report = validation_report(o, std::move(all));

@@ -7,11 +7,62 @@ Bad input raises ConfigError (a ValueError) naming the JSON path; a failed simul
 RuntimeError; a step that does not fit is a result ("fits": false), not an exception.
 """
 
-from ._tpusim import (ConfigError, check, describe_hardware, fit, run)
+import os
+
+from ._tpusim import (ConfigError, describe_hardware)
 from . import _tpusim
 
 __all__ = ["ConfigError", "check", "describe_hardware", "fit", "plan", "run", "sweep", "to_dataframe",
            "validate"]
+
+
+def _path(study, name="study"):
+    """A study file's path as the extension takes it: a str, or any os.PathLike (pathlib.Path)."""
+    if isinstance(study, os.PathLike):
+        return os.fspath(study)
+    if not isinstance(study, str):
+        raise ConfigError("%s: found %r, expected a study file's path (a str or a pathlib.Path)" % (name, study))
+    return study
+
+
+def _names(values, name):
+    """A list of strings: one str is a list of one (not its characters)."""
+    if values is None:
+        return []
+    if isinstance(values, (str, os.PathLike)):
+        return [os.fspath(values)]
+    values = list(values)
+    for i, v in enumerate(values):
+        if not isinstance(v, str):
+            raise ConfigError("%s[%d]: found %r, expected a str" % (name, i, v))
+    return values
+
+
+def _client_address(client):
+    """The scheduler's address of a dask.distributed Client, or ConfigError naming `client`."""
+    if not hasattr(client, "scheduler") or not hasattr(client, "map"):
+        raise ConfigError("client: found %r, expected a dask.distributed.Client (or None)" % (client,))
+    if getattr(client, "status", "running") in ("closed", "closing"):
+        raise ConfigError("client: found a closed Client, expected a connected dask.distributed.Client")
+    return client.scheduler.address
+
+
+def run(study, set=None):
+    """Simulates one training step: the dict `tpusim run --json` prints. `study` is a path or a
+    dict; `set` a dict of dotted paths to values (as --set)."""
+    return _tpusim.run(study if isinstance(study, dict) else _path(study), set=set)
+
+
+def check(study, set=None):
+    """Validates a study file: what `tpusim check` prints after 'ok', or ConfigError naming the problem."""
+    return _tpusim.check(_path(study), set=set)
+
+
+def fit(study, maximize, set=None, min=None, max=None, step=None):
+    """The largest value of a numeric field that fits: the dict `tpusim fit --json` prints."""
+    if not isinstance(maximize, str):
+        raise ConfigError("maximize: found %r, expected a dotted path such as \"model.layers\"" % (maximize,))
+    return _tpusim.fit(_path(study), maximize, set=set, min=min, max=max, step=step)
 
 
 def _point_record(study, set, spec):
@@ -31,15 +82,21 @@ def sweep(study, grid, set=None, jobs=1, out=None, client=None):
     process holds); the study file must be readable on the workers at the same path. Dask
     reschedules the points of a worker that dies.
     """
+    study = _path(study)
     if client is None:
-        return _tpusim.sweep(study, grid, set=set, jobs=jobs, out=out)
+        return _tpusim.sweep(study, grid, set=set, jobs=jobs, out=None if out is None else os.fspath(out))
+    _client_address(client)
     if out is not None:
         raise ConfigError("out: sweep's files are written by a local sweep only; with client=, "
                           "keep the returned records")
     specs = _tpusim._sweep_points(study, grid, set=set)
     n = len(specs)
     futures = client.map(_point_record, [study] * n, [set] * n, specs, pure=False)
-    records = client.gather(futures)
+    try:
+        records = client.gather(futures)
+    except KeyboardInterrupt:
+        client.cancel(futures)  # the points not started are dropped
+        raise
     return [_tpusim._sweep_summary(r) for r in records]
 
 
@@ -54,12 +111,12 @@ def validate(cases=None, jobs=None, intervals=False, sensitivity=False, hardware
     is a Dask task on the cluster's workers (default: as many at once as it has worker threads):
     the same dict as a local run.
     """
-    common = dict(intervals=intervals, sensitivity=sensitivity, hardware_override=list(hardware_override or []),
-                  cases_dir=cases_dir)
+    common = dict(intervals=intervals, sensitivity=sensitivity,
+                  hardware_override=_names(hardware_override, "hardware_override"), cases_dir=os.fspath(cases_dir))
+    cases = _names(cases, "cases")
     if client is None:
-        return _tpusim.validate(list(cases or []), 1 if jobs is None else jobs, **common)
-    return _tpusim.validate(list(cases or []), 0 if jobs is None else jobs, dask=client.scheduler.address,
-                            **common)
+        return _tpusim.validate(cases, 1 if jobs is None else jobs, **common)
+    return _tpusim.validate(cases, 0 if jobs is None else jobs, dask=_client_address(client), **common)
 
 
 def plan(study, set=None, space="", jobs=None, top=5, time_limit=0.0, client=None):
@@ -70,11 +127,12 @@ def plan(study, set=None, space="", jobs=None, top=5, time_limit=0.0, client=Non
     (default: as many at once as it has worker threads); the study file must be readable on the
     workers at the same path. The same dict as a local plan.
     """
+    study, space = _path(study), os.fspath(space)
     if client is None:
         return _tpusim.plan(study, set=set, space=space, jobs=1 if jobs is None else jobs, top=top,
                             time_limit=time_limit)
     return _tpusim.plan(study, set=set, space=space, jobs=0 if jobs is None else jobs, top=top,
-                        time_limit=time_limit, dask=client.scheduler.address)
+                        time_limit=time_limit, dask=_client_address(client))
 
 
 def _flatten(value, prefix, row):

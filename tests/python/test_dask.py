@@ -135,3 +135,65 @@ def test_an_address_that_is_no_scheduler_is_exit_2_naming_dask():
     done = command("sweep", TINY, "--grid", "batch=8", "--out", "/tmp/never", "--dask", "nonsense")
     assert done.returncode == 2
     assert "--dask" in done.stderr and "nonsense" in done.stderr and "cannot connect" in done.stderr
+
+
+# Round 5 (issue 66): a sweep on the cluster interrupted, and a worker killed, leave no child
+# of theirs computing (tests/cli/round5/signal_leaves_running_child.json: 30,000 layers, seconds).
+SLOW = os.path.join(ROOT, "tests", "cli", "round5", "signal_leaves_running_child.json")
+
+
+def slow_runs():
+    """Pids of the tpusim children running SLOW's study (as a sweep point's `tpusim run`)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
+            state = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if SLOW.encode() in cmd and b"run" in cmd and state != "Z":
+            found.append(int(pid))
+    return found
+
+
+def wait_until(predicate, seconds=60):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    return predicate()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_dask_sweep_stops_its_tasks_children(client, tmp_path, sig):
+    sweep = subprocess.Popen([TPUSIM, "sweep", SLOW, "--grid", "model.layers=30000,30001", "--out",
+                              str(tmp_path / "out"), "--dask", client.scheduler.address],
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert wait_until(slow_runs), "no point started on the workers"
+    sweep.send_signal(sig)
+    _, err = sweep.communicate(timeout=60)
+    assert sweep.returncode == 128 + sig, err
+    assert "interrupted by" in err and "--resume" in err
+    assert wait_until(lambda: not slow_runs(), 30), slow_runs()
+    assert (tmp_path / "out" / "results.jsonl").read_text() == ""  # the interrupted points: not recorded
+
+
+def test_a_killed_workers_child_dies_with_it(client):
+    future = client.submit(tpusim._point_record, SLOW, None,
+                           {"index": 0, "settings": [["model.layers", 30001]]}, pure=False)
+    children = wait_until(slow_runs)
+    assert children, "the task started no child"
+    workers = client.run(os.getpid)
+    parents = {int(open("/proc/%d/stat" % c).read().rsplit(")", 1)[1].split()[1]) for c in children}
+    victims = [pid for pid in workers.values() if pid in parents]
+    assert victims, (parents, workers)
+    os.kill(victims[0], signal.SIGKILL)
+    assert wait_until(lambda: not [c for c in children if c in slow_runs()], 30)
+    future.cancel()
+    for pid in slow_runs():  # the copy Dask rescheduled: not this test's to finish
+        os.kill(pid, signal.SIGKILL)
+    client.wait_for_workers(2, timeout=60)
