@@ -38,8 +38,12 @@ struct Sharding {
     return may_pad(d.name) ? (d.size + n - 1) / n : d.size / n;
   }
   static bool is_spatial(const std::string& dim) { return dim == "height" || dim == "width"; }
-  /// Dimensions a layout may split unevenly, padding the last shard.
-  static bool may_pad(const std::string& dim) { return is_spatial(dim) || dim == "vocab"; }
+  /// Dimensions a layout may split unevenly, padding the last shard. An expert's capacity split
+  /// with the tokens is each core's own slots rounded up (GShard sizes the capacity per group of
+  /// tokens, so every core holds ceil(capacity / cores) slots).
+  static bool may_pad(const std::string& dim) {
+    return is_spatial(dim) || dim == "vocab" || dim == "capacity";
+  }
   /// Elements of a core's shard of `t` as stored: with `lanes`, an activation's minor dimension
   /// padded to whole lanes.
   double local_elements(const NamedTensor& t) const { return shard_elements(t) * lane_padding(t); }

@@ -553,9 +553,9 @@ class MeshStepPlayer : public ProgramPlayer {
   void resident_shards() {
     for (int c = 0; c < size_; ++c)
       for (int l = 0; l < layers_; ++l) {
+        const Layer& layer = study_.model.layers[std::size_t(l)];
         const auto held = mesh::resident_shards(
-            programs_[std::size_t(l)], study_.optimizer.slot_elements(study_.model.layers[std::size_t(l)]),
-            fully_);
+            programs_[std::size_t(l)], study_.optimizer.slot_elements(layer), double(layer.params()), fully_);
         g_.resident(c, sim::MemoryCategory::Weights, held.weights);
         g_.resident(c, sim::MemoryCategory::Optimizer, held.optimizer);
       }

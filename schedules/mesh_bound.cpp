@@ -100,8 +100,8 @@ StepBound MeshSchedule::bound(const Study& s) const {
   b.cores_used = cores();
   // Every core holds the same shards of the weights and optimizer slots all step.
   for (std::size_t l = 0; l < programs.size(); ++l) {
-    const auto held =
-        mesh::resident_shards(programs[l], s.optimizer.slot_elements(s.model.layers[l]), fully_sharded());
+    const auto held = mesh::resident_shards(programs[l], s.optimizer.slot_elements(s.model.layers[l]),
+                                            double(s.model.layers[l].params()), fully_sharded());
     b.resident_by[int(sim::MemoryCategory::Weights)] += held.weights;
     b.resident_by[int(sim::MemoryCategory::Optimizer)] += held.optimizer;
   }

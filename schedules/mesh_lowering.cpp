@@ -60,9 +60,12 @@ double update_fraction(const LayerProgram& p) {
   return p.total_weight_elements > 0 ? p.update_elements / p.total_weight_elements : 0;
 }
 
-ResidentShards resident_shards(const LayerProgram& p, double slot_elements, bool fully_sharded) {
+ResidentShards resident_shards(const LayerProgram& p, double slot_elements, double params,
+                               bool fully_sharded) {
+  // Slots per parameter times the weights the core updates (as stored): whole slots, and
+  // the layer's parameter count need not equal its ops' weight elements (a mixture of experts).
   return {kWeightBytes * (fully_sharded ? p.update_elements : p.weight_elements),
-          kWeightBytes * slot_elements * update_fraction(p)};
+          params > 0 ? kWeightBytes * (slot_elements / params) * p.update_elements : 0.0};
 }
 
 namespace {
