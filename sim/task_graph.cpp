@@ -65,6 +65,14 @@ const std::string& PhaseName::intern(std::string_view s) {
 
 namespace {
 double g_host_memory_budget = 0;
+
+/// Gigabytes as a budget's messages print them: one decimal, or three digits below 0.1 GB (a
+/// budget of 1e6 bytes is "0.001 GB", not "0.0 GB").
+std::string gigabytes(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, bytes >= 1e8 ? "%.1f GB" : "%.3g GB", bytes / 1e9);
+  return text;
+}
 }  // namespace
 
 void set_host_memory_budget(double bytes) { g_host_memory_budget = bytes; }
@@ -85,10 +93,10 @@ std::string host_memory_exceeded() {
   if (resident <= g_host_memory_budget) return "";
   char text[400];
   std::snprintf(text, sizeof text,
-                "the simulation holds %.3g GB of host memory, more than the budget of %.3g GB "
+                "the simulation holds %s of host memory, more than the budget of %s "
                 "(--max-host-memory; default half of this machine's memory): it was stopped; use a smaller "
                 "slice, fewer micro-batches or layers, or raise the budget",
-                resident / 1e9, g_host_memory_budget / 1e9);
+                gigabytes(resident).c_str(), gigabytes(g_host_memory_budget).c_str());
   return text;
 }
 
@@ -107,10 +115,10 @@ void check_host_memory(int cores, double tasks, bool complete) {
   else
     std::snprintf(what, sizeof what, "%d cores (SimGrid's routing table and per-core state alone)", cores);
   std::snprintf(text, sizeof text,
-                "simulating %s needs over %.3g GB of host memory, more than the budget of %.3g GB "
+                "simulating %s needs over %s of host memory, more than the budget of %s "
                 "(--max-host-memory; default half of this machine's memory): use a smaller slice, fewer "
                 "micro-batches or layers, or raise the budget",
-                what, need / 1e9, g_host_memory_budget / 1e9);
+                what, gigabytes(need).c_str(), gigabytes(g_host_memory_budget).c_str());
   throw ResourceError(text);
 }
 

@@ -13,33 +13,14 @@ import sys
 import tempfile
 import time
 
+from process_tree import alive, descendants
+
 tpusim, root = sys.argv[1], sys.argv[2]
 here = os.path.join(root, "tests", "cli", "round5")
 slow = os.path.join(here, "signal_leaves_running_child.json")
 run_study = os.path.join(here, "run_sigint_exits_1_silently.json")
 work = tempfile.mkdtemp()
 failures = []
-
-
-def descendants(pid):
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            kids = [int(c) for t in os.listdir("/proc/%d/task" % p)
-                    for c in open("/proc/%d/task/%s/children" % (p, t)).read().split()]
-        except OSError:
-            continue
-        out += kids
-        todo += kids
-    return out
-
-
-def alive(pid):
-    try:
-        return open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def interrupt(name, args, sig, kept, wait_child=True, settle=1.0):

@@ -19,29 +19,8 @@ HERE = os.path.join(ROOT, "tests", "cli", "round5")
 TINY = os.path.join(ROOT, "tests", "cli", "round4", "tiny_v3_8.json")
 SLOW = os.path.join(HERE, "python_ctrl_c_does_not_stop.json")  # a 30,000-layer step: many seconds
 CLI = os.environ["TPUSIM"]
-
-
-def descendants(pid):
-    """Every process below `pid`, from /proc's children lists."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            kids = [int(c) for t in os.listdir("/proc/%d/task" % p)
-                    for c in open("/proc/%d/task/%s/children" % (p, t)).read().split()]
-        except OSError:
-            continue
-        out += kids
-        todo += kids
-    return out
-
-
-def alive(pid):
-    try:
-        state = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+sys.path.insert(0, os.path.join(ROOT, "tests", "cli"))
+from process_tree import alive, descendants  # noqa: E402
 
 
 def wait_for_descendant(pid, seconds=60):
