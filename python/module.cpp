@@ -104,14 +104,6 @@ Json to_json(const py::handle& value, const std::string& path) {
 
 Json to_json(const py::object& value) { return to_json(value, "(top level)"); }
 
-/// A study given by path: a str or any os.PathLike (pathlib.Path).
-std::optional<std::string> study_path(const py::object& study) {
-  if (py::isinstance<py::str>(study)) return study.cast<std::string>();
-  if (py::hasattr(study, "__fspath__"))
-    return py::module_::import("os").attr("fspath")(study).cast<std::string>();
-  return std::nullopt;
-}
-
 py::object to_python(const Json& value) { return py::module_::import("json").attr("loads")(value.dump()); }
 
 /// `set` as the command's --set: {"schedule.microbatches": 8} -> "schedule.microbatches=8".
@@ -156,8 +148,7 @@ std::string answer_of(pid_t pid, int fd) {
       }
       throw py::error_already_set();
     }
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready == 0) continue;
+    if (ready == 0 || (ready < 0 && errno == EINTR)) continue;
     const ssize_t n = ready < 0 ? -1 : ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
@@ -213,8 +204,8 @@ py::object in_child(const std::function<Json()>& work) {
 
 py::object run(const py::object& study, const py::object& set) {
   tpusim::workflows::RunOptions o;
-  if (const auto path = study_path(study))
-    o.study = *path;
+  if (py::isinstance<py::str>(study))  // a pathlib.Path is made a str by tpusim.run
+    o.study = study.cast<std::string>();
   else if (py::isinstance<py::dict>(study))
     o.study_json = to_json(study, "study");
   else

@@ -1,7 +1,6 @@
 #include "schedules/study.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <cstdlib>
 
 #include "schedules/perturbations.hpp"
@@ -154,15 +153,14 @@ double parse_hbm_margin(const Json& margin, double usable, Problems& problems) {
   double bytes = -1;
   if (margin.is_number()) bytes = margin.get<double>();
   if (margin.is_string()) {
+    // Digits (a decimal point among them) and "%": "%" alone, " 5%", "0x5%" or "1e1%" are none.
     const std::string text = margin.get<std::string>();
-    char* end = nullptr;
-    const double percent = std::strtod(text.c_str(), &end);
-    // A number before the "%" ("%" alone, " 5%" or "0x5%" is none).
-    const bool number = !text.empty() &&
-                        (std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '.') &&
-                        end != text.c_str() && text.find_first_of("xXeE") == std::string::npos;
-    if (number && end && std::string(end) == "%" && percent >= 0 && percent < 100)
-      bytes = usable * percent / 100.0;
+    const std::string number = text.size() > 1 && text.back() == '%' ? text.substr(0, text.size() - 1) : "";
+    const bool decimal = number.find_first_not_of("0123456789.") == std::string::npos &&
+                         number.find_first_of("0123456789") != std::string::npos &&
+                         std::count(number.begin(), number.end(), '.') <= 1;
+    const double percent = decimal ? std::strtod(number.c_str(), nullptr) : -1;
+    if (percent >= 0 && percent < 100) bytes = usable * percent / 100.0;
   }
   if (!(bytes >= 0 && bytes < usable)) {
     problems.add("hbm_margin", margin,
@@ -186,12 +184,10 @@ void parse_devices(Fields& top, Study& study, Problems& problems) {
       r != study.hardware.ranges.end())
     for (const auto& [end, list] : {std::pair{0, &r->second.low}, std::pair{1, &r->second.high}}) {
       std::vector<std::string> names;
-      bool strings = list->is_array();
-      for (const auto& n : *list) strings = strings && n.is_string();
-      if (strings)
-        for (const auto& n : *list) names.push_back(n.get<std::string>());
-      const std::string why =
-          strings ? sim::collective_algorithms_problem(names) : "a list of algorithm names";
+      for (const auto& n : *list)
+        if (n.is_string()) names.push_back(n.get<std::string>());
+      const std::string why = names.size() == list->size() ? sim::collective_algorithms_problem(names)
+                                                           : "a list of algorithm names";
       if (!why.empty()) problems.add(figure + ".range[" + std::to_string(end) + "]", *list, why);
     }
   study.megacore = top.boolean_or("megacore", chip.megacore);

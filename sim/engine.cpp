@@ -470,7 +470,7 @@ class Runner {
 
   SimResult finish() {
     if (!error_.empty()) {
-      if (out_of_actors_) throw ResourceError(error_);
+      if (resource_error_) throw ResourceError(error_);
       throw SimulationError(error_);
     }
     if (done_ != g_.size()) {
@@ -508,7 +508,7 @@ class Runner {
   }
 
   ResourceError out_of_actors() {
-    out_of_actors_ = true;
+    resource_error_ = true;
     return ResourceError(
         "the simulation needs more than " + std::to_string(actor_limit_) +
         " SimGrid actors at once (cores, transfers, collectives and their rings), more than " +
@@ -550,7 +550,7 @@ class Runner {
     std::string why = host_memory_exceeded();
     if (why.empty()) return false;
     if (error_.empty()) error_ = std::move(why);
-    out_of_actors_ = true;
+    resource_error_ = true;
     sg::Actor::kill_all();
     return true;
   }
@@ -703,7 +703,7 @@ class Runner {
   int done_ = 0;
   std::string error_;
   long actor_limit_ = 0, live_actors_ = 0;
-  bool out_of_actors_ = false;                    ///< error_ is a ResourceError
+  bool resource_error_ = false;                   ///< error_ is a ResourceError (actors, host memory)
   static constexpr int kMemoryCheckEvery = 4096;  ///< compute tasks between two looks at the host memory
   int since_memory_check_ = 0;
 };

@@ -317,11 +317,9 @@ Study given_study(const RunOptions& o) {
   return parse_study(with_overrides(o.study_json, o.sets), "study", fs::current_path());
 }
 
-/// The busiest core's compute (seconds) in a result.
-double busiest_compute(const Json& result) {
-  double busiest = 0;
-  for (const auto& core : result["cores"]) busiest = std::max(busiest, core["busy_s"].get<double>());
-  return busiest;
+/// A result's critical (busiest) core's row.
+const Json& critical_core(const Json& result) {
+  return result["cores"][result["breakdown"]["critical_core"].get<std::size_t>()];
 }
 
 /// What made a perturbed step slower than the uniform one: the busiest chip's compute when its
@@ -330,11 +328,10 @@ double busiest_compute(const Json& result) {
 Json gated_by(const Topology& torus, const Json& result, const Json& uniform, const Json& slow_links) {
   const double extra_step = result["step_time_s"].get<double>() - uniform["step_time_s"].get<double>();
   if (!(extra_step > 1e-9 * uniform["step_time_s"].get<double>())) return nullptr;
-  const double extra_compute = busiest_compute(result) - busiest_compute(uniform);
-  const int cores_per_chip = result["cores"].size() > 0 ? int(result["cores"].size()) / torus.chips() : 1;
-  const int critical = result["breakdown"]["critical_core"].get<int>();
+  const double extra_compute =
+      critical_core(result)["busy_s"].get<double>() - critical_core(uniform)["busy_s"].get<double>();
   if (extra_compute >= 0.5 * extra_step || slow_links.empty())
-    return Json{{"chip", torus.coord(critical / std::max(cores_per_chip, 1))},
+    return Json{{"chip", torus.coord(critical_core(result)["chip"].get<int>())},
                 {"extra_compute_s", extra_compute},
                 {"extra_step_s", extra_step}};
   const Json* slowest = nullptr;
