@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Every command the README shows still runs: each `$tpusim ...` line of its ```sh blocks (with
+"""Every command the README and its guide (docs/guide.md, docs/reference.md) show still runs: each `$tpusim ...` line of its ```sh blocks (with
 its continuation lines) runs from a scratch folder that sees the repository's configs/ and
 bench/, two at a time, and must exit 0 or 1 (1 is an answer: a study that does not fit with
 --require-fit, cases outside their tolerance), never 2 (bad input), a signal or a timeout, unless
@@ -10,7 +10,9 @@ Usage: readme_commands.py TPUSIM ROOT"""
 import concurrent.futures, os, re, shlex, subprocess, sys, tempfile
 
 tpusim, root = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-text = open(os.path.join(root, "README.md")).read()
+# The README and the pages it sends a reader to (docs/guide.md, docs/reference.md).
+text = "\n".join(open(os.path.join(root, page)).read()
+                 for page in ("README.md", os.path.join("docs", "guide.md"), os.path.join("docs", "reference.md")))
 commands = []
 for block in re.findall(r"```sh\n(.*?)```", text, re.S):
     current = ""
