@@ -5,11 +5,13 @@
 #include <numeric>
 #include <set>
 
+#include "hardware/errors.hpp"
 #include "hardware/topology.hpp"
 #include "schedules/gradient_buckets.hpp"
 #include "schedules/mesh_lowering.hpp"
 #include "schedules/program_player.hpp"
 #include "sim/collectives/collective_algorithm.hpp"
+#include "sim/task_graph.hpp"
 
 namespace tpusim {
 
@@ -969,6 +971,10 @@ std::vector<LayerProgram> MeshSchedule::programs(const Study& study) const {
   const CostModel cost(study.hardware.core);
   std::vector<LayerProgram> out;
   for (std::size_t l = 0; l < study.model.layers.size(); ++l) {
+    // The programs of many layers take more host memory than the graph itself: the budget is
+    // looked at as they are made, not only once the graph grows (50,000 layers held 2 GB first).
+    if (l % 256 == 255)
+      if (std::string why = sim::host_memory_exceeded(); !why.empty()) throw ResourceError(why);
     const Layer& layer = study.model.layers[l];
     out.push_back(lower_layer(layer.named_ops(study.batch / accumulation_steps_), s, cost,
                               study.model.activation_bytes, layer.name, l == 0,

@@ -107,4 +107,10 @@ bad "range alternative" "chip.collective_algorithms.range[1]" check "$tiny" --se
 # H3: the host-memory budget bounds what the run holds: 50,000 layers under 1e9 are stopped (or
 # refused) with exit 2, not admitted.
 bad "host budget" "host memory" run "$here/max_host_memory_not_a_bound.json" --max-host-memory 1e9 --json
+python3 - "$tpusim" "$here/max_host_memory_not_a_bound.json" <<'PY' || fail "the run passed its host-memory budget"
+import resource, subprocess, sys
+subprocess.run([sys.argv[1], "run", sys.argv[2], "--max-host-memory", "1e9", "--json"], capture_output=True)
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # bytes (Linux: KiB)
+assert peak <= 1.1e9, "peak resident %.2f GB under a 1 GB budget" % (peak / 1e9)
+PY
 echo "robustness5: ok"
