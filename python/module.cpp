@@ -19,7 +19,9 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -295,8 +297,25 @@ py::object sweep_points(const std::string& study, const py::object& grid, const 
   return in_child([o] { return Json(tpusim::workflows::sweep_point_specs(o)); });
 }
 
-/// One point's record (results.jsonl's line), run as a `tpusim run` child: no SimGrid here.
-py::object sweep_point(const std::string& study, const py::object& set, const py::object& spec) {
+/// The sweeps (by token) whose points this process was asked to stop (tpusim.sweep with a Dask
+/// client, interrupted, asks every worker through Client.run).
+std::mutex g_cancelled_lock;
+std::set<std::string> g_cancelled;
+
+void cancel_points(const std::string& token) {
+  const std::lock_guard<std::mutex> guard(g_cancelled_lock);
+  g_cancelled.insert(token);
+}
+
+bool points_cancelled(const std::string& token) {
+  const std::lock_guard<std::mutex> guard(g_cancelled_lock);
+  return !token.empty() && g_cancelled.count(token) > 0;
+}
+
+/// One point's record (results.jsonl's line), run as a `tpusim run` child: no SimGrid here. A
+/// point of a sweep whose `token` is cancelled here stops its child.
+py::object sweep_point(const std::string& study, const py::object& set, const py::object& spec,
+                       const std::string& token) {
   tpusim::workflows::SweepOptions o;
   o.study = study;
   o.sets = sets_of(set);
@@ -304,7 +323,7 @@ py::object sweep_point(const std::string& study, const py::object& set, const py
   Json record;
   {
     py::gil_scoped_release release;
-    record = tpusim::workflows::sweep_point_record(o, point);
+    record = tpusim::workflows::sweep_point_record(o, point, [token] { return points_cancelled(token); });
   }
   return to_python(record);
 }
@@ -363,7 +382,10 @@ PYBIND11_MODULE(_tpusim, m) {
         "process: every point's record summary ({index, key, point, result, error}), in point order; `out` "
         "keeps sweep's files (results.jsonl, results.csv, reports).");
   m.def("_sweep_points", &sweep_points, py::arg("study"), py::arg("grid"), py::arg("set") = py::none());
-  m.def("_sweep_point", &sweep_point, py::arg("study"), py::arg("set"), py::arg("spec"));
+  m.def("_sweep_point", &sweep_point, py::arg("study"), py::arg("set"), py::arg("spec"),
+        py::arg("token") = "");
+  m.def("_cancel_points", &cancel_points, py::arg("token"),
+        "Stops this process's running points of the sweep `token` (and every later one).");
   m.def("_sweep_summary", &sweep_summary, py::arg("record"));
   m.def("plan", &plan, py::arg("study"), py::arg("set") = py::none(), py::arg("space") = "",
         py::arg("jobs") = 1, py::arg("top") = 5, py::arg("time_limit") = 0.0, py::arg("dask") = "",

@@ -326,7 +326,7 @@ void take_plan(const ChildResult& child, Json& record) {
 /// One point as a `tpusim run` child (with --plan, a `tpusim plan` child): its record, with the
 /// result or the error. Whatever goes wrong with it (the child, its output, its text) is that
 /// point's error: the sweep goes on.
-Json run_point(const SweepOptions& o, const Point& p) {
+Json run_point(const SweepOptions& o, const Point& p, const std::function<bool()>& cancel = {}) {
   Json record{{"index", p.index},
               {"key", p.key()},
               {"point", Json::object()},
@@ -334,7 +334,7 @@ Json run_point(const SweepOptions& o, const Point& p) {
               {"error", nullptr}};
   for (const auto& [path, value] : p.settings) record["point"][path] = value;
   try {
-    const ChildResult child = run_self(point_arguments(o, p), o.point_timeout_s);
+    const ChildResult child = run_self(point_arguments(o, p), o.point_timeout_s, cancel);
     if (o.plan.on && (child.exit_code == 0 || child.exit_code == 1) && !child.out.empty())
       take_plan(child, record);
     else if (child.exit_code == 0)
@@ -463,11 +463,11 @@ std::vector<Json> sweep_point_specs(const SweepOptions& o) {
   return specs;
 }
 
-Json sweep_point_record(const SweepOptions& o, const Json& spec) {
+Json sweep_point_record(const SweepOptions& o, const Json& spec, const std::function<bool()>& cancel) {
   Point p;
   p.index = spec.at("index").get<std::size_t>();
   for (const auto& setting : spec.at("settings")) p.settings.emplace_back(setting.at(0), setting.at(1));
-  return run_point(o, p);
+  return run_point(o, p, cancel);
 }
 
 Json sweep_record_summary(const Json& record) { return reports::sweep_summary(record); }

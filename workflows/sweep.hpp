@@ -4,6 +4,7 @@
 // summarized in report.html / report.md.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -48,8 +49,10 @@ SweepOutcome sweep_study(const SweepOptions& options);
 std::vector<nlohmann::json> sweep_point_specs(const SweepOptions& options);
 
 /// One point's record, as results.jsonl holds it (index, key, point, result or error), run as a
-/// `tpusim run` child of `options.study` with its --set and the point's settings.
-nlohmann::json sweep_point_record(const SweepOptions& options, const nlohmann::json& spec);
+/// `tpusim run` child of `options.study` with its --set and the point's settings; `cancel`, asked
+/// a few times a second, kills the child when it answers true (the record then says so).
+nlohmann::json sweep_point_record(const SweepOptions& options, const nlohmann::json& spec,
+                                  const std::function<bool()>& cancel = {});
 
 /// A record's summary (the point, its figures, its error): a row of results.csv.
 nlohmann::json sweep_record_summary(const nlohmann::json& record);

@@ -8,6 +8,7 @@ RuntimeError; a step that does not fit is a result ("fits": false), not an excep
 """
 
 import os
+import uuid
 
 from ._tpusim import (ConfigError, describe_hardware)
 from . import _tpusim
@@ -65,10 +66,17 @@ def fit(study, maximize, set=None, min=None, max=None, step=None):
     return _tpusim.fit(_path(study), maximize, set=set, min=min, max=max, step=step)
 
 
-def _point_record(study, set, spec):
-    """One sweep point's record (results.jsonl's line), run where this is called: a Dask task."""
+def _point_record(study, set, spec, token=""):
+    """One sweep point's record (results.jsonl's line), run where this is called: a Dask task.
+    Its child stops when the sweep `token` is cancelled on this worker (_cancel_points)."""
     from tpusim import _tpusim as extension
-    return extension._sweep_point(study, set, spec)
+    return extension._sweep_point(study, set, spec, token)
+
+
+def _cancel_points(token):
+    """Run on every worker (Client.run): stops the running points of the sweep `token` there."""
+    from tpusim import _tpusim as extension
+    extension._cancel_points(token)
 
 
 def sweep(study, grid, set=None, jobs=1, out=None, client=None):
@@ -91,11 +99,13 @@ def sweep(study, grid, set=None, jobs=1, out=None, client=None):
                           "keep the returned records")
     specs = _tpusim._sweep_points(study, grid, set=set)
     n = len(specs)
-    futures = client.map(_point_record, [study] * n, [set] * n, specs, pure=False)
+    token = uuid.uuid4().hex
+    futures = client.map(_point_record, [study] * n, [set] * n, specs, [token] * n, pure=False)
     try:
         records = client.gather(futures)
     except KeyboardInterrupt:
-        client.cancel(futures)  # the points not started are dropped
+        client.cancel(futures)  # the points not started are dropped,
+        client.run(_cancel_points, token)  # the running ones stop their children
         raise
     return [_tpusim._sweep_summary(r) for r in records]
 

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import signal
+import sys
 import threading
 import time
 
@@ -197,3 +198,21 @@ def test_a_killed_workers_child_dies_with_it(client):
     for pid in slow_runs():  # the copy Dask rescheduled: not this test's to finish
         os.kill(pid, signal.SIGKILL)
     client.wait_for_workers(2, timeout=60)
+
+
+def test_ctrl_c_in_a_sweep_with_a_client_stops_its_running_points(client, tmp_path):
+    script = tmp_path / "sweep.py"
+    script.write_text("import distributed, tpusim\n"
+                      "c = distributed.Client(%r)\n"
+                      "try:\n"
+                      "    tpusim.sweep(%r, {'model.layers': [30000, 30001]}, client=c)\n"
+                      "    print('finished')\n"
+                      "except KeyboardInterrupt:\n"
+                      "    print('interrupted')\n" % (client.scheduler.address, SLOW))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    assert wait_until(slow_runs), "no point started on the workers"
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert out.strip().endswith("interrupted"), out
+    assert wait_until(lambda: not slow_runs(), 30), slow_runs()
