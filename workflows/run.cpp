@@ -183,23 +183,42 @@ Json run_intervals(const RunOptions& o, const Study& study, const Json& result) 
   return intervals;
 }
 
+/// A small result saying a core's resident state alone is over its usable HBM (fits false, not
+/// simulated): `core` holds `bytes` of it (`parts`: what they are).
+Json resident_overflow_json(int core, const std::string& parts, double bytes, double usable) {
+  return Json{
+      {"fits", false},
+      {"simulated", false},
+      {"core", core},
+      {"resident", parts},
+      {"peak_hbm_bytes", bytes},
+      {"hbm_capacity_bytes", usable},
+      {"overflow",
+       {{"core", core}, {"task", "resident state"}, {"time_s", 0.0}, {"bytes_over", bytes - usable}}}};
+}
+
 /// When the state a core holds all step (weights, optimizer slots, gradient accumulators)
 /// already exceeds its usable HBM: a small result saying so (fits false, not simulated).
 std::optional<Json> resident_overflow(const Study& study, const sim::TaskGraph& graph) {
   const double usable = study.hardware.core.usable_hbm_bytes();
   const int worst = graph.most_resident_core();
   if (worst < 0 || graph.resident_bytes(worst) <= usable) return std::nullopt;
-  const double most = graph.resident_bytes(worst);
-  const std::string parts = reports::categories_text(graph.resident()[std::size_t(worst)]);
-  return Json{
-      {"fits", false},
-      {"simulated", false},
-      {"core", worst},
-      {"resident", parts},
-      {"peak_hbm_bytes", most},
-      {"hbm_capacity_bytes", usable},
-      {"overflow",
-       {{"core", worst}, {"task", "resident state"}, {"time_s", 0.0}, {"bytes_over", most - usable}}}};
+  return resident_overflow_json(worst, reports::categories_text(graph.resident()[std::size_t(worst)]),
+                                graph.resident_bytes(worst), usable);
+}
+
+/// Before any graph is built: when even every weight and optimizer slot held once, spread evenly
+/// over every device, is over a device's usable HBM, no schedule fits (each holds at least that
+/// share on some device), and a what-if far too large answers without building its step.
+std::optional<Json> resident_floor_overflow(const Study& study) {
+  double bytes = 0;
+  for (const auto& layer : study.model.layers)
+    bytes += kWeightBytes * (double(layer.params()) + study.optimizer.slot_elements(layer));
+  const double floor = bytes / double(study.cores()), usable = study.hardware.core.usable_hbm_bytes();
+  if (floor <= usable) return std::nullopt;
+  return resident_overflow_json(
+      0, "weights and optimizer slots, spread evenly over all " + std::to_string(study.cores()) + " devices",
+      floor, usable);
 }
 
 /// Functional mode's runtime for the study, its budget and step count checked (null without it).
@@ -392,6 +411,8 @@ RunOutcome run_study(const RunOptions& o, const RunProgressCallback& progress) {
   sim::set_host_memory_budget(o.max_host_memory_bytes);
   const Study study = o.study_json.is_null() ? load_study(o.study, o.sets) : given_study(o);
   std::unique_ptr<FunctionalRuntime> functional = functional_runtime(o, study);
+  if (o.require_fit)
+    if (auto over = resident_floor_overflow(study)) return RunOutcome{std::move(*over), false, false};
   BuiltStep step = study.schedule->build(study, functional.get());
   if (o.require_fit)
     if (auto over = resident_overflow(study, step.graph)) return RunOutcome{std::move(*over), false, false};

@@ -113,4 +113,10 @@ subprocess.run([sys.argv[1], "run", sys.argv[2], "--max-host-memory", "1e9", "--
 peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # bytes (Linux: KiB)
 assert peak <= 1.1e9, "peak resident %.2f GB under a 1 GB budget" % (peak / 1e9)
 PY
+# H3: --require-fit far over HBM answers from the weights and slots alone, before any step is built.
+set +e; "$tpusim" run "$here/max_host_memory_not_a_bound.json" --set model.layers=100000 --require-fit --json \
+  > "$work/r.json" 2> "$work/err"; rc=$?; set -e
+[ "$rc" -eq 1 ] || fail "require-fit at 100,000 layers: exit $rc"
+grep -q "spread evenly over all 8 devices" "$work/err" || fail "require-fit: no floor named"
+py "assert r['simulated'] is False and r['peak_hbm_bytes'] > r['hbm_capacity_bytes'], r" "require-fit floor"
 echo "robustness5: ok"
