@@ -194,11 +194,11 @@ TEST_CASE("the validated error counts a family's step-time predictions proper, n
   const ValidatedError ssd = validated_error("object detectors");
   CHECK(ssd.cases == std::vector<std::string>{"mlperf07-ssd-v4-16", "mlperf07-ssd-v4-512"});
   CHECK_FALSE(ssd.sized());
-  // The language models' step-time cases: BERT on v3 and v4 (the Mesh-TF case predicts a
-  // utilization, GPipe's the largest model and its activations: not step times).
+  // The language models' step-time cases: MaxText's 22B, BERT on v3 and v4 (the Mesh-TF case
+  // predicts a utilization, GPipe's the largest model and its activations: not step times).
   const ValidatedError lm = validated_error("language models");
-  CHECK(lm.cases ==
-        std::vector<std::string>{"mlperf07-bert-v3-32", "mlperf07-bert-v4-16", "mlperf07-bert-v4-512"});
+  CHECK(lm.cases == std::vector<std::string>{"maxtext-22b-v4-128", "mlperf07-bert-v3-32",
+                                             "mlperf07-bert-v4-16", "mlperf07-bert-v4-512"});
   CHECK(lm.sized());
   // E is the largest |recorded / measured - 1| among them.
   const Json recorded =
