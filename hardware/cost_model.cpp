@@ -1,6 +1,7 @@
 #include "hardware/cost_model.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "hardware/errors.hpp"
 
@@ -97,6 +98,24 @@ Op memory_op(std::string name, double bytes) {
   return op;
 }
 
+double CostModel::grid_steps(const Op& op) const {
+  if (op.m <= 0 || op.k <= 0 || op.n <= 0 || op.batch <= 0) return 0;  // an empty product: no grid
+  const double row_pad = core_.matmul_row_padding, depth_pad = core_.mxu_rows;
+  const double m = double(pad(op.m, core_.matmul_row_padding)), k = double(pad(op.k, core_.mxu_rows)),
+               n = double(pad(op.n, core_.mxu_cols));
+  const double R = core_.matmul_tile_rows, D = core_.matmul_tile_depth, C = core_.matmul_tile_cols;
+  // The full tile's working set (its operand tiles and result tile, in elements). A dimension
+  // smaller than the tile is taken whole; the room it leaves goes to the rows, then the depth.
+  const double budget = R * D + D * C + R * C, cols = std::min(n, C);
+  auto grow = [](double whole, double tile, double room, double step) {
+    return std::min(whole, std::max(std::min(whole, tile), std::floor(room / step) * step));
+  };
+  const double rows = grow(m, R, (budget - std::min(k, D) * cols) / (std::min(k, D) + cols), row_pad);
+  const double depth = grow(k, D, (budget - rows * cols) / (rows + cols), depth_pad);
+  return double(op.batch) * std::ceil(m / rows) * std::ceil(k / depth) * std::ceil(n / cols) *
+         op.computed_fraction;
+}
+
 OpCost CostModel::cost(const Op& op) const {
   OpCost c;
   c.model_flops = op.model_flops();
@@ -105,7 +124,10 @@ OpCost CostModel::cost(const Op& op) const {
                           double(pad(op.k, core_.mxu_rows)) * double(pad(op.n, core_.mxu_cols)) *
                           op.computed_fraction;
     c.hardware_flops = padded;
-    c.mxu_s = padded / core_.peak_matmul_flops_per_s();
+    c.grid_steps = grid_steps(op);
+    c.grid_overhead_s =
+        c.grid_steps * core_.matmul_grid_step_overhead_cycles / core_.clock_hz / double(core_.tensor_cores);
+    c.mxu_s = padded / core_.peak_matmul_flops_per_s() + c.grid_overhead_s;
   } else if (op.multipass) {
     c.vpu_s = op.elements * core_.multipass(*op.multipass).vpu_ops_per_element / core_.vector_ops_per_s();
   } else {

@@ -84,7 +84,8 @@ Op memory_op(std::string name, double bytes);
 /// What an op costs on one core.
 struct OpCost {
   double seconds = 0;  ///< max(mxu, vpu, hbm) + overhead (0 if fused away)
-  double mxu_s = 0;
+  double mxu_s = 0;    ///< MatMul: padded FLOPs over the peak, plus its grid steps' fixed cost
+  double grid_steps = 0, grid_overhead_s = 0;  ///< MatMul: its tiles' grid steps, and their fixed cost
   double vpu_s = 0;
   double hbm_s = 0;
   double model_flops = 0;          ///< the math (unpadded)
@@ -101,6 +102,11 @@ class CostModel {
  public:
   explicit CostModel(const CoreSpec& core) : core_(core) {}
   OpCost cost(const Op& op) const;
+  /// The grid steps a matmul runs as: its padded dimensions cut into tiles of at most the core's
+  /// matmul_tile_rows x depth x cols, the rows growing where the depth or width is narrower than
+  /// the tile so that a tile's operands and result fill the full tile's working set (the same
+  /// on-chip memory); times the independent products and the share of them computed.
+  double grid_steps(const Op& op) const;
   /// A dimension rounded up to a multiple of `tile`.
   static std::int64_t pad(std::int64_t dim, std::int64_t tile) { return (dim + tile - 1) / tile * tile; }
   const CoreSpec& core() const { return core_; }

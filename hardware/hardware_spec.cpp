@@ -294,6 +294,10 @@ void read_core(const Json& core, HardwareSpec& hw, Problems& problems) {
   c.hbm_bandwidth_bytes_per_s = r.number("hbm_bandwidth_bytes_per_s_per_core", 1e6, 1e14);
   c.hbm_sustained_fraction = r.number("hbm_sustained_bandwidth_fraction", 0.05, 1.0);
   c.vmem_bytes = r.number("vmem_bytes_per_core", 1e3, 1e12);
+  c.matmul_tile_rows = r.count("matmul_tile_rows", 1, 1 << 20);
+  c.matmul_tile_depth = r.count("matmul_tile_depth", 1, 1 << 20);
+  c.matmul_tile_cols = r.count("matmul_tile_cols", 1, 1 << 20);
+  c.matmul_grid_step_overhead_cycles = r.number("matmul_grid_step_overhead_cycles", 0.0, 1e7);
   c.op_overhead_s = r.number("op_overhead_s", 0.0, 1e-2);
   c.fuse_elementwise = r.flag("fuse_elementwise");
   c.pad_activations_to_lanes = r.flag("pad_activations_to_lanes");

@@ -53,7 +53,12 @@ struct CoreSpec {
   double hbm_sustained_fraction = 1;     ///< of it, what a streaming kernel sustains
   /// The bandwidth an op's HBM traffic moves at: the pin bandwidth times the sustained fraction.
   double sustained_hbm_bytes_per_s() const { return hbm_bandwidth_bytes_per_s * hbm_sustained_fraction; }
-  double vmem_bytes = 0;         ///< on-chip vector memory per core
+  double vmem_bytes = 0;  ///< on-chip vector memory per core
+  /// A matmul runs as a grid of tiles, rows x depth x cols at most (the streamed, contraction and
+  /// output dimensions), each grid step paying a fixed number of cycles (DMA issue, semaphores,
+  /// loop bookkeeping) besides its MXU work.
+  int matmul_tile_rows = 0, matmul_tile_depth = 0, matmul_tile_cols = 0;
+  double matmul_grid_step_overhead_cycles = 0;
   double op_overhead_s = 0;      ///< fixed cost added to every op (launch, pipeline fill)
   bool fuse_elementwise = true;  ///< elementwise ops fuse into their producer: no own HBM pass
   /// An activation's minor dimension fills whole rows of `vpu_lanes` in HBM (its layout's tiles).

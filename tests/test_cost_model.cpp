@@ -1,5 +1,6 @@
 // The TPU core cost model: padding to the MXU, the HBM roofline, fusion, overhead.
 #include <catch2/catch.hpp>
+#include <cmath>
 
 #include "hardware/cost_model.hpp"
 #include "test_support.hpp"
@@ -12,7 +13,7 @@ TEST_CASE("a 129-wide matmul costs like a 256-wide one", "[cost]") {
   const auto c256 = m.cost(dense_op("b", 4096, 256, 256, 2, 2));
   const auto c128 = m.cost(dense_op("c", 4096, 128, 128, 2, 2));
   CHECK(c129.mxu_s == Approx(c256.mxu_s));
-  CHECK(c128.mxu_s == Approx(c256.mxu_s / 4));
+  CHECK(c128.mxu_s - c128.grid_overhead_s == Approx((c256.mxu_s - c256.grid_overhead_s) / 4));
   CHECK(c129.hardware_flops == Approx(2.0 * 4096 * 256 * 256));
   CHECK(c129.model_flops == Approx(2.0 * 4096 * 129 * 129));
 }
@@ -28,7 +29,55 @@ TEST_CASE("a large matmul is MXU-bound at the derived peak", "[cost]") {
   const CostModel m(hw.core);
   const auto c = m.cost(dense_op("big", 8192, 8192, 8192, 2, 2));
   CHECK(std::string(c.bound) == "mxu");
-  CHECK(c.seconds == Approx(2.0 * 8192 * 8192 * 8192 / 61.6e12 + hw.core.op_overhead_s).epsilon(0.005));
+  // 16 x 8 x 8 tiles of 512 x 1024 x 1024, each paying 500 cycles at 940 MHz.
+  CHECK(c.grid_steps == 1024);
+  CHECK(
+      c.seconds ==
+      Approx(2.0 * 8192 * 8192 * 8192 / 61.6e12 + 1024 * 500 / 940e6 + hw.core.op_overhead_s).epsilon(0.005));
+}
+
+TEST_CASE("a matmul steps through tiles that fill the full tile's working set", "[cost]") {
+  const CostModel m(test::v3().core);
+  const double budget = 512.0 * 1024 + 1024.0 * 1024 + 512.0 * 1024;
+  // Narrow depth and width (a 3x3 convolution of 64 channels: 576 pads to 640, 64 to 128): the
+  // rows grow into the room left, floor((budget - 640 x 128) / (640 + 128)) = 2624 of them.
+  REQUIRE(std::floor((budget - 640 * 128) / 768 / 8) * 8 == 2624);
+  CHECK(m.grid_steps(dense_op("conv", 100000, 576, 64, 2, 2)) == std::ceil(100000 / 2624.0));
+  // Rows and width whole (a weight gradient over many pixels): the depth grows instead.
+  const double depth = std::floor((budget - 576.0 * 128) / (576 + 128) / 128) * 128;
+  CHECK(m.grid_steps(dense_op("dw", 576, 100000, 64, 2, 2)) == std::ceil(100096 / depth));
+  // Independent products each have their grid; a computed share scales it; nothing to multiply,
+  // no grid (and no NaN).
+  Op scores = batched_matmul_op("scores", 24, 2048, 256, 2048, 2);
+  const double one = m.grid_steps(batched_matmul_op("one", 1, 2048, 256, 2048, 2));
+  CHECK(m.grid_steps(scores) == 24 * one);
+  scores.computed_fraction = 0.5;
+  CHECK(m.grid_steps(scores) == 12 * one);
+  const auto empty = m.cost(dense_op("empty", 0, 1024, 1024, 2, 2));
+  CHECK(empty.grid_steps == 0);
+  CHECK(empty.mxu_s == 0);
+}
+
+TEST_CASE("the grid steps' fixed cost reproduces the matmul guide's measured efficiencies", "[cost]") {
+  // shared/HARDWARE.md "Matmul efficiency" (TPU v5e: 4 MXUs of 128 x 128, 1.5 GHz, 197 TFLOP/s),
+  // dispatch (0.1 ms) taken out: 8192^3 in 6.05 ms by XLA's matmul, 91.5 ms with 128^3 blocks.
+  auto core = load_hardware("tpu-v4").core;
+  core.clock_hz = 1.5e9;
+  REQUIRE(core.peak_matmul_flops_per_s() == Approx(197e12).epsilon(0.005));
+  const Op big = dense_op("big", 8192, 8192, 8192, 2, 2);
+  const auto efficiency = [&](const CoreSpec& c) {
+    const auto cost = CostModel(c).cost(big);
+    return cost.hardware_flops / c.peak_matmul_flops_per_s() / cost.mxu_s;
+  };
+  CHECK(efficiency(core) == Approx(8192.0 / (8192 + 500)));              // a tile's 8192 cycles, and 500 more
+  CHECK(efficiency(core) == Approx(5.58 / (6.05 - 0.1)).epsilon(0.01));  // XLA's, measured
+  auto small_blocks = core;
+  small_blocks.matmul_tile_rows = small_blocks.matmul_tile_depth = small_blocks.matmul_tile_cols = 128;
+  CHECK(efficiency(small_blocks) == Approx(5.58 / (91.5 - 0.1)).epsilon(0.05));  // measured
+  // A chip of two TensorCores as one device splits the grid between them: half the fixed cost.
+  auto mega = core;
+  mega.tensor_cores = 2;
+  CHECK(CostModel(mega).cost(big).grid_overhead_s == Approx(CostModel(core).cost(big).grid_overhead_s / 2));
 }
 
 TEST_CASE("a low-intensity op is memory-bound and scales with bytes", "[cost]") {
