@@ -419,15 +419,19 @@ std::string seconds_interval(const Json& j, const char* quantity) {
 std::string model_error_text(const Json& j) {
   if (!j.contains("intervals") || !j["intervals"].contains("with_model_error")) return "";
   const Json& m = j["intervals"]["with_model_error"];
-  const std::size_t n = m["cases"].size();
   if (!m.contains("step_time_s")) return "  with model error  " + m["note"].get<std::string>() + "\n";
   const Json& iv = m["step_time_s"];
   const std::string high = iv[1].is_null() ? "unbounded" : human_seconds(iv[1].get<double>());
+  const auto n = m["of_cases"].get<std::size_t>(), k = m["rank"].get<std::size_t>();
+  const std::string of = m.contains("note") ? "every family (too few " + m["family"].get<std::string>() + ")"
+                                            : m["family"].get<std::string>();
   return "  with model error  " + human_seconds(iv[0].get<double>()) + "–" + high +
          formatted(
-             " with the model's validated error on %s (%zu cases, largest %.1f %%: covers a new case "
-             "with probability %zu/%zu)\n",
-             m["family"].get<std::string>().c_str(), n, 100.0 * m["worst_abs_error"].get<double>(), n, n + 1);
+             " with the model's validated error on %s (%zu cases: %.1f %%, %s, covers a new case with "
+             "probability %zu/%zu)\n",
+             of.c_str(), n, 100.0 * m["error_bound"].get<double>(),
+             (k == n ? std::string("the largest") : "the " + std::to_string(k) + "th smallest").c_str(), k,
+             n + 1);
 }
 
 /// " (14.20 GiB – 15.01 GiB)": a byte count's interval, when the result has one.
@@ -446,7 +450,7 @@ void summary_intervals(std::ostringstream& out, const Json& j) {
     for (const char* end : {"at_low", "at_high"})
       if (a[end].is_object() && a[end].contains("failure")) ++failed;
   out << "  intervals         (in brackets) over the ranges of " << iv["assumptions"].size()
-      << " assumptions, one at a time, their ratios multiplied";
+      << " assumptions, one at a time, combined in quadrature";
   if (!iv["assumed_without_range"].empty())
     out << "; " << iv["assumed_without_range"].size() << " assumed figures without a range move nothing";
   if (failed) out << "; " << failed << " runs at a range end failed (see result.json)";

@@ -32,6 +32,7 @@ struct Row {
   std::string id, quantity, measured, predicted, error, tolerance, verdict;
   bool within = false;
   std::string interval, inside;  ///< with --intervals: "[low, high]" and whether the measured value is in it
+  std::string band;              ///< with --intervals, a prediction proper: its leave-one-out band
 };
 
 /// "12.1 ms – 14.0 ms": a case's prediction interval in its unit.
@@ -49,6 +50,26 @@ std::string interval_line(const Json& s) {
          abs_percent(s["mean_relative_width"]) + " of the prediction";
 }
 
+/// "5 of 7 predictions proper inside their band (coverage 71.4 %), mean width 38.0 % ...".
+std::string band_line(const Json& b) {
+  return std::to_string(b["inside"].get<int>()) + " of " + std::to_string(b["cases"].get<int>()) +
+         " predictions proper inside their band (coverage " + abs_percent(b["coverage"]) + "), mean width " +
+         abs_percent(b["mean_relative_width"]) + " of the prediction" +
+         (b["unbounded"].get<int>() > 0
+              ? " (" + std::to_string(b["unbounded"].get<int>()) + " unbounded above)"
+              : "");
+}
+
+/// "  band 10.1 ms – 16.0 ms inside": a case's leave-one-out band, when it has one.
+std::string band_text(const Json& c) {
+  if (!c.contains("band")) return "";
+  const std::string unit = c["unit"].get<std::string>();
+  const std::string high =
+      c["band"][1].is_null() ? "unbounded" : validation_value_text(c["band"][1].get<double>(), unit);
+  return "  band " + validation_value_text(c["band"][0].get<double>(), unit) + " – " + high +
+         (c["band_inside"].get<bool>() ? " inside" : " OUTSIDE");
+}
+
 std::vector<Row> rows(const Json& report) {
   std::vector<Row> out;
   for (const auto& c : report["cases"])
@@ -59,7 +80,7 @@ std::vector<Row> rows(const Json& report) {
                       std::string(c["within"].get<bool>() ? "within" : "OUTSIDE") +
                           (c.value("in_sample", false) ? " (in-sample)" : ""),
                       c["within"].get<bool>(), interval_text(c),
-                      c.contains("inside") ? (c["inside"].get<bool>() ? "in" : "OUT") : ""});
+                      c.contains("inside") ? (c["inside"].get<bool>() ? "in" : "OUT") : "", band_text(c)});
   return out;
 }
 
@@ -162,13 +183,18 @@ void intervals_text(std::ostringstream& s, const Json& report, const std::vector
   s << "\nprediction intervals (" << report["intervals"]["method"].get<std::string>() << "):\n";
   for (const auto& r : rs)
     if (!r.interval.empty()) {
-      std::snprintf(line, sizeof line, "  %-*s %12s in %-28s %s\n", int(w), r.id.c_str(), r.measured.c_str(),
-                    r.interval.c_str(), r.inside == "in" ? "inside" : "OUTSIDE");
+      std::snprintf(line, sizeof line, "  %-*s %12s in %-28s %-8s%s\n", int(w), r.id.c_str(),
+                    r.measured.c_str(), r.interval.c_str(), r.inside == "in" ? "inside" : "OUTSIDE",
+                    r.band.c_str());
       s << line;
     }
   for (const auto& [q, v] : report["intervals"]["per_quantity"].items())
     s << q << ": " << interval_line(v) << "\n";
   s << "all: " << interval_line(report["intervals"]) << "\n";
+  if (report["intervals"].contains("bands")) {
+    const Json& b = report["intervals"]["bands"];
+    s << "with the model's error (" << b["method"].get<std::string>() << "): " << band_line(b) << "\n";
+  }
 }
 
 /// The assumed hardware figures and study values of the cases' studies.
@@ -407,8 +433,11 @@ void intervals_html(std::ostringstream& h, const Json& report) {
     << xml_escape(report["intervals"]["method"].get<std::string>()) << ".</p>\n<ul>";
   for (const auto& [q, v] : report["intervals"]["per_quantity"].items())
     h << "<li>" << xml_escape(q) << ": " << xml_escape(interval_line(v)) << "</li>";
-  h << "<li>all: " << xml_escape(interval_line(report["intervals"]))
-    << "</li></ul>\n<table><tr><th>case</th><th>"
+  h << "<li>all: " << xml_escape(interval_line(report["intervals"])) << "</li>";
+  if (report["intervals"].contains("bands"))
+    h << "<li>with the model's error, leave-one-out: " << xml_escape(band_line(report["intervals"]["bands"]))
+      << " (" << xml_escape(report["intervals"]["bands"]["method"].get<std::string>()) << ")</li>";
+  h << "</ul>\n<table><tr><th>case</th><th>"
     << "measured</th><th>interval</th><th></th></tr>\n";
   for (const auto& r : rows(report))
     if (!r.interval.empty())

@@ -102,7 +102,7 @@ TEST_CASE("setting an assumed value makes it a choice: the assumption goes", "[i
   CHECK(load_study(file, {"batch=64"}).assumptions.size() == 1);
 }
 
-TEST_CASE("the interval multiplies each assumption's ratio to the point, and contains the point",
+TEST_CASE("the interval combines each assumption's log-ratio to the point in quadrature, and contains it",
           "[intervals]") {
   // No assumption, or ends equal to the point: nothing moves.
   CHECK(interval_of(10, {}) == std::array<double, 2>{10, 10});
@@ -111,8 +111,13 @@ TEST_CASE("the interval multiplies each assumption's ratio to the point, and con
   // One figure moving it down at one end and up at the other; one moving it up at both ends (the
   // larger counts); a failed end moves nothing.
   const auto iv = interval_of(10, {{9.0, 12.0}, {11.0, 13.0}, {std::optional<double>(), 8.5}});
-  CHECK(iv[0] == Approx(10 * 0.9 * 0.85));
-  CHECK(iv[1] == Approx(10 * 1.2 * 1.3));
+  CHECK(iv[0] == Approx(10 * std::exp(-std::hypot(std::log(0.9), std::log(0.85)))));
+  CHECK(iv[1] == Approx(10 * std::exp(std::hypot(std::log(1.2), std::log(1.3)))));
+  // Narrower than every assumption at its worst at once, wider than the largest alone.
+  CHECK(iv[0] > 10 * 0.9 * 0.85);
+  CHECK(iv[0] < 8.5);
+  CHECK(iv[1] < 10 * 1.2 * 1.3);
+  CHECK(iv[1] > 13);
   CHECK(iv[0] <= 10);
   CHECK(iv[1] >= 10);
 }
@@ -122,7 +127,7 @@ TEST_CASE("many assumptions pulling a positive quantity down leave its low end a
   const std::vector<std::array<std::optional<double>, 2>> ends(6, {3.0, 20.0});
   const auto iv = interval_of(13.5, ends);
   CHECK(iv[0] > 0);
-  CHECK(iv[0] == Approx(13.5 * std::pow(3.0 / 13.5, 6)));
+  CHECK(iv[0] == Approx(13.5 * std::pow(3.0 / 13.5, std::sqrt(6.0))));
   CHECK(iv[1] >= 13.5);
   // An end at zero (nothing left) gives a low end of zero, never below.
   CHECK(interval_of(5, {{0.0, 6.0}, {1.0, 7.0}})[0] == 0);
@@ -162,53 +167,129 @@ TEST_CASE("validate's coverage counts the measured values inside their intervals
   CHECK(s["per_quantity"]["max_fitting"]["inside"] == 1);
 }
 
-TEST_CASE("the model's validated error widens the assumption interval by the largest error of n cases",
+TEST_CASE("validate's bands count the predictions proper inside them, an unbounded band apart",
+          "[intervals]") {
+  auto c = [](bool inside, Json width) {
+    return Json{{"band", {1.0, width.is_null() ? Json(nullptr) : Json(2.0)}},
+                {"band_inside", inside},
+                {"band_relative_width", width}};
+  };
+  const Json cases = Json::array({c(true, 0.3), c(false, 0.5), c(true, nullptr), Json{{"interval", {1, 2}}}});
+  const Json b = band_summary(cases);
+  CHECK(b["cases"] == 3);
+  CHECK(b["inside"] == 2);
+  CHECK(b["coverage"].get<double>() == Approx(2.0 / 3.0));
+  CHECK(b["mean_relative_width"].get<double>() == Approx(0.4));  // the bounded two
+  CHECK(b["unbounded"] == 1);
+  CHECK(b["method"].get<std::string>().find("leave-one-out") == 0);
+}
+
+TEST_CASE("the model's validated error widens the assumption interval by the conformal bound of n cases",
           "[intervals]") {
   ValidatedError e;
   e.family = "language models";
-  e.cases = {"a", "b", "c", "d"};
-  e.worst_abs_error = 0.2;
+  e.cases = {"a", "b", "c", "d", "e"};
+  e.all_cases = 9;
+  e.error_bound = 0.2;
+  e.rank = 5;
   const Json intervals = {{"step_time_s", {1.0, 2.0}}, {"examples_per_s", {50.0, 100.0}}};
   const Json j = with_model_error(e, intervals);
   CHECK(j["family"] == "language models");
-  CHECK(j["coverage"].get<double>() == Approx(4.0 / 5.0));
+  CHECK(j["coverage"].get<double>() == Approx(5.0 / 6.0));
+  CHECK_FALSE(j.contains("note"));
   // The measured step is predicted / (1 + error), error in [-E, E].
   CHECK(j["step_time_s"][0].get<double>() == Approx(1.0 / 1.2));
   CHECK(j["step_time_s"][1].get<double>() == Approx(2.0 / 0.8));
   CHECK(j["examples_per_s"][0].get<double>() == Approx(50.0 * 0.8));
   CHECK(j["examples_per_s"][1].get<double>() == Approx(100.0 * 1.2));
   // An error of 100 % or more leaves the step unbounded above.
-  e.worst_abs_error = 1.5;
+  e.error_bound = 1.5;
   CHECK(with_model_error(e, intervals)["step_time_s"][1].is_null());
-  // Too few cases: no interval, and a note saying so.
+  // A family of fewer than five takes every family's error, and says so; below three cases in
+  // all, no interval.
+  e.error_bound = 0.4;
+  e.rank = 8;
   e.cases = {"a", "b"};
+  e.widened = true;
+  const Json wide = with_model_error(e, intervals);
+  CHECK(wide["coverage"].get<double>() == Approx(8.0 / 10.0));
+  CHECK(wide["step_time_s"][0].get<double>() == Approx(1.0 / 1.4));
+  CHECK(wide["note"].get<std::string>().find("only 2 validated step-time predictions of language models") ==
+        0);
+  e.all_cases = 2;
   const Json few = with_model_error(e, intervals);
   CHECK_FALSE(few.contains("step_time_s"));
-  CHECK(few["note"].get<std::string>().find("too few validated predictions of language models") == 0);
+  CHECK(few["note"].get<std::string>().find("too few validated predictions") == 0);
+}
+
+TEST_CASE("leave-one-out sizes a case's model error from the other cases only", "[intervals]") {
+  // By hand: family f1 of six residuals, f2 of one.
+  const std::vector<Residual> r = {{"a", "f1", 0.1},   {"b", "f1", -0.3}, {"c", "f1", 0.05}, {"d", "f1", 0.2},
+                                   {"e", "f1", -0.15}, {"f", "f1", 0.12}, {"g", "f2", 0.5}};
+  // a's band: the other five of f1 (|errors| 0.05, 0.12, 0.15, 0.2, 0.3); k = min(5, ceil(0.8 x
+  // 6)) = 5: the largest, 0.3 (b's).
+  const ValidatedError a = leave_one_out(r, "a", "f1");
+  CHECK(a.cases.size() == 5);
+  CHECK_FALSE(a.widened);
+  CHECK(a.rank == 5);
+  CHECK(a.error_bound == Approx(0.3));
+  CHECK(a.coverage() == Approx(5.0 / 6.0));
+  // b's own 0.3 is not in its band: the others' largest is d's 0.2.
+  CHECK(leave_one_out(r, "b", "f1").error_bound == Approx(0.2));
+  // g's family has no other case: it takes every other's, 0.3 (k = min(6, ceil(5.6)) = 6), widened.
+  const ValidatedError g = leave_one_out(r, "g", "f2");
+  CHECK(g.widened);
+  CHECK(g.all_cases == 6);
+  CHECK(g.error_bound == Approx(0.3));
+  // Ten residuals 0.01 .. 0.10 for a new case: k = ceil(0.8 x 11) = 9, the ninth smallest, 0.09,
+  // covering a new case with probability 9/11.
+  std::vector<Residual> ten;
+  for (int i = 1; i <= 10; ++i) ten.push_back({"c" + std::to_string(i), "f", (i % 2 ? 1 : -1) * 0.01 * i});
+  const ValidatedError n10 = leave_one_out(ten, "", "f");
+  CHECK(n10.rank == 9);
+  CHECK(n10.error_bound == Approx(0.09));
+  CHECK(n10.coverage() == Approx(9.0 / 11.0));
+  // A rate's error is its step's; the band widens a step time below by 1 + e, above by 1 - e.
+  CHECK(*step_error("mxu_utilization", 0.52, 0.8) == Approx(0.52 / 0.8 - 1));
+  CHECK(*step_error("examples_per_s", 100, 125) == Approx(-0.2));
+  CHECK_FALSE(step_error("max_fitting", 3, 2));
+  const auto w = widened_interval("step_time_s", {1.0, 2.0}, 0.25);
+  CHECK(w[0].get<double>() == Approx(0.8));
+  CHECK(w[1].get<double>() == Approx(2.0 / 0.75));
+  const auto rate = widened_interval("examples_per_s", {1.0, 2.0}, 0.25);
+  CHECK(rate[0].get<double>() == Approx(0.75));
+  CHECK(rate[1].get<double>() == Approx(2.5));
 }
 
 TEST_CASE("the validated error counts a family's step-time predictions proper, never an in-sample case",
           "[intervals]") {
   // SSD's six v3 cases are in-sample (their studies' host figures were inferred from them): only
-  // the two v4 runs count, too few to size an interval.
+  // the two v4 runs count, too few for a family's own error: it takes every family's.
   const ValidatedError ssd = validated_error("object detectors");
   CHECK(ssd.cases == std::vector<std::string>{"mlperf07-ssd-v4-16", "mlperf07-ssd-v4-512"});
-  CHECK_FALSE(ssd.sized());
-  // The language models' step-time cases: MaxText's 22B, BERT on v3 and v4 (the Mesh-TF case
-  // predicts a utilization, GPipe's the largest model and its activations: not step times).
+  CHECK(ssd.widened);
+  CHECK(ssd.sized());
+  const double n = double(ssd.all_cases);
+  CHECK(ssd.rank == std::size_t(std::min(n, std::ceil(0.8 * (n + 1)))));
+  // The language models' step-time cases: MaxText's 22B, BERT on v3 and v4, and Mesh-TF's LM,
+  // whose MXU utilization is the inverse of its step (GPipe's cases predict the largest model
+  // and its activations: not step times).
   const ValidatedError lm = validated_error("language models");
-  CHECK(lm.cases == std::vector<std::string>{"maxtext-22b-v4-128", "mlperf07-bert-v3-32",
-                                             "mlperf07-bert-v4-16", "mlperf07-bert-v4-512"});
-  CHECK(lm.sized());
-  // E is the largest |recorded / measured - 1| among them.
+  CHECK(lm.cases == std::vector<std::string>{"maxtext-22b-v4-128", "meshtf-lm-4.9b-v2-512",
+                                             "mlperf07-bert-v3-32", "mlperf07-bert-v4-16",
+                                             "mlperf07-bert-v4-512"});
+  CHECK_FALSE(lm.widened);
+  // Five cases: k = min(5, ceil(0.8 x 6)) = 5, the largest |error| of the step each recorded
+  // prediction implies.
   const Json recorded =
       read_json_file(config_dir() / "validation" / "recorded" / "predictions.json")["predictions"];
   double worst = 0;
   for (const auto& id : lm.cases) {
     const Json c = read_json_file(config_dir() / "validation" / (id + ".json"));
-    worst =
-        std::max(worst, std::fabs(recorded[id].get<double>() / c["measured"]["value"].get<double>() - 1.0));
+    const double ratio = recorded[id].get<double>() / c["measured"]["value"].get<double>();
+    worst = std::max(worst, std::fabs(c["quantity"] == "step_time_s" ? ratio - 1 : 1 / ratio - 1));
   }
-  CHECK(lm.worst_abs_error == Approx(worst));
+  CHECK(lm.rank == 5);
+  CHECK(lm.error_bound == Approx(worst));
   CHECK(validated_error("multilayer perceptrons").cases.empty());
 }

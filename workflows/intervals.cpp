@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "schedules/study.hpp"
 #include "workflows/child_process.hpp"
@@ -14,9 +15,9 @@ namespace tpusim::workflows {
 
 const char* const kIntervalMethod =
     "one assumption at a time: each ranged assumption moved to each end of its range with the others at "
-    "their values; each move is a ratio to the point, low = the point times every ratio below 1, high = the "
-    "point times every ratio above 1 (effects assumed to multiply, each at its worst at once, so a positive "
-    "quantity's low end stays above zero)";
+    "their values; each move is taken as the logarithm of its ratio to the point, and the moves, as "
+    "independent errors, combine in quadrature on each side: low = the point x exp(-sqrt(sum of the squared "
+    "downward log-ratios)), high = the point x exp(sqrt(sum of the squared upward ones))";
 
 std::vector<AssumedRange> assumed_ranges(const Study& study, std::vector<std::string>* unranged) {
   std::vector<AssumedRange> out;
@@ -88,10 +89,12 @@ std::vector<std::array<EndResult, 2>> run_variants(const std::vector<std::string
 
 std::array<double, 2> interval_of(double point,
                                   const std::vector<std::array<std::optional<double>, 2>>& ends) {
-  // Each assumption's largest move down and up as a ratio to the point; the ratios multiply, so
-  // a positive quantity's low end stays positive however many assumptions pull it down (summed
-  // shifts went below zero). A point of zero (nothing to take a ratio of) takes the shifts summed.
-  double down = 1, up = 1, below = 0, above = 0;
+  // Each assumption's largest move down and up, as the logarithm of its ratio to the point; the
+  // moves are independent errors, so they combine in quadrature (root sum of squares) on each
+  // side, and a positive quantity's low end stays positive. A point of zero (nothing to take a
+  // ratio of) combines the shifts themselves so.
+  double down = 0, up = 0, below = 0, above = 0;
+  bool to_zero = false;
   for (const auto& e : ends) {
     double r_down = 1, r_up = 1, s_down = 0, s_up = 0;
     for (const auto& v : e)
@@ -102,13 +105,14 @@ std::array<double, 2> interval_of(double point,
         s_down = std::min(s_down, *v - point);
         s_up = std::max(s_up, *v - point);
       }
-    down *= r_down;
-    up *= r_up;
-    below += s_down;
-    above += s_up;
+    to_zero = to_zero || r_down <= 0;
+    if (r_down > 0) down += std::pow(std::log(r_down), 2);
+    up += std::pow(std::log(r_up), 2);
+    below += s_down * s_down;
+    above += s_up * s_up;
   }
-  if (point > 0) return {point * down, point * up};
-  return {point + below, point + above};
+  if (point > 0) return {to_zero ? 0.0 : point * std::exp(-std::sqrt(down)), point * std::exp(std::sqrt(up))};
+  return {point - std::sqrt(below), point + std::sqrt(above)};
 }
 
 Json intervals_json(const std::map<std::string, double>& point, const std::vector<AssumedRange>& ranges,

@@ -2,13 +2,14 @@
 // Every assumed hardware figure may give a "range" (with a "range_source"), and a study may list
 // its own unpublished values with ranges ("assumptions"). The interval is found one assumption at
 // a time: each is moved to each end of its range with the others at their values (a child run
-// each, 2 per assumption), and each assumption's moves are taken as ratios to the point, which
-// multiply: low = point x product of the ratios below 1, high = point x product of those above 1.
-// (Summed shifts, the earlier method, went below zero when many assumptions pulled one way; ratios
-// compose as the hardware's rates do, and keep a positive quantity positive.)
+// each, 2 per assumption), and each assumption's largest moves down and up are taken as
+// log-ratios to the point, combined as independent errors in quadrature: low = point x
+// exp(-sqrt(sum of squared downward log-ratios)), high likewise upwards. (Every assumption at its
+// worst at once, the method before, multiplied the ratios: honest by being vague, 101 % wide on
+// average over seven held-out cases; summed shifts, before that, went below zero.)
 // Corners would take 2^n runs (n is 15 or more) and sampling a distribution nobody published;
-// combining one-at-a-time extremes assumes the effects compose (no assumption cancels or amplifies
-// another) and counts every assumption at its worst at once, so it errs on the wide side.
+// quadrature assumes the assumptions' errors independent (none cancels or amplifies another) and
+// each range a comparable bound on its own.
 #pragma once
 
 #include <array>

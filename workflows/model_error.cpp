@@ -15,14 +15,10 @@ namespace tpusim::workflows {
 
 namespace {
 
-/// The case's error on step time, when it predicts one: step_time_s directly, examples/s turned
-/// into the step's (the step is batch / throughput).
-std::optional<double> step_time_error(const ValidationCase& c, const Json& predicted) {
+/// The case's error on step time, when it predicts one (a ratio to a baseline does not).
+std::optional<double> case_step_error(const ValidationCase& c, const Json& predicted) {
   if (!predicted.is_number() || c.measured <= 0 || c.baseline_sets) return std::nullopt;
-  const double e = predicted.get<double>() / c.measured - 1.0;
-  if (c.quantity == "step_time_s") return e;
-  if (c.quantity == "examples_per_s" && e > -1.0) return 1.0 / (1.0 + e) - 1.0;
-  return std::nullopt;
+  return step_error(c.quantity, c.measured, predicted.get<double>());
 }
 
 /// The family of the case's study, when it is a prediction proper (no study value inferred from
@@ -42,45 +38,49 @@ std::optional<std::string> family_of_prediction(const ValidationCase& c) {
 }  // namespace
 
 ValidatedError validated_error(const std::string& family, const fs::path& cases_dir) {
-  ValidatedError out;
-  out.family = family;
   const fs::path dir = cases_dir.empty() ? config_dir() / "validation" : cases_dir;
-  if (!fs::is_directory(dir)) return out;
-  const Json recorded = recorded_predictions(dir);
-  for (const ValidationCase& c : load_validation_cases(dir, {})) {
-    const auto e = step_time_error(c, recorded.value(c.id, Json()));
-    if (!e || family_of_prediction(c) != family) continue;
-    out.cases.push_back(c.id);
-    out.worst_abs_error = std::max(out.worst_abs_error, std::fabs(*e));
+  std::vector<Residual> residuals;
+  if (fs::is_directory(dir)) {
+    const Json recorded = recorded_predictions(dir);
+    for (const ValidationCase& c : load_validation_cases(dir, {})) {
+      const auto e = case_step_error(c, recorded.value(c.id, Json()));
+      const auto f = e ? family_of_prediction(c) : std::nullopt;
+      if (f) residuals.push_back(Residual{c.id, *f, *e});
+    }
   }
-  return out;
+  return leave_one_out(residuals, "", family);
 }
 
 Json with_model_error(const ValidatedError& e, const Json& intervals) {
-  const double n = double(e.cases.size());
   Json j{{"family", e.family}, {"cases", e.cases}};
   if (!e.sized()) {
-    j["note"] = "too few validated predictions of " + e.family + " (" + std::to_string(e.cases.size()) +
-                " step-time cases; at least " + std::to_string(ValidatedError::kMinCases) +
+    j["note"] = "too few validated predictions (" + std::to_string(e.all_cases) +
+                " step-time cases of every family; at least " + std::to_string(ValidatedError::kMinAllCases) +
                 ") to size the model's error: the interval above moves assumed figures only";
     return j;
   }
-  const double worst = e.worst_abs_error;
-  j["worst_abs_error"] = worst;
-  j["coverage"] = n / (n + 1.0);
+  const double worst = e.error_bound;
+  j["error_bound"] = worst;
+  j["rank"] = e.rank;
+  j["of_cases"] = e.n();
+  j["coverage"] = e.coverage();
+  if (e.widened)
+    j["note"] = "only " + std::to_string(e.cases.size()) + " validated step-time predictions of " + e.family +
+                " (fewer than " + std::to_string(ValidatedError::kMinCases) +
+                "): the model's error is sized on every family's " + std::to_string(e.all_cases) + " instead";
   j["method"] =
-      "split conformal on the validated step-time errors of the family's predictions proper (in-sample "
-      "cases left out): a new case's |predicted / measured - 1| is at most the largest of n with "
-      "probability n / (n + 1); the step is the assumption interval divided by (1 + E) below and "
-      "(1 - E) above";
+      "split conformal on the validated step-time errors of the family's predictions proper (in-sample cases "
+      "left out; a family of fewer than 5 takes every family's): of n errors the k-th smallest, k = "
+      "ceil(0.8 (n + 1)) but at most n, bounds a new case's |predicted / measured - 1| with probability k / "
+      "(n + 1); the step is the assumption interval divided by (1 + E) below and (1 - E) above";
   const auto& step = intervals.at("step_time_s");
-  const double low = step[0].get<double>() / (1.0 + worst);
-  const Json high = worst < 1.0 ? Json(step[1].get<double>() / (1.0 - worst)) : Json(nullptr);
-  j["step_time_s"] = Json::array({low, high});
+  const std::array<double, 2> s{step[0].get<double>(), step[1].get<double>()};
+  const auto w = widened_interval("step_time_s", s, worst);
+  j["step_time_s"] = Json::array({w[0], w[1]});
   if (intervals.contains("examples_per_s")) {
     const auto& rate = intervals.at("examples_per_s");
-    j["examples_per_s"] = Json::array({worst < 1.0 ? Json(rate[0].get<double>() * (1.0 - worst)) : Json(0.0),
-                                       Json(rate[1].get<double>() * (1.0 + worst))});
+    const auto r = widened_interval("examples_per_s", {rate[0].get<double>(), rate[1].get<double>()}, worst);
+    j["examples_per_s"] = Json::array({r[0], r[1]});
   }
   return j;
 }

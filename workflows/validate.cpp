@@ -15,6 +15,7 @@
 #include "reports/validation_report.hpp"
 #include "schedules/study.hpp"
 #include "workflows/child_process.hpp"
+#include "workflows/conformal.hpp"
 #include "workflows/fit.hpp"
 #include "workflows/interrupt.hpp"
 #include "workflows/intervals.hpp"
@@ -341,6 +342,27 @@ Json validation_summary(const Json& cases) {
   }
   all["per_hardware"] = per_hardware;
   return all;
+}
+
+/// The leave-one-out bands' coverage and mean width over the predictions proper that have one.
+Json band_summary(const Json& cases) {
+  std::size_t n = 0, inside = 0, bounded = 0;
+  double width = 0;
+  for (const auto& c : cases) {
+    if (!c.contains("band")) continue;
+    ++n;
+    inside += c["band_inside"].get<bool>() ? 1 : 0;
+    if (c["band_relative_width"].is_number()) {
+      ++bounded;
+      width += c["band_relative_width"].get<double>();
+    }
+  }
+  return Json{{"cases", n},
+              {"inside", inside},
+              {"coverage", n ? Json(double(inside) / double(n)) : Json(nullptr)},
+              {"mean_relative_width", bounded ? Json(width / double(bounded)) : Json(nullptr)},
+              {"unbounded", n - bounded},
+              {"method", kBandMethod}};
 }
 
 Json interval_summary(const Json& cases) {
@@ -757,6 +779,45 @@ std::pair<std::vector<ValidationCase>, std::vector<Study>> load_cases(const Vali
 void finish_record(const ValidationCase& c, const Study& study, Json& record) {
   mark_in_sample(c, study, record);
   record["hardware"] = study.hardware.name;  // the summary's generations
+  record["family"] = model_family(study.model.kind);
+}
+
+/// The step-time residuals of the predictions proper among `records` (a ratio to a baseline, a
+/// verdict or a size is none).
+std::vector<Residual> step_residuals(const std::vector<Json>& records) {
+  std::vector<Residual> out;
+  for (const Json& r : records) {
+    if (r.value("in_sample", false) || r.contains("baseline_command") || !r["predicted"].is_number())
+      continue;
+    const auto e = step_error(r["quantity"], r["measured"], r["predicted"]);
+    if (e) out.push_back(Residual{r["id"], r["family"], *e});
+  }
+  return out;
+}
+
+/// --intervals, the model's error added leave-one-out: each prediction proper's band is its
+/// assumption interval widened by the largest step error among its family's other cases (every
+/// family's, below five), so whether it holds the measurement is a test on a case it never saw.
+void add_bands(std::vector<Json>& records) {
+  const auto residuals = step_residuals(records);
+  for (Json& r : records) {
+    const bool proper = std::any_of(residuals.begin(), residuals.end(),
+                                    [&](const Residual& x) { return x.id == r["id"].get<std::string>(); });
+    if (!proper || !r.contains("interval")) continue;
+    const ValidatedError e = leave_one_out(residuals, r["id"], r["family"]);
+    const auto band = widened_interval(r["quantity"], {r["interval"][0], r["interval"][1]}, e.error_bound);
+    const double m = r["measured"], p = r["predicted"];
+    const bool bounded = !band[1].is_null();
+    r["band"] = Json::array({band[0], band[1]});
+    r["band_inside"] = band[0].get<double>() <= m && (!bounded || m <= band[1].get<double>());
+    r["band_relative_width"] =
+        bounded ? Json((band[1].get<double>() - band[0].get<double>()) / p) : Json(nullptr);
+    r["band_model_error"] = Json{{"error_bound", e.error_bound},
+                                 {"rank", e.rank},
+                                 {"cases", e.n()},
+                                 {"of", e.widened ? "every family" : e.family},
+                                 {"coverage", e.coverage()}};
+  }
 }
 
 }  // namespace
@@ -774,6 +835,7 @@ Json validation_report(const ValidateOptions& o, Json records) {
   if (o.intervals) {
     report["intervals"] = interval_summary(records);
     report["intervals"]["method"] = kIntervalMethod;
+    report["intervals"]["bands"] = band_summary(records);
   }
   return report;
 }
@@ -792,7 +854,10 @@ ValidationOutcome validate_cases(const ValidateOptions& o) {
   throw_if_stopped("the cases were not all simulated; no report written");
   for (std::size_t i = 0; i < cases.size(); ++i) finish_record(cases[i], studies[i], records[i]);
   if (o.sensitivity) add_sensitivity(cases, studies, assumed_figures(studies), records, jobs);
-  if (o.intervals) add_intervals(cases, studies, records, jobs);
+  if (o.intervals) {
+    add_intervals(cases, studies, records, jobs);
+    add_bands(records);
+  }
   throw_if_stopped("the cases were not all simulated; no report written");
   Json all = Json::array();
   for (auto& r : records) all.push_back(std::move(r));

@@ -95,6 +95,9 @@ Json validation_summary(const Json& cases);
 /// measured value (coverage) and their mean width relative to the prediction, overall and per
 /// quantity.
 Json interval_summary(const Json& cases);
+/// --intervals: how many predictions proper lie inside their leave-one-out band (the assumption
+/// interval with the model's error from the other cases: model_error.hpp), and its mean width.
+Json band_summary(const Json& cases);
 
 struct ValidateOptions {
   std::vector<std::string> ids;

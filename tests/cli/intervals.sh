@@ -29,27 +29,30 @@ hbm = names["core.hbm_sustained_bandwidth_fraction"]
 assert hbm["at_low"]["step_time_s"] > j["step_time_s"] > hbm["at_high"]["step_time_s"], hbm  # slower HBM, longer step
 m = names["schedule.microbatches"]
 assert m["at_low"]["activation_bytes_total"] > j["activation_bytes_total"] > m["at_high"]["activation_bytes_total"], m
-# The interval is the point times each assumption's ratios to it, multiplied.
+# The interval combines each assumption's log-ratios to the point in quadrature.
+import math
 for q in ("step_time_s", "peak_hbm_bytes"):
-    down = up = 1.0
+    down = up = 0.0
     for a in iv["assumptions"]:
         r = [a[e][q] / j[q] for e in ("at_low", "at_high") if isinstance(a[e], dict) and q in a[e]]
-        down *= min([1.0] + r)
-        up *= max([1.0] + r)
-    assert abs(iv[q][0] - j[q] * down) <= 1e-9 * abs(j[q]) and abs(iv[q][1] - j[q] * up) <= 1e-9 * abs(j[q]), q
+        down += math.log(min([1.0] + r)) ** 2
+        up += math.log(max([1.0] + r)) ** 2
+    low, high = j[q] * math.exp(-math.sqrt(down)), j[q] * math.exp(math.sqrt(up))
+    assert abs(iv[q][0] - low) <= 1e-9 * abs(j[q]) and abs(iv[q][1] - high) <= 1e-9 * abs(j[q]), q
     assert iv[q][0] > 0, q
 # The model's own validated error on its family (language models) widens the step's interval.
 m = iv["with_model_error"]
 assert m["family"] == "language models" and len(m["cases"]) >= 3, m
-e = m["worst_abs_error"]
+e = m["error_bound"]
 assert abs(m["step_time_s"][0] - iv["step_time_s"][0] / (1 + e)) <= 1e-12 * iv["step_time_s"][0], m
 assert abs(m["step_time_s"][1] - iv["step_time_s"][1] / (1 - e)) <= 1e-12 * iv["step_time_s"][1], m
-assert abs(m["coverage"] - len(m["cases"]) / (len(m["cases"]) + 1)) < 1e-12
+n, k = m["of_cases"], m["rank"]
+assert k == min(n, math.ceil(0.8 * (n + 1))) and abs(m["coverage"] - k / (n + 1)) < 1e-12, m
 PY
 # The summary shows it; a value the user sets is a choice, not an assumption.
 "$tpusim" run "$study" --set model.layers=16 --set schedule.microbatches=4 --intervals -j 2 > "$work/run.txt" 2> /dev/null
 grep -qE "step time +[0-9.]+ m?s \([0-9.]+–[0-9.]+\)" "$work/run.txt" || { echo "FAIL: no interval in the summary"; cat "$work/run.txt"; exit 1; }
-grep -q "intervals .* over the ranges of 18 assumptions" "$work/run.txt" || { echo "FAIL: the set M still counted"; cat "$work/run.txt"; exit 1; }
+grep -q "intervals .* over the ranges of 18 assumptions, one at a time, combined in quadrature" "$work/run.txt" || { echo "FAIL: the set M still counted"; cat "$work/run.txt"; exit 1; }
 grep -q "^  with model error  .* with the model's validated error on language models ([0-9]* cases" "$work/run.txt" ||
   { echo "FAIL: no interval with the model's error"; cat "$work/run.txt"; exit 1; }
 # With --out the report carries the intervals too.

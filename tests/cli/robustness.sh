@@ -72,6 +72,6 @@ import json, sys
 iv = json.load(open(sys.argv[1]))["intervals"]
 for q in ("step_time_s", "examples_per_s", "mxu_utilization", "peak_hbm_bytes"):
     assert 0 < iv[q][0] <= iv[q][1], (q, iv[q])
-assert "multiply" in iv["method"], iv["method"]
+assert "quadrature" in iv["method"], iv["method"]
 PY
 echo "robustness: ok"
