@@ -518,7 +518,8 @@ std::string compiler_remat_text(const Json& c) {
   }
   return "fits once re-materialized (remat " + c["policy"].dump() + " on " +
          formatted("%.0f %%", 100.0 * c["share_of_layers_needed"].get<double>()) + " of the layers: +" +
-         human_seconds(c["seconds_added"].get<double>()) + "; on every layer " +
+         human_seconds(c["seconds_added"].get<double>()) + ", peak " +
+         human_bytes(c["peak_hbm_bytes"].get<double>()) + "; on every layer " +
          human_bytes(c["every_layer"]["bytes_saved"].get<double>()) + " saved, step " +
          human_seconds(c["every_layer"]["step_time_s"].get<double>()) + ", the breakdown's and charts' run)";
 }

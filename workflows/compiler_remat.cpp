@@ -65,6 +65,11 @@ Json refitted(const Json& from, const Json& policy, const Json& naive, Json fitt
       {"seconds_added", step - t0},
       {"naive_step_time_s", t0},
       {"naive_peak_hbm_bytes", naive["peak_hbm_bytes"]},
+      // The mixed program's own peak: the naive peak less that share of what the policy saves on
+      // every layer (HBM's usable size, when a share of the layers is enough).
+      {"peak_hbm_bytes",
+       naive["peak_hbm_bytes"].get<double>() -
+           share * (naive["peak_hbm_bytes"].get<double>() - fitted["peak_hbm_bytes"].get<double>())},
       {"every_layer",
        {{"step_time_s", t1},
         {"bytes_saved", naive["peak_hbm_bytes"].get<double>() - fitted["peak_hbm_bytes"].get<double>()}}},
@@ -73,8 +78,10 @@ Json refitted(const Json& from, const Json& policy, const Json& naive, Json fitt
        "full) "
        "until the step fits on every layer, then the share of layers that policy must cover (the overflow "
        "over what it saves on every layer). step_time_s, examples_per_s, the utilizations and "
-       "hardware_flops_per_step are the naive step's plus that share of the recompute; the breakdown, "
-       "peak HBM, timeline and memory charts are the run with every layer re-materialized"}};
+       "hardware_flops_per_step are the naive step's plus that share of the recompute, "
+       "compiler_remat.peak_hbm_bytes "
+       "the naive peak less that share of what it saves; the breakdown, peak_hbm_bytes, timeline and memory "
+       "charts are the run with every layer re-materialized"}};
   fitted["examples_per_s"] = fitted["examples_per_s"].get<double>() * t1 / step;
   fitted["mxu_utilization"] = fitted["mxu_utilization"].get<double>() * t1 / step;
   fitted["hardware_flops_utilization"] =
