@@ -8,13 +8,13 @@
 namespace tpusim::workflows {
 
 const char* const kBandMethod =
-    "leave-one-out split conformal: each prediction proper's assumption interval widened by E, sized from "
-    "its "
-    "family's other predictions proper only (every family's when its own has fewer than 5 cases): of their n "
-    "|errors of the implied step time|, the k-th smallest, k = ceil(0.8 (n + 1)) but at most n (covers a new "
-    "case with probability k / (n + 1), at least 80 % once n >= 4); a step time divided by (1 + E) below and "
-    "(1 - E) above, a rate multiplied by (1 - E) and (1 + E). A band's E never saw its case; the hardware "
-    "figures chosen on shared cases (docs/CALIBRATION.md) are not re-chosen without it";
+    "leave-one-out split conformal: each prediction proper's assumption interval widened by E, sized "
+    "from its family's other predictions proper only (every family's when its own has fewer than 5 "
+    "cases): of their n |errors of the implied step time|, the k-th smallest, k = ceil(0.8 (n + 1)) but "
+    "at most n (covers a new case with probability k / (n + 1), at least 80 % once n >= 4); a step time "
+    "divided by (1 + E) below and (1 - E) above, a rate multiplied by (1 - E) and (1 + E). A band's E "
+    "never saw its case; the hardware figures chosen on shared cases (docs/CALIBRATION.md) are not "
+    "re-chosen without it";
 
 std::optional<double> step_error(const std::string& quantity, double measured, double predicted) {
   if (!(measured > 0) || !std::isfinite(predicted)) return std::nullopt;
