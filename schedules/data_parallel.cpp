@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "schedules/batch_problem.hpp"
 #include "schedules/mesh.hpp"
 #include "schedules/mesh_lowering.hpp"
 #include "schedules/step_builder.hpp"
@@ -34,11 +35,11 @@ DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
         f.path_of("batch_norm_group"), Json(batch_norm_group_),
         "a divisor of the " + std::to_string(replicas_) + " replicas (groups of consecutive replicas)");
   }
-  if (problems.empty() && study.batch % replicas_ != 0) {
-    problems.add("batch", Json(study.batch),
-                 "a multiple of the " + std::to_string(replicas_) + " replicas (cores) on slice " +
-                     study.slice.name + " (data parallelism splits the batch evenly)");
-  }
+  if (problems.empty())
+    check_batch_multiple(study, replicas_,
+                         "the " + std::to_string(replicas_) + " replicas (" + devices_noun(study) +
+                             ") on slice " + study.slice.name + ": data parallelism splits the batch evenly",
+                         problems);
   accumulation_steps_ =
       read_accumulation_steps(f, study.batch / replicas_, fully_sharded_, batch_norm_group_);
   read_mesh(f, study, problems);

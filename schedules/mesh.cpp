@@ -7,6 +7,7 @@
 
 #include "hardware/errors.hpp"
 #include "hardware/topology.hpp"
+#include "schedules/batch_problem.hpp"
 #include "schedules/gradient_buckets.hpp"
 #include "schedules/mesh_lowering.hpp"
 #include "schedules/program_player.hpp"
@@ -45,12 +46,11 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems, in
                      " replicas the layout splits the batch over (groups of consecutive replicas)");
     return;
   }
-  if (study.batch % split("batch") != 0) {
-    problems.add(
-        "batch", Json(study.batch),
-        "a multiple of the " + std::to_string(split("batch")) + " cores the layout splits the batch over");
+  if (check_batch_multiple(study, split("batch"),
+                           "the " + std::to_string(split("batch")) + " " + devices_noun(study) +
+                               " the layout splits the batch over",
+                           problems))
     return;
-  }
   if (!read_experts_layout(study, f.path_of("layout"), problems)) return;
   // Every op of every layer must have a legal, evenly divisible layout.
   check_layout(study, layout_, sizes, f.path_of("layout"), *f.value("layout"), problems);

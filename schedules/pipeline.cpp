@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "hardware/topology.hpp"
+#include "schedules/batch_problem.hpp"
 #include "schedules/gradient_buckets.hpp"
 #include "schedules/mesh_lowering.hpp"
 #include "schedules/partitioner.hpp"
@@ -147,12 +148,11 @@ Pipeline::Pipeline(Order order, Fields& f, const Study& study, Problems& problem
                      std::to_string(study.cores()) + " cores of slice " + study.slice.name);
   }
   read_tensor_parallel(f, study, problems);
-  if (study.batch % (std::int64_t(replicas_) * microbatches_) != 0) {
-    problems.add(
-        "batch", Json(study.batch),
-        "a multiple of replicas x microbatches = " + std::to_string(std::int64_t(replicas_) * microbatches_) +
-            " (equal micro-batches on every replica)");
-  }
+  const std::int64_t unit = std::int64_t(replicas_) * microbatches_;
+  check_batch_multiple(
+      study, unit,
+      "replicas x microbatches = " + std::to_string(unit) + ": equal micro-batches on every replica",
+      problems);
   if (const Json* p = f.optional("partition")) read_partition(*p, f.path_of("partition"), layers, problems);
   if (const Json* p = f.optional("placement")) read_placement(*p, f.path_of("placement"), study, problems);
 }

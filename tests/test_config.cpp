@@ -132,8 +132,24 @@ TEST_CASE("study problems are all reported at once", "[config]") {
 TEST_CASE("batch must divide over the cores", "[config]") {
   Json j = minimal_study();
   j["batch"] = 12;
-  CHECK_THROWS_WITH(parse_study(j, "test"),
-                    Catch::Contains("batch: found 12") && Catch::Contains("multiple of the 8 replicas"));
+  CHECK_THROWS_WITH(parse_study(j, "test"), Catch::Contains("batch: found 12") &&
+                                                Catch::Contains("multiple of the 8 replicas (TensorCores)"));
+}
+
+TEST_CASE("over several slices the batch error names the batch written and the multiple it must be",
+          "[config]") {
+  // v4-16 under megacore: 8 chips a slice; two slices of 13 examples each cannot split.
+  Json j = minimal_study();
+  j["hardware"] = "tpu-v4";
+  j["slice"] = "v4-16";
+  j["megacore"] = true;
+  j["slices"] = 2;
+  j["batch"] = 26;
+  CHECK_THROWS_WITH(parse_study(j, "test"), Catch::Contains("batch: found 26") &&
+                                                Catch::Contains("a multiple of 16 (2 slices") &&
+                                                Catch::Contains("the 8 replicas (chips)"));
+  j["batch"] = 32;
+  CHECK_NOTHROW(parse_study(j, "test"));
 }
 
 TEST_CASE("overrides set nested fields, array elements, and parse JSON values", "[config]") {

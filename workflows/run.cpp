@@ -458,10 +458,14 @@ RunOutcome run_study(const RunOptions& o, const RunProgressCallback& progress) {
 
 std::string check_study(const std::string& file, const std::vector<std::string>& sets) {
   const Study study = load_study(file, sets);
+  const std::string slices = study.slices > 1
+                                 ? std::to_string(study.slices) + " x " + study.slice.name +
+                                       " over the data-center network, " + std::to_string(study.cores()) +
+                                       " devices each"
+                                 : study.slice.name + ", " + std::to_string(study.cores()) + " devices";
   return "(" + study.model.name + ", " + std::to_string(study.model.params()) + " params, " +
-         study.hardware.name + " " + study.slice.name + ", " + std::to_string(study.cores()) +
-         (study.megacore ? " devices (megacore: a device is a chip), "
-                         : " devices (a device is a TensorCore), ") +
+         study.hardware.name + " " + slices +
+         (study.megacore ? " (megacore: a device is a chip), " : " (a device is a TensorCore), ") +
          study.schedule->resolved().value("kind", "") + ")";
 }
 
