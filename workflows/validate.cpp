@@ -796,8 +796,9 @@ std::vector<Residual> step_residuals(const std::vector<Json>& records) {
 }
 
 /// --intervals, the model's error added leave-one-out: each prediction proper's band is its
-/// assumption interval widened by the largest step error among its family's other cases (every
-/// family's, below five), so whether it holds the measurement is a test on a case it never saw.
+/// assumption interval widened by the conformal bound of its family's other cases' step errors
+/// (every family's, below five cases: conformal.hpp), so whether it holds the measurement is a
+/// test on a case the bound never saw.
 void add_bands(std::vector<Json>& records) {
   const auto residuals = step_residuals(records);
   for (Json& r : records) {
