@@ -155,6 +155,15 @@ void print_link_figures(std::ostream& out, const HardwareSpec& hw, const SourceO
 void print_software_figures(std::ostream& out, const HardwareSpec& hw, const SourceOf& src) {
   print_row(out, "matmul row padding", std::to_string(hw.core.matmul_row_padding),
             src("core.matmul_row_padding"));
+  print_row(out, "matmul tiles",
+            std::to_string(hw.core.matmul_tile_rows) + " x " + std::to_string(hw.core.matmul_tile_depth) +
+                " x " + std::to_string(hw.core.matmul_tile_cols),
+            src("core.matmul_tile_rows"));
+  const OpCost big = CostModel(hw.core).cost(dense_op("big", 8192, 8192, 8192, 2, 2));
+  print_row(out, "matmul grid step",
+            text("%g (%.1f %% at 8192^3)", hw.core.matmul_grid_step_overhead_cycles,
+                 100 * big.hardware_flops / hw.core.peak_matmul_flops_per_s() / big.mxu_s),
+            src("core.matmul_grid_step_overhead_cycles"));
   print_row(out, "per-op overhead", num(hw.core.op_overhead_s * 1e6, " us"), src("core.op_overhead_s"));
   print_row(out, "element-wise fusion", hw.core.fuse_elementwise ? "yes" : "no",
             src("core.fuse_elementwise"));
