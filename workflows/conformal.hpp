@@ -1,8 +1,9 @@
 // The statistics of the model's error, apart from where the residuals come from: a validated
 // step-time residual per prediction proper, the family's error E that sizes a band (split
-// conformal: the largest of n residuals bounds a new case's with probability n / (n + 1)), the
-// leave-one-out variant `validate --intervals` tests itself with, and an interval widened by E.
-// A family of fewer than five residuals does not size its own E: it takes every family's.
+// conformal: of n residuals the k-th smallest, k = ceil(0.8 (n + 1)) but at most n, bounds a new
+// case's with probability k / (n + 1)), the leave-one-out variant `validate --intervals` tests
+// itself with, and an interval widened by E. A family of fewer than five residuals does not size
+// its own E: it takes every family's.
 #pragma once
 
 #include <array>

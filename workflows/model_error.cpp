@@ -17,7 +17,7 @@ namespace {
 
 /// The case's error on step time, when it predicts one (a ratio to a baseline does not).
 std::optional<double> case_step_error(const ValidationCase& c, const Json& predicted) {
-  if (!predicted.is_number() || c.measured <= 0 || c.baseline_sets) return std::nullopt;
+  if (!predicted.is_number() || c.baseline_sets) return std::nullopt;
   return step_error(c.quantity, c.measured, predicted.get<double>());
 }
 
@@ -59,8 +59,8 @@ Json with_model_error(const ValidatedError& e, const Json& intervals) {
                 ") to size the model's error: the interval above moves assumed figures only";
     return j;
   }
-  const double worst = e.error_bound;
-  j["error_bound"] = worst;
+  const double bound = e.error_bound;
+  j["error_bound"] = bound;
   j["rank"] = e.rank;
   j["of_cases"] = e.n();
   j["coverage"] = e.coverage();
@@ -75,11 +75,11 @@ Json with_model_error(const ValidatedError& e, const Json& intervals) {
       "(n + 1); the step is the assumption interval divided by (1 + E) below and (1 - E) above";
   const auto& step = intervals.at("step_time_s");
   const std::array<double, 2> s{step[0].get<double>(), step[1].get<double>()};
-  const auto w = widened_interval("step_time_s", s, worst);
+  const auto w = widened_interval("step_time_s", s, bound);
   j["step_time_s"] = Json::array({w[0], w[1]});
   if (intervals.contains("examples_per_s")) {
     const auto& rate = intervals.at("examples_per_s");
-    const auto r = widened_interval("examples_per_s", {rate[0].get<double>(), rate[1].get<double>()}, worst);
+    const auto r = widened_interval("examples_per_s", {rate[0].get<double>(), rate[1].get<double>()}, bound);
     j["examples_per_s"] = Json::array({r[0], r[1]});
   }
   return j;

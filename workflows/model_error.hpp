@@ -6,13 +6,14 @@
 // a case whose study inferred a value from it never counts. A rate (examples/s, MXU utilization)
 // counts as the step time it implies.
 //
-// Method (split conformal, absolute relative residuals): with n exchangeable cases whose largest
-// |predicted / measured - 1| is E, a new case's error is at most E with probability n / (n + 1).
-// The interval with the model's error is [low / (1 + E), high / (1 - E)] around the assumption
-// interval [low, high] (the measured step is predicted / (1 + error)). A family of fewer than
-// five cases does not size its own E: it takes the largest residual of every family instead
-// (wider, never narrower), and says so. `validate --intervals` sizes each case's band from the
-// other cases only (leave-one-out), so its coverage is measured on cases the band never saw.
+// Method (split conformal, absolute relative residuals; workflows/conformal.hpp): of n
+// exchangeable cases' |predicted / measured - 1| the k-th smallest, E, bounds a new case's error
+// with probability k / (n + 1). The interval with the model's error is [low / (1 + E), high /
+// (1 - E)] around the assumption interval [low, high] (the measured step is predicted / (1 +
+// error)). A family of fewer than five cases does not size its own E: it takes every family's
+// instead (wider, never narrower), and says so. `validate --intervals` sizes each case's band
+// from the other cases only (leave-one-out), so its coverage is measured on cases the band never
+// saw.
 #pragma once
 
 #include <filesystem>
