@@ -100,6 +100,12 @@ Op memory_op(std::string name, double bytes) {
 
 double CostModel::grid_steps(const Op& op) const {
   if (op.m <= 0 || op.k <= 0 || op.n <= 0 || op.batch <= 0) return 0;  // an empty product: no grid
+  if (op.kernel_block > 0) {  // a fused kernel's grid: a step per block of its product's plane
+    const double b = double(op.kernel_block);
+    return op.kernel_steps ? double(op.batch) * std::ceil(double(op.m) / b) * std::ceil(double(op.n) / b) *
+                                 op.computed_fraction
+                           : 0.0;
+  }
   const double row_pad = core_.matmul_row_padding, depth_pad = core_.mxu_rows;
   const double m = double(pad(op.m, core_.matmul_row_padding)), k = double(pad(op.k, core_.mxu_rows)),
                n = double(pad(op.n, core_.mxu_cols));

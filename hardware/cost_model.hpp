@@ -40,6 +40,13 @@ struct Op {
   /// below the diagonal), and the share the MXU runs (flash attention skips the blocks above
   /// the diagonal; standard attention computes every product and masks after).
   double counted_fraction = 1, computed_fraction = 1;
+  /// MatMul in a fused kernel (flash attention's Pallas kernels) whose grid steps through blocks
+  /// of `kernel_block` rows x `kernel_block` columns of its m x n product (a block of queries by
+  /// a block of keys) instead of the core's matmul tiles; 0: an XLA matmul. Only the product
+  /// marked `kernel_steps` (the kernel's scores) counts the kernel's grid steps: the kernel's
+  /// other products run inside those steps.
+  std::int64_t kernel_block = 0;
+  bool kernel_steps = false;
 
   /// The math: 2 x batch x m x k x n for a MatMul (its counted share), 0 for vector work.
   double model_flops() const {

@@ -105,6 +105,9 @@ struct NamedOp {
   /// Einsum: the share of its products the model counts and the share the MXU runs, forward and
   /// backward (causal attention's scores and context: Op::counted_fraction, computed_fraction).
   double counted_fraction = 1, computed_fraction = 1;
+  /// Einsum in a fused kernel (flash attention's scores and context): the kernel's grid steps
+  /// through blocks of this many queries by as many keys (Op::kernel_block); 0: an XLA matmul.
+  std::int64_t kernel_block = 0;
   std::vector<NamedTensor> tensors() const;  ///< a, b (if any), out
 };
 

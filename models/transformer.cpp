@@ -246,8 +246,9 @@ struct BlockOps {
   }
 
   /// Flash attention over the scores, softmax and context ops from `first`: the scores and
-  /// probabilities stay on chip (nothing kept but each row's log-sum-exp, the softmax's), and the
-  /// keys and values are read once per block of queries.
+  /// probabilities stay on chip (nothing kept but each row's log-sum-exp, the softmax's), the
+  /// keys and values are read once per block of queries, and the kernels step through blocks of
+  /// flash_block_rows queries by as many keys (Op::kernel_block).
   /// Causal: each block of queries meets only the blocks of keys up to the diagonal, nb (nb + 1) / 2
   /// of the nb x nb blocks.
   void flash(std::size_t first, bool causal) {
@@ -255,6 +256,7 @@ struct BlockOps {
     const double blocks = double((d.seq + d.flash_block_rows - 1) / d.flash_block_rows);
     scores.out.on_chip = softmax.a.on_chip = softmax.out.on_chip = context.a.on_chip = true;
     context.a.keep = false;
+    scores.kernel_block = context.kernel_block = d.flash_block_rows;
     scores.b.passes = context.b.passes = causal ? (blocks + 1) / 2 : blocks;
     if (causal) scores.computed_fraction = context.computed_fraction = (blocks + 1) / (2 * blocks);
   }

@@ -26,7 +26,9 @@ struct TransformerDims {
   double dropout = 0, attention_dropout = 0;
   /// "attention": "flash": attention as one fused kernel (FlashAttention) whose scores and
   /// probabilities never reach HBM; the keys and values are read once per block of
-  /// `flash_block_rows` queries, and the backward computes the scores again.
+  /// `flash_block_rows` queries, its kernels step through blocks of that many queries by as many
+  /// keys, and the backward's two kernels compute the scores again. 128: the default block size
+  /// of JAX's Pallas TPU flash-attention kernel.
   bool flash = false;
   std::int64_t flash_block_rows = 128;
   /// Causal self-attention (decoder-only models, a decoder's self-attention): the model counts

@@ -772,10 +772,11 @@ TEST_CASE("flash attention: no scores or probabilities in HBM, the scores comput
   // (the scores beside the probabilities) is gone too.
   CHECK(a.stash_bytes - b.stash_bytes == Approx(probabilities - log_sum_exp));
   CHECK(b.workspace_bytes < a.workspace_bytes);
-  // Backward: QK^T once more (hardware FLOPs only), the model's FLOPs unchanged.
+  // Backward: two kernels (the keys' and values' gradients, the queries'), each computing QK^T
+  // again, the second also dO . V^T (hardware FLOPs only); the model's FLOPs unchanged.
   const double qk = 2.0 * 2 * 4 * 128 * 64 * 128;
   CHECK(flops(b.backward, true) == Approx(flops(a.backward, true)));
-  CHECK(flops(b.backward, false) - flops(a.backward, false) == Approx(2 * qk));  // d_kv 64 pads to 128
+  CHECK(flops(b.backward, false) - flops(a.backward, false) == Approx(3 * 2 * qk));  // d_kv 64 pads to 128
   CHECK(flops(b.forward, true) == Approx(flops(a.forward, true)));
   // A longer sequence reads the keys and values once per block of 128 queries.
   const std::string longer =
@@ -906,6 +907,45 @@ TEST_CASE(
   const Model bert = build(
       R"({"kind": "bert", "layers": 1, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 100, "seq_len": 512, "predicted_positions": 8})");
   for (const auto& op : bert.layers[1].named_ops(b)) CHECK(op.counted_fraction == 1.0);
+}
+
+TEST_CASE(
+    "flash attention's kernels step through query x key blocks: a grid step per block pair, four grids a "
+    "re-materialized layer",
+    "[models][flash][cost]") {
+  const std::int64_t b = 2, h = 4;
+  const std::string dims =
+      R"("layers": 1, "d_model": 64, "d_ff": 256, "heads": 4, "vocab": 100, "seq_len": 512, "attention": "flash")";
+  const Model causal = build(R"({"kind": "transformer", "activation": "relu", )" + dims + "}");
+  const Model full = build(R"({"kind": "transformer", "activation": "relu", "causal": false, )" + dims + "}");
+  const CoreSpec core = load_hardware("tpu-v4").core;
+  const CostModel cost(core);
+  auto steps = [&](const std::vector<Op>& ops, const std::string& name) {
+    double sum = 0;
+    for (const auto& o : ops)
+      if (o.name.rfind(name, 0) == 0) sum += cost.grid_steps(o);
+    return sum;
+  };
+  // 512 / 128 = 4 blocks of queries by 4 of keys, 10 at or below the diagonal, per product.
+  const LayerWork c = causal.layers[1].work(b), f = full.layers[1].work(b);
+  CHECK(steps(c.forward, "self_scores") == Approx(b * h * 10));
+  CHECK(steps(f.forward, "self_scores") == Approx(b * h * 16));
+  // The context's products run inside the scores' steps: no grid of their own, forward or back.
+  CHECK(steps(c.forward, "self_context") == 0);
+  CHECK(steps(c.backward, "self_context") == 0);
+  // The backward's two kernels each step through the grid (their scores computed again); the
+  // scores' gradients ride in those steps.
+  CHECK(steps(c.backward, "self_scores_recompute") == Approx(2 * b * h * 10));
+  CHECK(steps(c.backward, "self_scores") == steps(c.backward, "self_scores_recompute"));
+  // Each step pays the core's grid-step cycles, shared by its TensorCores.
+  for (const auto& o : c.forward)
+    if (o.name == "self_scores")
+      CHECK(cost.cost(o).grid_overhead_s ==
+            Approx(b * h * 10 * core.matmul_grid_step_overhead_cycles / core.clock_hz / core.tensor_cores));
+  // Larger blocks, fewer steps: one 512-row block is one step per product.
+  const Model one =
+      build(R"({"kind": "transformer", "activation": "relu", "flash_block_rows": 512, )" + dims + "}");
+  CHECK(steps(one.layers[1].work(b).forward, "self_scores") == Approx(b * h));
 }
 
 TEST_CASE("a learned position table adds seq_len x d_model parameters to the embedding", "[models]") {

@@ -28,13 +28,16 @@ Op matmul(const NamedOp& op, const std::string& name, const Sharding& s, const N
   Op m = local_matmul(name, s, x, y, z, act);
   m.counted_fraction = op.counted_fraction;
   m.computed_fraction = op.computed_fraction;
+  m.kernel_block = op.kernel_block;
   return m;
 }
 
 class Einsum : public NamedOpKind {
  public:
   Op forward(const NamedOp& op, const Sharding& s, double act) const override {
-    return matmul(op, op.name, s, op.a, op.b, op.out, act);
+    Op m = matmul(op, op.name, s, op.a, op.b, op.out, act);
+    m.kernel_steps = op.out.on_chip;  // a fused kernel's scores: its grid steps are theirs
+    return m;
   }
   Op input_gradient(const NamedOp& op, const Sharding& s, double act) const override {
     return matmul(op, op.name + "_da", s, op.out, op.b, op.a, act);
@@ -48,9 +51,19 @@ class Einsum : public NamedOpKind {
   double operand_gradients(const NamedOp& op, const Sharding& s, bool) const override {
     return s.stored_elements(op.a) + (!op.b.weight && !op.b.tied ? s.stored_elements(op.b) : 0.0);
   }
-  /// Flash attention's scores, on chip only: the backward computes them again from q and k.
+  /// Flash attention's backward is two kernels (JAX's Pallas TPU kernel: one for the keys' and
+  /// values' gradients, one for the queries'), each stepping through the grid and computing the
+  /// scores, on chip only, again from q and k; the second also the probabilities' gradient
+  /// (dO . V^T, the context's input gradient) again.
   std::vector<Op> recomputed_in_backward(const NamedOp& op, const Sharding& s, double act) const override {
-    return op.out.on_chip ? recomputed(forward(op, s, act)) : std::vector<Op>{};
+    if (op.out.on_chip) {
+      std::vector<Op> again = recomputed(forward(op, s, act));
+      again.push_back(again.front());
+      again[0].name += "_dkv";
+      again[1].name += "_dq";
+      return again;
+    }
+    return op.a.on_chip ? recomputed(input_gradient(op, s, act)) : std::vector<Op>{};
   }
 
   double lower_forward(const NamedOp& op, const Sharding& s, double act, MeshLoweringSink& m) const override {

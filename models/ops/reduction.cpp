@@ -162,8 +162,13 @@ class Reduction : public NamedOpKind {
   double kept_extra_bytes(const NamedOp& op, const Sharding& s) const override {
     return op.a.on_chip ? 4.0 * s.shard_elements(op.a) / double(s.local(op.a.dims.back())) : 0.0;
   }
+  /// Flash attention's softmax: each of the backward's two kernels computes the probabilities
+  /// again (Einsum::recomputed_in_backward).
   std::vector<Op> recomputed_in_backward(const NamedOp& op, const Sharding& s, double act) const override {
-    return op.a.on_chip ? recomputed(forward(op, s, act)) : std::vector<Op>{};
+    if (!op.a.on_chip) return {};
+    std::vector<Op> again = recomputed(forward(op, s, act));
+    again.push_back(again.front());
+    return again;
   }
   std::optional<MultiPass> multipass(const NamedOp& op, bool backward) const override {
     if (op.math == M::LayerNorm)

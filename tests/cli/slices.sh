@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Training across slices (issue 43): "slices": N joins N identical slices over the data-center
 # network, data parallelism across them. One slice is exactly the study without the key; two
-# slices keep each core's memory and compute, double the examples per second less the exposed
-# DCN phase, and report that phase apart (result, summary, report, trace); every schedule kind
+# slices keep each core's state and compute (a gradient held longer for its slower reduction
+# aside), double the examples per second less the exposed DCN phase, and report that phase
+# apart (result, summary, report, trace); every schedule kind
 # (data parallel, a mesh, a pipeline) reduces across them; a sweep over slices shows the scaling;
 # bad slice counts and DCN figures are exit 2 naming the path.
 set -euo pipefail
@@ -32,7 +33,11 @@ assert none == one, "slices 1 is the study without the key"
 two = json.load(open(f"{w}/two/result.json"))
 s = two["slices"]
 assert s["count"] == 2 and s["batch_per_slice"] == 64 and two["batch"] == 128, s
-assert two["peak_hbm_bytes"] == one["peak_hbm_bytes"], "memory per core does not depend on the slice count"
+# Memory per core: the same state, but a gradient waiting for its slower reduction across the
+# slices is held longer, so the peak may only grow, and only by gradients.
+p1, p2 = (d["cores"][d["peak_hbm_core"]]["hbm_at_peak"] for d in (one, two))
+assert two["peak_hbm_bytes"] >= one["peak_hbm_bytes"], (two["peak_hbm_bytes"], one["peak_hbm_bytes"])
+assert {k: v for k, v in p1.items() if k != "gradients"} == {k: v for k, v in p2.items() if k != "gradients"}, (p1, p2)
 assert two["breakdown"]["compute_s"] == one["breakdown"]["compute_s"]
 assert two["engine"]["collective_algorithms"].get("parallel_rings+dcn_rings", 0) > 0, two["engine"]
 assert s["dcn_s"] > 0 and 0 <= s["exposed_dcn_s"] <= s["dcn_s"] + 1e-12, s
