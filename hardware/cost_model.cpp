@@ -153,6 +153,8 @@ OpCost CostModel::cost(const Op& op) const {
   const double passes = m ? m->tensor_passes() : 1.0;
   c.hbm_s = op.bytes * passes / core_.sustained_hbm_bytes_per_s();
   const double compute = std::max(c.mxu_s, c.vpu_s);
+  c.grid_added_s =
+      std::max(0.0, std::max(compute, c.hbm_s) - std::max({c.mxu_s - c.grid_overhead_s, c.vpu_s, c.hbm_s}));
   c.seconds = std::max(compute, c.hbm_s) + core_.op_overhead_s * (m ? double(m->kernels.size()) : 1.0);
   if (c.mxu_s >= std::max(c.vpu_s, c.hbm_s) && c.mxu_s > 0) {
     c.bound = "mxu";

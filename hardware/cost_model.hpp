@@ -93,6 +93,8 @@ struct OpCost {
   double seconds = 0;  ///< max(mxu, vpu, hbm) + overhead (0 if fused away)
   double mxu_s = 0;    ///< MatMul: padded FLOPs over the peak, plus its grid steps' fixed cost
   double grid_steps = 0, grid_overhead_s = 0;  ///< MatMul: its tiles' grid steps, and their fixed cost
+  /// MatMul: what its grid steps' fixed cost adds to `seconds` (0 where HBM or the VPU binds it).
+  double grid_added_s = 0;
   double vpu_s = 0;
   double hbm_s = 0;
   double model_flops = 0;          ///< the math (unpadded)

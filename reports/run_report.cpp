@@ -1,6 +1,7 @@
 #include "reports/run_report.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -98,13 +99,26 @@ namespace {
 struct Activity {
   std::vector<std::vector<Interval>> busy, waits_transfer, waits_collective, waits_group;
   std::vector<std::map<std::string, double>> by_phase;  ///< per core: compute seconds by phase
-  std::vector<Interval> comm;                           ///< every transfer and collective
+  /// Per core: its compute split into the MXUs at peak on the padded FLOPs, what the matmuls'
+  /// grid steps add, and the rest (vector work, memory-bound time, per-op overheads).
+  std::vector<std::array<double, 3>> compute_split;
+  std::vector<Interval> comm;  ///< every transfer and collective
   std::map<std::string, std::vector<Interval>> comm_by_phase;
   std::vector<int> used;  ///< cores that computed
   int critical = 0;       ///< the busiest of them
 };
 
-Activity activity(const sim::TaskGraph& graph, const sim::SimResult& r) {
+/// A compute task's time as simulated, split as Activity::compute_split: a perturbed chip's MXU
+/// and grid steps at its compute speed, each part at most what is left of the task.
+std::array<double, 3> split_compute(const sim::Task& t, const sim::CoreStats& core, double peak_flops_per_s) {
+  const double run = t.run_seconds(core.compute_scale, core.hbm_scale);
+  const double mxu =
+      peak_flops_per_s > 0 ? std::min(run, t.hardware_flops / peak_flops_per_s / core.compute_scale) : 0.0;
+  const double grid = std::min(run - mxu, t.grid_s / core.compute_scale);
+  return {mxu, grid, run - mxu - grid};
+}
+
+Activity activity(const sim::TaskGraph& graph, const sim::SimResult& r, double peak_flops_per_s) {
   const int cores = graph.cores();
   Activity a;
   a.busy.resize(cores);
@@ -112,6 +126,7 @@ Activity activity(const sim::TaskGraph& graph, const sim::SimResult& r) {
   a.waits_collective.resize(cores);
   a.waits_group.resize(cores);
   a.by_phase.resize(cores);
+  a.compute_split.assign(std::size_t(cores), {0.0, 0.0, 0.0});
   for (int id = 0; id < graph.size(); ++id) {
     const sim::Task& t = graph.task(id);
     const Interval iv{r.tasks[id].start_s, r.tasks[id].end_s};
@@ -119,6 +134,8 @@ Activity activity(const sim::TaskGraph& graph, const sim::SimResult& r) {
       a.busy[t.core].push_back(iv);
       // As simulated: a perturbed chip's compute at its own speed.
       a.by_phase[t.core][t.phase] += t.run_seconds(r.cores[t.core].compute_scale, r.cores[t.core].hbm_scale);
+      const auto parts = split_compute(t, r.cores[t.core], peak_flops_per_s);
+      for (std::size_t k = 0; k < parts.size(); ++k) a.compute_split[std::size_t(t.core)][k] += parts[k];
       continue;
     }
     a.comm.push_back(iv);
@@ -168,6 +185,15 @@ Json step_split(const Activity& a, double device_step, double step, double loop_
   Json split_json = Json::object();
   for (const auto& [k, v] : split) split_json[k] = v / n_used;
   return split_json;
+}
+
+/// The used cores' compute, averaged as step_split's phases are (the two sum to the same).
+Json compute_split_json(const Activity& a) {
+  std::array<double, 3> sum{};
+  for (int c : a.used)
+    for (std::size_t k = 0; k < sum.size(); ++k) sum[k] += a.compute_split[std::size_t(c)][k];
+  const double n_used = std::max<double>(1.0, double(a.used.size()));
+  return Json{{"mxu", sum[0] / n_used}, {"matmul_grid_steps", sum[1] / n_used}, {"other", sum[2] / n_used}};
 }
 
 /// Every core: busy and idle time, its HBM peak (when, in which task, by category).
@@ -235,6 +261,7 @@ Json measured_details(const RunInfo& info, const sim::TaskGraph& graph, const si
 /// The critical core's compute by phase; each communication phase, how long it was under way (its
 /// intervals' union) and how much of that the busiest core spent idle.
 Json breakdown_json(const Activity& a, Json split) {
+  Json compute_split = compute_split_json(a);
   Json phases = Json::object();
   for (const auto& [phase, s] : a.by_phase[a.critical]) phases[phase] = s;
   Json comm_phases = Json::object(), comm_exposed = Json::object();
@@ -248,6 +275,7 @@ Json breakdown_json(const Activity& a, Json split) {
   return Json{{"critical_core", a.critical},
               {"compute_s", phases},
               {"step_split_s", std::move(split)},
+              {"compute_split_s", std::move(compute_split)},
               {"communication_s", length(comm_union)},
               {"communication_by_phase_s", comm_phases},
               {"exposed_communication_by_phase_s", comm_exposed},
@@ -333,7 +361,7 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
   // arrives later than the TPUs could take it), plus its share of the host's work between loops.
   const double device_step = r.step_time_s;
   const double step = std::max(device_step, info.input_bound_s) + info.loop_overhead_s;
-  const Activity a = activity(graph, r);
+  const Activity a = activity(graph, r, info.peak_flops_per_core);
   double bubble = 0;
   Json split = step_split(a, device_step, step, info.loop_overhead_s, bubble);
   Json per_core = cores_json(info, graph, r, step);
@@ -543,6 +571,15 @@ void summary_slices(std::ostringstream& out, const Json& j) {
       << human_seconds(sl["exposed_dcn_s"].get<double>()) << " exposed)\n";
 }
 
+/// A device's compute: the MXUs at peak, the grid steps, the rest.
+std::string compute_split_text(const Json& split) {
+  const double mxu = split["mxu"].get<double>(), grid = split["matmul_grid_steps"].get<double>(),
+               other = split["other"].get<double>();
+  return "  compute           " + human_seconds(mxu + grid + other) + " per device: " + human_seconds(mxu) +
+         " MXU at peak, " + human_seconds(grid) + " matmul grid steps, " + human_seconds(other) +
+         " other ops and memory-bound time\n";
+}
+
 std::string summary_text(const Json& j) {
   std::ostringstream out;
   const auto& slice = j["slice"];
@@ -573,6 +610,7 @@ std::string summary_text(const Json& j) {
                      100.0 * j["bubble_fraction"].get<double>(),
                      100.0 * j["bubble_fraction_ideal"].get<double>());
   const auto& b = j["breakdown"];
+  if (b.contains("compute_split_s")) out << compute_split_text(b["compute_split_s"]);
   out << "  communication     " << human_seconds(b["communication_s"].get<double>()) << " ("
       << human_seconds(b["exposed_communication_s"].get<double>()) << " exposed)\n";
   if (j.contains("input")) summary_input(out, j["input"]);

@@ -115,11 +115,13 @@ class LayerLowering : public MeshLoweringSink {
     into.back().actions.push_back(MeshAction{at_, what, 0, partial});
     into.back().seconds += c.seconds;
     into.back().hbm_seconds += c.hbm_bound_s();
+    into.back().grid_seconds += c.grid_added_s;
     into.back().model_flops += c.model_flops;
     into.back().hardware_flops += c.hardware_flops;
     if (!backward_ && dots_.recomputed[i_]) {
       into.back().non_dot_seconds += c.seconds;
       into.back().non_dot_hbm_seconds += c.hbm_bound_s();
+      into.back().non_dot_grid_seconds += c.grid_added_s;
       into.back().non_dot_hardware_flops += c.hardware_flops;
     }
     return c;
@@ -339,6 +341,7 @@ class LayerLowering : public MeshLoweringSink {
       if (p_.backward.empty() || p_.backward.back().kind != Event::Compute)
         p_.backward.push_back(Event{Event::Compute, layer_, 0, 0, 0, {}, 0, {}, {}, 0});
       p_.backward.back().seconds += c.seconds;
+      p_.backward.back().grid_seconds += c.grid_added_s;
       p_.backward.back().hardware_flops += c.hardware_flops;
     }
     op_kind(op).lower_backward(op, s_, act_, *this);

@@ -53,8 +53,10 @@ struct Event {
   /// so not run again.
   double non_dot_seconds = 0, non_dot_hardware_flops = 0;
   bool kept_by_save_dots = false;
-  /// Compute: the part of `seconds` (and of `non_dot_seconds`) HBM's bandwidth sets.
+  /// Compute: the part of `seconds` (and of `non_dot_seconds`) HBM's bandwidth sets, and the
+  /// part its matmuls' grid steps add (OpCost::grid_added_s).
   double hbm_seconds = 0, non_dot_hbm_seconds = 0;
+  double grid_seconds = 0, non_dot_grid_seconds = 0;
   /// A blocking collective's phase when not its kind's (a batch norm's statistics:
   /// "batch_norm_statistics", its gradient's "batch_norm_gradient_statistics", as every player
   /// names them).

@@ -19,9 +19,9 @@
 
 namespace tpusim::sim {
 
-enum class TaskKind { Compute, Transfer, Collective };
+enum class TaskKind : std::uint8_t { Compute, Transfer, Collective };
 /// AllToAll: each member's buffer holds a piece for every member (mixture-of-experts dispatch).
-enum class CollectiveOp { AllReduce, ReduceScatter, AllGather, AllToAll };
+enum class CollectiveOp : std::uint8_t { AllReduce, ReduceScatter, AllGather, AllToAll };
 
 /// HBM categories tracked per core.
 enum class MemoryCategory : std::uint8_t { Weights = 0, Optimizer, Gradients, Activations, Workspace };
@@ -89,6 +89,9 @@ struct Task {
   TaskKind kind = TaskKind::Compute;
   /// Collective: its operation over `group` (or `groups`).
   CollectiveOp op = CollectiveOp::AllReduce;
+  /// Compute: the part of `seconds` its matmuls' grid steps add, for the reports' split only (a
+  /// float beside the one-byte kinds: tasks stay packed).
+  float grid_s = 0;
   std::string name;  ///< unique-ish, for traces and messages ("fwd L3 core 5")
   PhaseName phase;   ///< what it counts as in breakdowns: forward, backward, update, allreduce, ...
   // Compute: on `core`, `seconds` long.  Transfer: src_core -> dst_core, `bytes`.

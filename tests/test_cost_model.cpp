@@ -36,6 +36,21 @@ TEST_CASE("a large matmul is MXU-bound at the derived peak", "[cost]") {
       Approx(2.0 * 8192 * 8192 * 8192 / 61.6e12 + 1024 * 500 / 940e6 + hw.core.op_overhead_s).epsilon(0.005));
 }
 
+TEST_CASE("what a matmul's grid steps add: all their cost where the MXU binds, none where HBM hides it",
+          "[cost]") {
+  const CostModel m(test::v3().core);
+  const auto big = m.cost(dense_op("big", 8192, 8192, 8192, 2, 2));
+  REQUIRE(std::string(big.bound) == "mxu");
+  CHECK(big.grid_added_s == Approx(big.grid_overhead_s));
+  // A thin matmul over a large weight is HBM-bound: its one grid step hides under the transfer.
+  const auto thin = m.cost(dense_op("thin", 8, 8192, 8192, 2, 2));
+  REQUIRE(std::string(thin.bound) == "hbm");
+  REQUIRE(thin.hbm_s > thin.mxu_s);
+  CHECK(thin.grid_added_s == 0);
+  // Vector work has no grid.
+  CHECK(m.cost(vector_op("relu", 1e6, 1, 2, false)).grid_added_s == 0);
+}
+
 TEST_CASE("a matmul steps through tiles that fill the full tile's working set", "[cost]") {
   const CostModel m(test::v3().core);
   const double budget = 512.0 * 1024 + 1024.0 * 1024 + 512.0 * 1024;
