@@ -168,6 +168,8 @@ class Reduction : public NamedOpKind {
     if (!op.a.on_chip) return {};
     std::vector<Op> again = recomputed(forward(op, s, act));
     again.push_back(again.front());
+    again[0].name += "_dkv";
+    again[1].name += "_dq";
     return again;
   }
   std::optional<MultiPass> multipass(const NamedOp& op, bool backward) const override {
