@@ -347,6 +347,7 @@ void read_dcn(const Json& dcn, HardwareSpec& hw, Problems& problems) {
   hw.dcn.present = true;
   hw.dcn.nic_bandwidth_bytes_per_s = r.number("nic_bandwidth_bytes_per_s_per_host_per_direction", 1e6, 1e13);
   hw.dcn.latency_s = r.number("latency_s", 1e-9, 1.0);
+  hw.dcn.reductions_overlap_backward = r.flag("reductions_overlap_backward");
   f.finish();
 }
 

@@ -161,6 +161,10 @@ struct DcnSpec {
   bool present = false;                  ///< the hardware file describes it (several slices need it)
   double nic_bandwidth_bytes_per_s = 0;  ///< per host, each way
   double latency_s = 0;                  ///< one message from a host to a host of another slice
+  /// Whether the software stack runs the reductions across slices behind the backward (each
+  /// layer's as its gradients are reduced inside the slice) or after it, once the slice's own
+  /// reductions are done (`dcn.reductions_overlap_backward`).
+  bool reductions_overlap_backward = false;
 };
 
 /// A TPU generation.

@@ -441,6 +441,7 @@ class MeshStepPlayer : public ProgramPlayer {
         fully_(fully),
         prefetch_(fully && schedule.prefetches_gathers()),
         overlap_(!fully && study.hardware.core.gradient_collectives_overlap_backward),
+        dcn_after_backward_(study.slices > 1 && !study.hardware.dcn.reductions_overlap_backward),
         wire_(schedule.wire()),
         exec_(std::move(exec)),
         layers_(int(programs_.size())),
@@ -454,6 +455,7 @@ class MeshStepPlayer : public ProgramPlayer {
     const int passes = schedule_.accumulation_steps();
     for (int a = 0; a < passes; ++a) micro_batch(a == 0, a == passes - 1);
     combined_gradient_reductions();
+    reduce_pieces_across_slices();
     optimizer_statistics(s);
     updates();
     if (fully_)
@@ -678,7 +680,9 @@ class MeshStepPlayer : public ProgramPlayer {
     const bool gradient = ev.kind == Event::GradientAllReduce;
     sim::Task t = family_collective(op, ev.name, ev.mesh_dims, schedule_.groups(ev), phase, l,
                                     gradient ? on_wire(ev.bytes) : ev.bytes);
-    t.across_slices = gradient && over_replicas(ev.mesh_dims);
+    const bool pieces_later = scatter_gradient && dcn_after_backward_ && over_replicas(ev.mesh_dims);
+    t.across_slices = gradient && over_replicas(ev.mesh_dims) && !pieces_later;
+    const double piece = on_wire(ev.bytes) / double(t.groups.front().size());
     if (scatter_gradient) {
       // Each core keeps only its piece of the reduced gradient, updates it, and the updated
       // pieces are all-gathered (after the layer's updates).
@@ -692,6 +696,7 @@ class MeshStepPlayer : public ProgramPlayer {
     if (exec_) t.host = exec_->collective(t.groups, l, ev.actions.front());
     const int id = after_every_core(std::move(t));
     if (gradient) gradient_reductions_[std::size_t(l)].push_back(id);
+    if (pieces_later) pieces_across_slices_.push_back({{l}, id, piece});
     // Fully sharded, in program order: each layer's reduce-scatter where the program has it, the
     // backward waiting for it.
     if (!gradient || (fully_ && !prefetch_))
@@ -747,7 +752,11 @@ class MeshStepPlayer : public ProgramPlayer {
     sim::Task t =
         family_collective(sharded_ ? C::ReduceScatter : C::AllReduce, what, dims, schedule_.groups(dims),
                           sharded_ ? "gradient_reduce_scatter" : "gradient_allreduce", layer, on_wire(bytes));
-    t.across_slices = over_replicas(dims);
+    // Behind the backward (a layer's, or with overlap), a reduce-scatter's pieces may wait for
+    // the backward's end to continue across the slices (reduce_pieces_across_slices).
+    const bool pieces_later =
+        sharded_ && dcn_after_backward_ && over_replicas(dims) && (layer >= 0 || overlap_);
+    t.across_slices = over_replicas(dims) && !pieces_later;
     const double members = double(t.groups.front().size());
     const int chunk = chunks_++;
     std::vector<FunctionalRuntime::Closure> parts;
@@ -768,8 +777,37 @@ class MeshStepPlayer : public ProgramPlayer {
         for (const auto& part : parts) part();
       };
     const int id = after_every_core(std::move(t));
-    for (const auto& [ev, l] : events) gradient_reductions_[std::size_t(l)].push_back(id);
+    std::vector<int> layers;
+    for (const auto& [ev, l] : events) {
+      gradient_reductions_[std::size_t(l)].push_back(id);
+      if (layers.empty() || layers.back() != l) layers.push_back(l);
+    }
+    if (pieces_later) pieces_across_slices_.push_back({std::move(layers), id, on_wire(bytes) / members});
     return id;
+  }
+
+  /// Several slices on a stack whose reductions across slices wait for the backward's end
+  /// (dcn.reductions_overlap_backward false): the pieces the reduce-scatters behind the backward
+  /// left, each all-reduced across the slices (each core with its counterparts, dcn_rings) once
+  /// its reduce-scatter and the backward are done, one after another (XLA's latency-hiding
+  /// scheduler keeps one all-reduce in flight: all_reduce_overlap_limit = 1). The layers'
+  /// updates wait for theirs.
+  void reduce_pieces_across_slices() {
+    int previous = -1;
+    for (const auto& p : pieces_across_slices_) {
+      const int first = p.layers.front();
+      sim::Task t = family_collective(
+          sim::CollectiveOp::AllReduce, study_.model.layers[std::size_t(first)].name, {},
+          schedule_.groups(std::vector<std::string>{}), "gradient_allreduce", first, p.bytes);
+      t.name = "all-reduce " + study_.model.layers[std::size_t(first)].name +
+               " weight-gradient pieces across slices";
+      t.across_slices = true;
+      const int id = after_every_core(std::move(t));
+      g_.depend(p.after, id);
+      if (previous >= 0) g_.depend(previous, id);
+      previous = id;
+      for (int l : p.layers) gradient_reductions_[std::size_t(l)].push_back(id);
+    }
   }
 
   /// An optimizer statistic over split weights, all-reduced before the layer's update.
@@ -912,6 +950,15 @@ class MeshStepPlayer : public ProgramPlayer {
   bool fully_;     ///< fully sharded: weights gathered before use, never after the update
   bool prefetch_;  ///< fully sharded: gathers prefetched, reduce-scatters behind (weight_gathers)
   bool overlap_;   ///< combined reductions behind the backward (core.gradient_collectives_overlap_backward)
+  bool
+      dcn_after_backward_;  ///< reductions across slices after the backward (dcn.reductions_overlap_backward)
+  /// Reduce-scatters behind the backward whose pieces continue across the slices after it.
+  struct PiecesAcrossSlices {
+    std::vector<int> layers;  ///< whose gradients they are
+    int after;                ///< the reduce-scatter
+    double bytes;             ///< a core's piece on the wire
+  };
+  std::vector<PiecesAcrossSlices> pieces_across_slices_;
   WireDtypes wire_;
   int last_gather_ = -1, last_scatter_ = -1;  ///< prefetched: each kind's collectives one after another
   std::shared_ptr<MeshExecutor> exec_;
