@@ -78,6 +78,17 @@ void summary_section(std::ostringstream& md, const Json& j, double step) {
   md << "\n";
 }
 
+/// The compute of the split above by kind (breakdown.compute_split_s), each with its share of the step.
+void compute_kinds(std::ostringstream& md, const Json& c, double step) {
+  auto part = [&](const char* key) {
+    const double t = c[key].get<double>();
+    return human_seconds(t) + " (" + pct(step > 0 ? t / step : 0) + ")";
+  };
+  md << "Its compute by kind: the MXUs at peak on the padded FLOPs " << part("mxu")
+     << ", the matmuls' grid steps " << part("matmul_grid_steps") << ", other ops and memory-bound time "
+     << part("other") << " (`breakdown.compute_split_s`).\n\n";
+}
+
 /// Where the step goes, averaged over the cores used.
 void split_section(std::ostringstream& md, const Json& j, double step) {
   const auto& split = j["breakdown"]["step_split_s"];
@@ -96,6 +107,7 @@ void split_section(std::ostringstream& md, const Json& j, double step) {
     md << "| " << part << " | " << human_seconds(t) << " | " << pct(step > 0 ? t / step : 0) << " |\n";
   }
   md << "\n";
+  if (j["breakdown"].contains("compute_split_s")) compute_kinds(md, j["breakdown"]["compute_split_s"], step);
 }
 
 /// The pipeline's bubble and its stages (pipeline schedules).
