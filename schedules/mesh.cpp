@@ -950,8 +950,7 @@ class MeshStepPlayer : public ProgramPlayer {
   bool fully_;     ///< fully sharded: weights gathered before use, never after the update
   bool prefetch_;  ///< fully sharded: gathers prefetched, reduce-scatters behind (weight_gathers)
   bool overlap_;   ///< combined reductions behind the backward (core.gradient_collectives_overlap_backward)
-  bool
-      dcn_after_backward_;  ///< reductions across slices after the backward (dcn.reductions_overlap_backward)
+  bool dcn_after_backward_;  ///< across slices after the backward (dcn.reductions_overlap_backward)
   /// Reduce-scatters behind the backward whose pieces continue across the slices after it.
   struct PiecesAcrossSlices {
     std::vector<int> layers;  ///< whose gradients they are
