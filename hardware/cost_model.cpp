@@ -152,10 +152,9 @@ OpCost CostModel::cost(const Op& op) const {
   const MultiPassKernels* m = op.multipass ? &core_.multipass(*op.multipass) : nullptr;
   const double passes = m ? m->tensor_passes() : 1.0;
   c.hbm_s = op.bytes * passes / core_.sustained_hbm_bytes_per_s();
-  const double compute = std::max(c.mxu_s, c.vpu_s);
-  c.grid_added_s =
-      std::max(0.0, std::max(compute, c.hbm_s) - std::max({c.mxu_s - c.grid_overhead_s, c.vpu_s, c.hbm_s}));
-  c.seconds = std::max(compute, c.hbm_s) + core_.op_overhead_s * (m ? double(m->kernels.size()) : 1.0);
+  const double compute = std::max(c.mxu_s, c.vpu_s), busy = std::max(compute, c.hbm_s);
+  c.grid_added_s = std::max(0.0, busy - std::max({c.mxu_s - c.grid_overhead_s, c.vpu_s, c.hbm_s}));
+  c.seconds = busy + core_.op_overhead_s * (m ? double(m->kernels.size()) : 1.0);
   if (c.mxu_s >= std::max(c.vpu_s, c.hbm_s) && c.mxu_s > 0) {
     c.bound = "mxu";
   } else if (c.vpu_s >= c.hbm_s && c.vpu_s > 0) {

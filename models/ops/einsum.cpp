@@ -56,13 +56,7 @@ class Einsum : public NamedOpKind {
   /// scores, on chip only, again from q and k; the second also the probabilities' gradient
   /// (dO . V^T, the context's input gradient) again.
   std::vector<Op> recomputed_in_backward(const NamedOp& op, const Sharding& s, double act) const override {
-    if (op.out.on_chip) {
-      std::vector<Op> again = recomputed(forward(op, s, act));
-      again.push_back(again.front());
-      again[0].name += "_dkv";
-      again[1].name += "_dq";
-      return again;
-    }
+    if (op.out.on_chip) return recomputed_by_each_backward_kernel(forward(op, s, act));
     return op.a.on_chip ? recomputed(input_gradient(op, s, act)) : std::vector<Op>{};
   }
 

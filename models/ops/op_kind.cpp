@@ -32,6 +32,14 @@ std::vector<Op> recomputed(Op forward) {
   return {std::move(forward)};
 }
 
+std::vector<Op> recomputed_by_each_backward_kernel(Op forward) {
+  std::vector<Op> again = recomputed(std::move(forward));
+  again.push_back(again.front());
+  again[0].name += "_dkv";
+  again[1].name += "_dq";
+  return again;
+}
+
 Op norm_or_softmax(const NamedOp& op, const Sharding& s, double act, bool backward) {
   const std::string name = backward ? op.name + "_grad" : op.name;
   const auto pattern = op_kind(op).multipass(op, backward);

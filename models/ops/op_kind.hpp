@@ -268,6 +268,9 @@ Op local_matmul(const std::string& name, const Sharding& s, const NamedTensor& x
 Tensor xavier(const NamedOp& op, double fan_in, std::uint64_t seed, int index);
 /// `forward` done again in a backward (recomputed_in_backward): hardware FLOPs only.
 std::vector<Op> recomputed(Op forward);
+/// `forward` done again by each of flash attention's two backward kernels (the keys' and values'
+/// gradients, "_dkv"; the queries', "_dq").
+std::vector<Op> recomputed_by_each_backward_kernel(Op forward);
 /// A normalization or softmax as its multi-pass kernels, or one element-wise pass where it has
 /// none (softmax cross-entropy's gradient).
 Op norm_or_softmax(const NamedOp& op, const Sharding& s, double act, bool backward);

@@ -165,12 +165,7 @@ class Reduction : public NamedOpKind {
   /// Flash attention's softmax: each of the backward's two kernels computes the probabilities
   /// again (Einsum::recomputed_in_backward).
   std::vector<Op> recomputed_in_backward(const NamedOp& op, const Sharding& s, double act) const override {
-    if (!op.a.on_chip) return {};
-    std::vector<Op> again = recomputed(forward(op, s, act));
-    again.push_back(again.front());
-    again[0].name += "_dkv";
-    again[1].name += "_dq";
-    return again;
+    return op.a.on_chip ? recomputed_by_each_backward_kernel(forward(op, s, act)) : std::vector<Op>{};
   }
   std::optional<MultiPass> multipass(const NamedOp& op, bool backward) const override {
     if (op.math == M::LayerNorm)
