@@ -303,6 +303,7 @@ void read_core(const Json& core, HardwareSpec& hw, Problems& problems) {
   c.pad_activations_to_lanes = r.flag("pad_activations_to_lanes");
   c.allreduce_combine_threshold_bytes = r.number("allreduce_combine_threshold_bytes", 1, 1e12);
   c.gradient_collectives_overlap_backward = r.flag("gradient_collectives_overlap_backward");
+  c.compiler_remat_recomputes_layers = r.flag("compiler_remat_recomputes_layers");
   if (r.has("flash_attention_kernel")) c.flash_attention_kernel = r.flag("flash_attention_kernel");
   auto multipass = [&](const std::string& name) {
     MultiPassKernels m;

@@ -72,6 +72,11 @@ struct CoreSpec {
   /// the backward (true), or only once the whole backward has finished (false: the compiler
   /// combines them into all-reduces scheduled at its end).
   bool gradient_collectives_overlap_backward = true;
+  /// The compiler's own re-materialization (a step over HBM rewritten until it fits) recomputes
+  /// whole layers from their inputs (true: it reaches every policy up to full), or only the
+  /// element-wise and normalization outputs from the live matmul outputs beside them (false: its
+  /// reach is "save_dots").
+  bool compiler_remat_recomputes_layers = true;
   /// Optional "flash_attention_kernel": whether the generation's software had a fused attention
   /// kernel (flash attention); false makes such a study a what-if and says so. Absent: not known.
   std::optional<bool> flash_attention_kernel;

@@ -1,6 +1,8 @@
-// The fit search on fake probes: boundaries, bounds, non-monotonic answers, invalid values.
+// The fit search on fake probes: boundaries, bounds, non-monotonic answers, invalid values; the
+// compiler re-materialization's ladder of policies.
 #include <catch2/catch.hpp>
 
+#include "workflows/compiler_remat.hpp"
 #include "workflows/fit.hpp"
 
 using namespace tpusim::workflows;
@@ -113,4 +115,17 @@ TEST_CASE("a probe that fails ends the search instead of counting as does-not-fi
   CHECK_THROWS_AS(fit_search(s, probe), ProbeFailed);
   CHECK(calls == 2);
   CHECK(kFitProbeFailed != 0);
+}
+
+TEST_CASE("the compiler's re-materialization reaches whole layers only when its stack recomputes them",
+          "[fit][compiler_remat]") {
+  using tpusim::Json;
+  const std::vector<Json> dots = {Json("save_dots")};
+  const std::vector<Json> both = {Json("save_dots"), Json(true)};
+  CHECK(stronger_remat_policies(Json(false), false) == dots);
+  CHECK(stronger_remat_policies(Json(false), true) == both);
+  CHECK(stronger_remat_policies(Json("save_dots"), false).empty());
+  CHECK(stronger_remat_policies(Json("save_dots"), true) == std::vector<Json>{Json(true)});
+  CHECK(stronger_remat_policies(Json(true), false).empty());
+  CHECK(stronger_remat_policies(Json(true), true).empty());
 }

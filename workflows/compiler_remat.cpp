@@ -10,8 +10,9 @@
 
 namespace tpusim::workflows {
 
-std::vector<Json> stronger_remat_policies(const Json& policy) {
-  const std::vector<Json> ladder = {Json(false), Json("save_dots"), Json(true)};
+std::vector<Json> stronger_remat_policies(const Json& policy, bool recomputes_layers) {
+  std::vector<Json> ladder = {Json(false), Json("save_dots")};
+  if (recomputes_layers) ladder.push_back(Json(true));
   const auto at = std::find(ladder.begin(), ladder.end(), policy);
   if (at == ladder.end()) return {};
   return std::vector<Json>(at + 1, ladder.end());
@@ -100,7 +101,8 @@ std::optional<Json> compiler_rematerialized(const Study& study, const Rerunnable
   const Json schedule = study.schedule->resolved();
   if (!schedule.is_object() || !schedule.contains("remat")) return std::nullopt;
   std::vector<Json> tried;
-  for (const Json& policy : stronger_remat_policies(schedule["remat"])) {
+  const bool layers = study.hardware.core.compiler_remat_recomputes_layers;
+  for (const Json& policy : stronger_remat_policies(schedule["remat"], layers)) {
     tried.push_back(policy);
     spdlog::info(
         "the step is over HBM: simulating it again with remat {} (the compiler's re-materialization)",
@@ -117,9 +119,12 @@ std::optional<Json> compiler_rematerialized(const Study& study, const Rerunnable
   Json answer = naive;
   answer["compiler_remat"] = Json{{"fits", false},
                                   {"tried", tried},
-                                  {"method",
-                                   "the study's policy raised one step (none, save_dots, full) at a "
-                                   "time: the step is over HBM under each"}};
+                                  {"method", layers ? "the study's policy raised one step (none, save_dots, "
+                                                      "full) at a time: the step is over HBM under each"
+                                                    : "the study's policy raised one step (none, save_dots) "
+                                                      "at a time, the compiler recomputing no whole layer "
+                                                      "(core.compiler_remat_recomputes_layers false): the "
+                                                      "step is over HBM under each"}};
   return answer;
 }
 

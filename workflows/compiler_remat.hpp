@@ -20,8 +20,9 @@ struct Study;
 namespace tpusim::workflows {
 
 /// The re-materialization policies in the order the compiler would reach them (remat_json's
-/// values: false, "save_dots", true), and those stronger than `policy`.
-std::vector<Json> stronger_remat_policies(const Json& policy);
+/// values: false, "save_dots", true), those stronger than `policy` that it reaches: "save_dots"
+/// at most unless it recomputes whole layers (core.compiler_remat_recomputes_layers).
+std::vector<Json> stronger_remat_policies(const Json& policy, bool recomputes_layers);
 
 /// How a study is run again as a child: its file and --set overrides, or (a study given as
 /// JSON) a temporary file holding it.

@@ -48,4 +48,24 @@ python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); r=j["compiler_remat
 # The resident state alone over HBM: no recompute helps, nothing tried.
 "$tpusim" run "${bert[@]}" --set 'slice="v4-8"' --set batch=8 --set model.layers=400 --json > "$work/resident.json"
 python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); assert not j["fits"] and "compiler_remat" not in j' "$work/resident.json"
+# The compiler recomputes no whole layer on v3 (core.compiler_remat_recomputes_layers false): the
+# GPipe Transformer-L posed as data parallelism, 32 sequences per core, fits 4 layers with
+# save_dots and no more; at 6 it says no, save_dots tried. A stack that recomputes whole layers
+# (the figure overridden) fits 6 with remat true on part of them.
+gpipe=("$root/configs/studies/gpipe-transformer-v3-k1.json" --set 'schedule={"kind": "data_parallel", "remat": false}'
+  --set batch=256 --set model.layers=6)
+"$tpusim" run "${gpipe[@]}" --json > "$work/v3.json"
+"$tpusim" run "${gpipe[@]}" --json \
+  --set 'hardware={"base": "tpu-v3", "override": {"core.compiler_remat_recomputes_layers": true}}' > "$work/layers.json"
+python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+v3, layers = (json.load(open(f"{w}/{x}.json")) for x in ("v3", "layers"))
+r = v3["compiler_remat"]
+assert not v3["fits"] and not r["fits"] and r["tried"] == ["save_dots"], r
+assert "recomputes_layers false" in r["method"], r["method"]
+r = layers["compiler_remat"]
+assert layers["fits"] and r["fits"] and r["policy"] is True and 0 < r["share_of_layers_needed"] <= 1, r
+PY
+"$tpusim" fit "${gpipe[@]}" --maximize model.layers --max 24 | grep -q "largest value that fits: 4"
 echo "compiler re-materialization: passed"
