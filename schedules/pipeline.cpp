@@ -324,6 +324,25 @@ Json Pipeline::resolved() const {
   return j;
 }
 
+std::vector<std::string> Pipeline::what_if_notes(const Study& study,
+                                                 const std::function<const Study*()>& on_base) const {
+  if (!partition_.empty()) return {};
+  const Study* base = on_base();
+  if (!base) return {};
+  const auto before = dynamic_cast<const Pipeline&>(*base->schedule).partition(*base).sizes;
+  const auto after = partition(study).sizes;
+  if (before == after) return {};
+  auto text = [](const std::vector<int>& cut, const char* between) {
+    std::string t;
+    for (int n : cut) t += (t.empty() ? "" : between) + std::to_string(n);
+    return t;
+  };
+  return {"the hardware what-if moved the cost-balanced cut from " + text(before, "|") + " (on " +
+          base->json["hardware"].dump() + ") to " + text(after, "|") +
+          " layers per stage; set schedule.partition to [" + text(before, ", ") +
+          "] to compare at the same cut"};
+}
+
 Pipeline::Partition Pipeline::partition(const Study& study) const {
   if (!partition_.empty()) return {partition_, "explicit"};
   StepBuilder builder(study, 1);

@@ -36,6 +36,10 @@ class Pipeline : public Schedule {
              "a stage all-reduces its gradients once its last backward is done, whatever the setting"},
             {"core.allreduce_combine_threshold_bytes", "a stage all-reduces its gradients as one buffer"}};
   }
+  /// A what-if that moved the cost-balanced cut (the cut follows the costs, so the what-if
+  /// compares two cuts unless the partition is set explicitly).
+  std::vector<std::string> what_if_notes(const Study& study,
+                                         const std::function<const Study*()>& on_base) const override;
   Json resolved() const override;
   std::int64_t layer_batch(const Study& study) const override {
     return study.batch / (replicas_ * microbatches_);

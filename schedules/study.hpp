@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,6 +78,14 @@ class Schedule {
   /// Hardware figures (dotted paths of the hardware file) this schedule never reads, with why: a
   /// what-if on one of them changes nothing here, and the run says so.
   virtual std::vector<std::pair<std::string, std::string>> ignored_hardware_figures() const { return {}; }
+  /// What a user should know about a hardware what-if on this schedule besides the figures it
+  /// never reads: `on_base` gives the study on the what-if's base hardware (parsed when asked;
+  /// null when that hardware cannot run it). The default: nothing.
+  virtual std::vector<std::string> what_if_notes(const Study& study,
+                                                 const std::function<const Study*()>& on_base) const {
+    (void)study, (void)on_base;
+    return {};
+  }
 };
 
 /// Parses a schedule's fields (the "kind" key is already read) and checks them against the

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "hardware/topology.hpp"
 #include "reports/report_html.hpp"
@@ -15,7 +16,6 @@
 #include "reports/svg.hpp"
 #include "schedules/functional_runtime.hpp"
 #include "schedules/host_input.hpp"
-#include "schedules/pipeline.hpp"
 #include "schedules/study.hpp"
 #include "sim/engine.hpp"
 #include "workflows/child_process.hpp"
@@ -43,8 +43,7 @@ std::vector<std::string> dimension_names(const SliceSpec& slice) {
 }
 
 /// What a user should know about the run: an overridden hardware figure its schedule never
-/// reads, and a what-if that moved a pipeline's cost-balanced cut (the cut follows the costs, so
-/// the what-if compares two cuts unless the partition is set explicitly).
+/// reads, and what the schedule says of the what-if (against the study on the base hardware).
 std::vector<std::string> run_notes(const Study& study) {
   std::vector<std::string> notes;
   const Json& hw = study.json.value("hardware", Json());
@@ -54,34 +53,22 @@ std::vector<std::string> run_notes(const Study& study) {
     if (overrides.contains(figure))
       notes.push_back(figure + " cannot affect this " + study.schedule->resolved().value("kind", "") +
                       " schedule: " + why);
-  const auto* pipeline = dynamic_cast<const Pipeline*>(study.schedule.get());
-  if (!pipeline ||
-      (study.json["schedule"].contains("partition") && study.json["schedule"]["partition"].is_array()))
-    return notes;
-  Json base = study.json;
-  base["hardware"] = hw["base"];
-  try {
-    const Study plain = parse_study(base, study.file, fs::path(study.file).parent_path());
-    const auto before = dynamic_cast<const Pipeline&>(*plain.schedule).partition(plain).sizes;
-    const auto after = pipeline->partition(study).sizes;
-    auto text = [](const std::vector<int>& cut) {
-      std::string t;
-      for (int n : cut) t += (t.empty() ? "" : "|") + std::to_string(n);
-      return t;
-    };
-    if (before != after)
-      notes.push_back("the hardware what-if moved the cost-balanced cut from " + text(before) + " (on " +
-                      hw["base"].dump() + ") to " + text(after) +
-                      " layers per stage; set schedule.partition to [" +
-                      [&] {
-                        std::string t;
-                        for (int n : before) t += (t.empty() ? "" : ", ") + std::to_string(n);
-                        return t;
-                      }() +
-                      "] to compare at the same cut");
-  } catch (const ConfigError&) {
-    // The base hardware cannot run this study: nothing to compare with.
-  }
+  std::optional<Study> plain;
+  bool tried = false;
+  const auto on_base = [&]() -> const Study* {
+    if (!tried) {
+      tried = true;
+      Json base = study.json;
+      base["hardware"] = hw["base"];
+      try {
+        plain = parse_study(base, study.file, fs::path(study.file).parent_path());
+      } catch (const ConfigError&) {
+        // The base hardware cannot run this study: nothing to compare with.
+      }
+    }
+    return plain ? &*plain : nullptr;
+  };
+  for (auto& note : study.schedule->what_if_notes(study, on_base)) notes.push_back(std::move(note));
   return notes;
 }
 
