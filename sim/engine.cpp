@@ -8,13 +8,12 @@
 #include <memory>
 #include <set>
 #include <simgrid/s4u.hpp>
-#include <tuple>
 
 #include "hardware/detours.hpp"
 #include "hardware/errors.hpp"
 #include "hardware/topology.hpp"
 #include "sim/cluster_reduction.hpp"
-#include "sim/components.hpp"
+#include "sim/ring_shortcuts.hpp"
 #include "sim/symmetry.hpp"
 
 namespace tpusim::sim {
@@ -174,6 +173,26 @@ long max_memory_mappings() {
 /// SimGrid's and the libraries' own memory mappings, kept free of actor stacks.
 constexpr long kReservedMappings = 2048;
 
+/// Adds each name of `added` ("a+b": a group's algorithms) to a task's "a+b" list of the
+/// algorithms its groups ran, once.
+void add_algorithm_names(std::string& names, const std::string& added) {
+  auto split = [](const std::string& list) {
+    std::vector<std::string> parts;
+    for (std::size_t at = 0; at <= list.size() && !list.empty();) {
+      const std::size_t end = std::min(list.find('+', at), list.size());
+      parts.push_back(list.substr(at, end - at));
+      at = end + 1;
+    }
+    return parts;
+  };
+  auto listed = split(names);
+  for (const auto& name : split(added))
+    if (std::find(listed.begin(), listed.end(), name) == listed.end()) {
+      names += (names.empty() ? "" : "+") + name;
+      listed.push_back(name);
+    }
+}
+
 class Runner {
  public:
   /// `transfer_links`: the links each transfer of `g` stands for (the cluster reduction's), or null.
@@ -216,184 +235,16 @@ class Runner {
     result_.symmetry = proof.exact ? "representative rings" : proof.reason;
     plan_collectives(proof);
     if (symmetric && !opt.record_flows) {
-      play_lone_flows_once();
-      mark_repeating_rings();
+      const RingGeometry geometry{platform_.topology(), platform_.cores_per_chip()};
+      mark_repeating_rings(play_lone_flows_once(g_, plans_, geometry), plans_, geometry);
     }
     platform_.seal();
     result_.routes_detoured = platform_.detoured_routes();
   }
 
-  /// A collective whose rings' flows each have their links to themselves while it runs (within
-  /// each phase, no two of its simulated flows share a link, and every other collective or
-  /// transfer that would is ordered with it) plays one flow per route shape: on uniform links a
-  /// lone flow's time depends only on how many links of each kind it crosses, so the others of
-  /// its shape arrive at the same time (tests/cli/symmetry.sh compares with the full simulation).
-  void play_lone_flows_once() {
-    const int n = g_.size();
-    std::vector<std::set<long long>> links(static_cast<std::size_t>(n));
-    std::map<long long, std::vector<int>> tasks_on;  // link -> the collectives simulated on it
-    std::vector<int> candidates;
-    for (int id = 0; id < n; ++id) {
-      if (g_.task(id).kind != TaskKind::Collective) continue;
-      if (phases_have_disjoint_flows(plans_[std::size_t(id)], links[std::size_t(id)]))
-        candidates.push_back(id);
-      for (long long l : links[std::size_t(id)]) tasks_on[l].push_back(id);
-    }
-    // Transfers meeting a collective's links are ordered with it (the symmetry proof's
-    // condition); collectives meeting it must be too: those joined by shared links form a chain.
-    Components joined(n);
-    for (const auto& [link, on] : tasks_on)
-      for (int id : on) joined.join(id, on.front());
-    std::map<int, std::vector<int>> components;
-    for (int id = 0; id < n; ++id)
-      if (!links[std::size_t(id)].empty()) components[joined.root(id)].push_back(id);
-    for (const auto& [r, members] : components)
-      if (g_.chain(members)) alone_.insert(members.begin(), members.end());
-    for (int id : candidates)
-      if (alone_.count(id))
-        for (Phase& phase : plans_[std::size_t(id)])
-          for (auto& ring : phase.rings) ring.played = one_flow_per_shape(ring);
-  }
-
-  /// A collective ordered with every other collective and transfer whose links meet its own
-  /// (alone_) has its links to itself while it runs, so a ring's steps repeat its first exactly when no other
-  /// ring of its phase shares a link with it, or when the phase's flows are carried onto themselves by the
-  /// torus translations that take its first ring to each other one (every ring then moves in lockstep:
-  /// max-min sharing is unique, so translated flows get the same rates). Such rings play one step and wait
-  /// out the rest: the same times to SimGrid's own timing precision (1e-9 s per event), where the
-  /// full run resolves each step's events anew (tests/cli/symmetry.sh and tpu_v4.sh compare).
-  void mark_repeating_rings() {
-    std::map<std::vector<int>, std::vector<bool>> known;  // a phase's rings' cores -> verdicts
-    for (int id : alone_)
-      for (Phase& phase : plans_[std::size_t(id)]) {
-        std::vector<int> key;
-        for (const auto& ring : phase.rings) {
-          key.push_back(int(ring.cores.size()));
-          key.insert(key.end(), ring.cores.begin(), ring.cores.end());
-        }
-        auto [at, fresh] = known.emplace(std::move(key), std::vector<bool>());
-        if (fresh) at->second = repeating_rings(phase);
-        for (std::size_t r = 0; r < phase.rings.size(); ++r) phase.rings[r].repeats = at->second[r];
-      }
-  }
-
-  /// Per ring of `phase`, whether its steps repeat its first (see mark_repeating_rings).
-  std::vector<bool> repeating_rings(const Phase& phase) const {
-    const std::size_t n = phase.rings.size();
-    std::vector<std::set<long long>> links(n);
-    std::map<long long, int> users;  // link -> rings crossing it
-    for (std::size_t r = 0; r < n; ++r) {
-      for (std::size_t i = 0; i < phase.rings[r].cores.size(); ++i)
-        for (long long l : flow_links_of(phase.rings[r], i)) links[r].insert(l);
-      for (long long l : links[r]) ++users[l];
-    }
-    std::vector<bool> lone(n, true);
-    for (std::size_t r = 0; r < n; ++r)
-      for (long long l : links[r]) lone[r] = lone[r] && users[l] == 1;
-    if (std::find(lone.begin(), lone.end(), false) != lone.end() && translation_invariant(phase))
-      lone.assign(n, true);
-    return lone;
-  }
-
-  /// Whether every ring of `phase` is its first ring moved along the torus (up to where it starts),
-  /// with the same chunk, steps and flows played, and each such move carries the phase's flows
-  /// onto themselves. Moves only along wrapping dimensions (elsewhere a move is no symmetry).
-  bool translation_invariant(const Phase& phase) const {
-    const Topology& topo = platform_.topology();
-    const int cpc = platform_.cores_per_chip();
-    const PlannedRing& first = phase.rings.front();
-    auto flows_of = [](const std::vector<PlannedRing>& rings) {
-      std::vector<std::pair<int, int>> f;
-      for (const auto& ring : rings)
-        for (std::size_t i = 0; i < ring.cores.size(); ++i)
-          f.emplace_back(ring.cores[i], ring.cores[(i + 1) % ring.cores.size()]);
-      std::sort(f.begin(), f.end());
-      return f;
-    };
-    const auto flows = flows_of(phase.rings);
-    if (std::any_of(flows.begin(), flows.end(),
-                    [](auto f) { return is_dcn_endpoint(f.first) || is_dcn_endpoint(f.second); }))
-      return false;  // a network card is no torus translation's
-    for (const auto& ring : phase.rings) {
-      if (ring.cores.size() != first.cores.size() || ring.steps != first.steps ||
-          ring.chunk_bytes != first.chunk_bytes || !ring.played.empty() || !first.played.empty())
-        return false;
-      bool found = false;
-      for (std::size_t j = 0; j < first.cores.size() && !found; ++j) {
-        std::vector<int> shift(std::size_t(topo.dims()));
-        bool moves = ring.cores.front() % cpc == first.cores[j] % cpc;
-        for (int d = 0; d < topo.dims() && moves; ++d) {
-          const int n = topo.size(d);
-          shift[std::size_t(d)] =
-              (topo.coord(ring.cores.front() / cpc, d) - topo.coord(first.cores[j] / cpc, d) + n) % n;
-          moves = shift[std::size_t(d)] == 0 || topo.wraps(d);
-        }
-        if (!moves) continue;
-        auto move = [&](int core) {
-          std::vector<int> c = topo.coord(core / cpc);
-          for (int d = 0; d < topo.dims(); ++d)
-            c[std::size_t(d)] = (c[std::size_t(d)] + shift[std::size_t(d)]) % topo.size(d);
-          return topo.rank(c) * cpc + core % cpc;
-        };
-        found = true;
-        for (std::size_t i = 0; i < ring.cores.size() && found; ++i)
-          found = move(first.cores[(i + j) % first.cores.size()]) == ring.cores[i];
-        if (!found) continue;
-        std::vector<std::pair<int, int>> moved;
-        for (const auto& [a, b] : flows) moved.emplace_back(move(a), move(b));
-        std::sort(moved.begin(), moved.end());
-        found = moved == flows;
-      }
-      if (!found) return false;
-    }
-    return true;
-  }
-
-  /// Whether no two flows of a phase share a link (and every flow crosses one); `links` gets the
-  /// links of every phase.
-  bool phases_have_disjoint_flows(const std::vector<Phase>& plan, std::set<long long>& links) const {
-    bool disjoint = true;
-    for (const Phase& phase : plan) {
-      std::set<long long> in_phase;
-      for (const auto& ring : phase.rings)
-        for (std::size_t i = 0; i < ring.cores.size(); ++i) {
-          const auto crossed = flow_links_of(ring, i);
-          disjoint = disjoint && !crossed.empty();
-          for (long long l : crossed) disjoint = in_phase.insert(l).second && disjoint;
-        }
-      links.insert(in_phase.begin(), in_phase.end());
-    }
-    return disjoint;
-  }
-
-  /// The links ring flow `i` (cores[i] -> cores[i + 1]) crosses.
-  std::vector<long long> flow_links_of(const PlannedRing& ring, std::size_t i) const {
-    const int a = ring.cores[i], b = ring.cores[(i + 1) % ring.cores.size()];
-    if (a == b) return {};
-    return flow_links(platform_.topology(), platform_.cores_per_chip(), a, b);
-  }
-
   static bool plays(const PlannedRing& ring, std::size_t i) {
     return ring.played.empty() ||
            std::find(ring.played.begin(), ring.played.end(), int(i)) != ring.played.end();
-  }
-
-  /// The first flow of each route shape (torus links, on-chip links) of a ring.
-  std::vector<int> one_flow_per_shape(const PlannedRing& ring) const {
-    std::set<std::tuple<int, int, int>> shapes;  // torus links, on-chip links, over the DCN (out 1, in 2)
-    std::vector<int> played;
-    for (std::size_t i = 0; i < ring.cores.size(); ++i) {
-      const auto crossed = flow_links_of(ring, i);
-      const int onchip =
-          int(std::count_if(crossed.begin(), crossed.end(), [](long long l) { return l < 0; }));
-      // A flow out through a host's card (its latency on it) or in: shapes of their own.
-      const int dcn = is_dcn_endpoint(ring.cores[(i + 1) % ring.cores.size()]) ? 1
-                      : is_dcn_endpoint(ring.cores[i])                         ? 2
-                                                                               : 0;
-      if (shapes.insert({int(crossed.size()) - onchip - (dcn > 0), onchip, dcn}).second)
-        played.push_back(int(i));
-    }
-    return played;
   }
 
   /// Each collective's phases and rings, its groups merged phase by phase (a symmetric step:
@@ -433,26 +284,6 @@ class Runner {
             platform_.add_route(ring.cores[i], ring.cores[(i + 1) % ring.cores.size()]);
       }
     }
-  }
-
-  /// Adds each name of `added` ("a+b": a group's algorithms) to a task's "a+b" list of the
-  /// algorithms its groups ran, once.
-  static void add_algorithm_names(std::string& names, const std::string& added) {
-    auto split = [](const std::string& list) {
-      std::vector<std::string> parts;
-      for (std::size_t at = 0; at <= list.size() && !list.empty();) {
-        const std::size_t end = std::min(list.find('+', at), list.size());
-        parts.push_back(list.substr(at, end - at));
-        at = end + 1;
-      }
-      return parts;
-    };
-    auto listed = split(names);
-    for (const auto& name : split(added))
-      if (std::find(listed.begin(), listed.end(), name) == listed.end()) {
-        names += (names.empty() ? "" : "+") + name;
-        listed.push_back(name);
-      }
   }
 
   void start_actors() {
@@ -697,8 +528,6 @@ class Runner {
   std::vector<int> waiting_;
   std::vector<sg::SemaphorePtr> semaphores_;
   std::vector<std::vector<Phase>> plans_;
-  /// Collectives ordered with every other collective whose links meet theirs (play_lone_flows_once).
-  std::set<int> alone_;
   SimResult result_;
   int done_ = 0;
   std::string error_;
