@@ -62,7 +62,8 @@ double kept_bytes(const NamedOp& op, const Sharding& s, double act) {
   return kept;
 }
 
-LayerMemory layer_memory(const std::vector<NamedOp>& ops, const Sharding& s, double act, bool model_input) {
+LayerMemory layer_memory(const std::vector<NamedOp>& ops, const Sharding& s, double act, bool model_input,
+                         const SavePolicy& policy) {
   LayerMemory m;
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const NamedOp& op = ops[i];
@@ -71,7 +72,7 @@ LayerMemory layer_memory(const std::vector<NamedOp>& ops, const Sharding& s, dou
         std::max(m.backward_workspace_bytes, gradients_in_flight(ops, i, s, model_input && i == 0) * act);
     m.workspace_bytes = std::max(m.workspace_bytes, forward_transient(ops, i, s) * act);
   }
-  m.dot_output_bytes = save_dots(ops, s, act).kept_bytes;
+  m.dot_output_bytes = save_plan(ops, s, act, policy).kept_bytes;
   return m;
 }
 
@@ -88,15 +89,15 @@ int producer(const std::vector<NamedOp>& ops, std::size_t i, const std::string& 
 
 }  // namespace
 
-SaveDots save_dots(const std::vector<NamedOp>& ops, const Sharding& s, double act) {
-  SaveDots plan;
+SavePlan save_plan(const std::vector<NamedOp>& ops, const Sharding& s, double act, const SavePolicy& policy) {
+  SavePlan plan;
   plan.recomputed.assign(ops.size(), false);
   std::vector<bool> kept(ops.size(), false);
   // An activation produced by op `p` that the backward (or a recompute) reads.
   std::function<void(int)> need = [&](int p) {
     if (p < 0 || kept[std::size_t(p)] || plan.recomputed[std::size_t(p)]) return;
     const NamedOp& op = ops[std::size_t(p)];
-    if (op_kind(op).is_dot(op)) {
+    if (policy.saves(op)) {
       kept[std::size_t(p)] = true;
       plan.kept_bytes += s.local_elements(op.out) * act;
       return;
@@ -126,7 +127,7 @@ LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_inp
                      const LayerBoundary& boundary, int lanes) {
   const Sharding s = Sharding::whole(lanes);
   LayerWork w;
-  const SaveDots dots = save_dots(ops, s, act);
+  const SavePlan dots = save_plan(ops, s, act, save_dots_policy());
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const NamedOp& op = ops[i];
     const NamedOpKind& kind = op_kind(op);
@@ -139,7 +140,7 @@ LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_inp
       w.backward.push_back(kind.input_gradient(op, s, act));
     if (auto g = kind.operand_gradient(op, s, act)) w.backward.push_back(*g);
   }
-  const LayerMemory m = layer_memory(ops, s, act, model_input);
+  const LayerMemory m = layer_memory(ops, s, act, model_input, save_dots_policy());
   w.stash_bytes = m.kept_bytes;
   w.workspace_bytes = m.workspace_bytes;
   w.backward_workspace_bytes = m.backward_workspace_bytes;

@@ -16,6 +16,7 @@
 #include "models/model.hpp"
 #include "models/named_ops.hpp"
 #include "models/ops/op_kind.hpp"
+#include "models/save_policies/save_policy.hpp"
 #include "models/sharding.hpp"
 
 namespace tpusim {
@@ -49,19 +50,21 @@ struct LayerMemory {
   double kept_bytes = 0;                ///< activations kept for the backward (and a gather's ids)
   double workspace_bytes = 0;           ///< the largest forward transient (forward_transient)
   double backward_workspace_bytes = 0;  ///< the largest op's gradients in flight (gradients_in_flight)
-  double dot_output_bytes = 0;          ///< what "save_dots" keeps besides the input (SaveDots)
+  double dot_output_bytes = 0;          ///< what the save policy keeps besides the input (SavePlan)
 };
 
-/// Re-materialization keeping the matmuls' outputs ("save_dots"): every activation the backward
-/// reads is kept if a matmul against weights produced it (NamedOpKind::is_dot), or else
-/// recomputed from the layer's input and the outputs of such matmuls, which are then kept.
-struct SaveDots {
-  double kept_bytes = 0;         ///< the matmuls' outputs kept (the layer's input aside)
+/// Re-materialization under a save policy (models/save_policies: "save_dots" keeps the matmuls'
+/// outputs): every activation the backward reads is kept if an op the policy saves produced it,
+/// or else recomputed from the layer's input and the outputs of such ops, which are then kept.
+struct SavePlan {
+  double kept_bytes = 0;         ///< the saved ops' outputs kept (the layer's input aside)
   std::vector<bool> recomputed;  ///< per op: recomputed before the backward
 };
-SaveDots save_dots(const std::vector<NamedOp>& ops, const Sharding& s, double act);
-/// `model_input`: the first op reads the model's input, which needs no gradient.
-LayerMemory layer_memory(const std::vector<NamedOp>& ops, const Sharding& s, double act, bool model_input);
+SavePlan save_plan(const std::vector<NamedOp>& ops, const Sharding& s, double act, const SavePolicy& policy);
+/// `model_input`: the first op reads the model's input, which needs no gradient. `policy`: the
+/// save policy whose kept bytes it gives (dot_output_bytes).
+LayerMemory layer_memory(const std::vector<NamedOp>& ops, const Sharding& s, double act, bool model_input,
+                         const SavePolicy& policy);
 
 /// Bytes of `tensors` on a core as stored (padded to the sharding's lanes).
 double boundary_bytes(const std::vector<BoundaryTensor>& tensors, const Sharding& s);

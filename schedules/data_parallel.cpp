@@ -20,14 +20,14 @@ DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
   bucket_bytes_ =
       read_gradient_bucket_bytes(f, study.hardware.core.allreduce_combine_threshold_bytes, fully_sharded_);
   batch_norm_group_ = int(f.integer_or("batch_norm_group", 1, 1, study.cores()));
-  remat_ = read_remat(f, Keep::All);
+  remat_ = read_remat(f, Keep::All, saves_);
   if (problems.empty() && fully_sharded_ && batch_norm_group_ > 1)
     problems.add(
         f.path_of("weight_update"), Json("fully_sharded"),
         "\"replicated\" or \"sharded\" with batch_norm_group > 1 (cross-replica batch norm with fully "
         "sharded weights is not modelled)");
   if (problems.empty() && remat_ != Keep::All && batch_norm_group_ > 1)
-    problems.add(f.path_of("remat"), remat_json(remat_),
+    problems.add(f.path_of("remat"), remat_json(remat_, *saves_),
                  "false with batch_norm_group > 1 (re-materializing a layer would all-reduce its batch-norm "
                  "statistics again: not modelled)");
   if (problems.empty() && replicas_ % batch_norm_group_ != 0) {
@@ -52,7 +52,7 @@ void DataParallel::read_mesh(Fields& f, const Study& study, Problems& problems) 
   Json mesh{{"mesh", Json::array({Json::array({"batch", replicas_})})},
             {"layout", {{"batch", "batch"}}},
             {"weight_update", weight_update()},
-            {"remat", remat_json(remat_)}};
+            {"remat", remat_json(remat_, *saves_)}};
   add_wire_dtypes(mesh, wire_, fully_sharded_);
   if (fully_sharded_)
     mesh["weight_gathers"] = "prefetched";
@@ -79,7 +79,7 @@ Json DataParallel::resolved() const {
          {"weight_update", weight_update()},
          {"gradient_bucket_bytes", bucket_bytes_},
          {"batch_norm_group", batch_norm_group_},
-         {"remat", remat_json(remat_)}};
+         {"remat", remat_json(remat_, *saves_)}};
   add_wire_dtypes(j, wire_, fully_sharded_);
   if (accumulation_steps_ > 1) j["accumulation_steps"] = accumulation_steps_;
   return j;

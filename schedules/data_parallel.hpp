@@ -40,6 +40,7 @@ class DataParallel : public Schedule {
   DataParallel(Fields& fields, const Study& study, Problems& problems);
   BuiltStep build(const Study& study, FunctionalRuntime* functional = nullptr) const override;
   Json resolved() const override;
+  const SavePolicy& save_policy() const override { return *saves_; }
   /// A replica's micro-batch (its whole batch without accumulation): the mesh's.
   std::int64_t layer_batch(const Study& study) const override;
   /// Each replica's core reads its share of the batch: the mesh's.
@@ -56,6 +57,7 @@ class DataParallel : public Schedule {
   /// just before its backward (activation re-materialization, as the pipelines do per stage);
   /// "save_dots": it keeps its matmuls' outputs too and recomputes only its other ops
   Keep remat_ = Keep::All;
+  const SavePolicy* saves_ = &save_dots_policy();  ///< the policy of remat_ Keep::Saved
   /// weight_update "fully_sharded" (ZeRO-3, FSDP): weights too 1/N per core, gathered per layer
   bool fully_sharded_ = false;
   int accumulation_steps_ = 1;  ///< micro-batches per replica whose gradients are summed

@@ -2,14 +2,20 @@
 
 namespace tpusim {
 
-Keep read_remat(Fields& f, Keep fallback) {
+Keep read_remat(Fields& f, Keep fallback, const SavePolicy*& saves) {
   const Json* v = f.optional("remat");
   if (!v) return fallback;
   if (v->is_boolean()) return v->get<bool>() ? Keep::Input : Keep::All;
-  if (v->is_string() && v->get<std::string>() == "save_dots") return Keep::Dots;
+  if (v->is_string())
+    if (const SavePolicy* policy = find_save_policy(v->get<std::string>())) {
+      saves = policy;
+      return Keep::Saved;
+    }
+  std::string names;
+  for (const auto& [name, policy] : save_policies())
+    names += (names.empty() ? "" : ", ") + Json(name).dump() + " (" + policy->description() + ")";
   f.problems().add(f.path_of("remat"), *v,
-                   "false, true (keep each layer's input, recompute its forward) or \"save_dots\" (keep the "
-                   "matmuls' outputs too, recompute the other ops)");
+                   "false, true (keep each layer's input, recompute its forward) or " + names);
   return fallback;
 }
 
@@ -63,8 +69,8 @@ int read_accumulation_steps(Fields& f, std::int64_t examples_per_replica, bool f
   return steps;
 }
 
-Json remat_json(Keep keep) {
-  return keep == Keep::All ? Json(false) : keep == Keep::Input ? Json(true) : Json("save_dots");
+Json remat_json(Keep keep, const SavePolicy& saves) {
+  return keep == Keep::All ? Json(false) : keep == Keep::Input ? Json(true) : Json(saves.name());
 }
 
 }  // namespace tpusim

@@ -9,21 +9,24 @@
 #include <vector>
 
 #include "hardware/json_fields.hpp"
+#include "models/save_policies/save_policy.hpp"
 #include "sim/task_graph.hpp"
 
 namespace tpusim {
 
 /// What a forward keeps for its backward: every activation, or (re-materialization) only the
-/// input of the range, the rest being recomputed before the backward, or ("save_dots") the
-/// input and the outputs of its matmuls, the other ops being recomputed.
-enum class Keep { All, Input, Dots };
+/// input of the range, the rest being recomputed before the backward, or (a save policy,
+/// models/save_policies: "save_dots") the input and the outputs of the ops the policy saves, the
+/// other ops being recomputed.
+enum class Keep { All, Input, Saved };
 
 /// A schedule's "remat" key: false (keep everything), true (keep each layer's input, recompute
-/// its forward before its backward) or "save_dots" (keep the matmuls' outputs too, recompute the
-/// other ops); absent: `fallback`. A bad value is a problem at the key's path.
-Keep read_remat(Fields& f, Keep fallback);
-/// The key's value for a policy (false, true or "save_dots"), as resolved() reports it.
-Json remat_json(Keep keep);
+/// its forward before its backward) or a save policy's name ("save_dots": keep the matmuls'
+/// outputs too, recompute the other ops), which `saves` is then set to; absent: `fallback`. A bad
+/// value is a problem at the key's path.
+Keep read_remat(Fields& f, Keep fallback, const SavePolicy*& saves);
+/// The key's value for a policy (false, true or the save policy's name), as resolved() reports it.
+Json remat_json(Keep keep, const SavePolicy& saves);
 
 /// What a step's weight-gradient reductions and its gathers of fully sharded weights carry per
 /// element on the wire: schedule keys "gradient_dtype" (bf16 halves the reductions' bytes; the
@@ -91,7 +94,7 @@ struct LayerCost {
   /// group (bytes per core) and a core's share of the weights.
   double group_gradient_bytes = 0;
   double weight_fraction = 1;
-  /// "save_dots": the matmuls' outputs the forward keeps, and the recompute of the other ops.
+  /// A save policy ("save_dots"): the outputs it keeps, and the recompute of the other ops.
   double dot_output_bytes = 0;
   double non_dot_forward_s = 0, non_dot_forward_hardware_flops = 0, non_dot_forward_hbm_s = 0;
 

@@ -29,23 +29,24 @@ void add_events(const std::vector<mesh::Event>& events, double& seconds, double&
 }  // namespace
 
 mesh::LayerProgram stage_layer_program(const Layer& layer, std::int64_t batch, const StageSharding* s,
-                                       const CostModel& cost, double act) {
+                                       const CostModel& cost, double act, const SavePolicy& saves) {
   const Sharding sharding =
       s ? Sharding{s->layout, s->sizes, cost.core().activation_tile_lanes()} : Sharding::whole(layer.lanes);
-  return mesh::lower_layer(layer.named_ops(batch), sharding, cost, act, layer.name, layer.model_input, false);
+  return mesh::lower_layer(layer.named_ops(batch), sharding, cost, act, layer.name, layer.model_input, false,
+                           1, saves);
 }
 
 LayerCost layer_program_cost(const Layer& layer, std::int64_t batch, const StageSharding* s,
-                             const CostModel& cost, double act) {
+                             const CostModel& cost, double act, const SavePolicy& saves) {
   const Sharding whole = Sharding::whole(layer.lanes);
-  const mesh::LayerProgram p = stage_layer_program(layer, batch, s, cost, act);
+  const mesh::LayerProgram p = stage_layer_program(layer, batch, s, cost, act, saves);
   const LayerBoundary boundary = layer.boundary(batch);
   LayerCost c;
   add_events(p.forward, c.forward_s, c.forward_hbm_s, c.forward_flops, c.forward_hardware_flops,
              c.group_gradient_bytes);
   add_events(p.backward, c.backward_s, c.backward_hbm_s, c.backward_flops, c.backward_hardware_flops,
              c.group_gradient_bytes);
-  // "save_dots": the recompute runs the forward ops it needs.
+  // A save policy ("save_dots"): the recompute runs the forward ops it needs.
   for (const auto& ev : p.forward) {
     c.non_dot_forward_s += ev.non_dot_seconds;
     c.non_dot_forward_hbm_s += ev.non_dot_hbm_seconds;

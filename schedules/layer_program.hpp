@@ -30,13 +30,13 @@ struct StageSharding {
 const std::vector<std::string>& tensor_parallel_dims();
 
 /// The program one core of a stage runs for `layer` on `batch` examples: the whole layer (`s`
-/// null) or its shard under `s`.
+/// null) or its shard under `s`, its partial recompute that of `saves`.
 mesh::LayerProgram stage_layer_program(const Layer& layer, std::int64_t batch, const StageSharding* s,
-                                       const CostModel& cost, double act);
+                                       const CostModel& cost, double act, const SavePolicy& saves);
 
 /// One core's share of `layer` for `batch` examples, whole (`s` null) or split by `s`: its
 /// compute and memory, and the collectives over its group in the order its program meets them.
 LayerCost layer_program_cost(const Layer& layer, std::int64_t batch, const StageSharding* s,
-                             const CostModel& cost, double act);
+                             const CostModel& cost, double act, const SavePolicy& saves);
 
 }  // namespace tpusim

@@ -34,7 +34,7 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems, in
   read_weight_gathers(f, study, problems);
   bucket_bytes_ =
       read_gradient_bucket_bytes(f, study.hardware.core.allreduce_combine_threshold_bytes, fully_sharded());
-  remat_ = read_remat(f, Keep::All);
+  remat_ = read_remat(f, Keep::All, saves_);
   std::map<std::string, int> sizes;
   for (const auto& [name, size] : mesh_) sizes[name] = size;
   if (const Json* layout = f.value("layout")) read_layout(*layout, f.path_of("layout"), sizes, problems);
@@ -413,7 +413,7 @@ Json MeshSchedule::resolved() const {
            {"placement", order},
            {"weight_update", weight_update_},
            {"batch_norm_group", batch_norm_group_},
-           {"remat", remat_json(remat_)}};
+           {"remat", remat_json(remat_, *saves_)}};
   add_wire_dtypes(out, wire_, fully_sharded());
   if (fully_sharded()) out["weight_gathers"] = prefetch_gathers_ ? "prefetched" : "in_program_order";
   if (!fully_sharded()) out["gradient_bucket_bytes"] = bucket_bytes_;
@@ -1024,7 +1024,7 @@ std::vector<LayerProgram> MeshSchedule::programs(const Study& study) const {
     const Layer& layer = study.model.layers[l];
     out.push_back(lower_layer(layer.named_ops(study.batch / accumulation_steps_), s, cost,
                               study.model.activation_bytes, layer.name, l == 0,
-                              weight_update_ != "replicated", batch_norm_group_));
+                              weight_update_ != "replicated", batch_norm_group_, *saves_));
   }
   return out;
 }

@@ -33,6 +33,7 @@ class MeshSchedule : public Schedule {
   int cores() const { return cores_; }
   BuiltStep build(const Study& study, FunctionalRuntime* functional = nullptr) const override;
   Json resolved() const override;
+  const SavePolicy& save_policy() const override { return *saves_; }
   /// A replica's micro-batch (its whole batch without accumulation).
   std::int64_t layer_batch(const Study& study) const override {
     return study.batch / split("batch") / accumulation_steps_;
@@ -154,6 +155,7 @@ class MeshSchedule : public Schedule {
   void read_weight_gathers(Fields& f, const Study& study, Problems& problems);
   /// "remat": what a layer's forward keeps; the rest is recomputed just before its backward.
   Keep remat_ = Keep::All;
+  const SavePolicy* saves_ = &save_dots_policy();  ///< the policy of remat_ Keep::Saved
   int batch_norm_group_ = 1;  ///< replicas along the batch's mesh dimension sharing batch-norm statistics
   std::string layer_input_split_;
   /// "layer_input_split": a mesh dimension that does not split any layer's input, with

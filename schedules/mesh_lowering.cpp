@@ -77,8 +77,10 @@ using A = MeshAction;
 class LayerLowering : public MeshLoweringSink {
  public:
   LayerLowering(const std::vector<NamedOp>& ops, const Sharding& s, const CostModel& cost, double act,
-                const std::string& layer, bool model_input, bool sharded, int batch_norm_group)
+                const std::string& layer, bool model_input, bool sharded, int batch_norm_group,
+                const SavePolicy& saves)
       : batch_norm_group_(batch_norm_group),
+        saves_(saves),
         ops_(ops),
         s_(s),
         cost_(cost),
@@ -89,12 +91,12 @@ class LayerLowering : public MeshLoweringSink {
         seq_mesh_(s.split("seq") > 1 ? s.layout.at("seq") : "") {}
 
   LayerProgram run() {
-    const LayerMemory m = layer_memory(ops_, s_, act_, model_input_);
+    const LayerMemory m = layer_memory(ops_, s_, act_, model_input_, saves_);
     p_.kept_bytes = m.kept_bytes;
     p_.workspace_bytes = m.workspace_bytes;
     p_.backward_workspace_bytes = m.backward_workspace_bytes;
     p_.dot_output_bytes = m.dot_output_bytes;
-    dots_ = save_dots(ops_, s_, act_);
+    dots_ = save_plan(ops_, s_, act_, saves_);
     if (!ops_.empty()) {
       const NamedOp& first = ops_.front();
       p_.input_bytes = s_.local_elements(first.a) * (op_kind(first).reads_ids() ? 4.0 : act_);
@@ -383,7 +385,8 @@ class LayerLowering : public MeshLoweringSink {
                  {seq_mesh_}, s_.local_elements(op.b) * act_, row, A::ScatterOperandGradient, 1);
   }
 
-  int batch_norm_group_;  ///< replicas along the batch's mesh dimension sharing batch-norm statistics
+  int batch_norm_group_;     ///< replicas along the batch's mesh dimension sharing batch-norm statistics
+  const SavePolicy& saves_;  ///< the partial re-materialization whose recompute the events carry
   const std::vector<NamedOp>& ops_;
   const Sharding& s_;
   const CostModel& cost_;
@@ -392,7 +395,7 @@ class LayerLowering : public MeshLoweringSink {
   bool model_input_, sharded_;
   std::string seq_mesh_;  ///< the mesh dimension splitting the sequence ("" when none does)
   LayerProgram p_;
-  SaveDots dots_;               ///< what "save_dots" recomputes
+  SavePlan dots_;               ///< what the save policy recomputes
   double unshared_update_ = 0;  ///< elements of reduce-scattered weights a core does not update
   int at_ = 0;                  ///< the op being lowered (its row in p_.ops)
   std::size_t i_ = 0;           ///< the op being lowered (in ops_)
@@ -405,8 +408,8 @@ class LayerLowering : public MeshLoweringSink {
 
 LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, const CostModel& cost,
                          double act, const std::string& layer, bool model_input, bool sharded,
-                         int batch_norm_group) {
-  return LayerLowering(ops, s, cost, act, layer, model_input, sharded, batch_norm_group).run();
+                         int batch_norm_group, const SavePolicy& saves) {
+  return LayerLowering(ops, s, cost, act, layer, model_input, sharded, batch_norm_group, saves).run();
 }
 
 LayerProgram renamed(const LayerProgram& p, const std::string& from, const std::string& to) {

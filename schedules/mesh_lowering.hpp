@@ -48,8 +48,9 @@ struct Event {
   /// (cross-replica batch norm over groups of replicas).
   std::string block_dim;
   int block = 0;
-  /// Forward compute: the part of it re-materialization's "save_dots" recomputes (SaveDots).
-  /// Forward collectives: of an op "save_dots" does not recompute (a kept matmul's partial sums),
+  /// Forward compute: the part of it a partial re-materialization recomputes (SavePlan: the ops
+  /// whose outputs its save policy does not keep; "save_dots": those other than matmuls).
+  /// Forward collectives: of an op the policy does not recompute (a kept matmul's partial sums),
   /// so not run again.
   double non_dot_seconds = 0, non_dot_hardware_flops = 0;
   bool kept_by_save_dots = false;
@@ -75,8 +76,8 @@ std::optional<BlockingCollective> blocking_collective(Event::Kind kind);
 struct LayerProgram {
   std::vector<Event> forward, backward;
   double kept_bytes = 0, weight_elements = 0, total_weight_elements = 0;
-  /// Re-materialization: the layer's input (what `remat` true keeps) and its matmuls' outputs
-  /// ("save_dots" keeps both), on a core.
+  /// Re-materialization: the layer's input (what `remat` true keeps) and the outputs its save
+  /// policy keeps ("save_dots": its matmuls'; a partial policy keeps both), on a core.
   double input_bytes = 0, dot_output_bytes = 0;
   double workspace_bytes = 0;           ///< the largest forward transient (LayerWork)
   double backward_workspace_bytes = 0;  ///< the largest op's gradients in flight (LayerWork)
@@ -110,10 +111,11 @@ ResidentShards resident_shards(const LayerProgram& p, double slot_elements, doub
 /// `sharded`: weight gradients are reduce-scattered (weight-update sharding) instead of all-reduced.
 /// `batch_norm_group`: batch normalizations combine their statistics over groups of this many
 /// consecutive replicas along the batch's mesh dimension too (cross-replica batch norm; 1: each
-/// replica its own, summed over a split image only).
+/// replica its own, summed over a split image only). `saves`: the partial re-materialization
+/// (a schedule's "remat" policy name) whose recompute each forward event carries (its unsaved part).
 LayerProgram lower_layer(const std::vector<NamedOp>& ops, const Sharding& s, const CostModel& cost,
                          double act, const std::string& layer, bool model_input, bool sharded,
-                         int batch_norm_group = 1);
+                         int batch_norm_group, const SavePolicy& saves);
 
 /// `p`, lowered for layer `from`, as the program of layer `to` (the same computation): its
 /// events named after `to`; no per-op table.

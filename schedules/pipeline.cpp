@@ -126,7 +126,7 @@ Pipeline::Pipeline(Order order, Fields& f, const Study& study, Problems& problem
   const int layers = int(study.model.layers.size());
   stages_ = int(f.integer("stages", 1, 4096));
   microbatches_ = int(f.integer("microbatches", 1, 1 << 20));
-  remat_ = read_remat(f, Keep::Input);
+  remat_ = read_remat(f, Keep::Input, saves_);
   replicas_ = int(f.integer_or("replicas", 1, 1, 1 << 20));
   tensor_ = int(f.integer_or("tensor_parallel", 1, 1, 4096));
   sharded_ = f.string_or("weight_update", "replicated", {"replicated", "sharded"}) == "sharded";
@@ -309,7 +309,7 @@ Json Pipeline::resolved() const {
   Json j{{"kind", kind_name(order_)},
          {"stages", stages_},
          {"microbatches", microbatches_},
-         {"remat", remat_json(remat_)},
+         {"remat", remat_json(remat_, *saves_)},
          {"replicas", replicas_}};
   if (sharded_) j["weight_update"] = "sharded";
   if (virtual_ > 1) j["virtual_stages"] = virtual_;

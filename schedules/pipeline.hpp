@@ -41,6 +41,7 @@ class Pipeline : public Schedule {
   std::vector<std::string> what_if_notes(const Study& study,
                                          const std::function<const Study*()>& on_base) const override;
   Json resolved() const override;
+  const SavePolicy& save_policy() const override { return *saves_; }
   std::int64_t layer_batch(const Study& study) const override {
     return study.batch / (replicas_ * microbatches_);
   }
@@ -74,6 +75,7 @@ class Pipeline : public Schedule {
   int microbatches_ = 1;
   int replicas_ = 1;
   Keep remat_ = Keep::Input;
+  const SavePolicy* saves_ = &save_dots_policy();  ///< the policy of remat_ Keep::Saved
   /// "weight_update": "sharded": each stage's optimizer slots and update split over its replicas
   /// (gradients reduce-scattered, updated pieces all-gathered), as ZeRO-1 / MLPerf's sharding.
   bool sharded_ = false;

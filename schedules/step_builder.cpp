@@ -25,6 +25,7 @@ StepBuilder::StepBuilder(const Study& study, int cores, FunctionalRuntime* funct
     : study_(study),
       functional_(functional),
       cost_model_(study.hardware.core),
+      saves_(study.schedule ? study.schedule->save_policy() : save_dots_policy()),
       graph_(cores),
       costs_(study.layer_costs ? study.layer_costs : std::make_shared<LayerCostCache>()) {
   for (const auto& layer : study.model.layers) {
@@ -81,7 +82,7 @@ const LayerCost& StepBuilder::cost(int layer, std::int64_t batch) {
   if (same_as >= 0) layer = same_as;
   const auto key = std::make_pair(layer, batch);
   if (auto it = cache_.find(key); it != cache_.end()) return *it->second;
-  const LayerCost& c = costs_->get(layer, batch, sharding_key_, [&] { return layer_cost(layer, batch); });
+  const LayerCost& c = costs_->get(layer, batch, cache_key(), [&] { return layer_cost(layer, batch); });
   cache_.emplace(key, &c);
   return c;
 }
@@ -89,9 +90,9 @@ const LayerCost& StepBuilder::cost(int layer, std::int64_t batch) {
 mesh::LayerProgram StepBuilder::program(int layer, std::int64_t batch) {
   const auto& layers = study_.model.layers;
   const int same_as = layers[std::size_t(layer)].same_as, source = same_as >= 0 ? same_as : layer;
-  const mesh::LayerProgram& p = costs_->program(source, batch, sharding_key_, [&] {
+  const mesh::LayerProgram& p = costs_->program(source, batch, cache_key(), [&] {
     mesh::LayerProgram lowered = stage_layer_program(layers[std::size_t(source)], batch, sharding_,
-                                                     cost_model_, study_.model.activation_bytes);
+                                                     cost_model_, study_.model.activation_bytes, saves_);
     lowered.ops = Json::array();  // the per-op table is the mesh's report
     return lowered;
   });
@@ -100,7 +101,7 @@ mesh::LayerProgram StepBuilder::program(int layer, std::int64_t batch) {
 
 LayerCost StepBuilder::layer_cost(int layer, std::int64_t batch) const {
   return layer_program_cost(study_.model.layers[std::size_t(layer)], batch, sharding_, cost_model_,
-                            study_.model.activation_bytes);
+                            study_.model.activation_bytes, saves_);
 }
 
 LayerCost StepBuilder::cost(LayerRange layers, std::int64_t batch) {

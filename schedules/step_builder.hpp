@@ -129,9 +129,12 @@ class StepBuilder {
   const Study& study_;
   FunctionalRuntime* functional_;
   CostModel cost_model_;
+  const SavePolicy& saves_;  ///< the schedule's save policy: layers are lowered with it
   sim::TaskGraph graph_;
   std::shared_ptr<LayerCostCache> costs_;  // the study's, or this builder's own
   std::string sharding_key_;               // the split the costs are for ("" unsplit)
+  /// The shared cache's key for this builder's costs: the split and the save policy.
+  std::string cache_key() const { return sharding_key_ + "|" + saves_.name(); }
   std::map<std::pair<int, std::int64_t>, const LayerCost*> cache_;  // this builder's lookups
   std::vector<double> update_s_;                                    // per layer, full update on one core
   std::vector<double> update_hbm_s_;                                // ... the part HBM's bandwidth sets

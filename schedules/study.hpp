@@ -12,6 +12,7 @@
 #include "hardware/hardware_spec.hpp"
 #include "hardware/network_state.hpp"
 #include "models/model.hpp"
+#include "models/save_policies/save_policy.hpp"
 #include "schedules/optimizer.hpp"
 #include "sim/memory_tracker.hpp"
 #include "sim/task_graph.hpp"
@@ -78,6 +79,9 @@ class Schedule {
   /// Hardware figures (dotted paths of the hardware file) this schedule never reads, with why: a
   /// what-if on one of them changes nothing here, and the run says so.
   virtual std::vector<std::pair<std::string, std::string>> ignored_hardware_figures() const { return {}; }
+  /// The save policy its partial re-materialization keeps by (a "remat" policy name; layers are
+  /// lowered with it): "save_dots" unless it names another.
+  virtual const SavePolicy& save_policy() const { return save_dots_policy(); }
   /// What a user should know about a hardware what-if on this schedule besides the figures it
   /// never reads: `on_base` gives the study on the what-if's base hardware (parsed when asked;
   /// null when that hardware cannot run it). The default: nothing.

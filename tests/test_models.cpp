@@ -728,7 +728,7 @@ TEST_CASE("save_dots keeps the projections' outputs and recomputes attention and
   const Model m = build(
       R"({"kind": "transformer", "activation": "relu", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 128, "biases": false})");
   const auto ops = m.layers[1].named_ops(2);
-  const SaveDots plan = save_dots(ops, Sharding::whole(0), 2);
+  const SavePlan plan = save_plan(ops, Sharding::whole(0), 2, save_dots_policy());
   const double row = 2.0 * 128 * 2;  // bytes per feature
   CHECK(plan.kept_bytes == Approx(row * (4 * 256 + 1024)));
   std::set<std::string> recomputed;

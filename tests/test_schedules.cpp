@@ -540,3 +540,46 @@ TEST_CASE("gradient reductions combine in order up to the threshold, a larger on
   CHECK((buckets[1].first == 3 && buckets[1].last == 4));
   CHECK((buckets[2].first == 2 && buckets[2].last == 3));
 }
+
+namespace {
+
+/// A save policy as a new one is written (one file of models/save_policies/ and its registry
+/// line): here only the feed-forward's first matmul's output is saved.
+class SaveFfnIn : public SavePolicy {
+ public:
+  std::string description() const override { return "keep the feed-forward's first matmul's output"; }
+  bool saves(const NamedOp& op) const override { return op.name == "ffn_in"; }
+};
+
+}  // namespace
+
+TEST_CASE("a save policy is a rule over a layer's ops: registered by name, a schedule's remat runs it",
+          "[schedules][remat]") {
+  register_save_policy("test_save_ffn_in", std::make_unique<SaveFfnIn>());
+  Json j = Json::parse(R"({
+    "hardware": "tpu-v3", "slice": "v3-8", "batch": 64, "optimizer": {"kind": "adam"},
+    "model": {"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64},
+    "schedule": {"kind": "data_parallel", "remat": "test_save_ffn_in"}})");
+  const Study ffn = parse_study(j, "test");
+  CHECK(ffn.schedule->resolved()["remat"] == "test_save_ffn_in");
+  j["schedule"]["remat"] = "save_dots";
+  const Study dots = parse_study(j, "test");
+  // Its layers lowered by its rule: the block keeps the input and ffn_in's output only (8
+  // examples of 64 positions, 1024 features, bf16), and recomputes every other op of the forward.
+  const std::int64_t batch = 8;
+  StepBuilder a(ffn, ffn.cores()), b(dots, dots.cores());
+  const LayerCost& kept = a.cost(1, batch);
+  CHECK(kept.dot_output_bytes == Approx(2.0 * batch * 64 * 1024));
+  CHECK(kept.dot_output_bytes < b.cost(1, batch).dot_output_bytes);
+  CHECK(kept.non_dot_forward_hardware_flops > b.cost(1, batch).non_dot_forward_hardware_flops);
+  CHECK(kept.non_dot_forward_hardware_flops < kept.forward_hardware_flops);
+  // An unknown name is refused with the registered ones.
+  j["schedule"]["remat"] = "save_nothing";
+  try {
+    parse_study(j, "test");
+    FAIL("an unknown remat policy was accepted");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(e.what(),
+               Catch::Contains("schedule.remat") && Catch::Contains("\"test_save_ffn_in\" (keep the"));
+  }
+}
