@@ -18,6 +18,7 @@
 #include <optional>
 #include <tuple>
 
+#include "cli/run_progress.hpp"
 #include "reports/plan_report.hpp"
 #include "reports/run_report.hpp"
 #include "reports/validation_report.hpp"
@@ -28,7 +29,6 @@
 #include "workflows/plan.hpp"
 #include "workflows/plan_space.hpp"
 #include "workflows/run.hpp"
-#include "workflows/run_progress.hpp"
 #include "workflows/sweep.hpp"
 #include "workflows/validate.hpp"
 
@@ -55,7 +55,7 @@ int cmd_run(const workflows::RunOptions& o) {
   // uniform pod's run and the intervals' ends, die with it).
   workflows::exit_on_stop_signals(o.out.empty() ? "the step was not finished"
                                                 : "the step was not finished; nothing was written to --out");
-  workflows::RunProgress progress;  // from the start: a slow graph build shows in its elapsed time
+  cli::RunProgress progress;  // from the start: a slow graph build shows in its elapsed time
   const workflows::RunOutcome run = workflows::run_study(
       o, [&](int done, int total, double simulated_s) { progress.update(done, total, simulated_s); });
   if (!run.simulated) return resident_overflow_exit(o, run.result);
@@ -114,7 +114,13 @@ int cmd_validate(const workflows::ValidateOptions& o) {
   return v.passed ? 0 : 1;
 }
 
-int cmd_plan(const workflows::PlanOptions& o) {
+int cmd_plan(workflows::PlanOptions o) {
+  std::optional<cli::RunProgress> bounding;  // a line while the candidates are bounded
+  o.bounding_progress = [&](int done, int total) {
+    if (done < 0) return bounding.reset();
+    if (!bounding) bounding.emplace("bounding candidates", "candidates");
+    bounding->update(done, total);
+  };
   const workflows::PlanOutcome p = workflows::plan_study(o);
   if (o.json)
     std::cout << p.plan.dump(2) << "\n";

@@ -18,7 +18,6 @@
 #include "workflows/interrupt.hpp"
 #include "workflows/output_file.hpp"
 #include "workflows/plan_space.hpp"
-#include "workflows/run_progress.hpp"
 
 namespace fs = std::filesystem;
 
@@ -608,8 +607,8 @@ bool bound_from_twin(std::vector<Candidate>& all, std::size_t i,
 /// candidate order.
 void bound_all(const PlanOptions& o, std::vector<ModelVariant>& variants, std::vector<Candidate>& all,
                double usable, Stopper& stop) {
+  if (o.bounding_progress) o.bounding_progress(0, int(all.size()));
   {
-    RunProgress progress("bounding candidates", "candidates");
     std::mutex lock;
     int done = 0;
     for (auto& v : variants) v.costs = std::make_shared<LayerCostCache>();
@@ -627,13 +626,15 @@ void bound_all(const PlanOptions& o, std::vector<ModelVariant>& variants, std::v
         if (!bound_from_twin(all, i, twins)) bound(v.study, all[i], usable, v.costs);
         if (all[i].invalid.empty() && !all[i].pruned) stop.simulable();
         const std::lock_guard<std::mutex> guard(lock);
-        progress.update(++done, int(all.size()));
+        ++done;
+        if (o.bounding_progress) o.bounding_progress(done, int(all.size()));
       });
     };
     pass(plain);
     twins = index_twins(all);
     pass(interleaved);
   }
+  if (o.bounding_progress) o.bounding_progress(-1, int(all.size()));
   std::size_t bounded = 0;
   for (const auto& c : all) bounded += c.bounded ? 1 : 0;
   std::cerr << "tpusim plan: " << all.size() << " candidates"

@@ -8,6 +8,7 @@
 // answer is the same as simulating every candidate, and always a simulated result.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -28,6 +29,9 @@ struct PlanOptions {
   /// --time-limit: answer with the best plan found after this many seconds (0: none); the result
   /// then says it is incomplete and what was not examined. SIGINT and SIGTERM do the same.
   double time_limit_s = 0;
+  /// How far the bounding of the candidates is (`done` of `total`), for a front end to show;
+  /// called with `done` -1 once bounding ends. Empty: nothing is shown.
+  std::function<void(int done, int total)> bounding_progress;
 };
 
 /// What a search found.

@@ -1,12 +1,12 @@
-// Progress of one simulation on stderr, for runs that take more than a couple of seconds: on a
-// terminal one line updated in place, otherwise a line every few seconds (logs stay readable).
+// Progress of one simulation (or of plan's bounding) on stderr, for runs that take more than a couple of
+// seconds: on a terminal one line updated in place, otherwise a line every few seconds (logs stay readable).
 // Quiet runs print nothing.
 #pragma once
 
 #include <chrono>
 #include <string>
 
-namespace tpusim::workflows {
+namespace tpusim::cli {
 
 class RunProgress {
  public:
@@ -25,4 +25,4 @@ class RunProgress {
   bool tty_, printed_ = false;
 };
 
-}  // namespace tpusim::workflows
+}  // namespace tpusim::cli

@@ -1,4 +1,4 @@
-#include "workflows/run_progress.hpp"
+#include "cli/run_progress.hpp"
 
 #include <unistd.h>
 
@@ -6,7 +6,7 @@
 #include <iostream>
 #include <utility>
 
-namespace tpusim::workflows {
+namespace tpusim::cli {
 
 namespace {
 constexpr double kQuietFor_s = 2.0;   // runs shorter than this print nothing
@@ -41,4 +41,4 @@ void RunProgress::update(int done, int total, double simulated_s) {
   std::cerr << buf << std::flush;
 }
 
-}  // namespace tpusim::workflows
+}  // namespace tpusim::cli
