@@ -15,7 +15,7 @@ Keep read_remat(Fields& f, Keep fallback, const SavePolicy*& saves) {
   for (const auto& [name, policy] : save_policies())
     names += (names.empty() ? "" : ", ") + Json(name).dump() + " (" + policy->description() + ")";
   f.problems().add(f.path_of("remat"), *v,
-                   "false, true (keep each layer's input, recompute its forward) or " + names);
+                   "false, true (keep each layer's input, recompute its forward) or a save policy: " + names);
   return fallback;
 }
 

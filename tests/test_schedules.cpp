@@ -583,3 +583,29 @@ TEST_CASE("a save policy is a rule over a layer's ops: registered by name, a sch
                Catch::Contains("schedule.remat") && Catch::Contains("\"test_save_ffn_in\" (keep the"));
   }
 }
+
+TEST_CASE("MaxText's named-save policies keep the projections they name", "[schedules][remat]") {
+  Json j = Json::parse(R"({
+    "hardware": "tpu-v3", "slice": "v3-8", "batch": 64, "optimizer": {"kind": "adam"},
+    "model": {"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64, "biases": false},
+    "schedule": {"kind": "data_parallel"}})");
+  auto kept = [&](const char* policy) {
+    j["schedule"]["remat"] = policy;
+    const Study s = parse_study(j, "test");
+    CHECK(s.schedule->resolved()["remat"] == policy);
+    StepBuilder b(s, s.cores());
+    return b.cost(1, 8).dot_output_bytes;
+  };
+  // Outputs on a core, bf16: out_proj's 8 examples x 64 positions x 256 features; a q, k or v
+  // projection's 4 heads of 64, each head's 64 padded to v3's 128 lanes.
+  const double out = 8.0 * 64 * 256 * 2, projection = 8.0 * 64 * 4 * 128 * 2;
+  CHECK(kept("save_qkv_proj") == Approx(3 * projection));
+  // out_proj's output is kept: the recompute of the residual sum the second layer norm reads
+  // starts from it.
+  CHECK(kept("save_out_proj") == Approx(out));
+  CHECK(kept("save_dot_except_mlp") == Approx(3 * projection + out));
+  // mlpwo's output is read only by the residual sum, whose backward needs no input: not kept.
+  CHECK(kept("save_dot_except_mlpwi") == Approx(3 * projection + out));
+  // save_dots keeps the feed-forward's first matmul's output besides (1024 features).
+  CHECK(kept("save_dots") == Approx(3 * projection + out + 8.0 * 64 * 1024 * 2));
+}

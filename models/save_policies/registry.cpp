@@ -13,6 +13,10 @@ std::map<std::string, std::unique_ptr<SavePolicy>>& registry() {
     std::map<std::string, std::unique_ptr<SavePolicy>> p;
     // One line per policy, by the name a schedule's "remat" gives it.
     p.emplace("save_dots", make_save_dots());
+    p.emplace("save_qkv_proj", make_save_qkv_proj());
+    p.emplace("save_out_proj", make_save_out_proj());
+    p.emplace("save_dot_except_mlp", make_save_dot_except_mlp());
+    p.emplace("save_dot_except_mlpwi", make_save_dot_except_mlpwi());
     for (auto& [name, policy] : p) SavePolicyRegistry::name(*policy, name);
     return p;
   }();

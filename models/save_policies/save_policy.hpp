@@ -42,5 +42,10 @@ const SavePolicy& save_dots_policy();
 
 // One factory per shipped policy (its own file).
 std::unique_ptr<SavePolicy> make_save_dots();
+// MaxText's named-save policies (one file: maxtext_names.cpp).
+std::unique_ptr<SavePolicy> make_save_qkv_proj();
+std::unique_ptr<SavePolicy> make_save_out_proj();
+std::unique_ptr<SavePolicy> make_save_dot_except_mlp();
+std::unique_ptr<SavePolicy> make_save_dot_except_mlpwi();
 
 }  // namespace tpusim
