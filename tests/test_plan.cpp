@@ -328,3 +328,23 @@ TEST_CASE("a space may ask for meshes keeping the layers' inputs split over the 
       }(),
       Catch::Contains("layer_input_split[0]") && Catch::Contains("true or false"));
 }
+
+TEST_CASE("a plan space may search a save policy by name, and its labels read back", "[plan][remat]") {
+  const Study s = study(kTransformer, 64, "v3-8");
+  const std::string file = (std::filesystem::temp_directory_path() / "tpusim_plan_space_named.json").string();
+  std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "kinds": ["data_parallel", "gpipe", "mesh"],
+                             "remat": [true, "save_qkv_proj"]})";
+  int named = 0, full = 0;
+  for (const auto& c : plan_candidates(s, read_plan_space(file))) {
+    INFO(plan_label(c));
+    CHECK((c.at("remat") == true || c.at("remat") == "save_qkv_proj"));
+    (c.at("remat") == true ? full : named) += 1;
+    if (c.at("remat") == "save_qkv_proj") CHECK(plan_label(c).find(" save_qkv_proj") != std::string::npos);
+    CHECK(schedule_of_plan_label(plan_label(c)).schedule == c);
+  }
+  CHECK(named == full);  // every shape once with each policy
+  CHECK(named > 10);
+  std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "remat": ["save_everything"]})";
+  CHECK_THROWS_WITH(read_plan_space(file),
+                    Catch::Contains("remat[0]") && Catch::Contains("\"save_qkv_proj\""));
+}

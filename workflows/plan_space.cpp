@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "hardware/json_fields.hpp"
+#include "models/save_policies/save_policy.hpp"
 #include "schedules/mesh_lowering.hpp"
 
 namespace tpusim::workflows {
@@ -26,6 +27,13 @@ bool allowed(const std::optional<std::vector<T>>& list, const T& value) {
   return !list || std::find(list->begin(), list->end(), value) != list->end();
 }
 
+/// What a space's "remat" list may hold: true, false or a save policy's name.
+std::string save_policy_choices() {
+  std::string names;
+  for (const auto& [name, policy] : save_policies()) names += (names.empty() ? "" : ", ") + Json(name).dump();
+  return "true, false or a save policy (" + names + ")";
+}
+
 template <class T>
 std::optional<std::vector<T>> read_list(Fields& f, const std::string& key, const char* expected) {
   const Json* v = f.optional(key);
@@ -40,7 +48,8 @@ std::optional<std::vector<T>> read_list(Fields& f, const std::string& key, const
     bool ok = false;
     if constexpr (std::is_same_v<T, std::string>) ok = e.is_string();
     if constexpr (std::is_same_v<T, bool>) ok = e.is_boolean();
-    if constexpr (std::is_same_v<T, Json>) ok = e.is_boolean() || e == "save_dots";
+    if constexpr (std::is_same_v<T, Json>)
+      ok = e.is_boolean() || (e.is_string() && find_save_policy(e.get<std::string>()));
     if constexpr (std::is_same_v<T, std::int64_t>) ok = e.is_number_integer() && e.get<std::int64_t>() >= 1;
     if (!ok) {
       f.problems().add(index_path(f.path_of(key), i), e, expected);
@@ -76,10 +85,14 @@ std::set<std::string> named_dimensions(const Model& model) {
   return dims;
 }
 
-/// Re-materialization policies, in the order candidates list them.
-const std::vector<Json>& remat_policies() {
-  static const std::vector<Json> policies = {false, true, "save_dots"};
-  return policies;
+/// Re-materialization policies, in the order candidates list them (`base`), then the other save
+/// policies the space names (MaxText's "save_qkv_proj", say), in its order.
+std::vector<Json> remat_policies(const PlanSpace& space,
+                                 std::vector<Json> base = {false, true, "save_dots"}) {
+  if (space.remat)
+    for (const Json& r : *space.remat)
+      if (std::find(base.begin(), base.end(), r) == base.end()) base.push_back(r);
+  return base;
 }
 
 /// A candidate's re-materialization: anything but false.
@@ -108,7 +121,7 @@ void data_parallel(const Study& study, const PlanSpace& space, std::vector<Json>
     if (!allowed(space.weight_update, update)) continue;
     for (const std::string dtype : {"fp32", "bf16"}) {
       if (!allowed(space.gradient_dtype, dtype)) continue;
-      for (const Json& remat : remat_policies()) {
+      for (const Json& remat : remat_policies(space)) {
         if (!allowed(space.remat, remat)) continue;
         // Fully sharded reduces each layer on its own: one bucket size stands for all.
         const std::vector<double> buckets = update == "fully_sharded"
@@ -157,7 +170,7 @@ void pipeline_shapes(const Study& study, const PlanSpace& space, const std::stri
         if (allowed(space.weight_update, update) && (r > 1 || update == "replicated"))
           updates.push_back(update);
       for (const auto& update : updates)
-        for (const Json& remat : {Json(true), Json(false), Json("save_dots")})
+        for (const Json& remat : remat_policies(space, {true, false, "save_dots"}))
           for (const std::int64_t v : virtual_stages(study, space, kind, k, m))
             for (const auto& cut : v > 1 ? std::vector<std::string>{"balanced"}
                                          : space.partition.value_or(std::vector<std::string>{"memory_aware"}))
@@ -230,7 +243,7 @@ void push_mesh(const Study& study, const PlanSpace& space, Json mesh, Json layou
   const bool split = splits && std::find(splits->begin(), splits->end(), true) != splits->end() && on_model &&
                      inputs_whole_on_model(study, layout);
   for (const std::string update : {"replicated", "sharded", "fully_sharded"}) {
-    for (const Json& remat : remat_policies()) {
+    for (const Json& remat : remat_policies(space)) {
       if (!allowed(space.weight_update, update) || !allowed(space.remat, remat)) continue;
       for (const bool split_inputs : {false, true}) {
         if (split_inputs ? !split || remat == false : !whole) continue;
@@ -313,7 +326,7 @@ PlanSpace read_plan_space(const std::string& file) {
         read_list<std::int64_t>(f, "tensor_parallel", "an integer >= 1 (cores per pipeline stage)");
     s.virtual_stages = read_list<std::int64_t>(
         f, "virtual_stages", "an integer >= 1 (model chunks per one_f_one_b stage: 1, 2 or 4 are searched)");
-    s.remat = read_list<Json>(f, "remat", "true, false or \"save_dots\"");
+    s.remat = read_list<Json>(f, "remat", save_policy_choices().c_str());
     s.accumulation_steps = read_list<std::int64_t>(
         f, "accumulation_steps", "an integer >= 1 (data parallelism's micro-batches per replica)");
     s.weight_update = read_choices(f, "weight_update", {"replicated", "sharded", "fully_sharded"});
@@ -474,10 +487,11 @@ std::int64_t keyed(const std::string& word, const std::string& key) {
   }
 }
 
-/// A trailing remat word ("remat", "save_dots") into `s` (`fallback` when there is none).
+/// A trailing remat word ("remat", or a save policy's name: "save_dots") into `s` (`fallback`
+/// when there is none).
 void read_remat_word(std::vector<std::string>& words, Json& s, const Json& fallback) {
-  if (!words.empty() && (words.front() == "remat" || words.front() == "save_dots")) {
-    s["remat"] = words.front() == "remat" ? Json(true) : Json("save_dots");
+  if (!words.empty() && (words.front() == "remat" || find_save_policy(words.front()))) {
+    s["remat"] = words.front() == "remat" ? Json(true) : Json(words.front());
     words.erase(words.begin());
   } else if (!fallback.is_null()) {
     s["remat"] = fallback;
