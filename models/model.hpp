@@ -41,10 +41,10 @@ struct LayerWork {
   std::vector<std::int64_t> batch_norm_channels;
   /// With re-materialization a layer keeps only its input for backward and recomputes the rest.
   double stash_remat_bytes() const { return input_bytes; }
-  /// Re-materialization keeping the matmuls' outputs ("save_dots", models/op_lowering.hpp
-  /// SaveDots): what it keeps besides the input, and the forward ops it recomputes.
-  double dot_output_bytes = 0;
-  std::vector<Op> non_dot_forward;
+  /// Re-materialization under the "save_dots" save policy (models/op_lowering.hpp save_plan):
+  /// what it keeps besides the input, and the forward ops it recomputes.
+  double saved_output_bytes = 0;
+  std::vector<Op> partial_forward;
 };
 
 /// One layer: its weight tensors and how it lowers for a batch.

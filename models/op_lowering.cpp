@@ -72,7 +72,7 @@ LayerMemory layer_memory(const std::vector<NamedOp>& ops, const Sharding& s, dou
         std::max(m.backward_workspace_bytes, gradients_in_flight(ops, i, s, model_input && i == 0) * act);
     m.workspace_bytes = std::max(m.workspace_bytes, forward_transient(ops, i, s) * act);
   }
-  m.dot_output_bytes = save_plan(ops, s, act, policy).kept_bytes;
+  m.saved_output_bytes = save_plan(ops, s, act, policy).kept_bytes;
   return m;
 }
 
@@ -133,7 +133,7 @@ LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_inp
     const NamedOpKind& kind = op_kind(op);
     if (const auto c = kind.replica_statistics_channels(op)) w.batch_norm_channels.push_back(c);
     w.forward.push_back(kind.forward(op, s, act));
-    if (dots.recomputed[i]) w.non_dot_forward.push_back(w.forward.back());
+    if (dots.recomputed[i]) w.partial_forward.push_back(w.forward.back());
     // The model's input needs no gradient: some kinds skip theirs (a convolution's dx).
     for (auto& again : kind.recomputed_in_backward(op, s, act)) w.backward.push_back(std::move(again));
     if (!(model_input && i == 0 && !kind.input_gradient_of_model_input()))
@@ -144,7 +144,7 @@ LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_inp
   w.stash_bytes = m.kept_bytes;
   w.workspace_bytes = m.workspace_bytes;
   w.backward_workspace_bytes = m.backward_workspace_bytes;
-  w.dot_output_bytes = m.dot_output_bytes;
+  w.saved_output_bytes = m.saved_output_bytes;
   w.input_bytes = boundary_bytes(boundary.in, s);
   w.output_bytes = boundary_bytes(boundary.out, s);
   return w;

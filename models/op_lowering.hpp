@@ -50,7 +50,7 @@ struct LayerMemory {
   double kept_bytes = 0;                ///< activations kept for the backward (and a gather's ids)
   double workspace_bytes = 0;           ///< the largest forward transient (forward_transient)
   double backward_workspace_bytes = 0;  ///< the largest op's gradients in flight (gradients_in_flight)
-  double dot_output_bytes = 0;          ///< what the save policy keeps besides the input (SavePlan)
+  double saved_output_bytes = 0;        ///< what the save policy keeps besides the input (SavePlan)
 };
 
 /// Re-materialization under a save policy (models/save_policies: "save_dots" keeps the matmuls'
@@ -62,7 +62,7 @@ struct SavePlan {
 };
 SavePlan save_plan(const std::vector<NamedOp>& ops, const Sharding& s, double act, const SavePolicy& policy);
 /// `model_input`: the first op reads the model's input, which needs no gradient. `policy`: the
-/// save policy whose kept bytes it gives (dot_output_bytes).
+/// save policy whose kept bytes it gives (saved_output_bytes).
 LayerMemory layer_memory(const std::vector<NamedOp>& ops, const Sharding& s, double act, bool model_input,
                          const SavePolicy& policy);
 

@@ -95,28 +95,28 @@ struct LayerCost {
   double group_gradient_bytes = 0;
   double weight_fraction = 1;
   /// A save policy ("save_dots"): the outputs it keeps, and the recompute of the other ops.
-  double dot_output_bytes = 0;
-  double non_dot_forward_s = 0, non_dot_forward_hardware_flops = 0, non_dot_forward_hbm_s = 0;
+  double saved_output_bytes = 0;
+  double partial_forward_s = 0, partial_forward_hardware_flops = 0, partial_forward_hbm_s = 0;
 
   /// What a forward keeping `keep` holds for the backward.
   double kept_bytes(Keep keep) const {
-    return remat_kept_bytes(keep, stash_bytes, input_bytes, dot_output_bytes);
+    return remat_kept_bytes(keep, stash_bytes, input_bytes, saved_output_bytes);
   }
   /// What the recompute before the backward adds to it (the rest of the stash).
   double recomputed_bytes(Keep keep) const {
-    return remat_recomputed_bytes(keep, stash_bytes, dot_output_bytes);
+    return remat_recomputed_bytes(keep, stash_bytes, saved_output_bytes);
   }
-  /// The recompute's time: none, the whole forward, or its ops other than matmuls.
+  /// The recompute's time: none, the whole forward, or the part a save policy recomputes.
   double recompute_s(Keep keep) const {
-    return keep == Keep::All ? 0.0 : keep == Keep::Input ? forward_s : non_dot_forward_s;
+    return keep == Keep::All ? 0.0 : keep == Keep::Input ? forward_s : partial_forward_s;
   }
   double recompute_hbm_s(Keep keep) const {
-    return keep == Keep::All ? 0.0 : keep == Keep::Input ? forward_hbm_s : non_dot_forward_hbm_s;
+    return keep == Keep::All ? 0.0 : keep == Keep::Input ? forward_hbm_s : partial_forward_hbm_s;
   }
   double recompute_hardware_flops(Keep keep) const {
     return keep == Keep::All     ? 0.0
            : keep == Keep::Input ? forward_hardware_flops
-                                 : non_dot_forward_hardware_flops;
+                                 : partial_forward_hardware_flops;
   }
 };
 

@@ -48,11 +48,11 @@ LayerCost layer_program_cost(const Layer& layer, std::int64_t batch, const Stage
              c.group_gradient_bytes);
   // A save policy ("save_dots"): the recompute runs the forward ops it needs.
   for (const auto& ev : p.forward) {
-    c.non_dot_forward_s += ev.non_dot_seconds;
-    c.non_dot_forward_hbm_s += ev.non_dot_hbm_seconds;
-    c.non_dot_forward_hardware_flops += ev.non_dot_hardware_flops;
+    c.partial_forward_s += ev.partial_seconds;
+    c.partial_forward_hbm_s += ev.partial_hbm_seconds;
+    c.partial_forward_hardware_flops += ev.partial_hardware_flops;
   }
-  c.dot_output_bytes = p.dot_output_bytes;
+  c.saved_output_bytes = p.saved_output_bytes;
   c.stash_bytes = p.kept_bytes;
   c.workspace_bytes = p.workspace_bytes;
   c.backward_workspace_bytes = p.backward_workspace_bytes;

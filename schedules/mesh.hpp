@@ -67,7 +67,7 @@ class MeshSchedule : public Schedule {
   /// What a layer's forward keeps on a core under the schedule's re-materialization policy
   /// (its input split by layer_input_split, when given).
   double kept_in_forward(const mesh::LayerProgram& p) const {
-    return remat_kept_bytes(remat_, p.kept_bytes, p.input_bytes / input_split_cores(), p.dot_output_bytes);
+    return remat_kept_bytes(remat_, p.kept_bytes, p.input_bytes / input_split_cores(), p.saved_output_bytes);
   }
   /// "layer_input_split": the mesh dimension over which each core keeps only its piece of a
   /// re-materialized layer's input between its forward and its backward, all-gathered again

@@ -64,10 +64,10 @@ double program_bound(const Study& s, const MeshSchedule& mesh,
     // layer_input_split: the kept pieces of the layer's input gathered before its recompute.
     if (!mesh.layer_input_split().empty() && program.input_bytes > 0)
       add_floor(sim::CollectiveOp::AllGather, input_gather, program.input_bytes, true);
-    // Re-materialized: the forward's compute (or save_dots' part of it) runs again.
+    // Re-materialized: the forward's compute (or the part its save policy recomputes) runs again.
     for (const auto& ev : program.forward)
       if (ev.kind == E::Compute && remat != Keep::All)
-        bound += remat == Keep::Input ? ev.seconds : ev.non_dot_seconds;
+        bound += remat == Keep::Input ? ev.seconds : ev.partial_seconds;
     // Fully sharded in program order: the layer's weights gathered, twice.
     for (const auto& ev : program.backward)
       if (ev.kind == E::GradientAllReduce && mesh.fully_sharded() && !behind)

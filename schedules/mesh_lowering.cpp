@@ -95,7 +95,7 @@ class LayerLowering : public MeshLoweringSink {
     p_.kept_bytes = m.kept_bytes;
     p_.workspace_bytes = m.workspace_bytes;
     p_.backward_workspace_bytes = m.backward_workspace_bytes;
-    p_.dot_output_bytes = m.dot_output_bytes;
+    p_.saved_output_bytes = m.saved_output_bytes;
     dots_ = save_plan(ops_, s_, act_, saves_);
     if (!ops_.empty()) {
       const NamedOp& first = ops_.front();
@@ -121,10 +121,10 @@ class LayerLowering : public MeshLoweringSink {
     into.back().model_flops += c.model_flops;
     into.back().hardware_flops += c.hardware_flops;
     if (!backward_ && dots_.recomputed[i_]) {
-      into.back().non_dot_seconds += c.seconds;
-      into.back().non_dot_hbm_seconds += c.hbm_bound_s();
-      into.back().non_dot_grid_seconds += c.grid_added_s;
-      into.back().non_dot_hardware_flops += c.hardware_flops;
+      into.back().partial_seconds += c.seconds;
+      into.back().partial_hbm_seconds += c.hbm_bound_s();
+      into.back().partial_grid_seconds += c.grid_added_s;
+      into.back().partial_hardware_flops += c.hardware_flops;
     }
     return c;
   }
@@ -135,7 +135,7 @@ class LayerLowering : public MeshLoweringSink {
     if (mesh.empty() || bytes <= 0) return;
     into.push_back(
         Event{kind, layer_ + "/" + name, 0, 0, 0, mesh, bytes, {MeshAction{at_, what, operand}}, {}, 0});
-    into.back().kept_by_save_dots = !backward_ && !dots_.recomputed[i_];
+    into.back().kept_by_save_policy = !backward_ && !dots_.recomputed[i_];
     using C = sim::CollectiveOp;
     const auto blocking = blocking_collective(kind);
     const C op = blocking                                       ? blocking->op

@@ -52,12 +52,12 @@ struct Event {
   /// whose outputs its save policy does not keep; "save_dots": those other than matmuls).
   /// Forward collectives: of an op the policy does not recompute (a kept matmul's partial sums),
   /// so not run again.
-  double non_dot_seconds = 0, non_dot_hardware_flops = 0;
-  bool kept_by_save_dots = false;
-  /// Compute: the part of `seconds` (and of `non_dot_seconds`) HBM's bandwidth sets, and the
+  double partial_seconds = 0, partial_hardware_flops = 0;
+  bool kept_by_save_policy = false;
+  /// Compute: the part of `seconds` (and of `partial_seconds`) HBM's bandwidth sets, and the
   /// part its matmuls' grid steps add (OpCost::grid_added_s).
-  double hbm_seconds = 0, non_dot_hbm_seconds = 0;
-  double grid_seconds = 0, non_dot_grid_seconds = 0;
+  double hbm_seconds = 0, partial_hbm_seconds = 0;
+  double grid_seconds = 0, partial_grid_seconds = 0;
   /// A blocking collective's phase when not its kind's (a batch norm's statistics:
   /// "batch_norm_statistics", its gradient's "batch_norm_gradient_statistics", as every player
   /// names them).
@@ -78,7 +78,7 @@ struct LayerProgram {
   double kept_bytes = 0, weight_elements = 0, total_weight_elements = 0;
   /// Re-materialization: the layer's input (what `remat` true keeps) and the outputs its save
   /// policy keeps ("save_dots": its matmuls'; a partial policy keeps both), on a core.
-  double input_bytes = 0, dot_output_bytes = 0;
+  double input_bytes = 0, saved_output_bytes = 0;
   double workspace_bytes = 0;           ///< the largest forward transient (LayerWork)
   double backward_workspace_bytes = 0;  ///< the largest op's gradients in flight (LayerWork)
   /// Elements of its weight shards a core updates: all of them, or with weight-update sharding

@@ -521,7 +521,7 @@ class StagePlayer : public ProgramPlayer {
     const auto& p = programs_[std::size_t(l)];
     const LayerRange chunk = ranges_[std::size_t(chunk_of_[std::size_t(l)])];
     const double input = l == chunk.first ? builder_.cost(l, b_).input_bytes : 0.0;
-    return remat_kept_bytes(remat_, p.kept_bytes, input, p.dot_output_bytes);
+    return remat_kept_bytes(remat_, p.kept_bytes, input, p.saved_output_bytes);
   }
   double gradients_allocated(int l) const override {
     const LayerRange chunk = ranges_[std::size_t(chunk_of_[std::size_t(l)])];

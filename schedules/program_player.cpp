@@ -22,7 +22,7 @@ ProgramPlayer::ProgramPlayer(const Study& study, StepBuilder& builder, std::vect
 
 double ProgramPlayer::recomputed(int l) const {
   const auto& p = programs_[std::size_t(l)];
-  return remat_recomputed_bytes(remat_, p.kept_bytes, p.dot_output_bytes);
+  return remat_recomputed_bytes(remat_, p.kept_bytes, p.saved_output_bytes);
 }
 
 sim::Task ProgramPlayer::compute_task(int i, Piece& p) const {
@@ -56,13 +56,13 @@ void ProgramPlayer::recompute(int l) {
       continue;
     }
     if (ev.kind != Event::Compute) {
-      if (remat_ != Keep::Saved || !ev.kept_by_save_dots) replay_collective(ev, l);
+      if (remat_ != Keep::Saved || !ev.kept_by_save_policy) replay_collective(ev, l);
       continue;
     }
-    const double seconds = remat_ == Keep::Saved ? ev.non_dot_seconds : ev.seconds;
-    const double hbm = remat_ == Keep::Saved ? ev.non_dot_hbm_seconds : ev.hbm_seconds;
-    const double grid = remat_ == Keep::Saved ? ev.non_dot_grid_seconds : ev.grid_seconds;
-    const double flops = remat_ == Keep::Saved ? ev.non_dot_hardware_flops : ev.hardware_flops;
+    const double seconds = remat_ == Keep::Saved ? ev.partial_seconds : ev.seconds;
+    const double hbm = remat_ == Keep::Saved ? ev.partial_hbm_seconds : ev.hbm_seconds;
+    const double grid = remat_ == Keep::Saved ? ev.partial_grid_seconds : ev.grid_seconds;
+    const double flops = remat_ == Keep::Saved ? ev.partial_hardware_flops : ev.hardware_flops;
     for (int i = 0; i < size_; ++i) {
       const int c = cores_[std::size_t(i)];
       Piece& t = piece_;

@@ -112,15 +112,15 @@ LayerCost StepBuilder::cost(LayerRange layers, std::int64_t batch) {
     sum.backward_s += c.backward_s;
     sum.forward_hbm_s += c.forward_hbm_s;
     sum.backward_hbm_s += c.backward_hbm_s;
-    sum.non_dot_forward_hbm_s += c.non_dot_forward_hbm_s;
+    sum.partial_forward_hbm_s += c.partial_forward_hbm_s;
     sum.forward_flops += c.forward_flops;
     sum.backward_flops += c.backward_flops;
     sum.forward_hardware_flops += c.forward_hardware_flops;
     sum.backward_hardware_flops += c.backward_hardware_flops;
     sum.stash_bytes += c.stash_bytes;
-    sum.dot_output_bytes += c.dot_output_bytes;
-    sum.non_dot_forward_s += c.non_dot_forward_s;
-    sum.non_dot_forward_hardware_flops += c.non_dot_forward_hardware_flops;
+    sum.saved_output_bytes += c.saved_output_bytes;
+    sum.partial_forward_s += c.partial_forward_s;
+    sum.partial_forward_hardware_flops += c.partial_forward_hardware_flops;
     sum.group_gradient_bytes += c.group_gradient_bytes;
   }
   // A forward that keeps everything allocates the range's kept activations as it starts, so a

@@ -718,7 +718,7 @@ TEST_CASE("re-materialization under a mesh: each layer keeps its input and repla
   for (const auto& p : programs) {
     inputs += p.input_bytes;
     kept += p.kept_bytes;
-    dot_outputs += p.dot_output_bytes;
+    dot_outputs += p.saved_output_bytes;
     for (const auto& ev : p.forward) {
       if (ev.kind == mesh::Event::Compute) forward_flops += ev.hardware_flops;
       if (ev.kind == mesh::Event::BlockingAllReduce) ++activation_allreduces;

@@ -738,9 +738,9 @@ TEST_CASE("save_dots keeps the projections' outputs and recomputes attention and
         std::set<std::string>{"self_scores", "self_softmax", "self_context", "self_residual", "ffn_relu"});
   // Between keeping everything and keeping the input only: the probabilities are not kept.
   const LayerWork w = m.layers[1].work(2);
-  CHECK(w.dot_output_bytes == Approx(plan.kept_bytes));
-  CHECK(w.input_bytes + w.dot_output_bytes < w.stash_bytes);
-  CHECK(w.non_dot_forward.size() == recomputed.size());
+  CHECK(w.saved_output_bytes == Approx(plan.kept_bytes));
+  CHECK(w.input_bytes + w.saved_output_bytes < w.stash_bytes);
+  CHECK(w.partial_forward.size() == recomputed.size());
 }
 
 TEST_CASE("flash attention: no scores or probabilities in HBM, the scores computed again in backward",

@@ -488,9 +488,9 @@ TEST_CASE("save_dots keeps the inputs and the matmuls' outputs, and recomputes t
   for (int l = 0; l < int(dots_study.model.layers.size()); ++l) {
     const LayerCost& c = b.cost(l, 8);
     inputs += c.input_bytes;
-    dot_outputs += c.dot_output_bytes;
+    dot_outputs += c.saved_output_bytes;
     stashes += c.stash_bytes;
-    non_dot_flops += c.non_dot_forward_hardware_flops;
+    non_dot_flops += c.partial_forward_hardware_flops;
     forward_flops += c.forward_hardware_flops;
   }
   CHECK(phase_sum(dots, "forward", true) == Approx(inputs + dot_outputs));
@@ -517,8 +517,8 @@ TEST_CASE("save_dots keeps the inputs and the matmuls' outputs, and recomputes t
     for (const auto& m : t.memory)
       if (m.category == sim::MemoryCategory::Workspace && m.bytes > 0) transient += m.bytes;
     INFO("layer " << t.layer);
-    CHECK(transient == Approx(std::max(c.workspace_bytes, c.stash_bytes - c.input_bytes - c.dot_output_bytes +
-                                                              c.workspace_bytes)));
+    CHECK(transient == Approx(std::max(c.workspace_bytes, c.stash_bytes - c.input_bytes -
+                                                              c.saved_output_bytes + c.workspace_bytes)));
   }
   j["schedule"]["remat"] = "dots";
   CHECK_THROWS_WITH(parse_study(j, "test"),
@@ -569,10 +569,10 @@ TEST_CASE("a save policy is a rule over a layer's ops: registered by name, a sch
   const std::int64_t batch = 8;
   StepBuilder a(ffn, ffn.cores()), b(dots, dots.cores());
   const LayerCost& kept = a.cost(1, batch);
-  CHECK(kept.dot_output_bytes == Approx(2.0 * batch * 64 * 1024));
-  CHECK(kept.dot_output_bytes < b.cost(1, batch).dot_output_bytes);
-  CHECK(kept.non_dot_forward_hardware_flops > b.cost(1, batch).non_dot_forward_hardware_flops);
-  CHECK(kept.non_dot_forward_hardware_flops < kept.forward_hardware_flops);
+  CHECK(kept.saved_output_bytes == Approx(2.0 * batch * 64 * 1024));
+  CHECK(kept.saved_output_bytes < b.cost(1, batch).saved_output_bytes);
+  CHECK(kept.partial_forward_hardware_flops > b.cost(1, batch).partial_forward_hardware_flops);
+  CHECK(kept.partial_forward_hardware_flops < kept.forward_hardware_flops);
   // An unknown name is refused with the registered ones.
   j["schedule"]["remat"] = "save_nothing";
   try {
@@ -594,7 +594,7 @@ TEST_CASE("MaxText's named-save policies keep the projections they name", "[sche
     const Study s = parse_study(j, "test");
     CHECK(s.schedule->resolved()["remat"] == policy);
     StepBuilder b(s, s.cores());
-    return b.cost(1, 8).dot_output_bytes;
+    return b.cost(1, 8).saved_output_bytes;
   };
   // Outputs on a core, bf16: out_proj's 8 examples x 64 positions x 256 features; a q, k or v
   // projection's 4 heads of 64, each head's 64 padded to v3's 128 lanes.
