@@ -11,11 +11,9 @@ Keep read_remat(Fields& f, Keep fallback, const SavePolicy*& saves) {
       saves = policy;
       return Keep::Saved;
     }
-  std::string names;
-  for (const auto& [name, policy] : save_policies())
-    names += (names.empty() ? "" : ", ") + Json(name).dump() + " (" + policy->description() + ")";
   f.problems().add(f.path_of("remat"), *v,
-                   "false, true (keep each layer's input, recompute its forward) or a save policy: " + names);
+                   "false, true (keep each layer's input, recompute its forward) or a save policy: " +
+                       save_policy_names(true));
   return fallback;
 }
 

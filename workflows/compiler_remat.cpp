@@ -117,14 +117,14 @@ std::optional<Json> compiler_rematerialized(const Study& study, const Rerunnable
     return refitted(schedule["remat"], policy, naive, std::move(fitted));
   }
   Json answer = naive;
-  answer["compiler_remat"] = Json{{"fits", false},
-                                  {"tried", tried},
-                                  {"method", layers ? "the study's policy raised one step (none, save_dots, "
-                                                      "full) at a time: the step is over HBM under each"
-                                                    : "the study's policy raised one step (none, save_dots) "
-                                                      "at a time, the compiler recomputing no whole layer "
-                                                      "(core.compiler_remat_recomputes_layers false): the "
-                                                      "step is over HBM under each"}};
+  answer["compiler_remat"] =
+      Json{{"fits", false},
+           {"tried", tried},
+           {"method", std::string("the study's policy raised one step (none, save_dots") +
+                          (layers ? ", full) at a time"
+                                  : ") at a time, the compiler recomputing no whole layer "
+                                    "(core.compiler_remat_recomputes_layers false)") +
+                          ": the step is over HBM under each"}};
   return answer;
 }
 

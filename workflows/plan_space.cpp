@@ -27,13 +27,6 @@ bool allowed(const std::optional<std::vector<T>>& list, const T& value) {
   return !list || std::find(list->begin(), list->end(), value) != list->end();
 }
 
-/// What a space's "remat" list may hold: true, false or a save policy's name.
-std::string save_policy_choices() {
-  std::string names;
-  for (const auto& [name, policy] : save_policies()) names += (names.empty() ? "" : ", ") + Json(name).dump();
-  return "true, false or a save policy (" + names + ")";
-}
-
 template <class T>
 std::optional<std::vector<T>> read_list(Fields& f, const std::string& key, const char* expected) {
   const Json* v = f.optional(key);
@@ -326,7 +319,8 @@ PlanSpace read_plan_space(const std::string& file) {
         read_list<std::int64_t>(f, "tensor_parallel", "an integer >= 1 (cores per pipeline stage)");
     s.virtual_stages = read_list<std::int64_t>(
         f, "virtual_stages", "an integer >= 1 (model chunks per one_f_one_b stage: 1, 2 or 4 are searched)");
-    s.remat = read_list<Json>(f, "remat", save_policy_choices().c_str());
+    s.remat = read_list<Json>(f, "remat",
+                              ("true, false or a save policy (" + save_policy_names(false) + ")").c_str());
     s.accumulation_steps = read_list<std::int64_t>(
         f, "accumulation_steps", "an integer >= 1 (data parallelism's micro-batches per replica)");
     s.weight_update = read_choices(f, "weight_update", {"replicated", "sharded", "fully_sharded"});

@@ -37,6 +37,14 @@ void register_save_policy(const std::string& name, std::unique_ptr<SavePolicy> p
   registry()[name] = std::move(policy);
 }
 
+std::string save_policy_names(bool described) {
+  std::string names;
+  for (const auto& [name, policy] : registry())
+    names +=
+        (names.empty() ? "\"" : ", \"") + name + "\"" + (described ? " (" + policy->description() + ")" : "");
+  return names;
+}
+
 const SavePolicy& save_dots_policy() { return *registry().at("save_dots"); }
 
 }  // namespace tpusim

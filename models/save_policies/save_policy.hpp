@@ -37,6 +37,9 @@ const std::map<std::string, std::unique_ptr<SavePolicy>>& save_policies();
 const SavePolicy* find_save_policy(const std::string& name);
 /// Adds a policy (a test's, say) under `name`, replacing one of that name.
 void register_save_policy(const std::string& name, std::unique_ptr<SavePolicy> policy);
+/// The registered names, quoted and comma-separated ("save_dot_except_mlp", ...), each with its
+/// description in brackets when `described`: what messages list as the accepted values.
+std::string save_policy_names(bool described);
 /// "save_dots", the policy a schedule's re-materialization falls back to.
 const SavePolicy& save_dots_policy();
 
