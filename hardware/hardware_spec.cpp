@@ -5,6 +5,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <sstream>
 
 #ifndef TPUSIM_CONFIG_DIR
@@ -19,7 +22,31 @@ fs::path config_dir() {
   return fs::path(TPUSIM_CONFIG_DIR);
 }
 
-Json read_json_file(const fs::path& file) {
+namespace {
+
+/// A regular file's contents as last parsed, while its size and modification time are unchanged
+/// (a study's range ends each load the same hardware file: parsed once).
+constexpr std::uintmax_t kMaxCachedJsonBytes = std::uintmax_t(1) << 20;  // hardware files, not huge studies
+struct ParsedFile {
+  fs::file_time_type modified;
+  std::uintmax_t size = 0;
+  Json json;
+};
+
+std::optional<Json> parsed_before(const fs::path& file, std::map<std::string, ParsedFile>& cache,
+                                  fs::file_time_type& modified, std::uintmax_t& size) {
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) return std::nullopt;
+  modified = fs::last_write_time(file, ec);
+  if (ec) return std::nullopt;
+  size = fs::file_size(file, ec);
+  if (ec) return std::nullopt;
+  const auto it = cache.find(file.string());
+  if (it == cache.end() || it->second.modified != modified || it->second.size != size) return std::nullopt;
+  return it->second.json;
+}
+
+Json read_json_text(const fs::path& file) {
   std::error_code ec;
   if (fs::is_directory(file, ec)) throw ConfigError(file.string(), "", "a directory", "a JSON file");
   std::ifstream in(file, std::ios::binary);
@@ -44,6 +71,25 @@ Json read_json_file(const fs::path& file) {
     throw ConfigError(file.string(), "",
                       "malformed JSON (" + what.substr(at == std::string::npos ? 0 : at) + ")", "valid JSON");
   }
+}
+
+}  // namespace
+
+Json read_json_file(const fs::path& file) {
+  static std::mutex mutex;
+  static std::map<std::string, ParsedFile> cache;
+  fs::file_time_type modified{};
+  std::uintmax_t size = 0;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (auto json = parsed_before(file, cache, modified, size)) return std::move(*json);
+  }
+  Json json = read_json_text(file);
+  if (size > 0 && size <= kMaxCachedJsonBytes) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    cache[file.string()] = ParsedFile{modified, size, json};
+  }
+  return json;
 }
 
 namespace {

@@ -190,26 +190,27 @@ std::int64_t Fields::integer(const std::string& key, std::int64_t min, std::int6
   const Json* v = value(key);
   const std::int64_t fallback = std::max<std::int64_t>(min, std::min<std::int64_t>(max, 1));
   if (!v) return fallback;
-  const std::string expected =
-      range_text(min == std::numeric_limits<std::int64_t>::min() ? -INFINITY : double(min),
-                 max == std::numeric_limits<std::int64_t>::max() ? INFINITY : double(max), true);
+  const auto expected = [&] {  // written only for a problem
+    return range_text(min == std::numeric_limits<std::int64_t>::min() ? -INFINITY : double(min),
+                      max == std::numeric_limits<std::int64_t>::max() ? INFINITY : double(max), true);
+  };
   bool whole = v->is_number_integer();
   if (v->is_number_float()) {
     const double d = v->get<double>();
     whole = std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15;
   }
   if (!whole) {
-    problems_.add(path_of(key), *v, expected);
+    problems_.add(path_of(key), *v, expected());
     return fallback;
   }
   const std::int64_t i = v->is_number_float() ? std::int64_t(v->get<double>()) : v->get<std::int64_t>();
   if (v->is_number_unsigned() &&
       v->get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max())) {
-    problems_.add(path_of(key), *v, expected);
+    problems_.add(path_of(key), *v, expected());
     return fallback;
   }
   if (i < min || i > max) {
-    problems_.add(path_of(key), *v, expected);
+    problems_.add(path_of(key), *v, expected());
     return fallback;
   }
   return i;
@@ -227,19 +228,19 @@ bool Fields::boolean(const std::string& key) {
 
 std::string Fields::string(const std::string& key, const std::vector<std::string>& allowed) {
   const Json* v = value(key);
-  std::string expected = "a string";
-  if (!allowed.empty()) {
-    expected = "one of";
-    for (std::size_t i = 0; i < allowed.size(); ++i) expected += (i ? ", \"" : " \"") + allowed[i] + "\"";
-  }
+  const auto expected = [&] {  // written only for a problem
+    std::string text = "one of";
+    for (std::size_t i = 0; i < allowed.size(); ++i) text += (i ? ", \"" : " \"") + allowed[i] + "\"";
+    return text;
+  };
   if (!v) return allowed.empty() ? std::string() : allowed.front();
   if (!v->is_string() || v->get<std::string>().empty()) {
-    problems_.add(path_of(key), *v, allowed.empty() ? "a non-empty string" : expected);
+    problems_.add(path_of(key), *v, allowed.empty() ? "a non-empty string" : expected());
     return allowed.empty() ? std::string() : allowed.front();
   }
   std::string s = v->get<std::string>();
   if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
-    problems_.add(path_of(key), *v, expected);
+    problems_.add(path_of(key), *v, expected());
     return allowed.front();
   }
   return s;

@@ -171,8 +171,8 @@ std::shared_ptr<const LayerFunction> named_op_function(NamedOpsOf ops, std::shar
 }
 
 void attach_functions(Model& model, const std::shared_ptr<const DataSource>& data) {
-  for (const auto& layer : model.layers)
-    if (!layer.named_ops || !has_host_math(layer.named_ops(1))) return;
+  for (const auto& layer : model.layers)  // a layer the same as an earlier one: asked there
+    if (layer.same_as < 0 && (!layer.named_ops || !has_host_math(layer.named_ops(1)))) return;
   for (std::size_t l = 0; l < model.layers.size(); ++l)
     model.layers[l].function = named_op_function(model.layers[l].named_ops, data, l == 0);
 }

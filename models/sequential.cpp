@@ -90,6 +90,13 @@ class SequentialBuilder {
   }
 
  private:
+  /// The builder call that makes a layer, every argument but its name (Model::add): layers made
+  /// by equal calls are one computation, lowered and checked once.
+  static std::string call_key(const std::string& factory, std::initializer_list<std::int64_t> args) {
+    std::string key = factory;
+    for (std::int64_t a : args) key += " " + std::to_string(a);
+    return key;
+  }
   static std::string name(const std::string& base, std::int64_t r, std::int64_t count) {
     return base + (count > 1 ? "_" + std::to_string(r) : "");
   }
@@ -111,9 +118,13 @@ class SequentialBuilder {
     expect_input(e, "in", Shape::Flat, in);
     if (!classifier && count > 1 && in != out)
       problems_.add(e.path_of("count"), Json(count), "1 unless in == out");
-    for (std::int64_t r = 0; r < count && problems_.empty(); ++r)
-      m_.layers.push_back(dense_layer(name(kind + suffix, r, count), in, out, relu, bias, classifier,
-                                      dense_index_++, m_.layers.empty(), act_));
+    for (std::int64_t r = 0; r < count && problems_.empty(); ++r) {
+      const bool first = m_.layers.empty();
+      const std::string call = call_key("dense", {in, out, dense_index_ % 2, relu, bias, classifier, first});
+      m_.add(dense_layer(name(kind + suffix, r, count), in, out, relu, bias, classifier, dense_index_++,
+                         first, act_),
+             call);
+    }
     shape_ = {Shape::Flat, classifier ? 0 : out};
     classes_ = classifier ? out : 0;
   }
@@ -129,8 +140,9 @@ class SequentialBuilder {
     expect_input(e, "in_channels", Shape::Image, size * size * cin);
     FeatureMap in{size, cin};
     for (std::int64_t r = 0; r < count && problems_.empty(); ++r) {
-      m_.layers.push_back(
-          conv_layer(name("conv" + suffix, r, count), in, kernel, stride, cout, bn, m_.layers.empty(), act_));
+      const bool first = m_.layers.empty();
+      m_.add(conv_layer(name("conv" + suffix, r, count), in, kernel, stride, cout, bn, first, act_),
+             call_key("conv2d", {in.size, in.channels, kernel, stride, cout, bn, first}));
       in = FeatureMap{(in.size + stride - 1) / stride, cout};
     }
     shape_ = {Shape::Image, in.size * in.size * cout};
@@ -155,8 +167,9 @@ class SequentialBuilder {
       problems_.add(e.path_of("heads"), Json(heads), "a divisor of d_model");
     expect_input(e, "d_model", Shape::Sequence, seq * d);
     for (std::int64_t r = 0; r < count && problems_.empty(); ++r)
-      m_.layers.push_back(transformer_block_layer(name("block" + suffix, r, count), d, ff, heads, d / heads,
-                                                  seq, true, act_));
+      m_.add(
+          transformer_block_layer(name("block" + suffix, r, count), d, ff, heads, d / heads, seq, true, act_),
+          call_key("transformer_block", {d, ff, heads, seq}));
     shape_ = {Shape::Sequence, seq * d};
   }
 

@@ -463,6 +463,7 @@ void check_layout(const Study& study, const std::map<std::string, std::string>& 
                   const std::map<std::string, int>& sizes, const std::string& path, const Json& layout_json,
                   Problems& problems) {
   for (const auto& layer : study.model.layers) {
+    if (layer.same_as >= 0) continue;  // the same ops as an earlier layer, checked there
     if (!layer.named_ops) {
       problems.add("model.kind", Json(study.model.kind),
                    "a model whose layers are described over named dimensions (transformer, mesh_lm, mlp, or "

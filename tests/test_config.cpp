@@ -177,6 +177,24 @@ TEST_CASE("malformed JSON names the file and position", "[config]") {
   CHECK_THROWS_WITH(load_study(path), Catch::Contains("tpusim_malformed.json") && Catch::Contains("line 2"));
 }
 
+TEST_CASE("a JSON file read again is its new contents once it changed", "[config]") {
+  // Files are parsed once while their size and modification time stay (a study's range ends each
+  // load its hardware): an edit shows, with the same size too.
+  const auto path = std::filesystem::temp_directory_path() / "tpusim_reread.json";
+  { std::ofstream(path) << R"({"a": 1})"; }
+  CHECK(read_json_file(path)["a"] == 1);
+  CHECK(read_json_file(path)["a"] == 1);
+  { std::ofstream(path) << R"({"a": 22})"; }
+  CHECK(read_json_file(path)["a"] == 22);
+  { std::ofstream(path) << R"({"a": 33})"; }
+  std::filesystem::last_write_time(path, std::filesystem::last_write_time(path) + std::chrono::seconds(5));
+  CHECK(read_json_file(path)["a"] == 33);
+  { std::ofstream(path) << "{\"a\": }"; }
+  CHECK_THROWS_WITH(read_json_file(path), Catch::Contains("malformed JSON"));
+  std::filesystem::remove(path);
+  CHECK_THROWS_WITH(read_json_file(path), Catch::Contains("no readable file"));
+}
+
 TEST_CASE("multi-pass kernels must be lists of [reads, writes]", "[config]") {
   Json j = v3_json();
   j["core"]["softmax_forward_kernels"]["value"] = Json::parse("[[1, 0], [1]]");

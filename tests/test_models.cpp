@@ -545,6 +545,26 @@ TEST_CASE("a transformer's blocks are one computation, a ResNet stage's first bl
           Approx(total_flops(*m, 4, false) + total_flops(*m, 4, true)).epsilon(1e-12));
 }
 
+TEST_CASE("a sequential model's layers made by equal calls are one computation", "[models]") {
+  // dense 8-8 twice (d_model->d_ff, then d_ff->d_model: names differ), the same again, a conv
+  // repeated, the first layer of each kind apart (it reads the model's input).
+  const Model m = build(R"({"kind": "sequential", "layers": [
+      {"kind": "dense", "in": 8, "out": 8, "count": 2}, {"kind": "dense", "in": 8, "out": 8, "count": 2},
+      {"kind": "dense", "in": 8, "out": 8, "activation": "none"}]})");
+  REQUIRE(m.layers.size() == 5);
+  CHECK(m.layers[0].same_as == -1);  // the model's input
+  CHECK(m.layers[1].same_as == -1);  // d_ff -> d_model
+  CHECK(m.layers[2].same_as == -1);  // d_model -> d_ff, not the first
+  CHECK(m.layers[3].same_as == 1);
+  CHECK(m.layers[4].same_as == -1);  // no ReLU
+  const Model c = build(R"({"kind": "sequential", "layers": [
+      {"kind": "conv2d", "size": 8, "in_channels": 4, "out_channels": 4, "kernel": 3, "count": 3}]})");
+  REQUIRE(c.layers.size() == 3);
+  CHECK(c.layers[1].same_as == -1);
+  CHECK(c.layers[2].same_as == 1);
+  CHECK(m.step_model_flops(4) == Approx(total_flops(m, 4, false) + total_flops(m, 4, true)).epsilon(1e-12));
+}
+
 TEST_CASE("every kind of named op has its registered class, which prices it and says what it keeps",
           "[models][ops]") {
   const std::int64_t b = 2, s = 8, d = 16;
