@@ -71,6 +71,23 @@ std::vector<Point> points(const Json& plan, bool by_cores) {
   return out;
 }
 
+/// A line per top plan that fits only as the compiler re-materializes part of its layers
+/// (compiler_remat in its summary), each after `indent`.
+std::string compiler_remat_notes(const Json& plan, const std::string& indent) {
+  std::string text;
+  int i = 0;
+  for (const auto& p : plan["top"]) {
+    ++i;
+    if (!p.contains("compiler_remat")) continue;
+    char share[32];
+    std::snprintf(share, sizeof share, "%.0f %%",
+                  100.0 * p["compiler_remat"]["share_of_layers_needed"].get<double>());
+    text += indent + "#" + std::to_string(i) + " fits as the compiler re-materializes " + share +
+            " of its layers (" + p["compiler_remat"]["policy"].dump() + ")\n";
+  }
+  return text;
+}
+
 }  // namespace
 
 std::string plan_text(const Json& plan) {
@@ -91,6 +108,7 @@ std::string plan_text(const Json& plan) {
                   r.throughput.c_str(), r.peak.c_str(), r.cores.c_str());
     s << line;
   }
+  s << compiler_remat_notes(plan, "  ");
   s << "best: " << plan["best"]["plan"].get<std::string>() << "\n";
   // The closest losers of each kind: the first few of each reason.
   int shown = 0;
@@ -118,6 +136,7 @@ std::string plan_markdown(const Json& plan) {
       md << "| " << ++i << " | " << r.plan << " | " << r.step << " | " << r.throughput << " | " << r.peak
          << " | " << r.cores << " |\n";
     }
+    if (const std::string notes = compiler_remat_notes(plan, "- "); !notes.empty()) md << "\n" << notes;
   }
   // The 50 nearest losers; every one is in plan.json (a search over thousands made this page long).
   constexpr std::size_t kShown = 50;

@@ -15,6 +15,7 @@
 #include "schedules/step_builder.hpp"
 #include "schedules/study.hpp"
 #include "workflows/child_process.hpp"
+#include "workflows/compiler_remat.hpp"
 #include "workflows/interrupt.hpp"
 #include "workflows/output_file.hpp"
 #include "workflows/plan_space.hpp"
@@ -44,6 +45,9 @@ struct Candidate {
   double bound_s = 0;  ///< no step is shorter: the longest chain of work, or the busiest core's
   int cores_used = 0;
   bool pruned = false;  ///< resident state over capacity
+  /// Over capacity at its floor, but the compiler's re-materialization reaches this policy, whose
+  /// floor fits: simulated (its run is the compiler's mixed program); null otherwise.
+  Json rescued_by;
   /// Interleaved, and not bounded: its plain twin does not fit (bound_from_twin).
   bool pruned_by_twin = false;
   bool bounded = false;  ///< examined: validated and bounded (false when the search stopped first)
@@ -390,6 +394,13 @@ Json summary(const Candidate& c) {
     for (const char* k : {"step_time_s", "examples_per_s", "peak_hbm_bytes", "mxu_utilization", "fits"})
       j[k] = c.result.value(k, Json(nullptr));
     if (c.approximate()) j["approximate"] = true;  // contention between collectives left out
+    if (const Json& r = c.result.value("compiler_remat", Json());
+        r.is_object() &&
+        r.value("fits", false)) {  // the program the compiler runs: its peak, not the every-layer run's
+      j["compiler_remat"] = {{"policy", r["policy"]},
+                             {"share_of_layers_needed", r["share_of_layers_needed"]}};
+      j["peak_hbm_bytes"] = r["peak_hbm_bytes"];
+    }
   }
   return j;
 }
@@ -603,6 +614,48 @@ bool bound_from_twin(std::vector<Candidate>& all, std::size_t i,
   return true;
 }
 
+/// The floor of candidate `c`'s schedule under re-materialization `policy`: the bound of the
+/// space's candidate with that schedule (`by_schedule`), or the schedule bounded now.
+double floor_under(const Candidate& c, const Json& policy, const ModelVariant& v,
+                   const std::map<std::pair<int, std::string>, const Candidate*>& by_schedule) {
+  Json schedule = c.schedule;
+  schedule["remat"] = policy;
+  if (const auto it = by_schedule.find({c.variant, schedule.dump()}); it != by_schedule.end())
+    return it->second->floor_bytes;
+  Study s = with_schedule(v.study, schedule);
+  s.layer_costs = v.costs;
+  return s.schedule->bound(s).floor_bytes;
+}
+
+/// The candidates of `which` over HBM at their floor that the compiler's re-materialization may
+/// still fit, as `run` answers them (compiler_rematerialized): kept for simulation (their run is
+/// the compiler's mixed program, so plan and run agree) when the floor of a stronger policy the
+/// compiler reaches fits; `rescued_by` names it.
+void keep_what_the_compiler_fits(std::vector<Candidate>& all, const std::vector<std::size_t>& which,
+                                 const std::vector<ModelVariant>& variants, double usable, int jobs,
+                                 Stopper& stop) {
+  std::map<std::pair<int, std::string>, const Candidate*> by_schedule;
+  for (const auto& c : all)
+    if (c.bounded && c.invalid.empty()) by_schedule[{c.variant, c.schedule.dump()}] = &c;
+  parallel_for(which.size(), jobs, [&](std::size_t k) {
+    Candidate& c = all[which[k]];
+    const ModelVariant& v = variants[std::size_t(c.variant)];
+    if (!c.pruned || c.pruned_by_twin || c.resident_bytes > usable || !v.study.compiler_remat) return;
+    try {
+      const Json remat = with_schedule(v.study, c.schedule).schedule->resolved().value("remat", Json());
+      for (const Json& policy :
+           stronger_remat_policies(remat, v.study.hardware.core.compiler_remat_recomputes_layers))
+        if (floor_under(c, policy, v, by_schedule) <= usable) {
+          c.rescued_by = policy;
+          c.pruned = false;
+          stop.simulable();
+          return;
+        }
+    } catch (const ConfigError&) {  // the stronger policy is invalid here: nothing reaches it
+    }
+  });
+}
+
 /// Each candidate's graph built on its own (-j at a time) and bounded; results stay in
 /// candidate order.
 void bound_all(const PlanOptions& o, std::vector<ModelVariant>& variants, std::vector<Candidate>& all,
@@ -631,8 +684,10 @@ void bound_all(const PlanOptions& o, std::vector<ModelVariant>& variants, std::v
       });
     };
     pass(plain);
+    keep_what_the_compiler_fits(all, plain, variants, usable, job_count(o.jobs), stop);
     twins = index_twins(all);
     pass(interleaved);
+    keep_what_the_compiler_fits(all, interleaved, variants, usable, job_count(o.jobs), stop);
   }
   if (o.bounding_progress) o.bounding_progress(-1, int(all.size()));
   std::size_t bounded = 0;

@@ -68,4 +68,37 @@ r = layers["compiler_remat"]
 assert layers["fits"] and r["fits"] and r["policy"] is True and 0 < r["share_of_layers_needed"] <= 1, r
 PY
 "$tpusim" fit "${gpipe[@]}" --maximize model.layers --max 24 | grep -q "largest value that fits: 4"
+# plan agrees with run: a replicated step over HBM at its floor without re-materialization, that
+# the compiler fits with save_dots on part of its layers, is simulated as run has it (its mixed
+# program's time and peak), not pruned; with compiler_remat false it is pruned.
+cat > "$work/t24.json" <<'EOF'
+{"schema": "tpusim.study/1", "hardware": "tpu-v3", "slice": "v3-8", "batch": 64,
+ "model": {"kind": "transformer", "activation": "relu", "layers": 24, "d_model": 1024, "d_ff": 4096,
+           "heads": 16, "vocab": 32000, "seq_len": 1024},
+ "optimizer": {"kind": "adam"}, "schedule": {"kind": "data_parallel", "remat": false}}
+EOF
+echo '{"schema": "tpusim.plan_space/1", "kinds": ["data_parallel"], "weight_update": ["replicated"], "gradient_dtype": ["bf16"], "accumulation_steps": [1], "remat": [false, "save_dots"], "attention": ["standard"]}' > "$work/space.json"
+"$tpusim" plan "$work/t24.json" --space "$work/space.json" -j 2 --json 2> /dev/null > "$work/plan.json"
+"$tpusim" plan "$work/t24.json" --space "$work/space.json" -j 2 2> /dev/null |
+  grep -qF '#1 fits as the compiler re-materializes 8 % of its layers ("save_dots")'
+"$tpusim" plan "$work/t24.json" --space "$work/space.json" -j 2 --json --set compiler_remat=false 2> /dev/null > "$work/plan_naive.json"
+python3 - "$work" "$tpusim" <<'PY'
+import json, subprocess, sys
+w, tpusim = sys.argv[1], sys.argv[2]
+plan, naive = (json.load(open(f"{w}/{x}.json")) for x in ("plan", "plan_naive"))
+best = plan["top"][0]
+assert best["plan"] == plan["best"]["plan"] and plan["best"]["result"]["compiler_remat"]["fits"]
+assert "remat" not in best["schedule"] and best["compiler_remat"]["policy"] == "save_dots", best
+assert 0 < best["compiler_remat"]["share_of_layers_needed"] < 1, best
+run = json.loads(subprocess.run([tpusim, "run", f"{w}/t24.json", "--json", "--plan-label", best["plan"]],
+                                capture_output=True, text=True, check=True).stdout)
+assert run["fits"] and run["step_time_s"] == best["step_time_s"], (run["step_time_s"], best["step_time_s"])
+assert best["peak_hbm_bytes"] == run["compiler_remat"]["peak_hbm_bytes"] <= run["hbm_capacity_bytes"]
+dots = [p for p in plan["top"] + plan["others"] if p["schedule"].get("remat") == "save_dots"]
+assert dots and all(p["step_time_s"] > best["step_time_s"] for p in dots if "step_time_s" in p)
+# Without the compiler's re-materialization the same candidates are over HBM at their floor.
+assert naive["best"]["schedule"].get("remat") == "save_dots", naive["best"]
+none = [p for p in naive["others"] if "remat" not in p["schedule"]]
+assert none and all(p["why"].startswith("does not fit: at least") for p in none), none
+PY
 echo "compiler re-materialization: passed"
