@@ -45,9 +45,6 @@ struct Candidate {
   double bound_s = 0;  ///< no step is shorter: the longest chain of work, or the busiest core's
   int cores_used = 0;
   bool pruned = false;  ///< resident state over capacity
-  /// Over capacity at its floor, but the compiler's re-materialization reaches this policy, whose
-  /// floor fits: simulated (its run is the compiler's mixed program); null otherwise.
-  Json rescued_by;
   /// Interleaved, and not bounded: its plain twin does not fit (bound_from_twin).
   bool pruned_by_twin = false;
   bool bounded = false;  ///< examined: validated and bounded (false when the search stopped first)
@@ -394,9 +391,8 @@ Json summary(const Candidate& c) {
     for (const char* k : {"step_time_s", "examples_per_s", "peak_hbm_bytes", "mxu_utilization", "fits"})
       j[k] = c.result.value(k, Json(nullptr));
     if (c.approximate()) j["approximate"] = true;  // contention between collectives left out
-    if (const Json& r = c.result.value("compiler_remat", Json());
-        r.is_object() &&
-        r.value("fits", false)) {  // the program the compiler runs: its peak, not the every-layer run's
+    // Fitted by the compiler's re-materialization: the mixed program's peak, not the every-layer run's.
+    if (const Json& r = c.result.value("compiler_remat", Json()); r.is_object() && r.value("fits", false)) {
       j["compiler_remat"] = {{"policy", r["policy"]},
                              {"share_of_layers_needed", r["share_of_layers_needed"]}};
       j["peak_hbm_bytes"] = r["peak_hbm_bytes"];
@@ -630,7 +626,7 @@ double floor_under(const Candidate& c, const Json& policy, const ModelVariant& v
 /// The candidates of `which` over HBM at their floor that the compiler's re-materialization may
 /// still fit, as `run` answers them (compiler_rematerialized): kept for simulation (their run is
 /// the compiler's mixed program, so plan and run agree) when the floor of a stronger policy the
-/// compiler reaches fits; `rescued_by` names it.
+/// compiler reaches fits.
 void keep_what_the_compiler_fits(std::vector<Candidate>& all, const std::vector<std::size_t>& which,
                                  const std::vector<ModelVariant>& variants, double usable, int jobs,
                                  Stopper& stop) {
@@ -646,7 +642,6 @@ void keep_what_the_compiler_fits(std::vector<Candidate>& all, const std::vector<
       for (const Json& policy :
            stronger_remat_policies(remat, v.study.hardware.core.compiler_remat_recomputes_layers))
         if (floor_under(c, policy, v, by_schedule) <= usable) {
-          c.rescued_by = policy;
           c.pruned = false;
           stop.simulable();
           return;
