@@ -350,6 +350,8 @@ void read_core(const Json& core, HardwareSpec& hw, Problems& problems) {
   c.allreduce_combine_threshold_bytes = r.number("allreduce_combine_threshold_bytes", 1, 1e12);
   c.gradient_collectives_overlap_backward = r.flag("gradient_collectives_overlap_backward");
   c.compiler_remat_recomputes_layers = r.flag("compiler_remat_recomputes_layers");
+  c.tensor_collectives_overlap_matmuls = r.flag("tensor_collectives_overlap_matmuls");
+  c.collective_matmul_min_operand_bytes = r.number("collective_matmul_min_operand_bytes", 0, 1e15);
   if (r.has("flash_attention_kernel")) c.flash_attention_kernel = r.flag("flash_attention_kernel");
   auto multipass = [&](const std::string& name) {
     MultiPassKernels m;

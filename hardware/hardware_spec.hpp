@@ -77,6 +77,15 @@ struct CoreSpec {
   /// element-wise and normalization outputs from the live matmul outputs beside them (false: its
   /// reach is "save_dots").
   bool compiler_remat_recomputes_layers = true;
+  /// A tensor-parallel collective reducing a matmul's output (its partial sums, or an input
+  /// gradient's) is decomposed with the matmul into steps, one per core of the group, each step's
+  /// piece of the collective running behind the next step's piece of the matmul (collective
+  /// matmul: XLA's windowed einsum), so only the last step's piece waits (true); or it runs after
+  /// the whole matmul, in program order (false).
+  bool tensor_collectives_overlap_matmuls = false;
+  /// The compiler decomposes a matmul with its reduction only when the matmul's largest operand
+  /// on a core is at least this large (XLA's windowed-einsum threshold).
+  double collective_matmul_min_operand_bytes = 0;
   /// Optional "flash_attention_kernel": whether the generation's software had a fused attention
   /// kernel (flash attention); false makes such a study a what-if and says so. Absent: not known.
   std::optional<bool> flash_attention_kernel;

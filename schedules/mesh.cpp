@@ -632,8 +632,10 @@ class MeshStepPlayer : public ProgramPlayer {
     using C = sim::CollectiveOp;
     const auto blocking = blocking_collective(ev.kind);
     const auto op = blocking ? blocking->op : C::AllReduce;
-    every_core_waits(family_collective(op, ev.name + " (recompute)", ev.mesh_dims, schedule_.groups(ev),
-                                       "recompute_collective", l, ev.bytes));
+    sim::Task t = family_collective(op, ev.name + " (recompute)", ev.mesh_dims, schedule_.groups(ev),
+                                    "recompute_collective", l, ev.bytes);
+    if (ev.behind) return behind_.push_back(after_every_core(std::move(t)));
+    every_core_waits(std::move(t));
   }
 
   /// Every core sends its edge rows to its neighbours along the mesh dimension (the image does
@@ -693,12 +695,14 @@ class MeshStepPlayer : public ProgramPlayer {
       scattered_[std::size_t(l)].push_back(
           {{ev.actions.front().op, t.groups}, ev.name, ev.mesh_dims, ev.bytes, chunks_++});
     }
-    if (exec_) t.host = exec_->collective(t.groups, l, ev.actions.front());
+    if (exec_ && !ev.actions.empty()) t.host = exec_->collective(t.groups, l, ev.actions.front());
     const int id = after_every_core(std::move(t));
+    if (ev.behind) return behind_.push_back(id);
     if (gradient) gradient_reductions_[std::size_t(l)].push_back(id);
     if (pieces_later) pieces_across_slices_.push_back({{l}, id, piece});
     // Fully sharded, in program order: each layer's reduce-scatter where the program has it, the
     // backward waiting for it.
+    if (!gradient) join_behind(id);
     if (!gradient || (fully_ && !prefetch_))
       receive(std::vector<std::vector<int>>(static_cast<std::size_t>(size_), std::vector<int>{id}));
   }

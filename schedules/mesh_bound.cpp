@@ -80,7 +80,7 @@ double program_bound(const Study& s, const MeshSchedule& mesh,
           continue;
         }
         const bool gradient = ev.kind == E::GradientAllReduce;
-        if (gradient && (overlap || behind)) continue;
+        if ((gradient && (overlap || behind)) || ev.behind) continue;  // behind the compute
         const auto blocking = mesh::blocking_collective(ev.kind);
         if (!blocking && !gradient) continue;  // a halo
         const double f = floor(blocking ? blocking->op : sim::CollectiveOp::ReduceScatter, ev,

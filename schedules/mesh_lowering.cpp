@@ -155,6 +155,57 @@ class LayerLowering : public MeshLoweringSink {
           collective_task_name(layer_ + "/" + name, mesh, sim::CollectiveOp::AllGather);
     }
   }
+  /// The reduction of the matmul `mm` just computed (the last piece of the running compute
+  /// event): where the stack overlaps them (core.tensor_collectives_overlap_matmuls), decomposed
+  /// with it into a step per core of the group, each step's piece of the reduction behind the
+  /// next step's piece of the matmul, so that only the last step's piece waits for the matmul's
+  /// end (collective matmul: XLA's windowed einsum), when the matmul is large enough
+  /// (core.collective_matmul_min_operand_bytes); otherwise one collective after it. The op's row
+  /// lists it once, with its steps.
+  void reduction_after(const NamedOp& op, const OpCost& mm, Event::Kind kind, const std::string& name,
+                       const std::vector<std::string>& mesh, double bytes, MeshAction::What what) {
+    std::vector<Event>& into = events();
+    double n = 1;
+    for (const auto& m : mesh) n *= s_.sizes.at(m);
+    // The compiler's threshold: the matmul's largest operand (or result) on a core.
+    const double largest =
+        act_ * std::max({s_.local_elements(op.a), s_.local_elements(op.b), s_.local_elements(op.out)});
+    const auto& core = cost_.core();
+    if (!core.tensor_collectives_overlap_matmuls || largest < core.collective_matmul_min_operand_bytes ||
+        n <= 1 || bytes <= 0 || into.empty() || into.back().kind != Event::Compute)
+      return collective(into, kind, name, mesh, bytes, row(), what);
+    const double rest = (n - 1) / n;
+    Event tail{Event::Compute, layer_, 0, 0, 0, {}, 0, {}, {}, 0};
+    tail.seconds = rest * mm.seconds;
+    tail.hbm_seconds = rest * mm.hbm_bound_s();
+    tail.grid_seconds = rest * mm.grid_added_s;
+    tail.model_flops = rest * mm.model_flops;
+    tail.hardware_flops = rest * mm.hardware_flops;
+    if (!backward_ && dots_.recomputed[i_]) {
+      tail.partial_seconds = tail.seconds;
+      tail.partial_hbm_seconds = tail.hbm_seconds;
+      tail.partial_grid_seconds = tail.grid_seconds;
+      tail.partial_hardware_flops = tail.hardware_flops;
+    }
+    Event& head = into.back();
+    head.seconds -= tail.seconds;
+    head.hbm_seconds -= tail.hbm_seconds;
+    head.grid_seconds -= tail.grid_seconds;
+    head.model_flops -= tail.model_flops;
+    head.hardware_flops -= tail.hardware_flops;
+    head.partial_seconds -= tail.partial_seconds;
+    head.partial_hbm_seconds -= tail.partial_hbm_seconds;
+    head.partial_grid_seconds -= tail.partial_grid_seconds;
+    head.partial_hardware_flops -= tail.partial_hardware_flops;
+    Event behind{kind, layer_ + "/" + name + " (behind its matmul)", 0, 0, 0, mesh, rest * bytes, {}, {}, 0};
+    behind.kept_by_save_policy = !backward_ && !dots_.recomputed[i_];
+    behind.behind = true;
+    into.push_back(std::move(behind));
+    into.push_back(std::move(tail));
+    collective(into, kind, name, mesh, bytes / n, row(), what);
+    row()["collectives"].back()["bytes"] = bytes;
+    row()["collectives"].back()["overlapped_with_matmul_steps"] = n;
+  }
   /// A weight's gradient reduced over the mesh dimensions splitting the dimensions of `from` it lacks.
   void weight_gradient(const NamedOp& op, const std::vector<const NamedTensor*>& from, Json& row) {
     if (op.b.tied) return;  // another layer's weight (a shared embedding table): reduced with the owner's
@@ -303,9 +354,10 @@ class LayerLowering : public MeshLoweringSink {
         collective(p_.forward, Event::BlockingAllGather, op.name + " operand all-gather", {seq_mesh_},
                    s_.local_elements(t) * act_, row(), A::GatherOperand, operand);
     }
-    const double flops = compute(forward);
-    sum_output("partial sums", s_.split_missing({&op.a, &op.b}, op.out), s_.local_elements(op.out) * act_);
-    return flops;
+    const OpCost c = compute(p_.forward, forward, A::Forward);
+    reduction_after(op, c, Event::BlockingAllReduce, op.name + " partial sums",
+                    s_.split_missing({&op.a, &op.b}, op.out), s_.local_elements(op.out) * act_, A::SumOutput);
+    return c.model_flops;
   }
 
   // --- Backward ---------------------------------------------------------------------------------
@@ -356,7 +408,7 @@ class LayerLowering : public MeshLoweringSink {
     const bool ga = gathered(i, op.a), gb = gathered(i, op.b);
     const bool needs_da = !op.a.weight && !reads_model_input(i);
     const auto over_a = needs_da ? s_.split_missing({&op.out, &op.b}, op.a) : std::vector<std::string>{};
-    compute(p_.backward, input_gradient, A::Backward, !over_a.empty());
+    const OpCost da = compute(p_.backward, input_gradient, A::Backward, !over_a.empty());
     if (needs_da && !ga && !over_a.empty() && produced_before(i, op.a.id)) {
       auto [it, fresh] =
           deferred_.try_emplace({op.a.id, over_a}, Deferred{int(i), op.name, s_.local_elements(op.a) * act_});
@@ -364,18 +416,24 @@ class LayerLowering : public MeshLoweringSink {
         it->second.consumer = int(i);
         it->second.names = op.name + ", " + it->second.names;
       }
+    } else if (needs_da && !ga) {
+      reduction_after(op, da, Event::BlockingAllReduce, op.name + " input gradient", over_a,
+                      s_.local_elements(op.a) * act_, A::SumInputGradient);
     } else if (needs_da) {
-      collective(p_.backward, Event::BlockingAllReduce, op.name + " input gradient",
-                 ga ? without_seq(over_a) : over_a, s_.local_elements(op.a) * act_, row, A::SumInputGradient);
-      if (ga)
-        collective(p_.backward, Event::BlockingReduceScatter, op.name + " input gradient scatter",
-                   {seq_mesh_}, s_.local_elements(op.a) * act_, row, A::ScatterOperandGradient, 0);
+      collective(p_.backward, Event::BlockingAllReduce, op.name + " input gradient", without_seq(over_a),
+                 s_.local_elements(op.a) * act_, row, A::SumInputGradient);
+      collective(p_.backward, Event::BlockingReduceScatter, op.name + " input gradient scatter", {seq_mesh_},
+                 s_.local_elements(op.a) * act_, row, A::ScatterOperandGradient, 0);
     }
     const auto over = s_.split_missing({&op.a, &op.out}, op.b);
-    compute(p_.backward, operand_gradient, A::WeightGradient, !op.b.weight && !over.empty());
+    const OpCost db =
+        compute(p_.backward, operand_gradient, A::WeightGradient, !op.b.weight && !over.empty());
     // A weight of another layer (a tied embedding table): its gradient joins the owner's, which
     // the owner's weight-gradient reduction reduces once with the rest.
     if (op.b.tied) return;
+    if (!op.b.weight && !gb)  // an activation's gradient (attention's keys and values)
+      return reduction_after(op, db, Event::BlockingAllReduce, op.name + " input gradient", over,
+                             s_.local_elements(op.b) * act_, A::SumWeightGradient);
     collective(p_.backward, op.b.weight ? Event::GradientAllReduce : Event::BlockingAllReduce,
                op.name + (op.b.weight ? " weight gradient" : " input gradient"),
                gb ? without_seq(over) : over, s_.local_elements(op.b) * (op.b.weight ? kWeightBytes : act_),

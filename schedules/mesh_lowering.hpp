@@ -54,6 +54,10 @@ struct Event {
   /// so not run again.
   double partial_seconds = 0, partial_hardware_flops = 0;
   bool kept_by_save_policy = false;
+  /// A blocking collective's part running behind the compute after it (a reduction decomposed
+  /// with its matmul: core.tensor_collectives_overlap_matmuls): no core waits for it, the next
+  /// blocking collective does.
+  bool behind = false;
   /// Compute: the part of `seconds` (and of `partial_seconds`) HBM's bandwidth sets, and the
   /// part its matmuls' grid steps add (OpCost::grid_added_s).
   double hbm_seconds = 0, partial_hbm_seconds = 0;

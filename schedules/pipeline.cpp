@@ -557,9 +557,17 @@ class StagePlayer : public ProgramPlayer {
   /// so the item lasts as long either way, and the stage's graph keeps one compute task per core
   /// and item (interleaving them, one task per run of pieces, made plan's bounds of
   /// tensor-parallel pipelines about three times slower).
+  /// A reduction decomposed with its matmul (Event::behind, then its last piece) is one collective
+  /// here, in program order.
   void defer(const Event& ev) {
-    if (const auto blocking = mesh::blocking_collective(ev.kind); blocking && size_ > 1)
-      collectives_.emplace_back(blocking->op, ev.bytes);
+    const auto blocking = mesh::blocking_collective(ev.kind);
+    if (!blocking || size_ <= 1) return;
+    if (ev.behind) {
+      behind_bytes_ += ev.bytes;
+      return;
+    }
+    collectives_.emplace_back(blocking->op, ev.bytes + behind_bytes_);
+    behind_bytes_ = 0;
   }
   /// A collective over the group after the `previous` one (-1: after every core's program so
   /// far): every core's next task waits for it.
@@ -584,6 +592,7 @@ class StagePlayer : public ProgramPlayer {
   FunctionalRuntime* functional_;
   std::vector<int> chunk_of_;                                      ///< per layer, its model chunk
   std::vector<std::pair<sim::CollectiveOp, double>> collectives_;  ///< the item's, deferred
+  double behind_bytes_ = 0;  ///< a decomposed reduction's part behind its matmul, deferred with the rest
   LayerRange item_range_;
 };
 

@@ -119,8 +119,14 @@ int ProgramPlayer::after_every_core(sim::Task t) {
   return id;
 }
 
+void ProgramPlayer::join_behind(int id) {
+  for (int x : behind_) g_.depend(x, id);
+  behind_.clear();
+}
+
 void ProgramPlayer::every_core_waits(sim::Task t) {
   const int id = after_every_core(std::move(t));
+  join_behind(id);
   receive(std::vector<std::vector<int>>(std::size_t(size_), std::vector<int>{id}));
 }
 

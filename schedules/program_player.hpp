@@ -57,8 +57,11 @@ class ProgramPlayer {
   std::vector<int> frontier(int i) const;
   /// Adds `t` after every core's program so far (frontier); returns its id.
   int after_every_core(sim::Task t);
-  /// A collective every core waits for: after each core's last task, before its next.
+  /// A collective every core waits for: after each core's last task and the collectives running
+  /// behind the compute (behind_), before its next.
   void every_core_waits(sim::Task t);
+  /// Collective `id`, which every core waits for, after those running behind the compute.
+  void join_behind(int id);
   /// Each core's next task waits for what arrives (`arrivals`, per core), so its program stays a
   /// chain.
   void receive(const std::vector<std::vector<int>>& arrivals);
@@ -124,6 +127,8 @@ class ProgramPlayer {
     return f;
   }
   std::vector<std::vector<int>> waits_;  ///< each core: what its next task waits to receive
+  /// Collectives running behind the compute (Event::behind) that the next blocking one follows.
+  std::vector<int> behind_;
   double hardware_flops_ = 0;
   /// Whether a run of compute pieces spanning several layers, nothing played between them, is
   /// one task per core (a pipeline's model chunk for one micro-batch): named after its first and

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "hardware/topology.hpp"
+#include "schedules/mesh.hpp"
 #include "schedules/study.hpp"
 #include "sim/engine.hpp"
 #include "test_support.hpp"
@@ -398,4 +399,53 @@ TEST_CASE("more cores than simultaneous actors are refused before any runs", "[e
   sim::EngineOptions options;
   options.max_simultaneous_actors = 1;
   CHECK_THROWS_WITH(sim::simulate(g, hw, s, options), Catch::Contains("vm.max_map_count"));
+}
+
+TEST_CASE("a tensor-parallel all-reduce decomposed with its matmul hides behind it up to the matmul's time",
+          "[engine][oracle][collective_matmul]") {
+  // Megatron-style: d_ff and heads split over 4 cores; each partial-sum all-reduce in 4 steps.
+  Json j = Json::parse(R"({"hardware": "tpu-v3", "slice": "v3-8", "batch": 16,
+    "model": {"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 1024, "d_ff": 4096,
+              "heads": 8, "seq_len": 256, "vocab": 1024},
+    "optimizer": {"kind": "adam"},
+    "schedule": {"kind": "mesh", "mesh": [["batch", 2], ["model", 4]],
+                 "layout": {"batch": "batch", "d_ff": "model", "heads": "model", "vocab": "model"}}})");
+  Study s = parse_study(j, "test");
+  s.hardware.core.tensor_collectives_overlap_matmuls = true;
+  s.hardware.core.collective_matmul_min_operand_bytes = 0;  // every matmul
+  const BuiltStep step = s.schedule->build(s);
+  const auto r = sim::simulate(step.graph, s.hardware, s.slice);
+  const auto& g = step.graph;
+  auto dur = [&](int id) { return r.tasks[id].end_s - r.tasks[id].start_s; };
+  int checked = 0, hidden = 0;
+  for (int id = 0; id < g.size(); ++id) {
+    const auto& body = g.task(id);
+    if (body.kind != sim::TaskKind::Collective || body.name.find("(behind its matmul)") == std::string::npos)
+      continue;
+    // The matmul's first step (core 0's task before it), its other steps, the last piece.
+    const auto& program = g.program(0);
+    int head = -1;
+    for (int p : g.predecessors(id))
+      if (g.task(p).core == 0) head = p;
+    REQUIRE(head >= 0);
+    const auto at = std::find(program.begin(), program.end(), head);
+    REQUIRE(at + 1 != program.end());
+    const int tail = *(at + 1);
+    int last = -1;
+    for (int n : g.successors(id))
+      if (g.task(n).kind == sim::TaskKind::Collective) last = n;
+    REQUIRE(last >= 0);
+    CHECK(r.tasks[id].start_s == Approx(r.tasks[head].end_s));    // starts as the first step ends
+    CHECK(r.tasks[tail].start_s == Approx(r.tasks[head].end_s));  // the matmul does not wait for it
+    CHECK(g.task(last).bytes == Approx(body.bytes / 3));
+    // Exposed after the matmul: what of the pieces behind outlasts its other steps, then the last piece.
+    const double exposed = r.tasks[last].end_s - r.tasks[tail].end_s;
+    CHECK(exposed ==
+          Approx(std::max(0.0, r.tasks[id].end_s - r.tasks[tail].end_s) + dur(last)).margin(1e-12));
+    CHECK(exposed <= dur(id) + dur(last) + 1e-12);  // never more than in program order
+    hidden += exposed < dur(id) + dur(last) - 1e-9 ? 1 : 0;
+    ++checked;
+  }
+  CHECK(checked > 0);
+  CHECK(hidden > 0);
 }

@@ -1127,3 +1127,65 @@ TEST_CASE("gradient accumulation under a mesh: one micro-batch's activations, th
   CHECK_THROWS_WITH(mesh_study(megatron_model(), sched),
                     Catch::Contains("schedule.accumulation_steps") && Catch::Contains("fully_sharded"));
 }
+
+TEST_CASE(
+    "a tensor-parallel reduction of a matmul's output is decomposed with it where the stack overlaps "
+    "them: its pieces behind the matmul's, the last one blocking",
+    "[mesh][collective_matmul]") {
+  Study off = mesh_study(megatron_model(), megatron_schedule());
+  Study on = off;
+  off.hardware.core.tensor_collectives_overlap_matmuls = false;
+  on.hardware.core.tensor_collectives_overlap_matmuls = true;
+  on.hardware.core.collective_matmul_min_operand_bytes = 0;  // every matmul
+  const auto& mesh = dynamic_cast<const MeshSchedule&>(*off.schedule);
+  const auto a = mesh.programs(off), b = mesh.programs(on);
+  REQUIRE(a.size() == b.size());
+  int decomposed = 0;
+  for (std::size_t l = 0; l < a.size(); ++l)
+    for (auto pass : {&mesh::LayerProgram::forward, &mesh::LayerProgram::backward}) {
+      const auto &before = a[l].*pass, &after = b[l].*pass;
+      double seconds[2] = {0, 0}, flops[2] = {0, 0}, bytes[2] = {0, 0};
+      for (int k = 0; k < 2; ++k)
+        for (const auto& ev : k ? after : before) {
+          seconds[k] += ev.seconds;
+          flops[k] += ev.hardware_flops;
+          if (ev.kind == mesh::Event::BlockingAllReduce) bytes[k] += ev.bytes;
+        }
+      CHECK(seconds[1] == Approx(seconds[0]));  // the same matmuls, in steps
+      CHECK(flops[1] == Approx(flops[0]));
+      CHECK(bytes[1] == Approx(bytes[0]));  // the same reductions, in pieces
+      for (std::size_t e = 0; e < after.size(); ++e) {
+        if (!after[e].behind) continue;
+        ++decomposed;
+        // head compute, the pieces behind (3 of the 4 model cores' steps), the matmul's other
+        // steps, the last piece blocking.
+        REQUIRE(e > 0);
+        REQUIRE(e + 2 < after.size());
+        CHECK(after[e - 1].kind == mesh::Event::Compute);
+        CHECK(after[e + 1].kind == mesh::Event::Compute);
+        CHECK(after[e + 2].kind == after[e].kind);
+        CHECK_FALSE(after[e + 2].behind);
+        CHECK(after[e].bytes == Approx(3 * after[e + 2].bytes));
+        CHECK(after[e + 1].seconds > 0);
+      }
+    }
+  CHECK(decomposed > 0);
+  for (const auto& l : a)
+    for (const auto& ev : l.forward) CHECK_FALSE(ev.behind);
+  // The per-op table lists each reduction once, whole, with its steps.
+  const BuiltStep step = on.schedule->build(on);
+  bool listed = false;
+  for (const auto& row : step.details["ops"])
+    for (const auto& c : row["collectives"])
+      if (c.contains("overlapped_with_matmul_steps")) {
+        CHECK(c["overlapped_with_matmul_steps"] == 4.0);
+        listed = true;
+      }
+  CHECK(listed);
+  // The bound leaves out the pieces behind the compute: it is lower.
+  CHECK(on.schedule->bound(on).seconds < off.schedule->bound(off).seconds);
+  // Under the compiler's size threshold, no matmul is decomposed.
+  on.hardware.core.collective_matmul_min_operand_bytes = 1e12;
+  for (const auto& l : mesh.programs(on))
+    for (const auto& ev : l.forward) CHECK_FALSE(ev.behind);
+}

@@ -178,6 +178,12 @@ void print_software_figures(std::ostream& out, const HardwareSpec& hw, const Sou
   print_row(out, "gradient reductions",
             hw.core.gradient_collectives_overlap_backward ? "during backward" : "after backward",
             src("core.gradient_collectives_overlap_backward"));
+  print_row(
+      out, "tensor-parallel reductions",
+      hw.core.tensor_collectives_overlap_matmuls
+          ? "behind their matmuls from " + reports::human_bytes(hw.core.collective_matmul_min_operand_bytes)
+          : "after their matmuls",
+      src("core.tensor_collectives_overlap_matmuls"));
   for (const auto& [label, key, pattern] :
        {std::tuple{"normalization forward", "normalization_forward", MultiPass::NormalizationForward},
         std::tuple{"normalization backward", "normalization_backward", MultiPass::NormalizationBackward},

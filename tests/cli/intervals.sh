@@ -52,7 +52,7 @@ PY
 # The summary shows it; a value the user sets is a choice, not an assumption.
 "$tpusim" run "$study" --set model.layers=16 --set schedule.microbatches=4 --intervals -j 2 > "$work/run.txt" 2> /dev/null
 grep -qE "step time +[0-9.]+ m?s \([0-9.]+–[0-9.]+\)" "$work/run.txt" || { echo "FAIL: no interval in the summary"; cat "$work/run.txt"; exit 1; }
-grep -q "intervals .* over the ranges of 19 assumptions, one at a time, combined in quadrature" "$work/run.txt" || { echo "FAIL: the set M still counted"; cat "$work/run.txt"; exit 1; }
+grep -q "intervals .* over the ranges of 21 assumptions, one at a time, combined in quadrature" "$work/run.txt" || { echo "FAIL: the set M still counted"; cat "$work/run.txt"; exit 1; }
 grep -q "^  with model error  .* with the model's validated error on language models ([0-9]* cases" "$work/run.txt" ||
   { echo "FAIL: no interval with the model's error"; cat "$work/run.txt"; exit 1; }
 # With --out the report carries the intervals too.
