@@ -26,8 +26,8 @@ const char* kFourCores = R"({"chips": [2, 1], "wraparound": [false, false]})";
 
 Outcome train(const char* model, const std::string& schedule, int steps = 3,
               const std::string& optimizer = "momentum", double learning_rate = 0,
-              const char* slice = "\"v3-8\"", std::int64_t batch = 16) {
-  Json j = Json::parse(R"({"hardware": "tpu-v3"})");
+              const char* slice = "\"v3-8\"", std::int64_t batch = 16, const Json& hardware = "tpu-v3") {
+  Json j{{"hardware", hardware}};
   j["batch"] = batch;
   j["slice"] = Json::parse(slice);
   j["model"] = Json::parse(model);
@@ -49,8 +49,9 @@ Outcome train(const char* model, const std::string& schedule, int steps = 3,
 }
 
 void check_equivalent(const char* model, const std::string& schedule,
-                      const std::string& optimizer = "momentum", const char* slice = "\"v3-8\"") {
-  const Outcome o = train(model, schedule, 3, optimizer, 0, slice);
+                      const std::string& optimizer = "momentum", const char* slice = "\"v3-8\"",
+                      const Json& hardware = "tpu-v3") {
+  const Outcome o = train(model, schedule, 3, optimizer, 0, slice, 16, hardware);
   INFO(schedule << " max_rel_diff " << o.max_rel_diff << " gradient_max_rel_diff "
                 << o.gradient_max_rel_diff);
   CHECK(o.max_rel_diff <= 1e-5);
@@ -178,6 +179,31 @@ MESH_TRANSFORMER_CASE("d_kv x vocab", R"({"d_kv": "rows", "vocab": "cols"})")
 // gradients reduce-scattered back.
 MESH_TRANSFORMER_CASE("batch x seq", R"({"batch": "rows", "seq": "cols"})")
 MESH_TRANSFORMER_CASE("seq x heads", R"({"seq": "rows", "heads": "cols"})")
+// Collective matmul: every tensor-parallel reduction decomposed with its matmul (its pieces
+// behind the matmul's steps carry no math; its last piece reduces).
+TEST_CASE("functional mesh 2x2 transformer with collective matmul matches one core",
+          "[functional][mesh][collective_matmul]") {
+  const Json hardware = Json::parse(R"({"base": "tpu-v3", "override": {
+      "core.tensor_collectives_overlap_matmuls": true, "core.collective_matmul_min_operand_bytes": 0}})");
+  check_equivalent(kTransformer,
+                   R"({"kind": "mesh", "mesh": {"rows": 2, "cols": 2},
+                       "layout": {"batch": "rows", "d_ff": "cols", "heads": "cols", "vocab": "cols"}})",
+                   "momentum", kFourCores, hardware);
+  // It did decompose: some reduction runs behind its matmul.
+  Json j{{"hardware", hardware},
+         {"slice", Json::parse(kFourCores)},
+         {"batch", 16},
+         {"model", Json::parse(kTransformer)},
+         {"optimizer", {{"kind", "momentum"}}},
+         {"schedule", Json::parse(R"({"kind": "mesh", "mesh": {"rows": 2, "cols": 2},
+                                     "layout": {"batch": "rows", "d_ff": "cols", "heads": "cols"}})")}};
+  const Study s = parse_study(j, "test");
+  const BuiltStep step = s.schedule->build(s);
+  int behind = 0;
+  for (int id = 0; id < step.graph.size(); ++id)
+    behind += step.graph.task(id).name.find("(behind its matmul)") != std::string::npos ? 1 : 0;
+  CHECK(behind > 0);
+}
 TEST_CASE("functional mesh 2x2 transformer sharded update matches one core", "[functional][mesh][sharding]") {
   check_equivalent(kTransformer,
                    R"({"kind": "mesh", "mesh": {"rows": 2, "cols": 2}, "weight_update": "sharded",
