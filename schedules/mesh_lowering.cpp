@@ -115,18 +115,22 @@ class LayerLowering : public MeshLoweringSink {
     if (into.empty() || into.back().kind != Event::Compute)
       into.push_back(Event{Event::Compute, layer_, 0, 0, 0, {}, 0, {}, {}, 0});
     into.back().actions.push_back(MeshAction{at_, what, 0, partial});
-    into.back().seconds += c.seconds;
-    into.back().hbm_seconds += c.hbm_bound_s();
-    into.back().grid_seconds += c.grid_added_s;
-    into.back().model_flops += c.model_flops;
-    into.back().hardware_flops += c.hardware_flops;
-    if (!backward_ && dots_.recomputed[i_]) {
-      into.back().partial_seconds += c.seconds;
-      into.back().partial_hbm_seconds += c.hbm_bound_s();
-      into.back().partial_grid_seconds += c.grid_added_s;
-      into.back().partial_hardware_flops += c.hardware_flops;
-    }
+    add_cost(into.back(), c, 1.0);
     return c;
+  }
+  /// `share` of the op's cost `c` added to compute event `ev` (and to the part of it the save
+  /// policy recomputes, when it recomputes the op).
+  void add_cost(Event& ev, const OpCost& c, double share) const {
+    ev.seconds += share * c.seconds;
+    ev.hbm_seconds += share * c.hbm_bound_s();
+    ev.grid_seconds += share * c.grid_added_s;
+    ev.model_flops += share * c.model_flops;
+    ev.hardware_flops += share * c.hardware_flops;
+    if (backward_ || !dots_.recomputed[i_]) return;
+    ev.partial_seconds += share * c.seconds;
+    ev.partial_hbm_seconds += share * c.hbm_bound_s();
+    ev.partial_grid_seconds += share * c.grid_added_s;
+    ev.partial_hardware_flops += share * c.hardware_flops;
   }
   /// A collective over `mesh` (none when it is empty or moves nothing), listed in the op's row.
   void collective(std::vector<Event>& into, Event::Kind kind, const std::string& name,
@@ -176,27 +180,8 @@ class LayerLowering : public MeshLoweringSink {
       return collective(into, kind, name, mesh, bytes, row(), what);
     const double rest = (n - 1) / n;
     Event tail{Event::Compute, layer_, 0, 0, 0, {}, 0, {}, {}, 0};
-    tail.seconds = rest * mm.seconds;
-    tail.hbm_seconds = rest * mm.hbm_bound_s();
-    tail.grid_seconds = rest * mm.grid_added_s;
-    tail.model_flops = rest * mm.model_flops;
-    tail.hardware_flops = rest * mm.hardware_flops;
-    if (!backward_ && dots_.recomputed[i_]) {
-      tail.partial_seconds = tail.seconds;
-      tail.partial_hbm_seconds = tail.hbm_seconds;
-      tail.partial_grid_seconds = tail.grid_seconds;
-      tail.partial_hardware_flops = tail.hardware_flops;
-    }
-    Event& head = into.back();
-    head.seconds -= tail.seconds;
-    head.hbm_seconds -= tail.hbm_seconds;
-    head.grid_seconds -= tail.grid_seconds;
-    head.model_flops -= tail.model_flops;
-    head.hardware_flops -= tail.hardware_flops;
-    head.partial_seconds -= tail.partial_seconds;
-    head.partial_hbm_seconds -= tail.partial_hbm_seconds;
-    head.partial_grid_seconds -= tail.partial_grid_seconds;
-    head.partial_hardware_flops -= tail.partial_hardware_flops;
+    add_cost(tail, mm, rest);          // the matmul's other steps...
+    add_cost(into.back(), mm, -rest);  // ...leave the running event
     Event behind{kind, layer_ + "/" + name + " (behind its matmul)", 0, 0, 0, mesh, rest * bytes, {}, {}, 0};
     behind.kept_by_save_policy = !backward_ && !dots_.recomputed[i_];
     behind.behind = true;
