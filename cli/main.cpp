@@ -18,12 +18,13 @@
 #include <optional>
 #include <tuple>
 
+#include "cli/describe.hpp"
 #include "cli/run_progress.hpp"
+#include "cli/signals.hpp"
 #include "reports/plan_report.hpp"
 #include "reports/run_report.hpp"
 #include "reports/validation_report.hpp"
 #include "workflows/dask_runner.hpp"
-#include "workflows/describe.hpp"
 #include "workflows/fit.hpp"
 #include "workflows/interrupt.hpp"
 #include "workflows/plan.hpp"
@@ -53,8 +54,8 @@ int resident_overflow_exit(const workflows::RunOptions& o, const Json& over) {
 int cmd_run(const workflows::RunOptions& o) {
   // One simulation in this process cannot stop part-way and keep anything (its children, the
   // uniform pod's run and the intervals' ends, die with it).
-  workflows::exit_on_stop_signals(o.out.empty() ? "the step was not finished"
-                                                : "the step was not finished; nothing was written to --out");
+  cli::exit_on_stop_signals(o.out.empty() ? "the step was not finished"
+                                          : "the step was not finished; nothing was written to --out");
   cli::RunProgress progress;  // from the start: a slow graph build shows in its elapsed time
   const workflows::RunOutcome run = workflows::run_study(
       o, [&](int done, int total, double simulated_s) { progress.update(done, total, simulated_s); });
@@ -406,25 +407,25 @@ void add_describe(CLI::App& app, Commands& commands) {
   auto* hw = describe->add_subcommand("hardware", "a hardware generation (name or path)");
   hw->add_option("name", o->hardware, "e.g. tpu-v3 or path/to/hardware.json")->required();
   hw->add_flag("--json", o->json, "machine-readable output");
-  commands.emplace_back(hw, [o] { return workflows::describe_hardware(std::cout, o->hardware, o->json); });
+  commands.emplace_back(hw, [o] { return cli::describe_hardware(std::cout, o->hardware, o->json); });
   auto* model = describe->add_subcommand("model", "per-layer table of a study's model on one core");
   add_study(model, o->study, o->sets);
   model->add_flag("--json", o->json, "machine-readable output");
   model->add_option("--ops", o->ops,
                     "list one layer's hardware ops instead (forward, then backward): time, bound");
-  commands.emplace_back(
-      model, [o] { return workflows::describe_model(std::cout, o->study, o->sets, o->json, o->ops); });
+  commands.emplace_back(model,
+                        [o] { return cli::describe_model(std::cout, o->study, o->sets, o->json, o->ops); });
   auto* opt =
       describe->add_subcommand("optimizers", "every optimizer rule: slots, update cost and its derivation");
   opt->add_flag("--json", o->json, "machine-readable output");
-  commands.emplace_back(opt, [o] { return workflows::describe_optimizers(std::cout, o->json); });
+  commands.emplace_back(opt, [o] { return cli::describe_optimizers(std::cout, o->json); });
   auto* slice = describe->add_subcommand("slice", "a named slice");
   slice->add_option("name", o->slice, "e.g. v3-32")->required();
   slice->add_option("--hardware", o->slice_hardware,
                     "hardware to look the slice up in (default: every shipped one)");
   slice->add_flag("--json", o->json, "machine-readable output");
-  commands.emplace_back(
-      slice, [o] { return workflows::describe_slice(std::cout, o->slice, o->slice_hardware, o->json); });
+  commands.emplace_back(slice,
+                        [o] { return cli::describe_slice(std::cout, o->slice, o->slice_hardware, o->json); });
 }
 
 /// Runs the parsed subcommand's action; typed errors become exit codes here and only here.
@@ -454,7 +455,8 @@ int dispatch(const Commands& commands) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  workflows::die_with_parent();  // a sweep's, plan's or fit's child ends with it
+  cli::die_with_parent();  // a sweep's, plan's or fit's child ends with it
+  cli::install_stop_catcher();
   auto logger = spdlog::stderr_color_st("tpusim");
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::warn);

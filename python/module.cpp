@@ -348,11 +348,7 @@ py::object plan(const std::string& study, const py::object& set, const std::stri
 }
 
 py::object describe_hardware(const std::string& name) {
-  return in_child([name] {
-    std::ostringstream out;
-    tpusim::workflows::describe_hardware(out, name, true);
-    return Json::parse(out.str());
-  });
+  return in_child([name] { return tpusim::workflows::hardware_json(tpusim::load_hardware(name)); });
 }
 
 }  // namespace

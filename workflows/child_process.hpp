@@ -26,8 +26,8 @@ const std::string& child_executable();
 /// With `timeout_s` > 0 a child still running after that many seconds is killed (SIGKILL), its result marked
 /// timed_out with a message in `err`; with `cancel`, asked a few times a second, a child it answers true for
 /// is killed and marked cancelled, and so is every child once a stop signal has been caught
-/// (interrupt.hpp). The child dies with this process (die_with_parent). Throws std::runtime_error
-/// if the child cannot be started.
+/// (interrupt.hpp). The child dies with this process (cli/signals.hpp die_with_parent). Throws
+/// std::runtime_error if the child cannot be started.
 ChildResult run_self(const std::vector<std::string>& args, double timeout_s = 0,
                      const std::function<bool()>& cancel = {});
 

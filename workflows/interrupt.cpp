@@ -1,50 +1,24 @@
 #include "workflows/interrupt.hpp"
 
-#include <sys/prctl.h>
-#include <unistd.h>
-
 #include <csignal>
-#include <cstdlib>
-#include <cstring>
 
 namespace tpusim::workflows {
 
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
-const char* g_exit_message = "";
-
-extern "C" void on_stop_signal(int signo) { g_signal = signo; }
-
-/// Async-signal-safe: write(2) and _exit only.
-extern "C" void on_stop_signal_exit(int signo) {
-  const char* name = signo == SIGINT ? "tpusim: interrupted by SIGINT: " : "tpusim: interrupted by SIGTERM: ";
-  [[maybe_unused]] auto a = ::write(STDERR_FILENO, name, std::strlen(name));
-  [[maybe_unused]] auto b = ::write(STDERR_FILENO, g_exit_message, std::strlen(g_exit_message));
-  [[maybe_unused]] auto c = ::write(STDERR_FILENO, "\n", 1);
-  ::_exit(128 + signo);
-}
-
-void install(void (*handler)(int)) {
-  struct sigaction action {};
-  action.sa_handler = handler;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = 0;  // no SA_RESTART: a blocking poll returns and sees the request
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-}
+void (*g_catcher)() = nullptr;
 }  // namespace
 
+void set_stop_catcher(void (*catcher)()) { g_catcher = catcher; }
+
 void catch_stop_signals() {
-  static bool installed = false;
-  if (installed) return;
-  installed = true;
-  install(on_stop_signal);
+  static bool caught = false;
+  if (caught) return;
+  caught = true;
+  if (g_catcher) g_catcher();
 }
 
-void exit_on_stop_signals(const char* message) {
-  g_exit_message = message;
-  install(on_stop_signal_exit);
-}
+void request_stop(int signo) { g_signal = signo; }
 
 int stop_signal() { return int(g_signal); }
 
@@ -54,13 +28,6 @@ std::string signal_name(int signo) {
 
 void throw_if_stopped(const std::string& kept) {
   if (const int sig = stop_signal()) throw Interrupted(sig, kept);
-}
-
-void die_with_parent() {
-  const char* parent = std::getenv(kParentPidVariable);
-  if (!parent) return;
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (std::to_string(::getppid()) != parent) ::_exit(128 + SIGKILL);  // the parent ended before the call
 }
 
 }  // namespace tpusim::workflows

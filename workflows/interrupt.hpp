@@ -1,9 +1,9 @@
-// SIGINT and SIGTERM as a request to stop. A command that starts children (plan, sweep, fit,
-// validate, run --intervals) catches them: its children are stopped, it keeps what it finished
-// (plan: its best plan so far; sweep: the points recorded; fit: the probes made) and says so, and
-// it exits with 128 + the signal. `run`, one simulation in this process, says what was lost and
-// exits at once. Every child tpusim started by run_self also dies with its parent
-// (die_with_parent), even when the parent is killed outright.
+// A request to stop a command part-way, which the program embedding the workflows turns its
+// signals into (the CLI: SIGINT and SIGTERM, cli/signals.hpp). A command that starts children
+// (plan, sweep, fit, validate, run --intervals) says from which point it handles a request
+// (catch_stop_signals): its children are stopped, it keeps what it finished (plan: its best plan
+// so far; sweep: the points recorded; fit: the probes made) and says so, and the CLI exits with
+// 128 + the signal. Without a catcher installed (the Python module, a test) nothing changes.
 #pragma once
 
 #include <stdexcept>
@@ -11,12 +11,16 @@
 
 namespace tpusim::workflows {
 
-/// Installs the handlers that record the request (once; later calls do nothing).
+/// What the embedding program does when a command starts handling stop requests (the CLI
+/// installs signal handlers that call request_stop). Called once at most.
+void set_stop_catcher(void (*catcher)());
+
+/// From here the command handles a request to stop: calls the catcher (once; later calls do
+/// nothing).
 void catch_stop_signals();
 
-/// Installs handlers that write `message` ("interrupted by SIGINT: " before it) to stderr and end
-/// the process with 128 + the signal, for work that cannot stop part-way and keep anything.
-void exit_on_stop_signals(const char* message);
+/// Records a request to stop by signal `signo` (async-signal-safe: a signal handler calls it).
+void request_stop(int signo);
 
 /// The signal that asked to stop (SIGINT, SIGTERM), or 0.
 int stop_signal();
@@ -40,12 +44,7 @@ class Interrupted : public std::runtime_error {
 void throw_if_stopped(const std::string& kept);
 
 /// The environment variable run_self sets to its own pid in each child; a tpusim process that
-/// finds it calls die_with_parent().
+/// finds it dies with its parent (cli/signals.hpp die_with_parent).
 inline constexpr const char* kParentPidVariable = "TPUSIM_PARENT_PID";
-
-/// For a child of run_self: asks the kernel to kill this process when the parent that started it
-/// ends (Linux's parent-death signal), and ends now when that parent is already gone. Does
-/// nothing when this process was not started by run_self.
-void die_with_parent();
 
 }  // namespace tpusim::workflows
