@@ -122,6 +122,7 @@ int cmd_plan(workflows::PlanOptions o) {
     if (!bounding) bounding.emplace("bounding candidates", "candidates");
     bounding->update(done, total);
   };
+  o.search_log = [](const std::string& line) { std::cerr << line << "\n" << std::flush; };
   const workflows::PlanOutcome p = workflows::plan_study(o);
   if (o.json)
     std::cout << p.plan.dump(2) << "\n";

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <iostream>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -341,6 +342,7 @@ py::object plan(const std::string& study, const py::object& set, const std::stri
   o.jobs = jobs;
   o.top = top;
   o.time_limit_s = time_limit;
+  o.search_log = [](const std::string& line) { std::cerr << line << "\n" << std::flush; };
   return in_child([o, dask]() mutable {  // the candidates' simulations on the cluster's workers, if any
     return tpusim::workflows::with_cluster(dask, o.jobs,
                                            [&] { return tpusim::workflows::plan_study(o).plan; });

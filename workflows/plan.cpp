@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
-#include <iostream>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -249,7 +248,7 @@ double top_threshold(const PlanOptions& o, const std::vector<Candidate>& all) {
   return !o.exhaustive && fit.size() >= std::size_t(o.top) ? fit[std::size_t(o.top) - 1]->step_s() : kInf;
 }
 
-/// A line on stderr as each simulation finishes: how many so far, the best so far, and what may
+/// A line of the search's log as each simulation finishes: how many so far, the best so far, and what may
 /// be left (the candidates whose bound could still beat the top) with an estimate of its time.
 class SearchProgress {
  public:
@@ -276,7 +275,7 @@ class SearchProgress {
     std::snprintf(eta, sizeof eta, "about %.0f s", each * double(left));
     line += "; " + std::to_string(left) + " more could still beat the top" +
             (left > 0 && threshold < kInf ? std::string(", ") + eta : std::string());
-    std::cerr << line << "\n" << std::flush;
+    if (o_.search_log) o_.search_log(line);
   }
 
  private:
@@ -301,9 +300,11 @@ void search(const PlanOptions& o, std::vector<Candidate>& all, Stopper& stop) {
     while (next < order.size() && batch.size() < kRound && order[next]->bound_s <= threshold)
       batch.push_back(order[next++]);
     if (batch.empty()) break;
-    std::cerr << "tpusim plan: round " << ++round << ": simulating " << batch.size() << " (bounds "
-              << reports::human_seconds(batch.front()->bound_s) << " .. "
-              << reports::human_seconds(batch.back()->bound_s) << ")\n";
+    if (o.search_log)
+      o.search_log("tpusim plan: round " + std::to_string(++round) + ": simulating " +
+                   std::to_string(batch.size()) + " (bounds " +
+                   reports::human_seconds(batch.front()->bound_s) + " .. " +
+                   reports::human_seconds(batch.back()->bound_s) + ")");
     parallel_for(batch.size(), jobs, [&](std::size_t k) {
       if (stop.requested()) return;
       simulate(o, *batch[k], stop);
@@ -322,7 +323,7 @@ void confirm_top(const PlanOptions& o, std::vector<Candidate>& all, Stopper& sto
         std::find_if(fit.begin(), fit.begin() + top, [](const Candidate* c) { return c->approximate(); });
     if (first == fit.begin() + top || stop.requested()) return;
     Candidate& again = all[std::size_t(*first - all.data())];
-    std::cerr << "tpusim plan: confirming " << again.label << " without the approximation\n";
+    if (o.search_log) o.search_log("tpusim plan: confirming " + again.label + " without the approximation");
     simulate(o, again, stop, true);
   }
 }
@@ -687,10 +688,10 @@ void bound_all(const PlanOptions& o, std::vector<ModelVariant>& variants, std::v
   if (o.bounding_progress) o.bounding_progress(-1, int(all.size()));
   std::size_t bounded = 0;
   for (const auto& c : all) bounded += c.bounded ? 1 : 0;
-  std::cerr << "tpusim plan: " << all.size() << " candidates"
-            << (bounded < all.size() ? " (" + std::to_string(bounded) + " bounded before the time ran short)"
-                                     : "")
-            << "\n";
+  if (o.search_log)
+    o.search_log(
+        "tpusim plan: " + std::to_string(all.size()) + " candidates" +
+        (bounded < all.size() ? " (" + std::to_string(bounded) + " bounded before the time ran short)" : ""));
 }
 
 /// --out: plan.json, plan.md, plan.html and (a plan fits) best.json.

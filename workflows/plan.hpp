@@ -32,6 +32,10 @@ struct PlanOptions {
   /// How far the bounding of the candidates is (`done` of `total`), for a front end to show;
   /// called with `done` -1 once bounding ends. Empty: nothing is shown.
   std::function<void(int done, int total)> bounding_progress;
+  /// Each line of the search's log (the candidates counted, each round, each simulation with the
+  /// best so far and what may be left, each confirmation), for a front end to show; one call at a
+  /// time. Empty: nothing is shown.
+  std::function<void(const std::string& line)> search_log;
 };
 
 /// What a search found.
