@@ -10,7 +10,7 @@
 #include "schedules/batch_problem.hpp"
 #include "schedules/gradient_buckets.hpp"
 #include "schedules/mesh_lowering.hpp"
-#include "schedules/program_player.hpp"
+#include "schedules/step_tail.hpp"
 #include "sim/collectives/collective_algorithm.hpp"
 #include "sim/task_graph.hpp"
 
@@ -428,40 +428,28 @@ namespace {
 /// program: compute pieces as a chain per core, halo exchanges between mesh neighbours, and
 /// collectives over the families of groups of mesh dimensions; then the optimizer's statistics,
 /// the updates and (weight-update sharding) the all-gathers of the updated pieces.
-class MeshStepPlayer : public ProgramPlayer {
+class MeshStepPlayer : public TailPlayer {
  public:
   MeshStepPlayer(const Study& study, const MeshSchedule& schedule, StepBuilder& builder,
                  const std::vector<std::pair<std::string, int>>& mesh,
                  const std::vector<LayerProgram>& programs, bool sharded, bool fully, Keep remat,
                  std::shared_ptr<MeshExecutor> exec)
-      : ProgramPlayer(study, builder, all_cores(schedule.cores()), programs, remat),
+      : TailPlayer(
+            study, builder, all_cores(schedule.cores()), programs, remat,
+            Settings{sharded, fully, !fully && study.hardware.core.gradient_collectives_overlap_backward,
+                     study.slices > 1 && !study.hardware.dcn.reductions_overlap_backward, schedule.wire(),
+                     schedule.gradient_bucket_bytes()},
+            std::move(exec)),
         schedule_(schedule),
         mesh_(mesh),
-        sharded_(sharded || fully),
-        fully_(fully),
-        prefetch_(fully && schedule.prefetches_gathers()),
-        overlap_(!fully && study.hardware.core.gradient_collectives_overlap_backward),
-        dcn_after_backward_(study.slices > 1 && !study.hardware.dcn.reductions_overlap_backward),
-        wire_(schedule.wire()),
-        exec_(std::move(exec)),
-        layers_(int(programs_.size())),
-        gradient_reductions_(std::size_t(layers_)),
-        scattered_(std::size_t(layers_)) {}
+        prefetch_(fully && schedule.prefetches_gathers()) {}
 
   BuiltStep build(const Sharding& s) {
     resident_shards();
-    if (!fully_) combined_ = gradient_chunks(programs_, schedule_.gradient_bucket_bytes());
     for (int l = 0; l < layers_; ++l) extra_.push_back(fully_ ? gathered_extra(l) : 0.0);
     const int passes = schedule_.accumulation_steps();
     for (int a = 0; a < passes; ++a) micro_batch(a == 0, a == passes - 1);
-    combined_gradient_reductions();
-    reduce_pieces_across_slices();
-    optimizer_statistics(s);
-    updates();
-    if (fully_)
-      functional_gathers();
-    else
-      gather_updated_pieces();
+    tail(s);
     BuiltStep step = builder_.finish();
     step.model_flops = study_.model.step_model_flops(study_.batch);
     step.hardware_flops = hardware_flops_;
@@ -505,52 +493,6 @@ class MeshStepPlayer : public ProgramPlayer {
       if (last) reduce_rest_across_slices(l);
       if (prefetch_) backward_end[std::size_t(l)] = frontier();
     }
-  }
-
- private:
-  using When = sim::MemoryEffect::When;
-  /// Weight-update sharding: a weight whose gradient is reduce-scattered.
-  struct Scattered {
-    MeshExecutor::ShardedWeight weight;
-    std::string name;
-    std::vector<std::string> mesh_dims;
-    double bytes;
-    /// The reduce-scatter it came from: the weights of one combined reduction are all-gathered
-    /// together too.
-    int chunk = 0;
-  };
-
-  /// What a weight-gradient reduction of `bytes` (fp32) carries on the wire (gradient_dtype).
-  double on_wire(double bytes) const { return bytes * wire_.gradient_bytes / kWeightBytes; }
-  double update_fraction(int l) const { return mesh::update_fraction(programs_[std::size_t(l)]); }
-  bool over_replicas(const std::vector<std::string>& dims) const { return schedule_.over_replicas(dims); }
-
-  /// Several slices: a layer's weight gradients that no reduction over the replicas covers (an
-  /// expert split over the batch's mesh dimension, each core holding its own) are all-reduced
-  /// across the slices alone, each core with its counterparts (dcn_rings), before the update.
-  void reduce_rest_across_slices(int l) {
-    if (study_.slices <= 1) return;
-    const auto& p = programs_[std::size_t(l)];
-    double covered = 0;
-    for (const Event& ev : p.backward)
-      if (ev.kind == Event::GradientAllReduce && over_replicas(ev.mesh_dims)) covered += ev.bytes;
-    const double all = kWeightBytes * p.weight_elements, rest = all - covered;
-    if (rest <= 1e-9 * all) return;
-    const std::string& layer = study_.model.layers[std::size_t(l)].name;
-    sim::Task t = family_collective(sim::CollectiveOp::AllReduce, layer, {},
-                                    schedule_.groups(std::vector<std::string>{}), "gradient_allreduce", l,
-                                    on_wire(rest));
-    t.name = "all-reduce " + layer + " weight gradients across slices";
-    t.across_slices = true;
-    gradient_reductions_[std::size_t(l)].push_back(after_every_core(std::move(t)));
-  }
-
-  /// Prefetched fully sharded weights: the next backward waits until layer `l`'s gradients are
-  /// reduce-scattered (at most two layers' whole gradients in flight, as at most two are gathered).
-  void wait_for_gradients_scattered(int l) {
-    const auto& scatters = gradient_reductions_[std::size_t(l)];
-    if (scatters.empty()) return;
-    receive(std::vector<std::vector<int>>(static_cast<std::size_t>(size_), scatters));
   }
 
   /// Resident shards of weights (fully sharded: the pieces the core updates) and optimizer slots.
@@ -707,274 +649,24 @@ class MeshStepPlayer : public ProgramPlayer {
       receive(std::vector<std::vector<int>>(static_cast<std::size_t>(size_), std::vector<int>{id}));
   }
 
-  /// With overlap: after layer `l`'s backward, each combined reduction whose last gradients it
-  /// computed, running behind the rest of the backward.
-  void reduce_chunks_ending_at(int l) {
-    for (const auto& chunk : combined_)
-      if (chunk.reductions.back().second == l)
-        combined_reduction(chunk.mesh_dims, chunk.reductions, chunk.bytes);
-  }
-
-  /// Without overlap: every combined reduction after the backward, one after another per set of
-  /// mesh dimensions. A layer's update waits for its chunks only.
-  void combined_gradient_reductions() {
-    if (overlap_) return;
-    int previous = -1;
-    const std::vector<std::string>* dims = nullptr;
-    for (const auto& chunk : combined_) {
-      const int id = combined_reduction(chunk.mesh_dims, chunk.reductions, chunk.bytes);
-      if (dims && *dims == chunk.mesh_dims) g_.depend(previous, id);
-      previous = id;
-      dims = &chunk.mesh_dims;
-    }
-  }
-
-  /// Prefetched fully sharded weights: layer `l`'s weight gradients reduce-scattered as its
-  /// backward ends, one reduce-scatter per family of mesh dimensions (as its weights are
-  /// gathered: FSDP's flat parameter), after the previous one; they run behind the backward.
-  void scatter_layer(int l) {
-    std::map<std::vector<std::string>, std::vector<std::pair<const Event*, int>>> by_dims;
-    for (const auto& d : deferred_) by_dims[d.first->mesh_dims].push_back(d);
-    deferred_.clear();
-    for (const auto& [dims, events] : by_dims) {
-      double bytes = 0;
-      for (const auto& e : events) bytes += e.first->bytes;
-      const int id = combined_reduction(dims, events, bytes, l);
-      if (last_scatter_ >= 0) g_.depend(last_scatter_, id);
-      last_scatter_ = id;
-    }
-  }
-
-  /// One combined weight-gradient reduction of `events` over `dims`, after every core's last task
-  /// (of layer `layer`'s backward, or -1: of the whole backward).
-  int combined_reduction(const std::vector<std::string>& dims,
-                         const std::vector<std::pair<const Event*, int>>& events, double bytes,
-                         int layer = -1) {
-    using C = sim::CollectiveOp;
-    const std::string what = layer < 0 ? "weight gradients (combined)"
-                                       : study_.model.layers[std::size_t(layer)].name + " weight gradients";
-    sim::Task t =
-        family_collective(sharded_ ? C::ReduceScatter : C::AllReduce, what, dims, schedule_.groups(dims),
-                          sharded_ ? "gradient_reduce_scatter" : "gradient_allreduce", layer, on_wire(bytes));
-    // Behind the backward (a layer's, or with overlap), a reduce-scatter's pieces may wait for
-    // the backward's end to continue across the slices (reduce_pieces_across_slices).
-    const bool pieces_later =
-        sharded_ && dcn_after_backward_ && over_replicas(dims) && (layer >= 0 || overlap_);
-    t.across_slices = over_replicas(dims) && !pieces_later;
-    const double members = double(t.groups.front().size());
-    const int chunk = chunks_++;
-    std::vector<FunctionalRuntime::Closure> parts;
-    double freed = 0;  // sharded: each core keeps its piece of each reduced gradient
-    for (const auto& [ev, l] : events) {
-      if (sharded_) {
-        const double local = ev->bytes / kWeightBytes;
-        freed += kWeightBytes * (local - piece_elements(local, members));
-        scattered_[std::size_t(l)].push_back(
-            {{ev->actions.front().op, t.groups}, ev->name, ev->mesh_dims, ev->bytes, chunk});
-      }
-      if (exec_) parts.push_back(exec_->collective(t.groups, l, ev->actions.front()));
-    }
-    for (int c = 0; c < size_ && freed > 0; ++c)
-      t.memory.push_back({c, sim::MemoryCategory::Gradients, -freed, When::End});
-    if (exec_)
-      t.host = [parts] {
-        for (const auto& part : parts) part();
-      };
-    const int id = after_every_core(std::move(t));
-    std::vector<int> layers;
-    for (const auto& [ev, l] : events) {
-      gradient_reductions_[std::size_t(l)].push_back(id);
-      if (layers.empty() || layers.back() != l) layers.push_back(l);
-    }
-    if (pieces_later) pieces_across_slices_.push_back({std::move(layers), id, on_wire(bytes) / members});
-    return id;
-  }
-
-  /// Several slices on a stack whose reductions across slices wait for the backward's end
-  /// (dcn.reductions_overlap_backward false): the pieces the reduce-scatters behind the backward
-  /// left, each all-reduced across the slices (each core with its counterparts, dcn_rings) once
-  /// its reduce-scatter and the backward are done, one after another (XLA's latency-hiding
-  /// scheduler keeps one all-reduce in flight: all_reduce_overlap_limit = 1). The layers'
-  /// updates wait for theirs.
-  void reduce_pieces_across_slices() {
-    int previous = -1;
-    for (const auto& p : pieces_across_slices_) {
-      const int first = p.layers.front();
-      sim::Task t = family_collective(
-          sim::CollectiveOp::AllReduce, study_.model.layers[std::size_t(first)].name, {},
-          schedule_.groups(std::vector<std::string>{}), "gradient_allreduce", first, p.bytes);
-      t.name = "all-reduce " + study_.model.layers[std::size_t(first)].name +
-               " weight-gradient pieces across slices";
-      t.across_slices = true;
-      const int id = after_every_core(std::move(t));
-      g_.depend(p.after, id);
-      if (previous >= 0) g_.depend(previous, id);
-      previous = id;
-      for (int l : p.layers) gradient_reductions_[std::size_t(l)].push_back(id);
-    }
-  }
-
-  /// An optimizer statistic over split weights, all-reduced before the layer's update.
-  void statistics(int l, const std::string& phase, const std::vector<std::string>& over, double bytes) {
-    const int id = after_every_core(family_collective(sim::CollectiveOp::AllReduce,
-                                                      study_.model.layers[std::size_t(l)].name + " " + phase,
-                                                      over, schedule_.groups(over), phase, l, bytes));
-    for (int r : gradient_reductions_[std::size_t(l)]) g_.depend(r, id);
-    gradient_reductions_[std::size_t(l)].push_back(id);
-  }
-
-  void optimizer_statistics(const Sharding& s) {
-    const auto& rule = *study_.optimizer.rule;
-    for (int l = 0; l < layers_; ++l) {
-      const auto& p = programs_[std::size_t(l)];
-      if (const double norms = rule.layer_statistics_bytes(); norms > 0) {
-        // LARS scales each layer by ||w|| / ||g||: when the layer's weights are split over mesh
-        // dimensions, or their pieces spread by weight-update sharding, the two partial norms
-        // are all-reduced over those dimensions.
-        std::set<std::string> dims = p.weight_mesh_dims;
-        for (const auto& w : scattered_[std::size_t(l)]) dims.insert(w.mesh_dims.begin(), w.mesh_dims.end());
-        if (!dims.empty()) statistics(l, rule.layer_statistics_phase(), {dims.begin(), dims.end()}, norms);
-      } else if (rule.factored_statistics()) {
-        // Adafactor keeps, per matrix (the last two dimensions of a weight), the mean of the
-        // squared gradient over each of them: a mean over a split dimension is all-reduced over
-        // its mesh dimension (fp32, one value per remaining element).
-        std::map<std::string, double> bytes;
-        for (const auto& w : p.weights) {
-          if (w.dims.size() < 2) continue;
-          for (const Dim* d : {&w.dims[w.dims.size() - 2], &w.dims.back()})
-            if (s.split(d->name) > 1)
-              bytes[s.layout.at(d->name)] += 4.0 * s.local_elements(w) / double(s.local(*d));
-        }
-        for (const auto& [mesh_dim, b] : bytes) statistics(l, "adafactor_statistics", {mesh_dim}, b);
-      }
-    }
-  }
-
-  /// Each layer's shards are updated as soon as its weight gradients are reduced (layers in
-  /// backward order, like data parallelism's buckets), after the core's backward.
-  void updates() {
-    const CostModel cost(study_.hardware.core);
-    updates_.assign(std::size_t(layers_), {});
-    for (int c = 0; c < size_; ++c) {
-      const int after_backward = last_[std::size_t(c)];
-      for (int l = layers_ - 1; l >= 0; --l) {
-        const auto& p = programs_[std::size_t(l)];
-        const double fraction = update_fraction(l);
-        if (fraction <= 0) continue;
-        sim::Task t;
-        t.kind = sim::TaskKind::Compute;
-        t.name = "update " + study_.model.layers[std::size_t(l)].name + " core " + std::to_string(c);
-        t.phase = "update";
-        t.core = c;
-        t.layer = l;
-        const OpCost update =
-            cost.cost(study_.optimizer.update_op(study_.model.layers[std::size_t(l)], fraction));
-        t.seconds = update.seconds;
-        t.hbm_s = update.hbm_bound_s();
-        // What is left of the gradients (pieces of the reduce-scattered ones, the others whole).
-        t.memory.push_back({c, sim::MemoryCategory::Gradients, -kWeightBytes * p.update_elements, When::End});
-        if (exec_) {
-          std::vector<MeshExecutor::ShardedWeight> pieces;
-          for (const auto& w : scattered_[std::size_t(l)]) pieces.push_back(w.weight);
-          t.host = exec_->update(c, l, pieces);
-        }
-        const int id = g_.add(std::move(t));
-        g_.depend(after_backward, id);
-        for (int x : waits_[std::size_t(c)]) g_.depend(x, id);
-        for (int r : gradient_reductions_[std::size_t(l)]) g_.depend(r, id);
-        updates_[std::size_t(l)].push_back(id);
-      }
-    }
-  }
-
-  /// Fully sharded, functional mode: the updated pieces as the next step's gathers will see
-  /// them, on every core (a zero-length task after the layer's updates; no gather is timed).
-  void functional_gathers() {
-    if (!exec_) return;
-    for (int l = 0; l < layers_; ++l)
-      for (const auto& w : scattered_[std::size_t(l)]) {
-        sim::Task t;
-        t.kind = sim::TaskKind::Compute;
-        t.name = "functional: " + w.name + " pieces for the next step core 0";
-        t.phase = "update";
-        t.core = 0;
-        t.layer = l;
-        t.host = exec_->gather(l, w.weight);
-        const int id = g_.add(std::move(t));
-        for (int u : updates_[std::size_t(l)]) g_.depend(u, id);
-      }
-  }
-
-  /// Weight-update sharding: the updated pieces are all-gathered within the reduce-scatter's
-  /// groups, those of one reduce-scatter together (XLA combines all-gathers as it combines
-  /// reductions), once every layer among them is updated; last layers first.
-  void gather_updated_pieces() {
-    std::map<int, std::vector<std::pair<int, const Scattered*>>> chunks;
-    std::vector<int> order;
-    for (int l = layers_ - 1; l >= 0; --l)
-      for (const auto& w : scattered_[std::size_t(l)]) {
-        if (!chunks.count(w.chunk)) order.push_back(w.chunk);
-        chunks[w.chunk].push_back({l, &w});
-      }
-    for (int chunk : order) {
-      const auto& pieces = chunks.at(chunk);
-      const Scattered& first = *pieces.front().second;
-      std::set<int> layers;
-      double bytes = 0;
-      for (const auto& [l, w] : pieces) {
-        layers.insert(l);
-        bytes += w->bytes;
-      }
-      const bool one = pieces.size() == 1;
-      sim::Task t = family_collective(sim::CollectiveOp::AllGather, one ? first.name : "weights (combined)",
-                                      first.mesh_dims, first.weight.groups, "weight_allgather",
-                                      layers.size() == 1 ? pieces.front().first : -1, bytes);
-      if (exec_) {
-        std::vector<FunctionalRuntime::Closure> parts;
-        for (const auto& [l, w] : pieces) parts.push_back(exec_->gather(l, w->weight));
-        t.host = [parts] {
-          for (const auto& part : parts) part();
-        };
-      }
-      const int id = g_.add(std::move(t));
-      for (int l : layers)
-        for (int u : updates_[std::size_t(l)]) g_.depend(u, id);
-    }
-  }
-
   static std::vector<int> all_cores(int n) {
     std::vector<int> cores(static_cast<std::size_t>(n));
     std::iota(cores.begin(), cores.end(), 0);
     return cores;
   }
 
+  std::vector<std::vector<int>> groups(const std::vector<std::string>& dims) const override {
+    return schedule_.groups(dims);
+  }
+  std::vector<std::vector<int>> groups(const Event& ev) const override { return schedule_.groups(ev); }
+  bool over_replicas(const std::vector<std::string>& dims) const override {
+    return schedule_.over_replicas(dims);
+  }
+
   const MeshSchedule& schedule_;
   const std::vector<std::pair<std::string, int>>& mesh_;
-  bool sharded_;
-  bool fully_;     ///< fully sharded: weights gathered before use, never after the update
-  bool prefetch_;  ///< fully sharded: gathers prefetched, reduce-scatters behind (weight_gathers)
-  bool overlap_;   ///< combined reductions behind the backward (core.gradient_collectives_overlap_backward)
-  bool dcn_after_backward_;  ///< across slices after the backward (dcn.reductions_overlap_backward)
-  /// Reduce-scatters behind the backward whose pieces continue across the slices after it.
-  struct PiecesAcrossSlices {
-    std::vector<int> layers;  ///< whose gradients they are
-    int after;                ///< the reduce-scatter
-    double bytes;             ///< a core's piece on the wire
-  };
-  std::vector<PiecesAcrossSlices> pieces_across_slices_;
-  WireDtypes wire_;
-  int last_gather_ = -1, last_scatter_ = -1;  ///< prefetched: each kind's collectives one after another
-  std::shared_ptr<MeshExecutor> exec_;
-  int layers_;
-  std::vector<std::vector<int>> gradient_reductions_;  ///< per layer
-  std::vector<std::vector<Scattered>> scattered_;      ///< per layer
-  int chunks_ = 0;                                     ///< reduce-scatters of weight gradients
-  std::vector<std::vector<int>> updates_;              ///< per layer
-  /// Prefetched fully sharded weights: the layer's reductions, reduce-scattered as it ends.
-  std::vector<std::pair<const Event*, int>> deferred_;
-  /// The weight-gradient reductions as XLA's combiner combines them (mesh::gradient_chunks, up to
-  /// gradient_bucket_bytes); none when fully sharded (a layer's are scattered per layer).
-  std::vector<GradientChunk> combined_;
+  bool prefetch_;         ///< fully sharded: gathers prefetched, reduce-scatters behind (weight_gathers)
+  int last_gather_ = -1;  ///< prefetched: the gathers one after another
 };
 
 }  // namespace
