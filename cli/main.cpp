@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "cli/describe.hpp"
+#include "cli/progress_lines.hpp"
 #include "cli/run_progress.hpp"
 #include "cli/signals.hpp"
 #include "reports/plan_report.hpp"
@@ -77,8 +78,13 @@ int cmd_run(const workflows::RunOptions& o) {
   return 0;
 }
 
-int cmd_fit(const workflows::FitOptions& o, bool json) {
+int cmd_fit(workflows::FitOptions o, bool json) {
+  std::optional<cli::ProbeProgress> progress(std::in_place, o.path);
+  o.probe_done = [&](const std::string& value, const std::string& verdict) {
+    progress->probe_done(value, verdict);
+  };
   const workflows::FitResult r = workflows::fit_study(o);
+  progress.reset();  // its line ends before the answer
   if (!r.failure.empty()) {
     std::cerr << "tpusim fit: a probe failed, so the search has no answer: " << r.failure << "\n";
     return workflows::kFitProbeFailed;
@@ -87,7 +93,10 @@ int cmd_fit(const workflows::FitOptions& o, bool json) {
   return 0;
 }
 
-int cmd_sweep(const workflows::SweepOptions& o) {
+int cmd_sweep(workflows::SweepOptions o) {
+  cli::SweepProgress progress;
+  o.started = [&](std::size_t points, std::size_t recorded) { progress.started(points, recorded); };
+  o.point_done = [&](const std::string& key, const std::string& error) { progress.point_done(key, error); };
   const workflows::SweepOutcome s = workflows::sweep_study(o);
   std::cout << "tpusim sweep: " << s.points.size() << " points (" << s.failed << " failed) in " << s.dir
             << ": results.jsonl results.csv report.html report.md\n";

@@ -1,8 +1,5 @@
 #include "workflows/fit.hpp"
 
-#include <unistd.h>
-
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -287,31 +284,6 @@ std::string verdict_text(const Probe& p) {
          reports::human_bytes(p.result["peak_hbm_bytes"].get<double>());
 }
 
-/// Each probe as it finishes, on stderr: a line updated in place on a terminal, a line each
-/// otherwise (a search of a large study takes minutes and must not look stuck).
-class ProbeProgress {
- public:
-  explicit ProbeProgress(std::string path) : path_(std::move(path)) {}
-  ~ProbeProgress() {
-    if (tty_ && done_ > 0) std::cerr << "\n";
-  }
-  void report(const Probe& p) {
-    const std::string verdict = !p.error.empty() ? std::string("invalid at this value") : verdict_text(p);
-    char line[512];
-    std::snprintf(
-        line, sizeof line, "%stpusim fit: probe %d: %s = %s: %s (%.0f s elapsed)%s", tty_ ? "\r\033[K" : "",
-        ++done_, path_.c_str(), value_text(p.value).c_str(), verdict.c_str(),
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count(), tty_ ? "" : "\n");
-    std::cerr << line << std::flush;
-  }
-
- private:
-  std::string path_;
-  bool tty_ = isatty(STDERR_FILENO);
-  int done_ = 0;
-  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-};
-
 /// --intervals: the answer's spread, a search per end of each assumption's range.
 Json fit_intervals(const FitOptions& o, const FitSearch& search, double max_fitting) {
   std::vector<std::string> args = {"fit",        o.study,
@@ -340,7 +312,6 @@ FitResult fit_study(const FitOptions& o) {
   r.search = search_grid(o);
   catch_stop_signals();  // from here an interrupt stops the probe and says what the others found
   {
-    ProbeProgress progress(o.path);
     int made = 0;
     std::optional<double> fitting;
     const auto kept = [&] {
@@ -357,7 +328,9 @@ FitResult fit_study(const FitOptions& o) {
           throw;
         }
         throw_if_stopped(kept());
-        progress.report(p);
+        if (o.probe_done)
+          o.probe_done(value_text(p.value),
+                       !p.error.empty() ? std::string("invalid at this value") : verdict_text(p));
         ++made;
         if (p.fits && p.error.empty() && (!fitting || v > *fitting)) fitting = v;
         return p;

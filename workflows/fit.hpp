@@ -69,6 +69,9 @@ struct FitOptions {
   /// Each probe a `tpusim plan` search instead of one run: the largest value some plan runs in
   /// HBM (the probe's result is that plan's run, "plan" its label).
   PlanPerPoint plan;
+  /// Each probe as it ends, for a front end to show: its value and its verdict in words. Empty:
+  /// nothing is shown.
+  std::function<void(const std::string& value, const std::string& verdict)> probe_done;
 };
 
 /// What a fit gave: the grid searched, the probes and the answer, the spread with `intervals`,
@@ -80,7 +83,7 @@ struct FitResult {
   std::string failure;
 };
 
-/// Runs the search, each probe in a child process (progress on stderr). Throws ConfigError for
+/// Runs the search, each probe in a child process (progress through the options). Throws ConfigError for
 /// bad input (the field, the grid, a study invalid at --min).
 FitResult fit_study(const FitOptions& options);
 /// `tpusim fit --json`'s output.

@@ -298,6 +298,33 @@ void meshes(const Study& study, const PlanSpace& space, std::vector<Json>& out) 
   }
 }
 
+/// "model_axis_dims": the sets of tensor dimensions a mesh's model axis may split.
+void read_model_axis_dims(Fields& f, Problems& problems, PlanSpace& s) {
+  if (const Json* v = f.optional("model_axis_dims")) {
+    const auto& known = named_dims();
+    s.model_axis_dims.emplace();
+    if (!v->is_array() || v->empty())
+      problems.add(f.path_of("model_axis_dims"), *v, "a non-empty array of arrays of tensor dimensions");
+    for (std::size_t i = 0; v->is_array() && i < v->size(); ++i) {
+      const Json& set = (*v)[i];
+      std::vector<std::string> dims;
+      for (std::size_t k = 0; set.is_array() && k < set.size(); ++k)
+        if (set[k].is_string() &&
+            std::find(known.begin(), known.end(), set[k].get<std::string>()) != known.end())
+          dims.push_back(set[k].get<std::string>());
+      if (!set.is_array() || set.empty() || dims.size() != set.size())
+        problems.add(
+            index_path(f.path_of("model_axis_dims"), i), set,
+            "a non-empty array of tensor dimensions (batch excluded): seq, d_model, d_ff, heads, d_kv, "
+            "vocab, height, width");
+      else if (std::find(dims.begin(), dims.end(), "batch") != dims.end())
+        problems.add(index_path(f.path_of("model_axis_dims"), i), set, "dimensions other than batch");
+      else
+        s.model_axis_dims->push_back(dims);
+    }
+  }
+}
+
 }  // namespace
 
 PlanSpace read_plan_space(const std::string& file) {
@@ -328,29 +355,7 @@ PlanSpace read_plan_space(const std::string& file) {
     s.attention = read_choices(f, "attention", {"standard", "flash"});
     s.partition = read_choices(f, "partition", {"balanced", "memory_aware"});
     s.placement = read_choices(f, "placement", {"auto", "by_stage"});
-    if (const Json* v = f.optional("model_axis_dims")) {
-      const auto& known = named_dims();
-      s.model_axis_dims.emplace();
-      if (!v->is_array() || v->empty())
-        problems.add(f.path_of("model_axis_dims"), *v, "a non-empty array of arrays of tensor dimensions");
-      for (std::size_t i = 0; v->is_array() && i < v->size(); ++i) {
-        const Json& set = (*v)[i];
-        std::vector<std::string> dims;
-        for (std::size_t k = 0; set.is_array() && k < set.size(); ++k)
-          if (set[k].is_string() &&
-              std::find(known.begin(), known.end(), set[k].get<std::string>()) != known.end())
-            dims.push_back(set[k].get<std::string>());
-        if (!set.is_array() || set.empty() || dims.size() != set.size())
-          problems.add(
-              index_path(f.path_of("model_axis_dims"), i), set,
-              "a non-empty array of tensor dimensions (batch excluded): seq, d_model, d_ff, heads, d_kv, "
-              "vocab, height, width");
-        else if (std::find(dims.begin(), dims.end(), "batch") != dims.end())
-          problems.add(index_path(f.path_of("model_axis_dims"), i), set, "dimensions other than batch");
-        else
-          s.model_axis_dims->push_back(dims);
-      }
-    }
+    read_model_axis_dims(f, problems, s);
     s.layer_input_split = read_list<bool>(f, "layer_input_split", "true or false");
     s.max_microbatches = f.integer_or("max_microbatches", s.max_microbatches, 1, 1 << 20);
     s.meshes_3d = f.boolean_or("meshes_3d", true);

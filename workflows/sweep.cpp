@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -202,44 +201,6 @@ std::string one_line(std::string s) {
   return s;
 }
 
-class Progress {
- public:
-  Progress(std::size_t total, std::size_t already)
-      : total_(total), done_(already), tty_(isatty(STDERR_FILENO)) {
-    start_ = std::chrono::steady_clock::now();
-  }
-  /// `error`: empty when the point ran. On a terminal a failed point is listed on its own line
-  /// above the progress bar, so failures stay visible while the bar keeps updating.
-  void point_done(const std::string& error, const std::string& key) {
-    const bool failed = !error.empty();
-    ++done_;
-    ++ran_;
-    failed_ += failed ? 1 : 0;
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    const double eta = ran_ > 0 ? elapsed / double(ran_) * double(total_ - done_) : 0;
-    char buf[256];
-    if (tty_) {
-      if (failed)
-        std::cerr << "\r\033[K"
-                  << "FAILED " << key << ": " << error.substr(0, 200) << "\n";
-      const int width = 30, filled = int(width * double(done_) / double(std::max<std::size_t>(1, total_)));
-      std::snprintf(buf, sizeof buf, "\r[%s%s] %zu/%zu  failed %zu  elapsed %.1fs  ETA %.1fs ",
-                    std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), done_, total_,
-                    failed_, elapsed, eta);
-      std::cerr << buf << (done_ == total_ ? "\n" : "") << std::flush;
-    } else {
-      std::snprintf(buf, sizeof buf, "sweep: %zu/%zu done, %zu failed, elapsed %.1f s, ETA %.1f s: %s %s\n",
-                    done_, total_, failed_, elapsed, eta, key.c_str(), failed ? "FAILED" : "ok");
-      std::cerr << buf << std::flush;
-    }
-  }
-
- private:
-  std::size_t total_, done_, ran_ = 0, failed_ = 0;
-  bool tty_;
-  std::chrono::steady_clock::time_point start_;
-};
-
 }  // namespace
 
 namespace {
@@ -365,7 +326,7 @@ void run_pending(const SweepOptions& o, const fs::path& dir, const Json& meta,
   const auto paths = swept_paths(meta);
   std::mutex lock;
   std::atomic<bool> write_failed{false};
-  Progress progress(points.size(), points.size() - pending.size());
+  if (o.started) o.started(points.size(), points.size() - pending.size());
   parallel_for(pending.size(), job_count(o.jobs), [&](std::size_t i) {
     if (stop_signal()) return;  // interrupted: no more points
     const Json record = run_point(o, pending[i]);
@@ -376,8 +337,9 @@ void run_pending(const SweepOptions& o, const fs::path& dir, const Json& meta,
     jsonl << line << "\n" << std::flush;
     csv << csv_row(paths, record) << std::flush;
     if (!jsonl || !csv) write_failed = true;
-    progress.point_done(record["error"].is_null() ? std::string() : record["error"].get<std::string>(),
-                        pending[i].key());
+    if (o.point_done)
+      o.point_done(pending[i].key(),
+                   record["error"].is_null() ? std::string() : record["error"].get<std::string>());
     records.push_back({reports::sweep_summary(record), dir / "results.jsonl", jsonl_end, line.size()});
     jsonl_end += line.size() + 1;
   });

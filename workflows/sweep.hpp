@@ -28,6 +28,11 @@ struct SweepOptions {
   /// Re-plan each point: its result is `tpusim plan`'s best (its run, "plan" its label), its
   /// error "no plan fits" when none does.
   PlanPerPoint plan;
+  /// Progress for a front end to show, one call at a time: `started` once with this shard's
+  /// points and those of them already recorded (--resume), `point_done` as each point ends
+  /// (`error` empty when it ran; `key` its values). Empty: nothing is shown.
+  std::function<void(std::size_t points, std::size_t recorded)> started;
+  std::function<void(const std::string& key, const std::string& error)> point_done;
 };
 
 /// What a sweep (or a merge) wrote.
@@ -38,7 +43,7 @@ struct SweepOutcome {
   std::size_t points_in_sweep = 0;     ///< merge: the points of the whole sweep
 };
 
-/// Runs this shard's points, each in its own process (progress on stderr), and writes the
+/// Runs this shard's points, each in its own process (progress through the options), and writes the
 /// outputs. Throws ConfigError for bad input. The CLI exits 0 when no point failed, 1 otherwise.
 SweepOutcome sweep_study(const SweepOptions& options);
 
