@@ -190,7 +190,8 @@ void parse_devices(Fields& top, Study& study, Problems& problems) {
                                                            : "a list of algorithm names";
       if (!why.empty()) problems.add(figure + ".range[" + std::to_string(end) + "]", *list, why);
     }
-  study.megacore = top.boolean_or("megacore", chip.megacore);
+  // A chip of one TensorCore is one device either way: megacore asks nothing of it.
+  study.megacore = top.boolean_or("megacore", chip.megacore) && chip.cores > 1;
   if (study.megacore && !chip.megacore) {
     problems.add("megacore", Json(true),
                  "false: " + study.hardware.name +

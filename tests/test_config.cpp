@@ -257,6 +257,59 @@ TEST_CASE("TPU-v4 loads from its public figures: a 3D torus of cubes, megacore c
   CHECK(v4.core.op_overhead_s == v3.core.op_overhead_s);
 }
 
+TEST_CASE("today's TPUs load from their public figures: per-chip totals as published, slices as named",
+          "[config][today]") {
+  struct Published {
+    const char* name;
+    int cores;
+    double peak, hbm_bytes, hbm_bandwidth, ici_both_ways;  // per chip
+    int chips_per_name_unit;                               // a slice name counts chips (1) or cores
+  };
+  const double GiB = double(1 << 30);
+  for (const Published& p : {Published{"tpu-v5e", 1, 197e12, 16 * GiB, 819e9, 400e9, 1},
+                             Published{"tpu-v6e", 1, 918e12, 32 * GiB, 1640e9, 800e9, 1},
+                             Published{"tpu-v5p", 2, 459e12, 95e9, 2765e9, 1200e9, 2},
+                             Published{"tpu7x", 2, 2307e12, 192 * GiB, 7380e9, 1200e9, 2}}) {
+    INFO(p.name);
+    const auto hw = load_hardware(p.name);
+    CHECK(hw.chip.cores == p.cores);
+    CHECK(hw.chip.cores * hw.core.peak_matmul_flops_per_s() == Approx(p.peak).epsilon(0.01));
+    CHECK(hw.chip.cores * hw.core.hbm_bytes == Approx(p.hbm_bytes));
+    CHECK(hw.chip.cores * hw.core.hbm_bandwidth_bytes_per_s == Approx(p.hbm_bandwidth));
+    CHECK(2 * hw.chip.ici_links * hw.chip.ici_bandwidth_bytes_per_s == Approx(p.ici_both_ways));
+    CHECK(hw.chip.megacore == (std::string(p.name) == "tpu-v5p"));
+    for (const auto& [name, s] : hw.slices)
+      CHECK(s.chips() * p.chips_per_name_unit == std::stoll(name.substr(name.rfind('-') + 1)));
+    // What is not published is carried over from v4 and says so.
+    CHECK_THAT(hw.sources.at("core.op_overhead_s"), Catch::Contains("carried over from tpu-v4 unchanged"));
+  }
+  // A 16-chip axis wraps around on v5e and v6e, a shorter one does not; v5p wraps on whole cubes.
+  const auto v5e = load_hardware("tpu-v5e");
+  CHECK(v5e.slices.at("v5e-128").wraparound == std::vector<bool>{false, true});
+  CHECK(v5e.slices.at("v5e-64").wraparound == std::vector<bool>{false, false});
+  CHECK(v5e.slices.at("v5e-256").wraparound == std::vector<bool>{true, true});
+  const auto v5p = load_hardware("tpu-v5p");
+  CHECK(v5p.slices.at("v5p-64").wraparound == std::vector<bool>{false, false, false});
+  CHECK(v5p.slices.at("v5p-128").wraparound == std::vector<bool>{true, true, true});
+  CHECK(v5p.slices.at("v5p-12288").shape == std::vector<int>{16, 16, 24});
+  // v6e's MXUs are 256 wide: a matmul dimension pads to 256.
+  CHECK(load_hardware("tpu-v6e").core.mxu_cols == 256);
+}
+
+TEST_CASE("a chip of one TensorCore is one device whatever the study says of megacore", "[config][today]") {
+  Json j = minimal_study();
+  j["hardware"] = "tpu-v5e";
+  j["slice"] = "v5e-8";
+  j["megacore"] = true;
+  const Study s = parse_study(j, "test");
+  CHECK_FALSE(s.megacore);
+  CHECK(s.cores() == 8);
+  j["hardware"] = "tpu7x";  // two devices per chip that cannot be joined: refused, naming the key
+  j["slice"] = "tpu7x-8";
+  const auto paths = problem_paths([&] { parse_study(j, "test"); });
+  CHECK(std::count(paths.begin(), paths.end(), "megacore") == 1);
+}
+
 TEST_CASE("a slice must have its pod's dimensions and fit it (or its optical cubes)", "[config][v4]") {
   const auto v4 = load_hardware("tpu-v4"), v3 = load_hardware("tpu-v3");
   CHECK(slice_shape_problem(v4, {12, 12, 24}).empty());
