@@ -18,6 +18,19 @@ TEST_CASE("a 129-wide matmul costs like a 256-wide one", "[cost]") {
   CHECK(c129.model_flops == Approx(2.0 * 4096 * 129 * 129));
 }
 
+TEST_CASE("on v6e's 256-wide MXUs a 128-wide matmul costs as a 256-wide one; on v5e a quarter",
+          "[cost][today]") {
+  const CostModel v6e(load_hardware("tpu-v6e").core), v5e(load_hardware("tpu-v5e").core);
+  const auto narrow = v6e.cost(dense_op("a", 4096, 128, 128, 2, 2));
+  const auto wide = v6e.cost(dense_op("b", 4096, 256, 256, 2, 2));
+  CHECK(narrow.mxu_s == Approx(wide.mxu_s));
+  CHECK(narrow.hardware_flops == Approx(2.0 * 4096 * 256 * 256));
+  CHECK(narrow.model_flops == Approx(2.0 * 4096 * 128 * 128));
+  const auto narrow5 = v5e.cost(dense_op("a", 4096, 128, 128, 2, 2));
+  const auto wide5 = v5e.cost(dense_op("b", 4096, 256, 256, 2, 2));
+  CHECK(narrow5.hardware_flops == Approx(wide5.hardware_flops / 4));
+}
+
 TEST_CASE("the streamed dimension pads to 8 rows", "[cost]") {
   const CostModel m(test::v3().core);
   CHECK(m.cost(dense_op("a", 1, 1024, 1024, 2, 2)).hardware_flops == Approx(2.0 * 8 * 1024 * 1024));
