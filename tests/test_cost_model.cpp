@@ -18,7 +18,7 @@ TEST_CASE("a 129-wide matmul costs like a 256-wide one", "[cost]") {
   CHECK(c129.model_flops == Approx(2.0 * 4096 * 129 * 129));
 }
 
-TEST_CASE("on v6e's 256-wide MXUs a 128-wide matmul costs as a 256-wide one; on v5e a quarter",
+TEST_CASE("on v6e's 256-wide MXUs a 128-wide matmul costs as a 256-wide one, on v5e a quarter",
           "[cost][today]") {
   const CostModel v6e(load_hardware("tpu-v6e").core), v5e(load_hardware("tpu-v5e").core);
   const auto narrow = v6e.cost(dense_op("a", 4096, 128, 128, 2, 2));
