@@ -17,6 +17,9 @@ Op dense_op(std::string name, std::int64_t m, std::int64_t k, std::int64_t n, do
   op.n = n;
   op.bytes = double(m) * double(k) * activation_bytes + double(k) * double(n) * weight_bytes +
              double(m) * double(n) * activation_bytes;
+  op.quantizable = true;
+  op.operands = {MatmulOperand{double(m) * double(k), activation_bytes},
+                 MatmulOperand{double(k) * double(n), weight_bytes}};
   return op;
 }
 
@@ -48,6 +51,9 @@ Op conv_op(std::string name, const ConvShape& c, double act, double weight_bytes
   op.n = c.out_channels;
   op.bytes = double(c.batch) * c.in_h * c.in_w * c.in_channels * act + double(c.params()) * weight_bytes +
              double(op.m) * c.out_channels * act;
+  op.quantizable = true;
+  op.operands = {MatmulOperand{double(c.batch) * c.in_h * c.in_w * c.in_channels, act},
+                 MatmulOperand{double(c.params()), weight_bytes}};
   return op;
 }
 
@@ -55,6 +61,7 @@ Op conv_input_grad_op(std::string name, const ConvShape& c, double act, double w
   Op op = conv_op(std::move(name), c, act, weight_bytes);
   // dX = dY (pixels x out) . W^T (out x kernel*in), scattered back: same MACs, same tensors.
   std::swap(op.k, op.n);
+  op.operands[0] = MatmulOperand{double(op.m) * double(c.out_channels), act};
   return op;
 }
 
@@ -65,6 +72,7 @@ Op conv_weight_grad_op(std::string name, const ConvShape& c, double act, double 
   op.m = op.k;
   op.k = pixels;
   op.weight_gradient = true;
+  op.operands[1] = MatmulOperand{double(pixels) * double(c.out_channels), act};
   return op;
 }
 
@@ -122,6 +130,23 @@ double CostModel::grid_steps(const Op& op) const {
          op.computed_fraction;
 }
 
+std::optional<CostModel::Quantized> CostModel::quantized(const Op& op) const {
+  const MatmulPrecision p = core_.matmul_precision;
+  if (p == MatmulPrecision::Bf16 || op.kind != OpKind::MatMul || !op.quantizable) return std::nullopt;
+  Quantized q{{}, op};
+  q.matmul.precision = p;
+  const char* side[] = {"_quantize_a", "_quantize_b"};
+  for (std::size_t i = 0; i < 2; ++i) {
+    const MatmulOperand& x = op.operands[i];
+    if (x.elements <= 0 || x.bytes_per_element <= 1) continue;
+    Op pass = vector_op(op.name + side[i], x.elements, core_.quantize_vpu_ops, x.bytes_per_element, false);
+    pass.bytes = x.elements * (x.bytes_per_element + 1.0);  // read as stored, written at one byte
+    q.quantize.push_back(std::move(pass));
+    q.matmul.bytes -= x.elements * x.passes * (x.bytes_per_element - 1.0);
+  }
+  return q;
+}
+
 OpCost CostModel::cost(const Op& op) const {
   OpCost c;
   c.model_flops = op.model_flops();
@@ -133,7 +158,9 @@ OpCost CostModel::cost(const Op& op) const {
     c.grid_steps = grid_steps(op);
     c.grid_overhead_s =
         c.grid_steps * core_.matmul_grid_step_overhead_cycles / core_.clock_hz / double(core_.tensor_cores);
-    c.mxu_s = padded / core_.peak_matmul_flops_per_s() + c.grid_overhead_s;
+    const double ratio = core_.peak_ratio(op.precision).value_or(1.0);
+    c.mxu_s = padded / (core_.peak_matmul_flops_per_s() * ratio) + c.grid_overhead_s;
+    if (ratio != 1.0) c.precision_saved_s = padded / core_.peak_matmul_flops_per_s() * (1.0 - 1.0 / ratio);
   } else if (op.multipass) {
     c.vpu_s = op.elements * core_.multipass(*op.multipass).vpu_ops_per_element / core_.vector_ops_per_s();
   } else {

@@ -3,9 +3,11 @@
 // work, HBM time for the bytes moved; op time = max(compute, memory) + fixed overhead.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "hardware/hardware_spec.hpp"
 
@@ -14,6 +16,12 @@ namespace tpusim {
 enum class OpKind {
   MatMul,  ///< batch x (m x k) . (k x n) on the MXUs
   Vector,  ///< element-wise or reduction work on the VPU (elements x ops each)
+};
+
+/// A matmul operand as the op reads it from HBM: its elements, their bytes as stored, and the
+/// times the op reads it.
+struct MatmulOperand {
+  double elements = 0, bytes_per_element = 0, passes = 1;
 };
 
 /// One op of a lowered layer. Sizes are element counts; `bytes` is HBM traffic (read + write).
@@ -47,6 +55,14 @@ struct Op {
   /// other products run inside those steps.
   std::int64_t kernel_block = 0;
   bool kernel_steps = false;
+  /// MatMul with a weight among its tensors (a layer's dense or convolution product, forward or
+  /// backward: AQT quantizes those dot_generals), which runs at the study's matmul precision
+  /// with its two operands (`operands`) quantized first; products of two activations
+  /// (attention's scores and context) stay bf16.
+  bool quantizable = false;
+  std::array<MatmulOperand, 2> operands;
+  /// The format its operands enter the MXU in (CostModel::quantized sets it).
+  MatmulPrecision precision = MatmulPrecision::Bf16;
 
   /// The math: 2 x batch x m x k x n for a MatMul (its counted share), 0 for vector work.
   double model_flops() const {
@@ -95,6 +111,9 @@ struct OpCost {
   double grid_steps = 0, grid_overhead_s = 0;  ///< MatMul: its tiles' grid steps, and their fixed cost
   /// MatMul: what its grid steps' fixed cost adds to `seconds` (0 where HBM or the VPU binds it).
   double grid_added_s = 0;
+  /// MatMul in 8 bits: the MXU time its hardware FLOPs would take at the bf16 peak less what they
+  /// take at the precision's (the reports' split counts MXU time from the FLOPs).
+  double precision_saved_s = 0;
   double vpu_s = 0;
   double hbm_s = 0;
   double model_flops = 0;          ///< the math (unpadded)
@@ -111,6 +130,15 @@ class CostModel {
  public:
   explicit CostModel(const CoreSpec& core) : core_(core) {}
   OpCost cost(const Op& op) const;
+  /// A quantizable matmul under the core's matmul precision (other than bf16): each operand
+  /// quantized by a vector pass of its own (read as stored, scaled, rounded, written at one
+  /// byte; core.quantize_vpu_ops_per_element) and the product of the quantized operands, which
+  /// reads them at one byte and runs at the precision's peak. nullopt: the op runs as it is.
+  struct Quantized {
+    std::vector<Op> quantize;
+    Op matmul;
+  };
+  std::optional<Quantized> quantized(const Op& op) const;
   /// The grid steps a matmul runs as: its padded dimensions cut into tiles of at most the core's
   /// matmul_tile_rows x depth x cols, the rows growing where the depth or width is narrower than
   /// the tile so that a tile's operands and result fill the full tile's working set (the same

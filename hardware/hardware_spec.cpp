@@ -92,6 +92,17 @@ Json read_json_file(const fs::path& file) {
   return json;
 }
 
+const char* to_string(MatmulPrecision p) {
+  switch (p) {
+    case MatmulPrecision::Int8:
+      return "int8";
+    case MatmulPrecision::Fp8:
+      return "fp8";
+    default:
+      return "bf16";
+  }
+}
+
 namespace {
 
 /// Reader for the hardware file's figures: each is {"value": number, "source": "..."}.
@@ -364,6 +375,10 @@ void read_core(const Json& core, HardwareSpec& hw, Problems& problems) {
   c.normalization_backward = multipass("normalization_backward");
   c.softmax_forward = multipass("softmax_forward");
   c.softmax_backward = multipass("softmax_backward");
+  if (r.has("int8_peak_ratio_to_bf16")) c.int8_peak_ratio = r.number("int8_peak_ratio_to_bf16", 0.1, 16.0);
+  if (r.has("fp8_peak_ratio_to_bf16")) c.fp8_peak_ratio = r.number("fp8_peak_ratio_to_bf16", 0.1, 16.0);
+  if (c.int8_peak_ratio || c.fp8_peak_ratio || r.has("quantize_vpu_ops_per_element"))
+    c.quantize_vpu_ops = r.number("quantize_vpu_ops_per_element", 0.0, 1000.0);
   f.finish();
 }
 

@@ -32,6 +32,11 @@ struct MultiPassKernels {
 /// The vector work of MultiPassKernels, by what it computes.
 enum class MultiPass { NormalizationForward, NormalizationBackward, SoftmaxForward, SoftmaxBackward };
 
+/// The number format a matmul's operands enter the MXU in (a study's precision.matmul): bf16, or
+/// an 8-bit format (int8, fp8) at the generation's peak for it, the operands quantized first.
+enum class MatmulPrecision : std::uint8_t { Bf16, Int8, Fp8 };
+const char* to_string(MatmulPrecision p);
+
 /// One device: a TensorCore with its own HBM (v2, v3, v4 without megacore), or under megacore a
 /// whole chip (`tensor_cores` of them sharing the chip's HBM).
 struct CoreSpec {
@@ -95,6 +100,21 @@ struct CoreSpec {
   MultiPassKernels normalization_backward;  ///< gradient statistics, then the input gradient
   MultiPassKernels softmax_forward;         ///< maximum, sum of exponentials, then normalize
   MultiPassKernels softmax_backward;        ///< sum of dy * y, then the input gradient
+  /// An int8 / fp8 matmul's peak over the bf16 one (core.int8_peak_ratio_to_bf16,
+  /// core.fp8_peak_ratio_to_bf16; absent: the MXUs have no such mode).
+  std::optional<double> int8_peak_ratio, fp8_peak_ratio;
+  /// Vector operations per element to quantize a matmul operand to 8 bits (its scale's maximum,
+  /// the scaling, rounding, clipping and convert; core.quantize_vpu_ops_per_element, read where
+  /// the chip has an 8-bit mode).
+  double quantize_vpu_ops = 0;
+  /// The study's precision.matmul: its layers' products with a weight run in it.
+  MatmulPrecision matmul_precision = MatmulPrecision::Bf16;
+  /// The peak of `p` over bf16's (1 for bf16), or nullopt where the MXUs lack it.
+  std::optional<double> peak_ratio(MatmulPrecision p) const {
+    return p == MatmulPrecision::Bf16   ? std::optional<double>(1.0)
+           : p == MatmulPrecision::Int8 ? int8_peak_ratio
+                                        : fp8_peak_ratio;
+  }
 
   /// What a program's arguments and temporaries can use: the capacity less the runtime's reserve.
   double usable_hbm_bytes() const { return hbm_bytes - hbm_reserved_bytes; }

@@ -113,7 +113,9 @@ struct Activity {
 std::array<double, 3> split_compute(const sim::Task& t, const sim::CoreStats& core, double peak_flops_per_s) {
   const double run = t.run_seconds(core.compute_scale, core.hbm_scale);
   const double mxu =
-      peak_flops_per_s > 0 ? std::min(run, t.hardware_flops / peak_flops_per_s / core.compute_scale) : 0.0;
+      peak_flops_per_s > 0
+          ? std::min(run, (t.hardware_flops / peak_flops_per_s - t.mxu_saved_s) / core.compute_scale)
+          : 0.0;
   const double grid = std::min(run - mxu, t.grid_s / core.compute_scale);
   return {mxu, grid, run - mxu - grid};
 }

@@ -110,11 +110,16 @@ class LayerLowering : public MeshLoweringSink {
  private:
   // --- Events ---------------------------------------------------------------------------------
   /// The op's local compute, appended to the running compute event.
+  /// A product quantized to the study's matmul precision runs after its operands' quantization
+  /// passes, all in the same event.
   OpCost compute(std::vector<Event>& into, const Op& op, MeshAction::What what, bool partial = false) {
-    const OpCost c = cost_.cost(op);
+    const auto q = cost_.quantized(op);
+    const OpCost c = cost_.cost(q ? q->matmul : op);
     if (into.empty() || into.back().kind != Event::Compute)
       into.push_back(Event{Event::Compute, layer_, 0, 0, 0, {}, 0, {}, {}, 0});
     into.back().actions.push_back(MeshAction{at_, what, 0, partial});
+    if (q)
+      for (const Op& pass : q->quantize) add_cost(into.back(), cost_.cost(pass), 1.0);
     add_cost(into.back(), c, 1.0);
     return c;
   }
@@ -124,12 +129,14 @@ class LayerLowering : public MeshLoweringSink {
     ev.seconds += share * c.seconds;
     ev.hbm_seconds += share * c.hbm_bound_s();
     ev.grid_seconds += share * c.grid_added_s;
+    ev.saved_seconds += share * c.precision_saved_s;
     ev.model_flops += share * c.model_flops;
     ev.hardware_flops += share * c.hardware_flops;
     if (backward_ || !dots_.recomputed[i_]) return;
     ev.partial_seconds += share * c.seconds;
     ev.partial_hbm_seconds += share * c.hbm_bound_s();
     ev.partial_grid_seconds += share * c.grid_added_s;
+    ev.partial_saved_seconds += share * c.precision_saved_s;
     ev.partial_hardware_flops += share * c.hardware_flops;
   }
   /// A collective over `mesh` (none when it is empty or moves nothing), listed in the op's row.

@@ -62,6 +62,8 @@ struct Event {
   /// part its matmuls' grid steps add (OpCost::grid_added_s).
   double hbm_seconds = 0, partial_hbm_seconds = 0;
   double grid_seconds = 0, partial_grid_seconds = 0;
+  /// And the MXU time its 8-bit products save against the bf16 peak (OpCost::precision_saved_s).
+  double saved_seconds = 0, partial_saved_seconds = 0;
   /// A blocking collective's phase when not its kind's (a batch norm's statistics:
   /// "batch_norm_statistics", its gradient's "batch_norm_gradient_statistics", as every player
   /// names them).

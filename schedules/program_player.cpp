@@ -36,10 +36,11 @@ sim::Task ProgramPlayer::compute_task(int i, Piece& p) const {
   t.layer = p.layer;
   t.stage = labels_.stage;
   t.micro_batch = labels_.micro_batch;
-  t.chunk = labels_.chunk;
+  t.chunk = std::int16_t(labels_.chunk);  // at most virtual_stages (4096) - 1
   t.seconds = p.seconds;
   t.hbm_s = p.hbm_s;
   t.grid_s = float(p.grid_s);
+  t.mxu_saved_s = float(p.saved_s);
   t.model_flops = p.model_flops;
   t.hardware_flops = p.hardware_flops;
   t.memory = p.memory;
@@ -62,6 +63,7 @@ void ProgramPlayer::recompute(int l) {
     const double seconds = remat_ == Keep::Saved ? ev.partial_seconds : ev.seconds;
     const double hbm = remat_ == Keep::Saved ? ev.partial_hbm_seconds : ev.hbm_seconds;
     const double grid = remat_ == Keep::Saved ? ev.partial_grid_seconds : ev.grid_seconds;
+    const double saved = remat_ == Keep::Saved ? ev.partial_saved_seconds : ev.saved_seconds;
     const double flops = remat_ == Keep::Saved ? ev.partial_hardware_flops : ev.hardware_flops;
     for (int i = 0; i < size_; ++i) {
       const int c = cores_[std::size_t(i)];
@@ -72,6 +74,7 @@ void ProgramPlayer::recompute(int l) {
       t.seconds = seconds;
       t.hbm_s = hbm;
       t.grid_s = grid;
+      t.saved_s = saved;
       t.model_flops = 0;
       t.hardware_flops = flops;
       t.memory.clear();
@@ -209,12 +212,13 @@ void ProgramPlayer::piece_memory(std::vector<sim::MemoryEffect>& memory, int i, 
 
 void ProgramPlayer::play_compute(const std::vector<const Event*>& run, int l, bool forward, bool first_piece,
                                  bool last_piece) {
-  double seconds = 0, hbm = 0, grid = 0, model_flops = 0, hardware_flops = 0;
+  double seconds = 0, hbm = 0, grid = 0, saved = 0, model_flops = 0, hardware_flops = 0;
   std::vector<MeshAction> actions;
   for (const Event* ev : run) {
     seconds += ev->seconds;
     hbm += ev->hbm_seconds;
     grid += ev->grid_seconds;
+    saved += ev->saved_seconds;
     model_flops += ev->model_flops;
     hardware_flops += ev->hardware_flops;
     for (int i = 0; i < size_; ++i) hardware_flops_ += ev->hardware_flops;
@@ -228,6 +232,7 @@ void ProgramPlayer::play_compute(const std::vector<const Event*>& run, int l, bo
     t.seconds = seconds;
     t.hbm_s = hbm;
     t.grid_s = grid;
+    t.saved_s = saved;
     t.model_flops = model_flops;
     t.hardware_flops = hardware_flops;
     t.memory.clear();
@@ -277,6 +282,7 @@ void ProgramPlayer::merge(Merged& m, Piece& p) {
   m.piece.seconds += p.seconds;
   m.piece.hbm_s += p.hbm_s;
   m.piece.grid_s += p.grid_s;
+  m.piece.saved_s += p.saved_s;
   m.piece.model_flops += p.model_flops;
   m.piece.hardware_flops += p.hardware_flops;
   m.last_layer = p.layer >= 0 ? p.layer : m.last_layer;

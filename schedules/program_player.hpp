@@ -142,7 +142,7 @@ class ProgramPlayer {
     const char* phase = "";
     const std::string* what = nullptr;  ///< what the task is named after
     int layer = -1;
-    double seconds = 0, hbm_s = 0, grid_s = 0, model_flops = 0, hardware_flops = 0;
+    double seconds = 0, hbm_s = 0, grid_s = 0, saved_s = 0, model_flops = 0, hardware_flops = 0;
     std::vector<sim::MemoryEffect> memory;
     Closure host;
   };

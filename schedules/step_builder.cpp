@@ -195,7 +195,7 @@ sim::Task StepBuilder::compute_task(const char* phase, int core, LayerRange laye
   t.layer = layers.size() == 1 ? layers.first : -1;
   t.stage = labels.stage;
   t.micro_batch = labels.micro_batch;
-  t.chunk = labels.chunk;
+  t.chunk = std::int16_t(labels.chunk);  // at most virtual_stages (4096) - 1
   t.name = std::string(phase) + " " + describe(layers) +
            (labels.micro_batch >= 0 ? " mb" + std::to_string(labels.micro_batch) : "") + " core " +
            std::to_string(core);

@@ -172,6 +172,32 @@ double parse_hbm_margin(const Json& margin, double usable, Problems& problems) {
   return bytes;
 }
 
+/// "precision": {"matmul": "bf16" | "int8" | "fp8"}: the format the layers' products with a
+/// weight run in, one the chip's MXUs have (core.int8_peak_ratio_to_bf16, fp8_peak_ratio_to_bf16).
+void parse_precision(Fields& top, Study& study, Problems& problems) {
+  const Json* p = top.optional("precision");
+  if (!p) return;
+  Fields f(*p, "precision", problems);
+  if (!f.ok()) return;
+  const std::string name = f.string_or("matmul", "bf16", {"bf16", "int8", "fp8"});
+  f.finish();
+  if (!problems.empty()) return;
+  CoreSpec& core = study.hardware.core;
+  std::vector<std::string> have;
+  for (const auto q : {MatmulPrecision::Bf16, MatmulPrecision::Int8, MatmulPrecision::Fp8}) {
+    if (core.peak_ratio(q)) have.emplace_back(to_string(q));
+    if (name == to_string(q)) core.matmul_precision = q;
+  }
+  if (!core.peak_ratio(core.matmul_precision)) {
+    std::string list;
+    for (const auto& h : have) list += (list.empty() ? "" : " or ") + h;
+    problems.add("precision.matmul", Json(name),
+                 list + ": " + study.hardware.name + "'s MXUs have no " + name +
+                     " mode (its file gives no core." + name + "_peak_ratio_to_bf16)");
+    core.matmul_precision = MatmulPrecision::Bf16;
+  }
+}
+
 /// The hardware's collective algorithms must be registered names (the hardware layer cannot know
 /// them), and "megacore" what its chips allow; then the study sees the hardware as its devices.
 void parse_devices(Fields& top, Study& study, Problems& problems) {
@@ -200,6 +226,7 @@ void parse_devices(Fields& top, Study& study, Problems& problems) {
     study.megacore = false;
   }
   study.hardware = device_view(study.hardware, study.megacore);
+  parse_precision(top, study, problems);
   if (const Json* margin = top.optional("hbm_margin")) {
     study.hbm_margin_bytes = parse_hbm_margin(*margin, study.hardware.core.usable_hbm_bytes(), problems);
     study.hardware.core.hbm_reserved_bytes += study.hbm_margin_bytes;
@@ -332,6 +359,7 @@ Study parse_study(const Json& json, const std::string& context, const std::files
   } else {  // known keys, read once the hardware loads: its error alone is reported
     top.optional("megacore");
     top.optional("hbm_margin");
+    top.optional("precision");
   }
   if (const Json* slice = top.value("slice"); slice && have_hardware) {
     study.slice = parse_slice(*slice, "slice", study.hardware, problems);

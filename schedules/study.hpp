@@ -145,8 +145,13 @@ struct Study {
   /// The examples of one step over every slice (the study's "batch").
   std::int64_t global_batch() const { return batch * slices; }
   /// Whether a hardware figure (its dotted path) can matter to this study: the data-center
-  /// network's only to a study of several slices.
-  bool reads_figure(const std::string& path) const { return slices > 1 || path.rfind("dcn.", 0) != 0; }
+  /// network's only to a study of several slices, the quantization's only to one in 8 bits.
+  bool reads_figure(const std::string& path) const {
+    if (path == "core.quantize_vpu_ops_per_element" || path == "core.int8_peak_ratio_to_bf16" ||
+        path == "core.fp8_peak_ratio_to_bf16")
+      return hardware.core.matmul_precision != MatmulPrecision::Bf16;
+    return slices > 1 || path.rfind("dcn.", 0) != 0;
+  }
   Optimizer optimizer;
   /// What-if (study key input_pipeline.examples_per_s_per_host): how many examples a host's input
   /// pipeline prepares per second; 0: not given, the hosts keep up.

@@ -105,10 +105,13 @@ struct Task {
   /// inside the slice: CollectivePlanner::plan).
   bool across_slices = false;
   // Labels for reports (-1 when not applicable).
+  std::int16_t chunk = -1;  ///< an interleaved pipeline's model chunk on its stage (0 .. V-1)
   int layer = -1;
   int stage = -1;
   int micro_batch = -1;
-  int chunk = -1;             ///< an interleaved pipeline's model chunk on its stage (0 .. V-1)
+  /// Compute: the MXU time its 8-bit matmuls save against the bf16 peak its hardware FLOPs would
+  /// take (precision.matmul), for the split only (a float beside the labels: tasks stay packed).
+  float mxu_saved_s = 0;
   double seconds = 0;         ///< duration on its core, from the cost model
   double hbm_s = 0;           ///< the part of `seconds` HBM bandwidth sets (a slower HBM stretches it)
   double model_flops = 0;     ///< the math it performs

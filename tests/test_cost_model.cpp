@@ -184,3 +184,58 @@ TEST_CASE("random numbers cost the core's figure per element on the vector unit"
   drop.random_numbers_per_element = 1;
   CHECK(CostModel(core).cost(drop).vpu_s == Approx(8e8 / (8 * 128 * 940e6)));
 }
+
+namespace {
+/// `hw`'s core with its matmuls in `p`.
+CostModel at_precision(std::string hw, MatmulPrecision p) {
+  CoreSpec core = load_hardware(hw).core;
+  core.matmul_precision = p;
+  return CostModel(core);
+}
+}  // namespace
+
+TEST_CASE("on v5e an MXU-bound matmul runs twice as fast in int8, reading its operands at one byte",
+          "[cost][today][precision]") {
+  const CostModel bf16 = at_precision("tpu-v5e", MatmulPrecision::Bf16);
+  const CostModel int8 = at_precision("tpu-v5e", MatmulPrecision::Int8);
+  const Op big = dense_op("big", 8192, 8192, 8192, 2, 4);  // bf16 activations, fp32 weights
+  CHECK_FALSE(bf16.quantized(big));
+  const auto q = int8.quantized(big);
+  REQUIRE(q);
+  const OpCost b = bf16.cost(big), i = int8.cost(q->matmul);
+  REQUIRE(std::string(b.bound) == "mxu");
+  REQUIRE(std::string(i.bound) == "mxu");
+  // The products' time halves; the grid steps' fixed cost does not.
+  CHECK(i.mxu_s - i.grid_overhead_s == Approx((b.mxu_s - b.grid_overhead_s) / 2));
+  CHECK(i.grid_overhead_s == Approx(b.grid_overhead_s));
+  CHECK(i.hardware_flops == Approx(b.hardware_flops));
+  CHECK(i.precision_saved_s == Approx((b.mxu_s - b.grid_overhead_s) / 2));
+  // Operands: 8192^2 at 2 and at 4 bytes become 1 byte each; the bf16 output stays.
+  const double e = 8192.0 * 8192.0;
+  CHECK(big.bytes == Approx(e * (2 + 4 + 2)));
+  CHECK(q->matmul.bytes == Approx(e * (1 + 1 + 2)));
+  // Each operand quantized once: read as stored, written at one byte, its vector work per element.
+  REQUIRE(q->quantize.size() == 2);
+  CHECK(q->quantize[0].bytes == Approx(e * (2 + 1)));
+  CHECK(q->quantize[1].bytes == Approx(e * (4 + 1)));
+  CHECK(q->quantize[0].ops_per_element == int8.core().quantize_vpu_ops);
+  CHECK(int8.core().quantize_vpu_ops > 0);
+}
+
+TEST_CASE("8-bit matmuls: only products with a weight are quantized, at each chip's own ratio",
+          "[cost][today][precision]") {
+  const CostModel v5e = at_precision("tpu-v5e", MatmulPrecision::Int8);
+  // Attention's scores: two activations, no weight.
+  CHECK_FALSE(v5e.quantized(batched_matmul_op("scores", 32, 2048, 128, 2048, 2)));
+  // v4's int8 peak is its bf16 one: quantizing only adds passes.
+  const CostModel v4 = at_precision("tpu-v4", MatmulPrecision::Int8);
+  const Op big = dense_op("big", 8192, 8192, 8192, 2, 4);
+  const auto q = v4.quantized(big);
+  REQUIRE(q);
+  CHECK(v4.cost(q->matmul).mxu_s == Approx(v4.cost(big).mxu_s));
+  CHECK(v4.cost(q->matmul).precision_saved_s == 0);
+  // TPU7x's fp8 doubles its peak; it has no int8.
+  CHECK(load_hardware("tpu7x").core.peak_ratio(MatmulPrecision::Fp8) == 2.0);
+  CHECK_FALSE(load_hardware("tpu7x").core.peak_ratio(MatmulPrecision::Int8));
+  CHECK_FALSE(load_hardware("tpu-v3").core.peak_ratio(MatmulPrecision::Int8));
+}

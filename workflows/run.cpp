@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include "hardware/topology.hpp"
 #include "reports/report_html.hpp"
@@ -79,6 +80,15 @@ std::vector<std::string> step_notes(const Study& study, const BuiltStep& step) {
     notes.push_back("a margin of " + reports::human_bytes(study.hbm_margin_bytes) +
                     " of HBM is kept free on every device (hbm_margin): the capacity shown is the usable HBM "
                     "less it");
+  if (const MatmulPrecision p = study.hardware.core.matmul_precision; p != MatmulPrecision::Bf16) {
+    std::ostringstream ratio;
+    ratio << *study.hardware.core.peak_ratio(p);
+    notes.push_back(
+        std::string("the layers' products with a weight run in ") + to_string(p) + " (precision.matmul) at " +
+        ratio.str() +
+        " x the bf16 peak, each operand quantized by a pass of its own first; attention's products "
+        "stay bf16; mxu_utilization is against the bf16 peak");
+  }
   if (study.model.flash_attention && study.hardware.core.flash_attention_kernel == false) {
     const auto source = study.hardware.sources.find("core.flash_attention_kernel");
     notes.push_back("flash attention on " + study.hardware.name + " is a what-if: " +

@@ -23,6 +23,10 @@ Op local_matmul(const std::string& name, const Sharding& s, const NamedTensor& x
   op.bytes = 0;
   for (const NamedTensor* t : {&x, &y, &z})
     op.bytes += s.stored_elements(*t) * (t->weight ? kWeightBytes : act) * t->passes;
+  op.quantizable = (x.weight || y.weight || z.weight) && !x.on_chip && !y.on_chip;
+  std::size_t i = 0;
+  for (const NamedTensor* t : {&x, &y})
+    op.operands[i++] = MatmulOperand{s.stored_elements(*t), t->weight ? kWeightBytes : act, t->passes};
   return op;
 }
 
