@@ -24,6 +24,12 @@ void Model::pad_activations_to(int lanes) {
   for (auto& l : layers) l.lanes = lanes;
 }
 
+void Model::store_state_in(double weights, double slots) {
+  weight_bytes = weights;
+  slot_bytes = slots;
+  for (auto& l : layers) l.weight_bytes = weights;
+}
+
 void Model::add(Layer layer, const std::string& call) {
   if (!call.empty()) {
     const auto [it, first] = first_of_call_.emplace(call, int(layers.size()));

@@ -13,12 +13,9 @@
 #include "hardware/json_fields.hpp"
 #include "models/functional.hpp"
 #include "models/named_ops.hpp"
+#include "models/sharding.hpp"
 
 namespace tpusim {
-
-/// Bytes of a weight, its gradient and each optimizer slot element: fp32 master weights, as the
-/// frameworks train (shared/HARDWARE.md, training memory conventions). Defined once, here.
-inline constexpr double kWeightBytes = 4.0;
 
 /// The largest model accepted, in parameters (1e15: 4 PB of fp32 weights, far beyond any pod,
 /// and far inside the 64-bit arithmetic sizes are counted in).
@@ -55,12 +52,14 @@ struct Layer {
   /// (the backward, what it keeps and the collectives a mesh layout induces follow from them).
   std::function<std::vector<NamedOp>(std::int64_t batch)> named_ops;
   /// Its named ops lowered on one core, activations padded to `lanes` (Sharding::lanes; 0: not
-  /// padded) (derive_work in models/op_lowering.hpp).
-  std::function<LayerWork(std::int64_t batch, int lanes)> lower;
+  /// padded), weights of `weight_bytes` per element (derive_work in models/op_lowering.hpp).
+  std::function<LayerWork(std::int64_t batch, int lanes, double weight_bytes)> lower;
   /// The lanes its activations pad to on the study's hardware (Model::pad_activations_to).
   int lanes = 0;
+  /// Bytes of each of its weight elements as stored (Model::weight_bytes).
+  double weight_bytes = kFp32Bytes;
   /// Its work on one core for `batch` examples.
-  LayerWork work(std::int64_t batch) const { return lower(batch, lanes); }
+  LayerWork work(std::int64_t batch) const { return lower(batch, lanes, weight_bytes); }
   /// What it reads from earlier layers and hands on, for a batch (a pipeline stage's stash and
   /// transfers), and whether its first op reads the model's input (which needs no gradient).
   Boundary boundary;
@@ -84,6 +83,11 @@ struct Model {
   std::string kind;
   std::string name;             ///< human-readable, e.g. "transformer L=24 d=1024"
   double activation_bytes = 2;  ///< bytes per activation element (bf16 = 2)
+  /// Bytes per element of the weights as stored, read by the matmuls and updated, and of their
+  /// gradients (a study's precision.weights; fp32 masters by default), and of the optimizer's
+  /// slots (precision.optimizer): set by store_state_in.
+  double weight_bytes = kFp32Bytes;
+  double slot_bytes = kFp32Bytes;
   std::vector<Layer> layers;
   /// Runs attention as one fused kernel (flash attention): a kernel the hardware may not have had.
   bool flash_attention = false;
@@ -98,6 +102,9 @@ struct Model {
   std::int64_t params() const;
   /// Lowers every layer with activations padded to `lanes` (the hardware's tiles; 0: not padded).
   void pad_activations_to(int lanes);
+  /// Stores the weights (and gradients) in `weight_bytes` per element, the optimizer's slots in
+  /// `slot_bytes`.
+  void store_state_in(double weight_bytes, double slot_bytes);
   /// The math of one training step over `batch` examples: every layer's forward and backward
   /// (input and weight gradients), unpadded, without recomputation. The one definition every
   /// schedule reports as model FLOPs (and MXU utilization divides by).

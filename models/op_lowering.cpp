@@ -124,8 +124,8 @@ double boundary_bytes(const std::vector<BoundaryTensor>& tensors, const Sharding
 }
 
 LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_input,
-                     const LayerBoundary& boundary, int lanes) {
-  const Sharding s = Sharding::whole(lanes);
+                     const LayerBoundary& boundary, int lanes, double weight_bytes) {
+  const Sharding s = Sharding::whole(lanes, weight_bytes);
   LayerWork w;
   const SavePlan dots = save_plan(ops, s, act, save_dots_policy());
   for (std::size_t i = 0; i < ops.size(); ++i) {
@@ -153,9 +153,9 @@ LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_inp
 void derive_work(Layer& layer, double act, bool model_input, Boundary boundary) {
   layer.model_input = model_input;
   layer.boundary = boundary;
-  layer.lower = [named = layer.named_ops, act, model_input, boundary = std::move(boundary)](std::int64_t b,
-                                                                                            int lanes) {
-    return lower_work(named(b), act, model_input, boundary(b), lanes);
+  layer.lower = [named = layer.named_ops, act, model_input, boundary = std::move(boundary)](
+                    std::int64_t b, int lanes, double weight_bytes) {
+    return lower_work(named(b), act, model_input, boundary(b), lanes, weight_bytes);
   };
 }
 

@@ -73,9 +73,10 @@ double boundary_bytes(const std::vector<BoundaryTensor>& tensors, const Sharding
 /// activations kept for the backward (the tensors marked `keep`), the gradients held at once,
 /// its batch normalizations' channels. `model_input`: the first op reads the model's input,
 /// which needs no gradient. What it reads from and hands to other layers is the model's
-/// (`boundary`). Activations pad to `lanes` (Sharding::lanes; 0: not padded), the boundary's too.
+/// (`boundary`). Activations pad to `lanes` (Sharding::lanes; 0: not padded), the boundary's too;
+/// weights are `weight_bytes` per element.
 LayerWork lower_work(const std::vector<NamedOp>& ops, double act, bool model_input,
-                     const LayerBoundary& boundary, int lanes = 0);
+                     const LayerBoundary& boundary, int lanes = 0, double weight_bytes = kFp32Bytes);
 
 /// Sets `layer.lower` to its named ops lowered on one core (lower_work), and its boundary and
 /// `model_input`: the named-op program is the one description of a layer, which the mesh

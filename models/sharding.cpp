@@ -13,9 +13,9 @@ const Sharding& Sharding::none() {
   return unsharded;
 }
 
-Sharding Sharding::whole(int lanes) {
+Sharding Sharding::whole(int lanes, double weight_bytes) {
   const Sharding& n = none();
-  return Sharding{n.layout, n.sizes, lanes};
+  return Sharding{n.layout, n.sizes, lanes, weight_bytes};
 }
 
 double Sharding::lane_padding(const NamedTensor& t) const {

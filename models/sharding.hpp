@@ -11,12 +11,18 @@
 
 namespace tpusim {
 
+/// Bytes of an fp32 element: the weights', gradients' and optimizer slots' default dtype (fp32
+/// masters, as the frameworks train: shared/HARDWARE.md, training memory conventions; a study's
+/// precision.weights and precision.optimizer may make them bf16) and the host math's.
+inline constexpr double kFp32Bytes = 4.0;
+
 /// The layout's view of one op: local sizes, split mesh dimensions.
 struct Sharding {
   /// No dimension split: every op whole on one core.
   static const Sharding& none();
-  /// The same, with activations padded to `lanes` (Sharding::lanes).
-  static Sharding whole(int lanes);
+  /// The same, with activations padded to `lanes` (Sharding::lanes) and weights of
+  /// `weight_bytes` per element.
+  static Sharding whole(int lanes, double weight_bytes);
 
   const std::map<std::string, std::string>& layout;
   const std::map<std::string, int>& sizes;  // mesh dimension -> size
@@ -24,6 +30,8 @@ struct Sharding {
   /// dimension fills whole rows of 128 lanes; XLA makes an activation's feature (last) dimension
   /// or its batch dimension the minor one, whichever pads less. Weights are counted unpadded.
   int lanes = 0;
+  /// Bytes of a weight element as stored and read (and of its gradient): Model::weight_bytes.
+  double weight_bytes = kFp32Bytes;
 
   int split(const std::string& dim) const {
     auto it = layout.find(dim);

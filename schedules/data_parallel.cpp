@@ -16,7 +16,7 @@ DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
       f.string_or("weight_update", "replicated", {"replicated", "sharded", "fully_sharded"});
   fully_sharded_ = update == "fully_sharded";
   sharded_ = update != "replicated";
-  wire_ = read_wire_dtypes(f, fully_sharded_);
+  wire_ = read_wire_dtypes(f, fully_sharded_, study.model.weight_bytes);
   bucket_bytes_ =
       read_gradient_bucket_bytes(f, study.hardware.core.allreduce_combine_threshold_bytes, fully_sharded_);
   batch_norm_group_ = int(f.integer_or("batch_norm_group", 1, 1, study.cores()));
@@ -96,7 +96,7 @@ BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional)
                       {"gradient_buckets", buckets}};
   if (sharded_) {
     step.details["shard_padding_params"] = padding;
-    step.details["shard_padding_bytes"] = padding * kWeightBytes;
+    step.details["shard_padding_bytes"] = padding * wire_.weight_bytes;
   }
   return step;
 }
@@ -129,9 +129,9 @@ Json DataParallel::bucket_json(const mesh::GradientChunk& chunk, double& padding
   for (const auto& [ev, l] : chunk.reductions) {
     first = std::min(first, l);
     last = std::max(last, l);
-    shard += mesh::piece_elements(ev->bytes / kWeightBytes, replicas_);
+    shard += mesh::piece_elements(ev->bytes / wire_.weight_bytes, replicas_);
   }
-  const double params = chunk.bytes / kWeightBytes;
+  const double params = chunk.bytes / wire_.weight_bytes;
   Json j{{"layers", {first, last}},
          {"params", params},
          {"gradient_bytes_on_wire", params * wire_.gradient_bytes}};

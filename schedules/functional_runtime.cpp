@@ -69,10 +69,10 @@ void FunctionalRuntime::check_supported(const Study& study) {
 
 double FunctionalRuntime::host_bytes_needed(const Study& study, int cores_holding_weights) {
   const double params = double(study.model.params());
-  const double per_copy = kWeightBytes * params * (2.0 + study.optimizer.rule->slots());
+  const double per_copy = kFp32Bytes * params * (2.0 + study.optimizer.rule->slots());
   double activations = 0;  // fp32 activations kept for backward, for the whole batch, unpadded
   for (const auto& layer : study.model.layers)
-    activations += layer.lower(1, 0).stash_bytes * 4.0 / study.model.activation_bytes;
+    activations += layer.lower(1, 0, layer.weight_bytes).stash_bytes * 4.0 / study.model.activation_bytes;
   // The simulated run and the one-core reference.
   return per_copy * (cores_holding_weights + 1) + 2.0 * activations * double(study.batch);
 }

@@ -45,7 +45,7 @@ HostInput host_input(const Study& study, const std::vector<CoreInput>& input, do
 HostInput host_input(const Study& study) {
   // An example as the host sends it: its logical bytes (the host lays a batch out, e.g. batch
   // minor as MLPerf's input transposes do, so that it arrives unpadded).
-  const double bytes = study.model.layers.front().lower(1, 0).input_bytes;
+  const double bytes = study.model.layers.front().lower(1, 0, study.model.weight_bytes).input_bytes;
   return host_input(study, study.schedule->input(study), bytes);
 }
 

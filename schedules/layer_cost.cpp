@@ -17,10 +17,16 @@ Keep read_remat(Fields& f, Keep fallback, const SavePolicy*& saves) {
   return fallback;
 }
 
-WireDtypes read_wire_dtypes(Fields& f, bool fully_sharded) {
+WireDtypes read_wire_dtypes(Fields& f, bool fully_sharded, double weight_bytes) {
   WireDtypes d;
+  d.weight_bytes = weight_bytes;
   auto bytes = [&](const char* key) {
-    return f.string_or(key, "fp32", {"fp32", "bf16"}) == "bf16" ? 2.0 : 4.0;
+    const double given = f.string_or(key, "fp32", {"fp32", "bf16"}) == "bf16" ? 2.0 : 4.0;
+    if (given > weight_bytes && f.has(key) && f.problems().empty())
+      f.problems().add(f.path_of(key), Json("fp32"),
+                       "bf16 or absent: the study's weights are bf16 (precision.weights), and so are their "
+                       "gradients");
+    return std::min(given, weight_bytes);
   };
   d.gradient_bytes = bytes("gradient_dtype");
   d.gathered_weight_bytes = bytes("gathered_weight_dtype");

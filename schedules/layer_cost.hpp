@@ -33,16 +33,23 @@ Json remat_json(Keep keep, const SavePolicy& saves);
 /// gradients are kept and summed in fp32) and "gathered_weight_dtype" (fully sharded weights
 /// only: bf16 gathers the copy the matmuls read, converted on each core's piece before the gather
 /// and held whole while the layer runs; fp32 gathers the master copy, each core's own piece in
-/// place). Both "fp32" or "bf16", fp32 by default.
+/// place). Both "fp32" or "bf16", fp32 by default; never wider than the weights themselves
+/// (precision.weights): bf16 weights reduce and gather bf16.
 struct WireDtypes {
   double gradient_bytes = 4;
   double gathered_weight_bytes = 4;
+  /// Bytes of a weight (and gradient) element as held (Model::weight_bytes).
+  double weight_bytes = 4;
   /// Whether a gather brings a converted copy, held whole (bf16), rather than the other cores'
   /// pieces of the master copy (fp32).
-  bool gathers_copy() const { return gathered_weight_bytes < 4; }
+  bool gathers_copy() const { return gathered_weight_bytes < weight_bytes; }
+  /// What the wire carries of `bytes` of weight gradients, and of `bytes` of gathered weights.
+  double gradients_on_wire(double bytes) const { return bytes * gradient_bytes / weight_bytes; }
+  double gathered_on_wire(double bytes) const { return bytes * gathered_weight_bytes / weight_bytes; }
 };
-/// Reads both keys; "gathered_weight_dtype" without `fully_sharded` is a problem at its path.
-WireDtypes read_wire_dtypes(Fields& f, bool fully_sharded);
+/// Reads both keys for weights of `weight_bytes` per element; "gathered_weight_dtype" without
+/// `fully_sharded`, or either key wider than the weights, is a problem at its path.
+WireDtypes read_wire_dtypes(Fields& f, bool fully_sharded, double weight_bytes);
 /// The keys as resolved() reports them ("gathered_weight_dtype" only when fully sharded).
 void add_wire_dtypes(Json& resolved, const WireDtypes& d, bool fully_sharded);
 /// "gradient_bucket_bytes": up to how many bytes of weight gradients are combined into one

@@ -31,14 +31,15 @@ void add_events(const std::vector<mesh::Event>& events, double& seconds, double&
 mesh::LayerProgram stage_layer_program(const Layer& layer, std::int64_t batch, const StageSharding* s,
                                        const CostModel& cost, double act, const SavePolicy& saves) {
   const Sharding sharding =
-      s ? Sharding{s->layout, s->sizes, cost.core().activation_tile_lanes()} : Sharding::whole(layer.lanes);
+      s ? Sharding{s->layout, s->sizes, cost.core().activation_tile_lanes(), layer.weight_bytes}
+        : Sharding::whole(layer.lanes, layer.weight_bytes);
   return mesh::lower_layer(layer.named_ops(batch), sharding, cost, act, layer.name, layer.model_input, false,
                            1, saves);
 }
 
 LayerCost layer_program_cost(const Layer& layer, std::int64_t batch, const StageSharding* s,
                              const CostModel& cost, double act, const SavePolicy& saves) {
-  const Sharding whole = Sharding::whole(layer.lanes);
+  const Sharding whole = Sharding::whole(layer.lanes, layer.weight_bytes);
   const mesh::LayerProgram p = stage_layer_program(layer, batch, s, cost, act, saves);
   const LayerBoundary boundary = layer.boundary(batch);
   LayerCost c;

@@ -30,7 +30,7 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems, in
   if (const Json* placement = f.optional("placement"))
     read_placement(*placement, f.path_of("placement"), study, problems);
   weight_update_ = f.string_or("weight_update", "replicated", {"replicated", "sharded", "fully_sharded"});
-  wire_ = read_wire_dtypes(f, fully_sharded());
+  wire_ = read_wire_dtypes(f, fully_sharded(), study.model.weight_bytes);
   read_weight_gathers(f, study, problems);
   bucket_bytes_ =
       read_gradient_bucket_bytes(f, study.hardware.core.allreduce_combine_threshold_bytes, fully_sharded());
@@ -500,8 +500,8 @@ class MeshStepPlayer : public TailPlayer {
     for (int c = 0; c < size_; ++c)
       for (int l = 0; l < layers_; ++l) {
         const Layer& layer = study_.model.layers[std::size_t(l)];
-        const auto held = mesh::resident_shards(
-            programs_[std::size_t(l)], study_.optimizer.slot_elements(layer), double(layer.params()), fully_);
+        const auto held = mesh::resident_shards(programs_[std::size_t(l)], study_.model, std::size_t(l),
+                                                study_.optimizer.slot_elements(layer), fully_);
         g_.resident(c, sim::MemoryCategory::Weights, held.weights);
         g_.resident(c, sim::MemoryCategory::Optimizer, held.optimizer);
       }
@@ -520,12 +520,12 @@ class MeshStepPlayer : public TailPlayer {
     double extra = 0;
     for (const Event& ev : programs_[std::size_t(l)].backward)
       if (ev.kind == Event::GradientAllReduce && wire_.gathers_copy()) {
-        extra += ev.bytes * wire_.gathered_weight_bytes / kWeightBytes;
+        extra += wire_.gathered_on_wire(ev.bytes);
       } else if (ev.kind == Event::GradientAllReduce) {
         double members = 1;
         for (const auto& dim : ev.mesh_dims)
           for (const auto& [name, size] : mesh_) members *= name == dim ? size : 1;
-        extra += ev.bytes - kWeightBytes * piece_elements(ev.bytes / kWeightBytes, members);
+        extra += ev.bytes - weight_bytes() * piece_elements(ev.bytes / weight_bytes(), members);
       }
     return extra;
   }
@@ -544,7 +544,7 @@ class MeshStepPlayer : public TailPlayer {
     for (const auto& [dims, bytes] : gathered_bytes(l)) {
       sim::Task t = family_collective(
           sim::CollectiveOp::AllGather, study_.model.layers[std::size_t(l)].name + " weights", dims,
-          schedule_.groups(dims), "weight_allgather", l, bytes * wire_.gathered_weight_bytes / kWeightBytes);
+          schedule_.groups(dims), "weight_allgather", l, wire_.gathered_on_wire(bytes));
       for (int c = 0; c < size_ && first; ++c)
         t.memory.push_back({c, sim::MemoryCategory::Weights, extra_[std::size_t(l)], When::Start});
       first = false;
@@ -630,10 +630,10 @@ class MeshStepPlayer : public TailPlayer {
     if (scatter_gradient) {
       // Each core keeps only its piece of the reduced gradient, updates it, and the updated
       // pieces are all-gathered (after the layer's updates).
-      const double local = ev.bytes / kWeightBytes, members = double(t.groups.front().size());
+      const double local = ev.bytes / weight_bytes(), members = double(t.groups.front().size());
       for (int c = 0; c < size_; ++c)
         t.memory.push_back({c, sim::MemoryCategory::Gradients,
-                            -kWeightBytes * (local - piece_elements(local, members)), When::End});
+                            -weight_bytes() * (local - piece_elements(local, members)), When::End});
       scattered_[std::size_t(l)].push_back(
           {{ev.actions.front().op, t.groups}, ev.name, ev.mesh_dims, ev.bytes, chunks_++});
     }
@@ -691,7 +691,7 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   }
   std::map<std::string, int> sizes;
   for (const auto& [name, size] : mesh_) sizes[name] = size;
-  const Sharding s{layout_, sizes, study.hardware.core.activation_tile_lanes()};
+  const Sharding s{layout_, sizes, study.hardware.core.activation_tile_lanes(), study.model.weight_bytes};
   auto lowered = programs(study);
   Json ops = Json::array();
   for (auto& program : lowered)
@@ -709,7 +709,7 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
 std::vector<LayerProgram> MeshSchedule::programs(const Study& study) const {
   std::map<std::string, int> sizes;
   for (const auto& [name, size] : mesh_) sizes[name] = size;
-  const Sharding s{layout_, sizes, study.hardware.core.activation_tile_lanes()};
+  const Sharding s{layout_, sizes, study.hardware.core.activation_tile_lanes(), study.model.weight_bytes};
   const CostModel cost(study.hardware.core);
   std::vector<LayerProgram> out;
   for (std::size_t l = 0; l < study.model.layers.size(); ++l) {

@@ -53,8 +53,8 @@ double program_bound(const Study& s, const MeshSchedule& mesh,
   const bool overlap = s.hardware.core.gradient_collectives_overlap_backward;
   // Prefetched fully sharded weights: gathers and reduce-scatters behind the compute.
   const bool behind = mesh.fully_sharded() && mesh.prefetches_gathers();
-  const double gradient_wire = mesh.wire().gradient_bytes / kWeightBytes;
-  const double gathered_wire = mesh.wire().gathered_weight_bytes / kWeightBytes;
+  const double gradient_wire = mesh.wire().gradients_on_wire(1.0);
+  const double gathered_wire = mesh.wire().gathered_on_wire(1.0);
   auto add_floor = [&](sim::CollectiveOp op, const mesh::Event& ev, double bytes, bool blocking) {
     bound += floor(op, ev, bytes, blocking);
   };
@@ -100,8 +100,8 @@ StepBound MeshSchedule::bound(const Study& s) const {
   b.cores_used = cores();
   // Every core holds the same shards of the weights and optimizer slots all step.
   for (std::size_t l = 0; l < programs.size(); ++l) {
-    const auto held = mesh::resident_shards(programs[l], s.optimizer.slot_elements(s.model.layers[l]),
-                                            double(s.model.layers[l].params()), fully_sharded());
+    const auto held = mesh::resident_shards(programs[l], s.model, l,
+                                            s.optimizer.slot_elements(s.model.layers[l]), fully_sharded());
     b.resident_by[int(sim::MemoryCategory::Weights)] += held.weights;
     b.resident_by[int(sim::MemoryCategory::Optimizer)] += held.optimizer;
   }

@@ -60,12 +60,13 @@ double update_fraction(const LayerProgram& p) {
   return p.total_weight_elements > 0 ? p.update_elements / p.total_weight_elements : 0;
 }
 
-ResidentShards resident_shards(const LayerProgram& p, double slot_elements, double params,
-                               bool fully_sharded) {
+ResidentShards resident_shards(const LayerProgram& p, const Model& model, std::size_t layer,
+                               double slot_elements, bool fully_sharded) {
   // Slots per parameter times the weights the core updates (as stored): whole slots, and
   // the layer's parameter count need not equal its ops' weight elements (a mixture of experts).
-  return {kWeightBytes * (fully_sharded ? p.update_elements : p.weight_elements),
-          params > 0 ? kWeightBytes * (slot_elements / params) * p.update_elements : 0.0};
+  const double params = double(model.layers[layer].params());
+  return {model.weight_bytes * (fully_sharded ? p.update_elements : p.weight_elements),
+          params > 0 ? model.slot_bytes * (slot_elements / params) * p.update_elements : 0.0};
 }
 
 namespace {
@@ -160,7 +161,7 @@ class LayerLowering : public MeshLoweringSink {
     if (sharded_ && kind == Event::GradientAllReduce) {
       double members = 1;
       for (const auto& m : mesh) members *= s_.sizes.at(m);
-      const double local = bytes / kWeightBytes;
+      const double local = bytes / s_.weight_bytes;
       unshared_update_ += local - piece_elements(local, members);
       row["collectives"].back()["allgather_task"] =
           collective_task_name(layer_ + "/" + name, mesh, sim::CollectiveOp::AllGather);
@@ -202,7 +203,7 @@ class LayerLowering : public MeshLoweringSink {
   void weight_gradient(const NamedOp& op, const std::vector<const NamedTensor*>& from, Json& row) {
     if (op.b.tied) return;  // another layer's weight (a shared embedding table): reduced with the owner's
     collective(p_.backward, Event::GradientAllReduce, op.name + " weight gradient",
-               s_.split_missing(from, op.b), s_.local_elements(op.b) * kWeightBytes, row,
+               s_.split_missing(from, op.b), s_.local_elements(op.b) * s_.weight_bytes, row,
                A::SumWeightGradient);
   }
   /// A window op on a split image needs its neighbours' edge rows: (kernel - 1) / 2 of them
@@ -428,8 +429,8 @@ class LayerLowering : public MeshLoweringSink {
                              s_.local_elements(op.b) * act_, A::SumWeightGradient);
     collective(p_.backward, op.b.weight ? Event::GradientAllReduce : Event::BlockingAllReduce,
                op.name + (op.b.weight ? " weight gradient" : " input gradient"),
-               gb ? without_seq(over) : over, s_.local_elements(op.b) * (op.b.weight ? kWeightBytes : act_),
-               row, A::SumWeightGradient);
+               gb ? without_seq(over) : over,
+               s_.local_elements(op.b) * (op.b.weight ? s_.weight_bytes : act_), row, A::SumWeightGradient);
     if (gb)
       collective(p_.backward, Event::BlockingReduceScatter, op.name + " operand gradient scatter",
                  {seq_mesh_}, s_.local_elements(op.b) * act_, row, A::ScatterOperandGradient, 1);

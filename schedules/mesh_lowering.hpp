@@ -105,13 +105,13 @@ double update_fraction(const LayerProgram& p);
 
 /// What a core holds of a layer all step: its weight shards (`fully_sharded`: only the pieces
 /// it updates) and the optimizer slots of the weights it updates (`slot_elements` for the whole
-/// layer of `params` parameters: so many slots per weight it updates; Adam's are twice its
-/// weights), in bytes.
+/// of the model's `layer`: so many slots per weight it updates; Adam's are twice its weights), in
+/// bytes, each in its dtype (Model::weight_bytes, slot_bytes).
 struct ResidentShards {
   double weights = 0, optimizer = 0;
 };
-ResidentShards resident_shards(const LayerProgram& p, double slot_elements, double params,
-                               bool fully_sharded = false);
+ResidentShards resident_shards(const LayerProgram& p, const Model& model, std::size_t layer,
+                               double slot_elements, bool fully_sharded = false);
 
 /// `model_input`: the layer's first op reads the model's input, which needs no gradient.
 /// `sharded`: weight gradients are reduce-scattered (weight-update sharding) instead of all-reduced.

@@ -24,11 +24,13 @@ const std::vector<std::string>& optimizer_kinds() {
   return kinds;
 }
 
-Op Optimizer::update_op(const Layer& layer, double fraction) const {
+Op Optimizer::update_op(const Model& model, const Layer& layer, double fraction) const {
   const OptimizerRule::Cost c = rule->cost();
   const double params = double(layer.params()) * fraction;
-  Op op = vector_op("update_" + layer.name, params, c.vpu_ops_per_param, kWeightBytes, false);
-  op.bytes = params * c.tensors_moved * kWeightBytes + rule->extra_update_bytes(layer) * fraction;
+  Op op = vector_op("update_" + layer.name, params, c.vpu_ops_per_param, model.weight_bytes, false);
+  const double slot_moves = 2.0 * rule->slots();
+  op.bytes = params * ((c.tensors_moved - slot_moves) * model.weight_bytes + slot_moves * model.slot_bytes) +
+             rule->extra_update_elements(layer) * fraction * model.slot_bytes;
   return op;
 }
 

@@ -24,16 +24,19 @@ class OptimizerRule {
   /// What the update does per parameter on one core, with where the figures come from.
   struct Cost {
     double vpu_ops_per_param = 0;  ///< vector operations per parameter
-    double tensors_moved = 0;      ///< fp32 tensors read + written per parameter (weight, gradient, slots)
-    std::string source;            ///< "derived: ..." from the update formula
+    /// Tensors read + written per parameter (weight, gradient, slots): each slot is read and
+    /// written once, the rest are weights and gradients (each in its dtype: Optimizer::update_op).
+    double tensors_moved = 0;
+    std::string source;  ///< "derived: ..." from the update formula
   };
   virtual Cost cost() const = 0;
   /// Whole-tensor fp32 slots it keeps per parameter (momentum 1, Adam 2).
   virtual int slots() const = 0;
   /// Slot elements kept for one layer's weights; by default slots() x parameters.
   virtual double slot_elements(const Layer& layer) const { return slots() * double(layer.params()); }
-  /// HBM bytes its update moves for `layer` beyond cost().tensors_moved (Adafactor's statistics).
-  virtual double extra_update_bytes(const Layer& layer) const { return 0; }
+  /// Slot elements its update reads and writes for `layer` beyond cost().tensors_moved
+  /// (Adafactor's statistics).
+  virtual double extra_update_elements(const Layer& layer) const { return 0; }
   /// The step size functional mode uses when the study gives none.
   virtual double default_learning_rate() const = 0;
   /// Bytes per layer of statistics that must be summed over every piece of a weight split over
@@ -63,9 +66,10 @@ struct Optimizer {
 
   /// Optimizer-slot elements kept for one layer's weights.
   double slot_elements(const Layer& layer) const { return rule->slot_elements(layer); }
-  /// The update of one layer's weights: vector work and HBM traffic on one core.
+  /// The update of one layer's weights: vector work and HBM traffic on one core, the weights and
+  /// gradients of `model.weight_bytes` per element, the slots of `model.slot_bytes`.
   /// `fraction` scales it when a core updates only a shard of the weights.
-  Op update_op(const Layer& layer, double fraction = 1.0) const;
+  Op update_op(const Model& model, const Layer& layer, double fraction = 1.0) const;
 };
 
 /// Names accepted for "optimizer.kind".

@@ -838,7 +838,7 @@ class PipelinePlayer {
     int previous = -1;
     for (const LayerRange& range : buckets) {
       const std::string name = bucket_name(c, t, range, buckets.size());
-      const double gradients = builder_.gradient_bytes(range), params = gradients / kWeightBytes;
+      const double gradients = builder_.gradient_bytes(range), params = gradients / study_.model.weight_bytes;
       const double fraction = params > 0 ? std::ceil(params / R_) / params : 1.0;
       const int reduce = builder_.collective(sim::CollectiveOp::ReduceScatter, "gradient_reduce_scatter",
                                              "reduce-scatter " + name, group, gradients, range);

@@ -86,8 +86,10 @@ class ProgramPlayer {
   /// What layer `l`'s first backward piece allocates for weight gradients (when this pass
   /// allocates them: allocate_gradients_).
   virtual double gradients_allocated(int l) const {
-    return kWeightBytes * programs_[std::size_t(l)].weight_elements;
+    return weight_bytes() * programs_[std::size_t(l)].weight_elements;
   }
+  /// Bytes of a weight (and gradient) element as held (Model::weight_bytes).
+  double weight_bytes() const { return study_.model.weight_bytes; }
   /// Functional mode: the host math of a run of layer `l`'s pieces on core `i` (`actions`: the
   /// run's); recompute_host: of its recompute. Empty when the schedule runs none.
   virtual Closure host(int i, int l, bool forward, bool first_piece, const std::vector<MeshAction>& actions) {

@@ -29,7 +29,7 @@ StepBuilder::StepBuilder(const Study& study, int cores, FunctionalRuntime* funct
       graph_(cores),
       costs_(study.layer_costs ? study.layer_costs : std::make_shared<LayerCostCache>()) {
   for (const auto& layer : study.model.layers) {
-    const OpCost update = cost_model_.cost(study.optimizer.update_op(layer));
+    const OpCost update = cost_model_.cost(study.optimizer.update_op(study.model, layer));
     update_s_.push_back(update.seconds);
     update_hbm_s_.push_back(update.hbm_bound_s());
   }
@@ -44,7 +44,7 @@ std::vector<StepBuilder::TiedCopy> StepBuilder::tied_copies(const std::vector<in
   for (int l = 0; l < int(layers.size()); ++l) {
     const int owner = layers[std::size_t(l)].tied_to, stage = stage_of_layer[std::size_t(l)];
     if (owner < 0 || stage_of_layer[std::size_t(owner)] == stage) continue;
-    const double bytes = kWeightBytes * program(l, batch).tied_elements;
+    const double bytes = study_.model.weight_bytes * program(l, batch).tied_elements;
     auto same = std::find_if(copies.begin(), copies.end(), [&](const TiedCopy& c) {
       return c.owner == owner && stage_of_layer[std::size_t(c.reader)] == stage;
     });
@@ -147,7 +147,8 @@ LayerCost StepBuilder::cost(LayerRange layers, std::int64_t batch) {
 double StepBuilder::gradient_bytes(LayerRange layers) const {
   double bytes = 0;
   for (int l = layers.first; l < layers.last; ++l)
-    bytes += kWeightBytes * double(study_.model.layers[l].params()) * weight_fraction_[std::size_t(l)] +
+    bytes += study_.model.weight_bytes * double(study_.model.layers[l].params()) *
+                 weight_fraction_[std::size_t(l)] +
              copy_[std::size_t(l)].bytes;
   return bytes;
 }
@@ -157,8 +158,8 @@ double StepBuilder::resident_bytes(LayerRange layers, double slot_fraction) cons
   for (int l = layers.first; l < layers.last; ++l) {
     const Layer& layer = study_.model.layers[l];
     const double share = weight_fraction_[std::size_t(l)];
-    bytes += kWeightBytes * double(layer.params()) * share +
-             kWeightBytes * study_.optimizer.slot_elements(layer) * slot_fraction * share;
+    bytes += study_.model.weight_bytes * double(layer.params()) * share +
+             study_.model.slot_bytes * study_.optimizer.slot_elements(layer) * slot_fraction * share;
     if (copy_[std::size_t(l)].bytes > 0) bytes += resident_bytes(copy_[std::size_t(l)], slot_fraction);
   }
   return bytes;
@@ -171,9 +172,9 @@ void StepBuilder::resident_weights(int core, LayerRange layers, double slot_frac
     const Layer& layer = study_.model.layers[l];
     const double share = weight_fraction_[std::size_t(l)];
     graph_.resident(core, MemoryCategory::Weights,
-                    kWeightBytes * double(layer.params()) * share * weight_fraction);
+                    study_.model.weight_bytes * double(layer.params()) * share * weight_fraction);
     graph_.resident(core, MemoryCategory::Optimizer,
-                    kWeightBytes * study_.optimizer.slot_elements(layer) * slot_fraction * share);
+                    study_.model.slot_bytes * study_.optimizer.slot_elements(layer) * slot_fraction * share);
     if (const TiedCopy& copy = copy_[std::size_t(l)]; copy.bytes > 0) {
       graph_.resident(core, MemoryCategory::Weights, copy.bytes * weight_fraction);
       graph_.resident(core, MemoryCategory::Optimizer, resident_bytes(copy, slot_fraction) - copy.bytes);
@@ -263,8 +264,8 @@ int StepBuilder::update(int core, LayerRange layers, double fraction, Labels lab
     t.hbm_s += update_hbm_s_[std::size_t(l)] * fraction * weight_fraction_[std::size_t(l)];
     if (const TiedCopy& copy = copy_[std::size_t(l)]; copy.bytes > 0) {
       // The copy's update: its owner's for a full layer, scaled by the copy's share of its elements.
-      const double share =
-          copy.bytes / (kWeightBytes * double(study_.model.layers[std::size_t(copy.owner)].params()));
+      const double share = copy.bytes / (study_.model.weight_bytes *
+                                         double(study_.model.layers[std::size_t(copy.owner)].params()));
       t.seconds += (update_s_[std::size_t(copy.owner)] - overhead) * fraction * share;
       t.hbm_s += update_hbm_s_[std::size_t(copy.owner)] * fraction * share;
     }

@@ -42,7 +42,7 @@ void TailPlayer::reduce_rest_across_slices(int l) {
   double covered = 0;
   for (const Event& ev : p.backward)
     if (ev.kind == Event::GradientAllReduce && over_replicas(ev.mesh_dims)) covered += ev.bytes;
-  const double all = kWeightBytes * p.weight_elements, rest = all - covered;
+  const double all = weight_bytes() * p.weight_elements, rest = all - covered;
   if (rest <= 1e-9 * all) return;
   const std::string& layer = study_.model.layers[std::size_t(l)].name;
   sim::Task t = family_collective(sim::CollectiveOp::AllReduce, layer, {}, groups(std::vector<std::string>{}),
@@ -109,8 +109,8 @@ int TailPlayer::combined_reduction(const std::vector<std::string>& dims,
   double freed = 0;  // sharded: each core keeps its piece of each reduced gradient
   for (const auto& [ev, l] : events) {
     if (sharded_) {
-      const double local = ev->bytes / kWeightBytes;
-      freed += kWeightBytes * (local - piece_elements(local, members));
+      const double local = ev->bytes / weight_bytes();
+      freed += weight_bytes() * (local - piece_elements(local, members));
       scattered_[std::size_t(l)].push_back(
           {{ev->actions.front().op, t.groups}, ev->name, ev->mesh_dims, ev->bytes, chunk});
     }
@@ -202,11 +202,11 @@ void TailPlayer::updates() {
       t.core = c;
       t.layer = l;
       const OpCost update =
-          cost.cost(study_.optimizer.update_op(study_.model.layers[std::size_t(l)], fraction));
+          cost.cost(study_.optimizer.update_op(study_.model, study_.model.layers[std::size_t(l)], fraction));
       t.seconds = update.seconds;
       t.hbm_s = update.hbm_bound_s();
       // What is left of the gradients (pieces of the reduce-scattered ones, the others whole).
-      t.memory.push_back({c, sim::MemoryCategory::Gradients, -kWeightBytes * p.update_elements, When::End});
+      t.memory.push_back({c, sim::MemoryCategory::Gradients, -weight_bytes() * p.update_elements, When::End});
       if (exec_) {
         std::vector<MeshExecutor::ShardedWeight> pieces;
         for (const auto& w : scattered_[std::size_t(l)]) pieces.push_back(w.weight);

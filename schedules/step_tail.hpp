@@ -56,8 +56,8 @@ class TailPlayer : public ProgramPlayer {
     int chunk = 0;
   };
 
-  /// What a weight-gradient reduction of `bytes` (fp32) carries on the wire (gradient_dtype).
-  double on_wire(double bytes) const { return bytes * wire_.gradient_bytes / kWeightBytes; }
+  /// What a weight-gradient reduction of `bytes` (as held) carries on the wire (gradient_dtype).
+  double on_wire(double bytes) const { return wire_.gradients_on_wire(bytes); }
   double update_fraction(int l) const { return mesh::update_fraction(programs_[std::size_t(l)]); }
 
   /// Several slices: a layer's weight gradients that no reduction over the replicas covers (an

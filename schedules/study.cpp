@@ -172,16 +172,9 @@ double parse_hbm_margin(const Json& margin, double usable, Problems& problems) {
   return bytes;
 }
 
-/// "precision": {"matmul": "bf16" | "int8" | "fp8"}: the format the layers' products with a
-/// weight run in, one the chip's MXUs have (core.int8_peak_ratio_to_bf16, fp8_peak_ratio_to_bf16).
-void parse_precision(Fields& top, Study& study, Problems& problems) {
-  const Json* p = top.optional("precision");
-  if (!p) return;
-  Fields f(*p, "precision", problems);
-  if (!f.ok()) return;
-  const std::string name = f.string_or("matmul", "bf16", {"bf16", "int8", "fp8"});
-  f.finish();
-  if (!problems.empty()) return;
+/// precision.matmul: the format the layers' products with a weight run in, one the chip's MXUs
+/// have (core.int8_peak_ratio_to_bf16, fp8_peak_ratio_to_bf16).
+void set_matmul_precision(const std::string& name, Study& study, Problems& problems) {
   CoreSpec& core = study.hardware.core;
   std::vector<std::string> have;
   for (const auto q : {MatmulPrecision::Bf16, MatmulPrecision::Int8, MatmulPrecision::Fp8}) {
@@ -196,6 +189,30 @@ void parse_precision(Fields& top, Study& study, Problems& problems) {
                      " mode (its file gives no core." + name + "_peak_ratio_to_bf16)");
     core.matmul_precision = MatmulPrecision::Bf16;
   }
+}
+
+/// "precision": {"matmul": "bf16" | "int8" | "fp8", "weights": "fp32" | "bf16", "optimizer":
+/// "fp32" | "bf16"}: the matmuls' format (set_matmul_precision); the dtype the weights are held,
+/// read and updated in, and their gradients computed and reduced in (fp32 masters by default, as
+/// the frameworks train: shared/HARDWARE.md; bf16 as MaxText's weight_dtype bfloat16 or
+/// Mesh-TensorFlow's master_dtype bfloat16); the optimizer slots' (by default the weights':
+/// optax's moments take the parameters' dtype and MaxText's mu_dtype defaults to its
+/// weight_dtype, read in optax and AI-Hypercomputer/maxtext, not in shared/).
+void parse_precision(Fields& top, Study& study, Problems& problems) {
+  const Json* p = top.optional("precision");
+  if (!p) return;
+  Fields f(*p, "precision", problems);
+  if (!f.ok()) return;
+  const std::string name = f.string_or("matmul", "bf16", {"bf16", "int8", "fp8"});
+  auto bytes = [&](const char* key, const char* fallback) {
+    return f.string_or(key, fallback, {"fp32", "bf16"}) == "bf16" ? 2.0 : kFp32Bytes;
+  };
+  const double weights = bytes("weights", "fp32");
+  const double slots = bytes("optimizer", weights == 2.0 ? "bf16" : "fp32");
+  f.finish();
+  if (!problems.empty()) return;
+  study.model.store_state_in(weights, slots);
+  set_matmul_precision(name, study, problems);
 }
 
 /// The hardware's collective algorithms must be registered names (the hardware layer cannot know
@@ -226,7 +243,6 @@ void parse_devices(Fields& top, Study& study, Problems& problems) {
     study.megacore = false;
   }
   study.hardware = device_view(study.hardware, study.megacore);
-  parse_precision(top, study, problems);
   if (const Json* margin = top.optional("hbm_margin")) {
     study.hbm_margin_bytes = parse_hbm_margin(*margin, study.hardware.core.usable_hbm_bytes(), problems);
     study.hardware.core.hbm_reserved_bytes += study.hbm_margin_bytes;
@@ -367,7 +383,10 @@ Study parse_study(const Json& json, const std::string& context, const std::files
   if (const Json* p = top.optional("perturbations"); p && problems.empty())
     study.network = read_perturbations(*p, Topology(study.slice), problems);
   if (const Json* model = top.value("model")) study.model = build_model(*model, "model", problems);
-  if (have_hardware) study.model.pad_activations_to(study.hardware.core.activation_tile_lanes());
+  if (have_hardware) {
+    study.model.pad_activations_to(study.hardware.core.activation_tile_lanes());
+    parse_precision(top, study, problems);
+  }
   study.batch = top.integer("batch", 1, std::int64_t(1) << 40);
   read_slices(top, study, problems);
   if (const Json* opt = top.value("optimizer"))

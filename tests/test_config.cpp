@@ -413,3 +413,30 @@ TEST_CASE("an unknown key's message lists the keys read only when present", "[co
                                                     Catch::Contains(" dropout ") &&
                                                     Catch::Contains(" attention_dropout "));
 }
+
+TEST_CASE("precision.weights and precision.optimizer set the state's dtypes, the update's traffic with them",
+          "[config][precision]") {
+  Json j = minimal_study();
+  j["optimizer"] = {{"kind", "adam"}};
+  const Study fp32 = parse_study(j, "test");
+  CHECK(fp32.model.weight_bytes == 4.0);
+  CHECK(fp32.model.slot_bytes == 4.0);
+  j["precision"] = {{"weights", "bf16"}};
+  const Study bf16 = parse_study(j, "test");
+  CHECK(bf16.model.weight_bytes == 2.0);
+  CHECK(bf16.model.slot_bytes == 2.0);  // the optimizer follows the weights unless told
+  for (const auto& layer : bf16.model.layers) CHECK(layer.weight_bytes == 2.0);
+  j["precision"]["optimizer"] = "fp32";
+  const Study mixed = parse_study(j, "test");
+  CHECK(mixed.model.weight_bytes == 2.0);
+  CHECK(mixed.model.slot_bytes == 4.0);
+  // Adam reads w, g, m, v and writes w, m, v: three weight-dtype tensors, four slot-dtype ones.
+  const Layer& layer = fp32.model.layers.front();
+  const double params = double(layer.params());
+  CHECK(fp32.optimizer.update_op(fp32.model, layer).bytes == Approx(params * 7 * 4));
+  CHECK(bf16.optimizer.update_op(bf16.model, layer).bytes == Approx(params * 7 * 2));
+  CHECK(mixed.optimizer.update_op(mixed.model, layer).bytes == Approx(params * (3 * 2 + 4 * 4)));
+  // A matmul reads its weight at the weights' dtype.
+  const Op f = layer.work(8).forward.front(), b = bf16.model.layers.front().work(8).forward.front();
+  CHECK(f.bytes - b.bytes == Approx(params * 2).epsilon(0.01));
+}

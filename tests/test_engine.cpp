@@ -327,7 +327,7 @@ TEST_CASE("a data-parallel step equals forward + backward + exposed all-reduce +
     const auto w = layer.work(s.batch / s.cores());
     for (const auto& op : w.forward) compute += cm.cost(op).seconds;
     for (const auto& op : w.backward) compute += cm.cost(op).seconds;
-    update += cm.cost(s.optimizer.update_op(layer)).seconds;
+    update += cm.cost(s.optimizer.update_op(s.model, layer)).seconds;
   }
   const double S = 4.0 * double(s.model.params());
   const auto& c = s.hardware.chip;

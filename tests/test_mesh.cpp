@@ -676,8 +676,8 @@ TEST_CASE("unsharded, the mesh lowering keeps and holds what a layer's work does
       const Layer& layer = s.model.layers[l];
       const LayerWork work = layer.work(8);
       const auto p =
-          mesh::lower_layer(layer.named_ops(8), Sharding::whole(layer.lanes), cost, s.model.activation_bytes,
-                            layer.name, l == 0, false, 1, save_dots_policy());
+          mesh::lower_layer(layer.named_ops(8), Sharding::whole(layer.lanes, layer.weight_bytes), cost,
+                            s.model.activation_bytes, layer.name, l == 0, false, 1, save_dots_policy());
       INFO(model << " layer " << layer.name);
       CHECK(p.kept_bytes == Approx(work.stash_bytes));
       CHECK(p.workspace_bytes == Approx(work.workspace_bytes));

@@ -250,7 +250,7 @@ TEST_CASE("AmoebaNet keeps its convolutions' outputs only: ReLUs, sums and pools
 
 TEST_CASE("an activation is stored in whole lanes: its feature or batch dimension, whichever pads less",
           "[models][memory]") {
-  const Sharding s = Sharding::whole(128);
+  const Sharding s = Sharding::whole(128, kFp32Bytes);
   // 64 channels fill half of 128 lanes; a batch of 128 fills them all (batch-minor layout).
   CHECK(s.lane_padding(image(32, 75, 64)) == Approx(2.0));
   CHECK(s.lane_padding(image(128, 56, 64)) == Approx(1.0));
@@ -293,7 +293,7 @@ TEST_CASE("what a layer reads from and hands to others is stored in whole lanes 
   CHECK(m.layers[2].work(2).output_bytes == Approx(map256));
   CHECK(m.layers[0].work(2).input_bytes == Approx(image * 128 / 3));
   CHECK(m.layers[0].work(2).output_bytes == Approx(2 * 2 * 56.0 * 56 * 64 * 2));
-  CHECK(m.layers[0].lower(1, 0).input_bytes == Approx(224.0 * 224 * 3 * 2));
+  CHECK(m.layers[0].lower(1, 0, kFp32Bytes).input_bytes == Approx(224.0 * 224 * 3 * 2));
   // A transformer's last layer hands on one fp32 loss per position: [batch, seq] fills lanes
   // along seq (1024), so 8 sequences give 8 x 1024 x 4 bytes.
   Model t = build(
@@ -748,7 +748,7 @@ TEST_CASE("save_dots keeps the projections' outputs and recomputes attention and
   const Model m = build(
       R"({"kind": "transformer", "activation": "relu", "layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 100, "seq_len": 128, "biases": false})");
   const auto ops = m.layers[1].named_ops(2);
-  const SavePlan plan = save_plan(ops, Sharding::whole(0), 2, save_dots_policy());
+  const SavePlan plan = save_plan(ops, Sharding::whole(0, kFp32Bytes), 2, save_dots_policy());
   const double row = 2.0 * 128 * 2;  // bytes per feature
   CHECK(plan.kept_bytes == Approx(row * (4 * 256 + 1024)));
   std::set<std::string> recomputed;

@@ -172,7 +172,7 @@ TEST_CASE("GPipe with K=1 is the single-core step: forward + backward + update",
     const auto w = layer.work(256);
     for (const auto& op : w.forward) expected += cm.cost(op).seconds;
     for (const auto& op : w.backward) expected += cm.cost(op).seconds;
-    expected += cm.cost(s.optimizer.update_op(layer)).seconds;
+    expected += cm.cost(s.optimizer.update_op(s.model, layer)).seconds;
   }
   CHECK(r.step_time_s == Approx(expected).epsilon(1e-9));
 }
@@ -191,7 +191,7 @@ TEST_CASE("stage transfers cost what the link says", "[pipeline][oracle]") {
   const LayerCost c0 = b.cost(LayerRange{0, 2}, 64), c1 = b.cost(LayerRange{2, 4}, 64);
   const CostModel cm(s.hardware.core);
   double update0 = 0;
-  for (int l = 0; l < 2; ++l) update0 += cm.cost(s.optimizer.update_op(s.model.layers[l])).seconds;
+  for (int l = 0; l < 2; ++l) update0 += cm.cost(s.optimizer.update_op(s.model, s.model.layers[l])).seconds;
   const double hop =
       s.hardware.chip.ici_latency_s + c0.output_bytes / s.hardware.chip.ici_bandwidth_bytes_per_s;
   CHECK(c0.output_bytes == Approx(64.0 * 1024 * 2));

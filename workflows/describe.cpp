@@ -149,7 +149,7 @@ Json hardware_ops_json(const Layer& layer, const CostModel& cost, std::int64_t b
 /// holds in flight during its backward (layer_memory's terms, op by op).
 Json named_op_memory_json(const Layer& layer, bool model_input, double act, std::int64_t batch) {
   const auto ops = layer.named_ops(batch);
-  const Sharding s = Sharding::whole(layer.lanes);
+  const Sharding s = Sharding::whole(layer.lanes, layer.weight_bytes);
   Json rows = Json::array();
   for (std::size_t i = 0; i < ops.size(); ++i) {
     rows.push_back(

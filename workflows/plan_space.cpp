@@ -114,6 +114,7 @@ void data_parallel(const Study& study, const PlanSpace& space, std::vector<Json>
     if (!allowed(space.weight_update, update)) continue;
     for (const std::string dtype : {"fp32", "bf16"}) {
       if (!allowed(space.gradient_dtype, dtype)) continue;
+      if (dtype == "fp32" && study.model.weight_bytes < kFp32Bytes) continue;  // bf16 weights: bf16 gradients
       for (const Json& remat : remat_policies(space)) {
         if (!allowed(space.remat, remat)) continue;
         // Fully sharded reduces each layer on its own: one bucket size stands for all.

@@ -89,6 +89,13 @@ std::vector<std::string> step_notes(const Study& study, const BuiltStep& step) {
         " x the bf16 peak, each operand quantized by a pass of its own first; attention's products "
         "stay bf16; mxu_utilization is against the bf16 peak");
   }
+  if (study.model.weight_bytes != kFp32Bytes || study.model.slot_bytes != kFp32Bytes) {
+    auto dtype = [](double bytes) { return std::string(bytes == kFp32Bytes ? "fp32" : "bf16"); };
+    notes.push_back("the weights are held, read and updated in " + dtype(study.model.weight_bytes) +
+                    ", their gradients computed and reduced in it (precision.weights), the optimizer's slots "
+                    "held in " +
+                    dtype(study.model.slot_bytes) + " (precision.optimizer)");
+  }
   if (study.model.flash_attention && study.hardware.core.flash_attention_kernel == false) {
     const auto source = study.hardware.sources.find("core.flash_attention_kernel");
     notes.push_back("flash attention on " + study.hardware.name + " is a what-if: " +
@@ -210,7 +217,8 @@ std::optional<Json> resident_overflow(const Study& study, const sim::TaskGraph& 
 std::optional<Json> resident_floor_overflow(const Study& study) {
   double bytes = 0;
   for (const auto& layer : study.model.layers)
-    bytes += kWeightBytes * (double(layer.params()) + study.optimizer.slot_elements(layer));
+    bytes += study.model.weight_bytes * double(layer.params()) +
+             study.model.slot_bytes * study.optimizer.slot_elements(layer);
   const double floor = bytes / double(study.cores()), usable = study.hardware.core.usable_hbm_bytes();
   if (floor <= usable) return std::nullopt;
   return resident_overflow_json(

@@ -38,15 +38,15 @@ class Conv : public NamedOpKind {
  public:
   Op forward(const NamedOp& op, const Sharding& s, double act) const override {
     const ConvShape c = conv_shape(op, s);
-    return stored(conv_op(op.name, c, act, kWeightBytes), c, op, s, act);
+    return stored(conv_op(op.name, c, act, s.weight_bytes), c, op, s, act);
   }
   Op input_gradient(const NamedOp& op, const Sharding& s, double act) const override {
     const ConvShape c = conv_shape(op, s);
-    return stored(conv_input_grad_op(op.name + "_dx", c, act, kWeightBytes), c, op, s, act);
+    return stored(conv_input_grad_op(op.name + "_dx", c, act, s.weight_bytes), c, op, s, act);
   }
   std::optional<Op> operand_gradient(const NamedOp& op, const Sharding& s, double act) const override {
     const ConvShape c = conv_shape(op, s);
-    return stored(conv_weight_grad_op(op.name + "_dw", c, act, kWeightBytes), c, op, s, act);
+    return stored(conv_weight_grad_op(op.name + "_dw", c, act, s.weight_bytes), c, op, s, act);
   }
   bool input_gradient_of_model_input() const override { return false; }
   bool is_dot(const NamedOp&) const override { return true; }

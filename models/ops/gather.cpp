@@ -12,21 +12,21 @@ namespace {
 
 constexpr double kIdBytes = 4;  ///< an int32 token id or position
 
-/// Bytes per element of a gather's table: fp32 master weights, or picked activations.
-double table_bytes(const NamedTensor& table, double act) {
-  return table.weight || table.tied ? kWeightBytes : act;
+/// Bytes per element of a gather's table: the weights' (Sharding::weight_bytes), or picked activations.
+double table_bytes(const NamedTensor& table, const Sharding& s, double act) {
+  return table.weight || table.tied ? s.weight_bytes : act;
 }
 
 class Gather : public NamedOpKind {
  public:
   Op forward(const NamedOp& op, const Sharding& s, double act) const override {
     // The picked rows read and written, and their ids.
-    return memory_op(op.name, s.local_elements(op.out) * (table_bytes(op.b, act) + act) +
+    return memory_op(op.name, s.local_elements(op.out) * (table_bytes(op.b, s, act) + act) +
                                   s.local_elements(op.a) * kIdBytes);
   }
   Op input_gradient(const NamedOp& op, const Sharding& s, double act) const override {
     Op grad = memory_op(op.name + "_scatter_add",
-                        s.local_elements(op.b) * table_bytes(op.b, act) + s.local_elements(op.out) * act);
+                        s.local_elements(op.b) * table_bytes(op.b, s, act) + s.local_elements(op.out) * act);
     grad.weight_gradient = op.b.weight;
     return grad;
   }

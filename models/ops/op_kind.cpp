@@ -22,11 +22,11 @@ Op local_matmul(const std::string& name, const Sharding& s, const NamedTensor& x
   Op op = batched_matmul_op(name, batch, m, k, n, act);
   op.bytes = 0;
   for (const NamedTensor* t : {&x, &y, &z})
-    op.bytes += s.stored_elements(*t) * (t->weight ? kWeightBytes : act) * t->passes;
+    op.bytes += s.stored_elements(*t) * (t->weight ? s.weight_bytes : act) * t->passes;
   op.quantizable = (x.weight || y.weight || z.weight) && !x.on_chip && !y.on_chip;
   std::size_t i = 0;
   for (const NamedTensor* t : {&x, &y})
-    op.operands[i++] = MatmulOperand{s.stored_elements(*t), t->weight ? kWeightBytes : act, t->passes};
+    op.operands[i++] = MatmulOperand{s.stored_elements(*t), t->weight ? s.weight_bytes : act, t->passes};
   return op;
 }
 

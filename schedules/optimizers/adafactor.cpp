@@ -30,9 +30,9 @@ class Adafactor : public OptimizerRule {
     }
     return total;
   }
-  double extra_update_bytes(const Layer& layer) const override {
-    return 8.0 * slot_elements(layer);
-  }  // read + write, fp32
+  double extra_update_elements(const Layer& layer) const override {
+    return 2.0 * slot_elements(layer);
+  }  // read + write
   double default_learning_rate() const override { return 0.1; }
   bool factored_statistics() const override { return true; }
 };
