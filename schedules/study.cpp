@@ -195,9 +195,10 @@ void set_matmul_precision(const std::string& name, Study& study, Problems& probl
 /// "fp32" | "bf16"}: the matmuls' format (set_matmul_precision); the dtype the weights are held,
 /// read and updated in, and their gradients computed and reduced in (fp32 masters by default, as
 /// the frameworks train: shared/HARDWARE.md; bf16 as MaxText's weight_dtype bfloat16 or
-/// Mesh-TensorFlow's master_dtype bfloat16); the optimizer slots' (by default the weights':
-/// optax's moments take the parameters' dtype and MaxText's mu_dtype defaults to its
-/// weight_dtype, read in optax and AI-Hypercomputer/maxtext, not in shared/).
+/// Mesh-TensorFlow's slice_dtype bfloat16, not its master_dtype, the checkpoint's); the
+/// optimizer slots' (by default the weights': optax's moments take the parameters' dtype and
+/// MaxText's mu_dtype defaults to its weight_dtype, read in optax and AI-Hypercomputer/maxtext,
+/// not in shared/).
 void parse_precision(Fields& top, Study& study, Problems& problems) {
   const Json* p = top.optional("precision");
   if (!p) return;
