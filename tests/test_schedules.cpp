@@ -589,12 +589,12 @@ TEST_CASE("MaxText's named-save policies keep the projections they name", "[sche
     "hardware": "tpu-v3", "slice": "v3-8", "batch": 64, "optimizer": {"kind": "adam"},
     "model": {"kind": "transformer", "activation": "relu", "layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64, "biases": false},
     "schedule": {"kind": "data_parallel"}})");
-  auto kept = [&](const char* policy) {
+  auto kept = [&](const char* policy, int layer = 1) {
     j["schedule"]["remat"] = policy;
     const Study s = parse_study(j, "test");
     CHECK(s.schedule->resolved()["remat"] == policy);
     StepBuilder b(s, s.cores());
-    return b.cost(1, 8).saved_output_bytes;
+    return b.cost(layer, 8).saved_output_bytes;
   };
   // Outputs on a core, bf16: out_proj's 8 examples x 64 positions x 256 features; a q, k or v
   // projection's 4 heads of 64, each head's 64 padded to v3's 128 lanes.
@@ -608,4 +608,13 @@ TEST_CASE("MaxText's named-save policies keep the projections they name", "[sche
   CHECK(kept("save_dot_except_mlpwi") == Approx(3 * projection + out));
   // save_dots keeps the feed-forward's first matmul's output besides (1024 features).
   CHECK(kept("save_dots") == Approx(3 * projection + out + 8.0 * 64 * 1024 * 2));
+  // MaxText's minimal is JAX's dots-with-no-batch-dims policy: save_dots.
+  CHECK(kept("minimal") == Approx(kept("save_dots")));
+  // The context (the attention's output, as wide as a projection) kept too: nothing of the
+  // attention recomputed.
+  CHECK(kept("save_dot_with_context_except_mlp") == Approx(4 * projection + out));
+  CHECK(kept("minimal_flash") == Approx(4 * projection + out + 8.0 * 64 * 1024 * 2));
+  // Every dot but the first feed-forward matmul (and the logits, in the output layer).
+  CHECK(kept("save_dot_except_logits_ffn1") == Approx(3 * projection + out));
+  CHECK(kept("save_dot_except_logits_ffn1", 3) < kept("save_dots", 3));
 }

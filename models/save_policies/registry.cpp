@@ -17,6 +17,10 @@ std::map<std::string, std::unique_ptr<SavePolicy>>& registry() {
     p.emplace("save_out_proj", make_save_out_proj());
     p.emplace("save_dot_except_mlp", make_save_dot_except_mlp());
     p.emplace("save_dot_except_mlpwi", make_save_dot_except_mlpwi());
+    p.emplace("save_dot_with_context_except_mlp", make_save_dot_with_context_except_mlp());
+    p.emplace("minimal", make_minimal());
+    p.emplace("minimal_flash", make_minimal_flash());
+    p.emplace("save_dot_except_logits_ffn1", make_save_dot_except_logits_ffn1());
     for (auto& [name, policy] : p) SavePolicyRegistry::name(*policy, name);
     return p;
   }();

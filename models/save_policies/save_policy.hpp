@@ -50,5 +50,9 @@ std::unique_ptr<SavePolicy> make_save_qkv_proj();
 std::unique_ptr<SavePolicy> make_save_out_proj();
 std::unique_ptr<SavePolicy> make_save_dot_except_mlp();
 std::unique_ptr<SavePolicy> make_save_dot_except_mlpwi();
+std::unique_ptr<SavePolicy> make_save_dot_with_context_except_mlp();
+std::unique_ptr<SavePolicy> make_minimal();
+std::unique_ptr<SavePolicy> make_minimal_flash();
+std::unique_ptr<SavePolicy> make_save_dot_except_logits_ffn1();
 
 }  // namespace tpusim
