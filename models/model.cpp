@@ -58,10 +58,15 @@ double Model::step_model_flops(std::int64_t batch) const {
 
 const std::map<std::string, ModelBuilder>& model_builders() {
   static const std::map<std::string, ModelBuilder> builders = {
-      {"amoebanet_d", build_amoebanet_d},   {"bert", build_bert},
-      {"mesh_lm", build_mesh_lm},           {"mlp", build_mlp},
-      {"resnet50", build_resnet50},         {"sequential", build_sequential},
-      {"ssd_resnet34", build_ssd_resnet34}, {"transformer", build_transformer},
+      {"amoebanet_d", build_amoebanet_d},
+      {"bert", build_bert},
+      {"mesh_lm", build_mesh_lm},
+      {"mlp", build_mlp},
+      {"resnet50", build_resnet50},
+      {"sequential", build_sequential},
+      {"ssd_resnet34", build_ssd_resnet34},
+      {"transformer", build_transformer},
+      {"unet", build_unet},
   };
   return builders;
 }
@@ -73,6 +78,7 @@ const std::string& model_family(const std::string& kind) {
       {"mesh_lm", "language models"},       {"mlp", "multilayer perceptrons"},
       {"resnet50", "image classifiers"},    {"sequential", "layer stacks"},
       {"ssd_resnet34", "object detectors"}, {"transformer", "language models"},
+      {"unet", "image generators"},
   };
   static const std::string none = "unknown";
   const auto it = families.find(kind);

@@ -135,6 +135,7 @@ Model build_resnet50(Fields& fields, Problems& problems);
 Model build_amoebanet_d(Fields& fields, Problems& problems);
 Model build_ssd_resnet34(Fields& fields, Problems& problems);
 Model build_sequential(Fields& fields, Problems& problems);
+Model build_unet(Fields& fields, Problems& problems);
 
 /// Reads the optional "activation_dtype" ("bf16" default, or "fp32") as bytes per element.
 double read_activation_bytes(Fields& fields);

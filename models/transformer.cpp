@@ -159,6 +159,7 @@ NamedTensor named(NamedTensor t, const std::string& id) {
 struct BlockOps {
   const Dims& d;
   const Dim B, S, Sk, M, F, H, K, G;
+  const Dim Sc, Mc;  ///< cross-attention's keys: the encoder output's positions and width
   std::vector<NamedOp> ops;
 
   BlockOps(const Dims& dims, std::int64_t b)
@@ -171,7 +172,9 @@ struct BlockOps {
         // Grouped: "heads" counts the query heads of a group, "kv_heads" the groups.
         H{"heads", d.grouped() ? d.heads / d.kv_heads : d.heads},
         K{"d_kv", d.d_kv},
-        G{"kv_heads", d.grouped() ? d.kv_heads : 0} {}
+        G{"kv_heads", d.grouped() ? d.kv_heads : 0},
+        Sc{"seq_k", d.context_seq > 0 ? d.context_seq : d.seq},
+        Mc{"d_model", d.context_width > 0 ? d.context_width : d.d_model} {}
 
   /// The dimensions of a query (or context) head, and of a key or value head: every head alone,
   /// or grouped (G groups of H query heads sharing one key and value head).
@@ -198,12 +201,13 @@ struct BlockOps {
   void projections(const std::string& p, bool from_encoder) {
     for (const char* x : {"q", "k", "v"}) {
       const bool encoder_side = from_encoder && x[0] != 'q';
-      const auto input = named(act({B, encoder_side ? Sk : S, M}, encoder_side && x[0] == 'k'),
-                               encoder_side ? "encoder" : p + "_h");
+      const auto input =
+          named(act({B, encoder_side ? Sc : S, encoder_side ? Mc : M}, encoder_side && x[0] == 'k'),
+                encoder_side ? "encoder" : p + "_h");
       const auto heads = x[0] == 'q' ? query_heads() : kv_heads();
-      const auto out = act(cat(cat({B, encoder_side ? Sk : S}, heads), {K}));
-      ops.push_back(einsum(p + "_" + x + "_projection", input, weight(cat(cat({M}, heads), {K})),
-                           named(out, p + "_" + x)));
+      const auto out = act(cat(cat({B, encoder_side ? Sc : S}, heads), {K}));
+      ops.push_back(einsum(p + "_" + x + "_projection", input,
+                           weight(cat(cat({encoder_side ? Mc : M}, heads), {K})), named(out, p + "_" + x)));
       if (!d.biases) continue;
       ops.back().out.id += "_unbiased";
       ops.push_back(elementwise(p + "_" + x + "_bias", named(out, p + "_" + x + "_unbiased"), 1,
@@ -226,8 +230,9 @@ struct BlockOps {
 
   /// Scores, softmax, context and the output projection of sub-block `p` over its projections.
   void attend(const std::string& p, bool causal) {
-    const auto q = cat(cat({B, S}, query_heads()), {K}), kv = cat(cat({B, Sk}, kv_heads()), {K});
-    const auto probabilities = cat(cat({B}, query_heads()), {S, Sk});
+    const Dim& keys = p == "cross" ? Sc : Sk;
+    const auto q = cat(cat({B, S}, query_heads()), {K}), kv = cat(cat({B, keys}, kv_heads()), {K});
+    const auto probabilities = cat(cat({B}, query_heads()), {S, keys});
     ops.push_back(einsum(p + "_scores", named(act(q, true), p + "_q"), named(act(kv, true), p + "_k"),
                          act(probabilities)));
     ops.push_back(reduction(p + "_softmax", act(probabilities), "seq_k"));
@@ -386,6 +391,14 @@ struct BlockOps {
 
 /// A block's ops over named dimensions (for mesh layouts): self-attention, cross-attention over
 /// the encoder output (seq_k positions) in a decoder block of an encoder-decoder, feed-forward.
+}  // namespace
+
+std::vector<NamedOp> transformer_block_ops(const Dims& d, std::int64_t b, bool cross) {
+  return block_named_ops(d, b, cross);
+}
+
+namespace {
+
 std::vector<NamedOp> block_named_ops(const Dims& d, std::int64_t b, bool cross) {
   BlockOps block(d, b);
   if (d.parallel) {

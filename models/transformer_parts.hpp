@@ -53,6 +53,9 @@ struct TransformerDims {
     std::int64_t experts = 0, every = 1, top_k = 1, d_ff = 0;
     double capacity_factor = 1;
   } moe;
+  /// Cross-attention's keys and values project the encoder output of `context_seq` positions of
+  /// `context_width` features (a UNet's text embedding); 0: `seq` and `d_model`.
+  std::int64_t context_seq = 0, context_width = 0;
   /// This block's feed-forward is the experts (set per block from `moe`).
   bool moe_layer = false;
   /// Expert slots per expert for `batch` sequences: capacity_factor x top_k x tokens / experts,
@@ -69,6 +72,9 @@ TransformerDims read_transformer_dims(Fields& f, Problems& problems, const Trans
 void read_attention(Fields& f, Problems& problems, TransformerDims& d);
 /// A pre-norm encoder block (self-attention, feed-forward, dropout where `d` asks for it).
 Layer transformer_block(const std::string& name, const TransformerDims& d, double act);
+/// A pre-norm block's ops over named dimensions, its input named "in": self-attention,
+/// cross-attention over the encoder output (named "encoder") when `cross`, feed-forward.
+std::vector<NamedOp> transformer_block_ops(const TransformerDims& d, std::int64_t batch, bool cross);
 /// A table [vocab, d_model] ([d_model, vocab] transposed): owned, or another layer's (tied).
 NamedTensor transformer_embedding_table(const TransformerDims& d, bool owned, bool transposed);
 /// The weight of a dense projection k -> n, with its bias when the model has biases.

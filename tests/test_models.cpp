@@ -1029,3 +1029,32 @@ TEST_CASE("a mixture of experts: exact parameters, expert FLOPs over its slots, 
               .params() ==
       (64 * 4 + 4 * 3 * 64 * 128) - 3 * 64 * 256);
 }
+
+TEST_CASE("the UNet is Stable Diffusion v2's base model: its parameters, layers and repeated blocks",
+          "[models][unet]") {
+  const Model m = build(R"({"kind": "unet"})");
+  // diffusers' UNet2DConditionModel of stabilityai/stable-diffusion-2-base: 865,910,724.
+  CHECK(m.params() == 865910724);
+  REQUIRE(m.layers.size() == 30);
+  CHECK(m.layers[1].name == "down0_0");
+  CHECK(m.layers[2].same_as == 1);  // down0_1 is down0_0's computation
+  CHECK(model_family("unet") == "image generators");
+  // conv_in: a 3x3 convolution of 4 to 320 channels over 64 x 64 latents.
+  const Op first = m.layers[0].work(2).forward.front();
+  CHECK(first.model_flops() == Approx(2.0 * 2 * 64 * 64 * 9 * 4 * 320));
+  // Flash attention keeps none of the 4096 x 4096 scores of the first level's self-attention.
+  const Model flash = build(R"({"kind": "unet", "attention": "flash"})");
+  CHECK(flash.layers[1].work(2).stash_bytes < 0.5 * m.layers[1].work(2).stash_bytes);
+  // A smaller one from its keys (the parameter count from the same formulas: 3,767,044): two
+  // levels of one block, the first attending.
+  const Model small =
+      build(R"({"kind": "unet", "block_channels": [64, 128], "layers_per_block": 1, "latent_size": 32})");
+  CHECK(small.params() == 3767044);
+  CHECK(small.layers.size() == 12);
+  // Bad sizes name their key.
+  Problems p("test");
+  build_model(Json::parse(R"({"kind": "unet", "block_channels": [320, 100]})"), "model", p);
+  REQUIRE(p.size() == 1);
+  CHECK_THROWS_WITH(p.throw_if_any(),
+                    Catch::Contains("model.block_channels[1]") && Catch::Contains("head_dim"));
+}
