@@ -396,6 +396,8 @@ void read_chip(const Json& chip, HardwareSpec& hw, Problems& problems) {
   c.onchip_latency_s = r.number("onchip_core_to_core_latency_s", 0.0, 1e-2);
   c.host_link_bandwidth_bytes_per_s = r.number("host_link_bandwidth_bytes_per_s_per_chip", 1e6, 1e13);
   c.host_board_chips = r.counts("host_board_chips", 1, kMaxChipsPerDim);
+  if (r.has("host_memory_bytes_per_host"))
+    c.host_memory_bytes_per_host = r.number("host_memory_bytes_per_host", 1e6, 1e15);
   c.megacore = r.flag("megacore");
   c.collective_algorithms =
       r.names("collective_algorithms", "a list of collective algorithm names (tpusim describe collectives)");

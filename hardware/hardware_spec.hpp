@@ -154,6 +154,8 @@ struct ChipSpec {
   double onchip_bandwidth_bytes_per_s = 0;  ///< core-to-core on the same chip
   double onchip_latency_s = 0;
   double host_link_bandwidth_bytes_per_s = 0;  ///< PCIe to the host, per chip
+  /// DRAM of a host (its host_board_chips' chips): what host offload may fill; 0: not given.
+  double host_memory_bytes_per_host = 0;
   /// The block of chips one host feeds (its board): chips along each torus dimension.
   std::vector<int> host_board_chips;
   /// A program can use the chip's TensorCores as one device ("megacore", TPU-v4 on).

@@ -39,7 +39,8 @@ struct UnetDims {
   std::int64_t time_dim() const { return 4 * channels.front(); }
 };
 
-/// A feature map carried between layers: its id, size and channels.
+/// A feature map: its id, size and channels. A layer names its map "x", the skip it reads "skip"
+/// and its result "y" (so that repeated blocks are the same computation, named ops and all).
 struct Map {
   std::string id;
   std::int64_t size = 0, channels = 0;
@@ -105,9 +106,6 @@ class UnetBuilder {
   double act_;
   Map x_;                   ///< the feature map the next layer reads
   std::vector<Map> skips_;  ///< the down path's outputs the up path reads, last first
-  int ids_ = 0;
-
-  std::string next_id() { return "map" + std::to_string(ids_++); }
 
   /// Sets the layer's boundary: it reads `in` (and `skip` when it has one, the time embedding,
   /// and the text embedding where it attends) and hands on `out` and the time embedding.
@@ -140,14 +138,13 @@ class UnetBuilder {
     l.weights.push_back({t, t});
     l.weights.push_back({t});
     const UnetDims d = d_;
-    x_ = {next_id(), d_.latent, c0};
-    const std::string out = x_.id;
-    l.named_ops = [d, out](std::int64_t b) {
+    x_ = {"x", d_.latent, c0};
+    l.named_ops = [d](std::int64_t b) {
       const std::int64_t c0 = d.channels.front(), t = d.time_dim();
       const Dim B{"batch", b}, F{"channels", c0}, T{"d_model", t}, T2{"d_ff", t};
       std::vector<NamedOp> ops{conv("conv_in", b, d.latent, d.latent_channels, c0, 3, 1)};
       ops.back().a.keep = true;  // the latents, which its weight gradient reads
-      ops.back().out.id = out;
+      ops.back().out.id = "y";
       ops.push_back(einsum("time_linear_1", act({B, F}, true), weight({F, T}), act({B, T})));
       ops.push_back(elementwise("time_silu", act({B, T}, true), 4));
       ops.push_back(einsum("time_linear_2", act({B, T}, true), weight({T, T2}), act({B, T2})));
@@ -185,12 +182,14 @@ class UnetBuilder {
     conv_weights(l, 3, out, out);
     if (ci != out) conv_weights(l, 1, ci, out);
     if (attends) transformer_weights(l, out, d_.context_width);
-    const Map result{next_id(), in.size, out};
+    const Map result{"x", in.size, out};
     const UnetDims d = d_;
-    l.named_ops = [d, name, in, skip, result, attends](std::int64_t b) {
+    l.named_ops = [d, in, skip, out, attends](std::int64_t b) {
+      const std::optional<Map> s =
+          skip ? std::optional<Map>(Map{"skip", skip->size, skip->channels}) : std::nullopt;
       std::vector<NamedOp> ops =
-          resnet_ops(d, name, b, in, skip, result.channels, attends ? name + "_res" : result.id);
-      if (attends) attention_ops(ops, d, name, b, {name + "_res", in.size, result.channels}, result.id);
+          resnet_ops(d, "res", b, {"x", in.size, in.channels}, s, out, attends ? "res_y" : "y");
+      if (attends) attention_ops(ops, d, "attention", b, {"res_y", in.size, out}, "y");
       return ops;
     };
     finish(l, in, skip, result, attends);
@@ -298,18 +297,19 @@ class UnetBuilder {
     l.name = name;
     const Map in = x_;
     conv_weights(l, 3, in.channels, in.channels);
-    const Map result{next_id(), down ? (in.size + 1) / 2 : 2 * in.size, in.channels};
-    l.named_ops = [name, in, result, down](std::int64_t b) {
+    const Map result{"x", down ? (in.size + 1) / 2 : 2 * in.size, in.channels};
+    l.named_ops = [in, result, down](std::int64_t b) {
+      const std::string name = down ? "downsample" : "upsample";
       std::vector<NamedOp> ops;
       if (!down) {
         ops.push_back(elementwise(name + "_nearest", image(b, result.size, in.channels), 1));
-        ops.back().a.id = in.id;
+        ops.back().a.id = "x";
       }
       ops.push_back(
           conv(name + "_conv", b, down ? in.size : result.size, in.channels, in.channels, 3, down ? 2 : 1));
       ops.back().a.keep = true;
-      if (down) ops.back().a.id = in.id;
-      ops.back().out.id = result.id;
+      if (down) ops.back().a.id = "x";
+      ops.back().out.id = "y";
       return ops;
     };
     finish(l, in, std::nullopt, result, false);

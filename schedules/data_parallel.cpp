@@ -48,6 +48,7 @@ DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
 /// The step as a mesh splitting only the batch over the replicas (the first `replicas_` cores),
 /// with the schedule's options; fully sharded weights gathered as FSDP gathers them.
 void DataParallel::read_mesh(Fields& f, const Study& study, Problems& problems) {
+  const Json* offload = f.optional("offload");  // the mesh reads it (schedules/offload.hpp)
   if (!problems.empty()) return;
   Json mesh{{"mesh", Json::array({Json::array({"batch", replicas_})})},
             {"layout", {{"batch", "batch"}}},
@@ -60,6 +61,7 @@ void DataParallel::read_mesh(Fields& f, const Study& study, Problems& problems) 
     mesh["gradient_bucket_bytes"] = bucket_bytes_;
   if (batch_norm_group_ > 1) mesh["batch_norm_group"] = batch_norm_group_;
   if (accumulation_steps_ > 1) mesh["accumulation_steps"] = accumulation_steps_;
+  if (offload) mesh["offload"] = *offload;
   Fields fields(mesh, f.path(), problems);
   mesh_ = std::make_shared<MeshSchedule>(fields, study, problems, replicas_);
   fields.finish();
@@ -82,6 +84,7 @@ Json DataParallel::resolved() const {
          {"remat", remat_json(remat_, *saves_)}};
   add_wire_dtypes(j, wire_, fully_sharded_);
   if (accumulation_steps_ > 1) j["accumulation_steps"] = accumulation_steps_;
+  if (mesh_ && !mesh_->offload().empty()) j["offload"] = mesh_->offload().json();
   return j;
 }
 

@@ -35,6 +35,7 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems, in
   bucket_bytes_ =
       read_gradient_bucket_bytes(f, study.hardware.core.allreduce_combine_threshold_bytes, fully_sharded());
   remat_ = read_remat(f, Keep::All, saves_);
+  offload_ = read_offload(f, remat_, study, problems);
   std::map<std::string, int> sizes;
   for (const auto& [name, size] : mesh_) sizes[name] = size;
   if (const Json* layout = f.value("layout")) read_layout(*layout, f.path_of("layout"), sizes, problems);
@@ -418,6 +419,7 @@ Json MeshSchedule::resolved() const {
   if (fully_sharded()) out["weight_gathers"] = prefetch_gathers_ ? "prefetched" : "in_program_order";
   if (!fully_sharded()) out["gradient_bucket_bytes"] = bucket_bytes_;
   if (accumulation_steps_ > 1) out["accumulation_steps"] = accumulation_steps_;
+  if (!offload_.empty()) out["offload"] = offload_.json();
   if (!layer_input_split_.empty()) out["layer_input_split"] = layer_input_split_;
   return out;
 }
@@ -478,12 +480,16 @@ class MeshStepPlayer : public TailPlayer {
     for (int l = 0; l < layers_; ++l) {
       gather_weights(l, true, l >= 2 ? forward_end[std::size_t(l - 2)] : none);
       play(programs_[std::size_t(l)].forward, l, true);
+      offload_to_host(l, schedule_.offloaded(programs_[std::size_t(l)]));
       if (prefetch_) forward_end[std::size_t(l)] = frontier();  // what the gathers ahead wait for
     }
+    fetch_from_host(layers_ - 1);
     for (int l = layers_ - 1; l >= 0; --l) {
       gather_weights(
           l, false,
           l + 2 < layers_ ? backward_end[std::size_t(l + 2)] : forward_end[std::size_t(layers_ - 1)]);
+      fetch_from_host(l - 1);  // one layer ahead
+      wait_for_host(l);
       gather_layer_input(l);
       if (remat_ != Keep::All) recompute(l);
       if (prefetch_ && l + 2 < layers_) wait_for_gradients_scattered(l + 2);
@@ -693,6 +699,11 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   for (const auto& [name, size] : mesh_) sizes[name] = size;
   const Sharding s{layout_, sizes, study.hardware.core.activation_tile_lanes(), study.model.weight_bytes};
   auto lowered = programs(study);
+  if (!offload_.empty()) {
+    double per_device = 0;
+    for (const auto& p : lowered) per_device += offloaded(p);
+    check_host_memory(study, per_device, "schedule.offload");
+  }
   Json ops = Json::array();
   for (auto& program : lowered)
     for (auto& row : program.ops) ops.push_back(std::move(row));

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "schedules/mesh_lowering.hpp"
+#include "schedules/offload.hpp"
 #include "schedules/step_builder.hpp"
 
 namespace tpusim {
@@ -64,6 +65,12 @@ class MeshSchedule : public Schedule {
   /// programs are one micro-batch's.
   int accumulation_steps() const { return accumulation_steps_; }
   Keep remat() const { return remat_; }
+  /// "offload": what a layer's forward keeps that goes to host memory (schedules/offload.hpp).
+  const Offload& offload() const { return offload_; }
+  /// What a core offloads of layer program `p` (0 without offload).
+  double offloaded(const mesh::LayerProgram& p) const {
+    return offload_.bytes(p, p.input_bytes / input_split_cores());
+  }
   /// What a layer's forward keeps on a core under the schedule's re-materialization policy
   /// (its input split by layer_input_split, when given).
   double kept_in_forward(const mesh::LayerProgram& p) const {
@@ -155,6 +162,7 @@ class MeshSchedule : public Schedule {
   void read_weight_gathers(Fields& f, const Study& study, Problems& problems);
   /// "remat": what a layer's forward keeps; the rest is recomputed just before its backward.
   Keep remat_ = Keep::All;
+  Offload offload_;
   const SavePolicy* saves_ = &save_dots_policy();  ///< the policy of remat_ Keep::Saved
   int batch_norm_group_ = 1;  ///< replicas along the batch's mesh dimension sharing batch-norm statistics
   std::string layer_input_split_;

@@ -109,7 +109,7 @@ StepBound MeshSchedule::bound(const Study& s) const {
   // Every layer's kept activations are held at once at the end of the forward, beside the
   // last layer's forward transient.
   double kept = 0;
-  for (const auto& p : programs) kept += kept_in_forward(p);
+  for (const auto& p : programs) kept += kept_in_forward(p) - offloaded(p);  // offloaded: on the host
   b.floor_bytes = b.resident_bytes + kept + (programs.empty() ? 0.0 : programs.back().workspace_bytes);
   return b;
 }

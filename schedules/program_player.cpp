@@ -91,6 +91,72 @@ void ProgramPlayer::recompute(int l) {
   }
 }
 
+sim::Task ProgramPlayer::host_dma(const char* what, int l, int core, double bytes) const {
+  sim::Task t;
+  t.kind = sim::TaskKind::Transfer;
+  t.src_core = t.dst_core = core;
+  t.bytes = bytes;
+  t.seconds = bytes / study_.hardware.chip.host_link_bandwidth_bytes_per_s;
+  t.phase = "host_offload";
+  t.layer = l;
+  t.micro_batch = labels_.micro_batch;
+  t.name =
+      std::string(what) + " " + study_.model.layers[std::size_t(l)].name + " core " + std::to_string(core);
+  return t;
+}
+
+void ProgramPlayer::on_host_link(std::vector<int>& link, int core, int id) {
+  if (link.empty()) link.assign(std::size_t(study_.slice.chips()), -1);
+  int& last = link[std::size_t(core / study_.hardware.chip.cores)];
+  if (last >= 0) g_.depend(last, id);
+  last = id;
+}
+
+void ProgramPlayer::offload_to_host(int l, double bytes) {
+  if (bytes <= 0) return;
+  const std::size_t n = programs_.size();
+  to_host_.resize(n);
+  from_host_.resize(n);
+  offloaded_.resize(n, 0.0);
+  offloaded_[std::size_t(l)] = bytes;
+  auto& ids = to_host_[std::size_t(l)];
+  ids.assign(std::size_t(size_), -1);
+  for (int i = 0; i < size_; ++i) {
+    const int c = cores_[std::size_t(i)];
+    sim::Task t = host_dma("offload", l, c, bytes);
+    t.memory.push_back({c, MemoryCategory::Activations, -bytes, When::End});
+    const int id = g_.add(std::move(t));
+    if (last_[std::size_t(i)] >= 0) g_.depend(last_[std::size_t(i)], id);
+    on_host_link(link_to_host_, c, id);
+    ids[std::size_t(i)] = id;
+  }
+}
+
+void ProgramPlayer::fetch_from_host(int l) {
+  if (l < 0 || std::size_t(l) >= to_host_.size() || to_host_[std::size_t(l)].empty()) return;
+  auto& ids = from_host_[std::size_t(l)];
+  ids.assign(std::size_t(size_), -1);
+  for (int i = 0; i < size_; ++i) {
+    const int c = cores_[std::size_t(i)];
+    const double bytes = offloaded_[std::size_t(l)];
+    sim::Task t = host_dma("fetch", l, c, bytes);
+    t.memory.push_back({c, MemoryCategory::Activations, bytes, When::Start});
+    const int id = g_.add(std::move(t));
+    g_.depend(to_host_[std::size_t(l)][std::size_t(i)], id);
+    for (int x : frontier(i)) g_.depend(x, id);
+    on_host_link(link_from_host_, c, id);
+    ids[std::size_t(i)] = id;
+  }
+  to_host_[std::size_t(l)].clear();
+}
+
+void ProgramPlayer::wait_for_host(int l) {
+  if (std::size_t(l) >= from_host_.size() || from_host_[std::size_t(l)].empty()) return;
+  for (int i = 0; i < size_; ++i)
+    waits_[std::size_t(i)].push_back(from_host_[std::size_t(l)][std::size_t(i)]);
+  from_host_[std::size_t(l)].clear();
+}
+
 void ProgramPlayer::chain(int i, int id) {
   if (last_[std::size_t(i)] >= 0) g_.depend(last_[std::size_t(i)], id);
   for (int x : waits_[std::size_t(i)]) g_.depend(x, id);

@@ -106,6 +106,16 @@ class ProgramPlayer {
   /// What the recompute before layer `l`'s backward rebuilds: the rest of what the backward reads.
   double recomputed(int l) const;
 
+  /// Host offload (schedules/offload.hpp): `bytes` of what layer `l`'s forward kept leave each
+  /// core for its host once the forward's last piece is done, over its chip's host link, one DMA
+  /// after another on a link; its HBM is freed as each ends. The core goes on meanwhile.
+  void offload_to_host(int l, double bytes);
+  /// They come back from where each core's program stands (one layer ahead of the backward that
+  /// reads them), after they left and one after another on a link, HBM taken as each starts.
+  void fetch_from_host(int l);
+  /// Each core's next task waits for layer `l`'s fetch (nothing when nothing was offloaded).
+  void wait_for_host(int l);
+
   const Study& study_;
   StepBuilder& builder_;
   sim::TaskGraph& g_;
@@ -166,6 +176,13 @@ class ProgramPlayer {
   /// The compute task of core `i` for `p` (its labels_ set, its name "PHASE WHAT[ mbM] core C").
   sim::Task compute_task(int i, Piece& p) const;
   std::vector<Merged> merged_;
+  /// Host offload: per layer, each core's DMA to and from its host (empty: none); per chip, the
+  /// last DMA on its host link each way.
+  std::vector<std::vector<int>> to_host_, from_host_;
+  std::vector<int> link_to_host_, link_from_host_;
+  std::vector<double> offloaded_;
+  sim::Task host_dma(const char* what, int l, int core, double bytes) const;
+  void on_host_link(std::vector<int>& link, int core, int id);
   /// Core `i`'s next compute task (merged into the run when merge_layers_).
   void emit(int i, Piece& p);
   void merge(Merged& m, Piece& p);

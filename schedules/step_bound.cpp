@@ -63,6 +63,7 @@ namespace {
 /// fastest bandwidth after the shortest latency; a collective, collective_floor.
 double task_floor(const Study& s, const sim::CollectivePlanner& planner, const sim::Task& t) {
   if (t.kind == sim::TaskKind::Compute) return t.seconds;
+  if (t.kind == sim::TaskKind::Transfer && t.src_core == t.dst_core) return t.seconds;  // a host DMA
   if (t.kind == sim::TaskKind::Transfer)
     return t.bytes > 0 ? t.bytes / fastest_bandwidth(s) + shortest_latency(s) : 0.0;
   return phases_floor(s, planner.plan(t, t.collective_groups().front()), true);

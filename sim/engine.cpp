@@ -397,6 +397,9 @@ class Runner {
     begin(id);
     if (t.kind == TaskKind::Transfer) {
       if (t.src_core != t.dst_core && t.bytes > 0) play_step({{t.src_core, t.dst_core, t.bytes}}, id);
+      // A core's own DMA to or from its host (host offload): its time, on a link the schedule
+      // keeps to one such transfer at a time.
+      if (t.src_core == t.dst_core && t.seconds > 0) sg::this_actor::sleep_for(t.seconds);
     } else {
       // Phase after phase, the next waiting for every ring of the last; the one over the
       // data-center network (a reduction across slices) is timed apart for the breakdown.

@@ -94,7 +94,9 @@ struct Task {
   float grid_s = 0;
   std::string name;  ///< unique-ish, for traces and messages ("fwd L3 core 5")
   PhaseName phase;   ///< what it counts as in breakdowns: forward, backward, update, allreduce, ...
-  // Compute: on `core`, `seconds` long.  Transfer: src_core -> dst_core, `bytes`.
+  // Compute: on `core`, `seconds` long.  Transfer: src_core -> dst_core, `bytes`; from a core
+  // to itself, a DMA between its HBM and its host's memory (host offload), `seconds` long over
+  // the chip's host link (the schedule orders a link's DMAs one after another).
   int core = -1;
   int src_core = -1;
   int dst_core = -1;

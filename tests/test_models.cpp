@@ -98,7 +98,9 @@ TEST_CASE("every registered model kind builds", "[models][registry]") {
       {"sequential",
        R"({"kind": "sequential", "layers": [{"kind": "dense", "in": 8, "out": 16}, {"kind": "classifier", "in": 16, "classes": 4}]})"},
       {"transformer",
-       R"({"kind": "transformer", "activation": "relu", "layers": 1, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16, "seq_len": 8})"}};
+       R"({"kind": "transformer", "activation": "relu", "layers": 1, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16, "seq_len": 8})"},
+      {"unet",
+       R"({"kind": "unet", "latent_size": 8, "block_channels": [32, 64], "layers_per_block": 1, "head_dim": 16, "context_tokens": 4, "context_width": 16})"}};
   CHECK(model_builders().size() == examples.size());
   for (const auto& [kind, builder] : model_builders()) CHECK(model_family(kind) != "unknown");
   for (const auto& [kind, text] : model_builders()) {

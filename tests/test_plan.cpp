@@ -348,3 +348,36 @@ TEST_CASE("a plan space may search a save policy by name, and its labels read ba
   CHECK_THROWS_WITH(read_plan_space(file),
                     Catch::Contains("remat[0]") && Catch::Contains("\"save_qkv_proj\""));
 }
+
+TEST_CASE("a plan space may search host offload where the hardware gives its hosts' memory",
+          "[plan][offload]") {
+  const std::string file =
+      (std::filesystem::temp_directory_path() / "tpusim_plan_space_offload.json").string();
+  std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "kinds": ["data_parallel", "mesh"],
+                             "offload": [false, true]})";
+  const PlanSpace space = read_plan_space(file);
+  Json j = Json::parse(
+      R"({"hardware": "tpu-v5e", "slice": "v5e-8", "optimizer": {"kind": "adam"}, "schedule": {"kind": "data_parallel"}})");
+  j["model"] = Json::parse(kTransformer);
+  j["batch"] = 64;
+  const Study v5e = parse_study(j, "test");
+  int offloaded = 0, whole = 0;
+  for (const auto& c : plan_candidates(v5e, space)) {
+    INFO(plan_label(c));
+    if (c.contains("offload")) {
+      ++offloaded;
+      CHECK(c.at("remat") == true);
+      CHECK(c.at("offload") == Json::array({"layer_input"}));
+      CHECK(plan_label(c).ends_with(" offload"));
+    } else if (c.value("remat", Json(false)) == true) {
+      ++whole;
+    }
+    CHECK(schedule_of_plan_label(plan_label(c)).schedule == c);
+  }
+  CHECK(offloaded == whole);  // each whole-layer candidate once more, offloaded
+  CHECK(offloaded > 0);
+  // Not searched by default; not at all on hardware without the hosts' memory (TPU-v3).
+  for (const auto& c : plan_candidates(v5e, PlanSpace{})) CHECK_FALSE(c.contains("offload"));
+  for (const auto& c : plan_candidates(study(kTransformer, 64, "v3-8"), space))
+    CHECK_FALSE(c.contains("offload"));
+}

@@ -487,14 +487,23 @@ Json runnable_study(Json study, const std::string& file, const Json& best, const
 /// With no plan fitting: what a space could still ask for that might fit (meshes keeping each
 /// layer's input split over the model axis, searched only when asked), or "".
 std::string not_searched_hint(const Study& study, const PlanSpace& space) {
-  if (space.layer_input_split) return "";
-  PlanSpace split = space;
-  split.layer_input_split = std::vector<bool>{true};
-  const auto more = plan_candidates(study, split);
-  if (std::none_of(more.begin(), more.end(), [](const Json& c) { return c.contains("layer_input_split"); }))
-    return "";
-  return "; not searched: meshes keeping each layer's input split over the model axis (a --space with "
-         "\"layer_input_split\": [false, true])";
+  PlanSpace more = space;
+  if (!space.layer_input_split) more.layer_input_split = std::vector<bool>{true};
+  if (!space.offload) more.offload = std::vector<bool>{true};
+  const auto extra = plan_candidates(study, more);
+  auto any = [&](const char* key) {
+    return std::any_of(extra.begin(), extra.end(), [&](const Json& c) { return c.contains(key); });
+  };
+  std::string hint;
+  if (!space.layer_input_split && any("layer_input_split"))
+    hint =
+        "meshes keeping each layer's input split over the model axis (a --space with \"layer_input_split\": "
+        "[false, true])";
+  if (!space.offload && any("offload"))
+    hint += (hint.empty() ? "" : "; ") + std::string(
+                                             "each layer's input offloaded to host memory (a --space with "
+                                             "\"offload\": [false, true])");
+  return hint.empty() ? "" : "; not searched: " + hint;
 }
 
 std::string closest(const std::vector<Candidate>& all, double usable) {

@@ -103,6 +103,20 @@ std::vector<std::int64_t> accumulation_steps(const Study& study, const PlanSpace
   return out;
 }
 
+/// Whether to offload each layer's input to host memory (false, and true where the space asks,
+/// the layers are re-materialized whole and the hosts' memory is known).
+std::vector<bool> offload_choices(const Study& study, const PlanSpace& space, const Json& remat) {
+  std::vector<bool> choices;
+  if (!space.offload ||
+      std::find(space.offload->begin(), space.offload->end(), false) != space.offload->end())
+    choices.push_back(false);
+  if (space.offload &&
+      std::find(space.offload->begin(), space.offload->end(), true) != space.offload->end() &&
+      remat == true && study.hardware.chip.host_memory_bytes_per_host > 0)
+    choices.push_back(true);
+  return choices;
+}
+
 /// Data parallelism: the update replicated, sharded or fully sharded, fp32 or bf16 gradients,
 /// gradient buckets of a quarter, one and four times the hardware's all-reduce combine threshold
 /// (fully sharded: one layer each), each layer's activations kept, re-materialized or
@@ -122,13 +136,15 @@ void data_parallel(const Study& study, const PlanSpace& space, std::vector<Json>
                                                 ? std::vector<double>{combine}
                                                 : std::vector<double>{combine / 4, combine, combine * 4};
         for (double bucket : buckets)
-          for (const std::int64_t accumulate : accumulation_steps(study, space, update)) {
-            Json c{{"kind", "data_parallel"}, {"weight_update", update}, {"gradient_dtype", dtype}};
-            if (update != "fully_sharded") c["gradient_bucket_bytes"] = std::max(1.0, std::round(bucket));
-            if (remat != false) c["remat"] = remat;
-            if (accumulate > 1) c["accumulation_steps"] = accumulate;
-            out.push_back(std::move(c));
-          }
+          for (const std::int64_t accumulate : accumulation_steps(study, space, update))
+            for (const bool offload : offload_choices(study, space, remat)) {
+              Json c{{"kind", "data_parallel"}, {"weight_update", update}, {"gradient_dtype", dtype}};
+              if (update != "fully_sharded") c["gradient_bucket_bytes"] = std::max(1.0, std::round(bucket));
+              if (remat != false) c["remat"] = remat;
+              if (accumulate > 1) c["accumulation_steps"] = accumulate;
+              if (offload) c["offload"] = Json::array({"layer_input"});
+              out.push_back(std::move(c));
+            }
       }
     }
   }
@@ -241,9 +257,12 @@ void push_mesh(const Study& study, const PlanSpace& space, Json mesh, Json layou
       if (!allowed(space.weight_update, update) || !allowed(space.remat, remat)) continue;
       for (const bool split_inputs : {false, true}) {
         if (split_inputs ? !split || remat == false : !whole) continue;
-        out.push_back({{"kind", "mesh"}, {"mesh", mesh}, {"layout", layout}, {"weight_update", update}});
-        if (remat != false) out.back()["remat"] = remat;
-        if (split_inputs) out.back()["layer_input_split"] = "model";
+        for (const bool offload : offload_choices(study, space, remat)) {
+          out.push_back({{"kind", "mesh"}, {"mesh", mesh}, {"layout", layout}, {"weight_update", update}});
+          if (remat != false) out.back()["remat"] = remat;
+          if (split_inputs) out.back()["layer_input_split"] = "model";
+          if (offload) out.back()["offload"] = Json::array({"layer_input"});
+        }
       }
     }
   }
@@ -358,6 +377,7 @@ PlanSpace read_plan_space(const std::string& file) {
     s.placement = read_choices(f, "placement", {"auto", "by_stage"});
     read_model_axis_dims(f, problems, s);
     s.layer_input_split = read_list<bool>(f, "layer_input_split", "true or false");
+    s.offload = read_list<bool>(f, "offload", "true or false");
     s.max_microbatches = f.integer_or("max_microbatches", s.max_microbatches, 1, 1 << 20);
     s.meshes_3d = f.boolean_or("meshes_3d", true);
     if (const Json* d = f.optional("description"); d && !d->is_string())
@@ -426,7 +446,8 @@ std::string plan_label(const Json& s) {
     const std::int64_t accumulate = s.value("accumulation_steps", std::int64_t(1));
     return "data_parallel " + s.value("weight_update", "replicated") + " " +
            s.value("gradient_dtype", "fp32") + (bucket > 0 ? std::string(" bucket ") + mib + " MiB" : "") +
-           (accumulate > 1 ? " accum " + std::to_string(accumulate) : "") + remat_label(s);
+           (accumulate > 1 ? " accum " + std::to_string(accumulate) : "") + remat_label(s) +
+           (s.contains("offload") ? " offload" : "");
   }
   if (kind == "mesh") {
     std::string mesh, on_model, on_second;
@@ -440,7 +461,8 @@ std::string plan_label(const Json& s) {
     const bool experts = s.at("layout").value("experts", "") == "batch";
     return "mesh " + mesh + (on_model.empty() ? "" : " (" + on_model + ")") + (experts ? " experts" : "") +
            " " + s.value("weight_update", "replicated") + remat_label(s) +
-           (s.contains("layer_input_split") ? " split-inputs" : "");
+           (s.contains("layer_input_split") ? " split-inputs" : "") +
+           (s.contains("offload") ? " offload" : "");
   }
   return kind + " K=" + s.at("stages").dump() + " R=" + s.value("replicas", Json(1)).dump() +
          " M=" + s.at("microbatches").dump() +
@@ -487,6 +509,13 @@ std::int64_t keyed(const std::string& word, const std::string& key) {
   }
 }
 
+/// A trailing "offload": each layer's input offloaded to host memory.
+void read_offload_word(std::vector<std::string>& words, Json& s) {
+  if (words.empty() || words.front() != "offload") return;
+  s["offload"] = Json::array({"layer_input"});
+  words.erase(words.begin());
+}
+
 /// A trailing remat word ("remat", or a save policy's name: "save_dots") into `s` (`fallback`
 /// when there is none).
 void read_remat_word(std::vector<std::string>& words, Json& s, const Json& fallback) {
@@ -516,6 +545,7 @@ Json data_parallel_of(std::vector<std::string> w) {
     w.erase(w.begin(), w.begin() + 2);
   }
   read_remat_word(w, s, nullptr);
+  read_offload_word(w, s);
   return w.empty() ? s : Json(nullptr);
 }
 
@@ -556,6 +586,7 @@ Json mesh_of(std::vector<std::string> w) {
     s["layer_input_split"] = "model";
     w.erase(w.begin());
   }
+  read_offload_word(w, s);
   return w.empty() ? s : Json(nullptr);
 }
 

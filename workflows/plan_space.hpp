@@ -48,6 +48,11 @@ struct PlanSpace {
   /// (schedule.layer_input_split): true, false; absent: false alone (a gather per layer that
   /// only pays where memory is short, so a space asks for it).
   std::optional<std::vector<bool>> layer_input_split;
+  /// Data parallelism and meshes re-materializing whole layers with each layer's input offloaded
+  /// to host memory (schedule.offload ["layer_input"]): true, false; absent: false alone (the
+  /// hosts' memory and links spent only where HBM is short, so a space asks for it). Only on
+  /// hardware whose file gives its hosts' memory.
+  std::optional<std::vector<bool>> offload;
   std::int64_t max_microbatches = 64;  ///< M never above this (or the examples per replica)
   /// Three-dimensional meshes (batch x model2 x model) too; on by default (a space file may turn
   /// them off: on a large slice they add a fifth to the candidates to bound).
