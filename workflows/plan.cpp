@@ -489,7 +489,7 @@ Json runnable_study(Json study, const std::string& file, const Json& best, const
 std::string not_searched_hint(const Study& study, const PlanSpace& space) {
   PlanSpace more = space;
   if (!space.layer_input_split) more.layer_input_split = std::vector<bool>{true};
-  if (!space.offload) more.offload = std::vector<bool>{true};
+  if (!space.offload) more.offload = std::vector<bool>{false, true};
   const auto extra = plan_candidates(study, more);
   auto any = [&](const char* key) {
     return std::any_of(extra.begin(), extra.end(), [&](const Json& c) { return c.contains(key); });
