@@ -276,8 +276,9 @@ std::vector<std::string> read_case_ids(const Json& ids, Fields& f, Problems& pro
 /// (its assumptions aside) is parsed, and a problem at `path` says why not.
 void check_range_end(const Json& json, const std::string& key, const Json& end, const std::string& path,
                      const Study& study, const std::filesystem::path& base_dir, Problems& problems) {
-  Json variant = json;
-  variant.erase("assumptions");
+  Json variant = Json::object();  // the study without its assumptions, not copied only to be dropped
+  for (auto it = json.begin(); it != json.end(); ++it)
+    if (it.key() != "assumptions") variant[it.key()] = it.value();
   apply_override(variant, key + "=" + end.dump());
   try {
     parse_study(variant, study.file, base_dir);
