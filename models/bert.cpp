@@ -141,6 +141,7 @@ Model build_bert(Fields& f, Problems& problems) {
   d.d_kv = d.d_model / d.heads;
   Model m;
   m.activation_bytes = bytes;
+  m.tokens_per_example = d.seq;
   m.name = "bert L=" + std::to_string(d.layers) + " d_model=" + std::to_string(d.d_model);
   m.layers.push_back(bert_embedding(bert, bytes));
   for (std::int64_t i = 0; i < d.layers; ++i)

@@ -93,6 +93,9 @@ struct Model {
   bool flash_attention = false;
   /// Has mixture-of-experts layers (a transformer's "moe"): a mesh layout may split "experts".
   bool mixture_of_experts = false;
+  /// Tokens an example is (a sequence model's positions; 0: a model without tokens): what a
+  /// study's target in tokens counts.
+  std::int64_t tokens_per_example = 0;
 
   /// Appends `layer`. `call` names the builder call that made it (the factory and every argument
   /// but the name; empty: not worth comparing): a layer made by the same call as an earlier one

@@ -413,6 +413,7 @@ std::vector<NamedOp> block_named_ops(const Dims& d, std::int64_t b, bool cross) 
 
 Model assemble(const Dims& d, double act, const std::string& name) {
   Model m;
+  m.tokens_per_example = d.seq;
   m.activation_bytes = act;
   m.name = name;
   m.flash_attention = d.flash;

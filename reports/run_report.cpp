@@ -582,6 +582,29 @@ std::string compute_split_text(const Json& split) {
          " other ops and memory-bound time\n";
 }
 
+/// An amount for the summary: whole above 100, three significant digits below.
+std::string amount(double v) { return formatted(v >= 100 ? "%.0f" : "%.3g", v); }
+
+/// Days to the study's target and their cost, when it has them.
+void summary_time_to_train(std::ostringstream& out, const Json& j) {
+  if (!j.contains("time_to_train")) return;
+  const Json& t = j["time_to_train"];
+  const auto range = [](const Json& r) {
+    return " (" + amount(r[0].get<double>()) + "–" + amount(r[1].get<double>()) + ")";
+  };
+  out << "  time to train     " << formatted("%.4g", t["target"].begin().value().get<double>()) << " "
+      << t["target"].begin().key() << ": " << amount(t["steps"].get<double>()) << " steps, "
+      << amount(t["days"].get<double>()) << " days"
+      << (t.contains("days_interval") ? range(t["days_interval"]) : "")
+      << " at the simulated step, every step a training step (goodput 1)\n";
+  if (!j.contains("cost")) return;
+  const Json& c = j["cost"];
+  out << "  cost              $" << amount(c["usd"].get<double>())
+      << (c.contains("usd_interval") ? range(c["usd_interval"]) : "") << ": "
+      << amount(c["chip_hours"].get<double>()) << " chip-hours on " << amount(c["chips"].get<double>())
+      << formatted(" chips at $%.2f per chip-hour\n", c["price_per_chip_hour"].get<double>());
+}
+
 std::string summary_text(const Json& j) {
   std::ostringstream out;
   const auto& slice = j["slice"];
@@ -602,6 +625,7 @@ std::string summary_text(const Json& j) {
   if (j.contains("perturbations"))
     out << "  perturbed         " << perturbations_text(j["perturbations"]) << "\n";
   out << formatted("  examples/s        %.1f\n", j["examples_per_s"].get<double>());
+  summary_time_to_train(out, j);
   out << formatted("  MXU utilization   %.1f %%", 100.0 * j["mxu_utilization"].get<double>());
   if (j.contains("intervals") && j["intervals"].contains("mxu_utilization"))
     out << formatted(" (%.1f–%.1f)", 100.0 * j["intervals"]["mxu_utilization"][0].get<double>(),

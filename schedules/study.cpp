@@ -136,6 +136,33 @@ void parse_host_settings(Fields& top, Study& study, Problems& problems) {
   }
 }
 
+/// "target": {"tokens" | "examples" | "steps": amount}, one of them, tokens only for a model
+/// whose examples are tokens; "price_per_chip_hour": USD per chip and hour.
+void parse_target(Fields& top, Study& study, Problems& problems) {
+  if (top.has("price_per_chip_hour"))
+    study.price_per_chip_hour = top.number("price_per_chip_hour", 1e-9, 1e9);
+  const Json* t = top.optional("target");
+  if (!t) return;
+  const std::string expected =
+      "{\"tokens\": N}, {\"examples\": N} or {\"steps\": N}: one of them, a number > 0";
+  if (!t->is_object() || t->size() != 1) {
+    problems.add("target", *t, expected);
+    return;
+  }
+  const std::string unit = t->begin().key();
+  const Json& amount = t->begin().value();
+  const std::string path = "target." + unit;
+  if (unit != "tokens" && unit != "examples" && unit != "steps")
+    problems.add(path, amount, expected);
+  else if (!amount.is_number() || !(amount.get<double>() > 0) || amount.get<double>() > 1e30)
+    problems.add(path, amount, "a number > 0 (at most 1e30)");
+  else if (unit == "tokens" && study.model.tokens_per_example <= 0 && problems.empty())
+    problems.add(path, amount,
+                 "examples or steps: a " + study.model.kind + " model's examples are not tokens");
+  else
+    study.target = {unit, amount.get<double>()};
+}
+
 /// "schedule": its kind picks the registered schedule, which reads the rest.
 void parse_schedule(const Json& schedule, Study& study, Problems& problems) {
   Fields f(schedule, "schedule", problems);
@@ -394,6 +421,7 @@ Study parse_study(const Json& json, const std::string& context, const std::files
   if (const Json* opt = top.value("optimizer"))
     study.optimizer = parse_optimizer(*opt, "optimizer", problems);
   parse_host_settings(top, study, problems);
+  parse_target(top, study, problems);
   study.compiler_remat = top.boolean_or("compiler_remat", true);
   const Json* schedule = top.value("schedule");
   const Json* assumptions = top.optional("assumptions");

@@ -152,6 +152,14 @@ struct Study {
       return hardware.core.matmul_precision != MatmulPrecision::Bf16;
     return slices > 1 || path.rfind("dcn.", 0) != 0;
   }
+  /// Study key "target": how much training the run is for, in one unit (tokens, examples or
+  /// steps; none: no target), and key "price_per_chip_hour" (USD; 0: no price): what
+  /// time_to_train and cost in the result answer (workflows/time_to_train.hpp).
+  struct Target {
+    std::string unit;  ///< "tokens", "examples", "steps" or "" (none)
+    double amount = 0;
+  } target;
+  double price_per_chip_hour = 0;
   Optimizer optimizer;
   /// What-if (study key input_pipeline.examples_per_s_per_host): how many examples a host's input
   /// pipeline prepares per second; 0: not given, the hosts keep up.

@@ -24,6 +24,7 @@
 #include "workflows/intervals.hpp"
 #include "workflows/model_error.hpp"
 #include "workflows/output_file.hpp"
+#include "workflows/time_to_train.hpp"
 #include "workflows/validate.hpp"
 
 namespace tpusim::workflows {
@@ -451,6 +452,7 @@ RunOutcome run_study(const RunOptions& o, const RunProgressCallback& progress) {
         Topology(study.slice).coord(j["breakdown"]["critical_core"].get<int>() / study.hardware.chip.cores);
   }
   if (o.intervals) j["intervals"] = run_intervals(o, study, j);
+  add_time_to_train(study, j);
   if (!o.out.empty()) {
     if (refitted)
       write_refitted_outputs(o, j);
