@@ -595,13 +595,22 @@ void summary_time_to_train(std::ostringstream& out, const Json& j) {
   out << "  time to train     " << formatted("%.4g", t["target"].begin().value().get<double>()) << " "
       << t["target"].begin().key() << ": " << amount(t["steps"].get<double>()) << " steps, "
       << amount(t["days"].get<double>()) << " days"
-      << (t.contains("days_interval") ? range(t["days_interval"]) : "")
-      << " at the simulated step, every step a training step (goodput 1)\n";
+      << (t.contains("days_interval") ? range(t["days_interval"]) : "") << " at the simulated step; "
+      << amount(t["days_with_goodput"].get<double>()) << " days" << range(t["days_with_goodput_interval"])
+      << formatted(
+             " at goodput %.1f %% (%.1f–%.1f %%: checkpoints every %s steps, interruptions, restarts)\n",
+             100 * t["goodput"].get<double>(), 100 * t["goodput_interval"][0].get<double>(),
+             100 * t["goodput_interval"][1].get<double>(),
+             t["checkpoint"]["every_steps"].is_null()
+                 ? "no"
+                 : amount(t["checkpoint"]["every_steps"].get<double>()).c_str());
   if (!j.contains("cost")) return;
   const Json& c = j["cost"];
   out << "  cost              $" << amount(c["usd"].get<double>())
-      << (c.contains("usd_interval") ? range(c["usd_interval"]) : "") << ": "
-      << amount(c["chip_hours"].get<double>()) << " chip-hours on " << amount(c["chips"].get<double>())
+      << (c.contains("usd_interval") ? range(c["usd_interval"]) : "") << ", $"
+      << amount(c["usd_with_goodput"].get<double>()) << range(c["usd_with_goodput_interval"])
+      << " with goodput: " << amount(c["chip_hours"].get<double>()) << " chip-hours on "
+      << amount(c["chips"].get<double>())
       << formatted(" chips at $%.2f per chip-hour\n", c["price_per_chip_hour"].get<double>());
 }
 

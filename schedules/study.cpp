@@ -163,6 +163,45 @@ void parse_target(Fields& top, Study& study, Problems& problems) {
     study.target = {unit, amount.get<double>()};
 }
 
+/// The training run's figures: configs/training-run.json's, then the study's "training_run".
+void parse_training_run(Fields& top, Study& study, Problems& problems) {
+  const std::filesystem::path file = config_dir() / "training-run.json";
+  const Json defaults = read_json_file(file);
+  using Figure = Study::TrainingRun::Figure;
+  auto& run = study.training_run;
+  struct Entry {
+    const char* key;
+    Figure* figure;
+    double min, max;
+  };
+  const std::vector<Entry> figures = {
+      {"failures_per_chip_hour", &run.failures_per_chip_hour, 0, 1},
+      {"failures_per_host_hour", &run.failures_per_host_hour, 0, 1},
+      {"checkpoint_write_bytes_per_s_per_host", &run.write_bytes_per_s, 1e3, 1e15},
+      {"checkpoint_read_bytes_per_s_per_host", &run.read_bytes_per_s, 1e3, 1e15},
+      {"restart_s", &run.restart_s, 0, 1e7}};
+  for (const auto& [key, figure, min, max] : figures) {
+    const Json& d = defaults.at(key);
+    *figure = {d.at("value").get<double>(), d.at("range")[0].get<double>(), d.at("range")[1].get<double>(),
+               d.at("source").get<std::string>()};
+  }
+  const Json* given = top.optional("training_run");
+  if (!given) return;
+  Fields f(*given, "training_run", problems);
+  if (!f.ok()) return;
+  for (const auto& [key, figure, min, max] : figures)
+    if (f.has(key)) {
+      const double v = f.number(key, min, max);
+      *figure = {v, v, v, "the study's training_run"};
+    }
+  run.checkpoint_every_steps = f.integer_or("checkpoint_every_steps", 0, 1, std::int64_t(1) << 40);
+  run.evaluation_every_steps = f.integer_or("evaluation_every_steps", 0, 1, std::int64_t(1) << 40);
+  run.evaluation_steps = f.integer_or("evaluation_steps", 0, 1, std::int64_t(1) << 40);
+  if (problems.empty() && (run.evaluation_every_steps > 0) != (run.evaluation_steps > 0))
+    problems.add("training_run", *given, "evaluation_every_steps and evaluation_steps together, or neither");
+  f.finish();
+}
+
 /// "schedule": its kind picks the registered schedule, which reads the rest.
 void parse_schedule(const Json& schedule, Study& study, Problems& problems) {
   Fields f(schedule, "schedule", problems);
@@ -422,6 +461,7 @@ Study parse_study(const Json& json, const std::string& context, const std::files
     study.optimizer = parse_optimizer(*opt, "optimizer", problems);
   parse_host_settings(top, study, problems);
   parse_target(top, study, problems);
+  parse_training_run(top, study, problems);
   study.compiler_remat = top.boolean_or("compiler_remat", true);
   const Json* schedule = top.value("schedule");
   const Json* assumptions = top.optional("assumptions");

@@ -160,6 +160,19 @@ struct Study {
     double amount = 0;
   } target;
   double price_per_chip_hour = 0;
+  /// What a long run loses besides its steps (configs/training-run.json, each figure with its
+  /// range; study key "training_run" sets any of them, which drops its range): interruptions per
+  /// chip-hour and per host-hour, checkpoint write and read rates per host, the restart after an
+  /// interruption; and the run's own choices: steps between checkpoints (0: Young's optimum) and
+  /// an evaluation of `evaluation_steps` forward passes every `evaluation_every_steps` (0: none).
+  struct TrainingRun {
+    struct Figure {
+      double value = 0, low = 0, high = 0;
+      std::string source;
+    };
+    Figure failures_per_chip_hour, failures_per_host_hour, write_bytes_per_s, read_bytes_per_s, restart_s;
+    std::int64_t checkpoint_every_steps = 0, evaluation_every_steps = 0, evaluation_steps = 0;
+  } training_run;
   Optimizer optimizer;
   /// What-if (study key input_pipeline.examples_per_s_per_host): how many examples a host's input
   /// pipeline prepares per second; 0: not given, the hosts keep up.

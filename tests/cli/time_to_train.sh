@@ -2,7 +2,10 @@
 # Time to train and cost (issue 65, study keys target and price_per_chip_hour): steps to a
 # target of steps, examples (the global batch's per step) or tokens (a sequence's positions per
 # example), rounded up; days = steps x the simulated step / 86400, and their interval from the
-# step's with --intervals; cost = chips (every slice's) x days x 24 x the price. Oracles on the
+# step's with --intervals; cost = chips (every slice's) x days x 24 x the price. Goodput is
+# Young's first order, checked against its formula from the reported checkpoint and MTBF, its
+# default interval against Young's optimum (a longer or shorter one loses more), an evaluation
+# by its forward passes' share. Oracles on the
 # default study (a Transformer, 512 positions a sequence, 256 sequences, v3-32) and on two
 # v5e-256 slices; bad targets and prices are exit 2 (tests/cli/bad/cases.tsv).
 set -euo pipefail
@@ -15,19 +18,48 @@ study="$root/configs/studies/default.json"
 "$tpusim" run "$root/configs/studies/llama3-8b-v5e-256x2.json" --set 'target={"tokens":1e12}' \
   --set price_per_chip_hour=1.2 --json > "$work/slices.json"
 "$tpusim" run "$study" > "$work/plain.txt"
+run='"failures_per_chip_hour":0.001,"checkpoint_write_bytes_per_s_per_host":1e8,"checkpoint_read_bytes_per_s_per_host":2e8,"restart_s":300'
+"$tpusim" run "$study" --set 'target={"steps":100000}' --set "training_run={$run}" --json > "$work/young.json"
+k=$(python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["time_to_train"]["checkpoint"]["young_optimal_every_steps"]))' "$work/young.json")
+for m in half double; do
+  every=$(python3 -c "import sys; k=int(sys.argv[1]); print(max(1, k // 2) if sys.argv[2] == 'half' else 2 * k)" "$k" "$m")
+  "$tpusim" run "$study" --set 'target={"steps":100000}' --set "training_run={$run,\"checkpoint_every_steps\":$every}" --json > "$work/$m.json"
+done
+"$tpusim" run "$study" --set 'target={"steps":100000}' \
+  --set "training_run={$run,\"evaluation_every_steps\":1000,\"evaluation_steps\":50}" --json > "$work/eval.json"
 python3 - "$work" <<'PY'
 import json, math, sys
 w = sys.argv[1]
-r = {n: json.load(open(f"{w}/{n}.json")) for n in ("steps", "examples", "tokens", "slices")}
+r = {n: json.load(open(f"{w}/{n}.json")) for n in ("steps", "examples", "tokens", "slices", "young", "half", "double", "eval")}
 def close(a, b):
     assert abs(a - b) <= 1e-12 * abs(b), (a, b)
 step = r["steps"]["step_time_s"]
 t = r["steps"]["time_to_train"]
-assert t["steps"] == 1000 and t["goodput"] == 1.0
+assert t["steps"] == 1000 and 0 < t["goodput"] < 1
 close(t["days"], 1000 * step / 86400)
+close(t["days_with_goodput"], t["days"] / t["goodput"])
+lo, hi = t["goodput_interval"]
+assert lo < t["goodput"] < hi, t
+# Young's first order from what the result reports: 16 chips at 0.001 failures an hour.
+y = r["young"]["time_to_train"]
+ck, step_s = y["checkpoint"], r["young"]["step_time_s"]
+delta, mtbf = ck["seconds"], y["interruptions"]["mtbf_hours"] * 3600
+close(delta, ck["bytes_per_host"] / 1e8)
+close(mtbf, 3600 / (16 * 0.001))
+assert ck["young_optimal_every_steps"] == max(1, round(math.sqrt(2 * delta * mtbf) / step_s))
+assert ck["every_steps"] == ck["young_optimal_every_steps"]
+tau = ck["every_steps"] * step_s
+recover = ck["bytes_per_host"] / 2e8 + 300
+close(y["goodput"], 1 / (1 + delta / tau + (tau / 2 + recover) / mtbf))
+for other in ("half", "double"):  # the optimum loses least
+    assert r[other]["time_to_train"]["goodput"] < y["goodput"], (other, r[other]["time_to_train"]["goodput"], y["goodput"])
+e = r["eval"]
+forward = e["breakdown"]["compute_s"]["forward"]
+close(1 / e["time_to_train"]["goodput"], 1 / y["goodput"] + 50 * forward / (1000 * e["step_time_s"]))
 c = r["steps"]["cost"]
 assert c["chips"] == 16
 close(c["usd"], 16 * t["days"] * 24 * 1.5)
+close(c["usd_with_goodput"], c["usd"] / t["goodput"])
 batch = r["steps"]["batch"]
 assert r["examples"]["time_to_train"]["steps"] == math.ceil(1000 / batch)
 assert "cost" not in r["examples"]
