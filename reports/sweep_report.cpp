@@ -24,7 +24,9 @@ Json sweep_summary(const Json& record) {
       if (!figure.is_structured()) s[k][name] = figure;
     for (const char* pointer :
          {"/breakdown/step_split_s/update", "/breakdown/exposed_communication_s",
-          "/compiler_remat/share_of_layers_needed", "/perturbations/uniform_step_time_s"}) {
+          "/compiler_remat/share_of_layers_needed", "/perturbations/uniform_step_time_s",
+          "/time_to_train/days", "/time_to_train/days_with_goodput", "/time_to_train/goodput", "/cost/usd",
+          "/cost/usd_with_goodput"}) {
       const Json::json_pointer p(pointer);
       if (v.contains(p)) s[k][p] = v[p];
     }

@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -48,17 +49,28 @@ std::string csv_field(const Json& v) {
   return s;
 }
 
-/// results.csv's columns: the swept paths, the figures, the plan's label in a sweep that re-plans
-/// each point, and the error.
+/// With a training target (the study's, or a swept one): the days and their cost, with goodput.
+const char* kTimed[] = {"/time_to_train/days", "/time_to_train/days_with_goodput", "/time_to_train/goodput",
+                        "/cost/usd", "/cost/usd_with_goodput"};
+
+/// results.csv's columns: the swept paths, the figures, the days and cost where the points have a
+/// target, the plan's label in a sweep that re-plans each point, and the error.
 struct Columns {
   std::vector<std::string> paths;
   bool planned = false;
+  bool timed = false;
 };
 
 std::string csv_header(const Columns& columns) {
   std::string line;
   for (const auto& p : columns.paths) line += csv_field(Json(p)) + ",";
   for (const char* m : kMetrics) line += std::string(m) + ",";
+  if (columns.timed)
+    for (const char* m : kTimed) {
+      std::string name = m + 1;  // "time_to_train.days", as the result's keys are named
+      std::replace(name.begin(), name.end(), '/', '.');
+      line += csv_field(Json(name)) + ",";
+    }
   return line + (columns.planned ? "plan," : "") + "error\n";
 }
 
@@ -68,14 +80,33 @@ std::string csv_row(const Columns& columns, const Json& record) {
   const Json& result = record["result"];
   for (const char* m : kMetrics)
     line += (result.is_null() ? "" : csv_field(result.value(m, Json(nullptr)))) + ",";
+  if (columns.timed)
+    for (const char* m : kTimed) {
+      const Json::json_pointer p(m);
+      line += (result.is_object() && result.contains(p) ? csv_field(result[p]) : "") + ",";
+    }
   if (columns.planned) line += (result.is_null() ? "" : csv_field(result.value("plan", Json(nullptr)))) + ",";
   return line + csv_field(record["error"]) + "\n";
+}
+
+/// Whether a sweep's points have a training target: the study's (with the sweep's --set) or a
+/// swept one.
+bool timed(const Json& meta) {
+  for (const auto& a : meta["axes"])
+    if (a["path"].get<std::string>().rfind("target", 0) == 0) return true;
+  try {
+    return study_json(meta["study"].get<std::string>(), meta["sets"].get<std::vector<std::string>>())
+        .contains("target");
+  } catch (const ConfigError&) {
+    return false;  // the sweep reports its study's problem where it reads it
+  }
 }
 
 Columns swept_paths(const Json& meta) {
   Columns columns;
   for (const auto& a : meta["axes"]) columns.paths.push_back(a["path"].get<std::string>());
   columns.planned = meta.contains("plan");
+  columns.timed = timed(meta);
   return columns;
 }
 

@@ -79,3 +79,16 @@ PY
 grep -q "time to train" "$work/plain.txt" && { echo "a study without a target printed a time to train"; exit 1; }
 "$tpusim" run "$study" --set 'target={"steps":1000}' | grep -q "time to train     1000 steps: 1000 steps"
 echo "time to train: summary lines ok"
+# A sweep whose points have a target has their days and cost as columns; one without has none.
+"$tpusim" sweep "$study" --set 'target={"tokens":1e9}' --set price_per_chip_hour=2 --grid 'batch=128,256' \
+  --out "$work/sweep" -j 2 > /dev/null 2>&1
+head -1 "$work/sweep/results.csv" | grep -q ",fits,time_to_train.days,time_to_train.days_with_goodput,time_to_train.goodput,cost.usd,cost.usd_with_goodput,error$" ||
+  { echo "FAIL: no days and cost columns"; head -1 "$work/sweep/results.csv"; exit 1; }
+python3 - "$work/sweep/results.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 2 and all(float(r["time_to_train.days"]) > 0 and float(r["cost.usd"]) > 0 for r in rows), rows
+PY
+"$tpusim" sweep "$study" --grid 'batch=128,256' --out "$work/plain" -j 2 > /dev/null 2>&1
+head -1 "$work/plain/results.csv" | grep -q "time_to_train" && { echo "FAIL: days columns without a target"; exit 1; }
+echo "time to train: sweep columns ok"
