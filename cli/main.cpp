@@ -387,7 +387,10 @@ void add_plan(CLI::App& app, Commands& commands) {
   auto* cmd = app.add_subcommand(
       "plan", "search the fastest schedule that fits for a study's model, batch and slice");
   add_study(cmd, plan->study, plan->sets, "study JSON file (its schedule is ignored)");
-  cmd->add_option("--objective", plan->objective, "step_time_s (default) or examples_per_s");
+  cmd->add_option(
+      "--objective", plan->objective,
+      "step_time_s (default), examples_per_s or time_to_train (a study with a target: the same order, "
+      "the batch and the slice being fixed; each plan's days and cost reported)");
   cmd->add_option("--top", plan->top, "plans to report with their results (default 5)");
   cmd->add_option("--space", plan->space, "a tpusim.plan_space/1 file narrowing the search");
   add_hbm_margin(cmd, plan->sets);

@@ -90,6 +90,23 @@ std::string compiler_remat_notes(const Json& plan, const std::string& indent) {
 
 }  // namespace
 
+namespace {
+
+/// ", 16.0 days to the target (16.1 with goodput), $98403 with goodput" for the best plan.
+std::string formatted_days(const Json& t, const Json& cost) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, ", %.3g days to the target (%.3g with goodput)", t["days"].get<double>(),
+                t["days_with_goodput"].get<double>());
+  std::string out = buf;
+  if (cost.is_object()) {
+    std::snprintf(buf, sizeof buf, ", $%.0f with goodput", cost["usd_with_goodput"].get<double>());
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string plan_text(const Json& plan) {
   std::ostringstream s;
   s << "tpusim plan: " << counts(plan) << "\n";
@@ -109,7 +126,11 @@ std::string plan_text(const Json& plan) {
     s << line;
   }
   s << compiler_remat_notes(plan, "  ");
-  s << "best: " << plan["best"]["plan"].get<std::string>() << "\n";
+  s << "best: " << plan["best"]["plan"].get<std::string>();
+  const Json& best = plan["best"].value("result", Json());
+  if (best.is_object() && best.contains("time_to_train"))
+    s << formatted_days(best["time_to_train"], best.value("cost", Json()));
+  s << "\n";
   // The closest losers of each kind: the first few of each reason.
   int shown = 0;
   for (const auto& p : plan["others"]) {

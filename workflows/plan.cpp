@@ -391,6 +391,9 @@ Json summary(const Candidate& c) {
   if (c.result.is_object()) {
     for (const char* k : {"step_time_s", "examples_per_s", "peak_hbm_bytes", "mxu_utilization", "fits"})
       j[k] = c.result.value(k, Json(nullptr));
+    // A study with a training target: each plan's days (and cost, with a price) to it.
+    for (const char* k : {"time_to_train", "cost"})
+      if (c.result.contains(k)) j[k] = c.result[k];
     if (c.approximate()) j["approximate"] = true;  // contention between collectives left out
     // Fitted by the compiler's re-materialization: the mixed program's peak, not the every-layer run's.
     if (const Json& r = c.result.value("compiler_remat", Json()); r.is_object() && r.value("fits", false)) {
@@ -550,8 +553,8 @@ void record_completeness(const PlanOptions& o, const std::vector<Candidate>& all
 namespace {
 
 void check_plan_options(const PlanOptions& o) {
-  if (o.objective != "step_time_s" && o.objective != "examples_per_s")
-    throw ConfigError("--objective", "", o.objective, "step_time_s or examples_per_s");
+  if (o.objective != "step_time_s" && o.objective != "examples_per_s" && o.objective != "time_to_train")
+    throw ConfigError("--objective", "", o.objective, "step_time_s, examples_per_s or time_to_train");
   if (o.top < 1) throw ConfigError("--top", "", std::to_string(o.top), "a number of plans >= 1");
   if (o.jobs < 0) throw ConfigError("-j", "", std::to_string(o.jobs), "a number of simulations at once >= 1");
   check_timeout("--point-timeout", o.point_timeout_s);
@@ -721,6 +724,9 @@ PlanOutcome plan_study(const PlanOptions& o) {
   Json base = read_json_file(o.study);
   for (const auto& s : o.sets) apply_override(base, s);
   const Study study = parse_study(base, o.study, fs::path(o.study).parent_path());  // bad input: exit 2
+  if (o.objective == "time_to_train" && study.target.unit.empty())
+    throw ConfigError("--objective", "", o.objective,
+                      "a study with a target (--set 'target={\"tokens\": 1e12}') for time_to_train");
   const PlanSpace space = o.space.empty() ? PlanSpace{} : read_plan_space(o.space);
   if (!o.out.empty()) make_output_directory(o.out);  // an unusable --out is said before the search
   // From here an interrupt still writes what there is; while the inputs were read, SIGINT and

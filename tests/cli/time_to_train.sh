@@ -92,3 +92,20 @@ PY
 "$tpusim" sweep "$study" --grid 'batch=128,256' --out "$work/plain" -j 2 > /dev/null 2>&1
 head -1 "$work/plain/results.csv" | grep -q "time_to_train" && { echo "FAIL: days columns without a target"; exit 1; }
 echo "time to train: sweep columns ok"
+# plan --objective time_to_train: every plan's days and cost, the best's printed; without a
+# target it is refused.
+echo '{"schema": "tpusim.plan_space/1", "kinds": ["data_parallel"], "weight_update": ["replicated", "sharded"], "remat": [false], "accumulation_steps": [1], "gradient_dtype": ["bf16"]}' > "$work/space.json"
+"$tpusim" plan "$study" --set 'target={"tokens":1e9}' --set price_per_chip_hour=2 --objective time_to_train \
+  --space "$work/space.json" -j 2 --json > "$work/plan.json" 2> /dev/null
+python3 - "$work/plan.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["objective"] == "time_to_train"
+assert all(t["time_to_train"]["days"] > 0 and t["cost"]["usd"] > 0 for t in p["top"]), p["top"]
+assert p["top"][0]["time_to_train"]["days"] <= p["top"][-1]["time_to_train"]["days"]
+PY
+"$tpusim" plan "$study" --set 'target={"tokens":1e9}' --objective time_to_train --space "$work/space.json" -j 2 2> /dev/null |
+  grep -q "^best: .* days to the target" || { echo "FAIL: plan's best without its days"; exit 1; }
+set +e; "$tpusim" plan "$study" --objective time_to_train --space "$work/space.json" > /dev/null 2>&1; rc=$?; set -e
+[ "$rc" = 2 ] || { echo "FAIL: --objective time_to_train without a target gave exit $rc"; exit 1; }
+echo "time to train: plan ok"
