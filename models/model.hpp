@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,10 @@ struct Model {
   bool flash_attention = false;
   /// Has mixture-of-experts layers (a transformer's "moe"): a mesh layout may split "experts".
   bool mixture_of_experts = false;
+  /// A mixture of experts: the same model with each expert's capacity its routed tokens
+  /// (capacity factor 1), whose FLOPs are the useful ones (the experts' slots computed whether
+  /// filled or not count in the model's own); null otherwise.
+  std::shared_ptr<const Model> routed;
   /// Tokens an example is (a sequence model's positions; 0: a model without tokens): what a
   /// study's target in tokens counts.
   std::int64_t tokens_per_example = 0;

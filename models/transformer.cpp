@@ -548,7 +548,13 @@ Model build_transformer(Fields& f, Problems& problems) {
   if (d.encoder_layers > 0)
     name = "transformer " + std::to_string(d.encoder_layers) + "+" + std::to_string(d.layers) +
            " d_model=" + std::to_string(d.d_model);
-  return assemble(d, act, name);
+  Model m = assemble(d, act, name);
+  if (d.moe.experts > 0 && d.moe.capacity_factor != 1.0) {
+    Dims routed = d;
+    routed.moe.capacity_factor = 1.0;
+    m.routed = std::make_shared<const Model>(assemble(routed, act, name));
+  }
+  return m;
 }
 
 Model build_mesh_lm(Fields& f, Problems& problems) {

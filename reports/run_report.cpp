@@ -379,6 +379,8 @@ Json result_json(const RunInfo& info, const sim::TaskGraph& graph, const sim::Si
   out["examples_per_s"] = step > 0 ? double(info.batch) / step : 0.0;
   out["mxu_utilization"] = step > 0 ? info.model_flops / peak_flops : 0.0;
   out["hardware_flops_utilization"] = step > 0 ? info.hardware_flops / peak_flops : 0.0;
+  if (info.useful_model_flops >= 0)
+    out["useful_mxu_utilization"] = step > 0 ? info.useful_model_flops / peak_flops : 0.0;
   out["model_flops_per_step"] = info.model_flops * info.slices;
   out["hardware_flops_per_step"] = info.hardware_flops * info.slices;
   out["bubble_fraction"] = bubble;
@@ -639,7 +641,11 @@ std::string summary_text(const Json& j) {
   if (j.contains("intervals") && j["intervals"].contains("mxu_utilization"))
     out << formatted(" (%.1f–%.1f)", 100.0 * j["intervals"]["mxu_utilization"][0].get<double>(),
                      100.0 * j["intervals"]["mxu_utilization"][1].get<double>());
-  out << " (model FLOPs / peak)\n";
+  out << " (model FLOPs / peak)";
+  if (j.contains("useful_mxu_utilization"))
+    out << formatted("; useful %.1f %% (the experts' routed tokens only, not their empty slots)",
+                     100.0 * j["useful_mxu_utilization"].get<double>());
+  out << "\n";
   if (!j["bubble_fraction_ideal"].is_null())
     out << formatted("  pipeline bubble   %.1f %% of the step (ideal (K-1)/(M+K-1) = %.1f %%)\n",
                      100.0 * j["bubble_fraction"].get<double>(),

@@ -36,6 +36,9 @@ struct RunInfo {
   Json schedule_details;
   double peak_flops_per_core = 0;
   double model_flops = 0;  ///< per step, all cores of one slice
+  /// A mixture of experts: model_flops with each expert's products counted for its routed tokens
+  /// rather than its capacity (Model::routed); < 0 otherwise.
+  double useful_model_flops = -1;
   double hardware_flops = 0;
   /// The hosts' side of the step (result.json's `input`): their infeed and preparation of the
   /// examples; `input_bound_s`, the shortest step they allow (a longer one than the TPUs' makes

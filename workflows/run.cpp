@@ -136,6 +136,11 @@ reports::RunInfo run_info(const Study& study, const BuiltStep& step) {
   info.schedule_details = step.details;
   info.peak_flops_per_core = study.hardware.core.peak_matmul_flops_per_s();
   info.model_flops = step.model_flops;
+  if (study.model.mixture_of_experts)  // the experts' FLOPs at their routed tokens, not their slots
+    info.useful_model_flops = study.model.routed
+                                  ? step.model_flops * study.model.routed->step_model_flops(study.batch) /
+                                        study.model.step_model_flops(study.batch)
+                                  : step.model_flops;
   info.hardware_flops = step.hardware_flops;
   const HostInput host = host_input(study);
   info.input_bound_s = host.bound_s();

@@ -61,4 +61,20 @@ plan, again = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 best = plan["best"]["result"]["step_time_s"]
 assert abs(best - again["step_time_s"]) <= 1e-12 * best, (best, again["step_time_s"])
 PY
+# Useful MFU: the experts' products counted for their routed tokens. With a capacity factor of 2
+# (every expert's slots twice its 32 x 256 x 2 / 32 routed tokens) the useful FLOPs are exactly
+# the model's at a capacity factor of 1, and the capacity-counted MFU is above them.
+for cf in 1 2; do
+  "$tpusim" run "$work/moe.json" --set model.moe.capacity_factor=$cf --json > "$work/cf$cf.json"
+done
+"$tpusim" run "$root/configs/studies/default.json" --json > "$work/dense.json"
+python3 - "$work/cf1.json" "$work/cf2.json" "$work/dense.json" <<'PY'
+import json, sys
+one, two, dense = (json.load(open(f)) for f in sys.argv[1:])
+useful = two["useful_mxu_utilization"] / two["mxu_utilization"] * two["model_flops_per_step"]
+assert abs(useful - one["model_flops_per_step"]) <= 1e-9 * useful, (useful, one["model_flops_per_step"])
+assert two["useful_mxu_utilization"] < two["mxu_utilization"]
+assert one["useful_mxu_utilization"] == one["mxu_utilization"]
+assert "useful_mxu_utilization" not in dense
+PY
 echo "moe: ok"
