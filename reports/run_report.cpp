@@ -502,7 +502,11 @@ void summary_memory(std::ostringstream& out, const Json& j) {
       << " usable";
   const auto& peak_core = j["cores"][j["peak_hbm_core"].get<int>()];
   const auto& at_peak = peak_core["hbm_at_peak"];
+  const Json& remat = j.value("compiler_remat", Json());
   out << " (";
+  if (remat.is_object() && remat.value("fits", false))  // the cores' figures are the every-layer run's
+    out << "re-materialized on every layer "
+        << human_bytes(remat["every_layer"]["peak_hbm_bytes"].get<double>()) << ": ";
   bool first = true;
   for (auto it = at_peak.begin(); it != at_peak.end(); ++it) {
     if (it.value().get<double>() <= 0) continue;

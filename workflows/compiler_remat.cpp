@@ -58,6 +58,10 @@ Json refitted(const Json& from, const Json& policy, const Json& naive, Json fitt
   const double h0 = naive["hardware_flops_per_step"].get<double>(),
                h1 = fitted["hardware_flops_per_step"].get<double>();
   const double step = t0 + share * (t1 - t0), flops = h0 + share * (h1 - h0);
+  // The mixed program's own peak: the naive peak less that share of what the policy saves on
+  // every layer (HBM's usable size, when a share of the layers is enough).
+  const double p0 = naive["peak_hbm_bytes"].get<double>(), p1 = fitted["peak_hbm_bytes"].get<double>();
+  const double peak = p0 - share * (p0 - p1);
   const Json cost = {
       {"fits", true},
       {"policy", policy},
@@ -65,30 +69,25 @@ Json refitted(const Json& from, const Json& policy, const Json& naive, Json fitt
       {"share_of_layers_needed", share},
       {"seconds_added", step - t0},
       {"naive_step_time_s", t0},
-      {"naive_peak_hbm_bytes", naive["peak_hbm_bytes"]},
-      // The mixed program's own peak: the naive peak less that share of what the policy saves on
-      // every layer (HBM's usable size, when a share of the layers is enough).
-      {"peak_hbm_bytes",
-       naive["peak_hbm_bytes"].get<double>() -
-           share * (naive["peak_hbm_bytes"].get<double>() - fitted["peak_hbm_bytes"].get<double>())},
-      {"every_layer",
-       {{"step_time_s", t1},
-        {"bytes_saved", naive["peak_hbm_bytes"].get<double>() - fitted["peak_hbm_bytes"].get<double>()}}},
+      {"naive_peak_hbm_bytes", p0},
+      {"peak_hbm_bytes", peak},
+      {"every_layer", {{"step_time_s", t1}, {"peak_hbm_bytes", p1}, {"bytes_saved", p0 - p1}}},
       {"method",
        "XLA re-materializes until the program fits: the study's policy raised one step (none, save_dots, "
        "full) "
        "until the step fits on every layer, then the share of layers that policy must cover (the overflow "
        "over what it saves on every layer). step_time_s, examples_per_s, the utilizations and "
-       "hardware_flops_per_step are the naive step's plus that share of the recompute, "
-       "compiler_remat.peak_hbm_bytes "
-       "the naive peak less that share of what it saves; the breakdown, peak_hbm_bytes, timeline and memory "
-       "charts are the run with every layer re-materialized"}};
+       "hardware_flops_per_step are the naive step's plus that share of the recompute, peak_hbm_bytes "
+       "(and compiler_remat.peak_hbm_bytes) the naive peak less that share of what it saves; the "
+       "breakdown, the cores' figures, the timeline and memory charts are the run with every layer "
+       "re-materialized (its peak compiler_remat.every_layer.peak_hbm_bytes)"}};
   fitted["examples_per_s"] = fitted["examples_per_s"].get<double>() * t1 / step;
   fitted["mxu_utilization"] = fitted["mxu_utilization"].get<double>() * t1 / step;
   fitted["hardware_flops_utilization"] =
       fitted["hardware_flops_utilization"].get<double>() * (h1 > 0 ? flops / h1 : 1.0) * t1 / step;
   fitted["hardware_flops_per_step"] = flops;
   fitted["step_time_s"] = step;
+  fitted["peak_hbm_bytes"] = peak;
   fitted["compiler_remat"] = cost;
   return fitted;
 }
