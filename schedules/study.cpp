@@ -142,6 +142,10 @@ void parse_target(Fields& top, Study& study, Problems& problems) {
   if (top.has("price_per_chip_hour"))
     study.price_per_chip_hour = top.number("price_per_chip_hour", 1e-9, 1e9);
   const Json* t = top.optional("target");
+  if (!t && study.price_per_chip_hour > 0)
+    problems.add(
+        "price_per_chip_hour", Json(study.price_per_chip_hour),
+        "a target too ({\"tokens\": N}, {\"examples\": N} or {\"steps\": N}): the cost is of training to it");
   if (!t) return;
   const std::string expected =
       "{\"tokens\": N}, {\"examples\": N} or {\"steps\": N}: one of them, a number > 0";
