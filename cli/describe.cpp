@@ -93,6 +93,10 @@ void print_link_figures(std::ostream& out, const HardwareSpec& hw, const SourceO
   print_row(out, "host link per chip", num(hw.chip.host_link_bandwidth_bytes_per_s / 1e9, " GB/s"),
             src("chip.host_link_bandwidth_bytes_per_s_per_chip"));
   print_row(out, "chips per host", shape_text(hw.chip.host_board_chips), src("chip.host_board_chips"));
+  print_row(out, "host memory",
+            hw.chip.host_memory_bytes_per_host > 0 ? reports::human_bytes(hw.chip.host_memory_bytes_per_host)
+                                                   : std::string("not given (no host offload)"),
+            hw.chip.host_memory_bytes_per_host > 0 ? src("chip.host_memory_bytes_per_host") : std::string());
   print_row(out, "megacore", hw.chip.megacore ? "yes (study default)" : "no", src("chip.megacore"));
   std::string algorithms;
   for (const auto& a : hw.chip.collective_algorithms) algorithms += (algorithms.empty() ? "" : ", ") + a;
