@@ -47,8 +47,9 @@ double state_bytes(const Study& s) {
 /// Young's first-order model: per second of training, a checkpoint's write every interval tau
 /// (delta / tau) and, per interruption (one every MTBF), half an interval's work lost, the
 /// restore and the restart ((tau / 2 + R) / MTBF); tau by default Young's optimum sqrt(2 delta
-/// MTBF), in whole steps; an evaluation's forward passes besides.
-Goodput goodput(const Study& s, double step_s, double forward_s, End end) {
+/// MTBF), in whole steps, and at most the run's `steps` (a run shorter than an interval loses at
+/// most itself); an evaluation's forward passes besides.
+Goodput goodput(const Study& s, double steps, double step_s, double forward_s, End end) {
   const auto& run = s.training_run;
   Goodput g;
   const double chips = double(s.slice.chips()) * double(s.slices), h = hosts(s);
@@ -62,7 +63,8 @@ Goodput goodput(const Study& s, double step_s, double forward_s, End end) {
   g.young_steps = std::isfinite(g.mtbf_s)
                       ? std::max(1.0, std::round(std::sqrt(2 * g.checkpoint_s * g.mtbf_s) / step_s))
                       : 0;
-  g.every_steps = run.checkpoint_every_steps > 0 ? double(run.checkpoint_every_steps) : g.young_steps;
+  g.every_steps =
+      std::min(steps, run.checkpoint_every_steps > 0 ? double(run.checkpoint_every_steps) : g.young_steps);
   double overhead = 0;
   if (g.every_steps > 0) {
     const double tau = g.every_steps * step_s;
@@ -85,7 +87,7 @@ void add_time_to_train(const Study& study, Json& result) {
   if (study.target.unit.empty()) return;
   const double steps = steps_to(study), step_s = result.at("step_time_s").get<double>();
   const double days = steps * step_s / kSecondsPerDay, forward = forward_seconds(result);
-  const Goodput g = goodput(study, step_s, forward, End::Point);
+  const Goodput g = goodput(study, steps, step_s, forward, End::Point);
   Json t{{"target", {{study.target.unit, study.target.amount}}},
          {"steps", steps},
          {"days", days},
@@ -109,8 +111,8 @@ void add_time_to_train(const Study& study, Json& result) {
   const double hi = interval ? steps * (*interval)[1].get<double>() / kSecondsPerDay : days;
   if (interval) t["days_interval"] = {lo, hi};
   // The run's figures at the ends of their ranges together: the interval of what it loses.
-  const double best = goodput(study, step_s, forward, End::Best).value;
-  const double worst = goodput(study, step_s, forward, End::Worst).value;
+  const double best = goodput(study, steps, step_s, forward, End::Best).value;
+  const double worst = goodput(study, steps, step_s, forward, End::Worst).value;
   t["goodput_interval"] = {worst, best};
   t["days_with_goodput_interval"] = {lo / best, hi / worst};
   result["time_to_train"] = t;
