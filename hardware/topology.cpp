@@ -31,6 +31,10 @@ int host_of_chip(const SliceSpec& slice, const ChipSpec& chip, int index) {
   return host;
 }
 
+int hosts_of_slice(const SliceSpec& slice, const ChipSpec& chip) {
+  return host_of_chip(slice, chip, slice.chips() - 1) + 1;
+}
+
 std::vector<int> hosts_of_chips(const SliceSpec& slice, const ChipSpec& chip) {
   std::vector<int> hosts;
   for (int r = 0; r < slice.chips(); ++r) hosts.push_back(host_of_chip(slice, chip, r));

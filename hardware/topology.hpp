@@ -126,6 +126,8 @@ class Topology {
 /// The host of chip `index` of `slice`: hosts feed boxes of chip.host_board_chips chips, numbered
 /// dimension 0 fastest, as the chips are.
 int host_of_chip(const SliceSpec& slice, const ChipSpec& chip, int index);
+/// How many hosts feed `slice` (the last chip's host is the last).
+int hosts_of_slice(const SliceSpec& slice, const ChipSpec& chip);
 /// Every chip's host, by rank.
 std::vector<int> hosts_of_chips(const SliceSpec& slice, const ChipSpec& chip);
 /// `slice`'s torus, joined by the data-center network to `slices` - 1 identical others.

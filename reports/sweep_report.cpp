@@ -12,6 +12,13 @@
 
 namespace tpusim::reports {
 
+const std::vector<const char*>& time_to_train_pointers() {
+  static const std::vector<const char*> pointers = {"/time_to_train/days", "/time_to_train/days_with_goodput",
+                                                    "/time_to_train/goodput", "/cost/usd",
+                                                    "/cost/usd_with_goodput"};
+  return pointers;
+}
+
 Json sweep_summary(const Json& record) {
   Json s = Json::object();
   for (const auto& [k, v] : record.items()) {
@@ -24,12 +31,12 @@ Json sweep_summary(const Json& record) {
       if (!figure.is_structured()) s[k][name] = figure;
     for (const char* pointer :
          {"/breakdown/step_split_s/update", "/breakdown/exposed_communication_s",
-          "/compiler_remat/share_of_layers_needed", "/perturbations/uniform_step_time_s",
-          "/time_to_train/days", "/time_to_train/days_with_goodput", "/time_to_train/goodput", "/cost/usd",
-          "/cost/usd_with_goodput"}) {
+          "/compiler_remat/share_of_layers_needed", "/perturbations/uniform_step_time_s"}) {
       const Json::json_pointer p(pointer);
       if (v.contains(p)) s[k][p] = v[p];
     }
+    for (const char* pointer : time_to_train_pointers())
+      if (const Json::json_pointer p(pointer); v.contains(p)) s[k][p] = v[p];
   }
   return s;
 }

@@ -21,6 +21,9 @@ using Json = nlohmann::json;
 /// shows (`breakdown.step_split_s.update`, `breakdown.exposed_communication_s`). A sweep keeps
 /// only this in memory; the reports are written from it, so they read nothing it drops.
 Json sweep_summary(const Json& record);
+/// A result's days and cost to its training target (JSON pointers), which a sweep's summary keeps
+/// and its results.csv has as columns when the points have a target.
+const std::vector<const char*>& time_to_train_pointers();
 
 /// Chart name ("throughput", "bubble", "memory") -> SVG. Only the charts the axes allow.
 std::map<std::string, std::string> sweep_charts(const Json& meta, const std::vector<Json>& records);

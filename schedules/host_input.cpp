@@ -19,7 +19,7 @@ HostInput host_input(const Study& study, const std::vector<CoreInput>& input, do
     double& examples = shards[host_of_chip(study.slice, chip, index)][in.shard];
     examples = std::max(examples, in.examples);
   }
-  h.hosts = host_of_chip(study.slice, chip, study.slice.chips() - 1) + 1;  // the last chip's is the last host
+  h.hosts = hosts_of_slice(study.slice, chip);
   for (int i = 0; i < study.slice.chips(); ++i) {
     if (chip_bytes[std::size_t(i)] > h.chip_bytes) {
       h.chip_bytes = chip_bytes[std::size_t(i)];

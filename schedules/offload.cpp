@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "hardware/errors.hpp"
+#include "hardware/topology.hpp"
 #include "schedules/study.hpp"
 
 namespace tpusim {
@@ -81,9 +82,8 @@ Offload read_offload(Fields& f, Keep remat, const Study& study, Problems& proble
 
 void check_host_memory(const Study& study, double per_device, const std::string& path) {
   const ChipSpec& chip = study.hardware.chip;
-  int chips = 1;
-  for (int n : chip.host_board_chips) chips *= n;
-  const double devices = double(std::min(chips, study.slice.chips()) * chip.cores);
+  const int hosts = hosts_of_slice(study.slice, chip);
+  const double devices = double((study.slice.chips() + hosts - 1) / hosts * chip.cores);
   const double need = per_device * devices, have = chip.host_memory_bytes_per_host;
   if (need <= have) return;
   throw ConfigError(study.file, path, std::to_string(std::int64_t(need)) + " bytes offloaded per host",

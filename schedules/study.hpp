@@ -193,6 +193,15 @@ struct Study {
   /// null: each step builder computes its own.
   std::shared_ptr<LayerCostCache> layer_costs;
 
+  /// The model's state: every weight and optimizer slot once, each in its dtype (what a
+  /// checkpoint writes; what the devices hold between them at the least).
+  double state_bytes() const {
+    double bytes = 0;
+    for (const auto& layer : model.layers)
+      bytes +=
+          model.weight_bytes * double(layer.params()) + model.slot_bytes * optimizer.slot_elements(layer);
+    return bytes;
+  }
   /// Devices of the slice: chips x devices per chip.
   int cores() const { return slice.chips() * hardware.chip.cores; }
 };

@@ -107,12 +107,9 @@ std::vector<std::int64_t> accumulation_steps(const Study& study, const PlanSpace
 /// the layers are re-materialized whole and the hosts' memory is known).
 std::vector<bool> offload_choices(const Study& study, const PlanSpace& space, const Json& remat) {
   std::vector<bool> choices;
-  if (!space.offload ||
-      std::find(space.offload->begin(), space.offload->end(), false) != space.offload->end())
-    choices.push_back(false);
-  if (space.offload &&
-      std::find(space.offload->begin(), space.offload->end(), true) != space.offload->end() &&
-      remat == true && study.hardware.chip.host_memory_bytes_per_host > 0)
+  if (allowed(space.offload, false)) choices.push_back(false);
+  if (space.offload && allowed(space.offload, true) && remat == true &&
+      study.hardware.chip.host_memory_bytes_per_host > 0)
     choices.push_back(true);
   return choices;
 }

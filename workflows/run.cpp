@@ -221,11 +221,8 @@ std::optional<Json> resident_overflow(const Study& study, const sim::TaskGraph& 
 /// over every device, is over a device's usable HBM, no schedule fits (each holds at least that
 /// share on some device), and a what-if far too large answers without building its step.
 std::optional<Json> resident_floor_overflow(const Study& study) {
-  double bytes = 0;
-  for (const auto& layer : study.model.layers)
-    bytes += study.model.weight_bytes * double(layer.params()) +
-             study.model.slot_bytes * study.optimizer.slot_elements(layer);
-  const double floor = bytes / double(study.cores()), usable = study.hardware.core.usable_hbm_bytes();
+  const double floor = study.state_bytes() / double(study.cores()),
+               usable = study.hardware.core.usable_hbm_bytes();
   if (floor <= usable) return std::nullopt;
   return resident_overflow_json(
       0, "weights and optimizer slots, spread evenly over all " + std::to_string(study.cores()) + " devices",

@@ -49,10 +49,6 @@ std::string csv_field(const Json& v) {
   return s;
 }
 
-/// With a training target (the study's, or a swept one): the days and their cost, with goodput.
-const char* kTimed[] = {"/time_to_train/days", "/time_to_train/days_with_goodput", "/time_to_train/goodput",
-                        "/cost/usd", "/cost/usd_with_goodput"};
-
 /// results.csv's columns: the swept paths, the figures, the days and cost where the points have a
 /// target, the plan's label in a sweep that re-plans each point, and the error.
 struct Columns {
@@ -66,7 +62,7 @@ std::string csv_header(const Columns& columns) {
   for (const auto& p : columns.paths) line += csv_field(Json(p)) + ",";
   for (const char* m : kMetrics) line += std::string(m) + ",";
   if (columns.timed)
-    for (const char* m : kTimed) {
+    for (const char* m : reports::time_to_train_pointers()) {
       std::string name = m + 1;  // "time_to_train.days", as the result's keys are named
       std::replace(name.begin(), name.end(), '/', '.');
       line += csv_field(Json(name)) + ",";
@@ -81,7 +77,7 @@ std::string csv_row(const Columns& columns, const Json& record) {
   for (const char* m : kMetrics)
     line += (result.is_null() ? "" : csv_field(result.value(m, Json(nullptr)))) + ",";
   if (columns.timed)
-    for (const char* m : kTimed) {
+    for (const char* m : reports::time_to_train_pointers()) {
       const Json::json_pointer p(m);
       line += (result.is_object() && result.contains(p) ? csv_field(result[p]) : "") + ",";
     }

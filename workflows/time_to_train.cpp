@@ -31,18 +31,8 @@ struct Goodput {
   double value = 1, checkpoint_s = 0, every_steps = 0, young_steps = 0, mtbf_s = 0, bytes_per_host = 0;
 };
 
-/// The hosts of every slice, and the model's state (weights and optimizer slots) a checkpoint
-/// writes, spread over them.
-double hosts(const Study& s) {
-  return double(host_of_chip(s.slice, s.hardware.chip, s.slice.chips() - 1) + 1) * double(s.slices);
-}
-double state_bytes(const Study& s) {
-  double bytes = 0;
-  for (const auto& layer : s.model.layers)
-    bytes +=
-        s.model.weight_bytes * double(layer.params()) + s.model.slot_bytes * s.optimizer.slot_elements(layer);
-  return bytes;
-}
+/// The hosts of every slice, over which a checkpoint spreads the model's state.
+double hosts(const Study& s) { return double(hosts_of_slice(s.slice, s.hardware.chip)) * double(s.slices); }
 
 /// Young's first-order model: per second of training, a checkpoint's write every interval tau
 /// (delta / tau) and, per interruption (one every MTBF), half an interval's work lost, the
@@ -55,7 +45,7 @@ Goodput goodput(const Study& s, double steps, double step_s, double forward_s, E
   const double chips = double(s.slice.chips()) * double(s.slices), h = hosts(s);
   const double per_hour =
       chips * at(run.failures_per_chip_hour, end, true) + h * at(run.failures_per_host_hour, end, true);
-  g.bytes_per_host = state_bytes(s) / h;
+  g.bytes_per_host = s.state_bytes() / h;
   g.checkpoint_s = g.bytes_per_host / at(run.write_bytes_per_s, end, false);
   const double recover =
       g.bytes_per_host / at(run.read_bytes_per_s, end, false) + at(run.restart_s, end, true);
