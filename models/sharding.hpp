@@ -32,6 +32,10 @@ struct Sharding {
   int lanes = 0;
   /// Bytes of a weight element as stored and read (and of its gradient): Model::weight_bytes.
   double weight_bytes = kFp32Bytes;
+  /// A mesh dimension (in `sizes`, splitting no tensor dimension) over which the layer is
+  /// replicated on other examples (a pipeline stage's replicas): every weight gradient is reduced
+  /// over it too. Empty: none.
+  std::string replica_dim = {};
 
   int split(const std::string& dim) const {
     auto it = layout.find(dim);

@@ -15,14 +15,4 @@ std::vector<std::pair<std::size_t, std::size_t>> combine_in_order(const std::vec
   return spans;
 }
 
-std::vector<LayerRange> gradient_buckets(LayerRange range, const std::function<double(int)>& bytes_of,
-                                         double threshold_bytes) {
-  std::vector<double> bytes;  // backward order: the last layer first
-  for (int l = range.last - 1; l >= range.first; --l) bytes.push_back(bytes_of(l));
-  std::vector<LayerRange> buckets;
-  for (const auto& [first, last] : combine_in_order(bytes, threshold_bytes))
-    buckets.push_back({range.last - int(last), range.last - int(first)});
-  return buckets;
-}
-
 }  // namespace tpusim

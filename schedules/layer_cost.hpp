@@ -97,9 +97,7 @@ struct LayerCost {
   /// goes, holds at its peak beyond the activations kept at its start:
   /// max over l of (layer l's transient - what the layers after l kept), at least 0.
   double backward_workspace_bytes = 0;
-  /// Split over a group of cores (tensor parallelism): its weight-gradient reductions within the
-  /// group (bytes per core) and a core's share of the weights.
-  double group_gradient_bytes = 0;
+  /// Split over a group of cores (tensor parallelism): a core's share of the weights.
   double weight_fraction = 1;
   /// A save policy ("save_dots"): the outputs it keeps, and the recompute of the other ops.
   double saved_output_bytes = 0;

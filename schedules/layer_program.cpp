@@ -11,18 +11,15 @@ const std::vector<std::string>& tensor_parallel_dims() {
 
 namespace {
 
-/// A program's compute summed, and its weight-gradient reductions' bytes.
+/// A program's compute summed.
 void add_events(const std::vector<mesh::Event>& events, double& seconds, double& hbm_seconds, double& flops,
-                double& hardware_flops, double& gradient_bytes) {
+                double& hardware_flops) {
   for (const auto& ev : events) {
-    if (ev.kind == mesh::Event::Compute) {
-      seconds += ev.seconds;
-      hbm_seconds += ev.hbm_seconds;
-      flops += ev.model_flops;
-      hardware_flops += ev.hardware_flops;
-    } else if (ev.kind == mesh::Event::GradientAllReduce) {
-      gradient_bytes += ev.bytes;
-    }
+    if (ev.kind != mesh::Event::Compute) continue;
+    seconds += ev.seconds;
+    hbm_seconds += ev.hbm_seconds;
+    flops += ev.model_flops;
+    hardware_flops += ev.hardware_flops;
   }
 }
 
@@ -30,9 +27,14 @@ void add_events(const std::vector<mesh::Event>& events, double& seconds, double&
 
 mesh::LayerProgram stage_layer_program(const Layer& layer, std::int64_t batch, const StageSharding* s,
                                        const CostModel& cost, double act, const SavePolicy& saves) {
-  const Sharding sharding =
-      s ? Sharding{s->layout, s->sizes, cost.core().activation_tile_lanes(), layer.weight_bytes}
-        : Sharding::whole(layer.lanes, layer.weight_bytes);
+  if (!s) {
+    return mesh::lower_layer(layer.named_ops(batch), Sharding::whole(layer.lanes, layer.weight_bytes), cost,
+                             act, layer.name, layer.model_input, false, 1, saves);
+  }
+  // The reductions over the replicas do not depend on how many there are: one program for every
+  // count (weight-update sharding's pieces are cut from it: tail_programs).
+  Sharding sharding{s->layout, s->sizes, cost.core().activation_tile_lanes(), layer.weight_bytes};
+  if (s->over_replicas) sharding.replica_dim = "replica";
   return mesh::lower_layer(layer.named_ops(batch), sharding, cost, act, layer.name, layer.model_input, false,
                            1, saves);
 }
@@ -43,10 +45,8 @@ LayerCost layer_program_cost(const Layer& layer, std::int64_t batch, const Stage
   const mesh::LayerProgram p = stage_layer_program(layer, batch, s, cost, act, saves);
   const LayerBoundary boundary = layer.boundary(batch);
   LayerCost c;
-  add_events(p.forward, c.forward_s, c.forward_hbm_s, c.forward_flops, c.forward_hardware_flops,
-             c.group_gradient_bytes);
-  add_events(p.backward, c.backward_s, c.backward_hbm_s, c.backward_flops, c.backward_hardware_flops,
-             c.group_gradient_bytes);
+  add_events(p.forward, c.forward_s, c.forward_hbm_s, c.forward_flops, c.forward_hardware_flops);
+  add_events(p.backward, c.backward_s, c.backward_hbm_s, c.backward_flops, c.backward_hardware_flops);
   // A save policy ("save_dots"): the recompute runs the forward ops it needs.
   for (const auto& ev : p.forward) {
     c.partial_forward_s += ev.partial_seconds;

@@ -24,6 +24,13 @@ struct StageSharding {
   std::map<std::string, std::string> layout;  ///< tensor dimension -> "model"
   std::map<std::string, int> sizes;           ///< {"model": T}
   int cores() const { return sizes.empty() ? 1 : sizes.begin()->second; }
+  /// The stage's replicas (each on other examples), and whether its weight gradients are reduced
+  /// over them (several replicas, or a lone one across slices), along mesh dimension "replica"
+  /// (Sharding::replica_dim): reduce-scattered when `sharded` (weight-update sharding). A layer
+  /// is lowered once for any count (its reductions are the same); its pieces under weight-update
+  /// sharding are cut afterwards (tail_programs, schedules/stage_tail.hpp).
+  int replicas = 1;
+  bool over_replicas = false, sharded = false;
 };
 
 /// The tensor dimensions a stage may split: they never cross a layer boundary.

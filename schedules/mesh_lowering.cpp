@@ -34,20 +34,34 @@ std::optional<BlockingCollective> blocking_collective(Event::Kind kind) {
 
 double piece_elements(double elements, double count) { return std::ceil(elements / count); }
 
-std::vector<GradientChunk> gradient_chunks(const std::vector<LayerProgram>& programs,
-                                           double threshold_bytes) {
-  std::map<std::vector<std::string>, std::vector<std::pair<const Event*, int>>> by_dims;
-  for (int l = int(programs.size()) - 1; l >= 0; --l)
-    for (const Event& ev : programs[std::size_t(l)].backward)
-      if (ev.kind == Event::GradientAllReduce) by_dims[ev.mesh_dims].push_back({&ev, l});
+std::vector<GradientChunk> gradient_chunks(const std::vector<LayerProgram>& programs, double threshold_bytes,
+                                           LayerRange layers, CombineUnit unit) {
+  if (layers.last < 0) layers = {0, int(programs.size())};
+  // Per set of mesh dimensions, the units in backward order: each reduction, or a layer's.
+  using Unit = std::vector<std::pair<const Event*, int>>;
+  std::map<std::vector<std::string>, std::vector<Unit>> by_dims;
+  for (int l = layers.last - 1; l >= layers.first; --l) {
+    std::map<std::vector<std::string>, std::size_t> layer_unit;  // per set of dimensions, its unit
+    for (const Event& ev : programs[std::size_t(l)].backward) {
+      if (ev.kind != Event::GradientAllReduce) continue;
+      auto& units = by_dims[ev.mesh_dims];
+      const auto [it, fresh] = layer_unit.try_emplace(ev.mesh_dims, units.size());
+      if (unit == CombineUnit::Tensor || fresh) units.emplace_back();
+      units[unit == CombineUnit::Tensor ? units.size() - 1 : it->second].push_back({&ev, l});
+    }
+  }
   std::vector<GradientChunk> chunks;
-  for (const auto& [dims, reductions] : by_dims) {
+  for (const auto& [dims, units] : by_dims) {
     std::vector<double> bytes;
-    for (const auto& r : reductions) bytes.push_back(r.first->bytes);
+    for (const auto& u : units) {
+      double b = 0;
+      for (const auto& r : u) b += r.first->bytes;
+      bytes.push_back(b);
+    }
     for (const auto& [first, last] : combine_in_order(bytes, threshold_bytes)) {
       GradientChunk chunk{dims, {}, 0.0};
       for (std::size_t k = first; k < last; ++k) {
-        chunk.reductions.push_back(reductions[k]);
+        chunk.reductions.insert(chunk.reductions.end(), units[k].begin(), units[k].end());
         chunk.bytes += bytes[k];
       }
       chunks.push_back(std::move(chunk));
@@ -199,11 +213,17 @@ class LayerLowering : public MeshLoweringSink {
     row()["collectives"].back()["bytes"] = bytes;
     row()["collectives"].back()["overlapped_with_matmul_steps"] = n;
   }
+  /// A weight gradient's reduction over `dims`, and over the replicas' dimension (Sharding::replica_dim).
+  std::vector<std::string> with_replicas(std::vector<std::string> dims) const {
+    if (s_.replica_dim.empty() || std::count(dims.begin(), dims.end(), s_.replica_dim)) return dims;
+    dims.insert(std::upper_bound(dims.begin(), dims.end(), s_.replica_dim), s_.replica_dim);
+    return dims;
+  }
   /// A weight's gradient reduced over the mesh dimensions splitting the dimensions of `from` it lacks.
   void weight_gradient(const NamedOp& op, const std::vector<const NamedTensor*>& from, Json& row) {
     if (op.b.tied) return;  // another layer's weight (a shared embedding table): reduced with the owner's
     collective(p_.backward, Event::GradientAllReduce, op.name + " weight gradient",
-               s_.split_missing(from, op.b), s_.local_elements(op.b) * s_.weight_bytes, row,
+               with_replicas(s_.split_missing(from, op.b)), s_.local_elements(op.b) * s_.weight_bytes, row,
                A::SumWeightGradient);
   }
   /// A window op on a split image needs its neighbours' edge rows: (kernel - 1) / 2 of them
@@ -429,7 +449,9 @@ class LayerLowering : public MeshLoweringSink {
                              s_.local_elements(op.b) * act_, A::SumWeightGradient);
     collective(p_.backward, op.b.weight ? Event::GradientAllReduce : Event::BlockingAllReduce,
                op.name + (op.b.weight ? " weight gradient" : " input gradient"),
-               gb ? without_seq(over) : over,
+               op.b.weight ? with_replicas(gb ? without_seq(over) : over)
+               : gb        ? without_seq(over)
+                           : over,
                s_.local_elements(op.b) * (op.b.weight ? s_.weight_bytes : act_), row, A::SumWeightGradient);
     if (gb)
       collective(p_.backward, Event::BlockingReduceScatter, op.name + " operand gradient scatter",

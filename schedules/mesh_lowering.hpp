@@ -161,6 +161,11 @@ struct GradientChunk {
 /// XLA's all-reduce combiner over a step's weight-gradient reductions: per set of mesh
 /// dimensions (in their order), in backward order (the last layer's first, a layer's in program
 /// order), combined up to `threshold_bytes` (combine_in_order). The events stay `programs`'.
-std::vector<GradientChunk> gradient_chunks(const std::vector<LayerProgram>& programs, double threshold_bytes);
+/// `layers`: only those (last < 0: every layer). `unit`: what the combiner takes whole (each
+/// reduction, as XLA's; or a layer's reductions over one set of mesh dimensions together).
+enum class CombineUnit { Tensor, Layer };
+std::vector<GradientChunk> gradient_chunks(const std::vector<LayerProgram>& programs, double threshold_bytes,
+                                           LayerRange layers = {0, -1},
+                                           CombineUnit unit = CombineUnit::Tensor);
 
 }  // namespace tpusim::mesh

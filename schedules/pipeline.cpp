@@ -6,10 +6,10 @@
 
 #include "hardware/topology.hpp"
 #include "schedules/batch_problem.hpp"
-#include "schedules/gradient_buckets.hpp"
 #include "schedules/mesh_lowering.hpp"
 #include "schedules/partitioner.hpp"
 #include "schedules/program_player.hpp"
+#include "schedules/stage_tail.hpp"
 
 namespace tpusim {
 
@@ -131,6 +131,8 @@ Pipeline::Pipeline(Order order, Fields& f, const Study& study, Problems& problem
   tensor_ = int(f.integer_or("tensor_parallel", 1, 1, 4096));
   sharded_ = f.string_or("weight_update", "replicated", {"replicated", "sharded"}) == "sharded";
   virtual_ = int(f.integer_or("virtual_stages", 1, 1, 4096));
+  if (f.string_or("gradient_combine_unit", "layer", {"layer", "tensor"}) == "tensor")
+    combine_unit_ = mesh::CombineUnit::Tensor;
   if (!problems.empty()) return;
   if (sharded_ && replicas_ == 1)
     problems.add(f.path_of("weight_update"), Json("sharded"),
@@ -155,6 +157,9 @@ Pipeline::Pipeline(Order order, Fields& f, const Study& study, Problems& problem
       problems);
   if (const Json* p = f.optional("partition")) read_partition(*p, f.path_of("partition"), layers, problems);
   if (const Json* p = f.optional("placement")) read_placement(*p, f.path_of("placement"), study, problems);
+  sharding_.replicas = replicas_;
+  sharding_.over_replicas = replicas_ > 1 || study.slices > 1;
+  sharding_.sharded = sharded_;
 }
 
 void Pipeline::read_virtual_stages(Fields& f, int layers, Problems& problems) {
@@ -313,6 +318,7 @@ Json Pipeline::resolved() const {
          {"replicas", replicas_}};
   if (sharded_) j["weight_update"] = "sharded";
   if (virtual_ > 1) j["virtual_stages"] = virtual_;
+  if (combine_unit_ == mesh::CombineUnit::Tensor) j["gradient_combine_unit"] = "tensor";
   j["partition"] = !partition_.empty() ? Json(partition_) : Json(memory_aware_ ? "memory_aware" : "balanced");
   j["placement"] = !placement_.empty() ? Json(placement_) : Json(by_stage_ ? "by_stage" : "auto");
   if (tensor_ > 1) {
@@ -576,7 +582,7 @@ class StagePlayer : public ProgramPlayer {
         op, "tensor_parallel",
         std::string(sim::to_string(op)) + " stage " + std::to_string(labels_.stage) + " mb" +
             std::to_string(labels_.micro_batch) + " core " + std::to_string(cores_.front()),
-        cores_, bytes, item_range_);
+        cores_, bytes);
     g_.task(id).stage = labels_.stage;
     g_.task(id).micro_batch = labels_.micro_batch;
     if (previous >= 0)
@@ -596,38 +602,61 @@ class StagePlayer : public ProgramPlayer {
   LayerRange item_range_;
 };
 
+/// A model chunk's row of the report (with its "chunk" when interleaved).
+Json stage_json(const Study& study, StepBuilder& builder, const PipelineLayout& layout, int chunk,
+                std::int64_t b, Keep remat, bool interleaved) {
+  const int s = chunk % layout.stages();
+  const LayerRange range = layout.ranges[std::size_t(chunk)];
+  const LayerCost c = builder.cost(range, b);
+  const auto& layers = study.model.layers;
+  std::int64_t params = 0;
+  for (int l = range.first; l < range.last; ++l) params += layers[std::size_t(l)].params();
+  Json stage_cores = Json::array();
+  for (const auto& replica : layout.cores)  // replica by replica, each group's cores in turn
+    for (int core : replica[std::size_t(s)]) stage_cores.push_back(core);
+  Json row{{"stage", s},
+           {"layers", {range.first, range.last - 1}},
+           {"first_layer", layers[std::size_t(range.first)].name},
+           {"last_layer", layers[std::size_t(range.last - 1)].name},
+           {"params", params},
+           {"forward_s", c.forward_s},
+           {"backward_s", c.backward_s},
+           {"cost_s", c.forward_s + c.recompute_s(remat) + c.backward_s},
+           {"boundary_bytes", c.output_bytes},
+           {"cores", stage_cores}};
+  if (interleaved) row["chunk"] = chunk;
+  for (const auto& copy : layout.copies)
+    if (layout.chunk_of(copy.reader) == chunk) {
+      row["tied_copy_of"] = layers[std::size_t(copy.owner)].name;
+      row["tied_copy_bytes"] = copy.bytes;
+    }
+  return row;
+}
+
 /// Plays a pipeline onto a task graph: each (replica, stage) group's program on the one player
-/// (StagePlayer), the transfers between stages, then each stage's gradient reductions and
-/// updates.
+/// (StagePlayer), the transfers between stages, then each model chunk's tail (StageTail).
 class PipelinePlayer {
  public:
-  /// `built`: how many replicas' tasks to build (the first ones; every replica's by default); the
-  /// cross-replica all-reduces span every replica whatever it is.
-  /// `ranges`: the model chunks' layers (one per stage, or stages x V interleaved: chunk c on
-  /// stage c mod stages). `programs`: every layer's program on a core of a stage.
+  /// `layout.built`: how many replicas' tasks to build (the first ones); the reductions across
+  /// replicas span every replica whatever it is. `programs`: every layer's program on a core of a
+  /// stage.
   PipelinePlayer(const Study& study, StepBuilder& builder, Pipeline::Order order, int M, Keep remat,
-                 bool sharded, std::vector<LayerRange> ranges,
-                 std::vector<std::vector<std::vector<int>>> cores,
-                 const std::vector<mesh::LayerProgram>& programs, std::vector<StepBuilder::TiedCopy> copies,
-                 FunctionalRuntime* functional, int built = -1)
+                 const PipelineLayout& layout, const StageSharding& stage,
+                 const std::vector<mesh::LayerProgram>& programs, FunctionalRuntime* functional)
       : study_(study),
         builder_(builder),
         order_(order),
-        K_(int(cores.front().size())),
-        C_(int(ranges.size())),
+        K_(layout.stages()),
+        C_(int(layout.ranges.size())),
         V_(C_ / K_),
         M_(M),
-        R_(int(cores.size())),
-        built_(built < 0 ? int(cores.size()) : built),
         remat_(remat),
-        sharded_(sharded && cores.size() > 1),
-        b_(study.batch / (std::int64_t(cores.size()) * M)),
-        ranges_(std::move(ranges)),
-        cores_(std::move(cores)),
+        b_(study.batch / (std::int64_t(layout.replicas()) * M)),
+        layout_(layout),
+        stage_(stage),
         programs_(programs),
-        copies_(std::move(copies)),
         functional_(functional),
-        F_(R_, std::vector<std::vector<ItemTasks>>(C_, std::vector<ItemTasks>(M_))),
+        F_(layout.built, std::vector<std::vector<ItemTasks>>(C_, std::vector<ItemTasks>(M_))),
         Rc_(F_),
         B_(F_) {}
 
@@ -635,7 +664,7 @@ class PipelinePlayer {
   /// compute tasks are added); the transfers between stages afterwards.
   double compute() {
     double flops = 0;
-    for (int r = 0; r < built_; ++r)
+    for (int r = 0; r < layout_.built; ++r)
       for (int s = 0; s < K_; ++s) flops += stage_compute(r, s);
     return flops;
   }
@@ -643,34 +672,35 @@ class PipelinePlayer {
   /// Activations forward and gradients backward between consecutive model chunks (stages), core
   /// t of a group to core t of the next (each stage's own order is its group's chains).
   void link() {
+    const auto& cores = layout_.cores;
     auto& g = builder_.graph();
-    for (int r = 0; r < built_; ++r)
+    for (int r = 0; r < layout_.built; ++r)
       for (int m = 0; m < M_; ++m)
         for (int c = 0; c < C_; ++c)
-          for (int t = 0; t < int(cores_[r][c % K_].size()); ++t) {
+          for (int t = 0; t < int(cores[r][c % K_].size()); ++t) {
             const int s = c % K_;
             const Labels labels{s, m, (std::int64_t(r) * M_ + m) * b_};
             if (c > 0)
-              g.depend(
-                  transfer(cores_[r][(c - 1) % K_][t], cores_[r][s][t], boundary(c - 1),
-                           F_[r][c - 1][m].ends[t], "activation_transfer", labels, ranges_[c].first, false),
-                  F_[r][c][m].first[t]);
+              g.depend(transfer(cores[r][(c - 1) % K_][t], cores[r][s][t], boundary(c - 1),
+                                F_[r][c - 1][m].ends[t], "activation_transfer", labels,
+                                layout_.ranges[c].first, false),
+                       F_[r][c][m].first[t]);
             if (c < C_ - 1)
-              g.depend(transfer(cores_[r][(c + 1) % K_][t], cores_[r][s][t], boundary(c),
-                                B_[r][c + 1][m].ends[t], "gradient_transfer", labels, ranges_[c].last, true),
-                       B_[r][c][m].first[t]);
+              g.depend(
+                  transfer(cores[r][(c + 1) % K_][t], cores[r][s][t], boundary(c), B_[r][c + 1][m].ends[t],
+                           "gradient_transfer", labels, layout_.ranges[c].last, true),
+                  B_[r][c][m].first[t]);
           }
   }
 
-  /// Gradients of each stage (each model chunk) all-reduced across the replicas (each core's
-  /// shard with the same shard of the other replicas), then the update; the stages' table for
-  /// the report.
-  Json reduce_and_update() {
+  /// Each model chunk's tail after its last backward; the stages' table for the report.
+  Json tails() {
+    TiedSums sums;
     Json stages = Json::array();
     for (int c = 0; c < C_; ++c) {
-      const auto after = reduce_within_groups(c);
-      for (int t = 0; t < int(cores_[0][c % K_].size()); ++t) update_shard(c, t, after);
-      stages.push_back(stage_json(c));
+      StageTail(study_, builder_, layout_, c, programs_, remat_, stage_, last_backward(c), functional_, sums)
+          .play();
+      stages.push_back(stage_json(study_, builder_, layout_, c, b_, remat_, V_ > 1));
     }
     return stages;
   }
@@ -686,9 +716,11 @@ class PipelinePlayer {
 
   /// Group (r, s)'s program; returns its compute tasks' hardware FLOPs.
   double stage_compute(int r, int s) {
+    const double slots = stage_.sharded ? 1.0 / layout_.replicas() : 1.0;
     for (int c = s; c < C_; c += K_)
-      for (int core : cores_[r][s]) builder_.resident_weights(core, ranges_[c], sharded_ ? 1.0 / R_ : 1.0);
-    StagePlayer group(study_, builder_, cores_[r][s], programs_, remat_, ranges_, b_, functional_);
+      for (int core : layout_.cores[r][s]) builder_.resident_weights(core, layout_.ranges[c], slots);
+    StagePlayer group(study_, builder_, layout_.cores[r][s], programs_, remat_, layout_.ranges, b_,
+                      functional_);
     std::set<int> backward_seen;  // chunks whose first backward (allocating their gradients) is placed
     for (const Item& it : stage_program(order_, s, K_, M_, remat_ != Keep::All, V_)) {
       const Labels labels{s, it.micro_batch, (std::int64_t(r) * M_ + it.micro_batch) * b_,
@@ -701,208 +733,28 @@ class PipelinePlayer {
     return group.hardware_flops();
   }
 
-  double boundary(int c) { return builder_.cost(ranges_[c], b_).output_bytes; }
-  /// "stage s" (and its chunk when interleaved), naming a chunk's collectives.
-  std::string stage_name(int c) const {
-    return "stage " + std::to_string(c % K_) + (V_ > 1 ? " chunk " + std::to_string(c) : "");
-  }
-
-  /// Per replica, per core of a group: the tasks a chunk's reductions across replicas wait for.
-  using Afters = std::vector<std::vector<std::vector<int>>>;
-  /// The model chunk holding `layer`.
-  int chunk_of(int layer) const {
-    int c = 0;
-    while (layer >= ranges_[std::size_t(c)].last) ++c;
-    return c;
-  }
-
-  /// What each replica's update of bucket `b` (of the chunk on core t's stage) waits for, given
-  /// what it waits for now (`waits`, per built replica): for each tied copy whose reader or owner
-  /// is in the bucket, the copy's gradient summed with its owner's, each core with its
-  /// counterpart on the other stage, once both stages' reductions are done (Megatron-LM's
-  /// all-reduce of the embedding gradients between the first and last stage, after the
-  /// data-parallel reduction, before the optimizer). Timing only in functional mode: the host
-  /// math shares the table.
-  std::vector<std::vector<int>> tied_sums(int t, LayerRange b, std::vector<std::vector<int>> waits) {
-    auto in = [&](int l) { return l >= b.first && l < b.last; };
-    for (std::size_t k = 0; k < copies_.size(); ++k) {
-      const auto& copy = copies_[k];
-      if (!in(copy.reader) && !in(copy.owner)) continue;
-      std::vector<int>& sums = tied_sums_[{k, t}];
-      for (int r = 0; r < built_; ++r) {
-        if (int(sums.size()) <= r) sums.push_back(tied_sum(copy, r, t));
-        for (int x : waits[std::size_t(r)]) builder_.graph().depend(x, sums[std::size_t(r)]);
-        waits[std::size_t(r)] = {sums[std::size_t(r)]};
-      }
-    }
-    return waits;
-  }
-  int tied_sum(const StepBuilder::TiedCopy& copy, int r, int t) {
-    const int reader = chunk_of(copy.reader), owner = chunk_of(copy.owner), s = reader % K_;
-    const int id = builder_.collective(
-        sim::CollectiveOp::AllReduce, "tied_weight_allreduce",
-        "allreduce tied " + study_.model.layers[std::size_t(copy.owner)].name + " " + stage_name(owner) +
-            " + " + stage_name(reader) + (cores_[r][s].size() > 1 ? " shard " + std::to_string(t) : "") +
-            (R_ > 1 ? " replica " + std::to_string(r) : ""),
-        {cores_[r][owner % K_][t], cores_[r][s][t]}, copy.bytes, {copy.owner, copy.owner + 1});
-    builder_.graph().task(id).stage = s;
-    return id;
-  }
-
-  /// What each core's update waits for: its last backward (GPipe: micro-batch 0; 1F1B: the last
-  /// one), or the group's reduction of weight gradients its layout leaves partial.
-  Afters reduce_within_groups(int c) {
-    const int s = c % K_, T = int(cores_[0][s].size());
-    const auto program = stage_program(order_, s, K_, M_, remat_ != Keep::All, V_);
-    int last = -1;  // the chunk's last backward in its stage's program
-    for (const Item& it : program)
+  /// Per built replica, per core of chunk c's stage group: where the chunk's last backward ends
+  /// (GPipe: micro-batch 0's; 1F1B: the last one's).
+  std::vector<std::vector<std::vector<int>>> last_backward(int c) const {
+    int last = -1;
+    for (const Item& it : stage_program(order_, c % K_, K_, M_, remat_ != Keep::All, V_))
       if (it.kind == Item::Backward && it.chunk == c) last = it.micro_batch;
-    const double partial = builder_.cost(ranges_[c], b_).group_gradient_bytes;
-    std::vector<std::vector<std::vector<int>>> after(R_, std::vector<std::vector<int>>(T));
-    for (int r = 0; r < built_; ++r) {
-      for (int t = 0; t < T; ++t) after[r][t] = B_[r][c][last].ends[t];
-      if (partial <= 0 || T == 1) continue;
-      const int id = builder_.collective(sim::CollectiveOp::AllReduce, "gradient_allreduce",
-                                         "tensor gradient allreduce " + stage_name(c), cores_[r][s], partial,
-                                         ranges_[c]);
-      builder_.graph().task(id).stage = s;
-      for (int t = 0; t < T; ++t)
-        for (int x : after[r][t]) builder_.graph().depend(x, id);
-      std::fill(after[r].begin(), after[r].end(), std::vector<int>{id});
-    }
-    return after;
+    std::vector<std::vector<std::vector<int>>> ends;
+    for (int r = 0; r < layout_.built; ++r) ends.push_back(B_[r][c][last].ends);
+    return ends;
   }
 
-  /// The chunk's layers combined for their reductions across the replicas as XLA's all-reduce
-  /// combiner does (gradient_buckets, last layers first), and a bucket's name: "stage s", with
-  /// its layers when the chunk has several buckets, and the core's shard of a split stage.
-  std::vector<LayerRange> buckets_of(int c) {
-    return gradient_buckets(
-        ranges_[c], [&](int l) { return builder_.gradient_bytes(l); },
-        study_.hardware.core.allreduce_combine_threshold_bytes);
-  }
-  std::string bucket_name(int c, int t, LayerRange b, std::size_t buckets) const {
-    return stage_name(c) +
-           (buckets > 1 ? " layers " + std::to_string(b.first) + "-" + std::to_string(b.last - 1) : "") +
-           (cores_[0][std::size_t(c % K_)].size() > 1 ? " shard " + std::to_string(t) : "");
-  }
-  std::vector<int> replica_group(int s, int t) const {
-    std::vector<int> group;
-    for (int r = 0; r < R_; ++r) group.push_back(cores_[r][s][t]);
-    return group;
-  }
-
-  /// Each bucket all-reduced across the replicas (one after another, after the stage's last
-  /// backward), each replica's update of the bucket once it is reduced. Alone (one replica, one
-  /// slice): the chunk's one update after its backward.
-  void update_shard(int c, int t, const Afters& after) {
-    if (sharded_) return sharded_update(c, t, after);
-    const int s = c % K_;
-    auto& g = builder_.graph();
-    if (R_ == 1 && study_.slices == 1) {
-      const int update = builder_.update(cores_[0][s][t], ranges_[c], 1.0, Labels{s, -1});
-      const auto waits = tied_sums(t, ranges_[c], {after[0][t]});
-      for (int x : waits.front()) g.depend(x, update);
-      return;
-    }
-    const auto buckets = buckets_of(c);
-    int previous = -1;
-    for (const LayerRange& b : buckets) {  // across slices even a lone replica reduces
-      const int allreduce = builder_.collective(sim::CollectiveOp::AllReduce, "gradient_allreduce",
-                                                "allreduce " + bucket_name(c, t, b, buckets.size()),
-                                                replica_group(s, t), builder_.gradient_bytes(b), b);
-      g.task(allreduce).stage = s;
-      g.task(allreduce).across_slices = true;
-      for (int r = 0; r < built_; ++r)
-        for (int x : after[r][t]) g.depend(x, allreduce);
-      if (previous >= 0) g.depend(previous, allreduce);
-      previous = allreduce;
-      const auto waits = tied_sums(t, b, std::vector<std::vector<int>>(std::size_t(built_), {allreduce}));
-      for (int r = 0; r < built_; ++r) {
-        const int update = builder_.update(cores_[r][s][t], b, 1.0, Labels{s, -1});
-        for (int x : waits[std::size_t(r)]) g.depend(x, update);
-      }
-    }
-  }
-
-  /// Weight-update sharding across the replicas, bucket by bucket: the bucket's gradients
-  /// reduce-scattered over the replicas (each keeps its piece; the optimizer's per-layer norms
-  /// all-reduced when it has any), each replica updates its piece, and the updated pieces are
-  /// all-gathered.
-  void sharded_update(int c, int t, const Afters& after) {
-    const int s = c % K_;
-    auto& g = builder_.graph();
-    const std::vector<int> group = replica_group(s, t);
-    const std::vector<int> built(group.begin(), group.begin() + built_);
-    const auto buckets = buckets_of(c);
-    int previous = -1;
-    for (const LayerRange& range : buckets) {
-      const std::string name = bucket_name(c, t, range, buckets.size());
-      const double gradients = builder_.gradient_bytes(range), params = gradients / study_.model.weight_bytes;
-      const double fraction = params > 0 ? std::ceil(params / R_) / params : 1.0;
-      const int reduce = builder_.collective(sim::CollectiveOp::ReduceScatter, "gradient_reduce_scatter",
-                                             "reduce-scatter " + name, group, gradients, range);
-      g.task(reduce).stage = s;
-      g.task(reduce).across_slices = true;
-      for (int r = 0; r < built_; ++r)
-        for (int x : after[r][t]) g.depend(x, reduce);
-      if (previous >= 0) g.depend(previous, reduce);
-      previous = reduce;
-      const int ready = builder_.keep_gradient_shard(reduce, built, group, range, fraction, name);
-      const int gather = builder_.collective(sim::CollectiveOp::AllGather, "weight_allgather",
-                                             "all-gather weights " + name, group, gradients, range);
-      g.task(gather).stage = s;
-      const auto waits = tied_sums(t, range, std::vector<std::vector<int>>(std::size_t(built_), {ready}));
-      for (int r = 0; r < built_; ++r) {
-        const int upd = builder_.update(group[std::size_t(r)], range, fraction, Labels{s, -1}, r, R_);
-        for (int x : waits[std::size_t(r)]) g.depend(x, upd);
-        g.depend(upd, gather);
-      }
-    }
-  }
-
-  /// A stage's row of the report (a model chunk's when interleaved, with its "chunk").
-  Json stage_json(int chunk) {
-    const int s = chunk % K_;
-    const LayerRange range = ranges_[chunk];
-    const LayerCost c = builder_.cost(range, b_);
-    const auto& layers = study_.model.layers;
-    std::int64_t params = 0;
-    for (int l = range.first; l < range.last; ++l) params += layers[l].params();
-    Json stage_cores = Json::array();
-    for (int r = 0; r < R_; ++r)  // replica by replica, each group's cores in turn
-      for (int core : cores_[r][s]) stage_cores.push_back(core);
-    Json row{{"stage", s},
-             {"layers", {range.first, range.last - 1}},
-             {"first_layer", layers[range.first].name},
-             {"last_layer", layers[range.last - 1].name},
-             {"params", params},
-             {"forward_s", c.forward_s},
-             {"backward_s", c.backward_s},
-             {"cost_s", c.forward_s + c.recompute_s(remat_) + c.backward_s},
-             {"boundary_bytes", c.output_bytes},
-             {"cores", stage_cores}};
-    if (V_ > 1) row["chunk"] = chunk;
-    for (const auto& copy : copies_)
-      if (chunk_of(copy.reader) == chunk) {
-        row["tied_copy_of"] = layers[std::size_t(copy.owner)].name;
-        row["tied_copy_bytes"] = copy.bytes;
-      }
-    return row;
-  }
+  double boundary(int c) { return builder_.cost(layout_.ranges[c], b_).output_bytes; }
 
   const Study& study_;
   StepBuilder& builder_;
   Pipeline::Order order_;
-  int K_, C_, V_, M_, R_, built_;  // stages, model chunks (K x V), chunks per stage
+  int K_, C_, V_, M_;  // stages, model chunks (K x V), chunks per stage, micro-batches
   Keep remat_;
-  bool sharded_;
   std::int64_t b_;
-  std::vector<LayerRange> ranges_;
-  std::vector<std::vector<std::vector<int>>> cores_;
+  const PipelineLayout& layout_;
+  const StageSharding& stage_;
   const std::vector<mesh::LayerProgram>& programs_;
-  std::vector<StepBuilder::TiedCopy> copies_;
-  std::map<std::pair<std::size_t, int>, std::vector<int>> tied_sums_;  ///< per (copy, core t): per replica
   FunctionalRuntime* functional_;
   StageTasks F_, Rc_, B_;
   StagePlayer::ItemRuns item_runs_;  ///< every stage's items (a chunk is on one stage)
@@ -912,24 +764,28 @@ class PipelinePlayer {
 
 BuiltStep Pipeline::play(const Study& study, const Partition& cut, FunctionalRuntime* functional, int built,
                          Json* stages) const {
-  std::vector<LayerRange> ranges;  // per model chunk
+  PipelineLayout layout;
   for (int c = 0, first = 0; c < chunks(); first += cut.sizes[std::size_t(c)], ++c)
-    ranges.push_back({first, first + cut.sizes[std::size_t(c)]});
+    layout.ranges.push_back({first, first + cut.sizes[std::size_t(c)]});
+  layout.cores = groups(study);
+  layout.built = built < 0 ? replicas_ : built;
+  layout.combine_unit = combine_unit_;
   StepBuilder builder(study, study.cores(), functional);
   split(builder);
   std::vector<int> stage_of_layer;
   for (int c = 0; c < chunks(); ++c)
-    stage_of_layer.insert(stage_of_layer.end(), ranges[c].size(), c % stages_);
-  const auto copies = builder.tied_copies(stage_of_layer, layer_batch(study));
-  builder.hold(copies);
+    stage_of_layer.insert(stage_of_layer.end(), layout.ranges[c].size(), c % stages_);
+  layout.copies = builder.tied_copies(stage_of_layer, layer_batch(study));
+  builder.hold(layout.copies);
   std::vector<mesh::LayerProgram> layer_programs;
   for (int l = 0; l < int(study.model.layers.size()); ++l)
     layer_programs.push_back(builder.program(l, layer_batch(study)));
-  PipelinePlayer player(study, builder, order_, microbatches_, remat_, sharded_, ranges, groups(study),
-                        layer_programs, copies, functional, built);
+  tail_programs(layer_programs, layout, sharding_, study.model);
+  PipelinePlayer player(study, builder, order_, microbatches_, remat_, layout, sharding_, layer_programs,
+                        functional);
   const double flops = player.compute();
   player.link();
-  Json table = player.reduce_and_update();
+  Json table = player.tails();
   if (stages) *stages = std::move(table);
   BuiltStep step = builder.finish();
   step.hardware_flops += flops;

@@ -79,6 +79,8 @@ class Pipeline : public Schedule {
   /// "weight_update": "sharded": each stage's optimizer slots and update split over its replicas
   /// (gradients reduce-scattered, updated pieces all-gathered), as ZeRO-1 / MLPerf's sharding.
   bool sharded_ = false;
+  /// "gradient_combine_unit": what the combiner takes whole in the reductions across replicas.
+  mesh::CombineUnit combine_unit_ = mesh::CombineUnit::Layer;
   /// "virtual_stages" (one_f_one_b): model chunks per stage, Megatron's interleaved schedule.
   int virtual_ = 1;
   int chunks() const { return stages_ * virtual_; }
@@ -106,7 +108,7 @@ class Pipeline : public Schedule {
                               std::set<int>& used, Problems& problems);
   /// A builder whose layer costs are one core's share of a stage.
   void split(StepBuilder& builder) const {
-    if (tensor_ > 1) builder.split_layers(sharding_);
+    if (tensor_ > 1 || sharding_.over_replicas) builder.split_layers(sharding_);
   }
 };
 

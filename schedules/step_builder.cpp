@@ -28,11 +28,6 @@ StepBuilder::StepBuilder(const Study& study, int cores, FunctionalRuntime* funct
       saves_(study.schedule ? study.schedule->save_policy() : save_dots_policy()),
       graph_(cores),
       costs_(study.layer_costs ? study.layer_costs : std::make_shared<LayerCostCache>()) {
-  for (const auto& layer : study.model.layers) {
-    const OpCost update = cost_model_.cost(study.optimizer.update_op(study.model, layer));
-    update_s_.push_back(update.seconds);
-    update_hbm_s_.push_back(update.hbm_bound_s());
-  }
   weight_fraction_.assign(study.model.layers.size(), 1.0);
   copy_.assign(study.model.layers.size(), TiedCopy{});
 }
@@ -71,6 +66,7 @@ void StepBuilder::split_layers(const StageSharding& s) {
   sharding_key_.clear();
   for (const auto& [dim, mesh_dim] : s.layout) sharding_key_ += dim + "=" + mesh_dim + ";";
   for (const auto& [mesh_dim, size] : s.sizes) sharding_key_ += mesh_dim + ":" + std::to_string(size) + ";";
+  if (s.over_replicas) sharding_key_ += "replica;";
   cache_.clear();
   for (std::size_t l = 0; l < weight_fraction_.size(); ++l)
     weight_fraction_[l] = cost(int(l), 1).weight_fraction;
@@ -121,7 +117,6 @@ LayerCost StepBuilder::cost(LayerRange layers, std::int64_t batch) {
     sum.saved_output_bytes += c.saved_output_bytes;
     sum.partial_forward_s += c.partial_forward_s;
     sum.partial_forward_hardware_flops += c.partial_forward_hardware_flops;
-    sum.group_gradient_bytes += c.group_gradient_bytes;
   }
   // A forward that keeps everything allocates the range's kept activations as it starts, so a
   // layer's transient adds beyond them only what the later layers have not kept yet.
@@ -182,27 +177,6 @@ void StepBuilder::resident_weights(int core, LayerRange layers, double slot_frac
   }
 }
 
-std::string StepBuilder::describe(LayerRange layers) const {
-  const auto& ls = study_.model.layers;
-  if (layers.size() == 1) return ls[layers.first].name;
-  return ls[layers.first].name + ".." + ls[layers.last - 1].name;
-}
-
-sim::Task StepBuilder::compute_task(const char* phase, int core, LayerRange layers, Labels labels) const {
-  sim::Task t;
-  t.kind = sim::TaskKind::Compute;
-  t.phase = phase;
-  t.core = core;
-  t.layer = layers.size() == 1 ? layers.first : -1;
-  t.stage = labels.stage;
-  t.micro_batch = labels.micro_batch;
-  t.chunk = std::int16_t(labels.chunk);  // at most virtual_stages (4096) - 1
-  t.name = std::string(phase) + " " + describe(layers) +
-           (labels.micro_batch >= 0 ? " mb" + std::to_string(labels.micro_batch) : "") + " core " +
-           std::to_string(core);
-  return t;
-}
-
 int StepBuilder::transfer(int src, int dst, double bytes, int prev, const std::string& phase, Labels labels,
                           int boundary, bool gradient) {
   sim::Task t;
@@ -222,57 +196,14 @@ int StepBuilder::transfer(int src, int dst, double bytes, int prev, const std::s
 }
 
 int StepBuilder::collective(sim::CollectiveOp op, const std::string& phase, const std::string& name,
-                            std::vector<int> group, double bytes, LayerRange layers) {
+                            std::vector<int> group, double bytes) {
   sim::Task t;
   t.kind = sim::TaskKind::Collective;
   t.op = op;
   t.name = name;
   t.phase = phase;
   t.bytes = bytes;
-  if (functional_) {
-    if (phase.rfind("gradient_", 0) == 0)
-      t.host = functional_->reduce(group, layers);
-    else if (phase == "weight_allgather")
-      t.host = functional_->gather(group, layers);
-  }
   t.group = std::move(group);
-  return graph_.add(std::move(t));
-}
-
-int StepBuilder::keep_gradient_shard(int reduce, const std::vector<int>& holders,
-                                     const std::vector<int>& group, LayerRange layers, double fraction,
-                                     const std::string& what) {
-  const double released = gradient_bytes(layers) - gradient_bytes(layers) * fraction;
-  for (int core : holders)
-    graph_.task(reduce).memory.push_back({core, MemoryCategory::Gradients, -released, When::End});
-  const double norms = study_.optimizer.rule->layer_statistics_bytes();
-  if (norms <= 0) return reduce;
-  const std::string phase = study_.optimizer.rule->layer_statistics_phase();
-  const int ready = collective(sim::CollectiveOp::AllReduce, phase, phase + " " + what, group,
-                               norms * layers.size(), layers);
-  graph_.depend(reduce, ready);
-  return ready;
-}
-
-int StepBuilder::update(int core, LayerRange layers, double fraction, Labels labels, int shard, int shards) {
-  sim::Task t = compute_task("update", core, layers, labels);
-  t.name = "update core " + std::to_string(core);
-  for (int l = layers.first; l < layers.last; ++l) {
-    // The update's duration scales with the shard; the fixed per-op overhead does not.
-    const double overhead = study_.hardware.core.op_overhead_s;
-    t.seconds += (update_s_[l] - overhead) * fraction * weight_fraction_[std::size_t(l)] + overhead;
-    t.hbm_s += update_hbm_s_[std::size_t(l)] * fraction * weight_fraction_[std::size_t(l)];
-    if (const TiedCopy& copy = copy_[std::size_t(l)]; copy.bytes > 0) {
-      // The copy's update: its owner's for a full layer, scaled by the copy's share of its elements.
-      const double share = copy.bytes / (study_.model.weight_bytes *
-                                         double(study_.model.layers[std::size_t(copy.owner)].params()));
-      t.seconds += (update_s_[std::size_t(copy.owner)] - overhead) * fraction * share;
-      t.hbm_s += update_hbm_s_[std::size_t(copy.owner)] * fraction * share;
-    }
-  }
-  // The gradients it consumes: the whole buffer, or the shard a reduce-scatter left.
-  t.memory.push_back({core, MemoryCategory::Gradients, -gradient_bytes(layers) * fraction, When::End});
-  if (functional_) t.host = functional_->update(core, layers, shard, shards);
   return graph_.add(std::move(t));
 }
 

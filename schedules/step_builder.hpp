@@ -1,8 +1,7 @@
 // Shared bricks of every schedule: the task graph the one player (schedules/program_player.hpp)
-// puts the layers' programs on, the layers' programs and summed costs, resident weights, update
-// tasks over a range of layers on a core, transfers and collectives, each timed by the cost
-// model and carrying its memory effects. Layer costs and programs are cached per (layer, batch),
-// so thousands of identical cores or micro-batches cost one lowering.
+// puts the layers' programs on, the layers' programs and summed costs, resident weights,
+// transfers and collectives, each timed by the cost model and carrying its memory effects. Layer costs and
+// programs are cached per (layer, batch), so thousands of identical cores or micro-batches cost one lowering.
 #pragma once
 
 #include <algorithm>
@@ -101,30 +100,16 @@ class StepBuilder {
   /// `boundary` (its gradient when `gradient`) of the micro-batch in `labels`.
   int transfer(int src, int dst, double bytes, int prev, const std::string& phase, Labels labels,
                int boundary, bool gradient);
-  /// A collective over `group` on the gradients or weights of `layers` (what it does
-  /// functionally follows from its phase: gradient_* reduce gradients, weight_allgather gathers
-  /// weights; anything else is timing only).
+  /// A collective over `group` (timing only: a tensor-parallel stage's, the tied copies' sums).
   int collective(sim::CollectiveOp op, const std::string& phase, const std::string& name,
-                 std::vector<int> group, double bytes, LayerRange layers);
-  /// After `reduce` (a reduce-scatter of `layers`' gradients over `group`) each of `holders`
-  /// keeps only its `fraction` of the gradients; an optimizer with per-layer statistics over the
-  /// whole weights (LARS's ||w|| and ||g||) then all-reduces the pieces' partial sums over
-  /// `group` ("`phase` `what`"). Returns the task the updates wait for.
-  int keep_gradient_shard(int reduce, const std::vector<int>& holders, const std::vector<int>& group,
-                          LayerRange layers, double fraction, const std::string& what);
-  /// Optimizer update on `core` of piece `shard` of `shards` equal pieces of each weight of
-  /// `layers` (`fraction` of the work and memory, padding included); frees the gradients it consumed
-  /// (that fraction of the layers' gradient buffers) at its end.
-  int update(int core, LayerRange layers, double fraction, Labels labels = {}, int shard = 0, int shards = 1);
+                 std::vector<int> group, double bytes);
 
   /// Hands over the graph with the FLOP totals.
   BuiltStep finish();
 
  private:
-  std::string describe(LayerRange layers) const;
   /// The cost of `layer` for `batch` examples, computed (cost() caches it).
   LayerCost layer_cost(int layer, std::int64_t batch) const;
-  sim::Task compute_task(const char* phase, int core, LayerRange layers, Labels labels) const;
 
   const Study& study_;
   FunctionalRuntime* functional_;
@@ -136,8 +121,6 @@ class StepBuilder {
   /// The shared cache's key for this builder's costs: the split and the save policy.
   std::string cache_key() const { return sharding_key_ + "|" + saves_.name(); }
   std::map<std::pair<int, std::int64_t>, const LayerCost*> cache_;  // this builder's lookups
-  std::vector<double> update_s_;                                    // per layer, full update on one core
-  std::vector<double> update_hbm_s_;                                // ... the part HBM's bandwidth sets
   const StageSharding* sharding_ = nullptr;
   std::vector<double> weight_fraction_;  // per layer, a core's share of its weights
   std::vector<TiedCopy> copy_;           // per layer, the tied copy it holds (bytes 0: none)

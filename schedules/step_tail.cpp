@@ -20,15 +20,18 @@ TailPlayer::TailPlayer(const Study& study, StepBuilder& builder, std::vector<int
       wire_(settings.wire),
       exec_(std::move(exec)),
       layers_(int(programs_.size())),
-      gradient_reductions_(std::size_t(layers_)),
-      scattered_(std::size_t(layers_)) {
-  if (!fully_) combined_ = gradient_chunks(programs_, settings.bucket_bytes);
+      range_(settings.layers.last < 0 ? LayerRange{0, layers_} : settings.layers),
+      cost_(study.hardware.core),
+      gradient_reductions_(programs_.size()),
+      scattered_(programs_.size()) {
+  if (!fully_) combined_ = gradient_chunks(programs_, settings.bucket_bytes, range_, settings.unit);
 }
 
 void TailPlayer::tail(const Sharding& s) {
   combined_gradient_reductions();
   reduce_pieces_across_slices();
   optimizer_statistics(s);
+  before_updates();
   updates();
   if (fully_)
     functional_gathers();
@@ -114,11 +117,11 @@ int TailPlayer::combined_reduction(const std::vector<std::string>& dims,
       scattered_[std::size_t(l)].push_back(
           {{ev->actions.front().op, t.groups}, ev->name, ev->mesh_dims, ev->bytes, chunk});
     }
-    if (exec_) parts.push_back(exec_->collective(t.groups, l, ev->actions.front()));
+    if (Closure host = reduction_host(t.groups, l, *ev)) parts.push_back(std::move(host));
   }
   for (int c = 0; c < size_ && freed > 0; ++c)
-    t.memory.push_back({c, sim::MemoryCategory::Gradients, -freed, When::End});
-  if (exec_)
+    t.memory.push_back({cores_[std::size_t(c)], sim::MemoryCategory::Gradients, -freed, When::End});
+  if (!parts.empty())
     t.host = [parts] {
       for (const auto& part : parts) part();
     };
@@ -161,7 +164,7 @@ void TailPlayer::statistics(int l, const std::string& phase, const std::vector<s
 
 void TailPlayer::optimizer_statistics(const Sharding& s) {
   const auto& rule = *study_.optimizer.rule;
-  for (int l = 0; l < layers_; ++l) {
+  for (int l = range_.first; l < range_.last; ++l) {
     const auto& p = programs_[std::size_t(l)];
     if (const double norms = rule.layer_statistics_bytes(); norms > 0) {
       // LARS scales each layer by ||w|| / ||g||: when the layer's weights are split over mesh
@@ -186,34 +189,51 @@ void TailPlayer::optimizer_statistics(const Sharding& s) {
   }
 }
 
+TailPlayer::Closure TailPlayer::reduction_host(const std::vector<std::vector<int>>& family, int l,
+                                               const Event& ev) {
+  return exec_ ? exec_->collective(family, l, ev.actions.front()) : Closure{};
+}
+
+TailPlayer::Closure TailPlayer::update_host(int i, int l) {
+  if (!exec_) return {};
+  std::vector<MeshExecutor::ShardedWeight> pieces;
+  for (const auto& w : scattered_[std::size_t(l)]) pieces.push_back(w.weight);
+  return exec_->update(i, l, pieces);
+}
+
+TailPlayer::Closure TailPlayer::gather_host(int l, const Scattered& w) {
+  return exec_ ? exec_->gather(l, w.weight) : Closure{};
+}
+
+TailPlayer::UpdateTime TailPlayer::update_time(int l) const {
+  const OpCost c = cost_.cost(
+      study_.optimizer.update_op(study_.model, study_.model.layers[std::size_t(l)], update_fraction(l)));
+  return {c.seconds, c.hbm_bound_s()};
+}
+
 void TailPlayer::updates() {
-  const CostModel cost(study_.hardware.core);
-  updates_.assign(std::size_t(layers_), {});
+  updates_.assign(programs_.size(), {});
   for (int c = 0; c < size_; ++c) {
     const int after_backward = last_[std::size_t(c)];
-    for (int l = layers_ - 1; l >= 0; --l) {
+    for (int l = range_.last - 1; l >= range_.first; --l) {
       const auto& p = programs_[std::size_t(l)];
-      const double fraction = update_fraction(l);
-      if (fraction <= 0) continue;
+      if (p.update_elements <= 0) continue;
       sim::Task t;
       t.kind = sim::TaskKind::Compute;
-      t.name = "update " + study_.model.layers[std::size_t(l)].name + " core " + std::to_string(c);
+      const int core = cores_[std::size_t(c)];
+      t.name = "update " + study_.model.layers[std::size_t(l)].name + " core " + std::to_string(core);
       t.phase = "update";
-      t.core = c;
+      t.core = core;
       t.layer = l;
-      const OpCost update =
-          cost.cost(study_.optimizer.update_op(study_.model, study_.model.layers[std::size_t(l)], fraction));
+      const UpdateTime update = update_time(l);
       t.seconds = update.seconds;
-      t.hbm_s = update.hbm_bound_s();
+      t.hbm_s = update.hbm_s;
       // What is left of the gradients (pieces of the reduce-scattered ones, the others whole).
-      t.memory.push_back({c, sim::MemoryCategory::Gradients, -weight_bytes() * p.update_elements, When::End});
-      if (exec_) {
-        std::vector<MeshExecutor::ShardedWeight> pieces;
-        for (const auto& w : scattered_[std::size_t(l)]) pieces.push_back(w.weight);
-        t.host = exec_->update(c, l, pieces);
-      }
+      t.memory.push_back(
+          {core, sim::MemoryCategory::Gradients, -weight_bytes() * p.update_elements, When::End});
+      t.host = update_host(c, l);
       const int id = g_.add(std::move(t));
-      g_.depend(after_backward, id);
+      if (after_backward >= 0) g_.depend(after_backward, id);
       for (int x : waits_[std::size_t(c)]) g_.depend(x, id);
       for (int r : gradient_reductions_[std::size_t(l)]) g_.depend(r, id);
       updates_[std::size_t(l)].push_back(id);
@@ -223,7 +243,7 @@ void TailPlayer::updates() {
 
 void TailPlayer::functional_gathers() {
   if (!exec_) return;
-  for (int l = 0; l < layers_; ++l)
+  for (int l = range_.first; l < range_.last; ++l)
     for (const auto& w : scattered_[std::size_t(l)]) {
       sim::Task t;
       t.kind = sim::TaskKind::Compute;
@@ -240,7 +260,7 @@ void TailPlayer::functional_gathers() {
 void TailPlayer::gather_updated_pieces() {
   std::map<int, std::vector<std::pair<int, const Scattered*>>> chunks;
   std::vector<int> order;
-  for (int l = layers_ - 1; l >= 0; --l)
+  for (int l = range_.last - 1; l >= range_.first; --l)
     for (const auto& w : scattered_[std::size_t(l)]) {
       if (!chunks.count(w.chunk)) order.push_back(w.chunk);
       chunks[w.chunk].push_back({l, &w});
@@ -258,13 +278,13 @@ void TailPlayer::gather_updated_pieces() {
     sim::Task t = family_collective(sim::CollectiveOp::AllGather, one ? first.name : "weights (combined)",
                                     first.mesh_dims, first.weight.groups, "weight_allgather",
                                     layers.size() == 1 ? pieces.front().first : -1, bytes);
-    if (exec_) {
-      std::vector<FunctionalRuntime::Closure> parts;
-      for (const auto& [l, w] : pieces) parts.push_back(exec_->gather(l, w->weight));
+    std::vector<Closure> parts;
+    for (const auto& [l, w] : pieces)
+      if (Closure host = gather_host(l, *w)) parts.push_back(std::move(host));
+    if (!parts.empty())
       t.host = [parts] {
         for (const auto& part : parts) part();
       };
-    }
     const int id = g_.add(std::move(t));
     for (int l : layers)
       for (int u : updates_[std::size_t(l)]) g_.depend(u, id);

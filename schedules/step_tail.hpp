@@ -24,10 +24,14 @@ class TailPlayer : public ProgramPlayer {
   /// gathered after the update), the combined reductions behind the backward (`overlap`), the
   /// reductions across slices after it (`dcn_after_backward`), the wire's dtypes and the
   /// combiner's threshold.
+  /// `layers`: those whose tail this is (last < 0: every layer); `unit`: what the combiner takes
+  /// whole (mesh::gradient_chunks).
   struct Settings {
     bool sharded = false, fully = false, overlap = false, dcn_after_backward = false;
     WireDtypes wire;
     double bucket_bytes = 0;
+    LayerRange layers{0, -1};
+    mesh::CombineUnit unit = mesh::CombineUnit::Tensor;
   };
   TailPlayer(const Study& study, StepBuilder& builder, std::vector<int> cores,
              const std::vector<LayerProgram>& programs, Keep remat, const Settings& settings,
@@ -55,6 +59,21 @@ class TailPlayer : public ProgramPlayer {
     /// together too.
     int chunk = 0;
   };
+
+  /// Functional mode: the host math of weight-gradient reduction `ev` of layer `l` over
+  /// `family`, of core `i`'s update of layer `l` (its pieces of the reduce-scattered weights), and
+  /// of the gather of `w`'s updated pieces; empty: none. By default the mesh executor's.
+  virtual Closure reduction_host(const std::vector<std::vector<int>>& family, int l, const Event& ev);
+  virtual Closure update_host(int i, int l);
+  virtual Closure gather_host(int l, const Scattered& w);
+  /// A core's update of layer `l`: the optimizer's update of its share (update_fraction) of the
+  /// layer's weights, and the part of it HBM's bandwidth sets.
+  struct UpdateTime {
+    double seconds = 0, hbm_s = 0;
+  };
+  virtual UpdateTime update_time(int l) const;
+  /// After the optimizer's statistics, before the updates (a pipeline's sums of tied copies).
+  virtual void before_updates() {}
 
   /// What a weight-gradient reduction of `bytes` (as held) carries on the wire (gradient_dtype).
   double on_wire(double bytes) const { return wire_.gradients_on_wire(bytes); }
@@ -119,6 +138,8 @@ class TailPlayer : public ProgramPlayer {
   int last_scatter_ = -1;  ///< prefetched: the reduce-scatters one after another
   std::shared_ptr<MeshExecutor> exec_;
   int layers_;
+  LayerRange range_;                                   ///< the layers whose tail this is
+  CostModel cost_;                                     ///< the updates'
   std::vector<std::vector<int>> gradient_reductions_;  ///< per layer
   std::vector<std::vector<Scattered>> scattered_;      ///< per layer
   int chunks_ = 0;                                     ///< reduce-scatters of weight gradients

@@ -531,14 +531,6 @@ TEST_CASE("gradient reductions combine in order up to the threshold, a larger on
   CHECK(combine_in_order({}, 10).empty());
   CHECK(combine_in_order({4, 4, 2, 3}, 10) == Spans{{0, 3}, {3, 4}});  // 4 + 4 + 2 = 10 fits exactly
   CHECK(combine_in_order({12, 3, 3, 12}, 10) == Spans{{0, 1}, {1, 3}, {3, 4}});
-  // Layers [2, 6) in backward order (5 first): bytes 5, 5, 5, 20 for layers 5, 4, 3, 2.
-  const std::vector<double> bytes{0, 0, 20, 5, 5, 5};
-  const auto buckets = gradient_buckets(
-      {2, 6}, [&](int l) { return bytes[std::size_t(l)]; }, 10);
-  REQUIRE(buckets.size() == 3);
-  CHECK((buckets[0].first == 4 && buckets[0].last == 6));
-  CHECK((buckets[1].first == 3 && buckets[1].last == 4));
-  CHECK((buckets[2].first == 2 && buckets[2].last == 3));
 }
 
 namespace {
