@@ -115,7 +115,11 @@ int TailPlayer::combined_reduction(const std::vector<std::string>& dims,
       const double local = ev->bytes / weight_bytes();
       freed += weight_bytes() * (local - piece_elements(local, members));
       scattered_[std::size_t(l)].push_back(
-          {{ev->actions.front().op, t.groups}, ev->name, ev->mesh_dims, ev->bytes, chunk});
+          {{ev->actions.empty() ? -1 : ev->actions.front().op, t.groups},
+           ev->name,
+           ev->mesh_dims,
+           ev->bytes,
+           chunk});  // -1: no op of the mesh's host math (a pipeline's tied copy)
     }
     if (Closure host = reduction_host(t.groups, l, *ev)) parts.push_back(std::move(host));
   }

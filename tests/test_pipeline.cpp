@@ -319,6 +319,31 @@ TEST_CASE("pipeline graph: transfers per boundary and micro-batch, all-reduce pe
   CHECK(step.details["micro_batch_size"] == 4);
 }
 
+TEST_CASE("a tied copy under weight-update sharding: its gradient's pieces are the reader's",
+          "[pipeline][tied]") {
+  // The copy is a weight of its reader in the stage programs (tail_programs): reduce-scattered
+  // across the replicas with the reader's, each replica updating its piece, then gathered.
+  auto build = [](bool shared) {
+    Json j = Json::parse(R"({"hardware": "tpu-v3", "slice": "v3-32", "batch": 64,
+      "model": {"kind": "transformer", "activation": "relu", "layers": 14, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64},
+      "optimizer": {"kind": "adam"},
+      "schedule": {"kind": "one_f_one_b", "stages": 2, "microbatches": 4, "replicas": 2, "virtual_stages": 2,
+                   "weight_update": "sharded"}})");
+    j["model"]["shared_embeddings"] = shared;
+    const Study s = parse_study(j, "test");
+    return s.schedule->build(s);
+  };
+  const BuiltStep tied = build(true), untied = build(false);
+  REQUIRE_NOTHROW(tied.graph.validate());  // every gradient allocated is freed, the copy's too
+  auto scattered = [](const BuiltStep& step) {
+    double bytes = 0;
+    for (int id = 0; id < step.graph.size(); ++id)
+      if (step.graph.task(id).phase == "gradient_reduce_scatter") bytes += step.graph.task(id).bytes;
+    return bytes;
+  };
+  CHECK(scattered(tied) == Approx(scattered(untied)));
+}
+
 TEST_CASE("a stage reading a table tied to another stage keeps a copy and sums its gradient with the owner's",
           "[pipeline][tied]") {
   // Megatron-LM: the last stage holds a copy of the word embedding the output layer reads, with

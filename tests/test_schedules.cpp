@@ -525,6 +525,30 @@ TEST_CASE("save_dots keeps the inputs and the matmuls' outputs, and recomputes t
                     Catch::Contains("schedule.remat") && Catch::Contains("save_dots"));
 }
 
+TEST_CASE("the combiner's unit: each weight's reduction, or a layer's together", "[schedules][buckets]") {
+  // Two layers, each with two weight-gradient reductions of 6 bytes over "replica"; threshold 10.
+  std::vector<mesh::LayerProgram> programs(2);
+  for (auto& p : programs)
+    for (int k = 0; k < 2; ++k) {
+      mesh::Event ev{};
+      ev.kind = mesh::Event::GradientAllReduce;
+      ev.mesh_dims = {"replica"};
+      ev.bytes = 6;
+      p.backward.push_back(ev);
+    }
+  const auto tensors = mesh::gradient_chunks(programs, 10);
+  REQUIRE(tensors.size() == 4);  // 6 + 6 > 10: each alone
+  const auto layers = mesh::gradient_chunks(programs, 10, {0, -1}, mesh::CombineUnit::Layer);
+  REQUIRE(layers.size() == 2);  // a layer's 12 bytes whole, over the threshold: one reduction each
+  for (int c = 0; c < 2; ++c) {
+    CHECK(layers[std::size_t(c)].bytes == 12);
+    REQUIRE(layers[std::size_t(c)].reductions.size() == 2);
+    for (const auto& r : layers[std::size_t(c)].reductions) CHECK(r.second == 1 - c);  // the last layer first
+  }
+  CHECK(mesh::gradient_chunks(programs, 10, {1, 2}, mesh::CombineUnit::Layer).size() == 1);  // layer 1 only
+  CHECK(mesh::gradient_chunks(programs, 24, {0, -1}, mesh::CombineUnit::Layer).size() == 1);
+}
+
 TEST_CASE("gradient reductions combine in order up to the threshold, a larger one alone",
           "[schedules][buckets]") {
   using Spans = std::vector<std::pair<std::size_t, std::size_t>>;
