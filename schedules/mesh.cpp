@@ -639,7 +639,7 @@ class MeshStepPlayer : public TailPlayer {
       const double local = ev.bytes / weight_bytes(), members = double(t.groups.front().size());
       for (int c = 0; c < size_; ++c)
         t.memory.push_back({c, sim::MemoryCategory::Gradients,
-                            -weight_bytes() * (local - piece_elements(local, members)), When::End});
+                            -weight_bytes() * unkept_elements(local, members), When::End});
       scattered_[std::size_t(l)].push_back(
           {{ev.actions.front().op, t.groups}, ev.name, ev.mesh_dims, ev.bytes, chunks_++});
     }

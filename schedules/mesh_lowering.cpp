@@ -34,6 +34,8 @@ std::optional<BlockingCollective> blocking_collective(Event::Kind kind) {
 
 double piece_elements(double elements, double count) { return std::ceil(elements / count); }
 
+double unkept_elements(double elements, double count) { return elements - piece_elements(elements, count); }
+
 std::vector<GradientChunk> gradient_chunks(const std::vector<LayerProgram>& programs, double threshold_bytes,
                                            LayerRange layers, CombineUnit unit) {
   if (layers.last < 0) layers = {0, int(programs.size())};
@@ -176,7 +178,7 @@ class LayerLowering : public MeshLoweringSink {
       double members = 1;
       for (const auto& m : mesh) members *= s_.sizes.at(m);
       const double local = bytes / s_.weight_bytes;
-      unshared_update_ += local - piece_elements(local, members);
+      unshared_update_ += unkept_elements(local, members);
       row["collectives"].back()["allgather_task"] =
           collective_task_name(layer_ + "/" + name, mesh, sim::CollectiveOp::AllGather);
     }

@@ -25,6 +25,9 @@ std::string collective_task_name(const std::string& event, const std::vector<std
 
 /// Elements of a core's piece when `elements` are split into `count` equal pieces (padded).
 double piece_elements(double elements, double count);
+/// The elements a core does not keep of `elements` reduce-scattered over `count` cores (all but
+/// its padded piece): what weight-update sharding frees and leaves to the others to update.
+double unkept_elements(double elements, double count);
 
 /// One step of a layer's SPMD program: compute, or a collective (blocking the next compute, or
 /// running behind it as weight-gradient reductions do).

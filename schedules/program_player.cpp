@@ -205,6 +205,13 @@ void ProgramPlayer::receive(const std::vector<std::vector<int>>& arrivals) {
                                   arrivals[std::size_t(i)].end());
 }
 
+ProgramPlayer::Closure ProgramPlayer::in_turn(std::vector<Closure> parts) {
+  if (parts.empty()) return {};
+  return [parts = std::move(parts)] {
+    for (const auto& part : parts) part();
+  };
+}
+
 sim::Task ProgramPlayer::family_collective(sim::CollectiveOp op, const std::string& what,
                                            const std::vector<std::string>& mesh_dims,
                                            std::vector<std::vector<int>> family, const std::string& phase,

@@ -67,6 +67,8 @@ class ProgramPlayer {
   void receive(const std::vector<std::vector<int>>& arrivals);
   /// A collective over every group of a family at once, named by what it does and over which
   /// mesh dimensions.
+  /// Host math run one part after another (empty when there is none).
+  static Closure in_turn(std::vector<Closure> parts);
   static sim::Task family_collective(sim::CollectiveOp op, const std::string& what,
                                      const std::vector<std::string>& mesh_dims,
                                      std::vector<std::vector<int>> family, const std::string& phase,

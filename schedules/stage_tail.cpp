@@ -19,8 +19,7 @@ std::string PipelineLayout::stage_name(int chunk) const {
 
 void tail_programs(std::vector<mesh::LayerProgram>& programs, const PipelineLayout& layout,
                    const StageSharding& stage, const Model& model) {
-  const bool sharded = stage.sharded && stage.replicas > 1;
-  if (sharded)
+  if (stage.sharded)  // (the schedule refuses it with one replica)
     for (auto& p : programs)
       for (const auto& ev : p.backward) {  // as the lowering cuts a mesh's (Event::GradientAllReduce)
         if (ev.kind != mesh::Event::GradientAllReduce) continue;
@@ -28,14 +27,14 @@ void tail_programs(std::vector<mesh::LayerProgram>& programs, const PipelineLayo
         for (const auto& dim : ev.mesh_dims)
           members *= dim == "replica" ? stage.replicas : stage.sizes.at(dim);
         const double local = ev.bytes / model.weight_bytes;
-        p.update_elements -= local - mesh::piece_elements(local, members);
+        p.update_elements -= mesh::unkept_elements(local, members);
       }
   for (const auto& copy : layout.copies) {
     auto& p = programs[std::size_t(copy.reader)];
     const double elements = copy.bytes / model.weight_bytes;
     p.weight_elements += elements;
     p.total_weight_elements += elements;
-    p.update_elements += sharded ? mesh::piece_elements(elements, stage.replicas) : elements;
+    p.update_elements += stage.sharded ? mesh::piece_elements(elements, stage.replicas) : elements;
     if (!stage.over_replicas) continue;
     mesh::Event reduce{};
     reduce.kind = mesh::Event::GradientAllReduce;
@@ -61,7 +60,7 @@ std::vector<int> tail_cores(const PipelineLayout& layout, int chunk) {
 TailPlayer::Settings StageTail::settings(const Study& study, const StageSharding& stage,
                                          const PipelineLayout& layout, int chunk) {
   Settings s;
-  s.sharded = stage.sharded && stage.replicas > 1;
+  s.sharded = stage.sharded;
   const double bytes = study.model.weight_bytes;  // reduced and gathered as held
   s.wire = WireDtypes{bytes, bytes, bytes};
   s.bucket_bytes = study.hardware.core.allreduce_combine_threshold_bytes;
@@ -122,25 +121,21 @@ StageTail::Closure StageTail::reduction_host(const std::vector<std::vector<int>>
   if (!functional_ || !reduced_.insert(l).second) return {};  // a layer's gradients summed once
   std::vector<Closure> parts;
   for (const auto& group : family) parts.push_back(functional_->reduce(group, {l, l + 1}));
-  return [parts] {
-    for (const auto& part : parts) part();
-  };
+  return in_turn(std::move(parts));
 }
 
 StageTail::Closure StageTail::update_host(int i, int l) {
   if (!functional_) return {};
-  const int replica = i / group_size_;
-  return sharded_ ? functional_->update(cores_[std::size_t(i)], {l, l + 1}, replica, layout_.replicas())
-                  : functional_->update(cores_[std::size_t(i)], {l, l + 1}, 0, 1);
+  // Weight-update sharding: replica r updates piece r of each weight; otherwise all of it.
+  return functional_->update(cores_[std::size_t(i)], {l, l + 1}, sharded_ ? i / group_size_ : 0,
+                             sharded_ ? layout_.replicas() : 1);
 }
 
 StageTail::Closure StageTail::gather_host(int l, const Scattered& w) {
   if (!functional_ || !gathered_.insert(l).second) return {};
   std::vector<Closure> parts;
   for (const auto& group : w.weight.groups) parts.push_back(functional_->gather(group, {l, l + 1}));
-  return [parts] {
-    for (const auto& part : parts) part();
-  };
+  return in_turn(std::move(parts));
 }
 
 const StepBuilder::TiedCopy* StageTail::copy_read_by(int l) const {

@@ -113,7 +113,7 @@ int TailPlayer::combined_reduction(const std::vector<std::string>& dims,
   for (const auto& [ev, l] : events) {
     if (sharded_) {
       const double local = ev->bytes / weight_bytes();
-      freed += weight_bytes() * (local - piece_elements(local, members));
+      freed += weight_bytes() * unkept_elements(local, members);
       scattered_[std::size_t(l)].push_back(
           {{ev->actions.empty() ? -1 : ev->actions.front().op, t.groups},
            ev->name,
@@ -125,10 +125,7 @@ int TailPlayer::combined_reduction(const std::vector<std::string>& dims,
   }
   for (int c = 0; c < size_ && freed > 0; ++c)
     t.memory.push_back({cores_[std::size_t(c)], sim::MemoryCategory::Gradients, -freed, When::End});
-  if (!parts.empty())
-    t.host = [parts] {
-      for (const auto& part : parts) part();
-    };
+  t.host = in_turn(std::move(parts));
   const int id = after_every_core(std::move(t));
   std::vector<int> layers;
   for (const auto& [ev, l] : events) {
@@ -285,10 +282,7 @@ void TailPlayer::gather_updated_pieces() {
     std::vector<Closure> parts;
     for (const auto& [l, w] : pieces)
       if (Closure host = gather_host(l, *w)) parts.push_back(std::move(host));
-    if (!parts.empty())
-      t.host = [parts] {
-        for (const auto& part : parts) part();
-      };
+    t.host = in_turn(std::move(parts));
     const int id = g_.add(std::move(t));
     for (int l : layers)
       for (int u : updates_[std::size_t(l)]) g_.depend(u, id);
