@@ -36,6 +36,12 @@ struct Sharding {
   /// replicated on other examples (a pipeline stage's replicas): every weight gradient is reduced
   /// over it too. Empty: none.
   std::string replica_dim = {};
+  /// A mesh dimension (in `sizes`, splitting no tensor dimension) over which the whole layout is
+  /// replicated on other examples with its weights, their update pieces and optimizer slots
+  /// whole along it (a mesh's data_parallel_dim: MaxText's data axis beside its fsdp axis): every
+  /// weight gradient is reduced over it too, by an all-reduce of what a reduce-scatter over the
+  /// other dimensions leaves. Empty: none.
+  std::string data_dim = {};
 
   int split(const std::string& dim) const {
     auto it = layout.find(dim);

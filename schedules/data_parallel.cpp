@@ -42,7 +42,23 @@ DataParallel::DataParallel(Fields& f, const Study& study, Problems& problems) {
                          problems);
   accumulation_steps_ =
       read_accumulation_steps(f, study.batch / replicas_, fully_sharded_, batch_norm_group_);
+  read_shard_group(f, problems);
   read_mesh(f, study, problems);
+}
+
+void DataParallel::read_shard_group(Fields& f, Problems& problems) {
+  shard_group_ = int(f.integer_or("shard_group", replicas_, 1, replicas_));
+  if (!problems.empty() || shard_group_ == replicas_) return;
+  if (!sharded_)
+    problems.add(f.path_of("shard_group"), Json(shard_group_),
+                 "no shard_group with weight_update \"replicated\" (nothing is cut into pieces)");
+  else if (replicas_ % shard_group_ != 0)
+    problems.add(
+        f.path_of("shard_group"), Json(shard_group_),
+        "a divisor of the " + std::to_string(replicas_) + " replicas (groups of consecutive replicas)");
+  else if (batch_norm_group_ > 1)
+    problems.add(f.path_of("shard_group"), Json(shard_group_),
+                 std::to_string(replicas_) + " (every replica) with batch_norm_group > 1 (not modelled)");
 }
 
 /// The step as a mesh splitting only the batch over the replicas (the first `replicas_` cores),
@@ -54,6 +70,11 @@ void DataParallel::read_mesh(Fields& f, const Study& study, Problems& problems) 
             {"layout", {{"batch", "batch"}}},
             {"weight_update", weight_update()},
             {"remat", remat_json(remat_, *saves_)}};
+  if (shard_group_ < replicas_) {  // the groups innermost: consecutive replicas
+    mesh["mesh"] =
+        Json::array({Json::array({"data", replicas_ / shard_group_}), Json::array({"batch", shard_group_})});
+    mesh["data_parallel_dim"] = "data";
+  }
   add_wire_dtypes(mesh, wire_, fully_sharded_);
   if (fully_sharded_)
     mesh["weight_gathers"] = "prefetched";
@@ -83,12 +104,17 @@ Json DataParallel::resolved() const {
          {"batch_norm_group", batch_norm_group_},
          {"remat", remat_json(remat_, *saves_)}};
   add_wire_dtypes(j, wire_, fully_sharded_);
+  if (shard_group_ < replicas_) j["shard_group"] = shard_group_;
   if (accumulation_steps_ > 1) j["accumulation_steps"] = accumulation_steps_;
   if (mesh_ && !mesh_->offload().empty()) j["offload"] = mesh_->offload().json();
   return j;
 }
 
 BuiltStep DataParallel::build(const Study& study, FunctionalRuntime* functional) const {
+  if (functional && shard_group_ < replicas_)
+    throw ConfigError(study.file, "schedule.shard_group", std::to_string(shard_group_),
+                      "no shard_group in functional mode (its host math does not split the batch over groups "
+                      "yet)");
   BuiltStep step = mesh_->build(study, functional);
   const auto programs = mesh_->programs(study);
   Json buckets = Json::array();
@@ -132,7 +158,7 @@ Json DataParallel::bucket_json(const mesh::GradientChunk& chunk, double& padding
   for (const auto& [ev, l] : chunk.reductions) {
     first = std::min(first, l);
     last = std::max(last, l);
-    shard += mesh::piece_elements(ev->bytes / wire_.weight_bytes, replicas_);
+    shard += mesh::piece_elements(ev->bytes / wire_.weight_bytes, shard_group_);
   }
   const double params = chunk.bytes / wire_.weight_bytes;
   Json j{{"layers", {first, last}},
@@ -140,7 +166,7 @@ Json DataParallel::bucket_json(const mesh::GradientChunk& chunk, double& padding
          {"gradient_bytes_on_wire", params * wire_.gradient_bytes}};
   if (sharded_) {
     j["shard_params"] = shard;
-    padding += shard * replicas_ - params;
+    padding += shard * shard_group_ - params;
   }
   if (fully_sharded_) j["weight_bytes_gathered"] = 2.0 * wire_.gathered_weight_bytes * params;
   return j;

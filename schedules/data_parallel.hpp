@@ -12,6 +12,10 @@
 //   fully sharded (ZeRO-3, FSDP): weights, gradients and slots 1/N per core, each layer's
 //   weights gathered before its forward and its backward, its gradients reduce-scattered as its
 //   backward ends.
+//   "shard_group": G (sharded or fully sharded): the pieces cut over groups of G consecutive
+//   replicas, the same pieces held by the other groups (MaxText's data x fsdp mesh:
+//   ici_fsdp_parallelism G, ici_data_parallelism N / G); each gradient reduce-scattered within
+//   the group, its piece all-reduced across the groups.
 // The step is a mesh splitting only the batch over the replicas, played by the mesh's player.
 // Gradients may be communicated in bf16 ("gradient_dtype"); they are kept in fp32.
 // Cross-replica batch norm ("batch_norm_group": G > 1): each batch normalization combines its
@@ -34,7 +38,7 @@ struct LayerProgram;
 
 class DataParallel : public Schedule {
  public:
-  /// Reads "replicas", "weight_update", "gradient_dtype", "gradient_bucket_bytes",
+  /// Reads "replicas", "weight_update", "shard_group", "gradient_dtype", "gradient_bucket_bytes",
   /// "batch_norm_group", "remat" (all optional) and checks that the batch divides over the replicas and
   /// the replicas over the batch-norm groups.
   DataParallel(Fields& fields, const Study& study, Problems& problems);
@@ -48,7 +52,8 @@ class DataParallel : public Schedule {
   int batch_norm_group() const override { return batch_norm_group_; }
 
  private:
-  int replicas_ = 1;  ///< cores used: the first `replicas_` of the slice
+  int replicas_ = 1;     ///< cores used: the first `replicas_` of the slice
+  int shard_group_ = 1;  ///< replicas a weight's pieces are cut over (all of them by default)
   bool sharded_ = false;
   WireDtypes wire_;           ///< "gradient_dtype", "gathered_weight_dtype"
   double bucket_bytes_ = 0;   ///< default: the hardware's all-reduce combine threshold
@@ -66,6 +71,8 @@ class DataParallel : public Schedule {
   /// fully sharded weights gathered as FSDP gathers them, "weight_gathers": "prefetched").
   std::shared_ptr<const MeshSchedule> mesh_;
   void read_mesh(Fields& f, const Study& study, Problems& problems);
+  /// "shard_group": a divisor of the replicas, with weight-update sharding.
+  void read_shard_group(Fields& f, Problems& problems);
   const char* weight_update() const;
   std::vector<mesh::GradientChunk> gradient_chunks(const std::vector<mesh::LayerProgram>& programs) const;
   Json bucket_json(const mesh::GradientChunk& chunk, double& padding) const;

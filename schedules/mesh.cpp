@@ -36,10 +36,10 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems, in
       read_gradient_bucket_bytes(f, study.hardware.core.allreduce_combine_threshold_bytes, fully_sharded());
   remat_ = read_remat(f, Keep::All, saves_);
   offload_ = read_offload(f, remat_, study, problems);
-  std::map<std::string, int> sizes;
-  for (const auto& [name, size] : mesh_) sizes[name] = size;
-  if (const Json* layout = f.value("layout")) read_layout(*layout, f.path_of("layout"), sizes, problems);
+  for (const auto& [name, size] : mesh_) sizes_[name] = size;
+  if (const Json* layout = f.value("layout")) read_layout(*layout, f.path_of("layout"), sizes_, problems);
   batch_norm_group_ = int(f.integer_or("batch_norm_group", 1, 1, cores_));
+  read_data_parallel_dim(f, problems);
   if (!problems.empty()) return;
   if (batch_norm_group_ > 1 && split("batch") % batch_norm_group_ != 0) {
     problems.add(f.path_of("batch_norm_group"), Json(batch_norm_group_),
@@ -47,21 +47,53 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems, in
                      " replicas the layout splits the batch over (groups of consecutive replicas)");
     return;
   }
-  if (check_batch_multiple(study, split("batch"),
-                           "the " + std::to_string(split("batch")) + " " + devices_noun(study) +
-                               " the layout splits the batch over",
+  if (check_batch_multiple(study, examples_split(),
+                           "the " + std::to_string(examples_split()) + " " + devices_noun(study) +
+                               " the layout" + (data_dim_.empty() ? "" : " and its data dimension") +
+                               " split the batch over",
                            problems))
     return;
   if (!read_experts_layout(study, f.path_of("layout"), problems)) return;
   // Every op of every layer must have a legal, evenly divisible layout.
-  check_layout(study, layout_, sizes, f.path_of("layout"), *f.value("layout"), problems);
+  check_layout(study, layout_, sizes_, f.path_of("layout"), *f.value("layout"), problems);
   read_layer_input_split(f, study, problems);
   read_accumulation(f, study, problems);
 }
 
+void MeshSchedule::read_data_parallel_dim(Fields& f, Problems& problems) {
+  const Json* given = f.optional("data_parallel_dim");
+  if (!given || !problems.empty()) return;
+  const std::string path = f.path_of("data_parallel_dim");
+  std::string names;
+  for (const auto& [name, size] : mesh_) names += (names.empty() ? "\"" : ", \"") + name + "\"";
+  const auto dim = given->is_string()
+                       ? std::find_if(mesh_.begin(), mesh_.end(),
+                                      [&](const auto& d) { return d.first == given->get<std::string>(); })
+                       : mesh_.end();
+  if (dim == mesh_.end())
+    return problems.add(path, *given, "the name of a mesh dimension (one of " + names + ")");
+  for (const auto& [tensor_dim, mesh_dim] : layout_)
+    if (mesh_dim == dim->first)
+      return problems.add(path, *given,
+                          "a mesh dimension the layout maps no tensor dimension to (layout." + tensor_dim +
+                              " is split over it): the data dimension replicates the whole layout");
+  if (batch_norm_group_ > 1)
+    return problems.add(path, *given,
+                        "no data_parallel_dim with batch_norm_group > 1 (batch-norm groups across it are "
+                        "not modelled)");
+  data_dim_ = dim->first;
+  data_cores_ = dim->second;
+}
+
+Sharding MeshSchedule::sharding(const Study& study) const {
+  Sharding s{layout_, sizes_, study.hardware.core.activation_tile_lanes(), study.model.weight_bytes};
+  s.data_dim = data_dim_;
+  return s;
+}
+
 void MeshSchedule::read_accumulation(Fields& f, const Study& study, Problems& problems) {
   accumulation_steps_ =
-      read_accumulation_steps(f, study.batch / split("batch"), fully_sharded(), batch_norm_group_);
+      read_accumulation_steps(f, study.batch / examples_split(), fully_sharded(), batch_norm_group_);
   if (problems.empty() && accumulation_steps_ > 1 && study.model.mixture_of_experts)
     problems.add(f.path_of("accumulation_steps"), Json(accumulation_steps_),
                  "1 with a mixture of experts (its capacity per micro-batch is not modelled)");
@@ -85,6 +117,12 @@ void MeshSchedule::read_layer_input_split(Fields& f, const Study& study, Problem
     problems.add(path, *given,
                  "no layer_input_split without re-materialization (schedule.remat true or \"save_dots\"): "
                  "without it a layer keeps every activation, not only its input");
+    return;
+  }
+  if (dim->first == data_dim_) {
+    problems.add(path, *given,
+                 "a mesh dimension other than data_parallel_dim (its cores hold other examples, not pieces "
+                 "of one input)");
     return;
   }
   // The layer's input must be whole along it: a dimension already split over it leaves nothing
@@ -382,14 +420,19 @@ std::vector<std::vector<int>> MeshSchedule::groups(const std::vector<std::string
 }
 
 std::vector<CoreInput> MeshSchedule::input(const Study& study) const {
-  int batch_dim = -1;  // the mesh dimension splitting the batch, if any
-  for (std::size_t i = 0; i < mesh_.size(); ++i)
+  int batch_dim = -1, data_dim = -1;  // the mesh dimensions splitting the batch, if any
+  for (std::size_t i = 0; i < mesh_.size(); ++i) {
     if (layout_.count("batch") && mesh_[i].first == layout_.at("batch")) batch_dim = int(i);
+    if (mesh_[i].first == data_dim_) data_dim = int(i);
+  }
   const double part = 1.0 / double(split("height") * split("width"));
   std::vector<CoreInput> in(std::size_t(study.cores()));
-  for (int c = 0; c < cores_; ++c)
-    in[std::size_t(c)] = {batch_dim < 0 ? 0 : coords(c)[std::size_t(batch_dim)],
-                          double(study.batch / split("batch")), part};
+  for (int c = 0; c < cores_; ++c) {
+    const auto co = coords(c);
+    const int shard = (data_dim < 0 ? 0 : co[std::size_t(data_dim)]) * split("batch") +
+                      (batch_dim < 0 ? 0 : co[std::size_t(batch_dim)]);
+    in[std::size_t(c)] = {shard, double(study.batch / examples_split()), part};
+  }
   return in;
 }
 
@@ -421,6 +464,7 @@ Json MeshSchedule::resolved() const {
   if (accumulation_steps_ > 1) out["accumulation_steps"] = accumulation_steps_;
   if (!offload_.empty()) out["offload"] = offload_.json();
   if (!layer_input_split_.empty()) out["layer_input_split"] = layer_input_split_;
+  if (!data_dim_.empty()) out["data_parallel_dim"] = data_dim_;
   return out;
 }
 
@@ -436,12 +480,17 @@ class MeshStepPlayer : public TailPlayer {
                  const std::vector<std::pair<std::string, int>>& mesh,
                  const std::vector<LayerProgram>& programs, bool sharded, bool fully, Keep remat,
                  std::shared_ptr<MeshExecutor> exec)
-      : TailPlayer(
-            study, builder, all_cores(schedule.cores()), programs, remat,
-            Settings{sharded, fully, !fully && study.hardware.core.gradient_collectives_overlap_backward,
-                     study.slices > 1 && !study.hardware.dcn.reductions_overlap_backward, schedule.wire(),
-                     schedule.gradient_bucket_bytes()},
-            std::move(exec)),
+      : TailPlayer(study, builder, all_cores(schedule.cores()), programs, remat,
+                   Settings{sharded,
+                            fully,
+                            !fully && study.hardware.core.gradient_collectives_overlap_backward,
+                            study.slices > 1 && !study.hardware.dcn.reductions_overlap_backward,
+                            schedule.wire(),
+                            schedule.gradient_bucket_bytes(),
+                            {0, -1},
+                            CombineUnit::Tensor,
+                            schedule.data_parallel_dim()},
+                   std::move(exec)),
         schedule_(schedule),
         mesh_(mesh),
         prefetch_(fully && schedule.prefetches_gathers()) {}
@@ -519,7 +568,8 @@ class MeshStepPlayer : public TailPlayer {
   std::map<std::vector<std::string>, double> gathered_bytes(int l) const {
     std::map<std::vector<std::string>, double> bytes;
     for (const Event& ev : programs_[std::size_t(l)].backward)
-      if (ev.kind == Event::GradientAllReduce) bytes[ev.mesh_dims] += ev.bytes;
+      if (ev.kind == Event::GradientAllReduce && !scatter_dims(ev.mesh_dims).empty())
+        bytes[scatter_dims(ev.mesh_dims)] += ev.bytes;
     return bytes;
   }
   double gathered_extra(int l) const {
@@ -529,7 +579,7 @@ class MeshStepPlayer : public TailPlayer {
         extra += wire_.gathered_on_wire(ev.bytes);
       } else if (ev.kind == Event::GradientAllReduce) {
         double members = 1;
-        for (const auto& dim : ev.mesh_dims)
+        for (const auto& dim : scatter_dims(ev.mesh_dims))
           for (const auto& [name, size] : mesh_) members *= name == dim ? size : 1;
         extra += ev.bytes - weight_bytes() * piece_elements(ev.bytes / weight_bytes(), members);
       }
@@ -621,15 +671,18 @@ class MeshStepPlayer : public TailPlayer {
       return;
     }
     using C = sim::CollectiveOp;
-    const bool scatter_gradient = ev.kind == Event::GradientAllReduce && sharded_;
+    const bool gradient = ev.kind == Event::GradientAllReduce;
+    // Sharded, cut over all but the data dimension (TailPlayer::scatter_dims).
+    const std::vector<std::string> dims = gradient && sharded_ ? scatter_dims(ev.mesh_dims) : ev.mesh_dims;
+    const bool scatter_gradient = gradient && sharded_ && !dims.empty();
     const auto blocking = blocking_collective(ev.kind);
     const auto [op, kind_phase] = blocking           ? std::pair{blocking->op, blocking->phase}
                                   : scatter_gradient ? std::pair{C::ReduceScatter, "gradient_reduce_scatter"}
                                                      : std::pair{C::AllReduce, "gradient_allreduce"};
     const std::string phase = ev.phase.empty() ? kind_phase : ev.phase;
-    const bool gradient = ev.kind == Event::GradientAllReduce;
-    sim::Task t = family_collective(op, ev.name, ev.mesh_dims, schedule_.groups(ev), phase, l,
-                                    gradient ? on_wire(ev.bytes) : ev.bytes);
+    const auto& over = scatter_gradient ? dims : ev.mesh_dims;
+    sim::Task t = family_collective(op, ev.name, over, scatter_gradient ? groups(dims) : schedule_.groups(ev),
+                                    phase, l, gradient ? on_wire(ev.bytes) : ev.bytes);
     const bool pieces_later = scatter_gradient && dcn_after_backward_ && over_replicas(ev.mesh_dims);
     t.across_slices = gradient && over_replicas(ev.mesh_dims) && !pieces_later;
     const double piece = on_wire(ev.bytes) / double(t.groups.front().size());
@@ -641,10 +694,12 @@ class MeshStepPlayer : public TailPlayer {
         t.memory.push_back({c, sim::MemoryCategory::Gradients,
                             -weight_bytes() * unkept_elements(local, members), When::End});
       scattered_[std::size_t(l)].push_back(
-          {{ev.actions.front().op, t.groups}, ev.name, ev.mesh_dims, ev.bytes, chunks_++});
+          {{ev.actions.front().op, t.groups}, ev.name, dims, ev.bytes, chunks_++});
     }
     if (exec_ && !ev.actions.empty()) t.host = exec_->collective(t.groups, l, ev.actions.front());
-    const int id = after_every_core(std::move(t));
+    const int id = scatter_gradient
+                       ? pieces_over_data(after_every_core(std::move(t)), ev.mesh_dims, ev.name, l, piece)
+                       : after_every_core(std::move(t));
     if (ev.behind) return behind_.push_back(id);
     if (gradient) gradient_reductions_[std::size_t(l)].push_back(id);
     if (pieces_later) pieces_across_slices_.push_back({{l}, id, piece});
@@ -681,13 +736,16 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
   const int cores = cores_;
   // Functional mode: every core holds its shards and runs its pieces of the ops' math.
   std::shared_ptr<MeshExecutor> exec;
-  std::map<std::string, int> mesh_sizes;
-  for (const auto& [name, size] : mesh_) mesh_sizes[name] = size;
-  const Json padded = padded_dimensions(study, layout_, mesh_sizes);
+  const Json padded = padded_dimensions(study, layout_, sizes_);
   if (functional && !padded.empty())
     throw ConfigError(
         study.file, "schedule.layout." + padded.begin().key(), padded.begin().value().dump(),
         "a split dividing the dimension in functional mode (its host math splits shards evenly)");
+  if (functional && !data_dim_.empty())
+    throw ConfigError(
+        study.file, "schedule.data_parallel_dim", Json(data_dim_).dump(),
+        "no data_parallel_dim in functional mode (its host math does not split the batch over it "
+        "yet)");
   if (functional) {
     std::vector<std::vector<int>> all(static_cast<std::size_t>(cores));
     for (int c = 0; c < cores; ++c) all[std::size_t(c)] = coords(c);
@@ -695,9 +753,7 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
                                           accumulation_steps_);
     exec->hold();
   }
-  std::map<std::string, int> sizes;
-  for (const auto& [name, size] : mesh_) sizes[name] = size;
-  const Sharding s{layout_, sizes, study.hardware.core.activation_tile_lanes(), study.model.weight_bytes};
+  const Sharding s = sharding(study);
   auto lowered = programs(study);
   if (!offload_.empty()) {
     double per_device = 0;
@@ -712,15 +768,13 @@ BuiltStep MeshSchedule::build(const Study& study, FunctionalRuntime* functional)
                                   weight_update_ == "fully_sharded", remat_, exec)
                        .build(s);
   step.details = Json{
-      {"local_batch", study.batch / split("batch")}, {"placement", placement_details(study)}, {"ops", ops}};
+      {"local_batch", study.batch / examples_split()}, {"placement", placement_details(study)}, {"ops", ops}};
   if (!padded.empty()) step.details["padded"] = padded;
   return step;
 }
 
 std::vector<LayerProgram> MeshSchedule::programs(const Study& study) const {
-  std::map<std::string, int> sizes;
-  for (const auto& [name, size] : mesh_) sizes[name] = size;
-  const Sharding s{layout_, sizes, study.hardware.core.activation_tile_lanes(), study.model.weight_bytes};
+  const Sharding s = sharding(study);
   const CostModel cost(study.hardware.core);
   std::vector<LayerProgram> out;
   for (std::size_t l = 0; l < study.model.layers.size(); ++l) {
@@ -729,7 +783,7 @@ std::vector<LayerProgram> MeshSchedule::programs(const Study& study) const {
     if (l % 256 == 255)
       if (std::string why = sim::host_memory_exceeded(); !why.empty()) throw ResourceError(why);
     const Layer& layer = study.model.layers[l];
-    out.push_back(lower_layer(layer.named_ops(study.batch / accumulation_steps_), s, cost,
+    out.push_back(lower_layer(layer.named_ops(study.batch / data_cores_ / accumulation_steps_), s, cost,
                               study.model.activation_bytes, layer.name, l == 0,
                               weight_update_ != "replicated", batch_norm_group_, *saves_));
   }

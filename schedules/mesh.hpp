@@ -37,8 +37,16 @@ class MeshSchedule : public Schedule {
   const SavePolicy& save_policy() const override { return *saves_; }
   /// A replica's micro-batch (its whole batch without accumulation).
   std::int64_t layer_batch(const Study& study) const override {
-    return study.batch / split("batch") / accumulation_steps_;
+    return study.batch / examples_split() / accumulation_steps_;
   }
+  /// "data_parallel_dim": a mesh dimension the layout maps no tensor dimension to, along which the
+  /// whole layout is replicated on other examples (MaxText's data axis beside its fsdp axis: the
+  /// batch split over both, the weights sharded over the fsdp one only); its cores hold the same
+  /// weights, update pieces and optimizer slots, and every weight gradient is all-reduced over it
+  /// too. "" when not given.
+  const std::string& data_parallel_dim() const { return data_dim_; }
+  /// The ways the batch is split: over the batch's mesh dimension and the data dimension.
+  int examples_split() const { return split("batch") * data_cores_; }
   /// Every core reads its batch shard (the cores along the other mesh dimensions read the same
   /// one), the part of each image its spatial split gives it.
   std::vector<CoreInput> input(const Study& study) const override;
@@ -48,6 +56,8 @@ class MeshSchedule : public Schedule {
   StepBound bound(const Study& study) const override;
   /// weight_update "fully_sharded": each core holds pieces of its weight shards.
   bool fully_sharded() const { return weight_update_ == "fully_sharded"; }
+  /// "weight_update": "replicated", "sharded" or "fully_sharded".
+  const std::string& weight_update() const { return weight_update_; }
   /// "gradient_dtype" and "gathered_weight_dtype": what the weight-gradient reductions and the
   /// fully sharded gathers carry per element.
   const WireDtypes& wire() const { return wire_; }
@@ -95,7 +105,10 @@ class MeshSchedule : public Schedule {
   /// replicas (the batch's mesh dimension): it then continues across slices.
   bool over_replicas(const std::vector<std::string>& dims) const {
     const std::string batch = mesh_dim_of("batch");
-    return !batch.empty() && std::find(dims.begin(), dims.end(), batch) != dims.end();
+    const auto has = [&](const std::string& d) {
+      return std::find(dims.begin(), dims.end(), d) != dims.end();
+    };
+    return (!batch.empty() && has(batch)) || (!data_dim_.empty() && has(data_dim_));
   }
   /// The mesh coordinates of a core (in mesh order: placement order, innermost last, unless the
   /// placement is given per torus axis).
@@ -147,6 +160,7 @@ class MeshSchedule : public Schedule {
   std::vector<int> axis_sizes_;                ///< cores per chip, then chips along each dimension
   std::vector<std::string> axis_names_;        ///< "core", then the torus dimensions' names
   std::map<std::string, std::string> layout_;  ///< tensor dimension -> mesh dimension
+  std::map<std::string, int> sizes_;           ///< mesh dimension -> size
   /// A mixture of experts' layout: "experts" on the batch's mesh dimension, or (not split) the
   /// expert slots split as the tokens are ("capacity"). False after adding a problem.
   bool read_experts_layout(const Study& study, const std::string& path, Problems& problems);
@@ -166,6 +180,12 @@ class MeshSchedule : public Schedule {
   const SavePolicy* saves_ = &save_dots_policy();  ///< the policy of remat_ Keep::Saved
   int batch_norm_group_ = 1;  ///< replicas along the batch's mesh dimension sharing batch-norm statistics
   std::string layer_input_split_;
+  std::string data_dim_;  ///< data_parallel_dim
+  int data_cores_ = 1;    ///< its size (1 without it)
+  /// "data_parallel_dim": a mesh dimension the layout does not use.
+  void read_data_parallel_dim(Fields& f, Problems& problems);
+  /// The layout's view of a core's ops (the data dimension's too).
+  Sharding sharding(const Study& study) const;
   /// "layer_input_split": a mesh dimension that does not split any layer's input, with
   /// re-materialization (without it a layer keeps every activation, not only its input).
   void read_layer_input_split(Fields& f, const Study& study, Problems& problems);

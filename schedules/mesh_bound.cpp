@@ -1,5 +1,6 @@
 // A mesh layout's bound (MeshSchedule::bound) from its SPMD program alone: a task graph of every
 // core is costly on a large slice, and every core runs the same program.
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -60,6 +61,16 @@ double program_bound(const Study& s, const MeshSchedule& mesh,
   };
   mesh::Event input_gather{};
   input_gather.mesh_dims = {mesh.layer_input_split()};
+  // Weight-update sharding cuts pieces over all but the data dimension (data_parallel_dim): the
+  // gathers and reduce-scatters span the others; the pieces' all-reduce over it is left out (a floor).
+  const bool sharded = mesh.weight_update() != "replicated";
+  auto cut = [&](const mesh::Event& ev) {
+    mesh::Event c = ev;
+    c.actions.clear();
+    c.mesh_dims.erase(std::remove(c.mesh_dims.begin(), c.mesh_dims.end(), mesh.data_parallel_dim()),
+                      c.mesh_dims.end());
+    return c;
+  };
   for (const auto& program : programs) {
     // layer_input_split: the kept pieces of the layer's input gathered before its recompute.
     if (!mesh.layer_input_split().empty() && program.input_bytes > 0)
@@ -70,9 +81,9 @@ double program_bound(const Study& s, const MeshSchedule& mesh,
         bound += remat == Keep::Input ? ev.seconds : ev.partial_seconds;
     // Fully sharded in program order: the layer's weights gathered, twice.
     for (const auto& ev : program.backward)
-      if (ev.kind == E::GradientAllReduce && mesh.fully_sharded() && !behind)
+      if (ev.kind == E::GradientAllReduce && mesh.fully_sharded() && !behind && !cut(ev).mesh_dims.empty())
         for (int pass = 0; pass < 2; ++pass)
-          add_floor(sim::CollectiveOp::AllGather, ev, ev.bytes * gathered_wire, true);
+          add_floor(sim::CollectiveOp::AllGather, cut(ev), ev.bytes * gathered_wire, true);
     for (const auto* events : {&program.forward, &program.backward})
       for (const auto& ev : *events) {
         if (ev.kind == E::Compute) {
@@ -82,8 +93,10 @@ double program_bound(const Study& s, const MeshSchedule& mesh,
         const bool gradient = ev.kind == E::GradientAllReduce;
         if ((gradient && (overlap || behind)) || ev.behind) continue;  // behind the compute
         const auto blocking = mesh::blocking_collective(ev.kind);
-        if (!blocking && !gradient) continue;  // a halo
-        const double f = floor(blocking ? blocking->op : sim::CollectiveOp::ReduceScatter, ev,
+        if (!blocking && !gradient) continue;                                       // a halo
+        const bool pieces_only = gradient && sharded && cut(ev).mesh_dims.empty();  // an all-reduce over it
+        const double f = floor(blocking ? blocking->op : sim::CollectiveOp::ReduceScatter,
+                               gradient && sharded && !pieces_only ? cut(ev) : ev,
                                gradient ? ev.bytes * gradient_wire : ev.bytes, !gradient);
         (gradient ? reductions : bound) += f;
       }

@@ -166,22 +166,27 @@ class LayerLowering : public MeshLoweringSink {
     into.back().kept_by_save_policy = !backward_ && !dots_.recomputed[i_];
     using C = sim::CollectiveOp;
     const auto blocking = blocking_collective(kind);
-    const C op = blocking                                       ? blocking->op
-                 : sharded_ && kind == Event::GradientAllReduce ? C::ReduceScatter
-                                                                : C::AllReduce;
+    // Weight-update sharding cuts pieces over all but the data dimension, whose cores hold the
+    // same ones (Sharding::data_dim): the pieces are all-reduced over it after the reduce-scatter.
+    std::vector<std::string> cut;
+    for (const auto& m : mesh)
+      if (m != s_.data_dim) cut.push_back(m);
+    const bool scatter = sharded_ && kind == Event::GradientAllReduce && !cut.empty();
+    const C op = blocking ? blocking->op : scatter ? C::ReduceScatter : C::AllReduce;
+    const std::string task = layer_ + "/" + name;
     row["collectives"].push_back(Json{{"what", name},
                                       {"mesh_dims", mesh},
                                       {"bytes", bytes},
                                       {"blocking", kind != Event::GradientAllReduce},
-                                      {"task", collective_task_name(layer_ + "/" + name, mesh, op)}});
-    if (sharded_ && kind == Event::GradientAllReduce) {
-      double members = 1;
-      for (const auto& m : mesh) members *= s_.sizes.at(m);
-      const double local = bytes / s_.weight_bytes;
-      unshared_update_ += unkept_elements(local, members);
-      row["collectives"].back()["allgather_task"] =
-          collective_task_name(layer_ + "/" + name, mesh, sim::CollectiveOp::AllGather);
-    }
+                                      {"task", collective_task_name(task, scatter ? cut : mesh, op)}});
+    if (!scatter) return;
+    double members = 1;
+    for (const auto& m : cut) members *= s_.sizes.at(m);
+    unshared_update_ += unkept_elements(bytes / s_.weight_bytes, members);
+    row["collectives"].back()["allgather_task"] = collective_task_name(task, cut, C::AllGather);
+    if (cut.size() < mesh.size() && s_.sizes.at(s_.data_dim) > 1)
+      row["collectives"].back()["pieces_task"] =
+          collective_task_name(task + " pieces", {s_.data_dim}, C::AllReduce);
   }
   /// The reduction of the matmul `mm` just computed (the last piece of the running compute
   /// event): where the stack overlaps them (core.tensor_collectives_overlap_matmuls), decomposed
@@ -215,10 +220,12 @@ class LayerLowering : public MeshLoweringSink {
     row()["collectives"].back()["bytes"] = bytes;
     row()["collectives"].back()["overlapped_with_matmul_steps"] = n;
   }
-  /// A weight gradient's reduction over `dims`, and over the replicas' dimension (Sharding::replica_dim).
+  /// A weight gradient's reduction over `dims`, and over the replicas' dimensions
+  /// (Sharding::replica_dim, data_dim).
   std::vector<std::string> with_replicas(std::vector<std::string> dims) const {
-    if (s_.replica_dim.empty() || std::count(dims.begin(), dims.end(), s_.replica_dim)) return dims;
-    dims.insert(std::upper_bound(dims.begin(), dims.end(), s_.replica_dim), s_.replica_dim);
+    for (const std::string* r : {&s_.replica_dim, &s_.data_dim})
+      if (!r->empty() && !std::count(dims.begin(), dims.end(), *r))
+        dims.insert(std::upper_bound(dims.begin(), dims.end(), *r), *r);
     return dims;
   }
   /// A weight's gradient reduced over the mesh dimensions splitting the dimensions of `from` it lacks.

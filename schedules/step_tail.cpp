@@ -1,5 +1,6 @@
 #include "schedules/step_tail.hpp"
 
+#include <algorithm>
 #include <set>
 
 #include "schedules/mesh_lowering.hpp"
@@ -18,6 +19,7 @@ TailPlayer::TailPlayer(const Study& study, StepBuilder& builder, std::vector<int
       overlap_(settings.overlap),
       dcn_after_backward_(settings.dcn_after_backward),
       wire_(settings.wire),
+      data_dim_(settings.data_dim),
       exec_(std::move(exec)),
       layers_(int(programs_.size())),
       range_(settings.layers.last < 0 ? LayerRange{0, layers_} : settings.layers),
@@ -92,32 +94,54 @@ void TailPlayer::scatter_layer(int l) {
   }
 }
 
+std::vector<std::string> TailPlayer::scatter_dims(const std::vector<std::string>& dims) const {
+  std::vector<std::string> out;
+  for (const auto& d : dims)
+    if (d != data_dim_) out.push_back(d);
+  return out;
+}
+
+int TailPlayer::pieces_over_data(int scatter, const std::vector<std::string>& dims, const std::string& what,
+                                 int layer, double piece) {
+  if (data_dim_.empty() || std::find(dims.begin(), dims.end(), data_dim_) == dims.end()) return scatter;
+  auto family = groups(std::vector<std::string>{data_dim_});
+  if (family.front().size() <= 1) return scatter;  // a data dimension of one core
+  sim::Task t = family_collective(sim::CollectiveOp::AllReduce, what + " pieces", {data_dim_},
+                                  std::move(family), "gradient_allreduce", layer, piece);
+  const int id = g_.add(std::move(t));
+  g_.depend(scatter, id);
+  return id;
+}
+
 int TailPlayer::combined_reduction(const std::vector<std::string>& dims,
                                    const std::vector<std::pair<const Event*, int>>& events, double bytes,
                                    int layer) {
   using C = sim::CollectiveOp;
   const std::string what = layer < 0 ? "weight gradients (combined)"
                                      : study_.model.layers[std::size_t(layer)].name + " weight gradients";
-  sim::Task t =
-      family_collective(sharded_ ? C::ReduceScatter : C::AllReduce, what, dims, groups(dims),
-                        sharded_ ? "gradient_reduce_scatter" : "gradient_allreduce", layer, on_wire(bytes));
+  // Sharded, the pieces are cut over all but the data dimension (whose cores hold the same ones):
+  // a reduction over it alone is an all-reduce.
+  const std::vector<std::string> cut = sharded_ ? scatter_dims(dims) : dims;
+  const bool scatter = sharded_ && !cut.empty();
+  sim::Task t = family_collective(
+      scatter ? C::ReduceScatter : C::AllReduce, what, scatter ? cut : dims, groups(scatter ? cut : dims),
+      scatter ? "gradient_reduce_scatter" : "gradient_allreduce", layer, on_wire(bytes));
   // Behind the backward (a layer's, or with overlap), a reduce-scatter's pieces may wait for
   // the backward's end to continue across the slices (reduce_pieces_across_slices).
-  const bool pieces_later =
-      sharded_ && dcn_after_backward_ && over_replicas(dims) && (layer >= 0 || overlap_);
+  const bool pieces_later = scatter && dcn_after_backward_ && over_replicas(dims) && (layer >= 0 || overlap_);
   t.across_slices = over_replicas(dims) && !pieces_later;
   const double members = double(t.groups.front().size());
   const int chunk = chunks_++;
   std::vector<FunctionalRuntime::Closure> parts;
   double freed = 0;  // sharded: each core keeps its piece of each reduced gradient
   for (const auto& [ev, l] : events) {
-    if (sharded_) {
+    if (scatter) {
       const double local = ev->bytes / weight_bytes();
       freed += weight_bytes() * unkept_elements(local, members);
       scattered_[std::size_t(l)].push_back(
           {{ev->actions.empty() ? -1 : ev->actions.front().op, t.groups},
            ev->name,
-           ev->mesh_dims,
+           cut,
            ev->bytes,
            chunk});  // -1: no op of the mesh's host math (a pipeline's tied copy)
     }
@@ -126,7 +150,9 @@ int TailPlayer::combined_reduction(const std::vector<std::string>& dims,
   for (int c = 0; c < size_ && freed > 0; ++c)
     t.memory.push_back({cores_[std::size_t(c)], sim::MemoryCategory::Gradients, -freed, When::End});
   t.host = in_turn(std::move(parts));
-  const int id = after_every_core(std::move(t));
+  const int id =
+      scatter ? pieces_over_data(after_every_core(std::move(t)), dims, what, layer, on_wire(bytes) / members)
+              : after_every_core(std::move(t));
   std::vector<int> layers;
   for (const auto& [ev, l] : events) {
     gradient_reductions_[std::size_t(l)].push_back(id);

@@ -25,13 +25,16 @@ class TailPlayer : public ProgramPlayer {
   /// reductions across slices after it (`dcn_after_backward`), the wire's dtypes and the
   /// combiner's threshold.
   /// `layers`: those whose tail this is (last < 0: every layer); `unit`: what the combiner takes
-  /// whole (mesh::gradient_chunks).
+  /// whole (mesh::gradient_chunks); `data_dim`: a mesh dimension whose cores hold the same pieces
+  /// (Sharding::data_dim), over which a sharded reduction's pieces are all-reduced after its
+  /// reduce-scatter over the others.
   struct Settings {
     bool sharded = false, fully = false, overlap = false, dcn_after_backward = false;
     WireDtypes wire;
     double bucket_bytes = 0;
     LayerRange layers{0, -1};
     mesh::CombineUnit unit = mesh::CombineUnit::Tensor;
+    std::string data_dim = {};
   };
   TailPlayer(const Study& study, StepBuilder& builder, std::vector<int> cores,
              const std::vector<LayerProgram>& programs, Keep remat, const Settings& settings,
@@ -74,6 +77,15 @@ class TailPlayer : public ProgramPlayer {
   virtual UpdateTime update_time(int l) const;
   /// After the optimizer's statistics, before the updates (a pipeline's sums of tied copies).
   virtual void before_updates() {}
+
+  /// The dimensions a sharded weight-gradient reduction over `dims` reduce-scatters over: all but
+  /// the data dimension (Settings::data_dim). Empty: an all-reduce over the data dimension alone.
+  std::vector<std::string> scatter_dims(const std::vector<std::string>& dims) const;
+  /// After reduce-scatter `scatter` over `dims` of layer `layer`'s `what`: with the data dimension
+  /// among them, each core's piece (`piece` bytes on the wire) all-reduced over it (the cores
+  /// along it hold the same pieces). The task the update waits for: the all-reduce, or `scatter`.
+  int pieces_over_data(int scatter, const std::vector<std::string>& dims, const std::string& what, int layer,
+                       double piece);
 
   /// What a weight-gradient reduction of `bytes` (as held) carries on the wire (gradient_dtype).
   double on_wire(double bytes) const { return wire_.gradients_on_wire(bytes); }
@@ -135,6 +147,7 @@ class TailPlayer : public ProgramPlayer {
   };
   std::vector<PiecesAcrossSlices> pieces_across_slices_;
   WireDtypes wire_;
+  std::string data_dim_;   ///< Settings::data_dim
   int last_scatter_ = -1;  ///< prefetched: the reduce-scatters one after another
   std::shared_ptr<MeshExecutor> exec_;
   int layers_;

@@ -1189,3 +1189,100 @@ TEST_CASE(
   for (const auto& l : mesh.programs(on))
     for (const auto& ev : l.forward) CHECK_FALSE(ev.behind);
 }
+
+TEST_CASE("a data x fsdp mesh holds weights / fsdp per device and all-reduces the pieces over data",
+          "[mesh][sharding]") {
+  const Json model = megatron_model();
+  Json sched = Json::parse(
+      R"({"kind": "mesh", "mesh": [["data", 2], ["fsdp", 4], ["model", 4]], "data_parallel_dim": "data",
+          "layout": {"batch": "fsdp", "d_ff": "model", "heads": "model", "vocab": "model"}})");
+  const Study replicated = mesh_study(model, sched);
+  sched["weight_update"] = "fully_sharded";
+  const Study fully = mesh_study(model, sched);
+  const Study fsdp8 = mesh_study(model, [] {
+    Json j = megatron_schedule();
+    j["weight_update"] = "fully_sharded";
+    return j;
+  }());
+  const auto* m = dynamic_cast<const MeshSchedule*>(fully.schedule.get());
+  CHECK(m->layer_batch(fully) == 256 / 8);
+  CHECK(fully.schedule->resolved()["data_parallel_dim"] == "data");
+  // Every core reads its own examples: 8 shards of 32, the model axis's cores sharing one.
+  std::set<int> shards;
+  for (const auto& in : fully.schedule->input(fully)) {
+    CHECK(in.examples == 32);
+    shards.insert(in.shard);
+  }
+  CHECK(shards.size() == 8);
+  const BuiltStep a = replicated.schedule->build(replicated), b = fully.schedule->build(fully),
+                  c = fsdp8.schedule->build(fsdp8);
+  REQUIRE_NOTHROW(b.graph.validate());
+  // Replicated, each weight gradient is all-reduced over data and fsdp (groups of 8).
+  double reduced = 0;
+  for (int id = 0; id < a.graph.size(); ++id) {
+    const auto& t = a.graph.task(id);
+    if (t.phase != "gradient_allreduce") continue;
+    CHECK(t.groups.front().size() == 8);
+    reduced += t.bytes;
+  }
+  // Fully sharded: reduce-scattered over fsdp (groups of 4), the quarter each core keeps
+  // all-reduced over data (groups of 2); the weights gathered over fsdp, twice.
+  double scattered = 0, pieces = 0, gathered = 0;
+  for (int id = 0; id < b.graph.size(); ++id) {
+    const auto& t = b.graph.task(id);
+    if (t.phase == "gradient_reduce_scatter") {
+      CHECK(t.groups.front().size() == 4);
+      scattered += t.bytes;
+    } else if (t.phase == "gradient_allreduce") {
+      CHECK(t.groups.front().size() == 2);
+      pieces += t.bytes;
+    } else if (t.phase == "weight_allgather") {
+      CHECK(t.groups.front().size() == 4);
+      gathered += t.bytes;
+    }
+  }
+  CHECK(scattered == Approx(reduced));
+  CHECK(pieces == Approx(reduced / 4).epsilon(0.01));
+  CHECK(gathered == Approx(2 * reduced));
+  // Resident: a quarter of the weights and optimizer slots (fsdp's 4, not the 8 replicas).
+  const auto& ra = a.graph.resident()[5];
+  const auto& rb = b.graph.resident()[5];
+  for (auto k : {sim::MemoryCategory::Weights, sim::MemoryCategory::Optimizer}) {
+    CHECK(rb[int(k)] == Approx(ra[int(k)] / 4).epsilon(0.01));
+    CHECK(rb[int(k)] >= ra[int(k)] / 4);
+  }
+  // Each core computes what a core of the 8-way fsdp mesh computes (32 examples, the same shards).
+  CHECK(b.model_flops == Approx(c.model_flops));
+  double compute_b = 0, compute_c = 0;
+  for (int id = 0; id < b.graph.size(); ++id)
+    if (b.graph.task(id).core == 5 && b.graph.task(id).kind == sim::TaskKind::Compute &&
+        b.graph.task(id).phase != "update")
+      compute_b += b.graph.task(id).seconds;
+  for (int id = 0; id < c.graph.size(); ++id)
+    if (c.graph.task(id).core == 5 && c.graph.task(id).kind == sim::TaskKind::Compute &&
+        c.graph.task(id).phase != "update")
+      compute_c += c.graph.task(id).seconds;
+  CHECK(compute_b == Approx(compute_c));
+}
+
+TEST_CASE("data_parallel_dim names a mesh dimension the layout does not use", "[mesh][config]") {
+  const Json model = megatron_model();
+  const auto problem = [&](const std::string& extra) {
+    Json sched = Json::parse(
+        R"({"kind": "mesh", "mesh": [["data", 2], ["fsdp", 4], ["model", 4]], "remat": true,
+            "layout": {"batch": "fsdp", "d_ff": "model", "heads": "model", "vocab": "model"}})");
+    sched.update(Json::parse(extra));
+    try {
+      mesh_study(model, sched);
+    } catch (const ConfigError& e) {
+      return e.problems().front().path + ": " + e.problems().front().expected;
+    }
+    return std::string("accepted");
+  };
+  CHECK(problem(R"({"data_parallel_dim": "data"})") == "accepted");
+  CHECK_THAT(problem(R"({"data_parallel_dim": "rows"})"),
+             Catch::Contains("schedule.data_parallel_dim: the name of a mesh dimension"));
+  CHECK_THAT(problem(R"({"data_parallel_dim": "fsdp"})"), Catch::Contains("layout.batch is split over it"));
+  CHECK_THAT(problem(R"({"data_parallel_dim": "data", "layer_input_split": "data"})"),
+             Catch::Contains("schedule.layer_input_split: a mesh dimension other than data_parallel_dim"));
+}

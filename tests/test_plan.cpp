@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "hardware/errors.hpp"
@@ -380,4 +381,29 @@ TEST_CASE("a plan space may search host offload where the hardware gives its hos
   for (const auto& c : plan_candidates(v5e, PlanSpace{})) CHECK_FALSE(c.contains("offload"));
   for (const auto& c : plan_candidates(study(kTransformer, 64, "v3-8"), space))
     CHECK_FALSE(c.contains("offload"));
+}
+
+TEST_CASE("a plan space may search data parallelism's shard groups (data x fsdp), and the labels read back",
+          "[plan]") {
+  const Study s = study(kTransformer, 64, "v3-8");
+  const std::string file =
+      (std::filesystem::temp_directory_path() / "tpusim_plan_space_groups.json").string();
+  std::ofstream(file) << R"({"schema": "tpusim.plan_space/1", "kinds": ["data_parallel"],
+                             "shard_group": [2, 3, 4, 8, 16]})";
+  std::map<std::string, std::set<std::int64_t>> groups;  // weight update -> the groups searched
+  for (const auto& c : plan_candidates(s, read_plan_space(file))) {
+    INFO(plan_label(c));
+    const std::int64_t g = c.value("shard_group", std::int64_t(8));
+    groups[c.at("weight_update").get<std::string>()].insert(g);
+    CHECK((plan_label(c).find(" group ") != std::string::npos) == c.contains("shard_group"));
+    CHECK(schedule_of_plan_label(plan_label(c)).schedule == c);
+  }
+  // Where they divide the 8 replicas; one group of all of them is no shard_group key.
+  CHECK(groups["sharded"] == std::set<std::int64_t>{2, 4, 8});
+  CHECK(groups["fully_sharded"] == std::set<std::int64_t>{2, 4, 8});
+  CHECK(groups["replicated"] == std::set<std::int64_t>{8});
+  // Not searched by default.
+  for (const auto& c : plan_candidates(s, PlanSpace{})) CHECK_FALSE(c.contains("shard_group"));
+  CHECK_THROWS_WITH(schedule_of_plan_label("data_parallel sharded bf16 group 0 bucket 32 MiB"),
+                    Catch::Contains("--plan-label"));
 }

@@ -103,6 +103,21 @@ std::vector<std::int64_t> accumulation_steps(const Study& study, const PlanSpace
   return out;
 }
 
+/// The groups of replicas weight-update sharding cuts pieces over (schedule.shard_group): every
+/// replica, or the space's list where it divides them. Absent, every replica alone: a smaller
+/// group carries more bytes per core (a reduce-scatter within it and an all-reduce of the pieces
+/// across the groups) and holds more, so it only pays where latency rules, and a space asks.
+std::vector<std::int64_t> shard_groups(const Study& study, const PlanSpace& space,
+                                       const std::string& update) {
+  const std::int64_t replicas = study.cores();
+  if (update == "replicated" || !space.shard_group) return {replicas};
+  std::vector<std::int64_t> out;
+  for (const std::int64_t g : *space.shard_group)
+    if (g <= replicas && replicas % g == 0 && std::find(out.begin(), out.end(), g) == out.end())
+      out.push_back(g);
+  return out;
+}
+
 /// Whether to offload each layer's input to host memory (false, and true where the space asks,
 /// the layers are re-materialized whole and the hosts' memory is known).
 std::vector<bool> offload_choices(const Study& study, const PlanSpace& space, const Json& remat) {
@@ -134,14 +149,16 @@ void data_parallel(const Study& study, const PlanSpace& space, std::vector<Json>
                                                 : std::vector<double>{combine / 4, combine, combine * 4};
         for (double bucket : buckets)
           for (const std::int64_t accumulate : accumulation_steps(study, space, update))
-            for (const bool offload : offload_choices(study, space, remat)) {
-              Json c{{"kind", "data_parallel"}, {"weight_update", update}, {"gradient_dtype", dtype}};
-              if (update != "fully_sharded") c["gradient_bucket_bytes"] = std::max(1.0, std::round(bucket));
-              if (remat != false) c["remat"] = remat;
-              if (accumulate > 1) c["accumulation_steps"] = accumulate;
-              if (offload) c["offload"] = Json::array({"layer_input"});
-              out.push_back(std::move(c));
-            }
+            for (const bool offload : offload_choices(study, space, remat))
+              for (const std::int64_t group : shard_groups(study, space, update)) {
+                Json c{{"kind", "data_parallel"}, {"weight_update", update}, {"gradient_dtype", dtype}};
+                if (group < study.cores()) c["shard_group"] = group;
+                if (update != "fully_sharded") c["gradient_bucket_bytes"] = std::max(1.0, std::round(bucket));
+                if (remat != false) c["remat"] = remat;
+                if (accumulate > 1) c["accumulation_steps"] = accumulate;
+                if (offload) c["offload"] = Json::array({"layer_input"});
+                out.push_back(std::move(c));
+              }
       }
     }
   }
@@ -367,6 +384,8 @@ PlanSpace read_plan_space(const std::string& file) {
                               ("true, false or a save policy (" + save_policy_names(false) + ")").c_str());
     s.accumulation_steps = read_list<std::int64_t>(
         f, "accumulation_steps", "an integer >= 1 (data parallelism's micro-batches per replica)");
+    s.shard_group = read_list<std::int64_t>(
+        f, "shard_group", "an integer >= 1 (replicas data parallelism's sharded pieces are cut over)");
     s.weight_update = read_choices(f, "weight_update", {"replicated", "sharded", "fully_sharded"});
     s.gradient_dtype = read_choices(f, "gradient_dtype", {"fp32", "bf16"});
     s.attention = read_choices(f, "attention", {"standard", "flash"});
@@ -441,8 +460,10 @@ std::string plan_label(const Json& s) {
     char mib[32];
     std::snprintf(mib, sizeof mib, "%g", bucket / (1 << 20));
     const std::int64_t accumulate = s.value("accumulation_steps", std::int64_t(1));
+    const std::int64_t group = s.value("shard_group", std::int64_t(0));
     return "data_parallel " + s.value("weight_update", "replicated") + " " +
-           s.value("gradient_dtype", "fp32") + (bucket > 0 ? std::string(" bucket ") + mib + " MiB" : "") +
+           s.value("gradient_dtype", "fp32") + (group > 0 ? " group " + std::to_string(group) : "") +
+           (bucket > 0 ? std::string(" bucket ") + mib + " MiB" : "") +
            (accumulate > 1 ? " accum " + std::to_string(accumulate) : "") + remat_label(s) +
            (s.contains("offload") ? " offload" : "");
   }
@@ -528,6 +549,13 @@ Json data_parallel_of(std::vector<std::string> w) {
   if (w.size() < 2) return nullptr;
   Json s{{"kind", "data_parallel"}, {"weight_update", w[0]}, {"gradient_dtype", w[1]}};
   w.erase(w.begin(), w.begin() + 2);
+  if (w.size() >= 2 && w[0] == "group") {
+    std::size_t used = 0;
+    const long long g = std::stoll(w[1], &used);
+    if (used != w[1].size() || g < 1) return nullptr;
+    s["shard_group"] = g;
+    w.erase(w.begin(), w.begin() + 2);
+  }
   if (w.size() >= 3 && w[0] == "bucket" && w[2] == "MiB") {
     const double mib = std::stod(w[1]);
     if (!(std::isfinite(mib) && mib > 0)) return nullptr;

@@ -27,6 +27,9 @@ struct PlanSpace {
   /// Data parallelism's micro-batches per replica whose gradients are accumulated; absent: 1, 2,
   /// 4 and 8 where they divide the examples each replica takes (not with fully sharded weights).
   std::optional<std::vector<std::int64_t>> accumulation_steps;
+  /// Data parallelism's groups of replicas its sharded and fully sharded pieces are cut over
+  /// (schedule.shard_group; label word "group G"); absent: every replica (one group).
+  std::optional<std::vector<std::int64_t>> shard_group;
   /// Re-materialization policies (false, true, "save_dots").
   std::optional<std::vector<Json>> remat;
   std::optional<std::vector<std::string>> weight_update, gradient_dtype;

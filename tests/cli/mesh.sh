@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Mesh layouts end to end: a batch-only layout gives the data-parallel step time (within 2%)
-# and memory; whenever the engine simulates sub-group collectives on representative clusters
+# and memory (and a data dimension of one core changes nothing); whenever the engine simulates sub-group collectives on representative clusters
 # the result equals the full simulation (and it does so for at least one of these layouts).
 set -euo pipefail
 tpusim="$1"; root="$2"
@@ -14,13 +14,24 @@ dp, mesh = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 assert abs(mesh["step_time_s"] - dp["step_time_s"]) <= 0.02 * dp["step_time_s"], (mesh["step_time_s"], dp["step_time_s"])
 assert abs(mesh["peak_hbm_bytes"] - dp["peak_hbm_bytes"]) <= 0.02 * dp["peak_hbm_bytes"], (mesh["peak_hbm_bytes"], dp["peak_hbm_bytes"])
 PY
+# A data x fsdp mesh whose data dimension has one core is the fsdp mesh alone, to the byte.
+one=$("$tpusim" run "$study" --set 'schedule={"kind":"mesh","mesh":[["data",1],["batch",32]],"layout":{"batch":"batch"},"data_parallel_dim":"data","weight_update":"fully_sharded"}' --json)
+none=$("$tpusim" run "$study" --set 'schedule={"kind":"mesh","mesh":[["batch",32]],"layout":{"batch":"batch"},"weight_update":"fully_sharded"}' --json)
+python3 - "$one" "$none" <<'PY'
+import json, sys
+a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+for k in ("step_time_s", "peak_hbm_bytes", "breakdown", "cores", "timing"):
+    assert a[k] == b[k], (k, a[k], b[k])
+PY
 n=1
 claimed=0
 for sched in '{"kind":"mesh","mesh":[["batch",8],["model",4]],"layout":{"batch":"batch","d_ff":"model","heads":"model","vocab":"model"}}' \
              '{"kind":"mesh","mesh":[["model",4],["batch",8]],"layout":{"batch":"batch","d_ff":"model","heads":"model"}}' \
              '{"kind":"mesh","mesh":[["batch",4],["model",8]],"layout":{"batch":"batch","d_ff":"model","heads":"model","vocab":"model"}}' \
              '{"kind":"mesh","mesh":[["batch",8],["model",4]],"layout":{"batch":"batch","d_ff":"model","heads":"model"},"weight_update":"sharded"}' \
-             '{"kind":"mesh","mesh":[["batch",16],["model",2]],"layout":{"batch":"batch","seq":"model"},"weight_update":"sharded"}'; do
+             '{"kind":"mesh","mesh":[["batch",16],["model",2]],"layout":{"batch":"batch","seq":"model"},"weight_update":"sharded"}' \
+             '{"kind":"mesh","mesh":[["data",2],["batch",16]],"layout":{"batch":"batch"},"data_parallel_dim":"data","weight_update":"fully_sharded"}' \
+             '{"kind":"mesh","mesh":[["data",4],["batch",4],["model",2]],"layout":{"batch":"batch","d_ff":"model","heads":"model"},"data_parallel_dim":"data","weight_update":"sharded"}'; do
   a=$("$tpusim" run "$study" --set "schedule=$sched" --json)
   b=$("$tpusim" run "$study" --set "schedule=$sched" --json --no-symmetry)
   c=$(python3 - "$a" "$b" <<'PY'
