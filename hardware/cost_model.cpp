@@ -162,7 +162,8 @@ OpCost CostModel::cost(const Op& op) const {
     c.mxu_s = padded / (core_.peak_matmul_flops_per_s() * ratio) + c.grid_overhead_s;
     if (ratio != 1.0) c.precision_saved_s = padded / core_.peak_matmul_flops_per_s() * (1.0 - 1.0 / ratio);
   } else if (op.multipass) {
-    c.vpu_s = op.elements * core_.multipass(*op.multipass).vpu_ops_per_element / core_.vector_ops_per_s();
+    c.vpu_s = op.elements * core_.multipass(*op.multipass).vpu_ops_per_element * op.multipass_vpu_share /
+              core_.vector_ops_per_s();
   } else {
     const double ops = op.ops_per_element + op.random_numbers_per_element * core_.random_number_vpu_ops;
     c.vpu_s = op.elements * ops / core_.vector_ops_per_s();

@@ -44,6 +44,9 @@ struct Op {
   /// pass over its tensor, and the core's MultiPassKernels give the passes, the kernels (each
   /// paying the per-op overhead) and the vector operations per element.
   std::optional<MultiPass> multipass;
+  /// Multi-pass: the share of the core's vector operations per element of its pattern this op
+  /// does (an RMSNorm's of a layer norm's), over the same passes.
+  double multipass_vpu_share = 1;
   /// MatMul: the share of its products the model counts (a causal attention product: the half
   /// below the diagonal), and the share the MXU runs (flash attention skips the blocks above
   /// the diagonal; standard attention computes every product and masks after).

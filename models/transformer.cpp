@@ -42,21 +42,18 @@ Layer block(const std::string& name, const Dims& d, double act, bool decoder_wit
   Layer l;
   l.name = name;
   const std::int64_t inner = d.inner();
-  l.weights = {{d.d_model}, {d.d_model}};  // layer norm before self-attention
+  l.weights.assign(std::size_t(d.norm_copies()), {d.d_model});  // the norm before self-attention
   // q for every head; k and v for every key/value head (all heads unless grouped).
   add_dense_weights(l, d, d.d_model, inner + 2 * (d.grouped() ? d.kv_heads * d.d_kv : inner));
   add_dense_weights(l, d, inner, d.d_model);
   if (decoder_with_encoder) {
-    l.weights.push_back({d.d_model});
-    l.weights.push_back({d.d_model});
+    for (int c = 0; c < d.norm_copies(); ++c) l.weights.push_back({d.d_model});
     add_dense_weights(l, d, d.d_model, inner);
     add_dense_weights(l, d, d.d_model, 2 * inner);
     add_dense_weights(l, d, inner, d.d_model);
   }
-  if (!d.parallel) {  // the feed-forward's own layer norm
-    l.weights.push_back({d.d_model});
-    l.weights.push_back({d.d_model});
-  }
+  if (!d.parallel)  // the feed-forward's own norm
+    for (int c = 0; c < d.norm_copies(); ++c) l.weights.push_back({d.d_model});
   if (d.moe_layer) {
     add_expert_weights(l, d);
   } else {
@@ -121,15 +118,15 @@ Layer embedding(const std::string& name, const Dims& d, double act, bool owns_ta
 Layer output(const Dims& d, double act, bool owns_table) {
   Layer l;
   l.name = "output";
-  l.weights = {{d.d_model}, {d.d_model}};
+  l.weights.assign(std::size_t(d.norm_copies()), {d.d_model});
   if (owns_table) l.weights.push_back({d.d_model, d.vocab});
   l.named_ops = [d, owns_table](std::int64_t b) {
     const Dim B{"batch", b}, S{"seq", d.seq}, M{"d_model", d.d_model}, V{"vocab", d.vocab};
     // Logits for the predicted positions only (all of them unless a masked LM).
     const Dim P{"seq", d.predicted_positions()};
     std::vector<NamedOp> ops{
-        reduction("final_layernorm", tpusim::act({B, S, M}, true), "d_model", weight({M}, 2))};
-    ops[0].math = NamedOp::Math::LayerNorm;
+        reduction("final_layernorm", tpusim::act({B, S, M}, true), "d_model", weight({M}, d.norm_copies()))};
+    ops[0].math = d.rms_norm ? NamedOp::Math::RmsNorm : NamedOp::Math::LayerNorm;
     const bool picked = d.predicted_positions() < d.seq;
     if (picked)  // a masked LM picks its predicted positions' rows first
       ops.push_back(
@@ -190,8 +187,9 @@ struct BlockOps {
 
   /// The pre-norm layer norm of sub-block `p` over its input `in`, its output named `p`_h.
   void layer_norm(const std::string& p, const std::string& in) {
-    ops.push_back(reduction("layernorm_" + p, named(act({B, S, M}, true), in), "d_model", weight({M}, 2)));
-    ops.back().math = NamedOp::Math::LayerNorm;
+    ops.push_back(reduction("layernorm_" + p, named(act({B, S, M}, true), in), "d_model",
+                            weight({M}, d.norm_copies())));
+    ops.back().math = d.rms_norm ? NamedOp::Math::RmsNorm : NamedOp::Math::LayerNorm;
     ops.back().out.id = p + "_h";
   }
 
@@ -208,13 +206,27 @@ struct BlockOps {
       const auto out = act(cat(cat({B, encoder_side ? Sc : S}, heads), {K}));
       ops.push_back(einsum(p + "_" + x + "_projection", input,
                            weight(cat(cat({encoder_side ? Mc : M}, heads), {K})), named(out, p + "_" + x)));
-      if (!d.biases) continue;
-      ops.back().out.id += "_unbiased";
-      ops.push_back(elementwise(p + "_" + x + "_bias", named(out, p + "_" + x + "_unbiased"), 1,
-                                bias(cat(heads, {K}))));
-      ops.back().math = NamedOp::Math::Bias;
-      ops.back().out.id = p + "_" + x;
+      if (d.biases) {
+        ops.back().out.id += "_unbiased";
+        ops.push_back(elementwise(p + "_" + x + "_bias", named(out, p + "_" + x + "_unbiased"), 1,
+                                  bias(cat(heads, {K}))));
+        ops.back().math = NamedOp::Math::Bias;
+        ops.back().out.id = p + "_" + x;
+      }
+      if (d.rotary && p == "self" && x[0] != 'v') rotate(p + "_" + x, out);
     }
+  }
+
+  /// Rotary positions (RoPE) on the projection `id` of shape `out`: each pair of features turned
+  /// by its position's angle, x cos + rot(x) sin (the angles' cos and sin a table per position,
+  /// shared by every example and head): two multiplies and an add per element, the rotation a
+  /// permutation; its backward turns the gradient back (the same three). Element-wise, fused
+  /// with the projection where the core fuses; it keeps nothing.
+  void rotate(const std::string& id, const NamedTensor& out) {
+    ops.back().out.id = id + "_unrotated";
+    ops.push_back(elementwise(id + "_rotary", named(out, id + "_unrotated"), 3));
+    ops.back().backward_ops = 3;
+    ops.back().out.id = id;
   }
 
   /// Attention sub-block `p` ("self", or "cross" over the encoder output), its output named
@@ -277,9 +289,9 @@ struct BlockOps {
   /// The feed-forward sub-block. ffn_in reads the layer norm's output (recomputed); ffn_out's
   /// kept input stands for the pre-activation its ReLU is recomputed from (the same size).
   void feed_forward() {
-    ops.push_back(
-        reduction("layernorm_ffn", named(act({B, S, M}, true), "ffn_in"), "d_model", weight({M}, 2)));
-    ops.back().math = NamedOp::Math::LayerNorm;
+    ops.push_back(reduction("layernorm_ffn", named(act({B, S, M}, true), "ffn_in"), "d_model",
+                            weight({M}, d.norm_copies())));
+    ops.back().math = d.rms_norm ? NamedOp::Math::RmsNorm : NamedOp::Math::LayerNorm;
     ops.back().out.id = "ffn_h";
     mlp("ffn_h", "ffn_in");
   }
@@ -508,7 +520,10 @@ Dims read_dims_impl(Fields& f, Problems& problems, const Dims* defaults) {
   d.predicted = f.integer_or("predicted_positions", 0, 1, d.seq > 0 ? d.seq : 1);
   d.causal = f.boolean_or("causal", true);  // decoder-only: causal; a decoder's self-attention too
   d.parallel = f.string_or("block", "sequential", {"sequential", "parallel"}) == "parallel";
-  d.learned_positions = f.string_or("positions", "none", {"none", "learned"}) == "learned";
+  const std::string positions = f.string_or("positions", "none", {"none", "learned", "rotary"});
+  d.learned_positions = positions == "learned";
+  d.rotary = positions == "rotary";
+  d.rms_norm = f.string_or("norm", "layer", {"layer", "rms"}) == "rms";
   if (problems.empty() && d.parallel && d.encoder_layers > 0)
     problems.add(f.path_of("block"), Json("parallel"),
                  "\"sequential\" with encoder_layers > 0 (a parallel block has no cross-attention here)");

@@ -39,9 +39,15 @@ struct TransformerDims {
   /// PaLM's parallel block: y = x + Attention(LN(x)) + MLP(LN(x)), one layer norm feeding both.
   bool parallel = false;
   /// "positions": "learned": a position table [seq_len, d_model] added to the token embedding
-  /// (GPT-2 and GPT-3's); "none": positions cost no parameters (sinusoidal, as the 2018
-  /// Transformer; rotary, as PaLM and Llama, applied in attention at a vector cost not priced).
-  bool learned_positions = false;
+  /// (GPT-2 and GPT-3's); "rotary": each self-attention's queries and keys rotated by their
+  /// position (RoPE, as PaLM and Llama), an element-wise op after each projection; "none":
+  /// positions cost nothing (sinusoidal, as the 2018 Transformer).
+  bool learned_positions = false, rotary = false;
+  /// "norm": "rms": RMSNorm (Zhang and Sennrich 2019, as Llama): a scale and no shift, no mean;
+  /// "layer" (default): layer norm.
+  bool rms_norm = false;
+  /// A normalization's weight copies: the scale, and the shift of a layer norm.
+  int norm_copies() const { return rms_norm ? 1 : 2; }
   /// Positions per sequence the output layer predicts (BERT's masked-LM predicts a few of
   /// them); 0: every position.
   std::int64_t predicted = 0;

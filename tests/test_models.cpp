@@ -985,9 +985,9 @@ TEST_CASE("a learned position table adds seq_len x d_model parameters to the emb
   CHECK(ops[1].b.elements() == 16 * 64);
   Problems p("test");
   build_model(
-      Json::parse(R"({"kind": "transformer", "activation": "relu", "positions": "rotary", )" + dims + "}"),
+      Json::parse(R"({"kind": "transformer", "activation": "relu", "positions": "alibi", )" + dims + "}"),
       "model", p);
-  CHECK_THROWS_WITH(p.throw_if_any(), Catch::Contains("model.positions") && Catch::Contains("learned"));
+  CHECK_THROWS_WITH(p.throw_if_any(), Catch::Contains("model.positions") && Catch::Contains("rotary"));
 }
 
 TEST_CASE("a mixture of experts: exact parameters, expert FLOPs over its slots, the dense blocks untouched",
@@ -1059,4 +1059,68 @@ TEST_CASE("the UNet is Stable Diffusion v2's base model: its parameters, layers 
   REQUIRE(p.size() == 1);
   CHECK_THROWS_WITH(p.throw_if_any(),
                     Catch::Contains("model.block_channels[1]") && Catch::Contains("head_dim"));
+}
+
+TEST_CASE("Llama 3.1 with RMSNorm has its published parameter counts", "[models]") {
+  const std::string llama =
+      R"({"kind": "transformer", "activation": "swiglu", "biases": false, "norm": "rms", "positions": "rotary",
+          "vocab": 128256, "seq_len": 8192, "kv_heads": 8, )";
+  CHECK(build(llama + R"("layers": 32, "d_model": 4096, "d_ff": 14336, "heads": 32})").params() ==
+        8030261248.0);
+  CHECK(build(llama + R"("layers": 80, "d_model": 8192, "d_ff": 28672, "heads": 64})").params() ==
+        70553706496.0);
+  // A layer norm's shift adds d_model per norm: two per block and the final one.
+  const Model layer_norm = build(
+      R"({"kind": "transformer", "activation": "swiglu", "biases": false, "vocab": 128256, "seq_len": 8192,
+                "kv_heads": 8, "layers": 32, "d_model": 4096, "d_ff": 14336, "heads": 32})");
+  CHECK(layer_norm.params() - 8030261248.0 == (2 * 32 + 1) * 4096);
+}
+
+TEST_CASE(
+    "RMSNorm does 5/8 of a layer norm's vector work over the same passes; rotary positions add 3 "
+    "operations per query and key element, fused, forward and backward",
+    "[models][cost]") {
+  const std::string dims =
+      R"("layers": 1, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 1000, "seq_len": 64, "kv_heads": 2)";
+  const Model ln = build(R"({"kind": "transformer", "activation": "relu", )" + dims + "}");
+  const Model rms = build(
+      R"({"kind": "transformer", "activation": "relu", "norm": "rms", "positions": "rotary", )" + dims + "}");
+  const CostModel cost(load_hardware("tpu-v3").core);
+  const auto find = [](const std::vector<NamedOp>& ops, const std::string& name) {
+    for (const auto& op : ops)
+      if (op.name == name) return op;
+    FAIL("no op " << name);
+    return NamedOp{};
+  };
+  const auto a = ln.layers[1].named_ops(8), b = rms.layers[1].named_ops(8);
+  const NamedOp &norm_ln = find(a, "layernorm_self"), &norm_rms = find(b, "layernorm_self");
+  CHECK(norm_rms.math == NamedOp::Math::RmsNorm);
+  CHECK(norm_rms.b.elements() == 256);  // a scale, no shift
+  for (bool backward : {false, true}) {
+    const auto priced = [&](const NamedOp& op) {
+      const Op o = backward ? op_kind(op).input_gradient(op, Sharding::none(), 2)
+                            : op_kind(op).forward(op, Sharding::none(), 2);
+      return cost.cost(o);
+    };
+    const OpCost l = priced(norm_ln), r = priced(norm_rms);
+    CHECK(r.vpu_s == Approx(l.vpu_s * 5 / 8));
+    CHECK(r.hbm_s == Approx(l.hbm_s));
+    // By hand: 8 x 5/8 operations per element forward (16 x 5/8 backward) over 8 x 64 rows of 256.
+    const double ops = (backward ? 16.0 : 8.0) * 5 / 8;
+    CHECK(r.vpu_s == Approx(8 * 64 * 256 * ops / load_hardware("tpu-v3").core.vector_ops_per_s()));
+  }
+  // The queries (4 heads) and keys (2 key/value heads) of 64 positions of 64 features, rotated.
+  for (const auto& [name, heads] : {std::pair{"self_q_rotary", 4}, std::pair{"self_k_rotary", 2}}) {
+    const NamedOp& r = find(b, name);
+    CHECK(r.ops == 3);
+    CHECK(r.backward_ops == 3);
+    CHECK(r.out.elements() == 8.0 * 64 * heads * 64);
+    const OpCost c = cost.cost(op_kind(r).forward(r, Sharding::none(), 2));
+    CHECK(c.bound == "fused");
+    CHECK(c.vpu_s == Approx(r.out.elements() * 3 / load_hardware("tpu-v3").core.vector_ops_per_s()));
+  }
+  CHECK(b.size() == a.size() + 2);  // the values are not rotated
+  // The attention reads the rotated queries and keys; the parameters do not change but the shifts.
+  CHECK(find(b, "self_scores").a.id == "self_q");
+  CHECK(ln.params() - rms.params() == 3 * 256);
 }

@@ -47,8 +47,15 @@ std::vector<Op> recomputed_by_each_backward_kernel(Op forward) {
 Op norm_or_softmax(const NamedOp& op, const Sharding& s, double act, bool backward) {
   const std::string name = backward ? op.name + "_grad" : op.name;
   const auto pattern = op_kind(op).multipass(op, backward);
-  return pattern ? multipass_op(name, s.local_elements(op.out), act, *pattern)
-                 : vector_op(name, s.local_elements(op.out), 2, act, false);
+  if (!pattern) return vector_op(name, s.local_elements(op.out), 2, act, false);
+  Op out = multipass_op(name, s.local_elements(op.out), act, *pattern);
+  // RMSNorm has a layer norm's passes (its statistics, then the normalization) without the mean:
+  // of the layer norm's operations per element the hardware files count (sum, sum of squares,
+  // subtract the mean, multiply by 1/std, scale, shift and the fused activation: 8, the backward
+  // twice as many), it leaves out the sum, the mean's subtraction and the shift: 5 of 8
+  // (derivation from those counts).
+  if (op.math == NamedOp::Math::RmsNorm) out.multipass_vpu_share = 5.0 / 8.0;
+  return out;
 }
 
 Tensor xavier(const NamedOp& op, double fan_in, std::uint64_t seed, int index) {

@@ -168,7 +168,7 @@ class Reduction : public NamedOpKind {
     return op.a.on_chip ? recomputed_by_each_backward_kernel(forward(op, s, act)) : std::vector<Op>{};
   }
   std::optional<MultiPass> multipass(const NamedOp& op, bool backward) const override {
-    if (op.math == M::LayerNorm)
+    if (op.math == M::LayerNorm || op.math == M::RmsNorm)
       return backward ? MultiPass::NormalizationBackward : MultiPass::NormalizationForward;
     if (op.math == M::SoftmaxXent && backward) return std::nullopt;
     return backward ? MultiPass::SoftmaxBackward : MultiPass::SoftmaxForward;
