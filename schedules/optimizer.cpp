@@ -4,13 +4,9 @@ namespace tpusim {
 
 const std::map<std::string, std::shared_ptr<const OptimizerRule>>& optimizer_rules() {
   static const std::map<std::string, std::shared_ptr<const OptimizerRule>> rules = {
-      {"adafactor", make_adafactor()},
-      {"adam", make_adam()},
-      {"lamb", make_lamb()},
-      {"lars", make_lars()},
-      {"momentum", make_momentum()},
-      {"rmsprop", make_rmsprop()},
-      {"sgd", make_sgd()},
+      {"adafactor", make_adafactor()}, {"adam", make_adam()}, {"adamw", make_adamw()},
+      {"lamb", make_lamb()},           {"lars", make_lars()}, {"momentum", make_momentum()},
+      {"rmsprop", make_rmsprop()},     {"sgd", make_sgd()},
   };
   return rules;
 }

@@ -1,5 +1,5 @@
-// Optimizers as the step sees them. Each update rule (sgd, momentum, rmsprop, adam, lars,
-// adafactor) is one registered strategy, in a file of its own under schedules/optimizers/: it
+// Optimizers as the step sees them. Each update rule (sgd, momentum, rmsprop, adam, adamw, lars,
+// lamb, adafactor) is one registered strategy, in a file of its own under schedules/optimizers/: it
 // owns its optimizer slots, the cost of its update on a core, the statistics it needs combined
 // across the pieces of a split or sharded weight (LARS's norms, Adafactor's factored moments)
 // and, where functional mode supports it, its math. A new optimizer is one file plus one
@@ -83,6 +83,7 @@ std::shared_ptr<const OptimizerRule> make_sgd();
 std::shared_ptr<const OptimizerRule> make_momentum();
 std::shared_ptr<const OptimizerRule> make_rmsprop();
 std::shared_ptr<const OptimizerRule> make_adam();
+std::shared_ptr<const OptimizerRule> make_adamw();
 std::shared_ptr<const OptimizerRule> make_lars();
 std::shared_ptr<const OptimizerRule> make_lamb();
 std::shared_ptr<const OptimizerRule> make_adafactor();

@@ -113,6 +113,10 @@ TEST_CASE("functional fully sharded data parallelism matches one core", "[functi
                    "adam");
 }
 
+TEST_CASE("functional sharded data parallelism with AdamW matches one core", "[functional][sharding]") {
+  check_equivalent(kMlp, R"({"kind": "data_parallel", "replicas": 4, "weight_update": "sharded"})", "adamw");
+}
+
 TEST_CASE("functional fully sharded data parallelism with re-materialization matches one core",
           "[functional][sharding]") {
   check_equivalent(

@@ -311,8 +311,8 @@ TEST_CASE("cross-replica batch norm all-reduces each normalization's statistics 
 
 TEST_CASE("every registered optimizer rule states its cost with a source, and its math where functional",
           "[schedules][registry][optimizer]") {
-  CHECK(optimizer_rules().size() == 7);
-  for (const char* kind : {"adafactor", "adam", "lamb", "lars", "momentum", "rmsprop", "sgd"}) {
+  CHECK(optimizer_rules().size() == 8);
+  for (const char* kind : {"adafactor", "adam", "adamw", "lamb", "lars", "momentum", "rmsprop", "sgd"}) {
     INFO(kind);
     REQUIRE(optimizer_rules().count(kind));
     const auto& rule = *optimizer_rules().at(kind);
@@ -327,6 +327,16 @@ TEST_CASE("every registered optimizer rule states its cost with a source, and it
   CHECK(w[0] == 1.0f);  // outside [lo, hi)
   CHECK(m[1] == Approx(2.9));
   CHECK(w[1] == Approx(0.71));
+  // AdamW by hand, step 1 (bias corrections 0.1 and 0.001): m = 0.1 g, v = 0.001 g^2, the
+  // direction m_hat / (sqrt(v_hat) + eps) = 1 for g = 2; w = 1 - 0.1 (1 + 0.1 * 1) = 0.89. Its
+  // vector work is Adam's and the decay's multiply and add, over the same tensors.
+  std::vector<float> wa = {1}, ga = {2}, ma = {0}, va = {0};
+  optimizer_rules().at("adamw")->update(wa.data(), ga.data(), {ma.data(), va.data()}, 0, 1, 0.1, 1);
+  CHECK(wa[0] == Approx(0.89).epsilon(1e-6));
+  const auto &adam = *optimizer_rules().at("adam"), &adamw = *optimizer_rules().at("adamw");
+  CHECK(adamw.cost().vpu_ops_per_param == adam.cost().vpu_ops_per_param + 2);
+  CHECK(adamw.cost().tensors_moved == adam.cost().tensors_moved);
+  CHECK(adamw.slots() == adam.slots());
   // LARS needs its two norms over the whole layer; Adafactor its factored statistics.
   CHECK(optimizer_rules().at("lars")->layer_statistics_bytes() == 8);
   CHECK(optimizer_rules().at("lamb")->layer_statistics_bytes() == 8);
