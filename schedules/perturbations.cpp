@@ -1,7 +1,10 @@
 #include "schedules/perturbations.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
+#include <numbers>
 #include <random>
 #include <string>
 
@@ -104,22 +107,60 @@ void read_link(Fields& f, const Topology& torus, NetworkState& state, std::map<i
 /// (the standard library's distributions are not).
 double uniform01(std::mt19937_64& g) { return double(g() >> 11) * 0x1.0p-53; }
 
+/// A random straggler's scale: one value, or drawn per slow chip (or link) from a named
+/// distribution: {"distribution": "uniform", "low", "high"} or {"distribution": "normal", "mean",
+/// "sd"} (clamped to [0.001, 1000]; a normal draw by Box-Muller from two uniform draws).
+struct ScaleDraw {
+  enum Kind { Fixed, Uniform, Normal } kind = Fixed;
+  double a = 1, b = 0;  ///< Fixed: the scale; Uniform: low, high; Normal: mean, sd
+  double operator()(std::mt19937_64& g) const {
+    if (kind == Fixed) return a;
+    const double u = uniform01(g);
+    const double x = kind == Uniform ? a + (b - a) * u
+                                     : a + b * std::sqrt(-2.0 * std::log1p(-u)) *
+                                               std::cos(2 * std::numbers::pi * uniform01(g));
+    return std::clamp(x, kMinScale, kMaxScale);
+  }
+};
+
+/// `key`: a scale (scale_of) or a distribution of scales in [0.001, 1000].
+ScaleDraw scale_draw(Fields& f, const std::string& key, bool link) {
+  const Json* v = f.value(key);
+  if (!v || !v->is_object()) return {ScaleDraw::Fixed, scale_of(f, key, true, link)};
+  Fields d(*v, f.path_of(key), f.problems());
+  const std::string kind = d.string("distribution", {"uniform", "normal"});
+  ScaleDraw draw;
+  if (kind == "uniform") {
+    draw = {ScaleDraw::Uniform, d.number("low", kMinScale, kMaxScale),
+            d.number("high", kMinScale, kMaxScale)};
+    if (f.problems().empty() && draw.b < draw.a)
+      f.problems().add(d.path_of("high"), Json(draw.b), "a scale at least low (" + Json(draw.a).dump() + ")");
+  } else if (kind == "normal") {
+    draw = {ScaleDraw::Normal, d.number("mean", kMinScale, kMaxScale), d.number("sd", 0.0, kMaxScale)};
+  }
+  d.finish();
+  return draw;
+}
+
 /// "random": {"seed", "slow_chip_fraction", "compute_scale", "slow_link_fraction",
 /// "link_bandwidth_scale"}: each chip (in rank order), then each existing directed link (in id
-/// order), is slow with its probability, from one seeded Mersenne Twister.
+/// order), is slow with its probability, from one seeded Mersenne Twister; a slow one's scale is
+/// drawn right after it where the scale is a distribution.
 void read_random(Fields& f, const Topology& torus, NetworkState& state) {
   const auto seed = f.integer("seed", 0, std::numeric_limits<std::int64_t>::max());
   const double chips = f.has("slow_chip_fraction") ? f.number("slow_chip_fraction", 0, 1) : 0.0;
   const double links = f.has("slow_link_fraction") ? f.number("slow_link_fraction", 0, 1) : 0.0;
-  const double chip_scale = chips > 0 || f.has("compute_scale") ? scale_of(f, "compute_scale", true) : 1.0;
-  const double link_scale =
-      links > 0 || f.has("link_bandwidth_scale") ? scale_of(f, "link_bandwidth_scale", true, true) : 1.0;
+  const ScaleDraw chip_scale =
+      chips > 0 || f.has("compute_scale") ? scale_draw(f, "compute_scale", false) : ScaleDraw{};
+  const ScaleDraw link_scale =
+      links > 0 || f.has("link_bandwidth_scale") ? scale_draw(f, "link_bandwidth_scale", true) : ScaleDraw{};
+  if (!f.problems().empty()) return;
   std::mt19937_64 g{std::uint64_t(seed)};  // seed >= 0: read as such
   for (int chip = 0; chip < torus.chips(); ++chip)
-    if (uniform01(g) < chips) state.chip_speed_scale[std::size_t(chip)] = chip_scale;
+    if (uniform01(g) < chips) state.chip_speed_scale[std::size_t(chip)] = chip_scale(g);
   for (int link = 0; link < torus.link_id_bound(); ++link) {
     const bool exists = torus.link_exists(torus.link_source(link), torus.link_direction(link));
-    if (exists && uniform01(g) < links) state.link_bandwidth_scale[std::size_t(link)] = link_scale;
+    if (exists && uniform01(g) < links) state.link_bandwidth_scale[std::size_t(link)] = link_scale(g);
   }
 }
 

@@ -188,4 +188,27 @@ p90 = steps[math.ceil(0.9 * len(steps)) - 1]
 assert cells[2] == human(steps[0]) and cells[6] == human(steps[-1]) and cells[4] == human(p90), (cells, steps)
 PY
 grep -q 'class="distribution"' "$work/seeds/sweep_distribution.svg" || { echo "FAIL: no histogram"; exit 1; }
+# Stragglers from a distribution: each slow chip's speed drawn after it (every chip slow here), inside
+# the uniform law's [low, high], all distinct, the same for the same seed; a normal law's around
+# its mean; a bad law names its path.
+law() { echo "perturbations={\"random\": {\"seed\": 3, \"slow_chip_fraction\": 1, \"compute_scale\": $1}}"; }
+"$tpusim" run "$study" --set "$(law '{"distribution": "uniform", "low": 0.6, "high": 0.9}')" --json > "$work/law_a.json"
+"$tpusim" run "$study" --set "$(law '{"distribution": "uniform", "low": 0.6, "high": 0.9}')" --json > "$work/law_b.json"
+"$tpusim" run "$study" --set "$(law '{"distribution": "normal", "mean": 0.8, "sd": 0.02}')" --json > "$work/law_n.json"
+cmp -s "$work/law_a.json" "$work/law_b.json" || { echo "FAIL: the same seed drew different speeds"; exit 1; }
+python3 - "$work" <<'PY'
+import json, statistics, sys
+w = sys.argv[1]
+u, a, n = (json.load(open(f"{w}/{x}.json")) for x in ("uniform", "law_a", "law_n"))
+speeds = [c["compute_scale"] for c in a["perturbations"]["slow_chips"]]
+assert len(speeds) == 16 and len(set(speeds)) == 16, speeds  # v3-32: 16 chips, each its own draw
+assert all(0.6 <= x <= 0.9 for x in speeds), speeds
+normal = [c["compute_scale"] for c in n["perturbations"]["slow_chips"]]
+assert abs(statistics.mean(normal) - 0.8) < 0.03 and max(normal) < 0.9 and min(normal) > 0.7, normal
+# The step waits for the slowest chip: slower than the uniform pod, and than with all at the fastest speed.
+assert a["step_time_s"] > u["step_time_s"] / 0.9, (a["step_time_s"], u["step_time_s"])
+PY
+bad 'perturbations.random.compute_scale.distribution: found "pareto"' --set "$(law '{"distribution": "pareto", "low": 0.6, "high": 0.9}')"
+bad 'perturbations.random.compute_scale.high: found 0.5, expected a scale at least low' --set "$(law '{"distribution": "uniform", "low": 0.6, "high": 0.5}')"
+bad 'perturbations.random.compute_scale.sd' --set "$(law '{"distribution": "normal", "mean": 0.8}')"
 echo "perturbations: ok"
