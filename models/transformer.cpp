@@ -472,7 +472,7 @@ void read_experts(Fields& f, Problems& problems, Dims& d) {
   auto& m = d.moe;
   m.experts = e.integer("experts", 1, 1 << 20);
   m.every = e.integer_or("every", 1, 1, 100000);
-  m.top_k = e.integer_or("top_k", 1, 1, 2);
+  m.top_k = e.integer_or("top_k", 1, 1, 1 << 20);  // at most experts (below)
   m.capacity_factor = e.has("capacity_factor") ? e.number("capacity_factor", 1e-6, 1000.0) : 1.0;
   m.d_ff = e.integer_or("d_ff", d.d_ff, 1, 1 << 24);
   e.finish();

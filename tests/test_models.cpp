@@ -1016,6 +1016,20 @@ TEST_CASE("a mixture of experts: exact parameters, expert FLOPs over its slots, 
   for (const auto& op : moe.layers[2].work(4).forward) forward_moe += op.model_flops();
   for (const auto& op : dense.layers[2].work(4).forward) forward_dense += op.model_flops();
   CHECK(forward_moe - forward_dense == Approx(2 * T * M * E + 4 * E * C * M * Fe - 4 * T * M * F));
+  // Top-8 of 8 experts (each token to every expert, as Mixtral-style routing at its limit): four
+  // times top-2's slots (C = 1.5 x 8 x 64 / 8 = 96), so four times the experts' FLOPs; top-9 of 8
+  // is bad input.
+  const Model top8 =
+      build(R"({"kind": "transformer", )" + dims +
+            R"(, "moe": {"experts": 8, "every": 2, "top_k": 8, "capacity_factor": 1.5, "d_ff": 512}})");
+  double forward_top8 = 0;
+  for (const auto& op : top8.layers[2].work(4).forward) forward_top8 += op.model_flops();
+  CHECK(forward_top8 - forward_dense == Approx(2 * T * M * E + 4 * E * (4 * C) * M * Fe - 4 * T * M * F));
+  Problems too_many("test");
+  build_model(Json::parse(R"({"kind": "transformer", )" + dims + R"(, "moe": {"experts": 8, "top_k": 9}})"),
+              "model", too_many);
+  CHECK_THROWS_WITH(too_many.throw_if_any(),
+                    Catch::Contains("model.moe.top_k: found 9, expected at most experts (8)"));
   // Routing is data movement: two dispatch ops (to the slots and back), no matmul.
   int dispatches = 0;
   for (const auto& op : moe.layers[2].named_ops(4)) dispatches += op.kind == "dispatch" ? 1 : 0;
