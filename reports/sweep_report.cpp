@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "reports/run_report.hpp"
 #include "reports/svg.hpp"
@@ -225,6 +226,11 @@ void chart_axes_svg(std::ostringstream& s, const LineChart& c, const ChartFrame&
   if (!c.x_categories.empty()) {
     xs.clear();
     for (std::size_t i = 0; i < c.x_categories.size(); ++i) xs.insert(double(i));
+  }
+  if (c.regular_x_ticks && !f.log_x && f.x1 > f.x0) {
+    xs.clear();
+    const double step = tick_step(f.x1 - f.x0, 5);
+    for (double x = std::ceil(f.x0 / step) * step; x <= f.x1 + 1e-9 * step; x += step) xs.insert(x);
   }
   for (double x : xs)
     s << "<text x=\"" << svg_number(f.X(x)) << "\" y=\"" << top + h + 16 << "\" text-anchor=\"middle\">"
@@ -467,6 +473,28 @@ std::string memory_chart(const Axes& axes, const SeriesNamer& name, const std::v
   return chart.series.empty() ? "" : line_chart_svg(chart);
 }
 
+/// Days to the study's target against its cost (a study with a target and a price), with and
+/// without goodput: one point per swept point, the trade-off a planner weighs.
+std::string days_cost_chart(const std::vector<Json>& records) {
+  LineChart chart{
+      "Days to the target against its cost", "cost (USD)", "days", {}, false, -1, "", {}, {}, true};
+  SeriesPoints points;
+  for (const auto& r : records) {
+    if (!ok(r)) continue;
+    const Json& v = r["result"];
+    for (const auto& [series, days, usd] :
+         {std::tuple{std::pair{0, std::string("without goodput")}, "/time_to_train/days", "/cost/usd"},
+          std::tuple{std::pair{1, std::string("with goodput")}, "/time_to_train/days_with_goodput",
+                     "/cost/usd_with_goodput"}}) {
+      const Json::json_pointer d(days), c(usd);
+      if (v.contains(d) && v.contains(c) && v[d].is_number() && v[c].is_number())
+        points[series][v[c].get<double>()] = v[d].get<double>();
+    }
+  }
+  add_series(chart, points);
+  return chart.series.empty() ? "" : line_chart_svg(chart);
+}
+
 }  // namespace
 
 namespace {
@@ -579,6 +607,7 @@ std::map<std::string, std::string> sweep_charts(const Json& meta, const std::vec
   for (const auto& d : distributions(meta, records))
     if (!d.steps.empty() && drawn < 6)
       charts[drawn++ == 0 ? "distribution" : "distribution_" + std::to_string(drawn)] = histogram_svg(d);
+  if (auto svg = days_cost_chart(records); !svg.empty()) charts["days_cost"] = svg;
   const Axes axes = choose_axes(meta);
   if (axes.x.empty()) return charts;
   const SeriesNamer name{meta};

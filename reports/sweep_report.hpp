@@ -44,6 +44,8 @@ struct LineChart {
   std::vector<std::string> x_categories;
   /// (series name, x) of points drawn hollow and marked "does not fit".
   std::set<std::pair<std::string, double>> not_fitting;
+  /// x labelled at regular steps (a continuous quantity: a cost) instead of at each point's x.
+  bool regular_x_ticks = false;
 };
 std::string line_chart_svg(const LineChart& chart);
 

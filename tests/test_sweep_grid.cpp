@@ -219,6 +219,33 @@ TEST_CASE("a sweep over names alone (slices) charts them as categories and marks
              Catch::Contains("![throughput](sweep_throughput.svg)"));
 }
 
+TEST_CASE("a sweep with a target and a price charts days against cost, with and without goodput",
+          "[sweep][reports]") {
+  Json meta{{"study", "s.json"},
+            {"points", 3},
+            {"axes", Json::array({Json{{"path", "slice"}, {"values", {"v4-128", "v4-256", "v4-512"}}}})}};
+  std::vector<Json> records;
+  for (const char* slice : {"v4-128", "v4-256", "v4-512"}) {
+    const double n = double(records.size() + 1);
+    Json r = fake_record(records.size(), Json{{"slice", slice}}, 0.5 / n);
+    r["result"]["time_to_train"] = {{"days", 64 / n}, {"days_with_goodput", 65 / n}};
+    r["result"]["cost"] = {{"usd", 1000 + 10 * n}, {"usd_with_goodput", 1100 + 10 * n}};
+    records.push_back(tpusim::reports::sweep_summary(r));
+  }
+  const auto charts = tpusim::reports::sweep_charts(meta, records);
+  REQUIRE(charts.count("days_cost") == 1);
+  const std::string& svg = charts.at("days_cost");
+  CHECK(count_of(svg, "<title>without goodput: ") == 3);
+  CHECK(count_of(svg, "<title>with goodput: ") == 3);
+  CHECK_THAT(svg, Catch::Contains("without goodput: 1010 -> 64"));
+  CHECK_THAT(svg, Catch::Contains("with goodput: 1130 -> 21.67"));
+  CHECK_THAT(tpusim::reports::sweep_markdown(meta, records),
+             Catch::Contains("![days_cost](sweep_days_cost.svg)"));
+  // Without a price, no such chart.
+  for (auto& r : records) r["result"].erase("cost");
+  CHECK(tpusim::reports::sweep_charts(meta, records).count("days_cost") == 0);
+}
+
 TEST_CASE("a sweep record's summary keeps what the reports read and drops per-core figures",
           "[sweep][reports]") {
   const Json full = full_record(0, Json{{"batch", 64}}, 0.5, false);
