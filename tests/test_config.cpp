@@ -121,7 +121,7 @@ TEST_CASE("study problems are all reported at once", "[config]") {
   Json j = minimal_study();
   j["batch"] = 0;
   j["model"]["width"] = "wide";
-  j["optimizer"]["kind"] = "adamw";
+  j["optimizer"]["kind"] = "adamax";
   j["extra"] = 1;
   const auto paths = problem_paths([&] { parse_study(j, "test"); });
   CHECK(paths.size() == 4);

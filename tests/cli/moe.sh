@@ -24,7 +24,7 @@ bad() {  # expected text, arguments...
 }
 bad "model.moe.top_k: found 2, expected at most experts (1)" check "$work/moe.json" --set 'model.moe={"experts": 1, "top_k": 2}'
 bad "model.moe.capacity_factor: found 0" check "$work/moe.json" --set 'model.moe={"experts": 32, "capacity_factor": 0}'
-bad "model.moe.top_k: found 3" check "$work/moe.json" --set 'model.moe={"experts": 32, "top_k": 3}'
+bad "model.moe.top_k: found 33, expected at most experts (32)" check "$work/moe.json" --set 'model.moe={"experts": 32, "top_k": 33}'
 bad "schedule.layout.experts: found \"batch\", expected a mesh dimension dividing experts (48)" check "$work/moe.json" --set 'model.moe={"experts": 48}'
 bad "schedule.layout.experts: found \"model\", expected the mesh dimension that splits batch" check "$work/moe.json" \
   --set 'schedule={"kind": "mesh", "mesh": [["batch", 16], ["model", 2]], "layout": {"batch": "batch", "experts": "model"}}'
