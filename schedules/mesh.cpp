@@ -60,18 +60,25 @@ MeshSchedule::MeshSchedule(Fields& f, const Study& study, Problems& problems, in
   read_accumulation(f, study, problems);
 }
 
+std::vector<std::pair<std::string, int>>::const_iterator MeshSchedule::named_dimension(
+    const Json& given, const std::string& path, Problems& problems) const {
+  const auto dim = given.is_string()
+                       ? std::find_if(mesh_.begin(), mesh_.end(),
+                                      [&](const auto& d) { return d.first == given.get<std::string>(); })
+                       : mesh_.end();
+  if (dim != mesh_.end()) return dim;
+  std::string names;
+  for (const auto& [name, size] : mesh_) names += (names.empty() ? "\"" : ", \"") + name + "\"";
+  problems.add(path, given, "the name of a mesh dimension (one of " + names + ")");
+  return dim;
+}
+
 void MeshSchedule::read_data_parallel_dim(Fields& f, Problems& problems) {
   const Json* given = f.optional("data_parallel_dim");
   if (!given || !problems.empty()) return;
   const std::string path = f.path_of("data_parallel_dim");
-  std::string names;
-  for (const auto& [name, size] : mesh_) names += (names.empty() ? "\"" : ", \"") + name + "\"";
-  const auto dim = given->is_string()
-                       ? std::find_if(mesh_.begin(), mesh_.end(),
-                                      [&](const auto& d) { return d.first == given->get<std::string>(); })
-                       : mesh_.end();
-  if (dim == mesh_.end())
-    return problems.add(path, *given, "the name of a mesh dimension (one of " + names + ")");
+  const auto dim = named_dimension(*given, path, problems);
+  if (dim == mesh_.end()) return;
   for (const auto& [tensor_dim, mesh_dim] : layout_)
     if (mesh_dim == dim->first)
       return problems.add(path, *given,
@@ -103,16 +110,8 @@ void MeshSchedule::read_layer_input_split(Fields& f, const Study& study, Problem
   const Json* given = f.optional("layer_input_split");
   if (!given) return;
   const std::string path = f.path_of("layer_input_split");
-  std::string names;
-  for (const auto& [name, size] : mesh_) names += (names.empty() ? "\"" : ", \"") + name + "\"";
-  const auto dim = given->is_string()
-                       ? std::find_if(mesh_.begin(), mesh_.end(),
-                                      [&](const auto& d) { return d.first == given->get<std::string>(); })
-                       : mesh_.end();
-  if (dim == mesh_.end()) {
-    problems.add(path, *given, "the name of a mesh dimension (one of " + names + ")");
-    return;
-  }
+  const auto dim = named_dimension(*given, path, problems);
+  if (dim == mesh_.end()) return;
   if (remat_ == Keep::All) {
     problems.add(path, *given,
                  "no layer_input_split without re-materialization (schedule.remat true or \"save_dots\"): "

@@ -182,6 +182,10 @@ class MeshSchedule : public Schedule {
   std::string layer_input_split_;
   std::string data_dim_;  ///< data_parallel_dim
   int data_cores_ = 1;    ///< its size (1 without it)
+  /// The mesh dimension `given` names, or end() with a problem at `path` listing them.
+  std::vector<std::pair<std::string, int>>::const_iterator named_dimension(const Json& given,
+                                                                           const std::string& path,
+                                                                           Problems& problems) const;
   /// "data_parallel_dim": a mesh dimension the layout does not use.
   void read_data_parallel_dim(Fields& f, Problems& problems);
   /// The layout's view of a core's ops (the data dimension's too).
