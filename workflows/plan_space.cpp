@@ -545,30 +545,31 @@ void read_remat_word(std::vector<std::string>& words, Json& s, const Json& fallb
   }
 }
 
+/// Leading words "`word` N" into `s[key]` (N an integer >= `min` written as such); false when
+/// they are there but N is not.
+bool read_counted_word(std::vector<std::string>& w, const char* word, const char* key, long long min,
+                       Json& s) {
+  if (w.size() < 2 || w[0] != word) return true;
+  std::size_t used = 0;
+  const long long n = std::stoll(w[1], &used);
+  if (used != w[1].size() || n < min) return false;
+  s[key] = n;
+  w.erase(w.begin(), w.begin() + 2);
+  return true;
+}
+
 Json data_parallel_of(std::vector<std::string> w) {
   if (w.size() < 2) return nullptr;
   Json s{{"kind", "data_parallel"}, {"weight_update", w[0]}, {"gradient_dtype", w[1]}};
   w.erase(w.begin(), w.begin() + 2);
-  if (w.size() >= 2 && w[0] == "group") {
-    std::size_t used = 0;
-    const long long g = std::stoll(w[1], &used);
-    if (used != w[1].size() || g < 1) return nullptr;
-    s["shard_group"] = g;
-    w.erase(w.begin(), w.begin() + 2);
-  }
+  if (!read_counted_word(w, "group", "shard_group", 1, s)) return nullptr;
   if (w.size() >= 3 && w[0] == "bucket" && w[2] == "MiB") {
     const double mib = std::stod(w[1]);
     if (!(std::isfinite(mib) && mib > 0)) return nullptr;
     s["gradient_bucket_bytes"] = std::max(1.0, std::round(mib * double(1 << 20)));
     w.erase(w.begin(), w.begin() + 3);
   }
-  if (w.size() >= 2 && w[0] == "accum") {
-    std::size_t used = 0;
-    const long long a = std::stoll(w[1], &used);
-    if (used != w[1].size() || a < 2) return nullptr;
-    s["accumulation_steps"] = a;
-    w.erase(w.begin(), w.begin() + 2);
-  }
+  if (!read_counted_word(w, "accum", "accumulation_steps", 2, s)) return nullptr;
   read_remat_word(w, s, nullptr);
   read_offload_word(w, s);
   return w.empty() ? s : Json(nullptr);
