@@ -77,6 +77,7 @@ struct NamedOp {
     SoftmaxXent,    ///< Reduction over the last dimension: softmax cross-entropy against the targets
     LayerNorm,      ///< Reduction over the last dimension: (a - mean) / std * scale + shift (b: 2 copies)
     RmsNorm,        ///< Reduction over the last dimension: a / rms(a) * scale (b: 1 copy; cost only)
+    Rotary,         ///< Elementwise: rotary positions on queries or keys (cost only)
     Residual,       ///< Elementwise: out = a + b (optional bias over the last dimensions) + `skip`
     CausalSoftmax,  ///< Reduction over the last dimension (positions attended to): softmax of
                     ///< `scale` * a, positions after the query's (the second-to-last dimension) masked

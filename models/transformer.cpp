@@ -225,6 +225,7 @@ struct BlockOps {
   void rotate(const std::string& id, const NamedTensor& out) {
     ops.back().out.id = id + "_unrotated";
     ops.push_back(elementwise(id + "_rotary", named(out, id + "_unrotated"), 3));
+    ops.back().math = NamedOp::Math::Rotary;
     ops.back().backward_ops = 3;
     ops.back().out.id = id;
   }

@@ -88,6 +88,8 @@ class Elementwise : public NamedOpKind {
     if (op.math == M::BiasRelu && op.b.dims.empty()) return "";  // a ReLU alone
     if ((op.math == M::Residual || op.math == M::ResidualRelu) && !op.skip.empty()) return "";
     if (gated(op) && !op.b.weight && !op.b.dims.empty()) return "";
+    if (op.math == M::Rotary)
+      return "rotary positions, which have no host math yet (--set model.positions=none proves the rest)";
     return "an element-wise op other than a bias (+ ReLU or GELU), a ReLU, a residual add (+ ReLU) or a "
            "gated "
            "activation (dropout draws masks)";

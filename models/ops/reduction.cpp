@@ -194,6 +194,8 @@ class Reduction : public NamedOpKind {
     if (last_dim && ((op.math == M::LayerNorm && op.b.weight && op.b.copies == 2) ||
                      ((op.math == M::CausalSoftmax || op.math == M::SoftmaxXent) && op.b.dims.empty())))
       return "";
+    if (op.math == M::RmsNorm)
+      return "an RMSNorm, which has no host math yet (--set model.norm=layer proves the rest)";
     return "a reduction other than layer norm, causal softmax or softmax cross-entropy over the last "
            "dimension";
   }
