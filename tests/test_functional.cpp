@@ -183,6 +183,20 @@ MESH_TRANSFORMER_CASE("d_kv x vocab", R"({"d_kv": "rows", "vocab": "cols"})")
 // gradients reduce-scattered back.
 MESH_TRANSFORMER_CASE("batch x seq", R"({"batch": "rows", "seq": "cols"})")
 MESH_TRANSFORMER_CASE("seq x heads", R"({"seq": "rows", "heads": "cols"})")
+
+// RMSNorm (Llama's): the layer norm's kernels without the mean or the shift, whole and with its
+// row sums of squares all-reduced over a split d_model.
+const char* kRmsTransformer =
+    R"({"kind": "transformer", "activation": "swiglu", "norm": "rms", "biases": false, "layers": 3, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 16, "seq_len": 8})";
+TEST_CASE("functional data parallelism of an RMSNorm transformer matches one core", "[functional]") {
+  check_equivalent(kRmsTransformer, R"({"kind": "data_parallel", "replicas": 4})", "adamw");
+}
+TEST_CASE("functional mesh 2x2 RMSNorm transformer d_model x heads matches one core", "[functional][mesh]") {
+  check_equivalent(
+      kRmsTransformer,
+      R"({"kind": "mesh", "mesh": {"rows": 2, "cols": 2}, "layout": {"d_model": "rows", "heads": "cols"}})",
+      "momentum", kFourCores);
+}
 // Collective matmul: every tensor-parallel reduction decomposed with its matmul (its pieces
 // behind the matmul's steps carry no math; its last piece reduces).
 TEST_CASE("functional mesh 2x2 transformer with collective matmul matches one core",

@@ -105,6 +105,28 @@ TEST_CASE("layer norm backward", "[kernels]") {
   check_gradient("dbeta", b, loss, dbeta);
 }
 
+TEST_CASE("RMSNorm forward by hand, backward against finite differences", "[kernels]") {
+  // One row (3, 4): mean of squares 12.5, y = x / sqrt(12.5 + eps) * gamma.
+  std::vector<float> x1 = {3, 4}, g1 = {1, 2}, y1(2), rstd1(1);
+  rmsnorm_forward(x1.data(), g1.data(), y1.data(), rstd1.data(), 1, 2);
+  CHECK(rstd1[0] == Approx(1 / std::sqrt(12.5 + 1e-5)));
+  CHECK(y1[0] == Approx(3 / std::sqrt(12.5)).epsilon(1e-5));
+  CHECK(y1[1] == Approx(8 / std::sqrt(12.5)).epsilon(1e-5));
+  std::mt19937 rng(5);
+  const I rows = 4, cols = 9;
+  auto x = random(rows * cols, rng), g = random(cols, rng), r = random(rows * cols, rng);
+  std::vector<float> y(rows * cols), rstd(rows);
+  auto loss = [&] {
+    rmsnorm_forward(x.data(), g.data(), y.data(), rstd.data(), rows, cols);
+    return dot(y, r);
+  };
+  loss();
+  std::vector<float> dx(rows * cols), dg(cols, 0.0f);
+  rmsnorm_backward(x.data(), g.data(), rstd.data(), r.data(), dx.data(), dg.data(), rows, cols);
+  check_gradient("dx", x, loss, dx);
+  check_gradient("dgamma", g, loss, dg);
+}
+
 TEST_CASE("softmax cross-entropy backward", "[kernels]") {
   std::mt19937 rng(4);
   const I rows = 6, classes = 5;

@@ -78,9 +78,9 @@ void layernorm_sums(const float* x, double* sums, I rows, I cols) {
   }
 }
 
-void layernorm_statistics(double* sums, I rows, double n, float eps) {
+void layernorm_statistics(double* sums, I rows, double n, float eps, bool centered) {
   for (I r = 0; r < rows; ++r) {
-    const double mean = sums[2 * r] / n;
+    const double mean = centered ? sums[2 * r] / n : 0.0;
     const double var = std::max(0.0, sums[2 * r + 1] / n - mean * mean);
     sums[2 * r] = float(mean);
     sums[2 * r + 1] = float(1.0 / std::sqrt(var + eps));
@@ -91,7 +91,8 @@ void layernorm_apply(const float* x, const float* gamma, const float* beta, cons
                      I rows, I cols) {
   for (I r = 0; r < rows; ++r) {
     const float m = float(stats[2 * r]), rstd = float(stats[2 * r + 1]);
-    for (I j = 0; j < cols; ++j) y[r * cols + j] = (x[r * cols + j] - m) * rstd * gamma[j] + beta[j];
+    for (I j = 0; j < cols; ++j)
+      y[r * cols + j] = (x[r * cols + j] - m) * rstd * gamma[j] + (beta ? beta[j] : 0.0f);
   }
 }
 
@@ -103,7 +104,7 @@ void layernorm_gradient_sums(const float* x, const float* gamma, const double* s
       const I i = r * cols + j;
       const float xhat = float((x[i] - stats[2 * r]) * stats[2 * r + 1]);
       dgamma[j] += dy[i] * xhat;
-      dbeta[j] += dy[i];
+      if (dbeta) dbeta[j] += dy[i];
       const double g = double(dy[i]) * gamma[j];
       sum_g += g;
       sum_gx += g * xhat;
@@ -114,14 +115,14 @@ void layernorm_gradient_sums(const float* x, const float* gamma, const double* s
 }
 
 void layernorm_gradient_apply(const float* x, const float* gamma, const double* stats, const float* dy,
-                              const double* sums, float* dx, I rows, I cols, double n) {
+                              const double* sums, float* dx, I rows, I cols, double n, bool centered) {
   for (I r = 0; r < rows; ++r) {
     const double mean = stats[2 * r], rstd = stats[2 * r + 1];
     for (I j = 0; j < cols; ++j) {
       const I i = r * cols + j;
       const double xhat = float((x[i] - float(mean)) * float(rstd));
       const double g = double(dy[i]) * gamma[j];
-      dx[i] = float(rstd * (g - sums[2 * r] / n - xhat * sums[2 * r + 1] / n));
+      dx[i] = float(rstd * (g - (centered ? sums[2 * r] / n : 0.0) - xhat * sums[2 * r + 1] / n));
     }
   }
 }
@@ -147,6 +148,22 @@ void layernorm_backward(const float* x, const float* gamma, const float* mean, c
   }
   layernorm_gradient_sums(x, gamma, stats.data(), dy, dgamma, dbeta, sums.data(), rows, cols);
   layernorm_gradient_apply(x, gamma, stats.data(), dy, sums.data(), dx, rows, cols, double(cols));
+}
+
+void rmsnorm_forward(const float* x, const float* gamma, float* y, float* rstd, I rows, I cols, float eps) {
+  std::vector<double> stats(std::size_t(2 * rows));
+  layernorm_sums(x, stats.data(), rows, cols);
+  layernorm_statistics(stats.data(), rows, double(cols), eps, false);
+  layernorm_apply(x, gamma, nullptr, stats.data(), y, rows, cols);
+  for (I r = 0; r < rows; ++r) rstd[r] = float(stats[std::size_t(2 * r + 1)]);
+}
+
+void rmsnorm_backward(const float* x, const float* gamma, const float* rstd, const float* dy, float* dx,
+                      float* dgamma, I rows, I cols) {
+  std::vector<double> stats(std::size_t(2 * rows)), sums(std::size_t(2 * rows));
+  for (I r = 0; r < rows; ++r) stats[std::size_t(2 * r + 1)] = rstd[r];
+  layernorm_gradient_sums(x, gamma, stats.data(), dy, dgamma, nullptr, sums.data(), rows, cols);
+  layernorm_gradient_apply(x, gamma, stats.data(), dy, sums.data(), dx, rows, cols, double(cols), false);
 }
 
 void softmax_forward(const float* x, float* y, I rows, I cols, double scale, I queries, I query_offset) {

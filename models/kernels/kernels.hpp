@@ -37,17 +37,20 @@ void add(const float* x, const float* r, float* y, I n);
 /// Per row of this piece: (sum of x, sum of x^2).
 void layernorm_sums(const float* x, double* sums, I rows, I cols);
 /// From the whole rows' sums over `n` elements each: (mean, rstd) per row, written over them.
-void layernorm_statistics(double* sums, I rows, double n, float eps = 1e-5f);
-/// y = (x - mean) * rstd * gamma + beta over this piece (gamma, beta: the piece's columns).
+/// Not `centered` (RMSNorm): the mean is 0 and rstd 1 / sqrt(mean of x^2 + eps).
+void layernorm_statistics(double* sums, I rows, double n, float eps = 1e-5f, bool centered = true);
+/// y = (x - mean) * rstd * gamma + beta over this piece (gamma, beta: the piece's columns; beta
+/// null: none, RMSNorm's).
 void layernorm_apply(const float* x, const float* gamma, const float* beta, const double* stats, float* y,
                      I rows, I cols);
-/// Backward, this piece: dgamma += dy * xhat, dbeta += dy, and per row (sum of g, sum of g *
-/// xhat) with g = dy * gamma, to be added over the pieces.
+/// Backward, this piece: dgamma += dy * xhat, dbeta += dy (dbeta null: none), and per row (sum of
+/// g, sum of g * xhat) with g = dy * gamma, to be added over the pieces.
 void layernorm_gradient_sums(const float* x, const float* gamma, const double* stats, const float* dy,
                              float* dgamma, float* dbeta, double* sums, I rows, I cols);
-/// dx = rstd (g - sum g / n - xhat sum(g xhat) / n) from the whole rows' sums.
+/// dx = rstd (g - sum g / n - xhat sum(g xhat) / n) from the whole rows' sums; not `centered`
+/// (RMSNorm, no mean): dx = rstd (g - xhat sum(g xhat) / n).
 void layernorm_gradient_apply(const float* x, const float* gamma, const double* stats, const float* dy,
-                              const double* sums, float* dx, I rows, I cols, double n);
+                              const double* sums, float* dx, I rows, I cols, double n, bool centered = true);
 
 /// Softmax of scale * x over the first visible(r) columns of each row, 0 after them: with
 /// causal masking row r is query position query_offset + r % queries and sees the positions up
@@ -62,6 +65,13 @@ void layernorm_forward(const float* x, const float* gamma, const float* beta, fl
                        float* rstd, I rows, I cols, float eps = 1e-5f);
 void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
                         const float* dy, float* dx, float* dgamma, float* dbeta, I rows, I cols);
+/// RMSNorm over rows of `cols` (Zhang and Sennrich 2019): y = x * rstd * gamma, rstd =
+/// 1 / sqrt(mean of x^2 + eps); saves rstd per row. Backward: dx = rstd (g - xhat sum(g xhat) / n)
+/// with g = dy * gamma, xhat = x * rstd; dgamma += dy * xhat.
+void rmsnorm_forward(const float* x, const float* gamma, float* y, float* rstd, I rows, I cols,
+                     float eps = 1e-5f);
+void rmsnorm_backward(const float* x, const float* gamma, const float* rstd, const float* dy, float* dx,
+                      float* dgamma, I rows, I cols);
 
 /// Softmax cross-entropy of `rows` rows of `classes` logits against integer targets. Writes the
 /// probabilities, returns the summed loss times `scale`.

@@ -55,14 +55,20 @@ void causal_softmax_step(const NamedOp& op, ShardStep step, ShardHost& h) {
   }
 }
 
+/// A layer norm's shift (none for an RMSNorm), as held (`gradient`: its gradient).
+float* shift(const NamedOp& op, ShardHost& h, bool gradient) {
+  return op.math == NamedOp::Math::RmsNorm ? nullptr : h.weight(1, gradient)->data();
+}
+
 void finish_layer_norm(const NamedOp& op, ShardHost& h) {
   const auto [in, rows, cols] = piece_rows(op, h);
   const Tensor& x = h.operand(0);
   auto& stats = h.statistics(0);
-  kernels::layernorm_statistics(stats.data(), rows, double(in.whole.back()));  // the layer functions' epsilon
+  kernels::layernorm_statistics(stats.data(), rows, double(in.whole.back()), 1e-5f,  // the layer functions'
+                                op.math != NamedOp::Math::RmsNorm);
   Tensor y(x.size());
-  kernels::layernorm_apply(x.data(), h.weight(0, false)->data(), h.weight(1, false)->data(), stats.data(),
-                           y.data(), rows, cols);
+  kernels::layernorm_apply(x.data(), h.weight(0, false)->data(), shift(op, h, false), stats.data(), y.data(),
+                           rows, cols);
   h.output() = std::move(y);
 }
 
@@ -72,7 +78,7 @@ void finish_layer_norm_gradient(const NamedOp& op, ShardHost& h) {
   Tensor dx(x.size());
   kernels::layernorm_gradient_apply(x.data(), h.weight(0, false)->data(), h.statistics(0).data(),
                                     h.output_gradient().data(), h.statistics(1).data(), dx.data(), rows, cols,
-                                    double(in.whole.back()));
+                                    double(in.whole.back()), op.math != NamedOp::Math::RmsNorm);
   h.add_gradient(0, std::move(dx), ShardHost::Part::Whole);
 }
 
@@ -88,7 +94,7 @@ void layer_norm_step(const NamedOp& op, ShardStep step, ShardHost& h) {
   } else {
     kernels::layernorm_gradient_sums(x.data(), h.weight(0, false)->data(), h.statistics(0).data(),
                                      h.output_gradient().data(), h.weight(0, true)->data(),
-                                     h.weight(1, true)->data(), sums.data(), rows, cols);
+                                     shift(op, h, true), sums.data(), rows, cols);
     h.statistics(1) = std::move(sums);
     if (whole) finish_layer_norm_gradient(op, h);
   }
@@ -192,10 +198,9 @@ class Reduction : public NamedOpKind {
   std::string missing_host_math(const NamedOp& op) const override {
     const bool last_dim = !op.a.dims.empty() && op.reduce_dim == op.a.dims.back().name;
     if (last_dim && ((op.math == M::LayerNorm && op.b.weight && op.b.copies == 2) ||
+                     (op.math == M::RmsNorm && op.b.weight && op.b.copies == 1) ||
                      ((op.math == M::CausalSoftmax || op.math == M::SoftmaxXent) && op.b.dims.empty())))
       return "";
-    if (op.math == M::RmsNorm)
-      return "an RMSNorm, which has no host math yet (--set model.norm=layer proves the rest)";
     return "a reduction other than layer norm, causal softmax or softmax cross-entropy over the last "
            "dimension";
   }
@@ -204,7 +209,7 @@ class Reduction : public NamedOpKind {
     return Tensor(std::size_t(op.b.elements() / op.b.copies), copy == 0 ? 1.0f : 0.0f);
   }
   int saved_extras(const NamedOp& op) const override {
-    return op.math == M::LayerNorm ? 2 : op.math == M::SoftmaxXent ? 1 : 0;
+    return op.math == M::LayerNorm || op.math == M::RmsNorm ? 2 : op.math == M::SoftmaxXent ? 1 : 0;
   }
   Tensor host_forward(const NamedOp& op, HostForward& f) const override {
     const auto [rows, cols] = rows_cols(op.a);
@@ -214,6 +219,10 @@ class Reduction : public NamedOpKind {
       f.extras[1].resize(std::size_t(rows));
       kernels::layernorm_forward(f.a.data(), f.weights[0].data(), f.weights[1].data(), y.data(),
                                  f.extras[0].data(), f.extras[1].data(), rows, cols);
+    } else if (op.math == M::RmsNorm) {
+      f.extras[0].assign(std::size_t(rows), 0.0f);
+      f.extras[1].resize(std::size_t(rows));
+      kernels::rmsnorm_forward(f.a.data(), f.weights[0].data(), y.data(), f.extras[1].data(), rows, cols);
     } else if (op.math == M::CausalSoftmax) {
       kernels::softmax_forward(f.a.data(), y.data(), rows, cols, op.scale,
                                op.a.dims[op.a.dims.size() - 2].size, 0);
@@ -240,6 +249,9 @@ class Reduction : public NamedOpKind {
       kernels::layernorm_backward(g.a.data(), g.weights[0].data(), g.extras[0].data(), g.extras[1].data(),
                                   g.dy.data(), g.da.data(), g.weight_grads[0].data(),
                                   g.weight_grads[1].data(), rows, cols);
+    else if (op.math == M::RmsNorm)
+      kernels::rmsnorm_backward(g.a.data(), g.weights[0].data(), g.extras[1].data(), g.dy.data(), g.da.data(),
+                                g.weight_grads[0].data(), rows, cols);
     else
       kernels::softmax_backward(g.y.data(), g.dy.data(), g.da.data(), rows, cols, op.scale);
   }
@@ -251,11 +263,11 @@ class Reduction : public NamedOpKind {
   }
   void shard_step(const NamedOp& op, ShardStep step, bool, ShardHost& h) const override {
     if (op.math == M::CausalSoftmax) return causal_softmax_step(op, step, h);
-    if (op.math == M::LayerNorm) return layer_norm_step(op, step, h);
+    if (op.math == M::LayerNorm || op.math == M::RmsNorm) return layer_norm_step(op, step, h);
     softmax_xent_step(op, step, h);
   }
   void shard_combine(const NamedOp& op, bool gradient, const std::vector<ShardHost*>& group) const override {
-    if (op.math == M::LayerNorm) {  // row sums add up
+    if (op.math == M::LayerNorm || op.math == M::RmsNorm) {  // row sums add up
       const int slot = gradient ? 1 : 0;
       std::vector<std::vector<double>*> s;
       for (ShardHost* h : group) s.push_back(&h->statistics(slot));
