@@ -574,9 +574,11 @@ class MeshStepPlayer : public TailPlayer {
   double gathered_extra(int l) const {
     double extra = 0;
     for (const Event& ev : programs_[std::size_t(l)].backward)
-      if (ev.kind == Event::GradientAllReduce && wire_.gathers_copy()) {
+      if (ev.kind != Event::GradientAllReduce || scatter_dims(ev.mesh_dims).empty()) {
+        continue;  // not a weight's, or one reduced over the data dimension alone: held whole
+      } else if (wire_.gathers_copy()) {
         extra += wire_.gathered_on_wire(ev.bytes);
-      } else if (ev.kind == Event::GradientAllReduce) {
+      } else {
         double members = 1;
         for (const auto& dim : scatter_dims(ev.mesh_dims))
           for (const auto& [name, size] : mesh_) members *= name == dim ? size : 1;

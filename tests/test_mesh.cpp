@@ -1286,3 +1286,30 @@ TEST_CASE("data_parallel_dim names a mesh dimension the layout does not use", "[
   CHECK_THAT(problem(R"({"data_parallel_dim": "data", "layer_input_split": "data"})"),
              Catch::Contains("schedule.layer_input_split: a mesh dimension other than data_parallel_dim"));
 }
+
+TEST_CASE(
+    "data x fsdp with experts on the fsdp axis: an expert's weights, reduced over data alone, stay whole",
+    "[mesh][sharding][moe]") {
+  Json model = megatron_model();
+  model["moe"] = {{"experts", 8}};
+  for (const char* gathered : {"fp32", "bf16"}) {
+    INFO(gathered);
+    Json sched = Json::parse(
+        R"({"kind": "mesh", "mesh": [["data", 4], ["batch", 8]], "data_parallel_dim": "data",
+            "layout": {"batch": "batch", "experts": "batch"}, "weight_update": "fully_sharded"})");
+    sched["gathered_weight_dtype"] = gathered;
+    const Study s = mesh_study(model, sched);
+    const BuiltStep b = s.schedule->build(s);
+    REQUIRE_NOTHROW(b.graph.validate());  // every gathered byte freed, none for the experts
+    for (int id = 0; id < b.graph.size(); ++id) {
+      const auto& t = b.graph.task(id);
+      if (t.phase == "weight_allgather" || t.phase == "gradient_reduce_scatter")
+        CHECK(t.groups.front().size() == 8);  // over the batch (fsdp) axis only
+      if (t.phase == "gradient_allreduce") CHECK(t.groups.front().size() == 4);  // over data
+    }
+    // A bf16 gathered copy holds what the gathers bring, nothing for the experts' whole weights.
+    if (gathered == std::string("bf16"))
+      CHECK(memory_effects(b, sim::MemoryCategory::Weights, true) ==
+            Approx(phase_bytes(b, "weight_allgather")));
+  }
+}
