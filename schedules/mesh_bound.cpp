@@ -1,6 +1,5 @@
 // A mesh layout's bound (MeshSchedule::bound) from its SPMD program alone: a task graph of every
 // core is costly on a large slice, and every core runs the same program.
-#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -64,12 +63,12 @@ double program_bound(const Study& s, const MeshSchedule& mesh,
   // Weight-update sharding cuts pieces over all but the data dimension (data_parallel_dim): the
   // gathers and reduce-scatters span the others; the pieces' all-reduce over it is left out (a floor).
   const bool sharded = mesh.weight_update() != "replicated";
-  auto cut = [&](const mesh::Event& ev) {
-    mesh::Event c = ev;
-    c.actions.clear();
-    c.mesh_dims.erase(std::remove(c.mesh_dims.begin(), c.mesh_dims.end(), mesh.data_parallel_dim()),
-                      c.mesh_dims.end());
-    return c;
+  mesh::Event pieces{};  // the event over those dimensions (only its collective fields), reused
+  auto cut = [&](const mesh::Event& ev) -> const mesh::Event& {
+    if (mesh.data_parallel_dim().empty()) return ev;
+    pieces.kind = ev.kind;
+    pieces.mesh_dims = mesh::scatter_dims(ev.mesh_dims, mesh.data_parallel_dim());
+    return pieces;
   };
   for (const auto& program : programs) {
     // layer_input_split: the kept pieces of the layer's input gathered before its recompute.

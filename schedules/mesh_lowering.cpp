@@ -36,6 +36,13 @@ double piece_elements(double elements, double count) { return std::ceil(elements
 
 double unkept_elements(double elements, double count) { return elements - piece_elements(elements, count); }
 
+std::vector<std::string> scatter_dims(const std::vector<std::string>& dims, const std::string& data_dim) {
+  std::vector<std::string> out;
+  for (const auto& d : dims)
+    if (d != data_dim) out.push_back(d);
+  return out;
+}
+
 std::vector<GradientChunk> gradient_chunks(const std::vector<LayerProgram>& programs, double threshold_bytes,
                                            LayerRange layers, CombineUnit unit) {
   if (layers.last < 0) layers = {0, int(programs.size())};
@@ -168,9 +175,7 @@ class LayerLowering : public MeshLoweringSink {
     const auto blocking = blocking_collective(kind);
     // Weight-update sharding cuts pieces over all but the data dimension, whose cores hold the
     // same ones (Sharding::data_dim): the pieces are all-reduced over it after the reduce-scatter.
-    std::vector<std::string> cut;
-    for (const auto& m : mesh)
-      if (m != s_.data_dim) cut.push_back(m);
+    const std::vector<std::string> cut = scatter_dims(mesh, s_.data_dim);
     const bool scatter = sharded_ && kind == Event::GradientAllReduce && !cut.empty();
     const C op = blocking ? blocking->op : scatter ? C::ReduceScatter : C::AllReduce;
     const std::string task = layer_ + "/" + name;

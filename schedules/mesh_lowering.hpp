@@ -28,6 +28,10 @@ double piece_elements(double elements, double count);
 /// The elements a core does not keep of `elements` reduce-scattered over `count` cores (all but
 /// its padded piece): what weight-update sharding frees and leaves to the others to update.
 double unkept_elements(double elements, double count);
+/// The mesh dimensions weight-update sharding cuts a weight gradient reduced over `dims` into
+/// pieces over: all but `data_dim` (Sharding::data_dim), whose cores hold the same pieces. Empty:
+/// a reduction over the data dimension alone, an all-reduce.
+std::vector<std::string> scatter_dims(const std::vector<std::string>& dims, const std::string& data_dim);
 
 /// One step of a layer's SPMD program: compute, or a collective (blocking the next compute, or
 /// running behind it as weight-gradient reductions do).

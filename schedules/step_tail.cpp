@@ -94,13 +94,6 @@ void TailPlayer::scatter_layer(int l) {
   }
 }
 
-std::vector<std::string> TailPlayer::scatter_dims(const std::vector<std::string>& dims) const {
-  std::vector<std::string> out;
-  for (const auto& d : dims)
-    if (d != data_dim_) out.push_back(d);
-  return out;
-}
-
 int TailPlayer::pieces_over_data(int scatter, const std::vector<std::string>& dims, const std::string& what,
                                  int layer, double piece) {
   if (data_dim_.empty() || std::find(dims.begin(), dims.end(), data_dim_) == dims.end()) return scatter;

@@ -80,7 +80,9 @@ class TailPlayer : public ProgramPlayer {
 
   /// The dimensions a sharded weight-gradient reduction over `dims` reduce-scatters over: all but
   /// the data dimension (Settings::data_dim). Empty: an all-reduce over the data dimension alone.
-  std::vector<std::string> scatter_dims(const std::vector<std::string>& dims) const;
+  std::vector<std::string> scatter_dims(const std::vector<std::string>& dims) const {
+    return mesh::scatter_dims(dims, data_dim_);
+  }
   /// After reduce-scatter `scatter` over `dims` of layer `layer`'s `what`: with the data dimension
   /// among them, each core's piece (`piece` bytes on the wire) all-reduced over it (the cores
   /// along it hold the same pieces). The task the update waits for: the all-reduce, or `scatter`.
