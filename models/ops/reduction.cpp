@@ -11,6 +11,9 @@ namespace tpusim {
 namespace {
 
 using M = NamedOp::Math;
+
+/// A normalization over the last dimension: a layer norm, or an RMSNorm (its kernels, no mean or shift).
+bool normalization(const NamedOp& op) { return op.math == M::LayerNorm || op.math == M::RmsNorm; }
 using kernels::I;
 
 /// Rows of `cols` elements: a tensor seen as a matrix over its last dimension.
@@ -174,7 +177,7 @@ class Reduction : public NamedOpKind {
     return op.a.on_chip ? recomputed_by_each_backward_kernel(forward(op, s, act)) : std::vector<Op>{};
   }
   std::optional<MultiPass> multipass(const NamedOp& op, bool backward) const override {
-    if (op.math == M::LayerNorm || op.math == M::RmsNorm)
+    if (normalization(op))
       return backward ? MultiPass::NormalizationBackward : MultiPass::NormalizationForward;
     if (op.math == M::SoftmaxXent && backward) return std::nullopt;
     return backward ? MultiPass::SoftmaxBackward : MultiPass::SoftmaxForward;
@@ -209,7 +212,7 @@ class Reduction : public NamedOpKind {
     return Tensor(std::size_t(op.b.elements() / op.b.copies), copy == 0 ? 1.0f : 0.0f);
   }
   int saved_extras(const NamedOp& op) const override {
-    return op.math == M::LayerNorm || op.math == M::RmsNorm ? 2 : op.math == M::SoftmaxXent ? 1 : 0;
+    return normalization(op) ? 2 : op.math == M::SoftmaxXent ? 1 : 0;
   }
   Tensor host_forward(const NamedOp& op, HostForward& f) const override {
     const auto [rows, cols] = rows_cols(op.a);
@@ -263,11 +266,11 @@ class Reduction : public NamedOpKind {
   }
   void shard_step(const NamedOp& op, ShardStep step, bool, ShardHost& h) const override {
     if (op.math == M::CausalSoftmax) return causal_softmax_step(op, step, h);
-    if (op.math == M::LayerNorm || op.math == M::RmsNorm) return layer_norm_step(op, step, h);
+    if (normalization(op)) return layer_norm_step(op, step, h);
     softmax_xent_step(op, step, h);
   }
   void shard_combine(const NamedOp& op, bool gradient, const std::vector<ShardHost*>& group) const override {
-    if (op.math == M::LayerNorm || op.math == M::RmsNorm) {  // row sums add up
+    if (normalization(op)) {  // row sums add up
       const int slot = gradient ? 1 : 0;
       std::vector<std::vector<double>*> s;
       for (ShardHost* h : group) s.push_back(&h->statistics(slot));
