@@ -126,7 +126,7 @@ Layer output(const Dims& d, double act, bool owns_table) {
     const Dim P{"seq", d.predicted_positions()};
     std::vector<NamedOp> ops{
         reduction("final_layernorm", tpusim::act({B, S, M}, true), "d_model", weight({M}, d.norm_copies()))};
-    ops[0].math = d.rms_norm ? NamedOp::Math::RmsNorm : NamedOp::Math::LayerNorm;
+    ops[0].math = d.norm_math();
     const bool picked = d.predicted_positions() < d.seq;
     if (picked)  // a masked LM picks its predicted positions' rows first
       ops.push_back(
@@ -189,7 +189,7 @@ struct BlockOps {
   void layer_norm(const std::string& p, const std::string& in) {
     ops.push_back(reduction("layernorm_" + p, named(act({B, S, M}, true), in), "d_model",
                             weight({M}, d.norm_copies())));
-    ops.back().math = d.rms_norm ? NamedOp::Math::RmsNorm : NamedOp::Math::LayerNorm;
+    ops.back().math = d.norm_math();
     ops.back().out.id = p + "_h";
   }
 
@@ -292,7 +292,7 @@ struct BlockOps {
   void feed_forward() {
     ops.push_back(reduction("layernorm_ffn", named(act({B, S, M}, true), "ffn_in"), "d_model",
                             weight({M}, d.norm_copies())));
-    ops.back().math = d.rms_norm ? NamedOp::Math::RmsNorm : NamedOp::Math::LayerNorm;
+    ops.back().math = d.norm_math();
     ops.back().out.id = "ffn_h";
     mlp("ffn_h", "ffn_in");
   }

@@ -48,6 +48,8 @@ struct TransformerDims {
   bool rms_norm = false;
   /// A normalization's weight copies: the scale, and the shift of a layer norm.
   int norm_copies() const { return rms_norm ? 1 : 2; }
+  /// What a normalization computes (its kind's host math and pricing).
+  NamedOp::Math norm_math() const { return rms_norm ? NamedOp::Math::RmsNorm : NamedOp::Math::LayerNorm; }
   /// Positions per sequence the output layer predicts (BERT's masked-LM predicts a few of
   /// them); 0: every position.
   std::int64_t predicted = 0;
