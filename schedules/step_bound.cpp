@@ -7,13 +7,29 @@
 namespace tpusim {
 namespace {
 
-/// The fastest link (on-chip or ICI) and the shortest latency: what a floor may assume of any hop.
-double fastest_bandwidth(const Study& s) {
-  return std::max(s.hardware.chip.onchip_bandwidth_bytes_per_s, s.hardware.chip.ici_bandwidth_bytes_per_s);
-}
-double shortest_latency(const Study& s) {
-  return std::min(s.hardware.chip.onchip_latency_s, s.hardware.chip.ici_latency_s);
-}
+/// What a floor may assume of a hop: the ICI's bandwidth (times the fastest link's scale where a
+/// what-if speeds a link up) and latency per hop, and the on-chip link's between two cores of
+/// one chip (only chips of several devices have one: a megacore chip's device is the chip).
+struct HopFloor {
+  double ici_bandwidth = 0, ici_latency = 0, onchip_bandwidth = 0, onchip_latency = 0;
+  explicit HopFloor(const Study& s)
+      : ici_bandwidth(s.hardware.chip.ici_bandwidth_bytes_per_s),
+        ici_latency(s.hardware.chip.ici_latency_s),
+        onchip_bandwidth(s.hardware.chip.onchip_bandwidth_bytes_per_s),
+        onchip_latency(s.hardware.chip.onchip_latency_s) {
+    double fastest = 1;
+    for (double scale : s.network.link_bandwidth_scale) fastest = std::max(fastest, scale);
+    ici_bandwidth *= fastest;
+  }
+  /// No flow of `bytes` from core `from` to core `to` arrives sooner: over the on-chip link
+  /// between cores of one chip, else over the shortest route's hops (a flow takes one route:
+  /// its latency is every hop's, its rate one link's at most).
+  double flow(const Topology& torus, int cores_per_chip, int from, int to, double bytes, bool latency) const {
+    const int a = from / cores_per_chip, b = to / cores_per_chip;
+    if (a == b) return bytes / onchip_bandwidth + (latency ? onchip_latency : 0.0);
+    return bytes / ici_bandwidth + (latency ? torus.hops(a, b) * ici_latency : 0.0);
+  }
+};
 
 }  // namespace
 
@@ -25,18 +41,25 @@ sim::CollectivePlanner collective_planner(const Study& s) {
 
 namespace {
 
-/// The floor of a collective's phases: each ring's steps at the fastest link and shortest hop (a
-/// step over the data-center network at a host card's rate and latency, the card to itself).
-double phases_floor(const Study& s, const std::vector<sim::Phase>& phases, bool latency) {
-  const double bandwidth = fastest_bandwidth(s), hop = latency ? shortest_latency(s) : 0.0;
+/// The floor of a collective's phases: each ring's steps at its slowest member's floor (a step
+/// ends when every member's chunk has arrived; a step over the data-center network at a host
+/// card's rate and latency, the card to itself).
+double phases_floor(const Study& s, const HopFloor& hop, const sim::CollectivePlanner& planner,
+                    const std::vector<sim::Phase>& phases, bool latency) {
   const DcnSpec& dcn = s.hardware.dcn;
   double floor = 0;
   for (const auto& phase : phases) {
     double slowest = 0;
     for (const auto& ring : phase.rings) {
-      const double step = sim::crosses_slices(ring) ? ring.chunk_bytes / dcn.nic_bandwidth_bytes_per_s +
-                                                          (latency ? dcn.latency_s : 0.0)
-                                                    : ring.chunk_bytes / bandwidth + hop;
+      double step = 0;
+      if (sim::crosses_slices(ring)) {
+        step = ring.chunk_bytes / dcn.nic_bandwidth_bytes_per_s + (latency ? dcn.latency_s : 0.0);
+      } else {
+        const std::size_t n = ring.cores.size();
+        for (std::size_t i = 0; i < n; ++i)
+          step = std::max(step, hop.flow(planner.topology(), planner.cores_per_chip(), ring.cores[i],
+                                         ring.cores[(i + 1) % n], ring.chunk_bytes, latency));
+      }
       slowest = std::max(slowest, ring.steps * step);
     }
     floor += slowest;
@@ -48,25 +71,28 @@ double phases_floor(const Study& s, const std::vector<sim::Phase>& phases, bool 
 
 double collective_floor(const Study& s, const sim::CollectivePlanner& planner, sim::CollectiveOp op,
                         const std::vector<int>& group, double bytes, bool latency, bool across_slices) {
-  if (!across_slices) return phases_floor(s, planner.plan(op, group, bytes), latency);
+  if (!across_slices) return phases_floor(s, HopFloor(s), planner, planner.plan(op, group, bytes), latency);
   sim::Task t;
   t.kind = sim::TaskKind::Collective;
   t.op = op;
   t.bytes = bytes;
   t.across_slices = true;
-  return phases_floor(s, planner.plan(t, group), latency);
+  return phases_floor(s, HopFloor(s), planner, planner.plan(t, group), latency);
 }
 
 namespace {
 
-/// A task's floor: a compute task takes its time; a transfer moves its bytes over one link at the
-/// fastest bandwidth after the shortest latency; a collective, collective_floor.
-double task_floor(const Study& s, const sim::CollectivePlanner& planner, const sim::Task& t) {
+/// A task's floor: a compute task takes its time; a transfer, its flow's floor (HopFloor); a
+/// collective, collective_floor.
+double task_floor(const Study& s, const HopFloor& hop, const sim::CollectivePlanner& planner,
+                  const sim::Task& t) {
   if (t.kind == sim::TaskKind::Compute) return t.seconds;
   if (t.kind == sim::TaskKind::Transfer && t.src_core == t.dst_core) return t.seconds;  // a host DMA
   if (t.kind == sim::TaskKind::Transfer)
-    return t.bytes > 0 ? t.bytes / fastest_bandwidth(s) + shortest_latency(s) : 0.0;
-  return phases_floor(s, planner.plan(t, t.collective_groups().front()), true);
+    return t.bytes > 0
+               ? hop.flow(planner.topology(), planner.cores_per_chip(), t.src_core, t.dst_core, t.bytes, true)
+               : 0.0;
+  return phases_floor(s, hop, planner, planner.plan(t, t.collective_groups().front()), true);
 }
 
 }  // namespace
@@ -75,18 +101,20 @@ StepBound graph_bound(const Study& s, const BuiltStep& step) {
   StepBound b;
   const auto& graph = step.graph;
   const sim::CollectivePlanner planner = collective_planner(s);
+  const HopFloor hop(s);
   std::vector<double> floors;
   // A step repeats its collectives (every micro-batch's, every layer's): each planned once.
   std::map<std::tuple<sim::CollectiveOp, std::vector<int>, double, bool>, double> collective_floors;
   for (int id = 0; id < graph.size(); ++id) {
     const sim::Task& t = graph.task(id);
     if (t.kind != sim::TaskKind::Collective) {
-      floors.push_back(task_floor(s, planner, t));
+      floors.push_back(task_floor(s, hop, planner, t));
       continue;
     }
     const auto key = std::make_tuple(t.op, t.collective_groups().front(), t.bytes, t.across_slices);
     auto it = collective_floors.find(key);
-    if (it == collective_floors.end()) it = collective_floors.emplace(key, task_floor(s, planner, t)).first;
+    if (it == collective_floors.end())
+      it = collective_floors.emplace(key, task_floor(s, hop, planner, t)).first;
     floors.push_back(it->second);
   }
   for (int core = 0; core < graph.cores(); ++core) b.cores_used += graph.program(core).empty() ? 0 : 1;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "hardware/errors.hpp"
+#include "schedules/step_bound.hpp"
 #include "workflows/plan_space.hpp"
 
 using namespace tpusim;
@@ -406,4 +407,26 @@ TEST_CASE("a plan space may search data parallelism's shard groups (data x fsdp)
   for (const auto& c : plan_candidates(s, PlanSpace{})) CHECK_FALSE(c.contains("shard_group"));
   CHECK_THROWS_WITH(schedule_of_plan_label("data_parallel sharded bf16 group 0 bucket 32 MiB"),
                     Catch::Contains("--plan-label"));
+}
+
+TEST_CASE(
+    "a collective's floor between chips is the ICI's, every hop's latency paid, whatever the chip's "
+    "on-chip link",
+    "[plan]") {
+  // Megacore v4: a device is a chip, so no flow takes the on-chip link (600 GB/s); an all-reduce
+  // of S over two chips is a reduce-scatter step and an all-gather step of S / 2 each, over the
+  // ICI at 45 GB/s after the route's hops (1 between neighbours, 2 between y = 0 and y = 2 of
+  // v4-64's 2x4x4 chips, which do not wrap).
+  Json j = Json::parse(
+      R"({"hardware": "tpu-v4", "slice": "v4-64", "megacore": true, "optimizer": {"kind": "adam"},
+          "schedule": {"kind": "data_parallel"}, "batch": 64})");
+  j["model"] = Json::parse(kTransformer);
+  const Study s = parse_study(j, "test");
+  const sim::CollectivePlanner planner = collective_planner(s);
+  const double S = 64.0 * 1024 * 1024, B = s.hardware.chip.ici_bandwidth_bytes_per_s,
+               a = s.hardware.chip.ici_latency_s;
+  CHECK(collective_floor(s, planner, sim::CollectiveOp::AllReduce, {0, 1}, S) == Approx(2 * (S / 2 / B + a)));
+  CHECK(collective_floor(s, planner, sim::CollectiveOp::AllReduce, {0, 4}, S) ==
+        Approx(2 * (S / 2 / B + 2 * a)));
+  CHECK(collective_floor(s, planner, sim::CollectiveOp::AllReduce, {0, 1}, S, false) == Approx(S / B));
 }
