@@ -1,7 +1,7 @@
 // A step's bound without the engine, as plan ranks and prunes candidate schedules with it: every
 // task at its floor (each ring step of a collective as long as its slowest member's flow alone:
-// one link's bandwidth, every hop's latency, no contention), the longest chain of dependent work, and the
-// memory no core's peak can be below. Schedule::bound's default reads a representative step's
+// one link's bandwidth, every hop's latency, no contention), the longest chain of dependent work,
+// and the memory no core's peak can be below. Schedule::bound's default reads a representative step's
 // task graph; a mesh layout bounds its SPMD program instead (schedules/mesh_bound.cpp).
 #pragma once
 
