@@ -323,25 +323,45 @@ double TaskGraph::resident_bytes(int core) const {
   return bytes;
 }
 
-std::vector<double> TaskGraph::memory_floors() const {
-  const auto counted = [](MemoryCategory c) {
-    return c == MemoryCategory::Activations || c == MemoryCategory::Workspace;
+int TaskGraph::floor_slot(int id, const MemoryEffect& m, const std::vector<int>& place) const {
+  const Task& t = tasks_[std::size_t(id)];
+  if (t.kind == TaskKind::Compute && t.core == m.core)
+    return 2 * place[std::size_t(id)] + (m.when == MemoryEffect::When::Start ? 1 : 2);
+  const auto own = [&](int other) {
+    const Task& o = tasks_[std::size_t(other)];
+    return o.kind == TaskKind::Compute && o.core == m.core;
   };
-  std::vector<bool> others(std::size_t(cores_), false);  // a task other than the core's own changes them
-  for (const auto& t : tasks_)
-    for (const auto& m : t.memory)
-      if (counted(m.category) && !(t.kind == TaskKind::Compute && t.core == m.core))
-        others[std::size_t(m.core)] = true;
+  if (m.bytes > 0) {  // made by the start of the first of the core's tasks that waits for it
+    int first = -1;
+    for_each_successor(id, [&](int s) {
+      if (own(s) && (first < 0 || place[std::size_t(s)] < first)) first = place[std::size_t(s)];
+    });
+    return first < 0 ? -1 : 2 * first + 1;
+  }
+  int last = -1;  // a release: possibly made as soon as the last of the core's tasks it waits for ends
+  for (int p : predecessors(id))
+    if (own(p)) last = std::max(last, place[std::size_t(p)]);
+  return last < 0 ? 0 : 2 * last + 2;
+}
+
+std::vector<double> TaskGraph::memory_floors() const {
+  std::vector<int> place(tasks_.size(), -1);  // a compute task's index in its core's program
+  // Per core, the change of what it holds at each slot of its program: 0 before its first task,
+  // 2k + 1 the start of its k-th, 2k + 2 its end.
+  std::vector<std::vector<double>> change(static_cast<std::size_t>(cores_));
+  for (int core = 0; core < cores_; ++core) {
+    const auto& program = programs_[std::size_t(core)];
+    for (std::size_t k = 0; k < program.size(); ++k) place[std::size_t(program[k])] = int(k);
+    change[std::size_t(core)].assign(2 * program.size() + 1, 0.0);
+  }
+  for (int id = 0; id < size(); ++id)
+    for (const auto& m : tasks_[std::size_t(id)].memory)
+      if (const int slot = floor_slot(id, m, place); slot >= 0)
+        change[std::size_t(m.core)][std::size_t(slot)] += m.bytes;
   std::vector<double> floors(static_cast<std::size_t>(cores_), 0.0);
   for (int core = 0; core < cores_; ++core) {
     double held = 0, most = 0;
-    if (!others[std::size_t(core)])
-      for (int id : programs_[std::size_t(core)])
-        for (auto when : {MemoryEffect::When::Start, MemoryEffect::When::End}) {
-          for (const auto& m : tasks_[std::size_t(id)].memory)
-            if (m.core == core && m.when == when && counted(m.category)) held += m.bytes;
-          most = std::max(most, held);
-        }
+    for (double d : change[std::size_t(core)]) most = std::max(most, held += d);
     floors[std::size_t(core)] = resident_bytes(core) + most;
   }
   return floors;

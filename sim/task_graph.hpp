@@ -215,10 +215,13 @@ class TaskGraph {
   int most_resident_core() const;
   /// What `core` holds all step, over every category.
   double resident_bytes(int core) const;
-  /// Per core, no run of the graph peaks lower: its resident state plus the most activations and
-  /// workspace its own compute tasks hold at once, walked in its program order (they run one at a
-  /// time, and only they change those categories on it; gradients are left out). Where another
-  /// task changes them on a core, its resident state alone.
+  /// Per core, no run of the graph peaks lower: its resident state plus the most it must hold at
+  /// once besides, walked in its program order (its compute tasks run one at a time). Another
+  /// task's change of what the core holds is placed where it has surely happened (an allocation,
+  /// by the start of the first of the core's tasks that waits for it; none waits: left out) or
+  /// may first have (a release, at the end of the last of the core's tasks it waits for; none:
+  /// before the first), so that the walk never holds more than a run does: a pipeline stage's
+  /// received activations, the micro-batches it keeps and the gradients it accumulates count.
   std::vector<double> memory_floors() const;
 
   /// Drops what the queries below walk (rebuilt on the next query): a pod's step frees hundreds
@@ -245,6 +248,9 @@ class TaskGraph {
   void validate() const;
 
  private:
+  /// memory_floors: where effect `m` of task `id` falls in its core's program (-1: left out);
+  /// `place`, each compute task's index in its core's program.
+  int floor_slot(int id, const MemoryEffect& m, const std::vector<int>& place) const;
   using Vertex = std::uint32_t;
   /// A graph in compressed sparse row form (Boost.Graph): 4 bytes per edge, built once from the
   /// edges as they were added (each task's edges in the order they were added).

@@ -173,3 +173,38 @@ TEST_CASE("tasks stay packed: a pod's step holds millions", "[graph]") {
   CHECK(sizeof(sim::Task) <= 200);
   CHECK(sizeof(sim::MemoryEffect) <= 16);
 }
+
+TEST_CASE("a core's memory floor counts what other tasks change where it has surely happened", "[graph]") {
+  // Two pipeline stages: core 0's forward sends 2 bytes of activations to core 1 (freed by the
+  // transfer), whose forward keeps 3 besides the 4 received; core 1's backward sends 1 back.
+  using sim::MemoryCategory;
+  using When = sim::MemoryEffect::When;
+  const auto act = [](int core, double bytes, When when) {
+    return sim::MemoryEffect(core, MemoryCategory::Activations, bytes, when);
+  };
+  sim::TaskGraph g(2);
+  g.resident(1, MemoryCategory::Weights, 100);
+  sim::Task f0 = compute(0, 1), b0 = compute(0, 1), f1 = compute(1, 1), b1 = compute(1, 1);
+  f0.memory = {act(0, 5, When::Start), act(0, 2, When::End)};
+  f1.memory = {act(1, 3, When::Start)};
+  b1.memory = {act(1, -7, When::End)};
+  b0.memory = {act(0, -6, When::End)};
+  sim::Task forward = transfer(0, 1, 4), backward = transfer(1, 0, 1);
+  forward.memory = {act(0, -2, When::End), act(1, 4, When::End)};
+  backward.memory = {act(0, 1, When::End)};
+  const int ids[] = {g.add(f0), g.add(forward), g.add(f1), g.add(b1), g.add(backward), g.add(b0)};
+  for (int k = 1; k < 6; ++k) g.depend(ids[k - 1], ids[k]);
+  REQUIRE_NOTHROW(g.validate());
+  // Core 1 holds the 4 received bytes by its forward's start: 100 + 4 + 3. Core 0 may have freed
+  // the 2 sent as its forward ends (a run holds 7 then), and holds the 1 received by its
+  // backward's start: 5 + 1.
+  CHECK(g.memory_floors() == std::vector<double>{6, 107});
+  // A received buffer no task of the core waits for may come at any time: left out.
+  sim::TaskGraph loose(2);
+  sim::Task early = transfer(0, 1, 4), late = compute(1, 1);
+  early.memory = {act(1, 4, When::End)};
+  late.memory = {act(1, -4, When::End)};
+  loose.add(early);
+  loose.add(late);
+  CHECK(loose.memory_floors() == std::vector<double>{0, 0});
+}

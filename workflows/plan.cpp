@@ -38,8 +38,8 @@ struct Candidate {
   std::string invalid;                 ///< why the study is invalid with this schedule
   double resident_bytes = 0;           ///< the most any core holds all step
   sim::MemoryBreakdown resident_by{};  ///< that core's resident state per memory category
-  /// No core's peak is lower than this on the busiest core: its resident state plus the
-  /// activations and workspace its own program must hold at once (TaskGraph::memory_floors).
+  /// No core's peak is lower than this on the busiest core: its resident state plus what its
+  /// program must hold at once besides (TaskGraph::memory_floors).
   double floor_bytes = 0;
   double bound_s = 0;  ///< no step is shorter: the longest chain of work, or the busiest core's
   int cores_used = 0;
@@ -178,7 +178,7 @@ void bound(const Study& base, Candidate& c, double usable, const std::shared_ptr
     c.resident_bytes = b.resident_bytes;
     c.resident_by = b.resident_by;
     c.floor_bytes = b.floor_bytes;
-    c.pruned = c.floor_bytes > usable;
+    c.pruned = c.floor_bytes > usable * (1 + 1e-9);  // summed in another order than the run
     c.bounded = true;
   } catch (const ConfigError& e) {
     c.invalid = first_problem(e.what());
@@ -342,7 +342,7 @@ std::string why(const Candidate& c, const Candidate* best, double threshold) {
   if (c.pruned)
     return "does not fit: at least " + reports::human_bytes(c.floor_bytes) + " on a core (resident " +
            reports::human_bytes(c.resident_bytes) + ": " + reports::categories_text(c.resident_by) +
-           "; activations and workspace its program holds at once, at least " +
+           "; what its program holds at once besides, at least " +
            reports::human_bytes(c.floor_bytes - c.resident_bytes) + ")";
   if (!c.error.empty()) return "simulation failed: " + c.error;
   if (!c.simulated && c.bound_s <= threshold)
@@ -387,6 +387,8 @@ std::string why(const Candidate& c, const Candidate* best, double threshold) {
 
 Json summary(const Candidate& c) {
   Json j{{"plan", c.label}, {"schedule", c.schedule}, {"cores_used", c.cores_used}, {"bound_s", c.bound_s}};
+  // No peak of its schedule is lower (the compiler's re-materialization may fit it below).
+  if (c.bounded && c.invalid.empty()) j["floor_hbm_bytes"] = c.floor_bytes;
   if (!c.attention.empty()) j["attention"] = c.attention;
   if (c.result.is_object()) {
     for (const char* k : {"step_time_s", "examples_per_s", "peak_hbm_bytes", "mxu_utilization", "fits"})

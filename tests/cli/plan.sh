@@ -47,6 +47,11 @@ assert steps == sorted(steps)
 # Every plan that fits and was left out is no faster than the last of the top.
 for o in every["others"]:
     if o.get("fits"): assert o["step_time_s"] >= steps[-1], o
+# No simulated peak is below its candidate's floor (unless the compiler's re-materialization,
+# another program, fitted it).
+for o in every["top"] + every["others"]:
+    if o.get("peak_hbm_bytes") is not None and "compiler_remat" not in o:
+        assert o["peak_hbm_bytes"] >= o["floor_hbm_bytes"] * (1 - 1e-9), o
 for o in plan["others"]: assert o["why"], o
 print(f"{name}: best {plan['best']['plan']}, {plan['simulated']} of {valid} simulated")
 PY
