@@ -64,6 +64,10 @@ struct Candidate {
   }
 };
 
+/// Whether a memory floor is over the usable HBM: no run of it fits (with room for the floor being
+/// summed in another order than the run's peak).
+bool floor_over(double floor_bytes, double usable) { return floor_bytes > usable * (1 + 1e-9); }
+
 /// The first line of an error's message (a ConfigError's first problem, with its context).
 std::string first_problem(const std::string& what) { return what.substr(0, what.find('\n')); }
 
@@ -178,7 +182,7 @@ void bound(const Study& base, Candidate& c, double usable, const std::shared_ptr
     c.resident_bytes = b.resident_bytes;
     c.resident_by = b.resident_by;
     c.floor_bytes = b.floor_bytes;
-    c.pruned = c.floor_bytes > usable * (1 + 1e-9);  // summed in another order than the run
+    c.pruned = floor_over(c.floor_bytes, usable);
     c.bounded = true;
   } catch (const ConfigError& e) {
     c.invalid = first_problem(e.what());
@@ -656,7 +660,7 @@ void keep_what_the_compiler_fits(std::vector<Candidate>& all, const std::vector<
       const Json remat = with_schedule(v.study, c.schedule).schedule->resolved().value("remat", Json());
       for (const Json& policy :
            stronger_remat_policies(remat, v.study.hardware.core.compiler_remat_recomputes_layers))
-        if (floor_under(c, policy, v, by_schedule) <= usable) {
+        if (!floor_over(floor_under(c, policy, v, by_schedule), usable)) {
           c.pruned = false;
           stop.simulable();
           return;
