@@ -39,6 +39,39 @@ class FloorCache {
   std::map<std::tuple<int, std::vector<int>, double, bool, bool>, double> floors_;
 };
 
+/// A layer's weight-gradient reductions by the family of mesh dimensions `cut` leaves them
+/// (the event standing for the family, and the family's bytes), those it leaves none left out.
+template <class Cut>
+std::vector<std::pair<mesh::Event, double>> families(const std::vector<mesh::Event>& backward, Cut cut) {
+  std::map<std::vector<std::string>, std::pair<mesh::Event, double>> by_dims;
+  for (const auto& ev : backward)
+    if (ev.kind == mesh::Event::GradientAllReduce && !cut(ev).mesh_dims.empty())
+      by_dims.try_emplace(cut(ev).mesh_dims, cut(ev), 0.0).first->second.second += ev.bytes;
+  std::vector<std::pair<mesh::Event, double>> out;
+  for (auto& [dims, family] : by_dims) out.push_back(std::move(family));
+  return out;
+}
+
+/// The weight-gradient reductions that wait for the whole backward, each family of mesh
+/// dimensions (and block) floored once at its bytes: the tail may combine them into fewer
+/// collectives, which moves no fewer bytes at no higher rate.
+class WaitingReductions {
+ public:
+  void add(const mesh::Event& over, double bytes) {
+    families_.try_emplace({over.mesh_dims, over.block_dim, over.block}, over, 0.0).first->second.second +=
+        bytes;
+  }
+  double floor(FloorCache& cache) const {
+    double total = 0;
+    for (const auto& [key, family] : families_)
+      total += cache(sim::CollectiveOp::ReduceScatter, family.first, family.second, false);
+    return total;
+  }
+
+ private:
+  std::map<std::tuple<std::vector<std::string>, std::string, int>, std::pair<mesh::Event, double>> families_;
+};
+
 /// A mesh layout's bound from its SPMD program alone (a task graph of every core is costly on a
 /// large slice): one core runs every compute piece (a re-materialized layer's recompute too) and
 /// waits for every blocking collective (a fully sharded layer's weight gathers, in program order);
@@ -48,7 +81,8 @@ double program_bound(const Study& s, const MeshSchedule& mesh,
                      const std::vector<mesh::LayerProgram>& programs) {
   using E = mesh::Event;
   FloorCache floor(s, mesh);
-  double bound = 0, reductions = 0;  // per micro-batch; the weight-gradient reductions, once
+  double bound = 0;           // per micro-batch
+  WaitingReductions waiting;  // once
   const Keep remat = mesh.remat();
   const bool overlap = s.hardware.core.gradient_collectives_overlap_backward;
   // Prefetched fully sharded weights: gathers and reduce-scatters behind the compute.
@@ -78,11 +112,12 @@ double program_bound(const Study& s, const MeshSchedule& mesh,
     for (const auto& ev : program.forward)
       if (ev.kind == E::Compute && remat != Keep::All)
         bound += remat == Keep::Input ? ev.seconds : ev.partial_seconds;
-    // Fully sharded in program order: the layer's weights gathered, twice.
-    for (const auto& ev : program.backward)
-      if (ev.kind == E::GradientAllReduce && mesh.fully_sharded() && !behind && !cut(ev).mesh_dims.empty())
+    // Fully sharded in program order: the layer's weights gathered, twice, one gather per family
+    // of mesh dimensions its gradients are cut over (as the player gathers them).
+    if (mesh.fully_sharded() && !behind)
+      for (const auto& [family, bytes] : families(program.backward, cut))
         for (int pass = 0; pass < 2; ++pass)
-          add_floor(sim::CollectiveOp::AllGather, cut(ev), ev.bytes * gathered_wire, true);
+          add_floor(sim::CollectiveOp::AllGather, family, bytes * gathered_wire, true);
     for (const auto* events : {&program.forward, &program.backward})
       for (const auto& ev : *events) {
         if (ev.kind == E::Compute) {
@@ -92,15 +127,17 @@ double program_bound(const Study& s, const MeshSchedule& mesh,
         const bool gradient = ev.kind == E::GradientAllReduce;
         if ((gradient && (overlap || behind)) || ev.behind) continue;  // behind the compute
         const auto blocking = mesh::blocking_collective(ev.kind);
-        if (!blocking && !gradient) continue;                                       // a halo
-        const bool pieces_only = gradient && sharded && cut(ev).mesh_dims.empty();  // an all-reduce over it
-        const double f = floor(blocking ? blocking->op : sim::CollectiveOp::ReduceScatter,
-                               gradient && sharded && !pieces_only ? cut(ev) : ev,
-                               gradient ? ev.bytes * gradient_wire : ev.bytes, !gradient);
-        (gradient ? reductions : bound) += f;
+        if (!blocking && !gradient) continue;  // a halo
+        if (!gradient) {
+          bound += floor(blocking->op, ev, ev.bytes, true);
+          continue;
+        }
+        const bool pieces_only = sharded && cut(ev).mesh_dims.empty();  // an all-reduce over it
+        const mesh::Event& over = sharded && !pieces_only ? cut(ev) : ev;
+        waiting.add(over, ev.bytes * gradient_wire);
       }
   }
-  return bound * mesh.accumulation_steps() + reductions;
+  return bound * mesh.accumulation_steps() + waiting.floor(floor);
 }
 
 }  // namespace

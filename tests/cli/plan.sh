@@ -52,6 +52,10 @@ for o in every["others"]:
 for o in every["top"] + every["others"]:
     if o.get("peak_hbm_bytes") is not None and "compiler_remat" not in o:
         assert o["peak_hbm_bytes"] >= o["floor_hbm_bytes"] * (1 - 1e-9), o
+# No simulated step is faster than its candidate's time bound.
+for o in every["top"] + every["others"]:
+    if o.get("step_time_s") is not None and "bound_s" in o:
+        assert o["step_time_s"] >= o["bound_s"] * (1 - 1e-9), o
 for o in plan["others"]: assert o["why"], o
 print(f"{name}: best {plan['best']['plan']}, {plan['simulated']} of {valid} simulated")
 PY
